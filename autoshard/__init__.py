@@ -1,0 +1,43 @@
+"""autoshard: plan and run distributed training of a PyTorch model.
+
+Public API::
+
+    import autoshard
+    prof = autoshard.profile("llama-2-7b", batch_size=1, seq_len=4096)
+    print(prof.peak_bytes, prof.peak_breakdown)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0.dev0"
+
+from autoshard.api import profile
+from autoshard.errors import (
+    AutoshardError,
+    HardwareError,
+    ModelSourceError,
+    NoFeasiblePlan,
+    ProfileError,
+    UsageError,
+    UserCodeError,
+)
+from autoshard.models import ModelSource, load_source
+from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, ProfileOptions
+
+__all__ = [
+    "AutoshardError",
+    "HardwareError",
+    "MemoryBreakdown",
+    "ModelProfile",
+    "ModelSource",
+    "ModelSourceError",
+    "NoFeasiblePlan",
+    "Precision",
+    "ProfileError",
+    "ProfileOptions",
+    "UsageError",
+    "UserCodeError",
+    "__version__",
+    "load_source",
+    "profile",
+]

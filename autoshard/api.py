@@ -1,0 +1,62 @@
+"""The public functions, kept apart from ``__init__`` so the package imports cheaply."""
+
+from __future__ import annotations
+
+import os
+
+from autoshard.models import ModelSource, load_source
+from autoshard.profiler.options import Precision, ProfileOptions
+from autoshard.profiler.result import ModelProfile
+
+
+def profile(
+    source: str | os.PathLike[str] | ModelSource,
+    *,
+    batch_size: int,
+    seq_len: int | None = None,
+    precision: str | Precision = Precision.BF16_MIXED,
+    optimizer: str = "adamw",
+    activation_checkpointing: bool = False,
+    grad_accumulation: int = 1,
+    target: str = "cuda",
+    extrapolate: bool | None = None,
+) -> ModelProfile:
+    """Profile one training step of a model on one device holding the whole model, without allocating it.
+
+    Args:
+        source: a ``model.py`` path, a Hugging Face ``config.json`` path, a catalog name, or a loaded source.
+        batch_size: micro-batch size.
+        seq_len: sequence length for token models (default: the model's own).
+        precision: ``"32-true"``, ``"16-mixed"``, ``"bf16-mixed"`` (default) or ``"bf16-true"``.
+        optimizer: ``"adamw"`` (default), ``"adam"``, ``"sgd"`` or ``"adafactor"``; ignored when the model
+            file defines ``optimizer(params)``.
+        activation_checkpointing: recompute each repeated block in backward.
+        grad_accumulation: micro-batches per optimizer step.
+        target: ``"cuda"`` (default) answers for a CUDA GPU; ``"cpu"`` for a CPU run.
+        extrapolate: trace fewer repeated blocks and extrapolate linearly (``None``: automatically for deep
+            catalog / HF models, where this is exact — see ``docs/profile.md``).
+
+    Returns:
+        A frozen, JSON-serialisable :class:`ModelProfile`.
+
+    Raises:
+        AutoshardError: bad input (see :mod:`autoshard.errors`).
+
+    Example:
+        >>> import autoshard
+        >>> p = autoshard.profile("tiny-gpt2", batch_size=2, seq_len=64)
+        >>> p.peak_bytes > p.parameter_bytes
+        True
+    """
+    from autoshard.profiler.scaling import profile_source
+
+    options = ProfileOptions(
+        batch_size=batch_size,
+        seq_len=seq_len,
+        precision=precision,
+        optimizer=optimizer,
+        activation_checkpointing=activation_checkpointing,
+        grad_accumulation=grad_accumulation,
+        target=target,
+    )
+    return profile_source(load_source(source), options, extrapolate=extrapolate)

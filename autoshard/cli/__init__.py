@@ -1,0 +1,72 @@
+"""The ``autoshard`` command: a thin shell over the public API.
+
+Each subcommand lives in its own module exposing ``NAME``, ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``. Errors autoshard raises on purpose are printed as one or two lines with their exit code;
+anything else is reported as an internal error. ``--debug`` shows full tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from autoshard.errors import AutoshardError
+
+
+def _subcommands() -> list[ModuleType]:
+    from autoshard.cli import hardware, models, profile
+
+    return [profile, hardware, models]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (exposed for docs and tests)."""
+    from autoshard import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="autoshard",
+        description="Plan and run distributed training of a PyTorch model (DDP, FSDP, DeepSpeed ZeRO).",
+    )
+    parser.add_argument("--version", action="version", version=f"autoshard {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _subcommands():
+        sp = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks")
+        module.add_arguments(sp)
+        sp.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``autoshard`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_run", None) is None:
+        parser.print_help()
+        return 2
+    debug = bool(getattr(args, "debug", False))
+    try:
+        return int(args._run(args) or 0)
+    except AutoshardError as exc:
+        if debug:
+            raise
+        print(f"autoshard: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("autoshard: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 — the outermost shell reports internal errors without a traceback
+        if debug:
+            raise
+        print(f"autoshard: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print("  This is a bug in autoshard; rerun with --debug and report the traceback.", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""``autoshard models``: list the built-in catalog."""
+
+from __future__ import annotations
+
+import argparse
+
+from autoshard.cli._format import count, print_json
+
+NAME = "models"
+HELP = "List the built-in model catalog."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``models`` flags."""
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``autoshard models``."""
+    import torch
+
+    from autoshard.models import catalog
+
+    rows = []
+    for name in catalog.names():
+        source = catalog.get(name)
+        with torch.device("meta"):
+            n = sum(p.numel() for p in source.build().parameters())
+        rows.append({"name": name, "parameters": n, "default_seq_len": source.default_seq_len,
+                     "reference": source.metadata.get("reference")})
+    if args.json:
+        print_json(rows)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="autoshard catalog", title_justify="left")
+    for col in ("name", "parameters", "default seq len"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for r in rows:
+        table.add_row(r["name"], count(r["parameters"]), str(r["default_seq_len"] or "—"))
+    Console().print(table)
+    return 0

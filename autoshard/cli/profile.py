@@ -1,0 +1,120 @@
+"""``autoshard profile MODEL``: memory and FLOPs of one training step, without allocating the model."""
+
+from __future__ import annotations
+
+import argparse
+
+from autoshard.cli._format import count, flops, gib, print_json
+from autoshard.profiler.options import OPTIMIZERS, Precision
+
+NAME = "profile"
+HELP = "Profile one training step of a model: peak memory, its breakdown, FLOPs (nothing is allocated)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``profile`` flags."""
+    parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
+    add_step_arguments(parser)
+    parser.add_argument("--target", choices=("cuda", "cpu"), default="cuda", help="device the answer is for")
+    parser.add_argument(
+        "--extrapolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="trace 3 and 4 blocks and extrapolate (default: automatic for deep catalog/HF models)",
+    )
+    parser.add_argument("--blocks", action="store_true", help="also list every repeated block")
+    parser.add_argument("--json", action="store_true", help="machine-readable output (docs/profile.md)")
+
+
+def add_step_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags describing the training step (shared with later subcommands)."""
+    parser.add_argument("--batch-size", type=int, default=1, help="micro-batch size (default 1)")
+    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    parser.add_argument(
+        "--precision",
+        default=Precision.BF16_MIXED.value,
+        help=f"one of {', '.join(p.value for p in Precision)} (default bf16-mixed)",
+    )
+    parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
+    parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing of each block")
+    parser.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``autoshard profile``."""
+    from autoshard.api import profile
+
+    result = profile(
+        args.model,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        precision=args.precision,
+        optimizer=args.optimizer,
+        activation_checkpointing=args.checkpointing,
+        grad_accumulation=args.grad_accumulation,
+        target=args.target,
+        extrapolate=args.extrapolate,
+    )
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    _print(result, show_blocks=args.blocks)
+    return 0
+
+
+def _print(p, *, show_blocks: bool) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    o = p.options
+    seq = f", seq {p.seq_len}" if p.seq_len is not None else ""
+    console.print(
+        f"[bold]{p.model}[/bold] ({p.source_kind}) — {count(p.parameter_count)} parameters "
+        f"({count(p.trainable_parameter_count)} trainable), micro-batch {o.batch_size}{seq}, "
+        f"{o.precision.value}, {o.optimizer}"
+        + (", activation checkpointing" if o.activation_checkpointing else "")
+        + (f", {o.grad_accumulation} accumulation steps" if o.grad_accumulation > 1 else "")
+    )
+    target = "one CUDA GPU" if o.target == "cuda" else "CPU"
+    table = Table(title=f"Peak memory on {target} holding the whole model", title_justify="left")
+    table.add_column("at the peak")
+    table.add_column("bytes", justify="right")
+    table.add_column("share", justify="right")
+    breakdown = p.peak_breakdown.to_dict()
+    total = breakdown.pop("total") or 1
+    for name, value in breakdown.items():
+        table.add_row(name.replace("_", " "), gib(value), f"{100 * value / total:.1f} %")
+    for ov in p.overheads:
+        if ov.in_allocator:
+            table.add_row(ov.name, gib(ov.bytes), "")
+    table.add_row("[bold]peak allocated[/bold]", f"[bold]{gib(p.peak_bytes)}[/bold]", "")
+    for ov in p.overheads:
+        if not ov.in_allocator:
+            table.add_row(f"+ {ov.name} (outside allocator)", gib(ov.bytes), "")
+    console.print(table)
+    where = f"{p.peak_phase}" + (f" in {p.peak_module}" if p.peak_module else "")
+    console.print(f"Peak during: {where}")
+    console.print(
+        f"Model states: parameters {gib(p.parameter_bytes)}, gradients {gib(p.gradient_bytes)}, "
+        f"optimizer {gib(p.optimizer_state_bytes)}"
+    )
+    per_token = f", {flops(p.flops_per_step / p.tokens_per_step)}/token" if p.tokens_per_step else ""
+    console.print(
+        f"FLOPs per step: {flops(p.flops_per_step)} (forward {flops(p.forward_flops)}, "
+        f"backward {flops(p.backward_flops)} per micro-batch{per_token})"
+    )
+    if p.block_class:
+        console.print(f"Repeated block: {p.block_class} × {len(p.blocks)}")
+    if p.extrapolated_from_layers:
+        l1, l2 = p.extrapolated_from_layers
+        console.print(f"[dim]Traced at {l1} and {l2} blocks and extrapolated (exact for identical blocks).[/dim]")
+    console.print(f"[dim]Traced in {p.trace_seconds:.1f} s with torch {p.torch_version}.[/dim]")
+    if show_blocks and p.blocks:
+        bt = Table(title="Repeated blocks", title_justify="left")
+        for col in ("block", "parameters", "saved activations", "forward", "backward"):
+            bt.add_column(col, justify="left" if col == "block" else "right")
+        for b in p.blocks:
+            bt.add_row(b.name, count(b.parameters), gib(b.activation_bytes), flops(b.forward_flops),
+                       flops(b.backward_flops))
+        console.print(bt)

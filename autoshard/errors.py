@@ -1,0 +1,61 @@
+"""One exception tree for everything autoshard reports to a user.
+
+Every error a user can cause (a bad path, a broken ``model.py``, a nonsensical number) is an
+:class:`AutoshardError`. The CLI prints its message in one or two lines and exits with
+``exit_code``; library callers catch the class they care about.
+"""
+
+from __future__ import annotations
+
+
+class AutoshardError(Exception):
+    """Base class of every error autoshard raises on purpose.
+
+    Attributes:
+        exit_code: the process exit code the CLI uses for this error.
+        hint: an optional second line telling the user how to fix it.
+    """
+
+    exit_code: int = 2
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if self.hint is None else f"{self.message}\n{self.hint}"
+
+
+class UsageError(AutoshardError):
+    """An argument is out of range or contradicts another one."""
+
+
+class ModelSourceError(AutoshardError):
+    """The model source cannot be found or does not follow the convention."""
+
+
+class UserCodeError(ModelSourceError):
+    """The user's own code (``model.py``, a forward, a loss) raised.
+
+    Attributes:
+        location: ``"path:line"`` of the innermost frame in the user's file, when known.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, location: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.location = location
+
+
+class ProfileError(AutoshardError):
+    """The training step could not be traced (e.g. an op fake tensors cannot run)."""
+
+
+class HardwareError(AutoshardError):
+    """Hardware could not be detected, or a hardware profile is invalid."""
+
+
+class NoFeasiblePlan(AutoshardError):
+    """No strategy fits the model on the given hardware."""
+
+    exit_code = 3

@@ -1,0 +1,59 @@
+"""Turning a model source (``model.py``, HF ``config.json``, catalog name) into a :class:`ModelSource`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from autoshard.errors import ModelSourceError
+from autoshard.models.source import Batch, ModelSource, call_model, default_loss
+
+__all__ = ["Batch", "ModelSource", "call_model", "default_loss", "load_source"]
+
+
+def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
+    """Resolve what the user named into a :class:`ModelSource`.
+
+    Args:
+        spec: a path to a ``.py`` file following the model-file convention (``docs/models.md``), a path to a
+            Hugging Face ``config.json`` (or a directory holding one), or a catalog name such as ``"llama-2-7b"``.
+
+    Returns:
+        The loaded source. Nothing is allocated: the module is built later, by the caller.
+
+    Raises:
+        ModelSourceError: the path does not exist, is of an unknown kind, or the name is not in the catalog.
+        UserCodeError: the user's ``model.py`` failed to import.
+    """
+    if isinstance(spec, ModelSource):
+        return spec
+    text = os.fspath(spec)
+    path = Path(text).expanduser()
+    looks_like_path = path.suffix in {".py", ".json"} or os.sep in text or text.startswith(".")
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.is_file():
+            raise ModelSourceError(
+                f"{text} is a directory without a config.json.",
+                hint="Point autoshard at a model.py, a Hugging Face config.json, or a catalog name.",
+            )
+        path = config
+    if path.is_file():
+        if path.suffix == ".py":
+            from autoshard.models.pyfile import load_file
+
+            return load_file(path)
+        if path.suffix == ".json":
+            from autoshard.models.hf import load_config
+
+            return load_config(path)
+        raise ModelSourceError(
+            f"{text}: unknown kind of model file (expected a .py model file or a config.json).",
+        )
+    if looks_like_path:
+        raise ModelSourceError(
+            f"{text}: no such file.", hint="Check the path; catalog names have no extension (e.g. llama-2-7b)."
+        )
+    from autoshard.models import catalog
+
+    return catalog.get(text)

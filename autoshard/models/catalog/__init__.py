@@ -1,0 +1,54 @@
+"""Built-in catalog of well-known models, built from their published hyperparameters.
+
+Each entry is a function returning a :class:`~autoshard.models.source.ModelSource`, registered by name with
+:func:`register`. The definitions are autoshard's own pure-PyTorch modules (no transformers needed), so the
+catalog works on any install.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+from autoshard.errors import ModelSourceError
+from autoshard.models.source import ModelSource
+
+_REGISTRY: dict[str, Callable[[], ModelSource]] = {}
+
+
+def register(name: str) -> Callable[[Callable[[], ModelSource]], Callable[[], ModelSource]]:
+    """Register a catalog entry under ``name`` (decorator)."""
+
+    def wrap(factory: Callable[[], ModelSource]) -> Callable[[], ModelSource]:
+        if name in _REGISTRY:
+            raise ValueError(f"catalog name {name!r} is registered twice")
+        _REGISTRY[name] = factory
+        return factory
+
+    return wrap
+
+
+def names() -> list[str]:
+    """Every catalog name, sorted."""
+    _load_entries()
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> ModelSource:
+    """The catalog entry ``name``.
+
+    Raises:
+        ModelSourceError: unknown name; the message suggests the closest names.
+    """
+    _load_entries()
+    key = name.lower()
+    if key not in _REGISTRY:
+        close = difflib.get_close_matches(key, _REGISTRY, n=3, cutoff=0.5)
+        hint = f"Did you mean {', '.join(close)}?" if close else "Run `autoshard models` to list them."
+        raise ModelSourceError(f"{name!r} is not a file, a config.json or a catalog model name.", hint=hint)
+    return _REGISTRY[key]()
+
+
+def _load_entries() -> None:
+    # Explicit imports register the entries (no module introspection).
+    from autoshard.models.catalog import entries  # noqa: F401

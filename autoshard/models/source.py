@@ -1,0 +1,225 @@
+"""The one shape every model source is turned into: :class:`ModelSource`.
+
+A model source is anything a user can point autoshard at — a ``model.py`` following the convention in
+``docs/models.md``, a Hugging Face ``config.json``, or a catalog name. Each loader turns it into a
+:class:`ModelSource`: functions that build the module and one training batch, plus an optional loss and
+optimizer. The source never allocates by itself; the caller decides where tensors live (the profiler
+builds under ``FakeTensorMode``, ``fit`` on a real device).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoshard.errors import UsageError, UserCodeError
+
+Batch = Any
+"""One step's inputs: a tensor (``model(batch)``), a tuple/list (``model(*batch)``) or a mapping
+(``model(**batch)``)."""
+
+LossFn = Callable[[Any, Batch], torch.Tensor]
+OptimizerFn = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelSource:
+    """A loaded model source: how to build the module, its batch, loss and optimizer."""
+
+    name: str
+    """Display name: the catalog name, or the file's name."""
+    kind: str
+    """``"file"``, ``"hf-config"`` or ``"catalog"``."""
+    origin: str
+    """Where it came from: a path, or ``catalog:NAME``."""
+    build_fn: Callable[[], nn.Module]
+    """Builds the module on the current default device / tensor mode."""
+    batch_fn: Callable[..., Batch]
+    """``batch_fn(batch_size)`` or, when :attr:`accepts_seq_len`, ``batch_fn(batch_size, seq_len=N)``."""
+    loss_fn: LossFn | None = None
+    """``loss_fn(output, batch) -> scalar``; ``None`` uses :func:`default_loss`."""
+    optimizer_fn: OptimizerFn | None = None
+    """``optimizer_fn(params) -> Optimizer``; ``None`` lets the caller pick (autoshard's ``--optimizer``)."""
+    accepts_seq_len: bool = False
+    """Whether ``batch_fn`` takes a ``seq_len`` keyword (token models)."""
+    default_seq_len: int | None = None
+    """The sequence length used when the user gives none."""
+    max_seq_len: int | None = None
+    """The longest sequence the model supports (e.g. learned positions), if bounded."""
+    num_layers: int | None = None
+    """Number of repeated blocks, when the source knows it (catalog and HF configs)."""
+    with_num_layers: Callable[[int], ModelSource] | None = None
+    """Returns the same model with ``n`` repeated blocks, when the source can (used to scale traces)."""
+    user_file: str | None = None
+    """The user's file whose frames are shown when user code raises."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """Published figures and facts, e.g. ``{"published_parameters": 6_738_415_616, "reference": ...}``."""
+
+    def build(self) -> nn.Module:
+        """Build the module, turning exceptions from user code into :class:`UserCodeError`.
+
+        Raises:
+            UserCodeError: the builder raised, or returned something that is not an ``nn.Module``.
+        """
+        module = call_user(self.build_fn, what="model()", user_file=self.user_file)
+        if not isinstance(module, nn.Module):
+            raise UserCodeError(
+                f"model() in {self.origin} returned {type(module).__name__}, expected a torch.nn.Module.",
+                hint="Make model() return the module itself, e.g. `return MyNet()`.",
+            )
+        return module
+
+    def batch(self, batch_size: int, seq_len: int | None = None) -> Batch:
+        """Build one step's inputs on the current default device / tensor mode.
+
+        Raises:
+            UsageError: ``seq_len`` was given but the source's ``batch()`` takes none, or it is too long.
+            UserCodeError: ``batch()`` raised or returned something that is not a batch.
+        """
+        if seq_len is not None and not self.accepts_seq_len:
+            raise UsageError(
+                f"--seq-len was given but batch() in {self.origin} takes no seq_len argument.",
+                hint="Drop --seq-len, or define `def batch(batch_size, seq_len=...)` in your model file.",
+            )
+        if seq_len is not None and self.max_seq_len is not None and seq_len > self.max_seq_len:
+            raise UsageError(
+                f"seq_len={seq_len} exceeds the longest sequence {self.name} supports ({self.max_seq_len}).",
+                hint=f"Use --seq-len {self.max_seq_len} or less.",
+            )
+        if self.accepts_seq_len:
+            seq_len = seq_len if seq_len is not None else self.default_seq_len
+            kwargs = {} if seq_len is None else {"seq_len": seq_len}
+        else:
+            kwargs = {}
+        result = call_user(self.batch_fn, batch_size, what="batch()", user_file=self.user_file, **kwargs)
+        check_batch(result, origin=self.origin)
+        return result
+
+    def resolved_seq_len(self, seq_len: int | None) -> int | None:
+        """The sequence length a batch built with ``seq_len`` actually has (``None`` when not a token model)."""
+        if not self.accepts_seq_len:
+            return None
+        return seq_len if seq_len is not None else self.default_seq_len
+
+    def replace(self, **changes: Any) -> ModelSource:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+
+def takes_keyword(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` accepts a keyword argument ``name`` (explicitly or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | None, **kwargs: Any) -> Any:
+    """Call user code; turn any exception into a :class:`UserCodeError` naming the user's file and line.
+
+    Errors raised on purpose by autoshard (``AutoshardError``) pass through unchanged.
+    """
+    from autoshard.errors import AutoshardError
+
+    try:
+        return fn(*args, **kwargs)
+    except AutoshardError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — user code can raise anything; we report it precisely
+        location = user_frame(exc, user_file)
+        where = f" at {location}" if location else ""
+        raise UserCodeError(
+            f"{what} raised {type(exc).__name__}{where}: {exc}",
+            hint="Fix the error in your model file (run with --debug for the full traceback).",
+            location=location,
+        ) from exc
+
+
+def user_frame(exc: BaseException, user_file: str | None) -> str | None:
+    """``"path:line"`` of the innermost traceback frame inside ``user_file``, if any."""
+    if user_file is None:
+        return None
+    import os
+    import traceback
+
+    target = os.path.realpath(user_file)
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if os.path.realpath(frame.filename) == target:
+            found = f"{frame.filename}:{frame.lineno}"
+    return found
+
+
+def check_batch(batch: Batch, *, origin: str) -> None:
+    """Raise :class:`UserCodeError` unless ``batch`` is a tensor, a sequence or a mapping holding a tensor."""
+    if isinstance(batch, torch.Tensor):
+        return
+    if isinstance(batch, Mapping):
+        values: Iterable[Any] = batch.values()
+    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
+        values = batch
+    else:
+        raise UserCodeError(
+            f"batch() in {origin} returned {type(batch).__name__}; expected a tensor, a tuple/list or a dict.",
+            hint="Return e.g. `torch.randn(batch_size, 784)` or `{'input_ids': ..., 'labels': ...}`.",
+        )
+    if not any(isinstance(v, torch.Tensor) for v in values):
+        raise UserCodeError(
+            f"batch() in {origin} returned a {type(batch).__name__} with no tensor in it.",
+            hint="At least one input of the training step must be a torch.Tensor.",
+        )
+
+
+def call_model(module: nn.Module, batch: Batch) -> Any:
+    """Run ``module`` on ``batch`` following the convention: tensor → ``m(b)``, sequence → ``m(*b)``,
+    mapping → ``m(**b)``."""
+    if isinstance(batch, Mapping):
+        return module(**batch)
+    if isinstance(batch, (tuple, list)):
+        return module(*batch)
+    return module(batch)
+
+
+def default_loss(output: Any, batch: Batch) -> torch.Tensor:
+    """The loss used when a source defines none.
+
+    ``output.loss`` (or ``output["loss"]``) when present; otherwise the mean of every floating-point tensor in
+    the output that requires grad, summed.
+
+    Raises:
+        UserCodeError: the output holds no floating-point tensor to reduce.
+    """
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, Mapping):
+        loss = output.get("loss")
+    if isinstance(loss, torch.Tensor):
+        return loss
+    tensors = [t for t in _flatten(output) if t.is_floating_point() and t.requires_grad]
+    if not tensors:
+        raise UserCodeError(
+            "The model's output has no `.loss` and no floating-point tensor that requires grad to reduce.",
+            hint="Define `def loss(output, batch):` in your model file returning a scalar tensor.",
+        )
+    # mean() accumulates in fp32 internally; casting the (possibly large) output first would add a copy.
+    total = tensors[0].mean().float()
+    for t in tensors[1:]:
+        total = total + t.mean().float()
+    return total
+
+
+def _flatten(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, Mapping):
+        return [t for v in obj.values() for t in _flatten(v)]
+    if isinstance(obj, (tuple, list)):
+        return [t for v in obj for t in _flatten(v)]
+    if hasattr(obj, "to_tuple"):  # transformers ModelOutput
+        return _flatten(obj.to_tuple())
+    return []

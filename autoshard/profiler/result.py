@@ -1,0 +1,173 @@
+"""Typed, JSON-ready results of profiling one training step."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autoshard.profiler.options import ProfileOptions
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryBreakdown:
+    """Bytes by kind, at one moment of the step."""
+
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    """Tensors autograd saved for backward (and not already counted as parameters or inputs)."""
+    temporaries: int
+    """Everything else alive: op outputs not saved, gradients of activations in flight, optimizer scratch."""
+    buffers: int
+    inputs: int
+    """The batch."""
+
+    @property
+    def total(self) -> int:
+        """Sum of all kinds."""
+        return (
+            self.parameters
+            + self.gradients
+            + self.optimizer_state
+            + self.activations
+            + self.temporaries
+            + self.buffers
+            + self.inputs
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON-ready dict, with ``total``."""
+        d = asdict(self)
+        d["total"] = self.total
+        return d
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Overhead:
+    """A fixed cost on the target device that the tensor trace cannot see."""
+
+    name: str
+    bytes: int
+    in_allocator: bool
+    """Whether ``torch.cuda.max_memory_allocated`` counts it (cuBLAS workspace: yes; CUDA context: no)."""
+    source: str
+    """Where the figure comes from."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BlockProfile:
+    """One instance of the repeated block."""
+
+    name: str
+    parameters: int
+    """Parameter count."""
+    parameter_bytes: int
+    activation_bytes: int
+    """Bytes saved for backward by ops run inside this block in one forward."""
+    forward_flops: int
+    backward_flops: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelProfile:
+    """What one training step of a model costs on one device holding the whole model."""
+
+    model: str
+    """Model name."""
+    source_kind: str
+    """``"file"``, ``"hf-config"`` or ``"catalog"``."""
+    options: ProfileOptions
+    seq_len: int | None
+    """The sequence length actually traced (``None`` for non-token models)."""
+    parameter_count: int
+    trainable_parameter_count: int
+    parameter_bytes: int
+    """Bytes of parameters as stored (in the precision's parameter dtype)."""
+    gradient_bytes: int
+    """Bytes of gradients after backward."""
+    optimizer_state_bytes: int
+    """Bytes of optimizer state after the second step."""
+    buffer_bytes: int
+    peak_bytes: int
+    """Peak bytes the allocator hands out (``max_memory_allocated`` on CUDA), overheads in the allocator
+    included."""
+    peak_phase: str
+    """Where the peak happens: ``forward``, ``backward``, ``optimizer`` or ``zero_grad``."""
+    peak_module: str
+    """The innermost module running at the peak, when in forward."""
+    peak_breakdown: MemoryBreakdown
+    """Tensor bytes by kind at the peak (overheads not included)."""
+    overheads: tuple[Overhead, ...]
+    forward_flops: int
+    """FLOPs of one forward pass (one micro-batch)."""
+    backward_flops: int
+    """FLOPs of one backward pass, recomputation under checkpointing included."""
+    flops_per_step: int
+    """FLOPs of one optimizer step: (forward + backward) × gradient-accumulation micro-batches."""
+    tokens_per_step: int | None
+    samples_per_step: int
+    block_class: str | None
+    """The repeated block class (e.g. ``LlamaDecoderLayer``), ``None`` when nothing repeats."""
+    blocks: tuple[BlockProfile, ...]
+    gpu_model: tuple[str, ...]
+    """The CUDA behaviours modelled in this trace (empty for ``target="cpu"``)."""
+    extrapolated_from_layers: tuple[int, ...] | None
+    """When set, the profile was traced at these block counts and extrapolated linearly."""
+    trace_seconds: float
+    torch_version: str
+    autoshard_version: str
+
+    @property
+    def model_state_bytes(self) -> int:
+        """Parameters + gradients + optimizer state."""
+        return self.parameter_bytes + self.gradient_bytes + self.optimizer_state_bytes
+
+    @property
+    def peak_with_overheads_bytes(self) -> int:
+        """Peak bytes on the device, overheads outside the allocator (CUDA context) included."""
+        return self.peak_bytes + sum(o.bytes for o in self.overheads if not o.in_allocator)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (sizes in bytes); documented in ``docs/profile.md``."""
+        return {
+            "model": self.model,
+            "source_kind": self.source_kind,
+            "options": self.options.to_dict(),
+            "seq_len": self.seq_len,
+            "parameter_count": self.parameter_count,
+            "trainable_parameter_count": self.trainable_parameter_count,
+            "parameter_bytes": self.parameter_bytes,
+            "gradient_bytes": self.gradient_bytes,
+            "optimizer_state_bytes": self.optimizer_state_bytes,
+            "buffer_bytes": self.buffer_bytes,
+            "model_state_bytes": self.model_state_bytes,
+            "peak_bytes": self.peak_bytes,
+            "peak_with_overheads_bytes": self.peak_with_overheads_bytes,
+            "peak_phase": self.peak_phase,
+            "peak_module": self.peak_module,
+            "peak_breakdown": self.peak_breakdown.to_dict(),
+            "overheads": [o.to_dict() for o in self.overheads],
+            "forward_flops": self.forward_flops,
+            "backward_flops": self.backward_flops,
+            "flops_per_step": self.flops_per_step,
+            "tokens_per_step": self.tokens_per_step,
+            "samples_per_step": self.samples_per_step,
+            "block_class": self.block_class,
+            "blocks": [b.to_dict() for b in self.blocks],
+            "gpu_model": list(self.gpu_model),
+            "extrapolated_from_layers": (
+                None if self.extrapolated_from_layers is None else list(self.extrapolated_from_layers)
+            ),
+            "trace_seconds": self.trace_seconds,
+            "torch_version": self.torch_version,
+            "autoshard_version": self.autoshard_version,
+        }

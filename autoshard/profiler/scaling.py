@@ -1,0 +1,135 @@
+"""Profiling deep models fast: trace two shallow copies and extrapolate linearly in the block count.
+
+A stack of identical blocks adds the same tensors for every block it has: the same parameters, gradients and
+optimizer state, the same saved activations, the same FLOPs. So every quantity the trace measures — and the
+high point of each phase of the step, category by category — is an affine function of the block count ``L``
+as long as the shape of the step does not change. Tracing at ``L1`` and ``L2`` blocks gives both
+coefficients; the profile at the real ``L`` follows. The peak is the highest of the extrapolated phase peaks.
+
+``tests/profiler/test_scaling.py`` checks that this equals a full trace, byte for byte, on models small enough
+to trace whole; ``benchmarks/profile_speed.py`` measures the speed-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from autoshard.models.source import ModelSource
+from autoshard.profiler.options import ProfileOptions
+from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfile
+from autoshard.profiler.trace import trace_with_phases
+from autoshard.profiler.tracker import Category, PeakSnapshot
+
+SHALLOW_LAYERS = (3, 4)
+"""Block counts traced when extrapolating. Three and four (not one and two) keep the first and last block —
+which may differ in what they save (e.g. T5's shared position bias) — away from the blocks that scale."""
+
+AUTO_MIN_LAYERS = 12
+"""Extrapolate automatically from this many blocks up: below it a full trace is as fast."""
+
+
+def profile_source(source: ModelSource, options: ProfileOptions, *, extrapolate: bool | None = None) -> ModelProfile:
+    """Profile ``source``, extrapolating from shallow traces when that is possible and worthwhile.
+
+    Args:
+        source: the model source.
+        options: the profile options.
+        extrapolate: ``True`` forces extrapolation (error if the source cannot change its block count),
+            ``False`` forces a full trace, ``None`` decides: extrapolate when the source can rebuild itself with
+            fewer blocks and has at least :data:`AUTO_MIN_LAYERS`.
+    """
+    can = source.with_num_layers is not None and source.num_layers is not None
+    if extrapolate is None:
+        extrapolate = can and source.num_layers >= AUTO_MIN_LAYERS  # type: ignore[operator]
+    if extrapolate and not can:
+        from autoshard.errors import UsageError
+
+        raise UsageError(
+            f"{source.name} cannot be rebuilt with fewer blocks, so it cannot be extrapolated.",
+            hint="Trace it whole (drop --extrapolate); catalog models and HF configs support extrapolation.",
+        )
+    if not extrapolate or source.num_layers <= SHALLOW_LAYERS[1]:  # type: ignore[operator]
+        return trace_with_phases(source, options)[0]
+    return extrapolated(source, options)
+
+
+def extrapolated(source: ModelSource, options: ProfileOptions) -> ModelProfile:
+    """Profile at the source's full depth from traces at :data:`SHALLOW_LAYERS` blocks."""
+    assert source.with_num_layers is not None and source.num_layers is not None  # checked by the caller
+    started = time.perf_counter()
+    l1, l2 = SHALLOW_LAYERS
+    target = source.num_layers
+    p1, phases1 = trace_with_phases(source.with_num_layers(l1), options)
+    p2, phases2 = trace_with_phases(source.with_num_layers(l2), options)
+
+    def lin(a: int, b: int) -> int:
+        # Exact integer arithmetic: the per-block increment (b - a) / (l2 - l1) is a whole number of bytes.
+        return a + (b - a) * (target - l1) // (l2 - l1)
+
+    best: PeakSnapshot | None = None
+    for phase, s2 in phases2.items():
+        s1 = phases1.get(phase)
+        if s1 is None:
+            continue
+        by_category = {c: lin(s1.by_category[c], s2.by_category[c]) for c in Category}
+        snap = PeakSnapshot(sum(by_category.values()), by_category, phase, _remap(s2.module, l2, target), s2.step)
+        if best is None or snap.total_bytes > best.total_bytes:
+            best = snap
+    assert best is not None
+    in_allocator = sum(o.bytes for o in p2.overheads if o.in_allocator)
+    blocks = _blocks(p2, target)
+    return dataclasses.replace(
+        p2,
+        model=source.name,
+        parameter_count=lin(p1.parameter_count, p2.parameter_count),
+        trainable_parameter_count=lin(p1.trainable_parameter_count, p2.trainable_parameter_count),
+        parameter_bytes=lin(p1.parameter_bytes, p2.parameter_bytes),
+        gradient_bytes=lin(p1.gradient_bytes, p2.gradient_bytes),
+        optimizer_state_bytes=lin(p1.optimizer_state_bytes, p2.optimizer_state_bytes),
+        buffer_bytes=lin(p1.buffer_bytes, p2.buffer_bytes),
+        peak_bytes=best.total_bytes + in_allocator,
+        peak_phase=best.phase,
+        peak_module=best.module,
+        peak_breakdown=MemoryBreakdown(
+            parameters=best.by_category[Category.PARAMETERS],
+            gradients=best.by_category[Category.GRADIENTS],
+            optimizer_state=best.by_category[Category.OPTIMIZER],
+            activations=best.by_category[Category.ACTIVATIONS],
+            temporaries=best.by_category[Category.TEMPORARIES],
+            buffers=best.by_category[Category.BUFFERS],
+            inputs=best.by_category[Category.INPUTS],
+        ),
+        forward_flops=lin(p1.forward_flops, p2.forward_flops),
+        backward_flops=lin(p1.backward_flops, p2.backward_flops),
+        flops_per_step=lin(p1.flops_per_step, p2.flops_per_step),
+        blocks=blocks,
+        extrapolated_from_layers=(l1, l2),
+        trace_seconds=time.perf_counter() - started,
+    )
+
+
+def _blocks(shallow: ModelProfile, target: int) -> tuple[BlockProfile, ...]:
+    """Block list at full depth: the shallow trace's interior block stands for every interior block."""
+    if not shallow.blocks:
+        return ()
+    names = [b.name for b in shallow.blocks]
+    prefix = names[0].rsplit(".", 1)[0] if "." in names[0] else ""
+    if len(names) < 3 or not all(n.rsplit(".", 1)[0] == prefix for n in names):
+        return shallow.blocks  # blocks live in several stacks (e.g. encoder + decoder): keep the traced ones
+    first, middle, last = shallow.blocks[0], shallow.blocks[1], shallow.blocks[-1]
+    out = [first]
+    for i in range(1, target - 1):
+        out.append(dataclasses.replace(middle, name=f"{prefix}.{i}"))
+    out.append(dataclasses.replace(last, name=f"{prefix}.{target - 1}"))
+    return tuple(out)
+
+
+def _remap(module: str, shallow_layers: int, target: int) -> str:
+    """Rename the last traced block (``x.{l2-1}...``) to the last real block."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part == str(shallow_layers - 1) and i > 0:
+            parts[i] = str(target - 1)
+            return ".".join(parts)
+    return module

@@ -1,0 +1,381 @@
+"""Trace two full training steps of a model and account for every byte and FLOP.
+
+The same code runs on fake tensors (``fake=True``: nothing is allocated, a 70B model traces on a laptop) and
+on real CPU tensors (``fake=False``: the ground truth the fake trace is tested against).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_iter, tree_map
+from torch.utils.flop_counter import FlopCounterMode
+
+import autoshard
+from autoshard.errors import ProfileError, UserCodeError
+from autoshard.models.source import ModelSource, call_model, call_user, default_loss
+from autoshard.profiler import gpu
+from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
+from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
+from autoshard.profiler.options import Precision, ProfileOptions
+from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfile
+from autoshard.profiler.tracker import Category, MemoryTracker, PeakSnapshot
+
+STEPS = 2
+"""Optimizer steps traced: the first creates the optimizer state, the second is the steady state."""
+
+
+@dataclass(slots=True)
+class _StepFacts:
+    """What the step loop measures besides the tracker's peak."""
+
+    gradient_bytes: int = 0
+    optimizer_state_bytes: int = 0
+    forward_flops: int = 0
+    total_flops: int = 0
+    block_activation_bytes: dict[str, int] = field(default_factory=dict)
+    block_forward_flops: dict[str, int] = field(default_factory=dict)
+    block_total_flops: dict[str, int] = field(default_factory=dict)
+
+
+def trace(source: ModelSource, options: ProfileOptions, *, fake: bool = True) -> ModelProfile:
+    """Trace :data:`STEPS` training steps of ``source`` and return its profile (see :func:`trace_with_phases`)."""
+    return trace_with_phases(source, options, fake=fake)[0]
+
+
+def trace_with_phases(
+    source: ModelSource, options: ProfileOptions, *, fake: bool = True
+) -> tuple[ModelProfile, dict[str, PeakSnapshot]]:
+    """Trace :data:`STEPS` training steps of ``source`` and return its profile.
+
+    Args:
+        source: the model source.
+        options: batch size, precision, optimizer, checkpointing, target device.
+        fake: trace under ``FakeTensorMode`` (no allocation). ``False`` runs real CPU tensors.
+
+    Returns:
+        The profile for one device holding the whole model, and the highest point of each phase.
+
+    Raises:
+        ProfileError: an operation cannot be traced under fake tensors.
+        UserCodeError: the user's model, batch, loss or optimizer raised.
+    """
+    started = time.perf_counter()
+    seq_len = source.resolved_seq_len(options.seq_len)
+    mode: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if fake:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode, torch.device("cpu"):
+        model = source.build()
+        if options.precision is Precision.BF16_TRUE:
+            model.to(torch.bfloat16)
+        model.train()
+        blocks = find_repeated_blocks(model)
+        batch = source.batch(options.batch_size, seq_len=options.seq_len)
+        if options.precision is Precision.BF16_TRUE:
+            batch = tree_map(_to_bf16_if_float, batch)
+        optimizer = _make_optimizer(source, options, model)
+        tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None)
+        facts = _run_steps(source, options, model, batch, optimizer, tracker, blocks)
+    params = _unique_storages(p for p in model.parameters())
+    trainable = _unique_params(p for p in model.parameters() if p.requires_grad)
+    param_bytes = sum(s.nbytes() for s in params.values())
+    buffer_bytes = sum(s.nbytes() for s in _unique_storages(model.buffers()).values())
+    peak = tracker.peak
+    overheads = gpu.overheads() if options.target == "cuda" else ()
+    in_allocator = sum(o.bytes for o in overheads if o.in_allocator)
+    accumulation = options.grad_accumulation
+    block_profiles = _block_profiles(model, blocks, facts)
+    profile = ModelProfile(
+        model=source.name,
+        source_kind=source.kind,
+        options=options,
+        seq_len=seq_len,
+        parameter_count=sum(p.numel() for p in _unique_params(model.parameters()).values()),
+        trainable_parameter_count=sum(p.numel() for p in trainable.values()),
+        parameter_bytes=param_bytes,
+        gradient_bytes=facts.gradient_bytes,
+        optimizer_state_bytes=facts.optimizer_state_bytes,
+        buffer_bytes=buffer_bytes,
+        peak_bytes=peak.total_bytes + in_allocator,
+        peak_phase=peak.phase,
+        peak_module=peak.module,
+        peak_breakdown=MemoryBreakdown(
+            parameters=peak.by_category[Category.PARAMETERS],
+            gradients=peak.by_category[Category.GRADIENTS],
+            optimizer_state=peak.by_category[Category.OPTIMIZER],
+            activations=peak.by_category[Category.ACTIVATIONS],
+            temporaries=peak.by_category[Category.TEMPORARIES],
+            buffers=peak.by_category[Category.BUFFERS],
+            inputs=peak.by_category[Category.INPUTS],
+        ),
+        overheads=overheads,
+        forward_flops=facts.forward_flops,
+        backward_flops=facts.total_flops - facts.forward_flops,
+        flops_per_step=facts.total_flops * accumulation,
+        tokens_per_step=None if seq_len is None else options.batch_size * seq_len * accumulation,
+        samples_per_step=options.batch_size * accumulation,
+        block_class=None if blocks is None else blocks.class_name,
+        blocks=block_profiles,
+        gpu_model=gpu.MODELLED if options.target == "cuda" else (),
+        extrapolated_from_layers=None,
+        trace_seconds=time.perf_counter() - started,
+        torch_version=torch.__version__,
+        autoshard_version=autoshard.__version__,
+    )
+    return profile, dict(tracker.phase_peaks)
+
+
+def _run_steps(
+    source: ModelSource,
+    options: ProfileOptions,
+    model: nn.Module,
+    batch: Any,
+    optimizer: torch.optim.Optimizer,
+    tracker: MemoryTracker,
+    blocks: RepeatedBlocks | None,
+) -> _StepFacts:
+    facts = _StepFacts()
+    loss_fn = source.loss_fn or default_loss
+    names = {id(m): n for n, m in model.named_modules()}
+    block_names = set(blocks.names) if blocks else set()
+    semantics = gpu.semantics(options) if options.target == "cuda" else None
+    if options.activation_checkpointing and blocks is not None:
+        _checkpoint_blocks(model, blocks, semantics)
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        tracker.track(t, Category.ACTIVATIONS)
+        return t
+
+    def on_grad(p: torch.Tensor) -> None:
+        if p.grad is not None:
+            tracker.track(p.grad, Category.GRADIENTS)
+
+    def on_step(opt: torch.optim.Optimizer, *_: Any) -> None:
+        for state in opt.state.values():
+            for v in state.values():
+                if isinstance(v, torch.Tensor):
+                    tracker.track(v, Category.OPTIMIZER)
+
+    def pre_forward(module: nn.Module, _args: Any) -> None:
+        name = names.get(id(module), type(module).__name__)
+        tracker.module_stack.append(name)
+        if name in block_names:
+            tracker.scope = name
+
+    def post_forward(module: nn.Module, _args: Any, _out: Any) -> None:
+        if tracker.module_stack:
+            name = tracker.module_stack.pop()
+            if name in block_names:
+                tracker.scope = None
+
+    tracker.track_all(model.parameters(), Category.PARAMETERS)
+    tracker.track_all(model.buffers(), Category.BUFFERS)
+    tracker.track_all((t for t in tree_iter(batch) if isinstance(t, torch.Tensor)), Category.INPUTS)
+    handles = [p.register_post_accumulate_grad_hook(on_grad) for p in model.parameters() if p.requires_grad]
+    handles.append(optimizer.register_step_post_hook(on_step))
+    handles.append(nn.modules.module.register_module_forward_pre_hook(pre_forward))
+    handles.append(nn.modules.module.register_module_forward_hook(post_forward, always_call=True))
+    accumulation = options.grad_accumulation
+    try:
+        with tracker, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            for step in range(STEPS):
+                tracker.step = step
+                for micro in range(accumulation):
+                    count = step == 0 and micro == 0
+                    flops_total = FlopCounterMode(display=False) if count else None
+                    with flops_total or contextlib.nullcontext():
+                        flops_fwd = FlopCounterMode(display=False) if count else None
+                        tracker.phase = "forward"
+                        tracker.saved_by_scope.clear()
+                        with flops_fwd or contextlib.nullcontext():
+                            loss = _forward(model, batch, loss_fn, source, options, semantics)
+                        if count:
+                            facts.block_activation_bytes = dict(tracker.saved_by_scope)
+                        if accumulation > 1:
+                            loss = loss / accumulation
+                        tracker.phase = "backward"
+                        with semantics.backward() if semantics else contextlib.nullcontext():
+                            _guard(lambda: loss.backward(), source, tracker, "backward")
+                        del loss
+                    if count:
+                        facts.forward_flops = flops_fwd.get_total_flops()
+                        facts.total_flops = flops_total.get_total_flops()
+                        facts.block_forward_flops = _flops_by_module(flops_fwd, model)
+                        facts.block_total_flops = _flops_by_module(flops_total, model)
+                facts.gradient_bytes = tracker.totals[Category.GRADIENTS]
+                tracker.phase = "optimizer"
+                _guard(optimizer.step, source, tracker, "optimizer step")
+                facts.optimizer_state_bytes = tracker.totals[Category.OPTIMIZER]
+                tracker.phase = "zero_grad"
+                optimizer.zero_grad(set_to_none=True)
+    finally:
+        for h in handles:
+            h.remove()
+        tracker.module_stack.clear()
+    return facts
+
+
+def _forward(
+    model: nn.Module,
+    batch: Any,
+    loss_fn: Callable[[Any, Any], torch.Tensor],
+    source: ModelSource,
+    options: ProfileOptions,
+    semantics: gpu.CudaSemanticsLike | None,
+) -> torch.Tensor:
+    if semantics is not None:
+        context: contextlib.AbstractContextManager[Any] = semantics.forward()
+    elif options.precision.autocast_dtype is not None:
+        context = torch.autocast("cpu", dtype=options.precision.autocast_dtype)
+    else:
+        context = contextlib.nullcontext()
+    with context:
+        output = _guard(lambda: call_model(model, batch), source, None, "forward")
+        loss = _guard(lambda: loss_fn(output, batch), source, None, "loss")
+    del output
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise UserCodeError(
+            f"the loss of {source.name} is {_describe(loss)}, expected a scalar tensor.",
+            hint="Return a 0-dim tensor from loss(output, batch), e.g. `F.cross_entropy(...)`.",
+        )
+    if not loss.requires_grad:
+        raise UserCodeError(
+            f"the loss of {source.name} does not require grad: nothing would be trained.",
+            hint="Check that the loss is computed from the model's output and that parameters require grad.",
+        )
+    return loss
+
+
+def _guard(fn: Callable[[], Any], source: ModelSource, tracker: MemoryTracker | None, what: str) -> Any:
+    """Run part of the step; turn fake-tensor limits into ProfileError and user exceptions into UserCodeError."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        UnsupportedOperatorException,
+    )
+
+    try:
+        return call_user(fn, what=what, user_file=source.user_file)
+    except UserCodeError as exc:
+        cause = exc.__cause__
+        where = _where(exc, tracker)
+        if isinstance(cause, UnsupportedOperatorException):
+            raise ProfileError(
+                f"the {what} uses {cause.func}{where}, which autoshard cannot trace without running it.",
+                hint="Replace the op with a standard PyTorch op, or report it (rerun with --debug for details).",
+            ) from cause
+        if isinstance(cause, (DataDependentOutputException, DynamicOutputShapeException)):
+            raise ProfileError(
+                f"the {what} calls {cause.func}{where}, whose result depends on tensor values "
+                "(e.g. .item(), nonzero(), boolean-mask indexing), which a trace without data cannot know.",
+                hint="Make that code shape-static (e.g. torch.where instead of x[mask]), or report it.",
+            ) from cause
+        if cause is not None and "data-dependent" in str(cause).lower():
+            raise ProfileError(
+                f"the {what}{where} branches on a tensor's value, which a trace without data cannot know: {cause}",
+                hint="Make that code shape-static, or report it (rerun with --debug for details).",
+            ) from cause
+        raise
+
+
+def _where(exc: UserCodeError, tracker: MemoryTracker | None) -> str:
+    parts = []
+    if tracker is not None and tracker.module_stack:
+        parts.append(f"module {tracker.module_stack[-1]!r}")
+    if exc.location:
+        parts.append(exc.location)
+    return f" (in {', '.join(parts)})" if parts else ""
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, torch.Tensor):
+        return f"a tensor of shape {tuple(obj.shape)}"
+    return f"a {type(obj).__name__}"
+
+
+def _make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Module) -> torch.optim.Optimizer:
+    foreach = True if options.target == "cuda" else None
+    if source.optimizer_fn is None:
+        return build_optimizer(options.optimizer, model.parameters(), foreach=foreach)
+    optimizer = call_user(source.optimizer_fn, model.parameters(), what="optimizer()", user_file=source.user_file)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise UserCodeError(
+            f"optimizer() in {source.origin} returned {type(optimizer).__name__}, expected a torch.optim.Optimizer.",
+            hint="Return e.g. `torch.optim.AdamW(params, lr=1e-4)`.",
+        )
+    if options.target == "cuda":
+        force_foreach_default(optimizer)
+    return optimizer
+
+
+def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.CudaSemanticsLike | None) -> None:
+    """Recompute each block in backward (non-reentrant ``torch.utils.checkpoint``), keeping module names."""
+    from torch.utils.checkpoint import checkpoint
+
+    for name in blocks.names:
+        block = model.get_submodule(name)
+        inner = block.forward
+
+        def forward(*args: Any, _inner: Callable[..., Any] = inner, **kwargs: Any) -> Any:
+            run = _inner if semantics is None else semantics.recomputable(_inner)
+            return checkpoint(run, *args, use_reentrant=False, **kwargs)
+
+        block.forward = forward  # type: ignore[method-assign]
+
+
+def _flops_by_module(counter: FlopCounterMode, model: nn.Module) -> dict[str, int]:
+    """FLOPs per module FQN (FlopCounterMode keys are ``RootClass.fqn``)."""
+    prefix = type(model).__name__ + "."
+    out = {}
+    for key, by_op in counter.get_flop_counts().items():
+        if key.startswith(prefix):
+            out[key[len(prefix) :]] = sum(by_op.values())
+    return out
+
+
+def _block_profiles(model: nn.Module, blocks: RepeatedBlocks | None, facts: _StepFacts) -> tuple[BlockProfile, ...]:
+    if blocks is None:
+        return ()
+    out = []
+    for name in blocks.names:
+        module = model.get_submodule(name)
+        params = list(_unique_params(module.parameters()).values())
+        fwd = facts.block_forward_flops.get(name, 0)
+        out.append(
+            BlockProfile(
+                name=name,
+                parameters=sum(p.numel() for p in params),
+                parameter_bytes=sum(p.numel() * p.element_size() for p in params),
+                activation_bytes=facts.block_activation_bytes.get(name, 0),
+                forward_flops=fwd,
+                backward_flops=facts.block_total_flops.get(name, 0) - fwd,
+            )
+        )
+    return tuple(out)
+
+
+def _unique_params(params: Iterator[nn.Parameter] | Any) -> dict[int, nn.Parameter]:
+    return {id(p): p for p in params}
+
+
+def _unique_storages(tensors: Iterator[torch.Tensor] | Any) -> dict[int, torch.UntypedStorage]:
+    out: dict[int, torch.UntypedStorage] = {}
+    for t in tensors:
+        s = t.untyped_storage()
+        out[id(s)] = s
+    return out
+
+
+def _to_bf16_if_float(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.to(torch.bfloat16)
+    return x

@@ -1,0 +1,181 @@
+"""A storage-level memory tracker for one traced training step.
+
+Every tensor storage that comes out of an ATen op is counted once, from the op that allocates it until the
+storage is freed (a weak reference's callback). Works the same on fake tensors (nothing allocated) and on real
+CPU tensors (used as ground truth in tests). The technique — weak references to ``UntypedStorage`` observed
+from a ``TorchDispatchMode`` — follows ``torch.distributed._tools.mem_tracker`` (PyTorch 2.4+); the
+categorisation here is autoshard's own:
+
+* parameters, buffers and inputs are registered explicitly before the step;
+* anything else starts as a temporary;
+* a tensor autograd saves for backward (``saved_tensors_hooks`` pack hook) becomes an activation;
+* a parameter's ``.grad`` becomes a gradient (post-accumulate-grad hook);
+* optimizer state becomes optimizer state after ``step()``.
+
+At every new peak the per-category totals are copied, so the breakdown *at the peak* is exact.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import partial
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_iter
+
+
+class Category(str, Enum):
+    """What a live storage is, for the breakdown."""
+
+    PARAMETERS = "parameters"
+    GRADIENTS = "gradients"
+    OPTIMIZER = "optimizer_state"
+    ACTIVATIONS = "activations"
+    TEMPORARIES = "temporaries"
+    BUFFERS = "buffers"
+    INPUTS = "inputs"
+
+
+# A storage keeps the category it was first given unless it is promoted along this order: a temporary that
+# autograd saves becomes an activation, a temporary that becomes `.grad` a gradient, and so on. Parameters,
+# buffers and inputs never change category (a saved weight is still a weight).
+_PROMOTABLE_FROM = {Category.TEMPORARIES, Category.ACTIVATIONS}
+
+
+@dataclass(slots=True)
+class _Entry:
+    nbytes: int
+    category: Category
+
+
+@dataclass(slots=True)
+class PeakSnapshot:
+    """The tracker's state at its highest total."""
+
+    total_bytes: int = 0
+    by_category: dict[Category, int] = field(default_factory=dict)
+    phase: str = "setup"
+    module: str = ""
+    step: int = 0
+
+
+class MemoryTracker(TorchDispatchMode):
+    """Counts live tensor storages by category while active.
+
+    Args:
+        round_bytes: maps a storage's size to the bytes it occupies on the target device (identity on CPU;
+            the CUDA caching allocator's rounding for a GPU).
+    """
+
+    def __init__(self, round_bytes: Callable[[int], int] | None = None) -> None:
+        super().__init__()
+        self._round = round_bytes or (lambda n: n)
+        self._live: dict[int, _Entry] = {}
+        self._refs: dict[int, weakref.ref[Any]] = {}
+        self.totals: dict[Category, int] = {c: 0 for c in Category}
+        self.total_bytes = 0
+        self.peak = PeakSnapshot(by_category=dict(self.totals))
+        self.phase_peaks: dict[str, PeakSnapshot] = {}
+        """The highest point reached in each phase (used to extrapolate across block counts)."""
+        self.phase = "setup"
+        self.step = 0
+        self.module_stack: list[str] = []
+        self.saved_by_scope: dict[str, int] = {}
+        """Bytes newly classified as activations while each scope (block name) was innermost."""
+        self.scope: str | None = None
+
+    # -- registration -------------------------------------------------------------------------------------
+    def track(self, tensor: torch.Tensor, category: Category, *, promote: bool = True) -> None:
+        """Count ``tensor``'s storage as ``category`` (re-classifying it if it is tracked and promotable)."""
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta" and not _is_fake(tensor):
+            return
+        storage = tensor.untyped_storage()
+        key = id(storage)
+        entry = self._live.get(key)
+        if entry is None:
+            nbytes = self._round(storage.nbytes())
+            entry = _Entry(nbytes, category)
+            self._live[key] = entry
+            self._refs[key] = weakref.ref(storage, partial(self._on_free, key))
+            self.totals[category] += nbytes
+            self.total_bytes += nbytes
+            self._maybe_peak()
+        elif promote and entry.category in _PROMOTABLE_FROM and entry.category is not category:
+            if category is Category.ACTIVATIONS and self.scope is not None:
+                self.saved_by_scope[self.scope] = self.saved_by_scope.get(self.scope, 0) + entry.nbytes
+            self.totals[entry.category] -= entry.nbytes
+            self.totals[category] += entry.nbytes
+            entry.category = category
+
+    def track_all(self, tensors: Iterable[torch.Tensor], category: Category) -> None:
+        """:meth:`track` each tensor."""
+        for t in tensors:
+            self.track(t, category)
+
+    def category_of(self, tensor: torch.Tensor) -> Category | None:
+        """The category ``tensor``'s storage is counted as, or ``None`` if untracked."""
+        entry = self._live.get(id(tensor.untyped_storage()))
+        return None if entry is None else entry.category
+
+    # -- internals ----------------------------------------------------------------------------------------
+    def _on_free(self, key: int, _ref: Any) -> None:
+        entry = self._live.pop(key, None)
+        self._refs.pop(key, None)
+        if entry is not None:
+            self.totals[entry.category] -= entry.nbytes
+            self.total_bytes -= entry.nbytes
+
+    def _maybe_peak(self) -> None:
+        phase_peak = self.phase_peaks.get(self.phase)
+        if phase_peak is None or self.total_bytes > phase_peak.total_bytes:
+            snapshot = PeakSnapshot(self.total_bytes, dict(self.totals), self.phase, self._module_name(), self.step)
+            self.phase_peaks[self.phase] = snapshot
+            if self.total_bytes > self.peak.total_bytes:
+                self.peak = snapshot
+
+    def _module_name(self) -> str:
+        return self.module_stack[-1] if self.module_stack else ""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for t in tree_iter(out):
+            if isinstance(t, torch.Tensor):
+                self._after_op(t)
+        if func._overloadpacket is torch.ops.aten.resize_ or func is torch.ops.aten.set_.source_Storage:
+            self._resync(args[0])
+        return out
+
+    def _after_op(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key = id(storage)
+        if key in self._live:
+            return
+        nbytes = self._round(storage.nbytes())
+        self._live[key] = _Entry(nbytes, Category.TEMPORARIES)
+        self._refs[key] = weakref.ref(storage, partial(self._on_free, key))
+        self.totals[Category.TEMPORARIES] += nbytes
+        self.total_bytes += nbytes
+        self._maybe_peak()
+
+    def _resync(self, t: torch.Tensor) -> None:
+        """A storage changed size in place (``resize_``): update its bytes."""
+        entry = self._live.get(id(t.untyped_storage()))
+        if entry is None:
+            return
+        nbytes = self._round(t.untyped_storage().nbytes())
+        delta = nbytes - entry.nbytes
+        entry.nbytes = nbytes
+        self.totals[entry.category] += delta
+        self.total_bytes += delta
+        self._maybe_peak()
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)

@@ -7,6 +7,7 @@ on real CPU tensors (``fake=False``: the ground truth the fake trace is tested a
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -74,9 +75,7 @@ def trace_with_phases(
 
         mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode, torch.device("cpu"):
-        model = source.build()
-        if options.precision is Precision.BF16_TRUE:
-            model.to(torch.bfloat16)
+        model = _build(source, options)
         model.train()
         blocks = find_repeated_blocks(model)
         batch = source.batch(options.batch_size, seq_len=options.seq_len)
@@ -84,7 +83,8 @@ def trace_with_phases(
             batch = tree_map(_to_bf16_if_float, batch)
         optimizer = _make_optimizer(source, options, model)
         tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None)
-        facts = _run_steps(source, options, model, batch, optimizer, tracker, blocks)
+        with _gc_paused():
+            facts = _run_steps(source, options, model, batch, optimizer, tracker, blocks)
     params = _unique_storages(p for p in model.parameters())
     trainable = _unique_params(p for p in model.parameters() if p.requires_grad)
     param_bytes = sum(s.nbytes() for s in params.values())
@@ -132,6 +132,21 @@ def trace_with_phases(
         autoshard_version=autoshard.__version__,
     )
     return profile, dict(tracker.phase_peaks)
+
+
+def _build(source: ModelSource, options: ProfileOptions) -> nn.Module:
+    """Build the model; for ``bf16-true`` under a bf16 default dtype, as Lightning's ``bf16-true`` does."""
+    if options.precision is not Precision.BF16_TRUE:
+        return source.build()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        model = source.build()
+    finally:
+        torch.set_default_dtype(previous)
+    if any(t.is_floating_point() and t.dtype != torch.bfloat16 for t in (*model.parameters(), *model.buffers())):
+        model.to(torch.bfloat16)
+    return model
 
 
 def _run_steps(
@@ -213,7 +228,9 @@ def _run_steps(
                         facts.block_total_flops = _flops_by_module(flops_total, model)
                 facts.gradient_bytes = tracker.totals[Category.GRADIENTS]
                 tracker.phase = "optimizer"
+                tracker.stand_in_scalars = True
                 _guard(optimizer.step, source, tracker, "optimizer step")
+                tracker.stand_in_scalars = False
                 facts.optimizer_state_bytes = tracker.totals[Category.OPTIMIZER]
                 tracker.phase = "zero_grad"
                 optimizer.zero_grad(set_to_none=True)
@@ -303,6 +320,11 @@ def _describe(obj: Any) -> str:
 
 
 def _make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Module) -> torch.optim.Optimizer:
+    if not any(p.requires_grad for p in model.parameters()):
+        raise UserCodeError(
+            f"{source.name} has no trainable parameters: there is no training step to profile.",
+            hint="Check that model() returns the module to train and that its parameters require grad.",
+        )
     foreach = True if options.target == "cuda" else None
     if source.optimizer_fn is None:
         return build_optimizer(options.optimizer, model.parameters(), foreach=foreach)
@@ -321,6 +343,7 @@ def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.
     """Recompute each block in backward (non-reentrant ``torch.utils.checkpoint``), keeping module names."""
     from torch.utils.checkpoint import checkpoint
 
+    _warm_up_checkpoint()
     for name in blocks.names:
         block = model.get_submodule(name)
         inner = block.forward
@@ -330,6 +353,41 @@ def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.
             return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
         block.forward = forward  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the traced steps.
+
+    Some tensors die only when the GC breaks a reference cycle (seen with non-reentrant checkpointing of
+    attention with dropout). When that happens depends on how many Python objects were allocated, which
+    differs between fake and real tensors and between runs. With the GC paused the trace is deterministic and
+    counts such tensors until the step ends: an upper bound.
+    """
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@functools.cache
+def _warm_up_checkpoint() -> None:
+    """Run checkpoint once on a tiny real tensor, outside any trace.
+
+    The first checkpointed backward in a process imports modules (torch._dynamo among them); the import's
+    frames form reference cycles that keep that block's recomputed tensors alive until Python's next garbage
+    collection. A long run never sees this one-off, and it would make the trace depend on when the GC runs.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    x = torch.ones(2, requires_grad=True)
+    checkpoint(lambda t: torch.nn.functional.dropout(t * 2, 0.5), x, use_reentrant=False).sum().backward()
 
 
 def _flops_by_module(counter: FlopCounterMode, model: nn.Module) -> dict[str, int]:

@@ -88,6 +88,8 @@ class MemoryTracker(TorchDispatchMode):
         self.saved_by_scope: dict[str, int] = {}
         """Bytes newly classified as activations while each scope (block name) was innermost."""
         self.scope: str | None = None
+        self.stand_in_scalars = False
+        """When set, reading a fake tensor's value (``.item()``) returns a stand-in instead of failing."""
 
     # -- registration -------------------------------------------------------------------------------------
     def track(self, tensor: torch.Tensor, category: Category, *, promote: bool = True) -> None:
@@ -142,6 +144,10 @@ class MemoryTracker(TorchDispatchMode):
         return self.module_stack[-1] if self.module_stack else ""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.ops.aten._local_scalar_dense.default and self.stand_in_scalars and _is_fake(args[0]):
+            # A fake tensor has no value to read. Optimizers read scalars (step counts, norms) that never
+            # change what they allocate, so a stand-in value lets e.g. Adafactor be traced.
+            return _stand_in(args[0].dtype)
         out = func(*args, **(kwargs or {}))
         for t in tree_iter(out):
             if isinstance(t, torch.Tensor):
@@ -173,6 +179,12 @@ class MemoryTracker(TorchDispatchMode):
         self.totals[entry.category] += delta
         self.total_bytes += delta
         self._maybe_peak()
+
+
+def _stand_in(dtype: torch.dtype) -> bool | int | float:
+    if dtype is torch.bool:
+        return True
+    return 1.0 if dtype.is_floating_point else 1
 
 
 def _is_fake(t: torch.Tensor) -> bool:

@@ -134,11 +134,18 @@ class MemoryTracker(TorchDispatchMode):
 
     def _maybe_peak(self) -> None:
         phase_peak = self.phase_peaks.get(self.phase)
-        if phase_peak is None or self.total_bytes > phase_peak.total_bytes:
+        if phase_peak is None or self._higher(phase_peak):
             snapshot = PeakSnapshot(self.total_bytes, dict(self.totals), self.phase, self._module_name(), self.step)
             self.phase_peaks[self.phase] = snapshot
-            if self.total_bytes > self.peak.total_bytes:
+            if self._higher(self.peak):
                 self.peak = snapshot
+
+    def _higher(self, snapshot: PeakSnapshot) -> bool:
+        # A later step reaching the same height replaces the earlier one: in the first step the optimizer
+        # state being created still counts as temporaries, in later steps it is classified.
+        return self.total_bytes > snapshot.total_bytes or (
+            self.total_bytes == snapshot.total_bytes and self.step > snapshot.step
+        )
 
     def _module_name(self) -> str:
         return self.module_stack[-1] if self.module_stack else ""

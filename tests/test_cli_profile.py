@@ -1,0 +1,81 @@
+"""`autoshard profile` and `autoshard models` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoshard.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_profile_json_has_the_documented_fields(capsys):
+    assert main(["profile", "tiny-gpt2", "--batch-size", "2", "--seq-len", "64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("model", "options", "parameter_count", "trainable_parameter_count", "peak_bytes",
+                "peak_breakdown", "overheads", "flops_per_step", "block_class", "blocks", "gpu_model"):
+        assert key in out, key
+    breakdown = out["peak_breakdown"]
+    assert breakdown["total"] == sum(v for k, v in breakdown.items() if k != "total")
+    assert out["block_class"] == "GPT2Block"
+    assert out["options"]["precision"] == "bf16-mixed"
+
+
+def test_profile_table_names_the_peak_and_block(capsys):
+    assert main(["profile", "tiny-llama", "--batch-size", "1", "--seq-len", "32", "--target", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "peak allocated" in out and "LlamaDecoderLayer" in out and "FLOPs per step" in out
+
+
+def test_models_lists_the_catalog(capsys):
+    assert main(["models", "--json"]) == 0
+    names = {row["name"]: row["parameters"] for row in json.loads(capsys.readouterr().out)}
+    assert names["llama-2-7b"] == 6_738_415_616
+
+
+BAD_INPUT = [
+    (["profile", "no/such/model.py"], "no such file"),
+    (["profile", "llama2-7b"], "Did you mean llama-2-7b"),
+    (["profile", "tiny-gpt2", "--batch-size", "0"], "batch size must be a positive integer"),
+    (["profile", "tiny-gpt2", "--seq-len", "-3"], "sequence length must be a positive integer"),
+    (["profile", "tiny-gpt2", "--precision", "fp8"], "unknown precision"),
+    (["profile", "tiny-resnet", "--seq-len", "128"], "takes no seq_len"),
+    (["profile", "gpt2", "--seq-len", "4096"], "exceeds the longest sequence"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_INPUT, ids=[" ".join(a[1:]) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_clear_message_and_exit_code_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2
+
+
+def test_forward_shape_error_is_reported_without_traceback(tmp_path, capsys):
+    bad = tmp_path / "model.py"
+    bad.write_text("import torch\n\ndef model():\n    return torch.nn.Linear(2, 2)\n\ndef batch(n):\n"
+                   "    return torch.randn(n, 3)\n")
+    assert main(["profile", str(bad), "--target", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "forward raised RuntimeError" in err and "Traceback" not in err
+
+
+def test_console_script_runs_as_a_process():
+    result = subprocess.run([sys.executable, "-m", "autoshard", "profile", str(ROOT / "examples/mlp/model.py"),
+                             "--json"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["parameter_count"] > 0
+
+
+def test_debug_flag_shows_the_traceback():
+    result = subprocess.run([sys.executable, "-m", "autoshard", "--debug", "profile", "no/such/model.py"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr

@@ -1,0 +1,63 @@
+"""The hardware flags every planning subcommand shares: ``--hardware``, ``--gpus``, ``--nodes``, ...
+
+``add_hardware_arguments(parser)`` adds them; ``hardware_from_args(args)`` turns the parsed flags into a
+:class:`HardwareSpec`. This is the edge where the process environment is read for detection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+
+from autoshard.hardware.selection import HardwareOverrides, select_hardware
+from autoshard.hardware.specs import HardwareSpec
+
+
+def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the hardware-choosing flags to a subcommand's parser."""
+    group = parser.add_argument_group("hardware (default: this machine, detected)")
+    group.add_argument(
+        "--hardware",
+        metavar="NAME|FILE",
+        help="plan for a profile instead of this machine: a shipped name (autoshard hardware --list) "
+        "or a YAML file",
+    )
+    group.add_argument("--gpus", type=int, metavar="N", help="GPUs per node (with no GPU: CPU processes)")
+    group.add_argument("--nodes", type=int, metavar="N", help="number of nodes")
+    group.add_argument(
+        "--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GB (10^9 bytes each) or 80GiB (2^30)"
+    )
+    group.add_argument("--cpu-memory", metavar="SIZE", help="host RAM per node, e.g. 512GiB")
+    group.add_argument("--nvme", metavar="PATH", help="directory on a fast local disk to offload to")
+
+
+def overrides_from_args(args: argparse.Namespace) -> HardwareOverrides:
+    """The :class:`HardwareOverrides` given on the command line.
+
+    Raises:
+        UsageError: a value is malformed, zero or negative.
+    """
+    return HardwareOverrides.parse(
+        gpus=args.gpus,
+        nodes=args.nodes,
+        gpu_memory=args.gpu_memory,
+        cpu_memory=args.cpu_memory,
+        nvme=args.nvme,
+    )
+
+
+def hardware_from_args(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None) -> HardwareSpec:
+    """The hardware the parsed flags choose: a profile with ``--hardware``, else this machine.
+
+    Args:
+        args: flags added by :func:`add_hardware_arguments`.
+        environ: the environment for detection (default ``os.environ``).
+
+    Raises:
+        HardwareError: unknown or invalid profile, NVML failure.
+        UsageError: malformed or contradictory flags.
+    """
+    return select_hardware(
+        args.hardware, overrides_from_args(args), environ=os.environ if environ is None else environ
+    )

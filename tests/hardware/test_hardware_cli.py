@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autoshard.cli import main
+from autoshard.hardware.profiles import profiles_dir
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_shows_this_machine_for_real(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["hardware"]) == 0
+    out = capsys.readouterr().out
+    assert "Hardware: this machine (detected)" in out
+    assert "No GPU detected" in out or "GPUs (CUDA order)" in out
+
+
+def test_cli_json_for_real_is_documented_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    data = _json(capsys, ["hardware", "--json"])
+    assert data["schema_version"] == 1 and data["source"] == "detected"
+    assert data["device_type"] in ("cpu", "cuda") and data["disk_benchmark"] is None
+    assert data["node"]["cpu"]["memory_total_bytes"] > 0
+    if data["device_type"] == "cpu":
+        assert data["backend"] == "gloo" and data["node"]["gpu"] is None
+
+
+def test_cli_renders_a_faked_dgx_a100(capsys: pytest.CaptureFixture[str], install_nvml) -> None:
+    install_nvml("dgx_a100_8x")
+    assert main(["hardware"]) == 0
+    out = capsys.readouterr().out
+    assert "8 × NVIDIA A100-SXM4-80GB" in out and "NV12" in out and "300.0 GB/s" in out
+    data = _json(capsys, ["hardware", "--json", "--gpus", "2"])
+    assert data["world_size"] == 2 and data["node"]["topology"]["labels"] == [["X", "NV12"], ["NV12", "X"]]
+    assert data["node"]["devices"][0]["memory_total_bytes"] == 81920 * 2**20
+
+
+def test_cli_plans_for_a_profile_with_overrides(capsys: pytest.CaptureFixture[str]) -> None:
+    data = _json(capsys, ["hardware", "--hardware", "dgx-h100", "--nodes", "2", "--cpu-memory", "1TiB", "--json"])
+    assert (data["source"], data["nodes"], data["world_size"]) == ("profile", 2, 16)
+    assert data["node"]["cpu"]["memory_total_bytes"] == 2**40
+    assert main(["hardware", "--hardware", "workstation-2x-rtx4090", "--gpu-memory", "20GB"]) == 0
+    out = capsys.readouterr().out
+    assert "PCIe 4.0 x16" in out and "18.63 GiB" in out  # 20 GB = 18.63 GiB
+
+
+def test_cli_lists_every_shipped_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["hardware", "--list"]) == 0
+    assert "dgx-a100" in capsys.readouterr().out
+    entries = _json(capsys, ["hardware", "--list", "--json"])
+    assert {e["name"] for e in entries} == {p.stem for p in profiles_dir().rglob("*.yaml")}
+
+
+def test_cli_benchmarks_a_disk_and_cleans_up(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = _json(capsys, ["hardware", "--hardware", "t4", "--benchmark-disk", str(tmp_path),
+                          "--benchmark-size", "1MiB", "--json"])
+    bench = data["disk_benchmark"]
+    assert bench["bytes_written"] == 2**20 and bench["write_bytes_per_s"] > 0
+    assert data["node"]["nvme"][0]["read_bytes_per_s"] == bench["read_bytes_per_s"]
+    assert list(tmp_path.iterdir()) == []
+    assert main(["hardware", "--hardware", "t4", "--benchmark-disk", str(tmp_path), "--benchmark-size", "64KiB"]) == 0
+    assert "the test file was deleted" in capsys.readouterr().out
+
+
+BAD_YAML = "kind: node\nname: x\ngpu: [t4\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--hardware", "dgx-a10"], "did you mean dgx-a100"),
+        (["--hardware", "{bad}"], "malformed YAML"),
+        (["--hardware", "{missing}"], "no such hardware file"),
+        (["--hardware", "nvlink3"], "is an interconnect profile"),
+        (["--hardware", "t4", "--gpu-memory", "lots"], "--gpu-memory: expected a size"),
+        (["--hardware", "t4", "--gpu-memory=-1GB"], "expected a positive size"),
+        (["--hardware", "t4", "--cpu-memory", "0"], "--cpu-memory: '0' has no unit"),
+        (["--hardware", "dgx-a100", "--gpus", "16"], "contradicts 'dgx-a100'"),
+        (["--hardware", "t4", "--gpus", "0"], "--gpus must be a positive whole number"),
+        (["--hardware", "t4", "--nodes", "-3"], "--nodes must be a positive whole number"),
+        (["--hardware", "t4", "--nvme", "{missing}"], "does not exist"),
+        (["--gpu-memory", "80GB"], "no GPU was detected"),
+        (["--hardware", "t4", "--benchmark-disk", "{missing}"], "does not exist"),
+        (["--hardware", "t4", "--benchmark-disk", "{bad}"], "not a directory"),
+        (["--hardware", "t4", "--benchmark-disk", "{tmp}", "--benchmark-size", "huge"], "--benchmark-size"),
+        (["--list", "--hardware", "t4"], "--list does not combine with --hardware"),
+    ],
+)
+def test_cli_bad_input_is_one_clear_message_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, install_nvml, argv: list[str], fragment: str
+) -> None:
+    install_nvml("nvml_missing")  # the same answer on machines with and without GPUs
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_YAML)
+    paths = {"bad": str(bad), "missing": str(tmp_path / "missing.yaml"), "tmp": str(tmp_path)}
+    assert main(["hardware", *(a.format(**paths) for a in argv)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("autoshard: error: ") and fragment in captured.err
+    assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) <= 2
+
+
+def test_cli_nvml_failure_mid_way_exits_2_without_traceback(
+    capsys: pytest.CaptureFixture[str], install_nvml
+) -> None:
+    install_nvml("dgx_a100_8x_gpu_lost")
+    assert main(["hardware"]) == 2
+    err = capsys.readouterr().err
+    assert "GPU is lost" in err and "Traceback" not in err
+
+
+def test_cli_non_numeric_gpus_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["hardware", "--gpus", "many"])
+    assert info.value.code == 2
+    assert "invalid int value" in capsys.readouterr().err

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+
+from autoshard.errors import HardwareError
+from autoshard.hardware.host import Partition, cgroup_memory, directory_disk, discover_nvme, probe_cpu
+
+Usage = namedtuple("Usage", "total used free")
+
+
+def _disk(
+    sys_root: Path, name: str, *, rotational: str, removable: str = "0", partitions: tuple[str, ...] = ()
+) -> None:
+    device = sys_root / "devices" / name
+    (device / "queue").mkdir(parents=True)
+    (device / "queue" / "rotational").write_text(rotational + "\n")
+    (device / "removable").write_text(removable + "\n")
+    block = sys_root / "class" / "block"
+    block.mkdir(parents=True, exist_ok=True)
+    (block / name).symlink_to(device)
+    for part in partitions:
+        (device / part).mkdir()
+        (device / part / "partition").write_text("1\n")
+        (block / part).symlink_to(device / part)
+
+
+def test_nvme_discovery_keeps_local_non_rotational_mounted_disks(tmp_path: Path) -> None:
+    _disk(tmp_path, "nvme0n1", rotational="0", partitions=("nvme0n1p1", "nvme0n1p2"))
+    _disk(tmp_path, "sda", rotational="1", partitions=("sda1",))  # spinning disk
+    _disk(tmp_path, "sdb", rotational="0")  # a SATA SSD, whole-disk filesystem
+    _disk(tmp_path, "sdc", rotational="0", removable="1", partitions=("sdc1",))  # USB stick
+    _disk(tmp_path, "loop0", rotational="0")
+    partitions = [
+        Partition("/dev/nvme0n1p1", "/boot/efi", "vfat"),
+        Partition("/dev/nvme0n1p2", "/scratch/bind", "ext4"),
+        Partition("/dev/nvme0n1p2", "/scratch", "ext4"),  # the same device mounted twice: keep the shorter path
+        Partition("/dev/sda1", "/data", "ext4"),
+        Partition("/dev/sdb", "/ssd", "xfs"),
+        Partition("/dev/sdc1", "/media/usb", "vfat"),
+        Partition("/dev/loop0", "/snap/core/1", "squashfs"),
+        Partition("overlay", "/", "overlay"),
+        Partition("/dev/nvme9n1", "/gone", "ext4"),  # not in sysfs
+    ]
+    usage = {"/scratch": Usage(4 * 10**12, 1 * 10**12, 3 * 10**12), "/ssd": Usage(10**12, 0, 10**12)}
+    disks = discover_nvme(partitions, sys_class_block=tmp_path / "class" / "block", disk_usage=usage.__getitem__)
+    assert [(d.path, d.device, d.free_bytes, d.total_bytes) for d in disks] == [
+        ("/scratch", "/dev/nvme0n1p2", 3 * 10**12, 4 * 10**12),
+        ("/ssd", "/dev/sdb", 10**12, 10**12),
+    ]
+    assert all(d.origin == "detected" and d.read_bytes_per_s is None for d in disks)
+
+
+def test_nvme_discovery_runs_on_this_machine() -> None:
+    for disk in discover_nvme():
+        assert disk.path and disk.free_bytes is not None and disk.free_bytes >= 0
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"memory.max": "max\n"}, (None, None)),
+        ({"memory.max": "8589934592\n", "memory.current": "1073741824\n"}, (8 * 2**30, 2**30)),
+        ({"memory/memory.limit_in_bytes": "9223372036854771712\n"}, (None, None)),
+        ({"memory/memory.limit_in_bytes": "4294967296\n", "memory/memory.usage_in_bytes": "0\n"}, (4 * 2**30, 0)),
+        ({}, (None, None)),
+    ],
+)
+def test_cgroup_memory_limit_v1_and_v2(tmp_path: Path, files: dict[str, str], expected: tuple) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_memory(tmp_path) == expected
+
+
+def test_container_memory_limit_caps_host_ram(tmp_path: Path) -> None:
+    (tmp_path / "memory.max").write_text(str(2**30))
+    (tmp_path / "memory.current").write_text(str(2**28))
+    cpu = probe_cpu(cgroup_root=tmp_path)
+    assert cpu.memory_total_bytes == 2**30
+    assert cpu.memory_available_bytes is not None and cpu.memory_available_bytes <= 2**30 - 2**28
+
+
+def test_cpu_probe_on_this_machine() -> None:
+    cpu = probe_cpu()
+    assert cpu.logical_cores and cpu.logical_cores >= 1
+    assert cpu.memory_total_bytes and 0 < cpu.memory_available_bytes <= cpu.memory_total_bytes  # type: ignore[operator]
+
+
+def test_directory_disk_measures_a_directory_and_rejects_bad_paths(tmp_path: Path) -> None:
+    disk = directory_disk(tmp_path)
+    assert disk.path == str(tmp_path.resolve()) and disk.free_bytes and disk.origin == "override"
+    with pytest.raises(HardwareError, match="does not exist"):
+        directory_disk(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(HardwareError, match="not a directory"):
+        directory_disk(tmp_path / "file")
+    assert os.listdir(tmp_path) == ["file"]

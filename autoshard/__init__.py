@@ -21,12 +21,14 @@ from autoshard.errors import (
     UsageError,
     UserCodeError,
 )
+from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
 from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, ProfileOptions
 
 __all__ = [
     "AutoshardError",
     "HardwareError",
+    "HardwareSpec",
     "MemoryBreakdown",
     "ModelProfile",
     "ModelSource",
@@ -38,6 +40,8 @@ __all__ = [
     "UsageError",
     "UserCodeError",
     "__version__",
+    "detect_hardware",
+    "load_hardware",
     "load_source",
     "profile",
 ]

@@ -13,7 +13,6 @@ profile's name is its file name without ``.yaml``.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
+from autoshard._suggest import close_names
 from autoshard.errors import HardwareError
 from autoshard.hardware.schema import Doc, compute_capability, positive_float, positive_int, read_yaml
 from autoshard.hardware.specs import (
@@ -164,7 +164,7 @@ def load_profile(name_or_path: str | os.PathLike[str], *, directory: Path | None
 
 
 def _unknown(name: str, names: list[str], *, what: str) -> HardwareError:
-    close = difflib.get_close_matches(_normalise(name), names, n=4, cutoff=0.5)
+    close = close_names(_normalise(name), names, n=4)
     hint = "Run `autoshard hardware --list` for all profiles, or pass a YAML file."
     message = f"unknown {what} {name!r}"
     message += f"; did you mean {', '.join(close)}?" if close else "."
@@ -210,7 +210,7 @@ def _reference(doc: Doc, key: str, kind: str, root: Path) -> Profile:
     name = _normalise(value)
     if name not in index:
         names = [n for n in index if _load_file(index[n], root=root, strict=True).kind == kind]
-        close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+        close = close_names(name, names, n=3)
         suffix = f" (close: {', '.join(close)})" if close else ""
         raise doc.error(key, f"the name of a shipped {kind} profile{suffix}", value,
                         hint="Run `autoshard hardware --list`.")

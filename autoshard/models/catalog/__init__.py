@@ -7,8 +7,9 @@ catalog works on any install.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
+
+from autoshard._suggest import close_names
 
 from autoshard.errors import ModelSourceError
 from autoshard.models.source import ModelSource
@@ -43,7 +44,7 @@ def get(name: str) -> ModelSource:
     _load_entries()
     key = name.lower()
     if key not in _REGISTRY:
-        close = difflib.get_close_matches(key, _REGISTRY, n=3, cutoff=0.5)
+        close = close_names(key, _REGISTRY, n=3)
         hint = f"Did you mean {', '.join(close)}?" if close else "Run `autoshard models` to list them."
         raise ModelSourceError(f"{name!r} is not a file, a config.json or a catalog model name.", hint=hint)
     return _REGISTRY[key]()

@@ -43,6 +43,21 @@ class MemoryBreakdown:
         return d
 
 
+    @classmethod
+    def from_categories(cls, by_category: dict[Any, int]) -> MemoryBreakdown:
+        """Build from the tracker's per-category totals (keys are ``Category`` members or their values)."""
+        values = {getattr(k, "value", k): v for k, v in by_category.items()}
+        return cls(
+            parameters=values["parameters"],
+            gradients=values["gradients"],
+            optimizer_state=values["optimizer_state"],
+            activations=values["activations"],
+            temporaries=values["temporaries"],
+            buffers=values["buffers"],
+            inputs=values["inputs"],
+        )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Overhead:
     """A fixed cost on the target device that the tensor trace cannot see."""
@@ -106,6 +121,9 @@ class ModelProfile:
     """The innermost module running at the peak, when in forward."""
     peak_breakdown: MemoryBreakdown
     """Tensor bytes by kind at the peak (overheads not included)."""
+    phase_peaks: tuple[tuple[str, MemoryBreakdown], ...]
+    """The highest point of each phase (``forward``, ``backward``, ``optimizer``, ``zero_grad``), by kind.
+    Sharding scales each kind differently, so a strategy's peak may fall in another phase than this one's."""
     overheads: tuple[Overhead, ...]
     forward_flops: int
     """FLOPs of one forward pass (one micro-batch)."""
@@ -155,6 +173,7 @@ class ModelProfile:
             "peak_phase": self.peak_phase,
             "peak_module": self.peak_module,
             "peak_breakdown": self.peak_breakdown.to_dict(),
+            "phase_peaks": {phase: b.to_dict() for phase, b in self.phase_peaks},
             "overheads": [o.to_dict() for o in self.overheads],
             "forward_flops": self.forward_flops,
             "backward_flops": self.backward_flops,

@@ -68,12 +68,15 @@ def extrapolated(source: ModelSource, options: ProfileOptions) -> ModelProfile:
         return a + (b - a) * (target - l1) // (l2 - l1)
 
     best: PeakSnapshot | None = None
+    phases: list[tuple[str, MemoryBreakdown]] = []
     for phase, s2 in phases2.items():
         s1 = phases1.get(phase)
         if s1 is None:
             continue
         by_category = {c: lin(s1.by_category[c], s2.by_category[c]) for c in Category}
         snap = PeakSnapshot(sum(by_category.values()), by_category, phase, _remap(s2.module, l2, target), s2.step)
+        if phase != "setup":
+            phases.append((phase, MemoryBreakdown.from_categories(by_category)))
         if best is None or snap.total_bytes > best.total_bytes:
             best = snap
     assert best is not None
@@ -91,15 +94,8 @@ def extrapolated(source: ModelSource, options: ProfileOptions) -> ModelProfile:
         peak_bytes=best.total_bytes + in_allocator,
         peak_phase=best.phase,
         peak_module=best.module,
-        peak_breakdown=MemoryBreakdown(
-            parameters=best.by_category[Category.PARAMETERS],
-            gradients=best.by_category[Category.GRADIENTS],
-            optimizer_state=best.by_category[Category.OPTIMIZER],
-            activations=best.by_category[Category.ACTIVATIONS],
-            temporaries=best.by_category[Category.TEMPORARIES],
-            buffers=best.by_category[Category.BUFFERS],
-            inputs=best.by_category[Category.INPUTS],
-        ),
+        peak_breakdown=MemoryBreakdown.from_categories(best.by_category),
+        phase_peaks=tuple(phases),
         forward_flops=lin(p1.forward_flops, p2.forward_flops),
         backward_flops=lin(p1.backward_flops, p2.backward_flops),
         flops_per_step=lin(p1.flops_per_step, p2.flops_per_step),

@@ -108,15 +108,8 @@ def trace_with_phases(
         peak_bytes=peak.total_bytes + in_allocator,
         peak_phase=peak.phase,
         peak_module=peak.module,
-        peak_breakdown=MemoryBreakdown(
-            parameters=peak.by_category[Category.PARAMETERS],
-            gradients=peak.by_category[Category.GRADIENTS],
-            optimizer_state=peak.by_category[Category.OPTIMIZER],
-            activations=peak.by_category[Category.ACTIVATIONS],
-            temporaries=peak.by_category[Category.TEMPORARIES],
-            buffers=peak.by_category[Category.BUFFERS],
-            inputs=peak.by_category[Category.INPUTS],
-        ),
+        peak_breakdown=MemoryBreakdown.from_categories(peak.by_category),
+        phase_peaks=_phase_peaks(tracker.phase_peaks),
         overheads=overheads,
         forward_flops=facts.forward_flops,
         backward_flops=facts.total_flops - facts.forward_flops,
@@ -132,6 +125,12 @@ def trace_with_phases(
         autoshard_version=autoshard.__version__,
     )
     return profile, dict(tracker.phase_peaks)
+
+
+def _phase_peaks(snapshots: dict[str, PeakSnapshot]) -> tuple[tuple[str, MemoryBreakdown], ...]:
+    return tuple(
+        (phase, MemoryBreakdown.from_categories(s.by_category)) for phase, s in snapshots.items() if phase != "setup"
+    )
 
 
 def _build(source: ModelSource, options: ProfileOptions) -> nn.Module:

@@ -44,3 +44,11 @@ def test_extrapolation_is_automatic_only_for_deep_sources():
 def test_forcing_extrapolation_on_a_source_that_cannot_change_depth_is_an_error():
     with pytest.raises(UsageError, match="cannot be rebuilt with fewer blocks"):
         profile_source(models.mlp_source(), ProfileOptions(batch_size=1, target="cpu"), extrapolate=True)
+
+
+def test_extrapolated_phase_peaks_equal_full_trace():
+    source = models.gpt_source(8)
+    opts = ProfileOptions(batch_size=2, target="cpu", precision="32-true")
+    full, fast = trace(source, opts), profile_source(source, opts, extrapolate=True)
+    assert dict(fast.phase_peaks) == dict(full.phase_peaks)
+    assert max(b.total for _, b in full.phase_peaks) == full.peak_breakdown.total

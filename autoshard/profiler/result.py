@@ -122,7 +122,7 @@ class ModelProfile:
     peak_breakdown: MemoryBreakdown
     """Tensor bytes by kind at the peak (overheads not included)."""
     phase_peaks: tuple[tuple[str, MemoryBreakdown], ...]
-    """The highest point of each phase (``forward``, ``backward``, ``optimizer``, ``zero_grad``), by kind.
+    """The highest point of each phase (``forward``, ``loss``, ``backward``, ``optimizer``, ``zero_grad``), by kind.
     Sharding scales each kind differently, so a strategy's peak may fall in another phase than this one's."""
     overheads: tuple[Overhead, ...]
     forward_flops: int

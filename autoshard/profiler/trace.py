@@ -211,7 +211,7 @@ def _run_steps(
                         tracker.phase = "forward"
                         tracker.saved_by_scope.clear()
                         with flops_fwd or contextlib.nullcontext():
-                            loss = _forward(model, batch, loss_fn, source, options, semantics)
+                            loss = _forward(model, batch, loss_fn, source, options, semantics, tracker)
                         if count:
                             facts.block_activation_bytes = dict(tracker.saved_by_scope)
                         if accumulation > 1:
@@ -247,6 +247,7 @@ def _forward(
     source: ModelSource,
     options: ProfileOptions,
     semantics: gpu.CudaSemanticsLike | None,
+    tracker: MemoryTracker,
 ) -> torch.Tensor:
     if semantics is not None:
         context: contextlib.AbstractContextManager[Any] = semantics.forward()
@@ -256,6 +257,7 @@ def _forward(
         context = contextlib.nullcontext()
     with context:
         output = _guard(lambda: call_model(model, batch), source, None, "forward")
+        tracker.phase = "loss"
         loss = _guard(lambda: loss_fn(output, batch), source, None, "loss")
     del output
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:

@@ -1,0 +1,87 @@
+"""Shared cost formulas: compute time from FLOPs, collective time over the right link, overlap.
+
+Collective times follow the ring formulas nccl-tests uses to turn time into bus bandwidth
+(https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): for a payload of S bytes over n ranks,
+all-reduce moves 2(n-1)/n·S per rank, reduce-scatter and all-gather (n-1)/n·S, broadcast S. The time is that
+traffic over the bus bandwidth of the slowest link the ring crosses, plus a latency term per step of the ring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoshard.hardware.specs import HardwareSpec
+from autoshard.strategies.base import Collective
+
+MFU = 0.40
+"""Assumed fraction of the GPU's dense peak a training step achieves (model FLOPs utilisation). Large
+transformer training reports 40–55 % (PaLM, Chowdhery et al. 2022, Table 3: 46.2 %; Megatron-LM, Narayanan et
+al. 2021: 52 % of peak on A100). 0.40 is a conservative default; the tuner measures the real one."""
+
+LINK_EFFICIENCY = 0.80
+"""Assumed fraction of a link's nominal bandwidth NCCL reaches as bus bandwidth on large messages (an
+assumption to calibrate on hardware; nccl-tests on NVLink/InfiniBand typically reach 75–95 %)."""
+
+DEFAULT_LATENCY_S = {"intra": 5e-6, "inter": 20e-6}
+"""Per-hop latency when the hardware profile gives none (order of magnitude; an assumption)."""
+
+UNKNOWN_LINK_BYTES_PER_S = 10e9
+"""Bandwidth assumed when the hardware does not say (e.g. CPU processes over gloo); flagged in notes."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Link:
+    """The link a collective's ring is limited by."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    known: bool
+
+
+def link(hardware: HardwareSpec, scope: str) -> Link:
+    """The bottleneck link per GPU for a collective of ``scope`` (``intra``, ``inter`` or ``world``)."""
+    node = hardware.node
+    intra_bw = node.intra_node_bandwidth_bytes_per_s
+    inter_bw = hardware.inter_node_bandwidth_bytes_per_s
+    per_gpu_inter = None if inter_bw is None else inter_bw / max(1, hardware.processes_per_node)
+    if scope == "intra" or hardware.nodes == 1:
+        bw, latency, known = intra_bw, DEFAULT_LATENCY_S["intra"], intra_bw is not None
+    else:
+        candidates = [b for b in (intra_bw, per_gpu_inter) if b is not None]
+        bw = min(candidates) if candidates else None
+        latency = hardware.inter_node_latency_s or DEFAULT_LATENCY_S["inter"]
+        known = per_gpu_inter is not None
+    return Link(bandwidth_bytes_per_s=(bw or UNKNOWN_LINK_BYTES_PER_S) * LINK_EFFICIENCY, latency_s=latency,
+                known=known and bw is not None)
+
+
+_TRAFFIC = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+            "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+_HOPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1, "all_gather": lambda n: n - 1,
+         "broadcast": lambda n: n - 1}
+
+
+def collective_seconds(collective: Collective, hardware: HardwareSpec) -> float:
+    """Time of ``collective`` (all its calls) on ``hardware`` with the ring model above."""
+    n = collective.group_size
+    if n <= 1 or collective.bytes == 0:
+        return 0.0
+    ln = link(hardware, collective.scope)
+    traffic = _TRAFFIC[collective.kind](n) * collective.bytes
+    return traffic / ln.bandwidth_bytes_per_s + collective.calls * _HOPS[collective.kind](n) * ln.latency_s
+
+
+def compute_seconds(flops: float, hardware: HardwareSpec, dtype: str, *, mfu: float = MFU) -> float | None:
+    """Time to run ``flops`` on one GPU at ``mfu`` of its dense ``dtype`` peak; ``None`` if the peak is unknown."""
+    gpu = hardware.gpu
+    if gpu is None:
+        return None
+    peak = gpu.peak_tflops.for_dtype(dtype)
+    if peak is None:
+        return None
+    return flops / (peak * 1e12 * mfu)
+
+
+def exposed(communication_s: float, overlappable_compute_s: float) -> float:
+    """Communication left after hiding it behind ``overlappable_compute_s`` of concurrent compute."""
+    return max(0.0, communication_s - overlappable_compute_s)

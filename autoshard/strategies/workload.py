@@ -1,0 +1,228 @@
+"""What every strategy's model needs to know about the model and its step: :class:`Workload`.
+
+A workload is built from profiles of the real step (``autoshard.profiler``): per-phase memory breakdowns at
+micro-batch 1 and 2 — everything a step holds is an affine function of the micro-batch, so two points give
+every batch size — for each compute mode the strategies use and with and without activation checkpointing,
+plus the parameter layout (tensor sizes, the repeated block's size) that sharding rules need.
+
+Compute modes:
+
+* ``"amp"`` — the user's precision as profiled (``bf16-mixed``: fp32 weights, autocast compute). DDP runs this.
+* ``"half"`` — weights gathered / kept in 16 bits for compute, no autocast (``bf16-true`` traced): what FSDP2's
+  ``MixedPrecisionPolicy(param_dtype=bf16)`` and DeepSpeed's ``bf16`` / ``fp16`` modes run. For ``32-true`` and
+  ``bf16-true`` both modes are the same trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autoshard.models.source import ModelSource
+from autoshard.profiler.options import Precision, ProfileOptions
+from autoshard.profiler.result import MemoryBreakdown, ModelProfile
+
+MODES = ("amp", "half")
+STEP_PHASES = ("forward", "loss", "backward", "optimizer", "zero_grad")
+
+
+def _affine(a: MemoryBreakdown, b: MemoryBreakdown, x: int) -> MemoryBreakdown:
+    """``a`` at micro-batch 1, ``b`` at 2: the breakdown at micro-batch ``x``.
+
+    Exact when the phase's high point sits at the same place of the step at both sizes (true for models
+    whose activations dominate). In small models the high point of backward can move (e.g. to where fewer
+    gradients exist yet), which makes a model-state category shrink with the batch; such slopes are clamped
+    at zero, and strategies take model states from their own rules rather than from these snapshots.
+    """
+    fields = ("parameters", "gradients", "optimizer_state", "activations", "temporaries", "buffers", "inputs")
+    return MemoryBreakdown(
+        **{f: max(0, getattr(a, f) + (getattr(b, f) - getattr(a, f)) * (x - 1)) for f in fields}
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepTrace:
+    """Profiles at micro-batch 1 and 2 for one compute mode and checkpointing choice."""
+
+    mode: str
+    checkpointing: bool
+    precision: Precision
+    """The precision actually traced for this mode."""
+    at_1: ModelProfile
+    at_2: ModelProfile
+
+    def phases(self, micro_batch: int) -> dict[str, MemoryBreakdown]:
+        """Per-phase peak breakdowns at ``micro_batch`` (exact for steps affine in the batch)."""
+        one, two = dict(self.at_1.phase_peaks), dict(self.at_2.phase_peaks)
+        return {p: _affine(one[p], two[p], micro_batch) for p in one if p in two}
+
+    def activation_bytes(self, phase: str, micro_batch: int) -> int:
+        """Bytes at ``phase``'s peak that do not belong to model states: saved activations, temporaries, inputs.
+
+        In the optimizer phase this is the optimizer's scratch (e.g. foreach temporaries) for the unsharded
+        model; strategies that shard the optimizer scale it themselves.
+        """
+        b = self.phases(micro_batch)[phase]
+        return b.activations + b.temporaries + b.inputs
+
+    def flops_per_sample(self) -> int:
+        """Forward + backward FLOPs of one sample (recomputation included under checkpointing)."""
+        return (self.at_2.forward_flops + self.at_2.backward_flops) - (
+            self.at_1.forward_flops + self.at_1.backward_flops
+        ) or (self.at_1.forward_flops + self.at_1.backward_flops)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Workload:
+    """A model's training step, as the strategies see it."""
+
+    model: str
+    precision: Precision
+    optimizer: str
+    seq_len: int | None
+    parameter_count: int
+    trainable_parameter_count: int
+    parameter_numels: tuple[int, ...]
+    """Element counts of every (unique) trainable parameter tensor, in module order."""
+    block_class: str | None
+    block_parameter_counts: tuple[int, ...]
+    """Parameters of each repeated block instance (the FSDP / ZeRO-3 unit), in order."""
+    optimizer_state_bytes_per_parameter: float
+    """Optimizer state per trainable parameter in the profiled precision (AdamW fp32: 8 plus a step scalar)."""
+    buffer_bytes: int
+    target: str
+    """``cuda`` or ``cpu``: what the traces model."""
+    cuda_overhead_bytes: int
+    """Fixed allocator-side overheads per process on CUDA (cuBLAS workspaces)."""
+    traces: tuple[StepTrace, ...]
+
+    @property
+    def tokens_per_sample(self) -> int | None:
+        """Tokens in one sample (``None`` for non-token models)."""
+        return self.seq_len
+
+    @property
+    def largest_unit_parameters(self) -> int:
+        """Parameters of the largest wrapping unit: the largest block, or everything outside the blocks if more."""
+        blocks = max(self.block_parameter_counts, default=0)
+        return max(blocks, self.parameter_count - sum(self.block_parameter_counts))
+
+    def trace(self, mode: str, checkpointing: bool) -> StepTrace:
+        """The traces for ``mode`` (``amp`` or ``half``); checkpointing falls back to off when nothing repeats.
+
+        Raises:
+            ValueError: unknown mode.
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, but got {mode=}.")
+        for t in self.traces:
+            if t.mode == mode and t.checkpointing == (checkpointing and self.block_class is not None):
+                return t
+        raise LookupError(f"no trace for {mode=}, {checkpointing=}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (the traces themselves are not included)."""
+        return {
+            "model": self.model,
+            "precision": self.precision.value,
+            "optimizer": self.optimizer,
+            "seq_len": self.seq_len,
+            "parameter_count": self.parameter_count,
+            "trainable_parameter_count": self.trainable_parameter_count,
+            "block_class": self.block_class,
+            "blocks": len(self.block_parameter_counts),
+            "largest_unit_parameters": self.largest_unit_parameters,
+        }
+
+
+def compute_dtype(precision: Precision) -> str:
+    """The hardware-spec dtype whose peak the step's matmuls run at (PyTorch keeps fp32 matmuls off TF32 by
+    default: ``torch.backends.cuda.matmul.allow_tf32 = False`` since 1.12)."""
+    return {Precision.FP32: "fp32", Precision.FP16_MIXED: "fp16"}.get(precision, "bf16")
+
+
+def half_precision(precision: Precision) -> Precision:
+    """The precision the ``half`` compute mode traces for a user precision."""
+    if precision in (Precision.BF16_MIXED, Precision.FP16_MIXED, Precision.BF16_TRUE):
+        # fp16 and bf16 have the same sizes; bf16-true stands for both.
+        return Precision.BF16_TRUE
+    return precision
+
+
+def build_workload(
+    source: ModelSource,
+    *,
+    precision: Precision | str = Precision.BF16_MIXED,
+    optimizer: str = "adamw",
+    seq_len: int | None = None,
+    checkpointing: tuple[bool, ...] = (False, True),
+    target: str = "cuda",
+) -> Workload:
+    """Trace what the strategies need: for each mode and checkpointing choice, micro-batches 1 and 2.
+
+    Args:
+        source: the model source.
+        precision: the user's training precision.
+        optimizer: optimizer name.
+        seq_len: sequence length (token models).
+        checkpointing: which checkpointing choices to trace (``True`` is skipped when nothing repeats).
+        target: ``"cuda"`` for GPU answers; ``"cpu"`` to predict CPU (gloo) runs, as the tests measure them.
+    """
+    import torch
+
+    from autoshard.profiler.blocks import find_repeated_blocks
+    from autoshard.profiler.options import parse_precision
+    from autoshard.profiler.scaling import profile_source
+
+    precision = parse_precision(precision)
+    modes = {"amp": precision, "half": half_precision(precision)}
+    cache: dict[tuple[Precision, bool, int], ModelProfile] = {}
+
+    def prof(p: Precision, ckpt: bool, batch: int) -> ModelProfile:
+        key = (p, ckpt, batch)
+        if key not in cache:
+            opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
+                                  activation_checkpointing=ckpt, target=target)
+            cache[key] = profile_source(source, opts)
+        return cache[key]
+
+    base = prof(precision, False, 1)
+    choices = [c for c in checkpointing if not c or base.block_class is not None]
+    traces = tuple(
+        StepTrace(mode=mode, checkpointing=ckpt, precision=p, at_1=prof(p, ckpt, 1), at_2=prof(p, ckpt, 2))
+        for mode, p in modes.items()
+        for ckpt in choices
+    )
+    # Parameter layout from a meta build (no allocation), unique tensors only.
+    with torch.device("meta"):
+        module = source.build()
+    seen: set[int] = set()
+    numels = []
+    for p in module.parameters():
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            numels.append(p.numel())
+    blocks = find_repeated_blocks(module)
+    block_counts: tuple[int, ...] = ()
+    if blocks is not None:
+        block_counts = tuple(
+            sum(p.numel() for p in {id(q): q for q in module.get_submodule(n).parameters()}.values())
+            for n in blocks.names
+        )
+    trainable = base.trainable_parameter_count or 1
+    return Workload(
+        model=source.name,
+        precision=precision,
+        optimizer=optimizer,
+        seq_len=base.seq_len,
+        parameter_count=base.parameter_count,
+        trainable_parameter_count=base.trainable_parameter_count,
+        parameter_numels=tuple(numels),
+        block_class=base.block_class,
+        block_parameter_counts=block_counts,
+        optimizer_state_bytes_per_parameter=base.optimizer_state_bytes / trainable,
+        buffer_bytes=base.buffer_bytes,
+        target=target,
+        cuda_overhead_bytes=sum(o.bytes for o in base.overheads if o.in_allocator),
+        traces=traces,
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0.dev0"
 
-from autoshard.api import profile
+from autoshard.api import profile, recommend
 from autoshard.errors import (
     AutoshardError,
     HardwareError,
@@ -44,4 +44,5 @@ __all__ = [
     "load_hardware",
     "load_source",
     "profile",
+    "recommend",
 ]

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import os
 
+from typing import TYPE_CHECKING
+
 from autoshard.models import ModelSource, load_source
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.result import ModelProfile
+
+if TYPE_CHECKING:
+    from autoshard.hardware.specs import HardwareSpec
+    from autoshard.planner.plan import Plan
+
+GOALS = ("pretrain", "finetune")
 
 
 def profile(
@@ -60,3 +68,62 @@ def profile(
         target=target,
     )
     return profile_source(load_source(source), options, extrapolate=extrapolate)
+
+
+def recommend(
+    source: str | os.PathLike[str] | ModelSource,
+    *,
+    hardware: HardwareSpec | str | None = None,
+    batch_size: int | None = None,
+    global_batch_size: int | None = None,
+    seq_len: int | None = None,
+    precision: str | Precision = Precision.BF16_MIXED,
+    optimizer: str = "adamw",
+    goal: str = "pretrain",
+    strategies: list[str] | None = None,
+    safety_margin: float = 0.10,
+) -> Plan:
+    """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
+
+    Args:
+        source: a ``model.py`` path, a Hugging Face ``config.json`` path, a catalog name, or a loaded source.
+        hardware: a :class:`HardwareSpec`, a profile name or YAML path, or ``None`` to detect this machine.
+        batch_size: fixed micro-batch per device; ``None`` picks the largest that fits.
+        global_batch_size: samples per optimizer step across all devices (sets gradient accumulation).
+        seq_len: sequence length for token models.
+        precision: training precision (``bf16-mixed`` default).
+        optimizer: ``adamw`` (default), ``adam``, ``sgd`` or ``adafactor``.
+        goal: ``pretrain`` (throughput, least communication) or ``finetune`` (memory headroom).
+        strategies: restrict to these strategy names.
+        safety_margin: fraction of device memory kept free (CUDA context, fragmentation, model error).
+
+    Returns:
+        The :class:`~autoshard.planner.plan.Plan`.
+
+    Raises:
+        UsageError: contradictory or out-of-range arguments.
+        NoFeasiblePlan: nothing fits (exit code 3 in the CLI).
+    """
+    from autoshard.errors import UsageError
+    from autoshard.hardware import detect_hardware, load_hardware
+    from autoshard.planner import PlanRequest, plan
+    from autoshard.strategies import build_workload, get, names
+
+    if goal not in GOALS:
+        raise UsageError(f"goal must be one of {', '.join(GOALS)}, but got {goal!r}.")
+    if not 0 <= safety_margin < 1:
+        raise UsageError(f"safety margin must be in [0, 1), but got {safety_margin!r}.")
+    for name, value in (("batch size", batch_size), ("global batch size", global_batch_size)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise UsageError(f"{name} must be a positive integer, but got {value!r}.")
+    chosen = [get(n) for n in (strategies or names())]
+    spec = detect_hardware() if hardware is None else (
+        load_hardware(hardware) if isinstance(hardware, (str, os.PathLike)) else hardware
+    )
+    workload = build_workload(
+        load_source(source), precision=precision, optimizer=optimizer, seq_len=seq_len,
+        target="cuda" if spec.gpu is not None else "cpu",
+    )
+    request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
+                          safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies))
+    return plan(workload, spec, request, chosen)

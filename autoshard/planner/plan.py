@@ -1,0 +1,107 @@
+"""Typed results of planning: each evaluated candidate and the :class:`Plan`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autoshard.hardware.specs import HardwareSpec
+from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate
+from autoshard.strategies.workload import Workload
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRequest:
+    """What the user asked to plan for."""
+
+    micro_batch_size: int | None
+    """Fixed micro-batch, or ``None`` to choose the best that fits."""
+    global_batch_size: int | None
+    """Samples per optimizer step across all devices, or ``None`` (= micro-batch × world size)."""
+    goal: str
+    """``pretrain`` or ``finetune``."""
+    safety_margin: float
+    """Fraction of each GPU's memory kept free for the CUDA context, allocator fragmentation and error."""
+    strategies: tuple[str, ...] | None = None
+    """Restrict to these strategy names (``None``: all)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "micro_batch_size": self.micro_batch_size,
+            "global_batch_size": self.global_batch_size,
+            "goal": self.goal,
+            "safety_margin": self.safety_margin,
+            "strategies": None if self.strategies is None else list(self.strategies),
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Evaluation:
+    """One candidate with its numbers, whether it fits, its score and the reasons."""
+
+    candidate: Candidate
+    family: str
+    fits: bool
+    memory: MemoryEstimate | None
+    """``None`` when the strategy cannot run on this hardware at all."""
+    cost: CostEstimate | None
+    gradient_accumulation: int
+    max_micro_batch_size: int
+    """The largest micro-batch that fits with this strategy and checkpointing choice (0: none)."""
+    score: float
+    """Ranking score: predicted throughput × the rules' factors (0 when it does not fit)."""
+    reasons: tuple[str, ...]
+    """Why it was rejected (in numbers) and what each rule that applied said."""
+
+    @property
+    def strategy(self) -> str:
+        """The strategy name."""
+        return self.candidate.strategy
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (documented in docs/recommend.md)."""
+        return {
+            "strategy": self.strategy,
+            "family": self.family,
+            "micro_batch_size": self.candidate.micro_batch_size,
+            "activation_checkpointing": self.candidate.activation_checkpointing,
+            "gradient_accumulation": self.gradient_accumulation,
+            "settings": dict(self.candidate.settings),
+            "fits": self.fits,
+            "memory": None if self.memory is None else self.memory.to_dict(),
+            "max_micro_batch_size": self.max_micro_batch_size,
+            "step_time_s": None if self.cost is None else self.cost.step_time_s,
+            "throughput": None
+            if self.cost is None
+            else {"samples_per_s": self.cost.samples_per_s, "tokens_per_s": self.cost.tokens_per_s},
+            "cost": None if self.cost is None else self.cost.to_dict(),
+            "score": self.score,
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan:
+    """The planner's answer: the recommendation and every candidate considered."""
+
+    recommended: Evaluation
+    candidates: tuple[Evaluation, ...]
+    """Every candidate, best first; those that do not fit last."""
+    explanation: tuple[str, ...]
+    """Why the recommendation won, sentence by sentence."""
+    workload: Workload
+    hardware: HardwareSpec
+    request: PlanRequest
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stable JSON form (docs/recommend.md); sizes in bytes."""
+        rec = self.recommended.to_dict()
+        return {
+            "recommended": rec,
+            "explanation": list(self.explanation),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "model": self.workload.to_dict(),
+            "hardware": self.hardware.to_dict(),
+            "request": self.request.to_dict(),
+        }

@@ -1,0 +1,176 @@
+"""The field's guidance as declarative rules.
+
+Each :class:`Rule` is a named object with a condition, an effect on the ranking (a factor on the candidate's
+score, which starts as its predicted throughput) and the sentence it adds to the explanation. The planner
+applies every rule to every candidate that fits; the list is data, so a rule is added or removed in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autoshard.hardware.specs import HardwareSpec
+from autoshard.planner.plan import Evaluation, PlanRequest
+from autoshard.strategies.workload import Workload
+
+SMALL_MODEL_PARAMETERS = 500_000_000
+"""Below this, sharding rarely pays when DDP fits (DeepSpeed's ZeRO tutorial and PyTorch's FSDP tutorial both
+present sharding as the answer for models that do not fit data parallelism; ~500M is where ZeRO-DP starts to
+matter on 16–32 GB GPUs: 500M × 16 B of mixed-precision Adam state = 8 GB)."""
+
+SLOW_LINK_BYTES_PER_S = 50e9
+"""Links slower than this per GPU per direction (PCIe gen4 x16 is ~32 GB/s, 100 GbE 12.5 GB/s; NVLink 3 is 300
+GB/s) make per-step parameter all-gathers expensive."""
+
+# Strategy groups the rules reason about (names as registered in autoshard.strategies).
+PARAMETER_SHARDING = {"fsdp", "fsdp_hybrid", "fsdp_cpu_offload", "deepspeed_stage_3", "deepspeed_stage_3_offload",
+                      "deepspeed_stage_3_offload_nvme"}
+LESS_COMMUNICATION = {"ddp", "fsdp_shard_grad_op", "deepspeed_stage_1", "deepspeed_stage_2"}
+OFFLOAD = {"fsdp_cpu_offload", "deepspeed_stage_2_offload", "deepspeed_stage_3_offload",
+           "deepspeed_stage_3_offload_nvme"}
+NVME = {"deepspeed_stage_3_offload_nvme"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Context:
+    """What rules may look at besides the candidate."""
+
+    workload: Workload
+    hardware: HardwareSpec
+    request: PlanRequest
+    fitting: tuple[Evaluation, ...]
+    """Every candidate that fits."""
+
+    def fits_any(self, names: set[str] | Callable[[Evaluation], bool]) -> bool:
+        """Whether some fitting candidate is one of ``names`` (or satisfies the predicate)."""
+        test = names if callable(names) else (lambda e: e.strategy in names)
+        return any(test(e) for e in self.fitting)
+
+    def slowest_link_bytes_per_s(self) -> float | None:
+        """The slowest link gradients or parameters cross (intra-node, or per-GPU network share)."""
+        intra = self.hardware.node.intra_node_bandwidth_bytes_per_s
+        inter = self.hardware.inter_node_bandwidth_bytes_per_s
+        links = [intra] if intra else []
+        if self.hardware.nodes > 1 and inter:
+            links.append(inter / max(1, self.hardware.processes_per_node))
+        return min(links) if links else None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rule:
+    """A piece of guidance: when it applies, what it does to the score, and what it says."""
+
+    name: str
+    applies: Callable[[Context, Evaluation], bool]
+    factor: float
+    """Multiplies the candidate's score when the rule applies (>1 favours it, <1 disfavours it)."""
+    says: Callable[[Context, Evaluation], str]
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.0f} GB/s"
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f} GiB"
+
+
+def _headroom(ctx: Context, e: Evaluation) -> float:
+    capacity = ctx.hardware.device_memory_bytes or 1
+    used = e.memory.gpu.total if e.memory else capacity
+    return max(0.0, 1 - used / capacity)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        name="small-model-ddp",
+        applies=lambda ctx, e: e.strategy == "ddp"
+        and ctx.workload.parameter_count < SMALL_MODEL_PARAMETERS
+        and ctx.hardware.world_size > 1,
+        factor=1.15,
+        says=lambda ctx, e: f"The model has {ctx.workload.parameter_count / 1e6:.0f}M parameters and its states fit "
+        "on every GPU: plain DDP avoids the gathers sharding adds (sharding pays from roughly 500M parameters).",
+    ),
+    Rule(
+        name="pretrain-least-communication",
+        applies=lambda ctx, e: ctx.request.goal == "pretrain"
+        and e.strategy in PARAMETER_SHARDING
+        and ctx.fits_any(LESS_COMMUNICATION),
+        factor=0.90,
+        says=lambda ctx, e: "Pre-training is compute-bound and runs long: a strategy that keeps parameters whole "
+        "(DDP, ZeRO-1/2, shard-grad-op) fits, and communicates less per step than gathering parameters.",
+    ),
+    Rule(
+        name="finetune-headroom",
+        applies=lambda ctx, e: ctx.request.goal == "finetune" and e.memory is not None,
+        factor=1.0,  # the factor is scaled by headroom in apply_rules
+        says=lambda ctx, e: f"Fine-tuning values memory headroom: {100 * _headroom(ctx, e):.0f} % of each GPU stays "
+        "free for longer sequences or larger batches.",
+    ),
+    Rule(
+        name="slow-interconnect",
+        applies=lambda ctx, e: (ctx.slowest_link_bytes_per_s() or 1e18) < SLOW_LINK_BYTES_PER_S
+        and e.strategy in PARAMETER_SHARDING,
+        factor=0.85,
+        says=lambda ctx, e: f"The GPUs talk over a slow link ({_gb(ctx.slowest_link_bytes_per_s() or 0)}): gathering "
+        "parameters every step is costly here; prefer strategies that only reduce gradients.",
+    ),
+    Rule(
+        name="slow-interconnect-compression",
+        applies=lambda ctx, e: (ctx.slowest_link_bytes_per_s() or 1e18) < SLOW_LINK_BYTES_PER_S
+        and e.strategy == "ddp",
+        factor=1.0,
+        says=lambda ctx, e: f"Over a slow link ({_gb(ctx.slowest_link_bytes_per_s() or 0)}) a compressing comm hook "
+        "(fp16/bf16 compress, PowerSGD) cuts DDP's all-reduce volume 2× or more; `autoshard tune` measures it.",
+    ),
+    Rule(
+        name="offload-last-resort",
+        applies=lambda ctx, e: e.strategy in OFFLOAD and ctx.fits_any(lambda o: o.strategy not in OFFLOAD),
+        factor=0.50,
+        says=lambda ctx, e: "GPU memory can hold the model states without offloading, and offloading adds PCIe "
+        "transfers and a CPU optimizer step to every step.",
+    ),
+    Rule(
+        name="nvme-last-resort",
+        applies=lambda ctx, e: e.strategy in NVME and ctx.fits_any(lambda o: o.strategy in OFFLOAD - NVME),
+        factor=0.50,
+        says=lambda ctx, e: "CPU RAM can hold the offloaded states; NVMe is only worth its bandwidth when it cannot.",
+    ),
+    Rule(
+        name="checkpoint-only-when-needed",
+        applies=lambda ctx, e: e.candidate.activation_checkpointing
+        and ctx.fits_any(
+            lambda o: o.strategy == e.strategy
+            and not o.candidate.activation_checkpointing
+            and o.candidate.micro_batch_size >= e.candidate.micro_batch_size
+        ),
+        factor=0.95,
+        says=lambda ctx, e: "Activation checkpointing recomputes the forward pass (about a third more compute) and "
+        "this batch fits without it.",
+    ),
+    Rule(
+        name="checkpoint-when-activations-dominate",
+        applies=lambda ctx, e: e.candidate.activation_checkpointing
+        and not ctx.fits_any(
+            lambda o: o.strategy == e.strategy
+            and not o.candidate.activation_checkpointing
+            and o.candidate.micro_batch_size >= e.candidate.micro_batch_size
+        ),
+        factor=1.0,
+        says=lambda ctx, e: "Activations dominate: checkpointing each block is what lets this micro-batch fit.",
+    ),
+)
+
+
+def apply_rules(ctx: Context, evaluation: Evaluation, rules: tuple[Rule, ...] = RULES) -> tuple[float, list[str]]:
+    """The score factor and the sentences of every rule that applies to a fitting candidate."""
+    factor, sentences = 1.0, []
+    for rule in rules:
+        if rule.applies(ctx, evaluation):
+            f = rule.factor
+            if rule.name == "finetune-headroom":
+                f = 1.0 + 0.5 * _headroom(ctx, evaluation)
+            factor *= f
+            sentences.append(f"[{rule.name}] {rule.says(ctx, evaluation)}")
+    return factor, sentences

@@ -1,0 +1,217 @@
+"""Enumerate candidates (strategy × checkpointing × micro-batch), check they fit, rank them with the rules."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from autoshard.errors import NoFeasiblePlan, UsageError
+from autoshard.hardware.specs import HardwareSpec
+from autoshard.planner.plan import Evaluation, Plan, PlanRequest
+from autoshard.planner.rules import RULES, Context, Rule, apply_rules
+from autoshard.strategies.base import Candidate, MemoryEstimate, Strategy
+from autoshard.strategies.workload import Workload
+
+MAX_MICRO_BATCH = 1024
+"""The largest micro-batch the search considers."""
+
+HOST_MEMORY_FRACTION = 0.90
+"""Share of the node's available RAM offloaded states may use (the rest stays for the data loader, Python and
+the OS)."""
+
+
+def plan(
+    workload: Workload,
+    hardware: HardwareSpec,
+    request: PlanRequest,
+    strategies: Sequence[Strategy],
+    *,
+    rules: tuple[Rule, ...] = RULES,
+) -> Plan:
+    """Evaluate every candidate and pick the best that fits.
+
+    Raises:
+        UsageError: contradictory request (e.g. global batch not divisible by the devices).
+        NoFeasiblePlan: nothing fits; the message gives the smallest requirement and what would make it fit.
+    """
+    world = hardware.world_size
+    if request.global_batch_size is not None and request.global_batch_size % world:
+        raise UsageError(
+            f"global batch size {request.global_batch_size} is not divisible by the {world} devices.",
+            hint=f"Use a multiple of {world}, e.g. {world * max(1, request.global_batch_size // world)}.",
+        )
+    if request.global_batch_size is not None and request.micro_batch_size is not None:
+        if (request.global_batch_size // world) % request.micro_batch_size:
+            raise UsageError(
+                f"global batch {request.global_batch_size} over {world} devices is "
+                f"{request.global_batch_size // world} per device, not a multiple of micro-batch "
+                f"{request.micro_batch_size}.",
+                hint="Pick a micro-batch that divides the per-device batch, or drop one of the two flags.",
+            )
+    evaluations: list[Evaluation] = []
+    for strategy in strategies:
+        evaluations.extend(_evaluate(strategy, workload, hardware, request))
+    fitting = tuple(e for e in evaluations if e.fits)
+    if not fitting:
+        raise _no_fit(evaluations, workload, hardware)
+    ctx = Context(workload=workload, hardware=hardware, request=request, fitting=fitting)
+    ranked = []
+    for e in evaluations:
+        if not e.fits or e.cost is None:
+            ranked.append(e)
+            continue
+        factor, sentences = apply_rules(ctx, e, rules)
+        ranked.append(dataclasses.replace(e, score=e.cost.samples_per_s * factor, reasons=e.reasons + tuple(sentences)))
+    ranked.sort(key=lambda e: (not e.fits, -e.score))
+    best = ranked[0]
+    explanation = _explain(best, ranked)
+    return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
+                hardware=hardware, request=request)
+
+
+def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest) -> list[Evaluation]:
+    reason = strategy.unsupported(hardware)
+    checkpointing = (False, True) if workload.block_class is not None else (False,)
+    if reason is not None:
+        return [
+            Evaluation(candidate=Candidate(strategy=strategy.name, micro_batch_size=request.micro_batch_size or 1,
+                                           activation_checkpointing=False),
+                       family=strategy.family, fits=False, memory=None, cost=None, gradient_accumulation=1,
+                       max_micro_batch_size=0, score=0.0, reasons=(reason,))
+        ]
+    out = []
+    for ckpt in checkpointing:
+        largest = _max_micro_batch(strategy, workload, hardware, request, ckpt)
+        micro = _choose_micro_batch(request, hardware.world_size, largest)
+        candidate = Candidate(strategy=strategy.name, micro_batch_size=micro, activation_checkpointing=ckpt)
+        memory = strategy.memory(workload, hardware, candidate)
+        problem = _does_not_fit(memory, hardware, request)
+        accumulation = _accumulation(request, hardware.world_size, micro)
+        cost = strategy.cost(workload, hardware, candidate)
+        cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload)
+        out.append(
+            Evaluation(candidate=candidate, family=strategy.family, fits=problem is None, memory=memory, cost=cost,
+                       gradient_accumulation=accumulation, max_micro_batch_size=largest, score=0.0,
+                       reasons=() if problem is None else (problem,))
+        )
+    return out
+
+
+def usable_gpu_bytes(hardware: HardwareSpec, request: PlanRequest) -> int:
+    """Per-device bytes a plan may use: device memory less the safety margin."""
+    capacity = hardware.device_memory_bytes or 0
+    return int(capacity * (1 - request.safety_margin))
+
+
+def _does_not_fit(memory: MemoryEstimate, hardware: HardwareSpec, request: PlanRequest) -> str | None:
+    usable = usable_gpu_bytes(hardware, request)
+    device = "GPU" if hardware.gpu is not None else "process"
+    if memory.gpu.total > usable:
+        return (f"needs {_gib(memory.gpu.total)} per {device}, {_gib(usable)} usable "
+                f"({_gib(hardware.device_memory_bytes or 0)} less a {request.safety_margin:.0%} margin)")
+    ram = hardware.node.cpu.memory_available_bytes
+    if memory.cpu_bytes_per_node and ram is not None and memory.cpu_bytes_per_node > ram * HOST_MEMORY_FRACTION:
+        return (f"needs {_gib(memory.cpu_bytes_per_node)} of CPU RAM per node for offloaded states, "
+                f"{_gib(ram * HOST_MEMORY_FRACTION)} usable")
+    if memory.nvme_bytes_per_node:
+        free = sum(d.free_bytes or 0 for d in hardware.node.nvme)
+        if memory.nvme_bytes_per_node > free:
+            return f"needs {_gib(memory.nvme_bytes_per_node)} of NVMe per node, {_gib(free)} free"
+    return None
+
+
+def _max_micro_batch(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest,
+                     ckpt: bool) -> int:
+    """Largest micro-batch that fits (memory is non-decreasing in the micro-batch): doubling, then bisection."""
+
+    def fits(mb: int) -> bool:
+        candidate = Candidate(strategy=strategy.name, micro_batch_size=mb, activation_checkpointing=ckpt)
+        return _does_not_fit(strategy.memory(workload, hardware, candidate), hardware, request) is None
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= MAX_MICRO_BATCH and fits(high):
+        low, high = high, high * 2
+    high = min(high, MAX_MICRO_BATCH + 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def _choose_micro_batch(request: PlanRequest, world: int, largest: int) -> int:
+    if request.micro_batch_size is not None:
+        return request.micro_batch_size
+    if largest == 0:
+        return 1
+    if request.global_batch_size is None:
+        return largest
+    per_device = request.global_batch_size // world
+    # The largest micro-batch that fits and divides the per-device batch.
+    return max(d for d in range(1, min(largest, per_device) + 1) if per_device % d == 0)
+
+
+def _accumulation(request: PlanRequest, world: int, micro: int) -> int:
+    if request.global_batch_size is None:
+        return 1
+    return max(1, request.global_batch_size // (world * micro))
+
+
+def _with_accumulation(cost, accumulation: int, micro: int, world: int, workload: Workload):  # type: ignore[no-untyped-def]
+    """Scale a one-micro-batch step to ``accumulation`` micro-batches: compute repeats, gradient communication
+    and the optimizer step happen once per optimizer step (DDP ``no_sync``, DeepSpeed accumulation boundaries)."""
+    if accumulation == 1:
+        return cost
+    step = accumulation * cost.compute_s + (cost.step_time_s - cost.compute_s)
+    samples = micro * world * accumulation / step
+    tokens = None if workload.tokens_per_sample is None else samples * workload.tokens_per_sample
+    return dataclasses.replace(cost, step_time_s=step, samples_per_s=samples, tokens_per_s=tokens,
+                               compute_s=accumulation * cost.compute_s)
+
+
+def _explain(best: Evaluation, ranked: list[Evaluation]) -> tuple[str, ...]:
+    c = best.candidate
+    lines = [
+        f"{best.strategy} with micro-batch {c.micro_batch_size}"
+        + (", activation checkpointing" if c.activation_checkpointing else "")
+        + (f", {best.gradient_accumulation} accumulation steps" if best.gradient_accumulation > 1 else "")
+        + (f": {best.cost.samples_per_s:.1f} samples/s predicted" if best.cost else "")
+        + (f", {_gib(best.memory.gpu.total)} per device" if best.memory else "")
+        + "."
+    ]
+    lines.extend(r for r in best.reasons)
+    runner_up = next((e for e in ranked[1:] if e.fits and e.strategy != best.strategy), None)
+    if runner_up is not None and runner_up.cost is not None and best.cost is not None:
+        lines.append(f"Runner-up: {runner_up.strategy} at {runner_up.cost.samples_per_s:.1f} samples/s "
+                     f"(score {runner_up.score:.1f} against {best.score:.1f}).")
+    return tuple(lines)
+
+
+def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec) -> NoFeasiblePlan:
+    measured = [e for e in evaluations if e.memory is not None]
+    if not measured:
+        reasons = "; ".join(sorted({r for e in evaluations for r in e.reasons}))
+        return NoFeasiblePlan(f"no strategy can run on this hardware: {reasons}.",
+                              hint="Install what is missing, or plan for other hardware with --hardware.")
+    smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
+    need = smallest.memory.gpu.total  # type: ignore[union-attr]
+    usable = hardware.device_memory_bytes or 0
+    gpus_needed = hardware.world_size * 2
+    what = (f"the smallest is {smallest.strategy}"
+            + (" with activation checkpointing" if smallest.candidate.activation_checkpointing else "")
+            + f" at micro-batch {smallest.candidate.micro_batch_size}: {_gib(need)} per device against "
+            f"{_gib(usable)}")
+    return NoFeasiblePlan(
+        f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
+        hint=f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), offload "
+        "(install deepspeed for ZeRO offload; --nvme PATH for NVMe), or a shorter --seq-len.",
+    )
+
+
+def _device(hardware: HardwareSpec) -> str:
+    return hardware.gpu.display_name if hardware.gpu is not None else "CPU process"
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f} GiB"

@@ -1,0 +1,169 @@
+"""The ranking logic on synthetic strategies, workloads and real hardware profiles."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autoshard.errors import NoFeasiblePlan, UsageError
+from autoshard.hardware import load_hardware
+from autoshard.planner import PlanRequest, plan
+from autoshard.profiler.options import Precision
+from autoshard.strategies.base import Candidate, CostEstimate, GpuMemory, Knob, MemoryEstimate, Strategy
+from autoshard.strategies.workload import Workload
+
+GIB = 2**30
+
+
+class Synthetic(Strategy):
+    """Memory = states / shards + activations × micro-batch; throughput fixed per device."""
+
+    family = "synthetic"
+
+    def __init__(self, name: str, *, state_gib: float, act_gib: float, per_device_samples_s: float,
+                 sharded: bool = False, cpu_gib: float = 0.0, unsupported: str | None = None) -> None:
+        self.name = name
+        self._state, self._act, self._rate = state_gib * GIB, act_gib * GIB, per_device_samples_s
+        self._sharded, self._cpu, self._unsupported = sharded, cpu_gib * GIB, unsupported
+
+    def memory(self, workload, hardware, candidate):
+        states = self._state / (hardware.world_size if self._sharded else 1)
+        act = self._act * candidate.micro_batch_size / (4 if candidate.activation_checkpointing else 1)
+        gpu = GpuMemory(parameters=int(states), gradients=0, optimizer=0, activations=int(act), buffers=0, overhead=0)
+        return MemoryEstimate(gpu=gpu, peak_phase="backward", cpu_bytes_per_node=int(self._cpu))
+
+    def cost(self, workload, hardware, candidate):
+        rate = self._rate * (0.75 if candidate.activation_checkpointing else 1.0)
+        step = candidate.micro_batch_size / rate
+        samples = candidate.micro_batch_size * hardware.world_size / step
+        return CostEstimate(compute_s=step, communication_s=0.0, exposed_communication_s=0.0, offload_s=0.0,
+                            step_time_s=step, samples_per_s=samples, tokens_per_s=None)
+
+    def knobs(self, hardware):
+        return (Knob(name="x", default=1, kind="int", low=1, high=2),)
+
+    def unsupported(self, hardware):
+        return self._unsupported
+
+
+def workload(parameters: int = 100_000_000) -> Workload:
+    return Workload(model="synthetic", precision=Precision.BF16_MIXED, optimizer="adamw", seq_len=None,
+                    parameter_count=parameters, trainable_parameter_count=parameters, parameter_numels=(parameters,),
+                    block_class="Block", block_parameter_counts=(parameters // 2, parameters // 2),
+                    optimizer_state_bytes_per_parameter=8.0, buffer_bytes=0, target="cuda", cuda_overhead_bytes=0,
+                    traces=())
+
+
+def request(**kw) -> PlanRequest:
+    base = dict(micro_batch_size=None, global_batch_size=None, goal="pretrain", safety_margin=0.10)
+    base.update(kw)
+    return PlanRequest(**base)
+
+
+H100x8 = load_hardware("dgx-h100")
+RTX_PAIR = load_hardware("workstation-2x-rtx4090")
+
+
+def test_plain_ddp_wins_for_a_small_model_that_fits_even_if_sharding_is_a_little_faster():
+    strategies = [Synthetic("ddp", state_gib=2, act_gib=1, per_device_samples_s=100),
+                  Synthetic("fsdp", state_gib=2, act_gib=1, per_device_samples_s=105, sharded=True)]
+    p = plan(workload(100_000_000), H100x8, request(micro_batch_size=8), strategies)
+    assert p.recommended.strategy == "ddp"
+    assert any("small-model-ddp" in r for r in p.recommended.reasons)
+
+
+def test_when_ddp_does_not_fit_a_sharded_strategy_wins_and_ddp_says_why_in_numbers():
+    strategies = [Synthetic("ddp", state_gib=100, act_gib=1, per_device_samples_s=100),
+                  Synthetic("fsdp", state_gib=100, act_gib=1, per_device_samples_s=80, sharded=True)]
+    p = plan(workload(7_000_000_000), H100x8, request(micro_batch_size=4), strategies)
+    assert p.recommended.strategy == "fsdp"
+    ddp = next(c for c in p.candidates if c.strategy == "ddp" and not c.candidate.activation_checkpointing)
+    assert not ddp.fits
+    assert "needs 104.0 GiB per GPU" in ddp.reasons[0] and "GiB usable" in ddp.reasons[0]
+
+
+def test_pretraining_prefers_less_communication_and_finetuning_prefers_headroom():
+    strategies = [Synthetic("fsdp_shard_grad_op", state_gib=40, act_gib=2, per_device_samples_s=100, sharded=False),
+                  Synthetic("fsdp", state_gib=40, act_gib=2, per_device_samples_s=100, sharded=True)]
+    pre = plan(workload(3_000_000_000), H100x8, request(micro_batch_size=4, goal="pretrain"), strategies)
+    fine = plan(workload(3_000_000_000), H100x8, request(micro_batch_size=4, goal="finetune"), strategies)
+    assert pre.recommended.strategy == "fsdp_shard_grad_op"
+    assert fine.recommended.strategy == "fsdp"
+
+
+def test_offload_is_a_last_resort():
+    offload = Synthetic("deepspeed_stage_2_offload", state_gib=4, act_gib=1, per_device_samples_s=120, cpu_gib=50)
+    on_gpu = Synthetic("deepspeed_stage_2", state_gib=60, act_gib=1, per_device_samples_s=100)
+    fits = plan(workload(3_000_000_000), H100x8, request(micro_batch_size=2), [offload, on_gpu])
+    assert fits.recommended.strategy == "deepspeed_stage_2"
+    big = Synthetic("deepspeed_stage_2", state_gib=90, act_gib=1, per_device_samples_s=100)
+    needed = plan(workload(3_000_000_000), H100x8, request(micro_batch_size=2), [offload, big])
+    assert needed.recommended.strategy == "deepspeed_stage_2_offload"
+
+
+def test_a_slow_interconnect_penalises_parameter_gathering():
+    strategies = [Synthetic("deepspeed_stage_2", state_gib=10, act_gib=1, per_device_samples_s=100),
+                  Synthetic("fsdp", state_gib=10, act_gib=1, per_device_samples_s=105, sharded=True)]
+    fast = plan(workload(3_000_000_000), H100x8, request(micro_batch_size=2, goal="finetune"), strategies)
+    slow = plan(workload(3_000_000_000), RTX_PAIR, request(micro_batch_size=2, goal="finetune"), strategies)
+    assert fast.recommended.strategy == "fsdp"
+    assert slow.recommended.strategy == "deepspeed_stage_2"
+    assert any("slow-interconnect" in r for c in slow.candidates if c.strategy == "fsdp" for r in c.reasons)
+
+
+def test_the_largest_micro_batch_that_fits_is_found_and_checkpointing_raises_it():
+    s = Synthetic("ddp", state_gib=10, act_gib=3, per_device_samples_s=100)
+    p = plan(workload(), H100x8, request(), [s])
+    usable_gib = 0.9 * H100x8.device_memory_bytes / GIB
+    plain = next(c for c in p.candidates if not c.candidate.activation_checkpointing)
+    ckpt = next(c for c in p.candidates if c.candidate.activation_checkpointing)
+    assert plain.max_micro_batch_size == int((usable_gib - 10) // 3)
+    assert ckpt.max_micro_batch_size > plain.max_micro_batch_size
+
+
+def test_nothing_fits_is_a_clear_answer_with_the_smallest_requirement():
+    s = Synthetic("fsdp", state_gib=5000, act_gib=1, per_device_samples_s=10, sharded=True)
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan(workload(), H100x8, request(micro_batch_size=1), [s])
+    assert info.value.exit_code == 3
+    assert "the smallest is fsdp" in str(info.value) and "GiB per device" in str(info.value)
+    assert "more GPUs" in str(info.value)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    (dict(global_batch_size=12), "not divisible by the 8 devices"),
+    (dict(global_batch_size=16, micro_batch_size=3), "not a multiple of micro-batch 3"),
+])
+def test_contradictory_batch_flags_are_rejected(kw, message):
+    with pytest.raises(UsageError, match=message):
+        plan(workload(), H100x8, request(**kw), [Synthetic("ddp", state_gib=1, act_gib=1, per_device_samples_s=1)])
+
+
+def test_global_batch_sets_accumulation_and_amortises_communication():
+    s = Synthetic("ddp", state_gib=10, act_gib=3, per_device_samples_s=100)
+    p = plan(workload(), H100x8, request(micro_batch_size=4, global_batch_size=256), [s])
+    assert p.recommended.gradient_accumulation == 8
+    assert p.recommended.candidate.micro_batch_size == 4
+
+
+def test_an_unsupported_strategy_is_listed_with_its_reason():
+    strategies = [Synthetic("ddp", state_gib=1, act_gib=1, per_device_samples_s=10),
+                  Synthetic("deepspeed_stage_3", state_gib=1, act_gib=1, per_device_samples_s=99,
+                            unsupported="DeepSpeed is not installed (pip install deepspeed).")]
+    p = plan(workload(), H100x8, request(micro_batch_size=1), strategies)
+    ds = next(c for c in p.candidates if c.strategy == "deepspeed_stage_3")
+    assert not ds.fits and ds.memory is None and "not installed" in ds.reasons[0]
+    assert p.recommended.strategy == "ddp"
+
+
+def test_plan_json_has_the_documented_shape():
+    p = plan(workload(), H100x8, request(micro_batch_size=2), [Synthetic("ddp", state_gib=1, act_gib=1,
+                                                                         per_device_samples_s=10)])
+    d = json.loads(json.dumps(p.to_dict()))
+    assert set(d) >= {"recommended", "candidates", "model", "hardware"}
+    assert {"strategy", "micro_batch_size", "activation_checkpointing"} <= set(d["recommended"])
+    c = d["candidates"][0]
+    assert set(c) >= {"strategy", "fits", "memory", "max_micro_batch_size", "step_time_s", "throughput", "reasons"}
+    assert set(c["memory"]["gpu"]) == {"parameters", "gradients", "optimizer", "activations", "buffers", "overhead",
+                                       "total"}

@@ -16,9 +16,9 @@ from autoshard.errors import AutoshardError
 
 
 def _subcommands() -> list[ModuleType]:
-    from autoshard.cli import hardware, models, profile
+    from autoshard.cli import hardware, models, profile, recommend
 
-    return [profile, hardware, models]
+    return [recommend, profile, hardware, models]
 
 
 def build_parser() -> argparse.ArgumentParser:

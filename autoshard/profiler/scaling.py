@@ -21,15 +21,18 @@ from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfil
 from autoshard.profiler.trace import trace_with_phases
 from autoshard.profiler.tracker import Category, PeakSnapshot
 
-SHALLOW_LAYERS = (3, 4)
-"""Block counts traced when extrapolating. Three and four (not one and two) keep the first and last block —
-which may differ in what they save (e.g. T5's shared position bias) — away from the blocks that scale."""
+SHALLOW_LAYERS = (2, 3)
+"""Block counts traced when extrapolating. Two and three (not one and two): the first and the last block may
+differ from the others in what they save (e.g. the first block's input is the embedding output, T5 computes its
+shared position bias there); from two blocks on, each added block is an interior one."""
 
 AUTO_MIN_LAYERS = 12
 """Extrapolate automatically from this many blocks up: below it a full trace is as fast."""
 
 
-def profile_source(source: ModelSource, options: ProfileOptions, *, extrapolate: bool | None = None) -> ModelProfile:
+def profile_source(
+    source: ModelSource, options: ProfileOptions, *, extrapolate: bool | None = None, count_flops: bool = True
+) -> ModelProfile:
     """Profile ``source``, extrapolating from shallow traces when that is possible and worthwhile.
 
     Args:
@@ -38,6 +41,7 @@ def profile_source(source: ModelSource, options: ProfileOptions, *, extrapolate:
         extrapolate: ``True`` forces extrapolation (error if the source cannot change its block count),
             ``False`` forces a full trace, ``None`` decides: extrapolate when the source can rebuild itself with
             fewer blocks and has at least :data:`AUTO_MIN_LAYERS`.
+        count_flops: count FLOPs (skip when only memory is needed; the FLOP fields are then 0).
     """
     can = source.with_num_layers is not None and source.num_layers is not None
     if extrapolate is None:
@@ -50,18 +54,18 @@ def profile_source(source: ModelSource, options: ProfileOptions, *, extrapolate:
             hint="Trace it whole (drop --extrapolate); catalog models and HF configs support extrapolation.",
         )
     if not extrapolate or source.num_layers <= SHALLOW_LAYERS[1]:  # type: ignore[operator]
-        return trace_with_phases(source, options)[0]
-    return extrapolated(source, options)
+        return trace_with_phases(source, options, count_flops=count_flops)[0]
+    return extrapolated(source, options, count_flops=count_flops)
 
 
-def extrapolated(source: ModelSource, options: ProfileOptions) -> ModelProfile:
+def extrapolated(source: ModelSource, options: ProfileOptions, *, count_flops: bool = True) -> ModelProfile:
     """Profile at the source's full depth from traces at :data:`SHALLOW_LAYERS` blocks."""
     assert source.with_num_layers is not None and source.num_layers is not None  # checked by the caller
     started = time.perf_counter()
     l1, l2 = SHALLOW_LAYERS
     target = source.num_layers
-    p1, phases1 = trace_with_phases(source.with_num_layers(l1), options)
-    p2, phases2 = trace_with_phases(source.with_num_layers(l2), options)
+    p1, phases1 = trace_with_phases(source.with_num_layers(l1), options, count_flops=count_flops)
+    p2, phases2 = trace_with_phases(source.with_num_layers(l2), options, count_flops=count_flops)
 
     def lin(a: int, b: int) -> int:
         # Exact integer arithmetic: the per-block increment (b - a) / (l2 - l1) is a whole number of bytes.

@@ -67,9 +67,7 @@ class StepTrace:
 
     def flops_per_sample(self) -> int:
         """Forward + backward FLOPs of one sample (recomputation included under checkpointing)."""
-        return (self.at_2.forward_flops + self.at_2.backward_flops) - (
-            self.at_1.forward_flops + self.at_1.backward_flops
-        ) or (self.at_1.forward_flops + self.at_1.backward_flops)
+        return self.at_1.forward_flops + self.at_1.backward_flops
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -183,7 +181,8 @@ def build_workload(
         if key not in cache:
             opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
                                   activation_checkpointing=ckpt, target=target)
-            cache[key] = profile_source(source, opts)
+            # FLOPs are exactly proportional to the micro-batch; count them at micro-batch 1 only.
+            cache[key] = profile_source(source, opts, count_flops=batch == 1)
         return cache[key]
 
     base = prof(precision, False, 1)

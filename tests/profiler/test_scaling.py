@@ -1,4 +1,4 @@
-"""Extrapolating from 3- and 4-block traces equals tracing every block."""
+"""Extrapolating from 2- and 3-block traces equals tracing every block."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_extrapolated_profile_equals_full_trace(options, layers):
     opts = ProfileOptions(batch_size=2, target="cpu", **options)
     full = trace(source, opts)
     fast = profile_source(source, opts, extrapolate=True)
-    assert fast.extrapolated_from_layers == (3, 4)
+    assert fast.extrapolated_from_layers == (2, 3)
     assert fast.peak_bytes == full.peak_bytes
     assert fast.peak_breakdown == full.peak_breakdown
     assert fast.peak_phase == full.peak_phase
@@ -38,7 +38,7 @@ def test_extrapolated_profile_equals_full_trace(options, layers):
 def test_extrapolation_is_automatic_only_for_deep_sources():
     opts = ProfileOptions(batch_size=1, target="cpu", precision="32-true")
     assert profile_source(models.gpt_source(4), opts).extrapolated_from_layers is None
-    assert profile_source(models.gpt_source(12), opts).extrapolated_from_layers == (3, 4)
+    assert profile_source(models.gpt_source(12), opts).extrapolated_from_layers == (2, 3)
 
 
 def test_forcing_extrapolation_on_a_source_that_cannot_change_depth_is_an_error():

@@ -1,0 +1,99 @@
+"""``autoshard recommend MODEL``: which strategy to train with, every candidate's numbers, and why."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from autoshard.cli._format import gib, print_json
+from autoshard.profiler.options import OPTIMIZERS, Precision
+
+NAME = "recommend"
+HELP = "Recommend DDP, FSDP or a DeepSpeed ZeRO stage for a model on your (or a profiled) machine."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``recommend`` flags."""
+    from autoshard.hardware.arguments import add_hardware_arguments
+
+    parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
+    parser.add_argument("--batch-size", type=int, default=None, help="micro-batch per device (default: largest that fits)")
+    parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
+    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    parser.add_argument("--precision", default=Precision.BF16_MIXED.value,
+                        help=f"one of {', '.join(p.value for p in Precision)} (default bf16-mixed)")
+    parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
+    parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",
+                        help="pretrain: throughput, least communication; finetune: memory headroom")
+    parser.add_argument("--strategies", nargs="+", metavar="NAME", help="consider only these strategies")
+    parser.add_argument("--safety-margin", type=float, default=0.10,
+                        help="fraction of device memory kept free (default 0.10)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output (docs/recommend.md)")
+    parser.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of per-strategy memory")
+    add_hardware_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``autoshard recommend``."""
+    from autoshard.api import recommend
+    from autoshard.hardware.arguments import hardware_from_args
+
+    hardware = hardware_from_args(args)
+    plan = recommend(
+        args.model, hardware=hardware, batch_size=args.batch_size, global_batch_size=args.global_batch_size,
+        seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
+        strategies=args.strategies, safety_margin=args.safety_margin,
+    )
+    if args.plot is not None:
+        from autoshard.cli._plot import plot_memory
+
+        plot_memory(plan, args.plot)
+    if args.json:
+        print_json(plan.to_dict())
+        return 0
+    _print(plan)
+    if args.plot is not None:
+        print(f"Wrote {args.plot}")
+    return 0
+
+
+def _print(plan) -> None:  # type: ignore[no-untyped-def]
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    hw = plan.hardware
+    device = hw.gpu.display_name if hw.gpu is not None else "CPU process"
+    w = plan.workload
+    console.print(f"[bold]{w.model}[/bold] — {w.parameter_count / 1e9:.2f}B parameters, {w.precision.value}, "
+                  f"{w.optimizer}" + (f", seq {w.seq_len}" if w.seq_len else "")
+                  + f" on {hw.nodes} × {hw.processes_per_node} × {device} ({plan.request.goal})")
+    table = Table(title_justify="left")
+    for col in ("strategy", "ckpt", "fits", "micro", "GPU/device", "CPU/node", "NVMe/node", "max micro",
+                "step s", "samples/s", "tokens/s"):
+        table.add_column(col, justify="left" if col in ("strategy", "fits") else "right")
+    for e in plan.candidates:
+        m, c = e.memory, e.cost
+        table.add_row(
+            ("[bold green]" + e.strategy + "[/]") if e is plan.recommended else e.strategy,
+            "yes" if e.candidate.activation_checkpointing else "",
+            "yes" if e.fits else "[red]no[/]",
+            str(e.candidate.micro_batch_size) + (f"×{e.gradient_accumulation}" if e.gradient_accumulation > 1 else ""),
+            gib(m.gpu.total) if m else "—",
+            gib(m.cpu_bytes_per_node) if m and m.cpu_bytes_per_node else "",
+            gib(m.nvme_bytes_per_node) if m and m.nvme_bytes_per_node else "",
+            str(e.max_micro_batch_size),
+            f"{c.step_time_s:.3f}" if c else "—",
+            f"{c.samples_per_s:.1f}" if c else "—",
+            f"{c.tokens_per_s:,.0f}" if c and c.tokens_per_s else "",
+        )
+    console.print(table)
+    console.print("[bold]Recommendation:[/bold] " + plan.explanation[0])
+    for line in plan.explanation[1:]:
+        console.print("  • " + line)
+    rejected = [e for e in plan.candidates if not e.fits]
+    if rejected:
+        console.print("[bold]Rejected:[/bold]")
+        for e in rejected:
+            tag = e.strategy + (" + checkpointing" if e.candidate.activation_checkpointing else "")
+            console.print(f"  • {tag}: {e.reasons[0] if e.reasons else 'does not fit'}")

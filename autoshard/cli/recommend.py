@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from autoshard.cli._format import gib, print_json
+from autoshard.cli._format import count, gib, print_json
 from autoshard.profiler.options import OPTIMIZERS, Precision
 
 NAME = "recommend"
@@ -62,16 +62,18 @@ def _print(plan) -> None:  # type: ignore[no-untyped-def]
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # piped output: do not squeeze the table into 80 columns
     hw = plan.hardware
     device = hw.gpu.display_name if hw.gpu is not None else "CPU process"
     w = plan.workload
-    console.print(f"[bold]{w.model}[/bold] — {w.parameter_count / 1e9:.2f}B parameters, {w.precision.value}, "
+    console.print(f"[bold]{w.model}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}, "
                   f"{w.optimizer}" + (f", seq {w.seq_len}" if w.seq_len else "")
                   + f" on {hw.nodes} × {hw.processes_per_node} × {device} ({plan.request.goal})")
-    table = Table(title_justify="left")
+    table = Table(title_justify="left", pad_edge=False)
     for col in ("strategy", "ckpt", "fits", "micro", "GPU/device", "CPU/node", "NVMe/node", "max micro",
                 "step s", "samples/s", "tokens/s"):
-        table.add_column(col, justify="left" if col in ("strategy", "fits") else "right")
+        table.add_column(col, justify="left" if col in ("strategy", "fits") else "right", no_wrap=True)
     for e in plan.candidates:
         m, c = e.memory, e.cost
         table.add_row(

@@ -68,6 +68,10 @@ class Rule:
     says: Callable[[Context, Evaluation], str]
 
 
+def _count(n: int) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e5 else str(n)
+
+
 def _gb(x: float) -> str:
     return f"{x / 1e9:.0f} GB/s"
 
@@ -89,7 +93,7 @@ RULES: tuple[Rule, ...] = (
         and ctx.workload.parameter_count < SMALL_MODEL_PARAMETERS
         and ctx.hardware.world_size > 1,
         factor=1.15,
-        says=lambda ctx, e: f"The model has {ctx.workload.parameter_count / 1e6:.0f}M parameters and its states fit "
+        says=lambda ctx, e: f"The model has {_count(ctx.workload.parameter_count)} parameters and its states fit "
         "on every GPU: plain DDP avoids the gathers sharding adds (sharding pays from roughly 500M parameters).",
     ),
     Rule(

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 
 from autoshard.models.source import ModelSource
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfile
-from autoshard.profiler.trace import trace_with_phases
+from autoshard.profiler.timeline import Timeline
+from autoshard.profiler.trace import trace_timeline, trace_with_phases
 from autoshard.profiler.tracker import Category, PeakSnapshot
 
 SHALLOW_LAYERS = (2, 3)
@@ -28,6 +30,36 @@ shared position bias there); from two blocks on, each added block is an interior
 
 AUTO_MIN_LAYERS = 12
 """Extrapolate automatically from this many blocks up: below it a full trace is as fast."""
+
+
+@dataclass(frozen=True, slots=True)
+class DepthTimelines:
+    """The timelines a profile was made from: one full-depth trace, or the shallow traces it extrapolates."""
+
+    depths: tuple[int, ...]
+    """Block counts traced: ``(L,)`` for a full trace (``L`` may be 0 when unknown), or :data:`SHALLOW_LAYERS`."""
+    timelines: tuple[Timeline, ...]
+    target: int
+    """The real block count (equal to ``depths[0]`` for a full trace)."""
+
+    def extrapolate(self, values: list[dict[str, int]]) -> dict[str, int]:
+        """Combine one value per traced depth into the value at :attr:`target` (linear in the block count)."""
+        if len(values) == 1:
+            return values[0]
+        (l1, l2), (a, b) = self.depths, values
+        return {k: a[k] + (b[k] - a[k]) * (self.target - l1) // (l2 - l1) for k in a if k in b}
+
+
+def profile_with_timelines(
+    source: ModelSource, options: ProfileOptions, *, extrapolate: bool | None = None, count_flops: bool = True
+) -> tuple[ModelProfile, DepthTimelines]:
+    """:func:`profile_source`, also returning the memory timelines it was made from."""
+    if _should_extrapolate(source, extrapolate):
+        return _extrapolated(source, options, count_flops=count_flops, record=True)  # type: ignore[return-value]
+    profile, _, timeline = trace_timeline(source, options, count_flops=count_flops, record=True)
+    depth = source.num_layers or 0
+    assert timeline is not None
+    return profile, DepthTimelines(depths=(depth,), timelines=(timeline,), target=depth)
 
 
 def profile_source(
@@ -43,6 +75,12 @@ def profile_source(
             fewer blocks and has at least :data:`AUTO_MIN_LAYERS`.
         count_flops: count FLOPs (skip when only memory is needed; the FLOP fields are then 0).
     """
+    if _should_extrapolate(source, extrapolate):
+        return _extrapolated(source, options, count_flops=count_flops, record=False)[0]
+    return trace_with_phases(source, options, count_flops=count_flops)[0]
+
+
+def _should_extrapolate(source: ModelSource, extrapolate: bool | None) -> bool:
     can = source.with_num_layers is not None and source.num_layers is not None
     if extrapolate is None:
         extrapolate = can and source.num_layers >= AUTO_MIN_LAYERS  # type: ignore[operator]
@@ -53,19 +91,23 @@ def profile_source(
             f"{source.name} cannot be rebuilt with fewer blocks, so it cannot be extrapolated.",
             hint="Trace it whole (drop --extrapolate); catalog models and HF configs support extrapolation.",
         )
-    if not extrapolate or source.num_layers <= SHALLOW_LAYERS[1]:  # type: ignore[operator]
-        return trace_with_phases(source, options, count_flops=count_flops)[0]
-    return extrapolated(source, options, count_flops=count_flops)
+    return bool(extrapolate) and source.num_layers > SHALLOW_LAYERS[1]  # type: ignore[operator]
 
 
 def extrapolated(source: ModelSource, options: ProfileOptions, *, count_flops: bool = True) -> ModelProfile:
     """Profile at the source's full depth from traces at :data:`SHALLOW_LAYERS` blocks."""
+    return _extrapolated(source, options, count_flops=count_flops, record=False)[0]
+
+
+def _extrapolated(
+    source: ModelSource, options: ProfileOptions, *, count_flops: bool, record: bool
+) -> tuple[ModelProfile, DepthTimelines | None]:
     assert source.with_num_layers is not None and source.num_layers is not None  # checked by the caller
     started = time.perf_counter()
     l1, l2 = SHALLOW_LAYERS
     target = source.num_layers
-    p1, phases1 = trace_with_phases(source.with_num_layers(l1), options, count_flops=count_flops)
-    p2, phases2 = trace_with_phases(source.with_num_layers(l2), options, count_flops=count_flops)
+    p1, phases1, t1 = trace_timeline(source.with_num_layers(l1), options, count_flops=count_flops, record=record)
+    p2, phases2, t2 = trace_timeline(source.with_num_layers(l2), options, count_flops=count_flops, record=record)
 
     def lin(a: int, b: int) -> int:
         # Exact integer arithmetic: the per-block increment (b - a) / (l2 - l1) is a whole number of bytes.
@@ -86,7 +128,10 @@ def extrapolated(source: ModelSource, options: ProfileOptions, *, count_flops: b
     assert best is not None
     in_allocator = sum(o.bytes for o in p2.overheads if o.in_allocator)
     blocks = _blocks(p2, target)
-    return dataclasses.replace(
+    timelines = None
+    if t1 is not None and t2 is not None:
+        timelines = DepthTimelines(depths=(l1, l2), timelines=(t1, t2), target=target)
+    profile = dataclasses.replace(
         p2,
         model=source.name,
         parameter_count=lin(p1.parameter_count, p2.parameter_count),
@@ -107,6 +152,7 @@ def extrapolated(source: ModelSource, options: ProfileOptions, *, count_flops: b
         extrapolated_from_layers=(l1, l2),
         trace_seconds=time.perf_counter() - started,
     )
+    return profile, timelines
 
 
 def _blocks(shallow: ModelProfile, target: int) -> tuple[BlockProfile, ...]:

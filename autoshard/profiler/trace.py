@@ -26,10 +26,12 @@ from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
 from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfile
+from autoshard.profiler.timeline import Timeline
 from autoshard.profiler.tracker import Category, MemoryTracker, PeakSnapshot
 
 STEPS = 2
-"""Optimizer steps traced: the first creates the optimizer state, the second is the steady state."""
+"""Optimizer steps traced: the first creates the optimizer state (and is where FLOPs are counted), the second is
+the steady state whose memory is reported."""
 
 
 @dataclass(slots=True)
@@ -53,6 +55,15 @@ def trace(source: ModelSource, options: ProfileOptions, *, fake: bool = True) ->
 def trace_with_phases(
     source: ModelSource, options: ProfileOptions, *, fake: bool = True, count_flops: bool = True
 ) -> tuple[ModelProfile, dict[str, PeakSnapshot]]:
+    """:func:`trace_timeline` without the timeline."""
+    profile, phases, _ = trace_timeline(source, options, fake=fake, count_flops=count_flops, record=False)
+    return profile, phases
+
+
+def trace_timeline(
+    source: ModelSource, options: ProfileOptions, *, fake: bool = True, count_flops: bool = True,
+    record: bool = True,
+) -> tuple[ModelProfile, dict[str, PeakSnapshot], Timeline | None]:
     """Trace :data:`STEPS` training steps of ``source`` and return its profile.
 
     Args:
@@ -61,8 +72,11 @@ def trace_with_phases(
         fake: trace under ``FakeTensorMode`` (no allocation). ``False`` runs real CPU tensors.
         count_flops: count FLOPs (about a third of the trace time); when ``False`` the FLOP fields are 0.
 
+        record: record the memory timeline (:mod:`autoshard.profiler.timeline`).
+
     Returns:
-        The profile for one device holding the whole model, and the highest point of each phase.
+        The profile for one device holding the whole model, the highest point of each phase, and the
+        timeline when ``record``.
 
     Raises:
         ProfileError: an operation cannot be traced under fake tensors.
@@ -83,7 +97,8 @@ def trace_with_phases(
         if options.precision is Precision.BF16_TRUE:
             batch = tree_map(_to_bf16_if_float, batch)
         optimizer = _make_optimizer(source, options, model)
-        tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None)
+        tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None,
+                                record_events=record)
         with _gc_paused():
             facts = _run_steps(source, options, model, batch, optimizer, tracker, blocks, count_flops)
     params = _unique_storages(p for p in model.parameters())
@@ -125,7 +140,7 @@ def trace_with_phases(
         torch_version=torch.__version__,
         autoshard_version=autoshard.__version__,
     )
-    return profile, dict(tracker.phase_peaks)
+    return profile, dict(tracker.phase_peaks), Timeline.from_events(tracker.events) if record else None
 
 
 def _phase_peaks(snapshots: dict[str, PeakSnapshot]) -> tuple[tuple[str, MemoryBreakdown], ...]:
@@ -205,6 +220,9 @@ def _run_steps(
         with tracker, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             for step in range(STEPS):
                 tracker.step = step
+                # The first step creates the optimizer state and counts FLOPs (whose module tracking keeps
+                # some tensors alive longer); memory is measured on the steady-state steps after it.
+                tracker.measuring = step > 0
                 for micro in range(accumulation):
                     count = count_flops and step == 0 and micro == 0
                     flops_total = FlopCounterMode(display=False) if count else None

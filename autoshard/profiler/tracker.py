@@ -72,8 +72,12 @@ class MemoryTracker(TorchDispatchMode):
             the CUDA caching allocator's rounding for a GPU).
     """
 
-    def __init__(self, round_bytes: Callable[[int], int] | None = None) -> None:
+    def __init__(self, round_bytes: Callable[[int], int] | None = None, *, record_events: bool = False) -> None:
         super().__init__()
+        self.record_events = record_events
+        self.events: list[tuple[str, tuple[int, ...]]] = []
+        """With ``record_events``: after every allocation and re-classification, the phase and the per-category
+        totals (in :class:`Category` order). Used to find the peak at other micro-batches exactly."""
         self._round = round_bytes or (lambda n: n)
         self._live: dict[int, _Entry] = {}
         self._refs: dict[int, weakref.ref[Any]] = {}
@@ -88,6 +92,8 @@ class MemoryTracker(TorchDispatchMode):
         self.saved_by_scope: dict[str, int] = {}
         """Bytes newly classified as activations while each scope (block name) was innermost."""
         self.scope: str | None = None
+        self.measuring = True
+        """Peaks and events are only taken while set (the tracer clears it for the warm-up step)."""
         self.stand_in_scalars = False
         """When set, reading a fake tensor's value (``.item()``) returns a stand-in instead of failing."""
 
@@ -113,6 +119,8 @@ class MemoryTracker(TorchDispatchMode):
             self.totals[entry.category] -= entry.nbytes
             self.totals[category] += entry.nbytes
             entry.category = category
+            if self.record_events and self.measuring:
+                self._record()
 
     def track_all(self, tensors: Iterable[torch.Tensor], category: Category) -> None:
         """:meth:`track` each tensor."""
@@ -132,7 +140,14 @@ class MemoryTracker(TorchDispatchMode):
             self.totals[entry.category] -= entry.nbytes
             self.total_bytes -= entry.nbytes
 
+    def _record(self) -> None:
+        self.events.append((self.phase, tuple(self.totals[c] for c in Category)))
+
     def _maybe_peak(self) -> None:
+        if not self.measuring:
+            return
+        if self.record_events:
+            self._record()
         phase_peak = self.phase_peaks.get(self.phase)
         if phase_peak is None or self._higher(phase_peak):
             snapshot = PeakSnapshot(self.total_bytes, dict(self.totals), self.phase, self._module_name(), self.step)

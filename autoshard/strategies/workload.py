@@ -1,8 +1,8 @@
 """What every strategy's model needs to know about the model and its step: :class:`Workload`.
 
-A workload is built from profiles of the real step (``autoshard.profiler``): per-phase memory breakdowns at
-micro-batch 1 and 2 — everything a step holds is an affine function of the micro-batch, so two points give
-every batch size — for each compute mode the strategies use and with and without activation checkpointing,
+A workload is built from profiles of the real step (``autoshard.profiler``) at micro-batches 1, 2 and 3 — the
+memory timelines at 2 and 3 give the exact peak of every phase at any larger micro-batch
+(:mod:`autoshard.profiler.timeline`) — for each compute mode the strategies use and with and without activation checkpointing,
 plus the parameter layout (tensor sizes, the repeated block's size) that sharding rules need.
 
 Compute modes:
@@ -21,6 +21,8 @@ from typing import Any
 from autoshard.models.source import ModelSource
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
+from autoshard.profiler.scaling import DepthTimelines
+from autoshard.profiler.timeline import non_state_peaks, phase_peaks
 
 MODES = ("amp", "half")
 STEP_PHASES = ("forward", "loss", "backward", "optimizer", "zero_grad")
@@ -42,28 +44,67 @@ def _affine(a: MemoryBreakdown, b: MemoryBreakdown, x: int) -> MemoryBreakdown:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StepTrace:
-    """Profiles at micro-batch 1 and 2 for one compute mode and checkpointing choice."""
+    """Profiles at micro-batch 1 and 2, and timelines at 2 and 3, for one compute mode and checkpointing."""
 
     mode: str
     checkpointing: bool
     precision: Precision
     """The precision actually traced for this mode."""
     at_1: ModelProfile
+    """The profile at micro-batch 1 (with FLOPs)."""
     at_2: ModelProfile
+    """The profile at micro-batch 2."""
+    timelines_2: DepthTimelines | None = None
+    """Timelines at micro-batch 2 and 3. Micro-batch 1 is not used as a base point: some ops allocate nothing
+    there (``contiguous()`` of a transpose whose batch dimension is 1 is already contiguous), so its timeline
+    need not line up with larger batches."""
+    timelines_3: DepthTimelines | None = None
+
+    def _exact(self) -> bool:
+        t1, t2 = self.timelines_2, self.timelines_3
+        return (
+            t1 is not None and t2 is not None and t1.depths == t2.depths
+            and all(a.aligned_with(b) for a, b in zip(t1.timelines, t2.timelines, strict=True))
+        )
 
     def phases(self, micro_batch: int) -> dict[str, MemoryBreakdown]:
-        """Per-phase peak breakdowns at ``micro_batch`` (exact for steps affine in the batch)."""
-        one, two = dict(self.at_1.phase_peaks), dict(self.at_2.phase_peaks)
-        return {p: _affine(one[p], two[p], micro_batch) for p in one if p in two}
+        """Per-phase peak breakdowns at ``micro_batch``.
+
+        Exact: micro-batch 1 from its own trace, larger ones from the timelines at micro-batch 2 and 3 when
+        they line up event by event; otherwise each phase's peak is extrapolated on its own (see :func:`_affine`).
+        """
+        if micro_batch == 1:
+            return dict(self.at_1.phase_peaks)
+        if not self._exact():
+            one, two = dict(self.at_1.phase_peaks), dict(self.at_2.phase_peaks)
+            return {p: _affine(one[p], two[p], micro_batch) for p in one if p in two}
+        t1, t2 = self.timelines_2, self.timelines_3
+        assert t1 is not None and t2 is not None
+        # Timelines are at micro-batch 2 and 3: the value at b is v2 + (v3 - v2)(b - 2).
+        x = micro_batch - 1
+        per_depth = [phase_peaks(a, b, x) for a, b in zip(t1.timelines, t2.timelines, strict=True)]
+        out = {}
+        for phase in per_depth[0]:
+            values = t1.extrapolate([d[phase].to_dict() for d in per_depth])
+            values.pop("total", None)
+            out[phase] = MemoryBreakdown(**values)
+        return out
 
     def activation_bytes(self, phase: str, micro_batch: int) -> int:
-        """Bytes at ``phase``'s peak that do not belong to model states: saved activations, temporaries, inputs.
+        """The highest activations + temporaries + inputs of ``phase`` at ``micro_batch`` — the bytes that are
+        not model states, wherever in the phase they peak.
 
         In the optimizer phase this is the optimizer's scratch (e.g. foreach temporaries) for the unsharded
         model; strategies that shard the optimizer scale it themselves.
         """
-        b = self.phases(micro_batch)[phase]
-        return b.activations + b.temporaries + b.inputs
+        if micro_batch == 1 or not self._exact():
+            b = self.phases(micro_batch)[phase]
+            return b.activations + b.temporaries + b.inputs
+        t1, t2 = self.timelines_2, self.timelines_3
+        assert t1 is not None and t2 is not None
+        x = micro_batch - 1
+        per_depth = [non_state_peaks(a, b, x) for a, b in zip(t1.timelines, t2.timelines, strict=True)]
+        return t1.extrapolate(per_depth)[phase]
 
     def flops_per_sample(self) -> int:
         """Forward + backward FLOPs of one sample (recomputation included under checkpointing)."""
@@ -156,7 +197,7 @@ def build_workload(
     checkpointing: tuple[bool, ...] = (False, True),
     target: str = "cuda",
 ) -> Workload:
-    """Trace what the strategies need: for each mode and checkpointing choice, micro-batches 1 and 2.
+    """Trace what the strategies need: for each mode and checkpointing choice, micro-batches 1, 2 and 3.
 
     Args:
         source: the model source.
@@ -170,28 +211,29 @@ def build_workload(
 
     from autoshard.profiler.blocks import find_repeated_blocks
     from autoshard.profiler.options import parse_precision
-    from autoshard.profiler.scaling import profile_source
+    from autoshard.profiler.scaling import profile_with_timelines
 
     precision = parse_precision(precision)
     modes = {"amp": precision, "half": half_precision(precision)}
-    cache: dict[tuple[Precision, bool, int], ModelProfile] = {}
+    cache: dict[tuple[Precision, bool, int], tuple[ModelProfile, DepthTimelines]] = {}
 
-    def prof(p: Precision, ckpt: bool, batch: int) -> ModelProfile:
+    def traced(p: Precision, ckpt: bool, batch: int) -> tuple[ModelProfile, DepthTimelines]:
         key = (p, ckpt, batch)
         if key not in cache:
             opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
                                   activation_checkpointing=ckpt, target=target)
             # FLOPs are exactly proportional to the micro-batch; count them at micro-batch 1 only.
-            cache[key] = profile_source(source, opts, count_flops=batch == 1)
+            cache[key] = profile_with_timelines(source, opts, count_flops=batch == 1)
         return cache[key]
 
-    base = prof(precision, False, 1)
+    def step_trace(mode: str, p: Precision, ckpt: bool) -> StepTrace:
+        (one, _), (two, t2), (_, t3) = traced(p, ckpt, 1), traced(p, ckpt, 2), traced(p, ckpt, 3)
+        return StepTrace(mode=mode, checkpointing=ckpt, precision=p, at_1=one, at_2=two, timelines_2=t2,
+                         timelines_3=t3)
+
+    base = traced(precision, False, 1)[0]
     choices = [c for c in checkpointing if not c or base.block_class is not None]
-    traces = tuple(
-        StepTrace(mode=mode, checkpointing=ckpt, precision=p, at_1=prof(p, ckpt, 1), at_2=prof(p, ckpt, 2))
-        for mode, p in modes.items()
-        for ckpt in choices
-    )
+    traces = tuple(step_trace(mode, p, ckpt) for mode, p in modes.items() for ckpt in choices)
     # Parameter layout from a meta build (no allocation), unique tensors only.
     with torch.device("meta"):
         module = source.build()

@@ -232,7 +232,7 @@ def _run_steps(
                         tracker.saved_by_scope.clear()
                         with flops_fwd or contextlib.nullcontext():
                             loss = _forward(model, batch, loss_fn, source, options, semantics, tracker)
-                        if count:
+                        if step == 0 and micro == 0:
                             facts.block_activation_bytes = dict(tracker.saved_by_scope)
                         if accumulation > 1:
                             loss = loss / accumulation

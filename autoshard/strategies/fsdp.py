@@ -1,0 +1,266 @@
+"""PyTorch FSDP2 (``torch.distributed.fsdp.fully_shard``): parameters, gradients and optimizer state sharded.
+
+Registered under Lightning's names: ``fsdp`` (full shard, ``reshard_after_forward=True``), ``fsdp_shard_grad_op``
+(``reshard_after_forward=False``), ``fsdp_hybrid`` (shard within a node, replicate across nodes: a 2-D mesh)
+and ``fsdp_cpu_offload`` (``CPUOffloadPolicy``: sharded parameters, gradients and optimizer state in host RAM;
+FSDP cannot offload to NVMe).
+
+The wrapping the hand-off applies: ``fully_shard`` on each repeated block (or ``blocks_per_unit`` consecutive
+ones, as one group) and then on the root, which takes every remaining parameter; the root keeps the default
+``reshard_after_forward=None`` (never resharded after forward, ``FSDPState._lazy_init``). Mixed precisions use
+``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` and no autocast, so activations come from the
+profile's ``half`` trace; ``32-true`` runs without a policy.
+
+Memory: :mod:`autoshard.strategies.fsdp_memory`; time: :mod:`autoshard.strategies.fsdp_cost`;
+rules, sources and measurements: ``docs/strategies/fsdp.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoshard.errors import UsageError
+from autoshard.hardware.specs import HardwareSpec
+from autoshard.profiler.options import Precision
+from autoshard.strategies import costs
+from autoshard.strategies.base import Candidate, CostEstimate, GpuMemory, Knob, MemoryEstimate, Strategy
+from autoshard.strategies.fsdp_cost import CPU_PLACEHOLDER_FLOPS_PER_S, communication, cpu_offload
+from autoshard.strategies.fsdp_memory import (
+    Layout,
+    Moment,
+    StepActivations,
+    Units,
+    cpu_offload_bytes_per_rank,
+    step_moments,
+    wrapping_units,
+)
+from autoshard.strategies.registry import register
+from autoshard.strategies.workload import StepTrace, Workload, compute_dtype
+
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2}
+
+
+@register("fsdp", description="FSDP2 full shard: parameters, gradients and optimizer state split across all ranks.",
+          reshard_after_forward=True)
+@register("fsdp_shard_grad_op", description="FSDP2 keeping unsharded parameters from forward to backward "
+          "(reshard_after_forward=False): fewer all-gathers, more memory.", reshard_after_forward=False)
+@register("fsdp_hybrid", description="FSDP2 hybrid: shard within each node, replicate across nodes (2-D mesh).",
+          reshard_after_forward=True, hybrid=True)
+@register("fsdp_cpu_offload", description="FSDP2 with CPUOffloadPolicy: sharded parameters, gradients and "
+          "optimizer state in host RAM, AdamW on the CPU.", reshard_after_forward=True, offload=True)
+class FSDPStrategy(Strategy):
+    """FSDP2 with one of the presets above.
+
+    Args:
+        reshard_after_forward: the blocks' default ``reshard_after_forward``.
+        hybrid: a ``(nodes, ranks per node)`` mesh, sharding on the second dimension.
+        offload: ``CPUOffloadPolicy``.
+    """
+
+    family = "fsdp"
+
+    def __init__(self, *, reshard_after_forward: bool = True, hybrid: bool = False, offload: bool = False) -> None:
+        self.reshard_after_forward = reshard_after_forward
+        self.hybrid = hybrid
+        self.offload = offload
+
+    # -- settings ---------------------------------------------------------------------------------------------
+    def unsupported(self, hardware: HardwareSpec) -> str | None:
+        """Hybrid sharding needs two nodes; CPU offload needs a GPU to offload from."""
+        if self.hybrid and hardware.nodes < 2:
+            return ("hybrid sharding replicates across nodes, and this hardware has one node: use fsdp, which "
+                    "shards across all its ranks.")
+        if self.offload and hardware.gpu is None:
+            return "CPU offload moves GPU memory to the host; without a GPU the parameters are on the host already."
+        return None
+
+    def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:
+        """``reshard_after_forward`` (with the partial sizes the shard group allows), prefetch depths, the
+        reduce dtype, blocks per unit and, for offload, pinned memory."""
+        n = self._shard_size(hardware)
+        partial = tuple(m for m in range(2, n) if n % m == 0 and m == hardware.processes_per_node)
+        knobs = [
+            Knob(name="reshard_after_forward", default=self.reshard_after_forward, kind="choice",
+                 choices=(True, False, *partial),
+                 description="Free blocks' unsharded parameters after forward (True), keep them (False), or keep "
+                             "a shard over this many ranks (int: the backward all-gather stays in the node)."),
+            Knob(name="forward_prefetch", default=0, kind="int", low=0, high=2,
+                 description="Blocks all-gathered ahead in forward (set_modules_to_forward_prefetch)."),
+            Knob(name="backward_prefetch", default=1, kind="int", low=1, high=2,
+                 description="Blocks all-gathered ahead in backward (1 is FSDP2's implicit prefetch)."),
+            Knob(name="reduce_dtype", default="fp32", kind="choice", choices=("fp32", "bf16"),
+                 description="MixedPrecisionPolicy.reduce_dtype: the gradient reduce-scatter's dtype."),
+            Knob(name="blocks_per_unit", default=1, kind="int", low=1, high=4,
+                 description="Consecutive blocks wrapped as one fully_shard group: fewer, larger collectives."),
+            Knob(name="foreach", default=False, kind="bool",
+                 description="Optimizer foreach=True on the DTensor shards (torch's default for FSDP2 parameters "
+                             "is the per-tensor loop): faster, one extra shard-sized list of temporaries."),
+        ]
+        if self.offload:
+            knobs.append(Knob(name="pin_memory", default=True, kind="bool",
+                              description="CPUOffloadPolicy.pin_memory: pinned host copies that overlap compute."))
+        return tuple(knobs)
+
+    def layout(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> tuple[Layout, dict[str, Any]]:
+        """The candidate's settings as a :class:`~autoshard.strategies.fsdp_memory.Layout`.
+
+        Raises:
+            UsageError: an unknown setting or a value out of range.
+        """
+        values = self.settings(hardware, candidate)
+        n = self._shard_size(hardware)
+        raf = values["reshard_after_forward"]
+        if not isinstance(raf, bool):
+            if not isinstance(raf, int) or not 1 < raf < n or n % raf:
+                raise UsageError(f"{self.name}: reshard_after_forward must be True, False or a divisor of the "
+                                 f"shard group size {n} between 2 and {n - 1}, but got {raf!r}.")
+        for name, low in (("forward_prefetch", 0), ("backward_prefetch", 1), ("blocks_per_unit", 1)):
+            v = values[name]
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise UsageError(f"{self.name}: {name} must be a whole number >= {low}, but got {v!r}.")
+        if values["reduce_dtype"] not in _DTYPE_BYTES:
+            raise UsageError(f"{self.name}: reduce_dtype must be 'fp32' or 'bf16', but got {values['reduce_dtype']!r}.")
+        precision = workload.precision
+        orig = 2 if precision is Precision.BF16_TRUE else 4
+        gather = 4 if precision is Precision.FP32 else 2
+        reduce = _DTYPE_BYTES[values["reduce_dtype"]]
+        if precision is Precision.BF16_TRUE and "reduce_dtype" not in candidate.settings:
+            reduce = 2  # bf16-true trains without a policy: gradients reduce in their own dtype
+        return Layout(
+            shard_size=n, hybrid=self.hybrid, reshard_after_forward=raf, offload=self.offload,
+            orig_bytes=orig, gather_bytes=gather, reduce_bytes=reduce,
+            forward_prefetch=values["forward_prefetch"], backward_prefetch=values["backward_prefetch"],
+            round_bytes=_rounding(workload), optimizer=workload.optimizer, foreach=bool(values["foreach"]),
+        ), values
+
+    def _shard_size(self, hardware: HardwareSpec) -> int:
+        return hardware.processes_per_node if self.hybrid else hardware.world_size
+
+    # -- memory -----------------------------------------------------------------------------------------------
+    def moments(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> list[Moment]:
+        """Every moment of the step where this candidate's per-rank memory can peak (see ``fsdp_memory``)."""
+        layout, units, acts = self._model(workload, hardware, candidate)
+        return step_moments(units, layout, acts, workload.optimizer_state_bytes_per_parameter, workload.buffer_bytes)
+
+    def memory(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> MemoryEstimate:
+        """Per-rank peak over FSDP2's moments (:meth:`moments`) plus host RAM for offload."""
+        layout, units, acts = self._model(workload, hardware, candidate)
+        moments = step_moments(units, layout, acts, workload.optimizer_state_bytes_per_parameter,
+                               workload.buffer_bytes)
+        peak = max(moments, key=lambda m: m.total)
+        overhead = workload.cuda_overhead_bytes if workload.target == "cuda" else 0
+        cpu = 0
+        if self.offload:
+            cpu = hardware.processes_per_node * cpu_offload_bytes_per_rank(
+                units, layout, acts, workload.optimizer_state_bytes_per_parameter)
+        return MemoryEstimate(
+            gpu=GpuMemory(parameters=peak.parameters, gradients=peak.gradients, optimizer=peak.optimizer,
+                          activations=peak.activations, buffers=peak.buffers, overhead=overhead),
+            peak_phase=peak.phase, cpu_bytes_per_node=cpu,
+            notes=tuple(_memory_notes(layout, units, peak.where, overhead)),
+        )
+
+    def _model(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate
+               ) -> tuple[Layout, Units, StepActivations]:
+        layout, values = self.layout(workload, hardware, candidate)
+        units = wrapping_units(workload, values["blocks_per_unit"])
+        ckpt = candidate.activation_checkpointing
+        acts = StepActivations.from_traces(
+            workload.trace("half", ckpt), workload.trace("amp", ckpt), _micro_batch(candidate), units,
+            values["blocks_per_unit"], unchecked=_unchecked(workload) if ckpt else None)
+        return layout, units, acts
+
+    # -- cost -------------------------------------------------------------------------------------------------
+    def cost(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> CostEstimate:
+        """Compute at MFU, per-unit collectives with one-unit-ahead overlap, and CPU offload's work."""
+        layout, values = self.layout(workload, hardware, candidate)
+        b = _micro_batch(candidate)
+        trace = workload.trace("half", candidate.activation_checkpointing)
+        units = wrapping_units(workload, values["blocks_per_unit"])
+        notes: list[str] = []
+        flops = trace.flops_per_sample() * b
+        dtype = compute_dtype(workload.precision)
+        compute_s = costs.compute_seconds(flops, hardware, dtype)
+        if compute_s is None:
+            compute_s = flops / CPU_PLACEHOLDER_FLOPS_PER_S
+            notes.append(f"compute speed unknown (no GPU peak for this hardware): a placeholder of "
+                         f"{CPU_PLACEHOLDER_FLOPS_PER_S / 1e9:g} GFLOP/s is assumed, for ranking only")
+        else:
+            notes.append(f"compute at MFU {costs.MFU:g} of the GPU's dense {dtype} peak")
+        fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
+        forward_s = compute_s * (fwd / (fwd + bwd) if fwd + bwd else 1 / 3)
+        comm = communication(units, layout, hardware, forward_s, compute_s - forward_s)
+        notes += comm.notes
+        offload_s = 0.0
+        if self.offload:
+            off = cpu_offload(units, layout, hardware, compute_s, bool(values["pin_memory"]))
+            offload_s = off.exposed_s
+            notes += off.notes
+        step_s = compute_s + comm.exposed_s + offload_s
+        replicas = hardware.world_size
+        samples_per_s = b * replicas / step_s
+        tokens = workload.tokens_per_sample
+        return CostEstimate(
+            compute_s=compute_s, communication_s=comm.total_s, exposed_communication_s=comm.exposed_s,
+            offload_s=offload_s, step_time_s=step_s, samples_per_s=samples_per_s,
+            tokens_per_s=None if tokens is None else samples_per_s * tokens, collectives=comm.collectives,
+            notes=tuple(notes),
+        )
+
+
+def _memory_notes(layout: Layout, units: Units, where: str, overhead: int) -> list[str]:
+    n = layout.shard_size
+    raf = layout.reshard_after_forward
+    notes = [
+        f"peak at: {where}",
+        f"{len(units.blocks)} block unit(s) + the root unit ({sum(units.root):,} parameters); each tensor sharded "
+        f"on dim 0 over {n} ranks, padded so rank 0 holds ceil(rows/{n}) rows (FSDPParam._init_sharded_param, "
+        "_fsdp_param.py, torch 2.13.0; padding approximated per tensor from element counts)",
+        f"gathered parameters, all-gather buffers and unsharded gradients in {8 * layout.gather_bytes}-bit, "
+        f"reduce-scatter in {8 * layout.reduce_bytes}-bit (MixedPrecisionPolicy; FSDPParam.init_dtype_attrs)",
+        "optimizer state on the shards, 1/N per rank (the optimizer is built over the DTensor shards)",
+        "optimizer step temporaries on the shards: "
+        + ("foreach, one list of all shards (_foreach_sqrt)" if layout.foreach else
+           "per-tensor loop, the previous parameter's denom + this one's sqrt and denom at most; torch defaults "
+           "to it for DTensor parameters (_default_to_fused_or_foreach)") + " (torch/optim/adam.py, torch 2.13.0)",
+        "forward: the root stays unsharded all step; each unit's flat all-gather output is kept until the next "
+        "unit's copy-out (comm_ctx.all_gather_state, _fsdp_param_group.py wait_for_unshard)",
+        "backward: the next unit is prefetched (_backward_prefetch), the previous unit's reduce-scatter input is "
+        "held until this unit's post-backward (reduce_scatter_states), and foreach_reduce keeps the unit's last "
+        "gradient alive until it returns (its loop variable; _fsdp_collectives.py)",
+        "blocks reshard after forward" if raf is True else
+        "blocks keep their unsharded parameters from forward to backward (reshard_after_forward=False)"
+        if raf is False else f"blocks keep a shard over {raf} ranks from forward to backward",
+    ]
+    if layout.hybrid:
+        notes.append("hybrid: shard over the node's ranks, replicas across nodes (HSDPMeshInfo)")
+    if layout.offload:
+        notes.append("CPU offload: sharded parameters, gradients and optimizer state in host RAM "
+                     "(CPUOffloadPolicy, _fsdp_api.py); the GPU holds only gathered units and comm buffers")
+    if overhead:
+        notes.append(f"CUDA allocator-side overheads: {overhead / 2**20:.3g} MiB (from the profile)")
+    return notes
+
+
+def _unchecked(workload: Workload) -> StepTrace | None:
+    """The 'half' trace without checkpointing, when the workload has it."""
+    try:
+        return workload.trace("half", False)
+    except LookupError:
+        return None
+
+
+def _micro_batch(candidate: Candidate) -> int:
+    b = candidate.micro_batch_size
+    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        raise UsageError(f"micro_batch_size must be a positive whole number, but got {b!r}.")
+    return b
+
+
+def _rounding(workload: Workload):  # type: ignore[no-untyped-def]
+    if workload.target != "cuda":
+        return lambda n: n
+    from autoshard.profiler.gpu import round_allocation_bytes
+
+    return round_allocation_bytes
+

@@ -1,0 +1,162 @@
+"""FSDP2 step time: compute at MFU, the per-unit collectives, their overlap, and CPU offload.
+
+Collectives per step, per rank (torch 2.13.0, ``torch/distributed/fsdp/_fully_shard/``):
+
+* forward: one all-gather per unit of its parameters in ``param_dtype`` (``foreach_all_gather``);
+* backward: again for every block when ``reshard_after_forward=True`` (over the smaller group when it is an
+  int; none when ``False``) — the root is never resharded after forward (``FSDPState._lazy_init``);
+* backward: one reduce-scatter per unit of its gradients in ``reduce_dtype`` (``foreach_reduce``), and for
+  hybrid sharding an all-reduce of the reduced shard across nodes, on its own stream
+  (``FSDPCommContext.all_reduce_stream``: "collectives use different network resources and can overlap").
+
+Overlap model: all-gathers run on their own stream and are issued one unit ahead (forward: the CPU issues the
+next unit's all-gather while the GPU computes the current one; backward: ``_backward_prefetch``), and a unit's
+reduce-scatter runs while the next unit's backward computes. So everything hides behind compute except the
+first all-gather of the step (the root's, which nothing precedes) and the last reduce-scatter (the root's,
+which ``_root_post_backward_final_callback`` waits for); the rest is exposed only where it exceeds the
+compute of its pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autoshard.hardware.specs import HardwareSpec
+from autoshard.strategies import costs
+from autoshard.strategies.base import Collective
+from autoshard.strategies.fsdp_memory import Layout, Units
+
+CPU_PLACEHOLDER_FLOPS_PER_S = 1e11
+"""Stand-in throughput (100 GFLOP/s achieved) when the hardware has no GPU spec — the same assumption as the
+``ddp`` strategy — so that a CPU-only plan still ranks; the absolute times mean nothing and the notes say so."""
+
+CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD = 3.0e8
+"""``torch.optim.AdamW(foreach=False)`` on fp32 CPU tensors: 3.0e8 parameters/s on one thread, measured with
+torch 2.13.0 on this project's 2-core AMD EPYC build machine (16M parameters in 8 tensors, 5 steps: 53.5 ms per
+step; ``docs/strategies/fsdp.md``, "CPU optimizer"). The step is memory-bound, so faster cores change it little."""
+
+CPU_OPTIMIZER_THREADS = 1
+"""torchrun sets ``OMP_NUM_THREADS=1`` for every process when it starts more than one per node and the variable
+is unset (``torch/distributed/run.py``, torch 2.13.0): each rank's CPU optimizer step runs on one thread."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Communication:
+    """The collectives of one step with their times and what of them cannot hide."""
+
+    collectives: tuple[Collective, ...]
+    total_s: float
+    exposed_s: float
+    notes: tuple[str, ...]
+
+
+def _shard(u: Sequence[int], n: int) -> int:
+    return sum(math.ceil(t / n) for t in u)
+
+
+def communication(units: Units, layout: Layout, hardware: HardwareSpec, forward_s: float,
+                  backward_s: float) -> Communication:
+    """The step's collectives and their exposed time under the overlap model above."""
+    n, c, r = layout.shard_size, layout.gather_bytes, layout.reduce_bytes
+    hybrid = layout.hybrid
+    scope = "intra" if hybrid or hardware.nodes == 1 else "world"
+    all_units = (units.root, *units.blocks) if units.root else units.blocks
+    gather = [_shard(u, n) * n * c for u in all_units]
+    reduce = [_shard(u, n) * n * r for u in all_units]
+    first_gather, last_reduce = gather[0], reduce[0]  # the root: first gathered, last reduced
+
+    def coll(kind: str, payload: Sequence[int], group: int, where: str, overlappable: bool = True) -> Collective:
+        return Collective(kind=kind, bytes=int(sum(payload)), calls=len(payload), group_size=group, scope=where,
+                          overlappable=overlappable)
+
+    fwd = coll("all_gather", gather, n, scope)
+    out = [fwd]
+    block_gather = [_shard(u, n) * n * c for u in units.blocks]
+    raf = layout.reshard_after_forward
+    bwd_ag: Collective | None = None
+    if raf is True:
+        bwd_ag = coll("all_gather", block_gather, n, scope)
+    elif raf is not False:  # an int: gather from the `raf` ranks holding the post-forward shards
+        inner = hardware.processes_per_node % raf == 0 or hardware.nodes == 1
+        bwd_ag = coll("all_gather", block_gather, raf, "intra" if inner else "world")
+    if bwd_ag is not None:
+        out.append(bwd_ag)
+    rs = coll("reduce_scatter", reduce, n, scope)
+    out.append(rs)
+    ar: Collective | None = None
+    if hybrid:
+        ar = coll("all_reduce", [_shard(u, n) * r for u in all_units], hardware.nodes, "inter")
+        out.append(ar)
+
+    def t(x: Collective | None) -> float:
+        return 0.0 if x is None else costs.collective_seconds(x, hardware)
+
+    def one(x: Collective | None, payload: int) -> float:
+        if x is None or payload == 0:
+            return 0.0
+        return costs.collective_seconds(Collective(kind=x.kind, bytes=payload, calls=1, group_size=x.group_size,
+                                                   scope=x.scope, overlappable=False), hardware)
+
+    first_s = one(fwd, first_gather)
+    last_s = one(rs, last_reduce) + (one(ar, _shard(all_units[0], n) * r) if ar else 0.0)
+    fwd_exposed = first_s + costs.exposed(t(fwd) - first_s, forward_s)
+    intra_bwd = t(bwd_ag) + t(rs) - one(rs, last_reduce)
+    inter_bwd = t(ar) - (one(ar, _shard(all_units[0], n) * r) if ar else 0.0)
+    bwd_exposed = last_s + costs.exposed(max(intra_bwd, inter_bwd), backward_s)
+    notes = [
+        "overlap: all-gathers one unit ahead and reduce-scatters behind the next unit's backward; exposed are "
+        "the root's all-gather (first of the step) and the root's reduce-scatter (last), plus whatever exceeds "
+        "each pass's compute (FSDPCommContext streams, _backward_prefetch; _fsdp_param_group.py, torch 2.13.0)",
+    ]
+    if hybrid:
+        notes.append("hybrid: reduce-scatter within the node, then all-reduce of the shard across nodes on its own "
+                     "stream, overlapping the intra-node collectives (_fsdp_collectives.py foreach_reduce)")
+    for where in {x.scope for x in out}:
+        if not costs.link(hardware, where).known:
+            notes.append(f"{where} link bandwidth unknown: {costs.UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed")
+    total = sum(t(x) for x in out)
+    return Communication(collectives=tuple(out), total_s=total, exposed_s=fwd_exposed + bwd_exposed,
+                         notes=tuple(notes))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Offload:
+    """CPU offload's host↔device traffic and CPU optimizer step, per rank."""
+
+    transfer_s: float
+    optimizer_s: float
+    exposed_s: float
+    notes: tuple[str, ...]
+
+
+def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s: float, pin_memory: bool) -> Offload:
+    """Parameters up for every all-gather, gradients down once, AdamW on the CPU (``CPUOffloadPolicy``)."""
+    n, o = layout.shard_size, layout.orig_bytes
+    all_units = (units.root, *units.blocks)
+    elements = sum(_shard(u, n) for u in all_units)
+    gathers_up = elements + (sum(_shard(u, n) for u in units.blocks) if layout.reshard_after_forward is True else 0)
+    up, down = gathers_up * o, elements * o
+    link = hardware.gpu.host_link if hardware.gpu is not None else None
+    notes = []
+    if link is None:
+        bandwidth = costs.UNKNOWN_LINK_BYTES_PER_S
+        notes.append(f"host link unknown: {bandwidth / 1e9:g} GB/s assumed per direction")
+    else:
+        bandwidth = link.bandwidth_bytes_per_s
+    bandwidth *= costs.LINK_EFFICIENCY
+    transfer_s = (up + down) / bandwidth
+    optimizer_s = elements / (CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD * CPU_OPTIMIZER_THREADS)
+    # Pinned memory lets the non_blocking copies overlap compute (_fsdp_api.py CPUOffloadPolicy); pageable copies
+    # are synchronous. The optimizer step runs on the CPU after backward, on the critical path.
+    exposed_transfer = costs.exposed(transfer_s, compute_s) if pin_memory else transfer_s
+    notes += [
+        f"CPU offload: sharded parameters copied up for each all-gather ({up / 2**20:.4g} MiB), gradients down "
+        f"once ({down / 2**20:.4g} MiB) over the host link at {costs.LINK_EFFICIENCY:g} of nominal "
+        "(FSDPParam.all_gather_inputs, foreach_reduce; torch 2.13.0)",
+        f"CPU AdamW: {CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD:.2g} parameters/s per thread (measured, torch 2.13.0) "
+        f"on {CPU_OPTIMIZER_THREADS} thread per rank (torchrun's OMP_NUM_THREADS=1)",
+    ]
+    return Offload(transfer_s=transfer_s, optimizer_s=optimizer_s, exposed_s=exposed_transfer + optimizer_s,
+                   notes=tuple(notes))

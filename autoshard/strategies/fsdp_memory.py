@@ -1,0 +1,359 @@
+"""FSDP2 per-rank memory: the moments of a training step where FSDP2's buffers peak.
+
+FSDP2 (``torch.distributed.fsdp.fully_shard``) keeps every parameter as a dim-0 shard and materialises one
+wrapping unit at a time, so its peak is not "model states / N + activations": it depends on which unsharded
+units, all-gather outputs and reduce-scatter buffers are alive at each moment. This module walks the step
+unit by unit, in the order torch 2.13.0 allocates and frees (read from
+``site-packages/torch/distributed/fsdp/_fully_shard/``: ``_fsdp_param.py``, ``_fsdp_param_group.py``,
+``_fsdp_collectives.py``, ``_fsdp_state.py``), and adds the activations the single-device trace measured for the
+same phase. ``docs/strategies/fsdp.md`` lists the rules with their line of source, and
+``tests/strategies/test_fsdp.py`` checks the result against FSDP2 itself, traced under a fake process group.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from autoshard.strategies.workload import StepTrace, Workload
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Units:
+    """The ``fully_shard`` units in forward order: the root (what no block holds) and the blocks."""
+
+    root_before: tuple[int, ...]
+    """Element counts of the root's tensors that come before the blocks in module order (embeddings)."""
+    root_after: tuple[int, ...]
+    """The root's tensors after the blocks (final norm, LM head): their gradients exist from the start of
+    backward until the root's reduce-scatter at its very end."""
+    blocks: tuple[tuple[int, ...], ...]
+    """Each unit's tensors (one or more consecutive repeated blocks), in module order."""
+
+    @property
+    def root(self) -> tuple[int, ...]:
+        """All of the root's tensors, in the order FSDP2 lists them (module order)."""
+        return self.root_before + self.root_after
+
+
+def wrapping_units(workload: Workload, blocks_per_unit: int = 1) -> Units:
+    """Split the parameter tensors into the root and the block units the hand-off wraps.
+
+    The workload records tensor sizes in module order and each block's total; the blocks are found as a run of
+    consecutive tensors whose sums match the block totals one after the other. When no run matches (blocks
+    interleaved with other modules), every block is taken as one tensor and the root as following them.
+    """
+    numels = workload.parameter_numels
+    counts = workload.block_parameter_counts
+    found = _match_blocks(numels, counts) if counts else None
+    if found is None:
+        blocks = [(c,) for c in counts]
+        root = list(numels)
+        for c in counts:  # drop one tensor run per block from the root, best effort
+            if c in root:
+                root.remove(c)
+        before, after = (), tuple(root)
+    else:
+        start, end, blocks = found
+        before, after = tuple(numels[:start]), tuple(numels[end:])
+    grouped = [
+        tuple(t for block in blocks[i : i + blocks_per_unit] for t in block)
+        for i in range(0, len(blocks), blocks_per_unit)
+    ]
+    return Units(root_before=before, root_after=after, blocks=tuple(grouped))
+
+
+def _match_blocks(
+    numels: Sequence[int], counts: Sequence[int]
+) -> tuple[int, int, list[tuple[int, ...]]] | None:
+    for start in range(len(numels)):
+        i, blocks = start, []
+        for count in counts:
+            total, first = 0, i
+            while i < len(numels) and total < count:
+                total += numels[i]
+                i += 1
+            if total != count:
+                break
+            blocks.append(tuple(numels[first:i]))
+        else:
+            return start, i, blocks
+    return None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Layout:
+    """How the step is sharded and in which dtypes (bytes per element)."""
+
+    shard_size: int
+    """Ranks a parameter is split over: the world, or one node's ranks for hybrid sharding."""
+    hybrid: bool
+    reshard_after_forward: bool | int
+    """Blocks only: the root is never resharded after forward (``FSDPState._lazy_init``)."""
+    offload: bool
+    orig_bytes: int
+    """The sharded parameters' (and gradients') dtype: the user's parameter dtype."""
+    gather_bytes: int
+    """``MixedPrecisionPolicy.param_dtype``: the unsharded parameters, all-gather buffers, unsharded grads."""
+    reduce_bytes: int
+    """``reduce_dtype``: the reduce-scatter input and output."""
+    forward_prefetch: int
+    """Blocks all-gathered ahead in forward (``set_modules_to_forward_prefetch``); 0 is FSDP2's default."""
+    backward_prefetch: int
+    """Blocks all-gathered ahead in backward; 1 is FSDP2's implicit default."""
+    round_bytes: Callable[[int], int]
+    """The allocator's rounding of one allocation (identity on CPU)."""
+    optimizer: str
+    """The optimizer's name (``adamw``, ``adam``, ``sgd``, ``adafactor``)."""
+    foreach: bool
+    """Whether the optimizer runs its multi-tensor (foreach) implementation on the shards."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Moment:
+    """Bytes alive at one moment of the step on one rank, by kind."""
+
+    phase: str
+    where: str
+    parameters: int
+    gradients: int
+    optimizer: int
+    activations: int
+    buffers: int
+
+    @property
+    def total(self) -> int:
+        """Sum of all kinds."""
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.buffers
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepActivations:
+    """What the single-device trace says about non-model-state memory at the candidate's micro-batch."""
+
+    inputs: int
+    forward: int
+    loss: int
+    backward: int
+    per_block: tuple[int, ...]
+    """Activations each unit saves in its forward."""
+    per_block_backward: tuple[int, ...]
+    """Activations of each unit while its backward runs: what it saved, or with checkpointing what its
+    recomputation saves (the unit's activations in the trace without checkpointing)."""
+    optimizer_scratch: int
+    """The optimizer step's temporaries for the whole model (the 'amp' trace, fp32 parameters)."""
+    backward_peak_unit: int | None
+    """The block unit whose backward was running at the trace's backward high point (``None``: at the start of
+    backward, before any block), located by how many gradients existed there."""
+
+    @classmethod
+    def from_traces(cls, half: StepTrace, amp: StepTrace, micro_batch: int, units: Units, blocks_per_unit: int,
+                    *, unchecked: StepTrace | None = None) -> StepActivations:
+        """Read the 'half' trace (the step FSDP2's bf16 compute runs), the 'amp' trace's optimizer step and,
+        under checkpointing, the 'half' trace without it (``unchecked``) for what a recomputed unit holds."""
+        phases = half.phases(micro_batch)
+        grouped = _unit_activations(half, micro_batch, blocks_per_unit, len(units.blocks))
+        live = grouped if unchecked is None else _unit_activations(unchecked, micro_batch, blocks_per_unit,
+                                                                   len(units.blocks))
+        opt = amp.phases(micro_batch).get("optimizer")
+
+        def act(phase: str) -> int:
+            b = phases.get(phase)
+            return 0 if b is None else b.activations + b.temporaries + b.inputs
+
+        inputs = phases["forward"].inputs if "forward" in phases else 0
+        peak_grads = phases["backward"].gradients if "backward" in phases else 0
+        grad_bytes = half.precision.param_dtype.itemsize
+        return cls(
+            inputs=inputs, forward=act("forward"), loss=act("loss"), backward=act("backward"),
+            per_block=grouped, per_block_backward=live,
+            optimizer_scratch=0 if opt is None else opt.activations + opt.temporaries,
+            backward_peak_unit=_running_unit(units, peak_grads // grad_bytes),
+        )
+
+
+def _running_unit(units: Units, gradient_elements: int) -> int | None:
+    """The block unit whose backward produces the gradients beyond ``gradient_elements`` (backward runs the head,
+    then the blocks last to first); ``None`` when no block's gradients exist yet."""
+    done = sum(units.root_after)
+    if gradient_elements <= done:
+        return None
+    for k in range(len(units.blocks) - 1, -1, -1):
+        done += sum(units.blocks[k])
+        if gradient_elements < done:
+            return k
+    return 0 if units.blocks else None
+
+
+def _unit_activations(trace: StepTrace, micro_batch: int, blocks_per_unit: int, units: int) -> tuple[int, ...]:
+    """Activations each unit saves in forward at ``micro_batch`` (affine in the batch like everything else; where
+    the batch-2 profile records none, proportional to the batch-1 figure)."""
+    one = [b.activation_bytes for b in trace.at_1.blocks]
+    two = [b.activation_bytes for b in trace.at_2.blocks]
+    per = [a + (b - a) * (micro_batch - 1) if b else a * micro_batch for a, b in zip(one, two, strict=False)]
+    grouped = tuple(sum(per[i : i + blocks_per_unit]) for i in range(0, len(per), blocks_per_unit))
+    return grouped if len(grouped) == units else (0,) * units
+
+
+def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_bytes_per_parameter: float,
+                 model_buffer_bytes: int) -> list[Moment]:
+    """Every moment where FSDP2's memory can peak, forward to optimizer step, for the rank holding shard 0.
+
+    Rank 0 holds the largest (padded) shard of every tensor: ``FSDPParam._init_sharded_param`` pads dim 0 to a
+    multiple of the shard size and rank 0's chunk is always full.
+    """
+    n, rnd = layout.shard_size, layout.round_bytes
+    c, r, o = layout.gather_bytes, layout.reduce_bytes, layout.orig_bytes
+    cast = c != o
+    units_all = (units.root, *units.blocks)
+
+    def shard(u: Sequence[int]) -> int:  # padded shard elements of a unit (ceil per tensor ~ dim-0 padding)
+        return sum(math.ceil(t / n) for t in u)
+
+    def gathered(u: Sequence[int]) -> int:  # per-parameter all_gather_outputs: padded, one tensor each
+        return sum(rnd(math.ceil(t / n) * n * c) for t in u)
+
+    def flat(u: Sequence[int]) -> int:  # foreach_all_gather's all_gather_output: one flat tensor
+        return rnd(shard(u) * n * c) if n > 1 else 0  # one rank: no collective (FSDPParamGroup.unshard)
+
+    def copy_in(u: Sequence[int]) -> int:  # foreach_all_gather's inputs on the device
+        if n == 1:  # wait_for_unshard copies each parameter's (cast) all_gather_inputs[0], one at a time
+            return max((rnd(t * c) for t in u), default=0) if cast or layout.offload else 0
+        if layout.offload:  # sharded_param_data.to(device) then the cast, per parameter
+            return rnd(shard(u) * c) + (max(rnd(math.ceil(t / n) * o) for t in u) if cast else 0)
+        return rnd(shard(u) * c) if cast else 0  # _get_param_all_gather_inputs: one flat bf16 copy
+
+    def grads(u: Sequence[int]) -> int:  # unsharded gradients autograd produces, in the compute dtype
+        return sum(rnd(t * c) for t in u)
+
+    def last_grad(u: Sequence[int]) -> int:  # the `unsharded_grad` loop in foreach_reduce runs only if n > 1
+        return rnd(u[-1] * c) if n > 1 else 0
+
+    def rs_in(u: Sequence[int]) -> int:
+        return rnd(shard(u) * n * r)
+
+    def rs_out(u: Sequence[int]) -> int:  # reduce_output, then its cast to the parameter dtype
+        return rnd(shard(u) * r) + (rnd(shard(u) * o) if r != o else 0)
+
+    def sharded_grad(u: Sequence[int]) -> int:  # views of the reduce-scatter output (offload: moved to CPU)
+        return 0 if layout.offload else rnd(shard(u) * o)
+
+    def ar_held(u: Sequence[int]) -> int:  # HSDP keeps the reduce-dtype buffer in _all_reduce_state
+        return rnd(shard(u) * r) if layout.hybrid and r != o else 0
+
+    def kept(u: Sequence[int]) -> int:  # what a block keeps between its forward and its backward
+        raf = layout.reshard_after_forward
+        if raf is True:
+            return 0
+        if raf is False:
+            return gathered(u)
+        return sum(rnd(math.ceil(t / n) * n // raf * c) for t in u)  # resharded to `raf` ranks
+
+    params = 0 if layout.offload else sum(rnd(math.ceil(t / n) * o) for u in units_all for t in u)
+    optimizer = 0 if layout.offload else sum(
+        rnd(round(optimizer_bytes_per_parameter * math.ceil(t / n))) for u in units_all for t in u)
+    root, blocks = units.root, units.blocks
+    g_root = gathered(root) if root else 0
+    base = dict(parameters=params, optimizer=optimizer)
+    out: list[Moment] = []
+
+    def add(phase: str, where: str, buffers: int, activations: int, gradients: int = 0) -> None:
+        out.append(Moment(phase=phase, where=where, gradients=gradients, activations=max(acts.inputs, activations),
+                          buffers=buffers + model_buffer_bytes, **base))
+
+    # -- forward: the root is all-gathered first and stays unsharded until its post-backward.
+    if root:
+        add("forward", "root all-gather", flat(root) + copy_in(root), acts.inputs)
+        add("forward", "root copy-out", flat(root) + g_root, acts.inputs)
+    held = flat(root) if root else 0  # comm_ctx.all_gather_state: the previous unit's flat output
+    kept_so_far, saved = 0, acts.inputs
+    for k, block in enumerate(blocks):
+        ahead = sum(flat(b) for b in blocks[k + 1 : k + 1 + layout.forward_prefetch])
+        add("forward", f"block {k} all-gather", g_root + held + kept_so_far + flat(block) + copy_in(block), saved)
+        # wait_for_unshard drops comm_ctx.all_gather_state, but its local `prev_all_gather_state` keeps the
+        # previous flat output alive through this unit's copy-out.
+        add("forward", f"block {k} copy-out", g_root + held + kept_so_far + flat(block) + gathered(block), saved)
+        saved += acts.per_block[k]
+        add("forward", f"block {k}", g_root + kept_so_far + flat(block) + gathered(block) + ahead, saved)
+        held = flat(block)
+        kept_so_far += kept(block)
+    add("forward", "head", g_root + kept_so_far + held, acts.forward)
+    add("loss", "loss", g_root + kept_so_far, acts.loss)
+
+    # -- backward: head gradients live until the root's reduce-scatter; blocks run last to first.
+    # The start of backward holds what the loss phase left plus the loss's gradients: the trace's backward high
+    # point when that falls there (no block gradient existed at it), else at most the loss phase's high point.
+    at_start = acts.backward_peak_unit is None
+    add("backward", "start", g_root + kept_so_far, acts.backward if at_start else min(acts.backward, acts.loss))
+    head_grads = grads(units.root_after)
+    done_grads, held_ar, held_rs = 0, 0, 0
+    for k in range(len(blocks) - 1, -1, -1):
+        block = blocks[k]
+        earlier = sum(kept(b) for b in blocks[:k])
+        ahead = 0 if layout.reshard_after_forward is False else sum(
+            flat(b) for b in blocks[max(0, k - layout.backward_prefetch) : k])
+        # While unit k runs its backward: what the units below it saved, and all of its own (recomputed, under
+        # checkpointing); never more than the trace's own backward peak.
+        below = acts.inputs + sum(acts.per_block[:k])
+        running = min(acts.backward, below + acts.per_block_backward[k])
+        common = g_root + earlier + ahead + held_ar
+        add("backward", f"block {k}", common + gathered(block) + held_rs, running,
+            gradients=head_grads + done_grads + grads(block))
+        # post_backward: reshard, free the previous unit's reduce-scatter input, then foreach_reduce: copy the
+        # gradients into the reduce-scatter input, drop them, allocate the output. Until foreach_reduce
+        # returns, its loop variable `unsharded_grad` keeps the unit's last gradient alive.
+        before = head_grads + done_grads
+        add("backward", f"block {k} reduce-scatter copy-in", common + rs_in(block), below,
+            gradients=before + grads(block))
+        add("backward", f"block {k} reduce-scatter", common + rs_in(block) + rs_out(block), below,
+            gradients=before + last_grad(block))
+        done_grads += sharded_grad(block)
+        held_ar += ar_held(block)
+        held_rs = rs_in(block)
+    if root:
+        root_grads = grads(root)
+        add("backward", "root post-backward", g_root + held_rs + held_ar, acts.inputs,
+            gradients=root_grads + done_grads)
+        add("backward", "root reduce-scatter copy-in", held_ar + rs_in(root), acts.inputs,
+            gradients=root_grads + done_grads)
+        add("backward", "root reduce-scatter", held_ar + rs_in(root) + rs_out(root), acts.inputs,
+            gradients=last_grad(root) + done_grads)
+        done_grads += sharded_grad(root)
+
+    # -- optimizer: on the shards (offload: on the CPU, nothing on the GPU but the batch and buffers).
+    scratch = 0 if layout.offload else optimizer_scratch_bytes(units, layout, acts.optimizer_scratch)
+    add("optimizer", "optimizer step", 0, acts.inputs + scratch, gradients=done_grads)
+    return out
+
+
+def optimizer_scratch_bytes(units: Units, layout: Layout, traced_scratch: int) -> int:
+    """Temporaries of one optimizer step over rank 0's shards.
+
+    Adam/AdamW (torch/optim/adam.py, torch 2.13.0): the single-tensor loop computes
+    ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` per parameter — two temporaries of its
+    shard at once — while the previous parameter's ``denom`` is still bound to the variable, so the high point is
+    the largest ``previous + 2 × current`` in parameter order; the foreach path holds
+    ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)``, one list of all shards. SGD with momentum updates in
+    place either way. Other optimizers: the traced step's temporaries for the whole model / the shard group size.
+    """
+    n, rnd = layout.shard_size, layout.round_bytes
+    shards = [rnd(math.ceil(t / n) * layout.orig_bytes)
+              for t in (*units.root_before, *(t for u in units.blocks for t in u), *units.root_after)]
+    if layout.optimizer in ("adam", "adamw"):
+        if layout.foreach:
+            return sum(shards)
+        return max((prev + 2 * cur for prev, cur in zip([0, *shards], shards, strict=False)), default=0)
+    if layout.optimizer == "sgd":
+        return 0
+    return math.ceil(traced_scratch / n)
+
+
+def cpu_offload_bytes_per_rank(units: Units, layout: Layout, acts: StepActivations,
+                               optimizer_bytes_per_parameter: float) -> int:
+    """Host RAM one rank uses with ``CPUOffloadPolicy``: sharded parameters and gradients (pinned by default),
+    optimizer state and the optimizer step's temporaries, all on the shard."""
+    n = layout.shard_size
+    elements = sum(math.ceil(t / n) for u in (units.root, *units.blocks) for t in u)
+    states = elements * (2 * layout.orig_bytes + optimizer_bytes_per_parameter)
+    return round(states) + optimizer_scratch_bytes(units, layout, acts.optimizer_scratch)

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--extrapolate",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="trace 3 and 4 blocks and extrapolate (default: automatic for deep catalog/HF models)",
+        help="trace 2 and 3 blocks and extrapolate (default: automatic for deep catalog/HF models)",
     )
     parser.add_argument("--blocks", action="store_true", help="also list every repeated block")
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/profile.md)")

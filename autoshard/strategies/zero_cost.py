@@ -1,0 +1,267 @@
+"""Step time of DeepSpeed ZeRO stages 1-3: compute at MFU, the collectives deepspeed 0.19.8 issues, their
+overlap, and offload traffic.
+
+Collectives per step, per rank (payload in the model dtype, which is also the communication dtype:
+``engine.py::DeepSpeedEngine.communication_data_type``):
+
+* ZeRO-1/2 (``stage_1_and_2.py``): gradients are reduced bucket by bucket. With the defaults
+  (``reduce_scatter=True``, ``use_multi_rank_bucket_allreduce=True``) ``average_tensor`` sends every bucket
+  through ``allreduce_and_scatter``: an **all-reduce** of ``reduce_bucket_size`` elements at a time, each rank
+  keeping its slices — not a reduce-scatter. After the step the updated partitions are **all-gathered** into
+  the flat buffer with one ``all_gather_into_tensor`` per parameter group (``runtime/utils.py::
+  all_gather_dp_groups``). So ZeRO-1/2 move 1.5x DDP's volume in 0.19.8, where the paper's ZeRO-2 moves 1x
+  (reduce-scatter + all-gather, Rajbhandari et al. 2020, sec. 7.2.1).
+* ZeRO-3 (``stage3.py``, ``partitioned_param_coordinator.py``): parameters are **all-gathered** in forward and,
+  for those released after forward, again in backward; gradients are **reduce-scattered** per bucket
+  (``reduce_scatter_coalesced``); the persistent parameters are all-gathered once after the step
+  (``_post_step``). Without retention this is 1.5x DDP (Rajbhandari et al. 2020, sec. 7.2.2).
+
+Overlap model: with ``overlap_comm`` gradient reduction runs on a side stream during backward
+(``reduction_stream`` / ``reduce_and_partition_stream``) and ZeRO-3's gathers on ``__allgather_stream``, ahead of
+use (prefetch); without it both run on the compute stream and add to the step. Always exposed: the last bucket
+(reduced in the epilogue, after the last gradient), ZeRO-3's first fetch (nothing precedes it), and the
+post-step all-gathers (the next forward needs them). The rest is exposed only where it exceeds the compute of
+its pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autoshard.hardware.specs import HardwareSpec
+from autoshard.strategies import costs
+from autoshard.strategies.base import Candidate, Collective, CostEstimate
+from autoshard.strategies.workload import Workload, compute_dtype
+from autoshard.strategies.zero_memory import (
+    FP32_BYTES,
+    ZeroSettings,
+    flat_layout,
+    model_dtype_bytes,
+    partitioned_layout,
+    state_bytes_per_parameter,
+)
+
+CPU_PLACEHOLDER_FLOPS_PER_S = 1e11
+"""Stand-in throughput (100 GFLOP/s achieved) when the hardware has no GPU spec — the same assumption as the
+``ddp`` and ``fsdp`` strategies — so that a CPU-only plan still ranks; absolute times mean nothing then."""
+
+CPU_ADAM_PARAMETERS_PER_S = 1.0e9
+"""``DeepSpeedCPUAdam`` (AVX, fp32) on one thread: 0.4-2.3e9 parameters/s, about 1e9 typical, measured with
+deepspeed 0.19.8 on this project's 2-core AMD EPYC build machine (16M parameters in 8 tensors, 5 steps; noisy,
+shared host), 6-9x ``torch.optim.AdamW(foreach=False)`` in the same runs — in line with the "5x to 7x" of its
+docstring (``deepspeed/ops/adam/cpu_adam.py``) and the CPU-Adam speed-ups of the ZeRO-Offload paper (Ren et al.
+2021, sec. 5.1). An assumption per rank; the tuner measures the real step."""
+
+NVME_DEFAULT_BYTES_PER_S = 2.0e9
+"""Sequential NVMe bandwidth assumed when the hardware does not give one (a single PCIe 4.0 SSD is 2-7 GB/s;
+the low end, as DeepSpeed's aio is rarely at peak without tuning — an assumption; ``--benchmark-disk`` measures
+it)."""
+
+
+def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
+             settings: ZeroSettings) -> CostEstimate:
+    """Predicted step time of one ZeRO candidate (see the module docstring for the model).
+
+    Args:
+        workload: the traced step.
+        hardware: nodes, links, GPU peak and host link.
+        candidate: micro-batch and checkpointing.
+        settings: the DeepSpeed settings in force.
+
+    Returns:
+        Compute, communication (total and exposed), offload time, step time and global throughput.
+    """
+    trace = workload.trace("half", candidate.activation_checkpointing)
+    b = candidate.micro_batch_size
+    total_flops = trace.flops_per_sample() * b
+    # Forward's share of the step's FLOPs, from the micro-batch-1 trace (the one that always counts FLOPs).
+    one = trace.at_1
+    forward_share = one.forward_flops / max(one.forward_flops + one.backward_flops, 1)
+    notes: list[str] = []
+    compute_s = costs.compute_seconds(total_flops, hardware, compute_dtype(workload.precision))
+    if compute_s is None:
+        compute_s = total_flops / CPU_PLACEHOLDER_FLOPS_PER_S
+        notes.append(f"compute speed unknown (no GPU spec): {CPU_PLACEHOLDER_FLOPS_PER_S / 1e9:g} GFLOP/s "
+                     "assumed as a placeholder, so absolute times are only good for ranking")
+    else:
+        notes.append(f"compute at MFU {costs.MFU:g} of the GPU's dense {compute_dtype(workload.precision)} peak")
+    forward_s = compute_s * forward_share
+    backward_s = compute_s - forward_s
+    if settings.stage == 3:
+        comm = _zero3_collectives(workload, hardware, settings)
+    else:
+        comm = _zero12_collectives(workload, hardware, settings)
+    collectives, fwd_overlap, bwd_overlap, exposed_fixed, comm_notes = comm
+    total_s = sum(costs.collective_seconds(c, hardware) for c in collectives)
+    exposed_s = (exposed_fixed + costs.exposed(fwd_overlap, forward_s) + costs.exposed(bwd_overlap, backward_s))
+    notes += comm_notes
+    for scope in sorted({c.scope for c in collectives}):
+        if not costs.link(hardware, scope).known:
+            notes.append(f"{scope} link bandwidth unknown: {costs.UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed")
+    offload_s, offload_notes = _offload(workload, hardware, settings, backward_s)
+    notes += offload_notes
+    step_s = compute_s + exposed_s + offload_s
+    samples_per_s = b * hardware.world_size / step_s
+    tokens = workload.tokens_per_sample
+    return CostEstimate(
+        compute_s=compute_s,
+        communication_s=total_s,
+        exposed_communication_s=min(exposed_s, total_s),
+        offload_s=offload_s,
+        step_time_s=step_s,
+        samples_per_s=samples_per_s,
+        tokens_per_s=None if tokens is None else samples_per_s * tokens,
+        collectives=tuple(collectives),
+        notes=tuple(notes),
+    )
+
+
+_Comm = tuple[list[Collective], float, float, float, list[str]]
+"""Collectives, seconds that may hide behind forward, behind backward, seconds always exposed, notes."""
+
+
+def _scope(hardware: HardwareSpec) -> str:
+    return "world" if hardware.nodes > 1 else "intra"
+
+
+def _seconds(kind: str, payload: int, calls: int, hardware: HardwareSpec) -> float:
+    c = Collective(kind=kind, bytes=payload, calls=calls, group_size=hardware.world_size, scope=_scope(hardware),
+                   overlappable=False)
+    return costs.collective_seconds(c, hardware)
+
+
+def _zero12_collectives(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings) -> _Comm:
+    n, lp = hardware.world_size, model_dtype_bytes(workload.precision)
+    layout = flat_layout(workload.parameter_numels, n)
+    total = sum(workload.parameter_numels)
+    buckets = max(1, math.ceil(total / settings.reduce_bucket_size))
+    grads = Collective(kind="all_reduce", bytes=layout.aligned_numel * lp, calls=buckets, group_size=n,
+                       scope=_scope(hardware), overlappable=settings.overlap_comm)
+    gather = Collective(kind="all_gather", bytes=layout.aligned_numel * lp, calls=1, group_size=n,
+                        scope=_scope(hardware), overlappable=False)
+    grads_s = costs.collective_seconds(grads, hardware)
+    last_s = _seconds("all_reduce", min(settings.reduce_bucket_size, total) * lp, 1, hardware)
+    gather_s = costs.collective_seconds(gather, hardware)
+    if settings.overlap_comm:
+        bwd_overlap, fixed = max(0.0, grads_s - last_s), min(last_s, grads_s) + gather_s
+    else:
+        bwd_overlap, fixed = 0.0, grads_s + gather_s
+    notes = [
+        f"gradients: all-reduce in {buckets} bucket(s) of reduce_bucket_size (average_tensor -> "
+        "allreduce_and_scatter, use_multi_rank_bucket_allreduce=True), "
+        + ("on the reduction stream during backward, the last bucket exposed" if settings.overlap_comm
+           else "on the compute stream (overlap_comm=False): fully exposed"),
+        "parameters: one all-gather of the updated partitions after the step (all_gather_into_tensor), exposed",
+    ]
+    return [grads, gather], 0.0, bwd_overlap, fixed, notes
+
+
+def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings) -> _Comm:
+    n, lp = hardware.world_size, model_dtype_bytes(workload.precision)
+    numels = workload.parameter_numels
+    layout = partitioned_layout(numels, n, settings)
+    scope = _scope(hardware)
+    padded = [math.ceil(x / n) * n for x in numels]
+    gathered = [p for x, p in zip(numels, padded) if x > settings.param_persistence_threshold]
+    persistent = sum(padded) - sum(gathered)
+    released = max(0, layout.gathered_numel - layout.retained_numel)
+    window = max(layout.prefetch_numel, layout.largest_gathered_numel, 1)
+    fwd_calls = max(1, math.ceil(layout.gathered_numel / window)) if gathered else 0
+    bwd_calls = math.ceil(released / window) if released else 0
+    buckets = max(1, math.ceil(sum(numels) / settings.reduce_bucket_size))
+    overlap = settings.overlap_comm
+    fwd = Collective(kind="all_gather", bytes=sum(gathered) * lp, calls=fwd_calls, group_size=n, scope=scope,
+                     overlappable=overlap)
+    bwd = Collective(kind="all_gather", bytes=int(sum(gathered) * lp * released / max(layout.gathered_numel, 1)),
+                     calls=bwd_calls, group_size=n, scope=scope, overlappable=overlap)
+    rs = Collective(kind="reduce_scatter", bytes=sum(padded) * lp, calls=buckets, group_size=n, scope=scope,
+                    overlappable=overlap)
+    post = Collective(kind="all_gather", bytes=persistent * lp, calls=1 if persistent else 0, group_size=n,
+                      scope=scope, overlappable=False)
+    t = {c: costs.collective_seconds(c, hardware) for c in (fwd, bwd, rs, post)}
+    first_s = _seconds("all_gather", min(window, layout.gathered_numel) * lp, 1, hardware) if gathered else 0.0
+    last_s = _seconds("reduce_scatter", min(settings.reduce_bucket_size, sum(numels)) * lp, 1, hardware)
+    first_s, last_s = min(first_s, t[fwd]), min(last_s, t[rs])
+    if overlap:
+        fwd_overlap, bwd_overlap = t[fwd] - first_s, t[bwd] + t[rs] - last_s
+        fixed = first_s + last_s + t[post]
+    else:
+        fwd_overlap = bwd_overlap = 0.0
+        fixed = sum(t.values())
+    notes = [
+        f"parameters: all-gathered in forward ({fwd_calls} fetch(es) of up to {window:,} elements) and again in "
+        f"backward for the {released:,} elements released after forward; persistent ones once after the step",
+        f"gradients: reduce-scatter in {buckets} bucket(s) of reduce_bucket_size (reduce_scatter_coalesced)",
+        "overlap_comm=True: gathers prefetched on their own stream and reductions on another; the first fetch "
+        "and the last bucket exposed" if overlap else "overlap_comm=False: every collective on the compute stream",
+    ]
+    return [fwd, bwd, rs, post], fwd_overlap, bwd_overlap, fixed, notes
+
+
+def _offload(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings,
+             backward_s: float) -> tuple[float, list[str]]:
+    """Host-link traffic, the CPU optimizer step and NVMe swapping of one step, per rank (exposed seconds)."""
+    if settings.offload_optimizer == "none" and settings.offload_param == "none":
+        return 0.0, []
+    n, lp = hardware.world_size, model_dtype_bytes(workload.precision)
+    numels = workload.parameter_numels
+    link = hardware.gpu.host_link if hardware.gpu is not None else None
+    notes = []
+    if link is None:
+        bandwidth = costs.UNKNOWN_LINK_BYTES_PER_S
+        notes.append(f"host link unknown: {bandwidth / 1e9:g} GB/s assumed per direction")
+    else:
+        bandwidth = link.bandwidth_bytes_per_s
+    bandwidth *= costs.LINK_EFFICIENCY
+    if settings.stage == 3:
+        layout = partitioned_layout(numels, n, settings)
+        part = layout.partition_numel
+    else:
+        part = flat_layout(numels, n).partition_numel
+    hidden, exposed = 0.0, 0.0
+    optimizer_s = 0.0
+    if settings.offload_optimizer != "none":
+        if settings.stage == 3:
+            # partition_grads: the gradient partition to the CPU buffer (lp), back up, then fp32 down at the
+            # boundary (_offload_grad_partition_at_boundary); after the step the fp32 master is copied into the
+            # 16-bit partitions (_reassign_or_swap_out_partitioned_parameters): up in fp32 unless they are on CPU.
+            down, up_grads = (lp + FP32_BYTES) * part, lp * part
+            up_params = 0 if settings.offload_param != "none" else FP32_BYTES * part
+        else:
+            # async_inplace_copy_grad_to_fp32_buffer_from_gpu (fp32 down), then the 16-bit partition up (step()).
+            down, up_grads, up_params = FP32_BYTES * part, 0, lp * part
+        hidden += (down + up_grads) / bandwidth if settings.overlap_comm else 0.0
+        exposed += up_params / bandwidth + (0.0 if settings.overlap_comm else (down + up_grads) / bandwidth)
+        optimizer_s = part / CPU_ADAM_PARAMETERS_PER_S
+        notes.append(f"optimizer offload: {down / 2**20:.4g} MiB gradients down, {(up_grads + up_params) / 2**20:.4g}"
+                     f" MiB up per rank over the host link at {costs.LINK_EFFICIENCY:g} of nominal; DeepSpeedCPUAdam "
+                     f"at {CPU_ADAM_PARAMETERS_PER_S:.2g} parameters/s per rank (measured; an assumption), after "
+                     "backward, on the critical path")
+    if settings.offload_param != "none" and settings.stage == 3:
+        layout = partitioned_layout(numels, n, settings)
+        share = layout.gathered_numel / max(sum(numels), 1)
+        released = max(0, layout.gathered_numel - layout.retained_numel) / max(layout.gathered_numel, 1)
+        # Each fetch copies the rank's partitions to the GPU before the all-gather (_all_gather_dtype: .to(device)).
+        up = lp * part * share * (1 + released)
+        hidden += up / bandwidth if settings.overlap_comm else 0.0
+        exposed += 0.0 if settings.overlap_comm else up / bandwidth
+        notes.append(f"parameter offload: {up / 2**20:.4g} MiB of partitions copied up per rank per step for the "
+                     "all-gathers (prefetched with overlap_comm)")
+    nvme_s = 0.0
+    if "nvme" in (settings.offload_optimizer, settings.offload_param):
+        disks = hardware.node.nvme
+        read = next((d.read_bytes_per_s for d in disks if d.read_bytes_per_s), None)
+        write = next((d.write_bytes_per_s for d in disks if d.write_bytes_per_s), None)
+        if read is None or write is None:
+            notes.append(f"NVMe bandwidth unknown: {NVME_DEFAULT_BYTES_PER_S / 1e9:g} GB/s assumed "
+                         "(measure it with --benchmark-disk)")
+        read, write = read or NVME_DEFAULT_BYTES_PER_S, write or NVME_DEFAULT_BYTES_PER_S
+        ranks = hardware.processes_per_node  # all ranks of a node share its disks
+        if settings.offload_optimizer == "nvme":
+            # PartitionedOptimizerSwapper: master + state read before, and written after, each sub-group's
+            # step; fp32 gradients written during backward (swap_out_gradients) and read for the step.
+            moved = (FP32_BYTES + state_bytes_per_parameter(workload)) * part
+            nvme_s += ranks * ((moved + FP32_BYTES * part) / read + (moved + FP32_BYTES * part) / write)
+        notes.append(f"NVMe swapping at {read / 1e9:.3g} GB/s read, {write / 1e9:.3g} GB/s write shared by the "
+                     f"{ranks} rank(s) of a node, not overlapped (pipeline_read/pipeline_write off by default)")
+    return costs.exposed(hidden, backward_s) + exposed + optimizer_s + nvme_s, notes

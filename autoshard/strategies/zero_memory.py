@@ -1,0 +1,579 @@
+"""Per-device memory of DeepSpeed ZeRO stages 1-3, phase by phase, as deepspeed 0.19.8 allocates it.
+
+Every rule below was read in the installed sources (``deepspeed/runtime/...``, version 0.19.8) and the comment
+next to it names the file and function. Sizes are bytes; ``numel`` counts elements. ``N`` is the data-parallel
+world size, ``lp`` the bytes of the model dtype DeepSpeed trains in (2 for ``bf16``/``fp16``, 4 for fp32).
+
+What a rank holds, in short:
+
+* ZeRO-1/2 (``stage_1_and_2.py::DeepSpeedZeroOptimizer``): all parameters in one flat ``lp`` buffer, an fp32
+  master partition (a clone, even when ``lp`` is fp32), the optimizer state of that partition; gradients of the
+  partition's parameters in one ``lp`` buffer (``grads_in_partition``); reduce buckets while gradients are
+  reduced. ZeRO-1 keeps every gradient until backward ends; ZeRO-2 moves each into a bucket as it is produced.
+* ZeRO-3 (``stage3.py::DeepSpeedZeroOptimizer_Stage3``): one ``lp`` partition of every parameter (each padded to
+  ``ceil(numel / N)``), full copies of the small "persistent" ones, an fp32 master partition, optimizer state, an
+  ``lp`` gradient partition, one reduce bucket for the whole run, and the parameters gathered for compute.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autoshard.hardware.specs import HardwareSpec
+from autoshard.profiler.options import Precision
+from autoshard.strategies.base import Candidate, GpuMemory, MemoryEstimate
+from autoshard.strategies.workload import StepTrace, Workload
+
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+"""``offload_optimizer`` / ``offload_param`` devices (``runtime/zero/offload_config.py::OffloadDeviceEnum``)."""
+
+FP32_BYTES = 4
+NCCL_START_ALIGNMENT = 2
+"""ZeRO-1/2 pad the flat buffer to a multiple of ``2 * N`` elements
+(``stage_1_and_2.py::DeepSpeedZeroOptimizer.__init__``: ``nccl_start_alignment_factor = 2``)."""
+AIO_ALIGNED_BYTES = 1024
+"""NVMe swap buffers are rounded to 1 KiB per I/O thread (``runtime/swap_tensor/utils.py::AIO_ALIGNED_BYTES``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ZeroSettings:
+    """The DeepSpeed settings the memory and cost models depend on (names as in the DeepSpeed config)."""
+
+    stage: int
+    offload_optimizer: str = "none"
+    offload_param: str = "none"
+    reduce_bucket_size: int
+    """Elements per gradient bucket (``zero_optimization.reduce_bucket_size``)."""
+    overlap_comm: bool
+    contiguous_gradients: bool
+    prefetch_bucket_size: int = 0
+    """ZeRO-3: elements gathered ahead of use (``stage3_prefetch_bucket_size``)."""
+    param_persistence_threshold: int = 0
+    """ZeRO-3: parameters with at most this many elements stay whole on every rank."""
+    max_live_parameters: int = 0
+    max_reuse_distance: int = 0
+    sub_group_size: int = 10**9
+    optimizer_buffer_count: int = 4
+    """NVMe optimizer swap buffers (``offload_config.py::DeepSpeedZeroOffloadOptimizerConfig.buffer_count``)."""
+    param_buffer_count: int = 5
+    """NVMe parameter swap buffers (``DeepSpeedZeroOffloadParamConfig.buffer_count``)."""
+    param_buffer_size: int = 10**8
+    """Elements per NVMe parameter swap buffer (``DeepSpeedZeroOffloadParamConfig.buffer_size``)."""
+    max_in_cpu: int = 10**9
+    """Parameter elements kept in CPU memory under NVMe parameter offload (``...ParamConfig.max_in_cpu``)."""
+    aio_thread_count: int = 1
+    """``aio.intra_op_parallelism`` (Lightning's ``thread_count``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Step:
+    """What the trace says about the step at one micro-batch, for the phases a strategy rebuilds."""
+
+    activations: dict[str, int]
+    """Non-model-state bytes at each phase's high point (activations, temporaries, inputs)."""
+    inputs: int
+    backward_gradient_bytes: int
+    """Gradient bytes alive at the trace's backward high point (single device, model dtype)."""
+    backward_progress: float
+    """Fraction of the gradients already produced at that point (0 = start of backward)."""
+    backward_saved: int
+    """Saved activations and inputs at that point: what is still alive a moment later, when the first gradient
+    hook runs, once the loss gradient's temporaries are gone."""
+
+
+def model_dtype_bytes(precision: Precision) -> int:
+    """Bytes of the dtype DeepSpeed keeps model parameters and gradients in.
+
+    Lightning's ``DeepSpeedPrecision`` turns ``16-mixed`` into DeepSpeed ``fp16`` and ``bf16-*`` into ``bf16``
+    (the module is converted; no autocast), ``32-true`` into fp32. The gradient dtype follows the model dtype:
+    ``engine.py::DeepSpeedEngine.get_data_types`` uses ``grad_accum_dtype`` = model dtype unless the config sets
+    ``data_types.grad_accum_dtype``; the communication dtype follows too (``engine.py::communication_data_type``).
+    """
+    return FP32_BYTES if precision is Precision.FP32 else 2
+
+
+def state_bytes_per_parameter(workload: Workload) -> float:
+    """Optimizer-state bytes per parameter once the state lives on an fp32 master copy.
+
+    DeepSpeed's optimizer always steps fp32 master partitions (``single_partition_of_fp32_groups`` in
+    ``stage_1_and_2.py``, ``fp32_partitioned_groups_flat`` in ``stage3.py``), so state profiled on bf16 weights
+    (``bf16-true``) is scaled to fp32.
+    """
+    profiled = 2 if workload.precision is Precision.BF16_TRUE else FP32_BYTES
+    return workload.optimizer_state_bytes_per_parameter * FP32_BYTES / profiled
+
+
+def optimizer_scratch_bytes(workload: Workload, trace: StepTrace, micro_batch: int, numel: int) -> int:
+    """Temporaries of ``optimizer.step()`` on one flat fp32 tensor of ``numel`` elements.
+
+    The trace stepped the real parameter list: with ``foreach`` on CUDA (``profiler/optimizers.py``) its
+    temporaries span every parameter, on CPU torch loops tensor by tensor
+    (``torch/optim/optimizer.py::_default_to_fused_or_foreach`` picks foreach only for CUDA tensors), so they span
+    the largest one. ZeRO hands the optimizer one flat partition, so the scratch scales with its size.
+    """
+    phase = trace.phases(micro_batch)["optimizer"]
+    scratch = phase.activations + phase.temporaries
+    reference = sum(workload.parameter_numels) if workload.target == "cuda" else max(workload.parameter_numels)
+    profiled = 2 if trace.precision is Precision.BF16_TRUE else FP32_BYTES
+    return int(scratch * numel / max(reference, 1) * FP32_BYTES / profiled)
+
+
+def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step:
+    phases = trace.phases(micro_batch)
+    backward = phases["backward"]
+    full_gradients = sum(workload.parameter_numels) * model_dtype_bytes(trace.precision)
+    return _Step(
+        activations={p: trace.activation_bytes(p, micro_batch) for p in phases},
+        inputs=phases["optimizer"].inputs,
+        backward_gradient_bytes=backward.gradients,
+        backward_progress=min(1.0, backward.gradients / max(full_gradients, 1)),
+        backward_saved=backward.activations + backward.inputs,
+    )
+
+
+# -- layouts -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FlatLayout:
+    """ZeRO-1/2: one flat buffer of all trainable parameters, cut into ``N`` equal partitions."""
+
+    aligned_numel: int
+    partition_numel: int
+    gradient_partition_numel: int
+    """Largest over ranks of the summed sizes of the parameters that overlap a rank's partition: the size of
+    ``grads_in_partition`` (``stage_1_and_2.py::copy_grads_in_partition``), whole tensors even when cut."""
+
+
+def flat_layout(numels: Sequence[int], world: int) -> FlatLayout:
+    """The partitioning of ``stage_1_and_2.py::DeepSpeedZeroOptimizer.__init__`` (one parameter group).
+
+    Example:
+        >>> flat_layout([4, 3, 3], world=2)  # padded to 12; rank 0's [0, 6) overlaps tensors of 4 and 3
+        FlatLayout(aligned_numel=12, partition_numel=6, gradient_partition_numel=7)
+    """
+    total = sum(numels)
+    alignment = NCCL_START_ALIGNMENT * world
+    aligned = math.ceil(total / alignment) * alignment
+    size = aligned // world
+    worst, start = 0, 0
+    bounds = []
+    for n in numels:
+        bounds.append((start, start + n))
+        start += n
+    for rank in range(world):
+        lo, hi = rank * size, (rank + 1) * size
+        worst = max(worst, sum(n for (a, b), n in zip(bounds, numels) if a < hi and b > lo))
+    return FlatLayout(aligned_numel=aligned, partition_numel=size, gradient_partition_numel=worst)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PartitionedLayout:
+    """ZeRO-3: every parameter cut into ``N`` padded pieces; small ones also kept whole."""
+
+    partition_numel: int
+    """Sum over parameters of ``ceil(numel / N)`` (``partition_parameters.py::Init._partition_param``)."""
+    persistent_numel: int
+    """Elements of the parameters kept whole on every rank (``parameter_offload.py::mark_persistent_parameters``:
+    ``numel <= stage3_param_persistence_threshold``)."""
+    gathered_numel: int
+    """Elements of the parameters gathered for compute (all but the persistent ones)."""
+    retained_numel: int
+    """Of those, the elements still gathered when backward starts: a parameter is not released after its
+    forward use when it is used again within ``stage3_max_reuse_distance`` elements of the module trace
+    (``partitioned_param_coordinator.py::__params_to_release``). The trace runs forward then backward, so
+    tensor ``t`` comes back after twice the parameters that follow it."""
+    prefetch_numel: int
+    """Elements gathered ahead of use at a time: ``stage3_prefetch_bucket_size`` capped by
+    ``stage3_max_live_parameters``, plus the tensor that crosses it (``fetch_sub_module`` stops after it)."""
+    largest_gathered_numel: int
+    sub_group_numel: int
+    """Elements of the largest optimizer sub-group (``stage3.py::_create_fp16_sub_groups``, ``sub_group_size``)."""
+
+
+def partitioned_layout(numels: Sequence[int], world: int, settings: ZeroSettings) -> PartitionedLayout:
+    """The ZeRO-3 partitioning and gathering quantities for ``numels`` (tensors in module order)."""
+    parts = [math.ceil(n / world) for n in numels]
+    gathered = [n for n in numels if n > settings.param_persistence_threshold]
+    retained, after = 0, 0
+    for n in reversed(numels):
+        if n > settings.param_persistence_threshold and 2 * after < settings.max_reuse_distance:
+            retained += n
+        after += n
+    largest = max(gathered, default=0)
+    window = min(settings.prefetch_bucket_size, settings.max_live_parameters)
+    prefetch = min(sum(gathered), window + largest) if window > 0 else 0
+    sub_group, current = 0, 0
+    for p in parts:
+        current += p
+        if current >= settings.sub_group_size:
+            sub_group, current = max(sub_group, current), 0
+    return PartitionedLayout(
+        partition_numel=sum(parts),
+        persistent_numel=sum(numels) - sum(gathered),
+        gathered_numel=sum(gathered),
+        retained_numel=retained,
+        prefetch_numel=prefetch,
+        largest_gathered_numel=largest,
+        sub_group_numel=max(sub_group, current),
+    )
+
+
+# -- model states ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelStates:
+    """Model-state bytes of one rank in the steady state, where they live — the terms DeepSpeed's estimators
+    (``estimate_zero2_model_states_mem_needs``, ``estimate_zero3_model_states_mem_needs``) count."""
+
+    gpu_parameters: int
+    """16-bit (or fp32) parameters on the GPU: all of them (ZeRO-1/2), or the partitions plus the persistent
+    whole tensors (ZeRO-3; only the persistent ones with parameter offload)."""
+    gpu_gradients: int
+    """The model-dtype gradient partition kept from backward to the step: ``grads_in_partition`` (ZeRO-1/2),
+    ``grad_partitions_flat_buffer`` (ZeRO-3); 0 when it lives on the CPU."""
+    gpu_fp32_gradients: int
+    """The fp32 gradient the optimizer steps with (per sub-group at ZeRO-3); 0 with optimizer offload."""
+    gpu_master: int
+    gpu_optimizer_state: int
+    cpu_master_and_state: int
+    """With optimizer offload: fp32 master, fp32 gradients and optimizer state (pinned CPU memory)."""
+    cpu_16bit: int
+    """Model-dtype copies in CPU memory: ZeRO-1/2's partition buffer for the copy back
+    (``param_buffer_of_bit16_for_cpu_offload_groups``), ZeRO-3's gradient partition buffer and, with parameter
+    offload, its parameter partitions."""
+    cpu_buffers: int
+    """Staging and NVMe swap buffers in CPU memory."""
+    nvme: int
+
+    @property
+    def gpu(self) -> int:
+        """All GPU terms."""
+        return (self.gpu_parameters + self.gpu_gradients + self.gpu_fp32_gradients + self.gpu_master
+                + self.gpu_optimizer_state)
+
+    @property
+    def cpu(self) -> int:
+        """All CPU terms."""
+        return self.cpu_master_and_state + self.cpu_16bit + self.cpu_buffers
+
+
+def model_states(workload: Workload, world: int, settings: ZeroSettings) -> ModelStates:
+    """Steady-state model states of one rank (the peak rank) for ``world`` data-parallel ranks.
+
+    Args:
+        workload: parameter layout, precision and optimizer.
+        world: data-parallel ranks ``N``.
+        settings: stage, offload and the settings that size buffers.
+    """
+    lp = model_dtype_bytes(workload.precision)
+    numels = workload.parameter_numels
+    state = state_bytes_per_parameter(workload)
+    frozen_numel = workload.parameter_count - workload.trainable_parameter_count
+    offload_opt = settings.offload_optimizer != "none"
+    if settings.stage in (1, 2):
+        layout = flat_layout(numels, world)
+        part, total = layout.partition_numel, sum(numels)
+        # stage_1_and_2.py::DeepSpeedZeroOptimizer.__init__: bit16_groups_flat holds every trainable parameter
+        # (its padding to 2N elements is left out: at most 2N elements, and it would make memory grow with N);
+        # single_partition_of_fp32_groups is `.clone().to(fp32)` of the rank's partition, on CPU with offload.
+        master, states = FP32_BYTES * part, int(state * part)
+        if offload_opt:
+            # initialize_optimizer_states: a pinned fp32 gradient partition; __init__: a 16-bit partition buffer
+            # and temp_grad_buffer_for_cpu_offload (largest parameter) on CPU. NVMe is handled as CPU here:
+            # stage_1_and_2.py has no swapper (`cpu_offload = device != none`).
+            return ModelStates(gpu_parameters=(total + frozen_numel) * lp, gpu_gradients=0,
+                               gpu_fp32_gradients=0, gpu_master=0, gpu_optimizer_state=0,
+                               cpu_master_and_state=master + states + FP32_BYTES * part, cpu_16bit=lp * part,
+                               cpu_buffers=max(numels) * lp, nvme=0)
+        return ModelStates(gpu_parameters=(total + frozen_numel) * lp,
+                           gpu_gradients=layout.gradient_partition_numel * lp, gpu_fp32_gradients=FP32_BYTES * part,
+                           gpu_master=master, gpu_optimizer_state=states, cpu_master_and_state=0, cpu_16bit=0,
+                           cpu_buffers=0, nvme=0)
+    layout = partitioned_layout(numels, world, settings)
+    part = layout.partition_numel
+    lp_parts = (part + math.ceil(frozen_numel / world)) * lp  # lp_param_buffer / pinned CPU flat buffer
+    # Persistent tensors are whole on every rank (gathered in _post_step); with one rank a "gather" is a view of
+    # the partition (NoGatherCoalescedHandle) unless the partition is on the CPU.
+    persistent = layout.persistent_numel * lp if world > 1 or settings.offload_param != "none" else 0
+    # The fp32 master is a copy: the alias branch of stage3.py::_create_fp32_partitions compares a torch.device
+    # with a str (`tensor.device == self.device`), never equal in torch 2.x.
+    master, states, grad_buffer = FP32_BYTES * part, int(state * part), lp * part
+    cpu_master_and_state = cpu_16bit = cpu_buffers = nvme = 0
+    if settings.offload_optimizer == "cpu":
+        # fp32 master, optimizer state and fp32 gradient buffers (initialize_optimizer_states) on pinned CPU;
+        # grad_partitions_flat_buffer is allocated on self.device = cpu.
+        cpu_master_and_state, cpu_16bit = master + states + FP32_BYTES * part, grad_buffer
+    elif settings.offload_optimizer == "nvme":
+        # Swapped to NVMe with their fp32 gradients (PartitionedOptimizerSwapper); pinned swap buffers of the
+        # largest sub-group (optimizer_utils.py::OptimizerSwapper: buffer_count x largest_numel x 4 B).
+        nvme += master + states + FP32_BYTES * part
+        aligned = AIO_ALIGNED_BYTES * settings.aio_thread_count // FP32_BYTES
+        cpu_16bit = grad_buffer
+        cpu_buffers += settings.optimizer_buffer_count * math.ceil(layout.sub_group_numel / aligned) * aligned * 4
+    if settings.offload_param == "cpu":
+        cpu_16bit += lp_parts
+    elif settings.offload_param == "nvme":
+        # _create_param_groups_fp16_flat_cpu_memory keeps up to max_in_cpu elements in CPU memory; the rest go
+        # to NVMe through pinned buffers (partitioned_param_swapper.py: buffer_count x buffer_size).
+        in_cpu = min(part, settings.max_in_cpu)
+        cpu_16bit += in_cpu * lp
+        cpu_buffers += settings.param_buffer_count * settings.param_buffer_size * lp
+        nvme += (part - in_cpu) * lp
+    return ModelStates(
+        gpu_parameters=persistent + (0 if settings.offload_param != "none" else lp_parts),
+        gpu_gradients=0 if offload_opt else grad_buffer,
+        gpu_fp32_gradients=0 if offload_opt else FP32_BYTES * layout.sub_group_numel,
+        gpu_master=0 if offload_opt else master,
+        gpu_optimizer_state=0 if offload_opt else states,
+        cpu_master_and_state=cpu_master_and_state, cpu_16bit=cpu_16bit, cpu_buffers=cpu_buffers, nvme=nvme)
+
+
+# -- the estimate ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Phase:
+    """Bytes of one moment of the step, by kind, on the device."""
+
+    parameters: int = 0
+    gradients: int = 0
+    optimizer: int = 0
+    activations: int = 0
+    buffers: int = 0
+
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.buffers
+
+
+def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
+             settings: ZeroSettings) -> MemoryEstimate:
+    """Per-device peak memory of a ZeRO stage (see the module docstring for the rules).
+
+    For each phase of the step: the stage's model states at that moment, the trace's non-model-state bytes at
+    the phase's high point (``workload.trace("half", checkpointing)``), and the communication buffers alive then.
+
+    Args:
+        workload: the traced step.
+        hardware: nodes and ranks (``N = hardware.world_size``).
+        candidate: micro-batch and activation checkpointing.
+        settings: the DeepSpeed settings in force.
+
+    Returns:
+        The highest phase with its breakdown, plus CPU and NVMe bytes per node.
+    """
+    trace = workload.trace("half", candidate.activation_checkpointing)
+    states = model_states(workload, hardware.world_size, settings)
+    build = _zero3 if settings.stage == 3 else _zero12
+    b = candidate.micro_batch_size
+    phases, notes = build(workload, hardware, trace, candidate, settings, _step_facts(workload, trace, b), states)
+    # The trace records one high point per phase; a smaller micro-batch may peak at another moment of backward
+    # (later, once buckets exist). Every moment of the step holds at least as much at a larger micro-batch, so
+    # the backward peak at b is at least the one at any b' < b: take the highest.
+    for smaller in _earlier_micro_batches(trace, b):
+        earlier, _ = build(workload, hardware, trace, candidate, settings, _step_facts(workload, trace, smaller),
+                           states)
+        phases["backward"] = max(phases["backward"], earlier["backward"], key=_Phase.total)
+    peak_name = max(phases, key=lambda p: phases[p].total())
+    peak = phases[peak_name]
+    overhead = workload.cuda_overhead_bytes if workload.target == "cuda" else 0
+    gpu = GpuMemory(parameters=peak.parameters, gradients=peak.gradients, optimizer=peak.optimizer,
+                    activations=peak.activations, buffers=peak.buffers + workload.buffer_bytes, overhead=overhead)
+    per_node = hardware.processes_per_node
+    if states.cpu or states.nvme:
+        notes.append(f"Per rank outside the GPU: {states.cpu / 2**20:.4g} MiB CPU "
+                     f"({states.cpu_master_and_state / 2**20:.4g} fp32 master/gradients/state, "
+                     f"{states.cpu_16bit / 2**20:.4g} model-dtype copies, {states.cpu_buffers / 2**20:.4g} staging "
+                     f"and swap buffers), {states.nvme / 2**20:.4g} MiB NVMe; x{per_node} ranks per node.")
+    return MemoryEstimate(gpu=gpu, peak_phase=peak_name,
+                          cpu_bytes_per_node=states.cpu * per_node, nvme_bytes_per_node=states.nvme * per_node,
+                          notes=tuple(notes))
+
+
+def _earlier_micro_batches(trace: StepTrace, micro_batch: int) -> list[int]:
+    """The micro-batches below ``micro_batch`` where the backward estimate can be highest.
+
+    From micro-batch 2 on, each quantity of a phase is affine in the micro-batch, clamped at zero
+    (:func:`autoshard.strategies.workload._affine`), so the estimate is piecewise affine: its maximum over
+    ``[1, micro_batch)`` lies at an end or next to a point where a quantity reaches zero.
+    """
+    one, two = dict(trace.at_1.phase_peaks)["backward"], dict(trace.at_2.phase_peaks)["backward"]
+    points = {1, 2, micro_batch - 1}
+    for field in ("gradients", "activations", "temporaries", "inputs"):
+        a, c = getattr(one, field), getattr(two, field)
+        if a > c:  # reaches zero at 1 + a / (a - c)
+            x = 1 + a / (a - c)
+            points |= {math.floor(x), math.ceil(x)}
+    return sorted(p for p in points if 1 <= p < micro_batch)
+
+
+def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candidate: Candidate,
+            settings: ZeroSettings, step: _Step, states: ModelStates) -> tuple[dict[str, _Phase], list[str]]:
+    lp = model_dtype_bytes(workload.precision)
+    numels = workload.parameter_numels
+    total, largest = sum(numels), max(numels)
+    alignment = NCCL_START_ALIGNMENT * hardware.world_size
+    part = math.ceil(total / alignment) * alignment // hardware.world_size  # as flat_layout
+    offload = settings.offload_optimizer != "none"
+    # Offload forces contiguous gradients (DeepSpeedZeroOptimizer.__init__: `contiguous_gradients or cpu_offload`).
+    contiguous = settings.contiguous_gradients or offload
+    # Reduce buckets are allocated at their full size at the first gradient hook of backward and freed at the end
+    # of the reduction epilogue; two with overlap_comm (setup_buckets / _release_ipg_buffers). Without contiguous
+    # gradients, buffered_reduce_fallback flattens each bucket into a new tensor instead.
+    bucket = settings.reduce_bucket_size * lp * ((2 if settings.overlap_comm else 1) if contiguous else 0)
+    # allreduce_bucket flattens the bucket's slices into a new tensor before the all-reduce.
+    flat_copy = min(settings.reduce_bucket_size, total) * lp
+    params, gin = states.gpu_parameters, states.gpu_gradients
+    held = states.gpu_master + states.gpu_optimizer_state
+    # Gradients are reduced inside the hooks when they are partitioned (ZeRO-2) or with overlap_comm
+    # (process_gradients); ZeRO-1 without overlap keeps them all and reduces after backward (reduce_gradients).
+    in_hooks = settings.stage == 2 or settings.overlap_comm
+    started = step.backward_progress > 0
+    act = step.activations
+    notes = [
+        f"ZeRO-{settings.stage} (deepspeed 0.19.8 stage_1_and_2.py DeepSpeedZeroOptimizer): all {total:,} "
+        f"parameters in one {lp}-byte flat buffer per rank; fp32 master + optimizer state of a {part:,}-element "
+        "partition" + (" on CPU" if offload else "") + ".",
+        f"Reduce bucket: reduce_bucket_size={settings.reduce_bucket_size:,} elements x {lp} B"
+        + (" x 2 (overlap_comm)" if settings.overlap_comm else "") + " allocated in full during backward "
+        "(setup_buckets).",
+    ]
+    phases = {name: _Phase(parameters=params, optimizer=held, activations=act[name]) for name in ("forward", "loss")}
+    if offload:
+        # A GPU staging buffer of the largest parameter for CPU copies (temp_grad_buffer_for_gpu_offload), and an
+        # fp32 copy of a gradient slice before it goes to the CPU (async_inplace_copy_grad_to_fp32_buffer_from_gpu).
+        staging, convert = largest * lp, largest * FP32_BYTES
+        reducing = staging + bucket + convert
+        phases["backward"] = max(
+            _Phase(parameters=params, gradients=0 if in_hooks else step.backward_gradient_bytes,
+                   activations=act["backward"], buffers=reducing if started else staging),
+            _Phase(parameters=params, activations=step.backward_saved, buffers=reducing),
+            _Phase(parameters=params, gradients=0 if in_hooks else total * lp, activations=step.inputs,
+                   buffers=reducing),
+            key=_Phase.total)
+        phases["optimizer"] = _Phase(parameters=params, activations=step.inputs, buffers=staging)
+        notes.append(
+            "Optimizer offload: the fp32 master, its fp32 gradient, optimizer state and a 16-bit copy of the "
+            "partition live in (pinned) CPU memory (DeepSpeedZeroOptimizer.__init__ / initialize_optimizer_states); "
+            "the step runs on the CPU (DeepSpeedCPUAdam, no GPU scratch). NVMe is treated as CPU: "
+            "stage_1_and_2.py has no swapper.")
+        return phases, notes
+    # Three moments of backward: the trace's high point (buckets and partition there only if a gradient exists
+    # already); the first gradient hook, just after it, when the loss gradient's temporaries are gone but the
+    # saved activations are not; and the end of backward, activations gone, gradients at their most.
+    if in_hooks:
+        # Each gradient moves into the bucket as produced; the partition's own go to grads_in_partition, which
+        # the rank whose partition backward reaches first allocates at the first reduction.
+        reducing = _Phase(parameters=params, optimizer=held, gradients=gin, buffers=bucket + flat_copy)
+        end_gradients = gin + largest * lp
+    else:
+        # reduce_gradients after backward: each gradient is copied into the bucket and its own storage freed, so
+        # the flattened copy of a bucket replaces gradients already moved; grads_in_partition is allocated at the
+        # first reduction that reaches the rank's partition (rank 0: the first one).
+        reducing = _Phase(parameters=params, optimizer=held, buffers=bucket)
+        end_gradients = total * lp + gin
+    peak_gradients = reducing.gradients if in_hooks else step.backward_gradient_bytes
+    phases["backward"] = max(
+        _Phase(parameters=params, optimizer=held, gradients=peak_gradients if started else 0,
+               activations=act["backward"], buffers=reducing.buffers if started else 0),
+        _Phase(parameters=params, optimizer=held, gradients=reducing.gradients, activations=step.backward_saved,
+               buffers=reducing.buffers),
+        _Phase(parameters=params, optimizer=held, gradients=end_gradients, activations=step.inputs,
+               buffers=reducing.buffers),
+        key=_Phase.total)
+    # step(): flatten the partition's gradients (a copy), cast to fp32 (a second copy unless already fp32), free
+    # grads_in_partition, then optimizer.step on the fp32 partition.
+    fp32_grad = states.gpu_fp32_gradients
+    flatten = gin + lp * part + (fp32_grad if lp != FP32_BYTES else 0)
+    scratch = optimizer_scratch_bytes(workload, trace, candidate.micro_batch_size, part)
+    phases["optimizer"] = max(
+        _Phase(parameters=params, optimizer=held, gradients=flatten, activations=step.inputs),
+        _Phase(parameters=params, optimizer=held, gradients=fp32_grad, activations=step.inputs + scratch),
+        key=_Phase.total)
+    notes.append("Optimizer phase (DeepSpeedZeroOptimizer.step): the partition's gradients flattened and cast to "
+                 "fp32, then the optimizer's scratch scaled to the flat partition; parameters are all-gathered "
+                 "in place (all_gather_into_tensor into the flat buffer: no extra memory).")
+    return phases, notes
+
+
+def _zero3(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candidate: Candidate,
+           settings: ZeroSettings, step: _Step, states: ModelStates) -> tuple[dict[str, _Phase], list[str]]:
+    world = hardware.world_size
+    lp = model_dtype_bytes(workload.precision)
+    numels = workload.parameter_numels
+    total = sum(numels)
+    layout = partitioned_layout(numels, world, settings)
+    persistent = layout.persistent_numel * lp if world > 1 or settings.offload_param != "none" else 0
+    bucket = settings.reduce_bucket_size * lp if settings.contiguous_gradients else 0  # allocated once, kept
+    params, grads = states.gpu_parameters, states.gpu_gradients
+    held = states.gpu_master + states.gpu_optimizer_state
+    act = step.activations
+    # Gathered parameters (partitioned_param_coordinator.py::fetch_sub_module): a module's own parameters when it
+    # runs (``current``, taken as the largest tensor) and, once the trace is known, up to ``prefetch`` more
+    # in flight. A coalesced fetch lands in one flat buffer that lives until its last parameter is waited for,
+    # each parameter being copied out of it (AllGatherCoalescedHandle.wait: torch.cat), so the step's first
+    # fetch briefly holds twice its size. With one rank nothing is gathered: the parameter is a view of its
+    # partition (NoGatherCoalescedHandle), unless that is on the CPU.
+    copies = 1 if world > 1 or settings.offload_param != "none" else 0
+    gathered_numel = layout.gathered_numel * copies
+    current = layout.largest_gathered_numel * copies
+    prefetch = layout.prefetch_numel * copies
+    retained = layout.retained_numel * copies
+    start = 2 * min(gathered_numel, max(prefetch, current))
+    boundary = max(current, min(gathered_numel, retained + prefetch))
+    # In backward the retained tail of forward is used first, then the rest is fetched module by module with
+    # the prefetch ahead; the trace's gradients at its backward high point tell how far backward has got.
+    done = step.backward_progress * gathered_numel
+    kept = max(0.0, retained - done)
+    rest = max(0.0, gathered_numel - done - kept)
+    backward_gathered = int(max(current, kept + min(rest, current + prefetch)))
+    # reduce_scatter_coalesced concatenates a bucket's gradients (padded per rank) into a new tensor; it exists
+    # at the trace's backward high point only if a gradient does, and at the first reduction just after it.
+    scatter_copy = min(settings.reduce_bucket_size, total) * lp
+    started = step.backward_progress > 0
+
+    def phase(activations: int, gathered: int | float, extra: int = 0) -> _Phase:
+        return _Phase(parameters=params, gradients=grads, optimizer=held, activations=activations,
+                      buffers=bucket + int(gathered) * lp + extra)
+
+    phases = {
+        "forward": max(phase(step.inputs, start), phase(act["forward"], boundary), key=_Phase.total),
+        "loss": phase(act["loss"], boundary),
+        "backward": max(phase(act["backward"], backward_gathered, scatter_copy if started else 0),
+                        phase(step.backward_saved, boundary, scatter_copy), key=_Phase.total),
+    }
+    # step(): every gathered parameter is released first (_partition_all_parameters, persistent ones too; they
+    # are re-gathered in _post_step); per sub-group the gradient partition is flattened and cast to fp32.
+    sub = layout.sub_group_numel
+    if settings.offload_optimizer != "none":
+        phases["optimizer"] = _Phase(parameters=params - persistent, activations=step.inputs, buffers=bucket)
+    else:
+        fp32_grad = states.gpu_fp32_gradients
+        flatten = lp * sub + (fp32_grad if lp != FP32_BYTES else 0)
+        scratch = optimizer_scratch_bytes(workload, trace, candidate.micro_batch_size, sub)
+        phases["optimizer"] = max(
+            _Phase(parameters=params - persistent, gradients=grads + flatten, optimizer=held,
+                   activations=step.inputs, buffers=bucket),
+            _Phase(parameters=params - persistent, gradients=grads + fp32_grad, optimizer=held,
+                   activations=step.inputs + scratch, buffers=bucket),
+            key=_Phase.total)
+    notes = [
+        f"ZeRO-3 (deepspeed 0.19.8 stage3.py): {layout.partition_numel:,}-element partitions of every parameter "
+        f"({lp} B each; fp32 master and optimizer state"
+        + ("" if settings.offload_optimizer == "none" else f" on {settings.offload_optimizer}") + "); "
+        f"{layout.persistent_numel:,} elements in tensors <= stage3_param_persistence_threshold="
+        f"{settings.param_persistence_threshold:,} also kept whole on every rank.",
+        f"Gathered for compute: {layout.retained_numel:,} of {layout.gathered_numel:,} elements stay gathered "
+        f"from forward into backward (stage3_max_reuse_distance={settings.max_reuse_distance:,}), plus "
+        f"prefetch windows of {layout.prefetch_numel:,} elements (stage3_prefetch_bucket_size, "
+        "stage3_max_live_parameters); a fetch briefly holds its flat buffer and the copies.",
+        f"One reduce bucket of reduce_bucket_size={settings.reduce_bucket_size:,} x {lp} B kept for the whole run "
+        "(_setup_for_real_optimizer).",
+    ]
+    if settings.offload_param != "none":
+        notes.append(f"Parameter offload to {settings.offload_param}: the partitions leave the GPU; gathered and "
+                     "persistent parameters stay on it.")
+    return phases, notes

@@ -388,7 +388,7 @@ def _gc_paused() -> Iterator[None]:
     import gc
 
     was_enabled = gc.isenabled()
-    gc.collect()
+    # No collection first: garbage from before the trace holds no storage this trace's tracker counts.
     gc.disable()
     try:
         yield

@@ -1,0 +1,77 @@
+"""`autoshard recommend` through the real entry point, on real strategies and hardware profiles."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autoshard.cli import main
+
+
+def test_recommend_json_has_every_candidate_with_the_documented_fields(capsys):
+    code = main(["recommend", "tiny-llama", "--hardware", "dgx-h100", "--seq-len", "64", "--batch-size", "4",
+                 "--json"])
+    assert code == 0
+    plan = json.loads(capsys.readouterr().out)
+    names = {c["strategy"] for c in plan["candidates"]}
+    assert {"ddp", "fsdp", "fsdp_shard_grad_op", "deepspeed_stage_2", "deepspeed_stage_3"} <= names
+    rec = plan["recommended"]
+    assert rec["strategy"] == "ddp"  # a 0.2M-parameter model that fits: plain DDP
+    for c in plan["candidates"]:
+        assert {"strategy", "fits", "memory", "max_micro_batch_size", "step_time_s", "throughput", "reasons"} <= set(c)
+        if not c["fits"]:
+            assert c["reasons"], c["strategy"]
+    hybrid = next(c for c in plan["candidates"] if c["strategy"] == "fsdp_hybrid")
+    assert not hybrid["fits"] and "one node" in hybrid["reasons"][0]
+
+
+def test_recommend_table_names_the_recommendation_and_rejections(capsys):
+    assert main(["recommend", "tiny-gpt2", "--hardware", "workstation-2x-rtx4090", "--seq-len", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "Recommendation:" in out and "Rejected:" in out
+
+
+def test_recommend_writes_a_png_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "memory.png"
+    assert main(["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--seq-len", "64", "--batch-size", "2",
+                 "--plot", str(png), "--json"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_nothing_fits_exits_3_with_the_smallest_requirement(capsys):
+    code = main(["recommend", "llama-2-70b", "--hardware", "rtx-4090", "--gpus", "1", "--seq-len", "4096",
+                 "--strategies", "ddp", "fsdp"])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "nothing fits" in err and "the smallest is" in err and "Traceback" not in err
+
+
+BAD = [
+    (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--strategies", "zero3"], "unknown strategy"),
+    (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--global-batch-size", "12"], "not divisible by the 8"),
+    (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--batch-size", "0"], "positive integer"),
+    (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--safety-margin", "1.5"], "safety margin"),
+    (["recommend", "tiny-gpt2", "--hardware", "no-such-gpu"], "unknown hardware profile"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD, ids=[a[-1] for a, _ in BAD])
+def test_bad_input_is_a_clear_message_with_exit_code_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_hardware_file_without_interconnect_bandwidths_still_plans(tmp_path, capsys):
+    # A user profile that knows only the GPU: the rules that need link speeds must not fail.
+    profile = tmp_path / "mygpu.yaml"
+    profile.write_text(
+        "kind: gpu\nname: mygpu\ndisplay_name: My GPU\nmemory: {value: 24 GiB, source: mine}\n"
+        "peak_tflops: {bf16: {value: 100, source: mine}}\nsources: {mine: my own measurement}\n"
+    )
+    code = main(["recommend", "tiny-gpt2", "--hardware", str(profile), "--gpus", "2", "--seq-len", "64", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["recommended"]["fits"]

@@ -27,6 +27,10 @@ from autoshard.strategies.zero_memory import OFFLOAD_DEVICES, ZeroSettings
 # DeepSpeed 0.19.8 defaults, runtime/zero/config.py::DeepSpeedZeroConfig (fields and validators).
 REDUCE_BUCKET_SIZE = 500_000_000  # reduce_bucket_size = pp_int(5e8)
 PREFETCH_BUCKET_SIZE = 50_000_000  # stage3_prefetch_bucket_size = pp_int(5e7)
+BUCKET_MEMORY_SHARE = 0.025
+"""DeepSpeed's default reduce bucket — 5e8 elements × 2 bytes × 2 buffers with overlap_comm = 2 GB — is 2.5 % of an
+80 GB GPU. The default here keeps that share on smaller GPUs (a 24 GB GPU gets 1.5e8, close to Lightning's 2e8)
+and never exceeds DeepSpeed's own default: bucket sizes scale with GPU memory."""
 PARAM_PERSISTENCE_THRESHOLD = 100_000  # stage3_param_persistence_threshold = pp_int(1e5)
 MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters = pp_int(1e9)
 MAX_REUSE_DISTANCE = 1_000_000_000  # stage3_max_reuse_distance = pp_int(1e9)
@@ -77,14 +81,16 @@ class DeepSpeedZero(Strategy):
         return None
 
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:
-        """Settings of ``zero_optimization`` (and ``aio`` for NVMe) with DeepSpeed 0.19.8's defaults.
+        """Settings of ``zero_optimization`` (and ``aio`` for NVMe) with DeepSpeed 0.19.8's defaults, except
+        ``reduce_bucket_size``, which scales with GPU memory (:func:`scaled_reduce_bucket_size`).
 
         ``allgather_bucket_size`` is not offered: in 0.19.8 ZeRO-1/2 gather the updated parameters with one
         ``all_gather_into_tensor`` into the flat buffer whenever torch provides it
         (``runtime/utils.py::all_gather_dp_groups``), so the setting has no effect.
         """
         knobs = [
-            Knob(name="reduce_bucket_size", default=REDUCE_BUCKET_SIZE, kind="int", low=10**6, high=10**9, log=True,
+            Knob(name="reduce_bucket_size", default=scaled_reduce_bucket_size(hardware), kind="int", low=10**6,
+                 high=10**9, log=True,
                  description="Elements per gradient bucket; allocated in full (x2 with overlap_comm at stages 1-2)."),
             # config.py::overlap_comm_valid: None becomes `stage == 3`.
             Knob(name="overlap_comm", default=self.stage == 3, kind="bool",
@@ -156,3 +162,13 @@ register("deepspeed_stage_3_offload", description="DeepSpeed ZeRO-3 with optimiz
 register("deepspeed_stage_3_offload_nvme",
          description="DeepSpeed ZeRO-3 with optimizer and parameters offloaded to NVMe",
          stage=3, offload_optimizer="nvme", offload_param="nvme")(DeepSpeedZero)
+
+
+def scaled_reduce_bucket_size(hardware: HardwareSpec) -> int:
+    """DeepSpeed's default reduce bucket, shrunk on GPUs smaller than 80 GB to :data:`BUCKET_MEMORY_SHARE` of their
+    memory (2-byte elements, two buffers), in steps of 1e7 elements."""
+    memory = hardware.gpu.memory_bytes if hardware.gpu is not None else None
+    if memory is None:
+        return REDUCE_BUCKET_SIZE
+    scaled = int(BUCKET_MEMORY_SHARE * memory / (2 * 2)) // 10**7 * 10**7
+    return max(10**7, min(REDUCE_BUCKET_SIZE, scaled))

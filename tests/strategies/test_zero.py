@@ -543,3 +543,16 @@ def test_prediction_matches_deepspeed_on_cpu_within_10_percent(stage: int, micro
           f"{baseline:,} B, predicted {kept + inputs:,} B")
     assert kept + inputs == pytest.approx(baseline, rel=1e-3)
     assert predicted.gpu.total == pytest.approx(measured, rel=0.10)
+
+
+@pytest.mark.parametrize(("profile", "expected"), [
+    ("h100-sxm-80gb", 500_000_000),  # 2.5 % of 80 GiB would exceed DeepSpeed's default: keep 5e8
+    ("rtx-4090", 160_000_000),
+    ("v100-sxm-16gb", 100_000_000),
+])
+def test_reduce_bucket_default_scales_with_gpu_memory(profile, expected):
+    from autoshard.hardware import load_hardware
+    from autoshard.strategies import get
+
+    knobs = {k.name: k.default for k in get("deepspeed_stage_2").knobs(load_hardware(profile))}
+    assert knobs["reduce_bucket_size"] == expected

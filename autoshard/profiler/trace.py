@@ -238,7 +238,7 @@ def _run_steps(
                             loss = loss / accumulation
                         tracker.phase = "backward"
                         with semantics.backward() if semantics else contextlib.nullcontext():
-                            _guard(lambda: loss.backward(), source, tracker, "backward")
+                            _guard(loss.backward, source, tracker, "backward")
                         del loss
                     if count:
                         facts.forward_flops = flops_fwd.get_total_flops()
@@ -276,9 +276,9 @@ def _forward(
     else:
         context = contextlib.nullcontext()
     with context:
-        output = _guard(lambda: call_model(model, batch), source, None, "forward")
+        output = _guard(functools.partial(call_model, model, batch), source, None, "forward")
         tracker.phase = "loss"
-        loss = _guard(lambda: loss_fn(output, batch), source, None, "loss")
+        loss = _guard(functools.partial(loss_fn, output, batch), source, None, "loss")
     del output
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise UserCodeError(

@@ -28,6 +28,10 @@ DEFAULT_LATENCY_S = {"intra": 5e-6, "inter": 20e-6}
 UNKNOWN_LINK_BYTES_PER_S = 10e9
 """Bandwidth assumed when the hardware does not say (e.g. CPU processes over gloo); flagged in notes."""
 
+CPU_PLACEHOLDER_FLOPS_PER_S = 1e11
+"""Stand-in throughput (100 GFLOP/s achieved) when the hardware has no GPU peak (CPU processes): an assumption so
+that a CPU-only plan still ranks its candidates; absolute times mean nothing then, and the notes say so."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Link:
@@ -85,3 +89,25 @@ def compute_seconds(flops: float, hardware: HardwareSpec, dtype: str, *, mfu: fl
 def exposed(communication_s: float, overlappable_compute_s: float) -> float:
     """Communication left after hiding it behind ``overlappable_compute_s`` of concurrent compute."""
     return max(0.0, communication_s - overlappable_compute_s)
+
+
+def step_compute_seconds(flops: float, hardware: HardwareSpec, dtype: str) -> tuple[float, str]:
+    """Compute time of ``flops`` on one device and the note explaining it: MFU × the GPU's dense ``dtype`` peak,
+    or :data:`CPU_PLACEHOLDER_FLOPS_PER_S` when the peak is unknown."""
+    seconds = compute_seconds(flops, hardware, dtype)
+    if seconds is None:
+        return flops / CPU_PLACEHOLDER_FLOPS_PER_S, (
+            "compute speed unknown (no GPU peak for this hardware): a placeholder of "
+            f"{CPU_PLACEHOLDER_FLOPS_PER_S / 1e9:g} GFLOP/s is assumed, for ranking only"
+        )
+    return seconds, f"compute at MFU {MFU:g} of the GPU's dense {dtype} peak"
+
+
+def host_link_bytes_per_s(hardware: HardwareSpec) -> tuple[float, list[str]]:
+    """Achievable bandwidth of the GPU's host link (offload traffic), with a note when it is unknown."""
+    link_spec = hardware.gpu.host_link if hardware.gpu is not None else None
+    if link_spec is None:
+        return UNKNOWN_LINK_BYTES_PER_S * LINK_EFFICIENCY, [
+            f"host link unknown: {UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed per direction"
+        ]
+    return link_spec.bandwidth_bytes_per_s * LINK_EFFICIENCY, []

@@ -38,9 +38,6 @@ POWERSGD_MATRIX_MIN_NUMEL = 65_536
 assumption standing in for the shapes the workload does not record (it errs towards more traffic)."""
 POWERSGD_DEFAULT_START_ITER = 1_000
 """``PowerSGDState(start_powerSGD_iter=1_000)`` default; it must be > 1 with error feedback (powerSGD_hook.py)."""
-CPU_PLACEHOLDER_FLOPS_PER_S = 1e11
-"""Stand-in throughput (100 GFLOP/s achieved) when the hardware has no GPU spec: an assumption so that a CPU-only
-plan still ranks; the absolute times mean nothing and the notes say so."""
 _COMPRESSED_ELEMENT_BYTES = 2
 """fp16 and bf16 hooks all-reduce ``buffer.to(dtype)``: 2 bytes per element (default_hooks.py ``_compress_hook``)."""
 
@@ -275,13 +272,8 @@ class DDPStrategy(Strategy):
         trace = workload.trace("amp", candidate.activation_checkpointing)
         notes: list[str] = []
         flops = trace.flops_per_sample() * b
-        compute_s = costs.compute_seconds(flops, hardware, compute_dtype(workload.precision))
-        if compute_s is None:
-            compute_s = flops / CPU_PLACEHOLDER_FLOPS_PER_S
-            notes.append(f"compute speed unknown (no GPU peak for this hardware): a placeholder of "
-                         f"{CPU_PLACEHOLDER_FLOPS_PER_S / 1e9:g} GFLOP/s is assumed, for ranking only")
-        else:
-            notes.append(f"compute at MFU {costs.MFU:g} of the GPU's dense {compute_dtype(workload.precision)} peak")
+        compute_s, note = costs.step_compute_seconds(flops, hardware, compute_dtype(workload.precision))
+        notes.append(note)
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         backward_s = compute_s * (bwd / (fwd + bwd) if fwd + bwd else 2 / 3)
 

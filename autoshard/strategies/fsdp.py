@@ -24,7 +24,7 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.profiler.options import Precision
 from autoshard.strategies import costs
 from autoshard.strategies.base import Candidate, CostEstimate, GpuMemory, Knob, MemoryEstimate, Strategy
-from autoshard.strategies.fsdp_cost import CPU_PLACEHOLDER_FLOPS_PER_S, communication, cpu_offload
+from autoshard.strategies.fsdp_cost import communication, cpu_offload
 from autoshard.strategies.fsdp_memory import (
     Layout,
     Moment,
@@ -180,13 +180,8 @@ class FSDPStrategy(Strategy):
         notes: list[str] = []
         flops = trace.flops_per_sample() * b
         dtype = compute_dtype(workload.precision)
-        compute_s = costs.compute_seconds(flops, hardware, dtype)
-        if compute_s is None:
-            compute_s = flops / CPU_PLACEHOLDER_FLOPS_PER_S
-            notes.append(f"compute speed unknown (no GPU peak for this hardware): a placeholder of "
-                         f"{CPU_PLACEHOLDER_FLOPS_PER_S / 1e9:g} GFLOP/s is assumed, for ranking only")
-        else:
-            notes.append(f"compute at MFU {costs.MFU:g} of the GPU's dense {dtype} peak")
+        compute_s, note = costs.step_compute_seconds(flops, hardware, dtype)
+        notes.append(note)
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         forward_s = compute_s * (fwd / (fwd + bwd) if fwd + bwd else 1 / 3)
         comm = communication(units, layout, hardware, forward_s, compute_s - forward_s)

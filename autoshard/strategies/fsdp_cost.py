@@ -28,9 +28,6 @@ from autoshard.strategies import costs
 from autoshard.strategies.base import Collective
 from autoshard.strategies.fsdp_memory import Layout, Units
 
-CPU_PLACEHOLDER_FLOPS_PER_S = 1e11
-"""Stand-in throughput (100 GFLOP/s achieved) when the hardware has no GPU spec — the same assumption as the
-``ddp`` strategy — so that a CPU-only plan still ranks; the absolute times mean nothing and the notes say so."""
 
 CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD = 3.0e8
 """``torch.optim.AdamW(foreach=False)`` on fp32 CPU tensors: 3.0e8 parameters/s on one thread, measured with
@@ -138,14 +135,7 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
     elements = sum(_shard(u, n) for u in all_units)
     gathers_up = elements + (sum(_shard(u, n) for u in units.blocks) if layout.reshard_after_forward is True else 0)
     up, down = gathers_up * o, elements * o
-    link = hardware.gpu.host_link if hardware.gpu is not None else None
-    notes = []
-    if link is None:
-        bandwidth = costs.UNKNOWN_LINK_BYTES_PER_S
-        notes.append(f"host link unknown: {bandwidth / 1e9:g} GB/s assumed per direction")
-    else:
-        bandwidth = link.bandwidth_bytes_per_s
-    bandwidth *= costs.LINK_EFFICIENCY
+    bandwidth, notes = costs.host_link_bytes_per_s(hardware)
     transfer_s = (up + down) / bandwidth
     optimizer_s = elements / (CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD * CPU_OPTIMIZER_THREADS)
     # Pinned memory lets the non_blocking copies overlap compute (_fsdp_api.py CPUOffloadPolicy); pageable copies

@@ -41,9 +41,6 @@ from autoshard.strategies.zero_memory import (
     state_bytes_per_parameter,
 )
 
-CPU_PLACEHOLDER_FLOPS_PER_S = 1e11
-"""Stand-in throughput (100 GFLOP/s achieved) when the hardware has no GPU spec — the same assumption as the
-``ddp`` and ``fsdp`` strategies — so that a CPU-only plan still ranks; absolute times mean nothing then."""
 
 CPU_ADAM_PARAMETERS_PER_S = 1.0e9
 """``DeepSpeedCPUAdam`` (AVX, fp32) on one thread: 0.4-2.3e9 parameters/s, about 1e9 typical, measured with
@@ -78,13 +75,8 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
     one = trace.at_1
     forward_share = one.forward_flops / max(one.forward_flops + one.backward_flops, 1)
     notes: list[str] = []
-    compute_s = costs.compute_seconds(total_flops, hardware, compute_dtype(workload.precision))
-    if compute_s is None:
-        compute_s = total_flops / CPU_PLACEHOLDER_FLOPS_PER_S
-        notes.append(f"compute speed unknown (no GPU spec): {CPU_PLACEHOLDER_FLOPS_PER_S / 1e9:g} GFLOP/s "
-                     "assumed as a placeholder, so absolute times are only good for ranking")
-    else:
-        notes.append(f"compute at MFU {costs.MFU:g} of the GPU's dense {compute_dtype(workload.precision)} peak")
+    compute_s, note = costs.step_compute_seconds(total_flops, hardware, compute_dtype(workload.precision))
+    notes.append(note)
     forward_s = compute_s * forward_share
     backward_s = compute_s - forward_s
     if settings.stage == 3:
@@ -205,14 +197,7 @@ def _offload(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings,
         return 0.0, []
     n, lp = hardware.world_size, model_dtype_bytes(workload.precision)
     numels = workload.parameter_numels
-    link = hardware.gpu.host_link if hardware.gpu is not None else None
-    notes = []
-    if link is None:
-        bandwidth = costs.UNKNOWN_LINK_BYTES_PER_S
-        notes.append(f"host link unknown: {bandwidth / 1e9:g} GB/s assumed per direction")
-    else:
-        bandwidth = link.bandwidth_bytes_per_s
-    bandwidth *= costs.LINK_EFFICIENCY
+    bandwidth, notes = costs.host_link_bytes_per_s(hardware)
     if settings.stage == 3:
         layout = partitioned_layout(numels, n, settings)
         part = layout.partition_numel

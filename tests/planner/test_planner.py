@@ -10,7 +10,7 @@ from autoshard.errors import NoFeasiblePlan, UsageError
 from autoshard.hardware import load_hardware
 from autoshard.planner import PlanRequest, plan
 from autoshard.profiler.options import Precision
-from autoshard.strategies.base import Candidate, CostEstimate, GpuMemory, Knob, MemoryEstimate, Strategy
+from autoshard.strategies.base import CostEstimate, GpuMemory, Knob, MemoryEstimate, Strategy
 from autoshard.strategies.workload import Workload
 
 GIB = 2**30

@@ -35,3 +35,24 @@ def test_flop_counting_does_not_change_the_measured_memory():
     without = profile_source(source, options, count_flops=False)
     assert with_flops.peak_bytes == without.peak_bytes
     assert with_flops.forward_flops > 0 and without.forward_flops == 0
+
+
+@pytest.mark.parametrize(("name", "options"), [
+    ("tiny-gpt2", dict(precision="32-true")),
+    ("tiny-llama", dict(precision="bf16-mixed", activation_checkpointing=True)),
+    ("tiny-t5", dict(precision="bf16-true", optimizer="adafactor")),
+    ("tiny-bert", dict(precision="bf16-mixed", grad_accumulation=2)),
+])
+def test_warm_started_first_step_measures_the_same_steady_state(name, options):
+    from autoshard.profiler.trace import trace_timeline
+
+    source = load_source(name)
+    opts = ProfileOptions(batch_size=2, seq_len=32, target="cuda", **options)
+    full, full_phases, full_timeline = trace_timeline(source, opts, count_flops=True)
+    warm, warm_phases, warm_timeline = trace_timeline(source, opts, count_flops=False)
+    assert warm.peak_bytes == full.peak_bytes
+    assert warm.peak_breakdown == full.peak_breakdown
+    assert dict(warm.phase_peaks) == dict(full.phase_peaks)
+    assert [b.activation_bytes for b in warm.blocks] == [b.activation_bytes for b in full.blocks]
+    for phase, events in full_timeline.phases.items():
+        assert bool((warm_timeline.phases[phase] == events).all()), phase

@@ -94,7 +94,7 @@ RULES: tuple[Rule, ...] = (
         and ctx.hardware.world_size > 1,
         factor=1.15,
         says=lambda ctx, e: f"The model has {_count(ctx.workload.parameter_count)} parameters and its states fit "
-        "on every GPU: plain DDP avoids the gathers sharding adds (sharding pays from roughly 500M parameters).",
+        "on every device: plain DDP avoids the gathers sharding adds (sharding pays from roughly 500M parameters).",
     ),
     Rule(
         name="pretrain-least-communication",

@@ -70,6 +70,8 @@ def _print(plan) -> None:  # type: ignore[no-untyped-def]
     console.print(f"[bold]{w.model}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}, "
                   f"{w.optimizer}" + (f", seq {w.seq_len}" if w.seq_len else "")
                   + f" on {hw.nodes} × {hw.processes_per_node} × {device} ({plan.request.goal})")
+    for note in hw.notes:
+        console.print(f"[dim]{note}[/dim]")
     table = Table(title_justify="left", pad_edge=False)
     for col in ("strategy", "ckpt", "fits", "micro", "GPU/device", "CPU/node", "NVMe/node", "max micro",
                 "step s", "samples/s", "tokens/s"):

@@ -9,12 +9,9 @@ from typing import Any
 
 def gib(nbytes: int | float) -> str:
     """``1.23 GiB``-style size (binary units; bytes below 1 KiB)."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    from autoshard.hardware.units import format_bytes
+
+    return format_bytes(int(nbytes))
 
 
 def count(n: int) -> str:

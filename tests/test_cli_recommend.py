@@ -75,3 +75,24 @@ def test_a_hardware_file_without_interconnect_bandwidths_still_plans(tmp_path, c
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert json.loads(captured.out)["recommended"]["fits"]
+
+
+def test_recommend_output_dir_then_export_round_trip(tmp_path, capsys):
+    out = tmp_path / "plan"
+    assert main(["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--seq-len", "64", "--batch-size", "2",
+                 "--strategies", "deepspeed_stage_2", "--output-dir", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"plan.json", "ds_config.json", "launch.sh", "slurm.sbatch"} <= names
+    # Exporting the saved plan again gives the same files, so nothing needs --force.
+    assert main(["export", str(out / "plan.json"), "--output-dir", str(out)]) == 0
+    capsys.readouterr()
+    (out / "ds_config.json").write_text("{}\n")
+    assert main(["export", str(out / "plan.json"), "--output-dir", str(out)]) == 2
+    assert "ds_config.json" in capsys.readouterr().err
+
+
+def test_export_of_a_malformed_plan_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "plan.json"
+    bad.write_text("{not json")
+    assert main(["export", str(bad), "--output-dir", str(tmp_path / "x")]) == 2
+    assert "Traceback" not in capsys.readouterr().err

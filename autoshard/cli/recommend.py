@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fraction of device memory kept free (default 0.10)")
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/recommend.md)")
     parser.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of per-strategy memory")
+    parser.add_argument("--output-dir", type=Path, metavar="DIR",
+                        help="write plan.json and the configs for the recommendation (docs/export.md)")
+    parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ")
     add_hardware_arguments(parser)
 
 
@@ -48,12 +51,19 @@ def run(args: argparse.Namespace) -> int:
         from autoshard.cli._plot import plot_memory
 
         plot_memory(plan, args.plot)
+    written = []
+    if args.output_dir is not None:
+        from autoshard.export import export_plan
+
+        written = export_plan(plan, args.output_dir, force=args.force)
     if args.json:
         print_json(plan.to_dict())
         return 0
     _print(plan)
     if args.plot is not None:
         print(f"Wrote {args.plot}")
+    if written:
+        print(f"Wrote {len(written)} files to {args.output_dir}: {', '.join(p.name for p in written)}")
     return 0
 
 

@@ -1,0 +1,129 @@
+"""Hand-off files for a plan: ``plan.json``, DeepSpeed JSON, Accelerate YAML, Lightning and HF Trainer
+arguments, and torchrun / deepspeed / SLURM launch commands.
+
+Example:
+    >>> import autoshard, autoshard.export  # doctest: +SKIP
+    >>> plan = autoshard.recommend("tiny-gpt2", hardware="dgx-h100", seq_len=64)  # doctest: +SKIP
+    >>> autoshard.export.export_plan(plan, "out/")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from autoshard.errors import UsageError
+from autoshard.export import (
+    accelerate,
+    deepspeed,
+    hf_trainer,
+    launch,
+    lightning,
+    plan_json,
+)
+from autoshard.export.plan_json import ExportedPlan, from_plan, read
+from autoshard.planner.plan import Plan
+
+__all__ = ["ExportedPlan", "export_plan", "from_plan", "notes", "read", "render"]
+
+
+def render(exported: ExportedPlan, *, validate: bool = True) -> dict[str, str]:
+    """Every file that applies to the plan, by file name → text; DeepSpeed files only for DeepSpeed plans.
+
+    Raises:
+        UsageError: DeepSpeed rejects the ds_config (or is missing while ``validate`` is true).
+    """
+    files = {"plan.json": plan_json.dumps(exported)}
+    if exported.family == "deepspeed":
+        files["ds_config.json"] = deepspeed.dumps(exported, check=validate)
+    files["accelerate_config.yaml"] = accelerate.dumps(exported)
+    files["lightning_trainer.py"] = lightning.snippet(exported)
+    if exported.strategy != "fsdp_hybrid":  # no FSDP2 hybrid sharding in the HF Trainer
+        if exported.family == "fsdp":
+            files[hf_trainer.FSDP_CONFIG_FILE] = hf_trainer.dumps_fsdp_config(exported)
+        files["hf_trainer_args.txt"] = hf_trainer.command_line(exported) + "\n"
+    files["launch.sh"] = launch.launch_script(exported)
+    files["slurm.sbatch"] = launch.sbatch(exported)
+    files["README.md"] = _readme(exported, sorted(files))
+    return files
+
+
+def export_plan(plan: Plan | ExportedPlan, output_dir: str | os.PathLike[str], *, force: bool = False,
+                validate: bool = True) -> list[Path]:
+    """Write the hand-off files of ``plan`` into ``output_dir`` (created if needed).
+
+    Args:
+        plan: a :class:`~autoshard.planner.plan.Plan` (its recommendation is exported) or an :class:`ExportedPlan`
+            (e.g. from :func:`read`).
+        output_dir: the directory to write into.
+        force: overwrite existing files whose content differs. Without it nothing is written when any would be.
+        validate: check ``ds_config.json`` with DeepSpeed's config classes (needs DeepSpeed).
+
+    Returns:
+        The paths written (files already identical are included and left untouched).
+
+    Raises:
+        UsageError: a different file is in the way and ``force`` is false, or see :func:`render`.
+    """
+    exported = plan if isinstance(plan, ExportedPlan) else from_plan(plan)
+    files = render(exported, validate=validate)
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is not a directory.")
+    paths = {name: out / name for name in files}
+    clash = [str(p) for name, p in paths.items() if p.exists() and p.read_text(encoding="utf-8") != files[name]]
+    if clash and not force:
+        raise UsageError(f"not overwriting {len(clash)} file(s) that differ: {', '.join(clash)}.",
+                         hint="Pass force=True to replace them, or choose another output directory.")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, path in paths.items():
+        if not path.exists() or path.read_text(encoding="utf-8") != files[name]:
+            path.write_text(files[name], encoding="utf-8")
+    (out / "launch.sh").chmod(0o755)
+    return list(paths.values())
+
+
+def notes(exported: ExportedPlan) -> list[str]:
+    """What the files leave to the user, or could not express, for this plan (one sentence each)."""
+    out = [("Your training script builds the model, data loader (batch size "
+           f"{exported.micro_batch_size} per device), optimizer ({exported.optimizer}) and learning-rate schedule."),
+           "Gradient clipping is not set anywhere: add it if you train with it."]
+    if exported.activation_checkpointing:
+        out.append(f"The plan checkpoints every {exported.model.block_class or 'repeated block'}: enable it in your "
+                   "model (FSDP configs here do it for you; DeepSpeed and DDP do not).")
+    if exported.family == "deepspeed":
+        out.append("ds_config.json has no optimizer block: with optimizer offload use "
+                   "deepspeed.ops.adam.DeepSpeedCPUAdam (DeepSpeed refuses other client optimizers by default).")
+        if "nvme" in exported.strategy and exported.hardware.nvme_path is None:
+            out.append(f"Replace nvme_path {deepspeed.NVME_PATH_PLACEHOLDER} in ds_config.json with a directory on "
+                       "a local NVMe drive of every node.")
+    if exported.family == "fsdp":
+        raf = exported.settings.get("reshard_after_forward")
+        if not isinstance(raf, bool):
+            out.append(f"reshard_after_forward={raf} (a partial shard) is written as True: Accelerate, Lightning and "
+                       "the HF Trainer take only a bool.")
+        out.append("forward_prefetch, backward_prefetch, reduce_dtype, blocks_per_unit and foreach are not "
+                   "expressible in these configs; set them in your own fully_shard code if they differ from the "
+                   "defaults.")
+        out.append("Lightning's FSDPStrategy runs FSDP1; autoshard's estimates are for FSDP2.")
+        if exported.strategy == "fsdp_hybrid":
+            out.append("Hybrid sharding: the HF Trainer cannot run it with FSDP2 (no file written); with Accelerate "
+                       "add a parallelism config (dp_replicate = nodes, dp_shard = GPUs per node).")
+    if exported.family == "ddp" and exported.settings.get("comm_hook", "none") != "none":
+        out.append(f"comm_hook={exported.settings['comm_hook']} is in the Lightning snippet only; register it with "
+                   "model.register_comm_hook elsewhere.")
+    if exported.hardware.nodes > 1:
+        out.append("Multi-node: set MASTER_ADDR and JOB_ID in launch.sh; accelerate launch also needs "
+                   "--machine_rank and --main_process_ip on each node.")
+    return out
+
+
+def _readme(exported: ExportedPlan, names: list[str]) -> str:
+    lines = [f"# autoshard export: {exported.strategy} for {exported.model.name}", "",
+             (f"{exported.hardware.nodes} node(s) × {exported.hardware.gpus_per_node} "
+             f"{exported.hardware.gpu or 'CPU process(es)'}, micro-batch {exported.micro_batch_size}, gradient "
+             f"accumulation {exported.gradient_accumulation}, global batch {exported.global_batch_size}, "
+             f"{exported.precision}."), "", "Files: " + ", ".join(n for n in names if n != "README.md") + ".",
+             "See docs/export.md.", "", "## Left to you", ""]
+    lines += [f"- {n}" for n in notes(exported)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,237 @@
+"""``plan.json``: autoshard's own record of a plan, the one input every other exporter reads.
+
+It keeps what a launcher or config file needs — the recommended strategy with the knob values in force,
+precision, optimizer, batch sizes — plus fingerprints of the model and the hardware, so that a later
+``fit()`` or a colleague can tell whether the file still describes the job at hand.
+
+Example:
+    >>> from autoshard.export.plan_json import ExportedPlan, HardwareFingerprint, ModelFingerprint, dumps, loads
+    >>> p = ExportedPlan(
+    ...     strategy="ddp", family="ddp", micro_batch_size=4, gradient_accumulation=2,
+    ...     activation_checkpointing=False, settings={"bucket_cap_mb": 25}, precision="bf16-mixed",
+    ...     optimizer="adamw", seq_len=64,
+    ...     model=ModelFingerprint(name="m", parameter_count=10, block_class=None, layout_hash="0" * 16),
+    ...     hardware=HardwareFingerprint(gpu="h100", gpu_memory_bytes=80, gpus_per_node=8, nodes=2,
+    ...                                  device_type="cuda", backend="nccl", nvme_path=None))
+    >>> p.global_batch_size
+    128
+    >>> loads(dumps(p)) == p
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autoshard.errors import UsageError
+from autoshard.planner.plan import Plan
+from autoshard.strategies import get
+
+SCHEMA_VERSION = 1
+"""Bumped whenever a field changes meaning or disappears; readers refuse other versions."""
+KIND = "autoshard.plan"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelFingerprint:
+    """Enough about the model to notice that a plan was made for a different one."""
+
+    name: str
+    parameter_count: int
+    block_class: str | None
+    """The repeated block (the FSDP / ZeRO-3 wrapping unit), e.g. ``GPT2Block``."""
+    layout_hash: str
+    """First 16 hex digits of a SHA-256 over the parameter tensor sizes and the block sizes (:func:`layout_hash`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HardwareFingerprint:
+    """The hardware the plan was made for."""
+
+    gpu: str | None
+    """The GPU model name (``None``: planned for CPU processes)."""
+    gpu_memory_bytes: int | None
+    gpus_per_node: int
+    """Processes per node: one per GPU (for CPU, the number of gloo processes)."""
+    nodes: int
+    device_type: str
+    """``cuda`` or ``cpu``."""
+    backend: str
+    """The ``torch.distributed`` backend, ``nccl`` or ``gloo``."""
+    nvme_path: str | None
+    """A mounted NVMe directory for DeepSpeed's NVMe offload when one is known, else ``None``."""
+
+    @property
+    def world_size(self) -> int:
+        """Total number of ranks."""
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExportedPlan:
+    """The recommended configuration, as written to ``plan.json`` (schema version :data:`SCHEMA_VERSION`)."""
+
+    strategy: str
+    """The strategy name (Lightning's), e.g. ``deepspeed_stage_3_offload``."""
+    family: str
+    """``ddp``, ``fsdp`` or ``deepspeed``."""
+    micro_batch_size: int
+    """Samples per device per forward/backward."""
+    gradient_accumulation: int
+    activation_checkpointing: bool
+    """Whether the plan checkpoints each repeated block."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Every knob of the strategy with the value in force (the candidate's, else the hardware default)."""
+    precision: str
+    """Lightning's precision name: ``32-true``, ``16-mixed``, ``bf16-mixed`` or ``bf16-true``."""
+    optimizer: str
+    seq_len: int | None
+    model: ModelFingerprint
+    hardware: HardwareFingerprint
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per optimizer step: micro-batch × gradient accumulation × data-parallel ranks."""
+        return self.micro_batch_size * self.gradient_accumulation * self.hardware.world_size
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict, with ``kind``, ``schema_version`` and the derived ``global_batch_size``."""
+        d = asdict(self)
+        return {"kind": KIND, "schema_version": SCHEMA_VERSION, **d, "global_batch_size": self.global_batch_size}
+
+
+def layout_hash(parameter_numels: tuple[int, ...], block_parameter_counts: tuple[int, ...]) -> str:
+    """A short, stable digest of a model's parameter layout.
+
+    Example:
+        >>> layout_hash((4, 4), (8,)) == layout_hash((4, 4), (8,)) != layout_hash((4, 5), (9,))
+        True
+    """
+    text = json.dumps({"numels": list(parameter_numels), "blocks": list(block_parameter_counts)})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def from_plan(plan: Plan) -> ExportedPlan:
+    """The :class:`ExportedPlan` of ``plan.recommended``, with the strategy's settings in force.
+
+    Raises:
+        UsageError: the candidate carries a setting its strategy does not have.
+    """
+    rec = plan.recommended
+    hw = plan.hardware
+    w = plan.workload
+    settings = get(rec.strategy).settings(hw, rec.candidate)
+    nvme = next((d.path for d in hw.node.nvme if d.path.startswith("/")), None)  # profiles say "(local NVMe)"
+    return ExportedPlan(
+        strategy=rec.strategy, family=rec.family, micro_batch_size=rec.candidate.micro_batch_size,
+        gradient_accumulation=rec.gradient_accumulation, activation_checkpointing=rec.candidate.activation_checkpointing,
+        settings=dict(settings), precision=w.precision.value, optimizer=w.optimizer, seq_len=w.seq_len,
+        model=ModelFingerprint(name=w.model, parameter_count=w.parameter_count, block_class=w.block_class,
+                               layout_hash=layout_hash(w.parameter_numels, w.block_parameter_counts)),
+        hardware=HardwareFingerprint(
+            gpu=None if hw.gpu is None else hw.gpu.name, gpu_memory_bytes=hw.device_memory_bytes if hw.gpu else None,
+            gpus_per_node=hw.processes_per_node, nodes=hw.nodes, device_type=hw.device_type, backend=hw.backend,
+            nvme_path=nvme),
+    )
+
+
+def dumps(exported: ExportedPlan) -> str:
+    """``plan.json``'s text: indented JSON with a final newline."""
+    return json.dumps(exported.to_dict(), indent=2) + "\n"
+
+
+def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
+    """Parse and validate ``plan.json`` text.
+
+    Args:
+        text: the file's content.
+        source: what to call it in error messages (a path).
+
+    Raises:
+        UsageError: not JSON, not an autoshard plan, another schema version, or a field missing or mistyped.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{source} is not valid JSON: {e}.") from e
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise UsageError(f"{source} is not an autoshard plan (expected \"kind\": \"{KIND}\").",
+                         hint="Write one with autoshard.export.export_plan(plan, output_dir).")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise UsageError(f"{source} has schema_version {version!r}; this autoshard reads version {SCHEMA_VERSION}.",
+                         hint="Export the plan again with this version of autoshard.")
+    try:
+        model = ModelFingerprint(**_fields(data, "model", _MODEL_TYPES, source))
+        hardware = HardwareFingerprint(**_fields(data, "hardware", _HARDWARE_TYPES, source))
+        top = _fields({"plan": data}, "plan", _PLAN_TYPES, source, extra_ok=("kind", "schema_version", "model",
+                                                                               "hardware", "global_batch_size"))
+        exported = ExportedPlan(**top, model=model, hardware=hardware)
+    except TypeError as e:  # a field missing from the dataclass constructor
+        raise UsageError(f"{source} is malformed: {e}.") from e
+    for name in ("micro_batch_size", "gradient_accumulation"):
+        if getattr(exported, name) < 1:
+            raise UsageError(f"{source}: {name} must be >= 1, but got {getattr(exported, name)}.")
+    if exported.hardware.nodes < 1 or exported.hardware.gpus_per_node < 1:
+        raise UsageError(f"{source}: nodes and gpus_per_node must be >= 1.")
+    if data.get("global_batch_size", exported.global_batch_size) != exported.global_batch_size:
+        raise UsageError(f"{source}: global_batch_size {data['global_batch_size']} is not micro_batch_size × "
+                         f"gradient_accumulation × nodes × gpus_per_node = {exported.global_batch_size}.")
+    return exported
+
+
+def write(exported: ExportedPlan, path: str | Path) -> Path:
+    """Write ``plan.json`` to ``path`` and return the path."""
+    path = Path(path)
+    path.write_text(dumps(exported), encoding="utf-8")
+    return path
+
+
+def read(path: str | Path) -> ExportedPlan:
+    """Read and validate ``plan.json`` (see :func:`loads`).
+
+    Raises:
+        UsageError: the file is missing or malformed.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}.") from e
+    return loads(text, source=str(path))
+
+
+_OPT_STR = (str, type(None))
+_OPT_INT = (int, type(None))
+_MODEL_TYPES = {"name": str, "parameter_count": int, "block_class": _OPT_STR, "layout_hash": str}
+_HARDWARE_TYPES = {"gpu": _OPT_STR, "gpu_memory_bytes": _OPT_INT, "gpus_per_node": int, "nodes": int,
+                   "device_type": str, "backend": str, "nvme_path": _OPT_STR}
+_PLAN_TYPES = {"strategy": str, "family": str, "micro_batch_size": int, "gradient_accumulation": int,
+               "activation_checkpointing": bool, "settings": dict, "precision": str, "optimizer": str,
+               "seq_len": _OPT_INT}
+
+
+def _fields(data: dict[str, Any], key: str, types: dict[str, Any], source: str,
+            extra_ok: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``data[key]``'s fields, each checked against ``types``; unknown keys are refused."""
+    obj = data.get(key)
+    if not isinstance(obj, dict):
+        raise UsageError(f"{source}: \"{key}\" must be an object, but got {type(obj).__name__}.")
+    unknown = set(obj) - set(types) - set(extra_ok)
+    if unknown:
+        raise UsageError(f"{source}: unknown field(s) {', '.join(sorted(unknown))} in \"{key}\".")
+    out = {}
+    for name, kind in types.items():
+        if name not in obj:
+            raise UsageError(f"{source}: \"{key}\" lacks the field \"{name}\".")
+        value = obj[name]
+        # bool is an int subclass: refuse it where a count is expected.
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool and bool not in
+                                           (kind if isinstance(kind, tuple) else (kind,))):
+            raise UsageError(f"{source}: \"{key}.{name}\" has the wrong type ({type(value).__name__}).")
+        out[name] = value
+    return out

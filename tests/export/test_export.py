@@ -1,0 +1,194 @@
+"""The hand-off files: DeepSpeed accepts every ds_config, plan.json round-trips, configs load in their tools."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import json
+
+import pytest
+import yaml
+
+import autoshard
+from autoshard.errors import UsageError
+from autoshard.export import (
+    accelerate,
+    deepspeed,
+    export_plan,
+    hf_trainer,
+    launch,
+    lightning,
+    plan_json,
+    render,
+)
+from autoshard.strategies import get, names
+from autoshard.strategies.base import Candidate
+
+DS_NAMES = [n for n in names() if n.startswith("deepspeed_stage_")]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return autoshard.recommend("tiny-gpt2", hardware="dgx-h100", seq_len=64, batch_size=4, strategies=["ddp"])
+
+
+def exported_for(plan, strategy: str, *, nodes: int = 1, precision: str | None = None,
+                 checkpointing: bool = False) -> plan_json.ExportedPlan:
+    """The plan re-targeted at ``strategy`` (settings in force from the strategy's own defaults)."""
+    hw = dataclasses.replace(plan.hardware, nodes=nodes)
+    cand = Candidate(strategy=strategy, micro_batch_size=4, activation_checkpointing=checkpointing)
+    rec = dataclasses.replace(plan.recommended, candidate=cand, family=get(strategy).family, gradient_accumulation=2)
+    e = plan_json.from_plan(dataclasses.replace(plan, recommended=rec, hardware=hw))
+    return e if precision is None else dataclasses.replace(e, precision=precision)
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed", "32-true"])
+@pytest.mark.parametrize("strategy", DS_NAMES)
+def test_every_deepspeed_plan_passes_deepspeeds_config_validation(plan, strategy, precision):
+    pytest.importorskip("deepspeed")
+    e = exported_for(plan, strategy, nodes=2, precision=precision)
+    config = json.loads(deepspeed.dumps(e))  # dumps validates
+    s = get(strategy)
+    assert config["zero_optimization"]["stage"] == s.stage
+    assert config["train_batch_size"] == 4 * 2 * 16
+    assert ("aio" in config) == ("nvme" in strategy)
+    for key, device in (("offload_optimizer", s.offload_optimizer), ("offload_param", s.offload_param)):
+        assert config["zero_optimization"].get(key, {}).get("device", "none") == device
+
+
+def test_deepspeed_rejection_is_a_usage_error_naming_the_key():
+    pytest.importorskip("deepspeed")
+    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "train_batch_size": 1,
+              "zero_optimization": {"stage": 2, "no_such_knob": 1}}
+    with pytest.raises(UsageError, match="no_such_knob"):
+        deepspeed.validate(config, world_size=1)
+    with pytest.raises(UsageError, match="train_batch_size"):
+        deepspeed.validate({**config, "zero_optimization": {"stage": 2}}, world_size=8)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp_cpu_offload", "deepspeed_stage_3_offload_nvme"])
+def test_plan_json_round_trips(plan, strategy, tmp_path):
+    e = exported_for(plan, strategy, nodes=2)
+    assert plan_json.read(plan_json.write(e, tmp_path / "plan.json")) == e
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: "{not json", "not valid JSON"),
+    (lambda d: {**d, "schema_version": 99}, "schema_version 99"),
+    (lambda d: {**d, "kind": "other"}, "not an autoshard plan"),
+    (lambda d: {k: v for k, v in d.items() if k != "micro_batch_size"}, "micro_batch_size"),
+    (lambda d: {**d, "micro_batch_size": "4"}, "wrong type"),
+    (lambda d: {**d, "micro_batch_size": 0}, ">= 1"),
+    (lambda d: {**d, "hardware": {**d["hardware"], "nodes": True}}, "wrong type"),
+    (lambda d: {**d, "global_batch_size": 7}, "global_batch_size"),
+])
+def test_malformed_plan_json_is_a_usage_error(plan, tmp_path, mutate, message):
+    data = mutate(exported_for(plan, "ddp").to_dict())
+    path = tmp_path / "plan.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    with pytest.raises(UsageError, match=message):
+        plan_json.read(path)
+
+
+@pytest.mark.parametrize("strategy, kind", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("fsdp_shard_grad_op", "FSDP"),
+                                            ("deepspeed_stage_2", "DEEPSPEED")])
+def test_accelerate_yaml_loads_in_accelerate(plan, strategy, kind, tmp_path):
+    e = exported_for(plan, strategy, nodes=2, checkpointing=True)
+    path = tmp_path / "accelerate_config.yaml"
+    path.write_text(accelerate.dumps(e))
+    data = yaml.safe_load(path.read_text())
+    assert data["distributed_type"] == kind and data["num_machines"] == 2 and data["num_processes"] == 16
+    if strategy.startswith("fsdp"):
+        assert data["fsdp_config"]["fsdp_reshard_after_forward"] is (strategy == "fsdp")
+        assert data["fsdp_config"]["fsdp_activation_checkpointing"] is True
+    if importlib.util.find_spec("accelerate") is None:
+        pytest.skip("accelerate is not installed: checked with yaml.safe_load only")
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+
+    loaded = load_config_from_file(str(path))  # refuses unknown top-level keys
+    assert loaded.distributed_type.value == kind
+    # Nested keys become `accelerate launch` options (commands/launch.py copies them onto args): each must exist.
+    dests = {a.dest for a in launch_command_parser()._actions}
+    nested = {**data.get("fsdp_config", {}), **data.get("deepspeed_config", {})}
+    assert set(nested) <= dests
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp_hybrid", "fsdp_cpu_offload", "deepspeed_stage_3"])
+@pytest.mark.parametrize("hook", ["none", "powersgd", "fp16_compress"])
+def test_lightning_snippet_is_valid_python(plan, strategy, hook):
+    e = exported_for(plan, strategy, nodes=2, checkpointing=True)
+    if strategy == "ddp":
+        e = dataclasses.replace(e, settings={**e.settings, "comm_hook": hook})
+    source = lightning.snippet(e)
+    ast.parse(source)
+    assert "num_nodes=2" in source and "devices=8" in source and "accumulate_grad_batches=2" in source
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_cpu_offload", "deepspeed_stage_2"])
+def test_hf_trainer_arguments_parse_in_transformers(plan, strategy, tmp_path, monkeypatch):
+    e = exported_for(plan, strategy, precision="32-true")  # bf16 needs a GPU in TrainingArguments
+    args = hf_trainer.arguments(e)
+    assert args[:4] == ["--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2"]
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed")
+    if strategy.startswith("deepspeed"):
+        pytest.skip("TrainingArguments(deepspeed=...) sets up DeepSpeed for a GPU run")
+    from transformers import HfArgumentParser, TrainingArguments
+
+    monkeypatch.chdir(tmp_path)
+    if e.family == "fsdp":
+        (tmp_path / "fsdp_config.json").write_text(hf_trainer.dumps_fsdp_config(e))
+    (parsed,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(["--output_dir", "o", *args])
+    assert parsed.gradient_accumulation_steps == 2
+    if e.family == "fsdp":
+        assert parsed.fsdp_config["reshard_after_forward"] is (strategy != "fsdp_shard_grad_op")
+        assert parsed.fsdp_config["cpu_offload"] is (strategy == "fsdp_cpu_offload")
+
+
+@pytest.mark.parametrize("nodes", [1, 4])
+def test_sbatch_and_launchers_have_the_plans_node_and_gpu_counts(plan, nodes):
+    e = exported_for(plan, "deepspeed_stage_3", nodes=nodes)
+    script = launch.sbatch(e)
+    assert f"#SBATCH --nodes={nodes}\n" in script and "#SBATCH --gpus-per-node=8\n" in script
+    assert "#SBATCH --ntasks-per-node=1\n" in script and "srun torchrun" in script
+    from torch.distributed.run import get_args_parser
+
+    for multi in (False, True):
+        cmd = launch.torchrun(e, multi_node=multi).replace('"', "").split()[1:]
+        parsed = get_args_parser().parse_args(cmd)
+        assert parsed.nproc_per_node == "8" and parsed.nnodes == ("1" if not multi else str(nodes))
+    if importlib.util.find_spec("deepspeed") is not None:
+        from deepspeed.launcher.runner import parse_args
+
+        parsed = parse_args(launch.deepspeed_launcher(e, multi_node=True).replace('"', "").split()[1:])
+        assert parsed.num_nodes == nodes and parsed.num_gpus == 8
+
+
+def test_export_writes_deepspeed_files_only_for_deepspeed(plan, tmp_path):
+    pytest.importorskip("deepspeed")
+    ddp = {p.name for p in export_plan(exported_for(plan, "ddp"), tmp_path / "ddp")}
+    ds = {p.name for p in export_plan(exported_for(plan, "deepspeed_stage_2"), tmp_path / "ds")}
+    assert "ds_config.json" not in ddp and "ds_config.json" in ds
+    assert {p.name for p in (tmp_path / "ds").iterdir()} == ds
+
+
+def test_export_refuses_to_clobber_a_different_file_unless_forced(plan, tmp_path):
+    e = exported_for(plan, "ddp")
+    written = export_plan(e, tmp_path)
+    assert export_plan(e, tmp_path) == written  # identical files are fine
+    (tmp_path / "launch.sh").write_text("my own script\n")
+    other = dataclasses.replace(e, micro_batch_size=2)
+    with pytest.raises(UsageError, match="launch.sh"):
+        export_plan(other, tmp_path)
+    assert (tmp_path / "launch.sh").read_text() == "my own script\n"
+    assert plan_json.read(tmp_path / "plan.json") == e  # nothing was written
+    export_plan(other, tmp_path, force=True)
+    assert plan_json.read(tmp_path / "plan.json") == other
+
+
+def test_export_accepts_a_plan_and_renders_readme_notes(plan):
+    files = render(plan_json.from_plan(plan))
+    assert "Gradient clipping" in files["README.md"]
+    assert json.loads(files["plan.json"])["strategy"] == plan.recommended.strategy

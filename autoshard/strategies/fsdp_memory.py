@@ -57,6 +57,12 @@ def wrapping_units(workload: Workload, blocks_per_unit: int = 1) -> Units:
     else:
         start, end, blocks = found
         before, after = tuple(numels[:start]), tuple(numels[end:])
+    # A tied embedding / LM head is listed before the blocks (first use) but gets its gradient from the head at
+    # the start of backward: it belongs with the tensors after the blocks.
+    for numel in workload.tied_parameter_numels:
+        if numel in before:
+            i = before.index(numel)
+            before, after = before[:i] + before[i + 1 :], (numel, *after)
     grouped = [
         tuple(t for block in blocks[i : i + blocks_per_unit] for t in block)
         for i in range(0, len(blocks), blocks_per_unit)

@@ -134,6 +134,9 @@ class Workload:
     cuda_overhead_bytes: int
     """Fixed allocator-side overheads per process on CUDA (cuBLAS workspaces)."""
     traces: tuple[StepTrace, ...]
+    tied_parameter_numels: tuple[int, ...] = ()
+    """Element counts of parameters used both before and after the repeated blocks (a tied embedding and LM
+    head): their gradients appear at the start of backward, although module order lists them first."""
 
     @property
     def tokens_per_sample(self) -> int | None:
@@ -261,9 +264,29 @@ def build_workload(
         parameter_numels=tuple(numels),
         block_class=base.block_class,
         block_parameter_counts=block_counts,
+        tied_parameter_numels=_tied_around_blocks(module, blocks),
         optimizer_state_bytes_per_parameter=base.optimizer_state_bytes / trainable,
         buffer_bytes=base.buffer_bytes,
         target=target,
         cuda_overhead_bytes=sum(o.bytes for o in base.overheads if o.in_allocator),
         traces=traces,
+    )
+
+
+def _tied_around_blocks(module: Any, blocks: Any) -> tuple[int, ...]:
+    """Parameters reached through a module before the first repeated block and one after the last (module
+    order), e.g. GPT-2's embedding tied to its LM head."""
+    if blocks is None:
+        return ()
+    order = {name: i for i, (name, _) in enumerate(module.named_modules())}
+    first = order[blocks.names[0]]
+    last_end = max(i for name, i in order.items() if name == blocks.names[-1] or name.startswith(blocks.names[-1] + "."))
+    uses: dict[int, list[int]] = {}
+    numel: dict[int, int] = {}
+    for mod_name, sub in module.named_modules(remove_duplicate=False):
+        for p in sub.parameters(recurse=False):
+            uses.setdefault(id(p), []).append(order.get(mod_name, -1))
+            numel[id(p)] = p.numel()
+    return tuple(
+        numel[k] for k, at in uses.items() if any(i < first for i in at) and any(i > last_end for i in at)
     )

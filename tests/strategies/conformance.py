@@ -213,7 +213,8 @@ def _check_checkpointing_activations(strategy: Strategy, micro_batches: tuple[in
 
 
 def check_gpu_memory_never_increases_with_more_gpus(strategy: Strategy) -> None:
-    """At a fixed micro-batch, 1 to 8 H100s and then 2 and 4 DGX nodes never need more memory per GPU."""
+    """At a fixed micro-batch, 1 to 8 H100s and then 2 and 4 DGX nodes never need more memory per GPU (2 %
+    tolerance: a single rank has no communication buffers)."""
     ladder = [load_hardware("h100-sxm-80gb", gpus=g) for g in (1, 2, 4, 8)]
     ladder += [load_hardware("dgx-h100", nodes=n) for n in (2, 4)]
     ladder = [hw for hw in ladder if strategy.unsupported(hw) is None]
@@ -221,7 +222,10 @@ def check_gpu_memory_never_increases_with_more_gpus(strategy: Strategy) -> None:
         for ckpt in (False, True):
             totals = [strategy.memory(workload, hw, candidate(strategy, 2, ckpt)).gpu.total for hw in ladder]
             worlds = [hw.world_size for hw in ladder]
-            assert totals == sorted(totals, reverse=True), f"{name}, checkpointing={ckpt}: {list(zip(worlds, totals))}"
+            # A single rank needs no communication buffers; with everything offloaded, GPU memory barely depends
+            # on the world size, so going from 1 to 2 ranks may add those buffers: allow 2 %.
+            grows = [(a, b) for a, b in zip(totals, totals[1:]) if b > a * 1.02]
+            assert not grows, f"{name}, checkpointing={ckpt}: {list(zip(worlds, totals))}"
 
 
 def check_cost_is_positive_and_throughput_consistent(strategy: Strategy) -> None:

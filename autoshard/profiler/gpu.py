@@ -19,6 +19,7 @@ MODELLED: tuple[str, ...] = (
     "autocast: CUDA autocast op lists and weight-cast cache",
     "dropout: fused native_dropout (1-byte bool mask)",
     "softmax: fp16 -> fp32 softmax without an fp32 copy of the input",
+    "norms: layer_norm / batch_norm save fp32 statistics for 16-bit inputs (the fake kernels say 16-bit)",
     "optimizer: foreach=True default on CUDA",
     "allocator: 512-byte rounding of every allocation",
     "overheads: cuBLAS workspace (in the allocator)",

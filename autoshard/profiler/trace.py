@@ -100,6 +100,7 @@ def trace_timeline(
         optimizer = _make_optimizer(source, options, model)
         tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None,
                                 record_events=record)
+        tracker.norm_stats_fp32 = "always" if options.target == "cuda" else "mixed"
         with _gc_paused():
             facts = _run_steps(source, options, model, batch, optimizer, tracker, blocks, count_flops)
     params = _unique_storages(p for p in model.parameters())

@@ -95,6 +95,10 @@ class MemoryTracker(TorchDispatchMode):
         self.measuring = True
         """Peaks and events are only taken while set (the tracer clears it for the warm-up step)."""
         self.stand_in_scalars = False
+        self.norm_stats_fp32 = "never"
+        """When fake kernels get the dtype of a normalisation's saved statistics wrong (they return the input's
+        16-bit dtype): ``"always"`` counts them as fp32 (CUDA: accumulate type), ``"mixed"`` only when the weight
+        is fp32 and the input 16-bit (CPU's mixed-type kernels), ``"never"`` takes the fake dtype."""
         """When set, reading a fake tensor's value (``.item()``) returns a stand-in instead of failing."""
 
     # -- registration -------------------------------------------------------------------------------------
@@ -171,6 +175,8 @@ class MemoryTracker(TorchDispatchMode):
             # change what they allocate, so a stand-in value lets e.g. Adafactor be traced.
             return _stand_in(args[0].dtype)
         out = func(*args, **(kwargs or {}))
+        if func in _NORM_OPS and self.norm_stats_fp32 != "never" and _is_fake(args[0]):
+            self._norm_outputs(out, args)
         for t in tree_iter(out):
             if isinstance(t, torch.Tensor):
                 self._after_op(t)
@@ -178,12 +184,24 @@ class MemoryTracker(TorchDispatchMode):
             self._resync(args[0])
         return out
 
-    def _after_op(self, t: torch.Tensor) -> None:
+    def _norm_outputs(self, out: Any, args: tuple[Any, ...]) -> None:
+        """Count a 16-bit normalisation's saved mean / inverse std as fp32, as the real kernels allocate them
+        (CUDA ``layer_norm`` / ``batch_norm`` use the accumulate type; CPU does for fp32 weights)."""
+        x, weight = args[0], args[1] if len(args) > 1 else None
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            return
+        if self.norm_stats_fp32 == "mixed" and not (isinstance(weight, torch.Tensor) and weight.dtype == torch.float32):
+            return
+        for stat in out[1:3]:
+            if isinstance(stat, torch.Tensor) and stat.dtype == x.dtype:
+                self._after_op(stat, nbytes=stat.untyped_storage().nbytes() * 2)
+
+    def _after_op(self, t: torch.Tensor, *, nbytes: int | None = None) -> None:
         storage = t.untyped_storage()
         key = id(storage)
         if key in self._live:
             return
-        nbytes = self._round(storage.nbytes())
+        nbytes = self._round(storage.nbytes() if nbytes is None else nbytes)
         self._live[key] = _Entry(nbytes, Category.TEMPORARIES)
         self._refs[key] = weakref.ref(storage, partial(self._on_free, key))
         self.totals[Category.TEMPORARIES] += nbytes
@@ -201,6 +219,15 @@ class MemoryTracker(TorchDispatchMode):
         self.totals[entry.category] += delta
         self.total_bytes += delta
         self._maybe_peak()
+
+
+_NORM_OPS = {
+    torch.ops.aten.native_layer_norm.default,
+    torch.ops.aten.native_batch_norm.default,
+    torch.ops.aten._native_batch_norm_legit.default,
+    torch.ops.aten._native_batch_norm_legit_functional.default,
+}
+"""Normalisations whose outputs 1 and 2 are the saved statistics (mean, inverse std)."""
 
 
 def _stand_in(dtype: torch.dtype) -> bool | int | float:

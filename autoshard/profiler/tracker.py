@@ -176,7 +176,7 @@ class MemoryTracker(TorchDispatchMode):
             return _stand_in(args[0].dtype)
         out = func(*args, **(kwargs or {}))
         if func in _NORM_OPS and self.norm_stats_fp32 != "never" and _is_fake(args[0]):
-            self._norm_outputs(out, args)
+            self._norm_outputs(out, args, weight_index=2 if func is torch.ops.aten.native_layer_norm.default else 1)
         for t in tree_iter(out):
             if isinstance(t, torch.Tensor):
                 self._after_op(t)
@@ -184,10 +184,10 @@ class MemoryTracker(TorchDispatchMode):
             self._resync(args[0])
         return out
 
-    def _norm_outputs(self, out: Any, args: tuple[Any, ...]) -> None:
+    def _norm_outputs(self, out: Any, args: tuple[Any, ...], *, weight_index: int) -> None:
         """Count a 16-bit normalisation's saved mean / inverse std as fp32, as the real kernels allocate them
         (CUDA ``layer_norm`` / ``batch_norm`` use the accumulate type; CPU does for fp32 weights)."""
-        x, weight = args[0], args[1] if len(args) > 1 else None
+        x, weight = args[0], args[weight_index] if len(args) > weight_index else None
         if x.dtype not in (torch.float16, torch.bfloat16):
             return
         if self.norm_stats_fp32 == "mixed" and not (isinstance(weight, torch.Tensor) and weight.dtype == torch.float32):

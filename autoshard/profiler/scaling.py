@@ -55,10 +55,9 @@ def profile_with_timelines(
 ) -> tuple[ModelProfile, DepthTimelines]:
     """:func:`profile_source`, also returning the memory timelines it was made from."""
     if _should_extrapolate(source, extrapolate):
-        return _extrapolated(source, options, count_flops=count_flops, record=True)  # type: ignore[return-value]
+        return _extrapolated(source, options, count_flops=count_flops, record=True)
     profile, _, timeline = trace_timeline(source, options, count_flops=count_flops, record=True)
     depth = source.num_layers or 0
-    assert timeline is not None
     return profile, DepthTimelines(depths=(depth,), timelines=(timeline,), target=depth)
 
 
@@ -101,36 +100,31 @@ def extrapolated(source: ModelSource, options: ProfileOptions, *, count_flops: b
 
 def _extrapolated(
     source: ModelSource, options: ProfileOptions, *, count_flops: bool, record: bool
-) -> tuple[ModelProfile, DepthTimelines | None]:
-    assert source.with_num_layers is not None and source.num_layers is not None  # checked by the caller
+) -> tuple[ModelProfile, DepthTimelines]:
+    rebuild, target = source.with_num_layers, source.num_layers
+    if rebuild is None or target is None:
+        raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
     started = time.perf_counter()
     l1, l2 = SHALLOW_LAYERS
-    target = source.num_layers
-    p1, phases1, t1 = trace_timeline(source.with_num_layers(l1), options, count_flops=count_flops, record=record)
-    p2, phases2, t2 = trace_timeline(source.with_num_layers(l2), options, count_flops=count_flops, record=record)
+    p1, phases1, t1 = trace_timeline(rebuild(l1), options, count_flops=count_flops, record=record)
+    p2, phases2, t2 = trace_timeline(rebuild(l2), options, count_flops=count_flops, record=record)
 
     def lin(a: int, b: int) -> int:
         # Exact integer arithmetic: the per-block increment (b - a) / (l2 - l1) is a whole number of bytes.
         return a + (b - a) * (target - l1) // (l2 - l1)
 
-    best: PeakSnapshot | None = None
-    phases: list[tuple[str, MemoryBreakdown]] = []
+    snapshots: list[PeakSnapshot] = []
     for phase, s2 in phases2.items():
         s1 = phases1.get(phase)
-        if s1 is None:
-            continue
-        by_category = {c: lin(s1.by_category[c], s2.by_category[c]) for c in Category}
-        snap = PeakSnapshot(sum(by_category.values()), by_category, phase, _remap(s2.module, l2, target), s2.step)
-        if phase != "setup":
-            phases.append((phase, MemoryBreakdown.from_categories(by_category)))
-        if best is None or snap.total_bytes > best.total_bytes:
-            best = snap
-    assert best is not None
+        if s1 is not None:
+            by_category = {c: lin(s1.by_category[c], s2.by_category[c]) for c in Category}
+            snapshots.append(PeakSnapshot(sum(by_category.values()), by_category, phase,
+                                          _remap(s2.module, l2, target), s2.step))
+    phases = [(s.phase, MemoryBreakdown.from_categories(s.by_category)) for s in snapshots if s.phase != "setup"]
+    best = max(snapshots, key=lambda s: s.total_bytes)  # the first of equal heights, in step order
     in_allocator = sum(o.bytes for o in p2.overheads if o.in_allocator)
     blocks = _blocks(p2, target)
-    timelines = None
-    if t1 is not None and t2 is not None:
-        timelines = DepthTimelines(depths=(l1, l2), timelines=(t1, t2), target=target)
+    timelines = DepthTimelines(depths=(l1, l2), timelines=(t1, t2), target=target)
     profile = dataclasses.replace(
         p2,
         model=source.name,

@@ -63,7 +63,7 @@ def trace_with_phases(
 def trace_timeline(
     source: ModelSource, options: ProfileOptions, *, fake: bool = True, count_flops: bool = True,
     record: bool = True,
-) -> tuple[ModelProfile, dict[str, PeakSnapshot], Timeline | None]:
+) -> tuple[ModelProfile, dict[str, PeakSnapshot], Timeline]:
     """Trace :data:`STEPS` training steps of ``source`` and return its profile.
 
     Args:
@@ -77,7 +77,7 @@ def trace_timeline(
 
     Returns:
         The profile for one device holding the whole model, the highest point of each phase, and the
-        timeline when ``record``.
+        timeline (empty unless ``record``).
 
     Raises:
         ProfileError: an operation cannot be traced under fake tensors.
@@ -142,7 +142,7 @@ def trace_timeline(
         torch_version=torch.__version__,
         autoshard_version=autoshard.__version__,
     )
-    return profile, dict(tracker.phase_peaks), Timeline.from_events(tracker.events) if record else None
+    return profile, dict(tracker.phase_peaks), Timeline.from_events(tracker.events)
 
 
 def _phase_peaks(snapshots: dict[str, PeakSnapshot]) -> tuple[tuple[str, MemoryBreakdown], ...]:

@@ -60,12 +60,14 @@ class StepTrace:
     need not line up with larger batches."""
     timelines_3: DepthTimelines | None = None
 
-    def _exact(self) -> bool:
-        t1, t2 = self.timelines_2, self.timelines_3
-        return (
-            t1 is not None and t2 is not None and t1.depths == t2.depths
-            and all(a.aligned_with(b) for a, b in zip(t1.timelines, t2.timelines, strict=True))
-        )
+    def _aligned(self) -> tuple[DepthTimelines, DepthTimelines] | None:
+        """The timelines at micro-batch 2 and 3 when they line up event by event, else ``None``."""
+        t2, t3 = self.timelines_2, self.timelines_3
+        if t2 is None or t3 is None or t2.depths != t3.depths:
+            return None
+        if not all(a.aligned_with(b) for a, b in zip(t2.timelines, t3.timelines, strict=True)):
+            return None
+        return t2, t3
 
     def phases(self, micro_batch: int) -> dict[str, MemoryBreakdown]:
         """Per-phase peak breakdowns at ``micro_batch``.
@@ -75,11 +77,11 @@ class StepTrace:
         """
         if micro_batch == 1:
             return dict(self.at_1.phase_peaks)
-        if not self._exact():
+        aligned = self._aligned()
+        if aligned is None:
             one, two = dict(self.at_1.phase_peaks), dict(self.at_2.phase_peaks)
             return {p: _affine(one[p], two[p], micro_batch) for p in one if p in two}
-        t1, t2 = self.timelines_2, self.timelines_3
-        assert t1 is not None and t2 is not None
+        t1, t2 = aligned
         # Timelines are at micro-batch 2 and 3: the value at b is v2 + (v3 - v2)(b - 2).
         x = micro_batch - 1
         per_depth = [phase_peaks(a, b, x) for a, b in zip(t1.timelines, t2.timelines, strict=True)]
@@ -97,11 +99,11 @@ class StepTrace:
         In the optimizer phase this is the optimizer's scratch (e.g. foreach temporaries) for the unsharded
         model; strategies that shard the optimizer scale it themselves.
         """
-        if micro_batch == 1 or not self._exact():
+        aligned = None if micro_batch == 1 else self._aligned()
+        if aligned is None:
             b = self.phases(micro_batch)[phase]
             return b.activations + b.temporaries + b.inputs
-        t1, t2 = self.timelines_2, self.timelines_3
-        assert t1 is not None and t2 is not None
+        t1, t2 = aligned
         x = micro_batch - 1
         per_depth = [non_state_peaks(a, b, x) for a, b in zip(t1.timelines, t2.timelines, strict=True)]
         return t1.extrapolate(per_depth)[phase]

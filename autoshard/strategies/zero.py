@@ -22,7 +22,7 @@ from autoshard.strategies import zero_cost, zero_memory
 from autoshard.strategies.base import Candidate, CostEstimate, Knob, MemoryEstimate, Strategy
 from autoshard.strategies.registry import register
 from autoshard.strategies.workload import Workload
-from autoshard.strategies.zero_memory import OFFLOAD_DEVICES, ZeroSettings
+from autoshard.strategies.zero_layout import OFFLOAD_DEVICES, ZeroSettings
 
 # DeepSpeed 0.19.8 defaults, runtime/zero/config.py::DeepSpeedZeroConfig (fields and validators).
 REDUCE_BUCKET_SIZE = 500_000_000  # reduce_bucket_size = pp_int(5e8)

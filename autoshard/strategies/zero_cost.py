@@ -32,14 +32,8 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies import costs
 from autoshard.strategies.base import Candidate, Collective, CostEstimate
 from autoshard.strategies.workload import Workload, compute_dtype
-from autoshard.strategies.zero_memory import (
-    FP32_BYTES,
-    ZeroSettings,
-    flat_layout,
-    model_dtype_bytes,
-    partitioned_layout,
-    state_bytes_per_parameter,
-)
+from autoshard.strategies.zero_layout import ZeroSettings, flat_layout, partitioned_layout
+from autoshard.strategies.zero_memory import FP32_BYTES, model_dtype_bytes, state_bytes_per_parameter
 
 
 CPU_ADAM_PARAMETERS_PER_S = 1.0e9

@@ -18,53 +18,22 @@ What a rank holds, in short:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.profiler.options import Precision
 from autoshard.strategies.base import Candidate, GpuMemory, MemoryEstimate
 from autoshard.strategies.workload import StepTrace, Workload
-
-OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-"""``offload_optimizer`` / ``offload_param`` devices (``runtime/zero/offload_config.py::OffloadDeviceEnum``)."""
+from autoshard.strategies.zero_layout import (
+    NCCL_START_ALIGNMENT,
+    ZeroSettings,
+    flat_layout,
+    partitioned_layout,
+)
 
 FP32_BYTES = 4
-NCCL_START_ALIGNMENT = 2
-"""ZeRO-1/2 pad the flat buffer to a multiple of ``2 * N`` elements
-(``stage_1_and_2.py::DeepSpeedZeroOptimizer.__init__``: ``nccl_start_alignment_factor = 2``)."""
 AIO_ALIGNED_BYTES = 1024
 """NVMe swap buffers are rounded to 1 KiB per I/O thread (``runtime/swap_tensor/utils.py::AIO_ALIGNED_BYTES``)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ZeroSettings:
-    """The DeepSpeed settings the memory and cost models depend on (names as in the DeepSpeed config)."""
-
-    stage: int
-    offload_optimizer: str = "none"
-    offload_param: str = "none"
-    reduce_bucket_size: int
-    """Elements per gradient bucket (``zero_optimization.reduce_bucket_size``)."""
-    overlap_comm: bool
-    contiguous_gradients: bool
-    prefetch_bucket_size: int = 0
-    """ZeRO-3: elements gathered ahead of use (``stage3_prefetch_bucket_size``)."""
-    param_persistence_threshold: int = 0
-    """ZeRO-3: parameters with at most this many elements stay whole on every rank."""
-    max_live_parameters: int = 0
-    max_reuse_distance: int = 0
-    sub_group_size: int = 10**9
-    optimizer_buffer_count: int = 4
-    """NVMe optimizer swap buffers (``offload_config.py::DeepSpeedZeroOffloadOptimizerConfig.buffer_count``)."""
-    param_buffer_count: int = 5
-    """NVMe parameter swap buffers (``DeepSpeedZeroOffloadParamConfig.buffer_count``)."""
-    param_buffer_size: int = 10**8
-    """Elements per NVMe parameter swap buffer (``DeepSpeedZeroOffloadParamConfig.buffer_size``)."""
-    max_in_cpu: int = 10**9
-    """Parameter elements kept in CPU memory under NVMe parameter offload (``...ParamConfig.max_in_cpu``)."""
-    aio_thread_count: int = 1
-    """``aio.intra_op_parallelism`` (Lightning's ``thread_count``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,94 +99,6 @@ def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step
         backward_gradient_bytes=backward.gradients,
         backward_progress=min(1.0, backward.gradients / max(full_gradients, 1)),
         backward_saved=backward.activations + backward.inputs,
-    )
-
-
-# -- layouts -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FlatLayout:
-    """ZeRO-1/2: one flat buffer of all trainable parameters, cut into ``N`` equal partitions."""
-
-    aligned_numel: int
-    partition_numel: int
-    gradient_partition_numel: int
-    """Largest over ranks of the summed sizes of the parameters that overlap a rank's partition: the size of
-    ``grads_in_partition`` (``stage_1_and_2.py::copy_grads_in_partition``), whole tensors even when cut."""
-
-
-def flat_layout(numels: Sequence[int], world: int) -> FlatLayout:
-    """The partitioning of ``stage_1_and_2.py::DeepSpeedZeroOptimizer.__init__`` (one parameter group).
-
-    Example:
-        >>> flat_layout([4, 3, 3], world=2)  # padded to 12; rank 0's [0, 6) overlaps tensors of 4 and 3
-        FlatLayout(aligned_numel=12, partition_numel=6, gradient_partition_numel=7)
-    """
-    total = sum(numels)
-    alignment = NCCL_START_ALIGNMENT * world
-    aligned = math.ceil(total / alignment) * alignment
-    size = aligned // world
-    worst, start = 0, 0
-    bounds = []
-    for n in numels:
-        bounds.append((start, start + n))
-        start += n
-    for rank in range(world):
-        lo, hi = rank * size, (rank + 1) * size
-        worst = max(worst, sum(n for (a, b), n in zip(bounds, numels) if a < hi and b > lo))
-    return FlatLayout(aligned_numel=aligned, partition_numel=size, gradient_partition_numel=worst)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PartitionedLayout:
-    """ZeRO-3: every parameter cut into ``N`` padded pieces; small ones also kept whole."""
-
-    partition_numel: int
-    """Sum over parameters of ``ceil(numel / N)`` (``partition_parameters.py::Init._partition_param``)."""
-    persistent_numel: int
-    """Elements of the parameters kept whole on every rank (``parameter_offload.py::mark_persistent_parameters``:
-    ``numel <= stage3_param_persistence_threshold``)."""
-    gathered_numel: int
-    """Elements of the parameters gathered for compute (all but the persistent ones)."""
-    retained_numel: int
-    """Of those, the elements still gathered when backward starts: a parameter is not released after its
-    forward use when it is used again within ``stage3_max_reuse_distance`` elements of the module trace
-    (``partitioned_param_coordinator.py::__params_to_release``). The trace runs forward then backward, so
-    tensor ``t`` comes back after twice the parameters that follow it."""
-    prefetch_numel: int
-    """Elements gathered ahead of use at a time: ``stage3_prefetch_bucket_size`` capped by
-    ``stage3_max_live_parameters``, plus the tensor that crosses it (``fetch_sub_module`` stops after it)."""
-    largest_gathered_numel: int
-    sub_group_numel: int
-    """Elements of the largest optimizer sub-group (``stage3.py::_create_fp16_sub_groups``, ``sub_group_size``)."""
-
-
-def partitioned_layout(numels: Sequence[int], world: int, settings: ZeroSettings) -> PartitionedLayout:
-    """The ZeRO-3 partitioning and gathering quantities for ``numels`` (tensors in module order)."""
-    parts = [math.ceil(n / world) for n in numels]
-    gathered = [n for n in numels if n > settings.param_persistence_threshold]
-    retained, after = 0, 0
-    for n in reversed(numels):
-        if n > settings.param_persistence_threshold and 2 * after < settings.max_reuse_distance:
-            retained += n
-        after += n
-    largest = max(gathered, default=0)
-    window = min(settings.prefetch_bucket_size, settings.max_live_parameters)
-    prefetch = min(sum(gathered), window + largest) if window > 0 else 0
-    sub_group, current = 0, 0
-    for p in parts:
-        current += p
-        if current >= settings.sub_group_size:
-            sub_group, current = max(sub_group, current), 0
-    return PartitionedLayout(
-        partition_numel=sum(parts),
-        persistent_numel=sum(numels) - sum(gathered),
-        gathered_numel=sum(gathered),
-        retained_numel=retained,
-        prefetch_numel=prefetch,
-        largest_gathered_numel=largest,
-        sub_group_numel=max(sub_group, current),
     )
 
 

@@ -16,13 +16,8 @@ from autoshard.models import load_source
 from autoshard.strategies import Candidate, build_workload, get
 from autoshard.strategies import zero as zero_module
 from autoshard.strategies.zero import DeepSpeedZero
-from autoshard.strategies.zero_memory import (
-    ZeroSettings,
-    flat_layout,
-    model_states,
-    partitioned_layout,
-    state_bytes_per_parameter,
-)
+from autoshard.strategies.zero_layout import ZeroSettings, flat_layout, partitioned_layout
+from autoshard.strategies.zero_memory import model_states, state_bytes_per_parameter
 from tests.strategies import conformance
 
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed not installed")

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from autoshard._suggest import close_names
-
 from autoshard.errors import ModelSourceError
 from autoshard.models.source import ModelSource
 

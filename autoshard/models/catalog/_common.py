@@ -268,3 +268,14 @@ def init_normal_(module: nn.Module, std: float) -> None:
             nn.init.normal_(m.weight, mean=0.0, std=std)
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
+
+
+def entry_metadata(reference: str, published_parameters: int | None, counted_module: str,
+                   **extra: object) -> dict[str, object]:
+    """A catalog entry's metadata: its reference, and — for the published (not tiny) models — the published
+    parameter count and which module that count refers to."""
+    metadata: dict[str, object] = {"reference": reference, **extra}
+    if published_parameters is not None:
+        metadata["published_parameters"] = published_parameters
+        metadata["counted_module"] = counted_module
+    return metadata

@@ -18,6 +18,7 @@ from torch import nn
 
 from autoshard.models.catalog import register
 from autoshard.models.catalog._common import (
+    entry_metadata,
     init_normal_,
     layered_source,
     merge_heads,
@@ -133,10 +134,10 @@ class BertForMaskedLM(nn.Module):
 
 
 def _entry(name: str, config: BertConfig, *, reference: str, published_parameters: int | None) -> ModelSource:
-    metadata: dict[str, object] = {"reference": reference}
-    if published_parameters is not None:
-        metadata["published_parameters"] = published_parameters
-        metadata["counted_module"] = "BertForMaskedLM (transformers): encoder without pooler + MLM head, tied decoder"
+    metadata = entry_metadata(
+        reference, published_parameters,
+        "BertForMaskedLM (transformers): encoder without pooler + MLM head, tied decoder",
+    )
     return layered_source(
         name,
         config,

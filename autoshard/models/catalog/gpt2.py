@@ -17,6 +17,7 @@ from torch import nn
 
 from autoshard.models.catalog import register
 from autoshard.models.catalog._common import (
+    entry_metadata,
     init_normal_,
     layered_source,
     merge_heads,
@@ -131,10 +132,7 @@ class GPT2LMHeadModel(nn.Module):
 
 
 def _entry(name: str, config: GPT2Config, *, reference: str, published_parameters: int | None) -> ModelSource:
-    metadata: dict[str, object] = {"reference": reference}
-    if published_parameters is not None:
-        metadata["published_parameters"] = published_parameters
-        metadata["counted_module"] = "GPT2LMHeadModel (transformers), lm_head tied to wte"
+    metadata = entry_metadata(reference, published_parameters, "GPT2LMHeadModel (transformers), lm_head tied to wte")
     return layered_source(
         name,
         config,

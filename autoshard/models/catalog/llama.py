@@ -19,6 +19,7 @@ from torch import nn
 from autoshard.models.catalog import register
 from autoshard.models.catalog._common import (
     RMSNorm,
+    entry_metadata,
     init_normal_,
     layered_source,
     merge_heads,
@@ -192,10 +193,7 @@ def _entry(
     published_parameters: int | None,
     build: type[LlamaForCausalLM] = LlamaForCausalLM,
 ) -> ModelSource:
-    metadata: dict[str, object] = {"reference": reference}
-    if published_parameters is not None:
-        metadata["published_parameters"] = published_parameters
-        metadata["counted_module"] = f"{build.__name__} (transformers), untied lm_head"
+    metadata = entry_metadata(reference, published_parameters, f"{build.__name__} (transformers), untied lm_head")
     return layered_source(
         name,
         config,

@@ -19,7 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoshard.models.catalog import register
-from autoshard.models.catalog._common import catalog_source, classification_loss, image_batch
+from autoshard.models.catalog._common import (
+    catalog_source,
+    classification_loss,
+    entry_metadata,
+    image_batch,
+)
 from autoshard.models.source import ModelSource
 
 
@@ -107,10 +112,11 @@ class ResNet(nn.Module):
 
 
 def _entry(name: str, config: ResNetConfig, *, reference: str, published_parameters: int | None) -> ModelSource:
-    metadata: dict[str, object] = {"reference": reference, "image_size": config.image_size}
-    if published_parameters is not None:
-        metadata["published_parameters"] = published_parameters
-        metadata["counted_module"] = "torchvision.models.resnet50 (parameters; batch-norm running stats are buffers)"
+    metadata = entry_metadata(
+        reference, published_parameters,
+        "torchvision.models.resnet50 (parameters; batch-norm running stats are buffers)",
+        image_size=config.image_size,
+    )
     return catalog_source(
         name,
         build_fn=functools.partial(ResNet, config),

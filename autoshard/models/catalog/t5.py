@@ -21,6 +21,7 @@ from torch import nn
 from autoshard.models.catalog import register
 from autoshard.models.catalog._common import (
     RMSNorm,
+    entry_metadata,
     layered_source,
     merge_heads,
     seq2seq_batch,
@@ -235,10 +236,7 @@ def _entry(
     published_parameters: int | None,
     default_seq_len: int = 512,  # T5 pretrains on sequences of 512 tokens (Raffel et al. 2020, §3.1.2)
 ) -> ModelSource:
-    metadata: dict[str, object] = {"reference": reference}
-    if published_parameters is not None:
-        metadata["published_parameters"] = published_parameters
-        metadata["counted_module"] = "T5ForConditionalGeneration (transformers), lm_head tied to shared"
+    metadata = entry_metadata(reference, published_parameters, "T5ForConditionalGeneration (transformers), lm_head tied to shared")
     return layered_source(
         name,
         config,

@@ -16,7 +16,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoshard.models.catalog import register
-from autoshard.models.catalog._common import classification_loss, image_batch, layered_source, merge_heads, split_heads
+from autoshard.models.catalog._common import (
+    classification_loss,
+    entry_metadata,
+    image_batch,
+    layered_source,
+    merge_heads,
+    split_heads,
+)
 from autoshard.models.source import ModelSource
 
 
@@ -104,14 +111,9 @@ class VisionTransformer(nn.Module):
 
 
 def _entry(name: str, config: ViTConfig, *, reference: str, published_parameters: int | None) -> ModelSource:
-    metadata: dict[str, object] = {
-        "reference": reference,
-        "image_size": config.image_size,
-        "num_tokens": config.num_tokens,  # fixed by the learned position table: patches + class token
-    }
-    if published_parameters is not None:
-        metadata["published_parameters"] = published_parameters
-        metadata["counted_module"] = "torchvision.models.vit_b_16"
+    # num_tokens is fixed by the learned position table: patches + class token.
+    metadata = entry_metadata(reference, published_parameters, "torchvision.models.vit_b_16",
+                              image_size=config.image_size, num_tokens=config.num_tokens)
     return layered_source(
         name,
         config,

@@ -236,7 +236,9 @@ def _entry(
     published_parameters: int | None,
     default_seq_len: int = 512,  # T5 pretrains on sequences of 512 tokens (Raffel et al. 2020, §3.1.2)
 ) -> ModelSource:
-    metadata = entry_metadata(reference, published_parameters, "T5ForConditionalGeneration (transformers), lm_head tied to shared")
+    metadata = entry_metadata(
+        reference, published_parameters, "T5ForConditionalGeneration (transformers), lm_head tied to shared"
+    )
     return layered_source(
         name,
         config,

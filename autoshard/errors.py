@@ -59,3 +59,17 @@ class NoFeasiblePlan(AutoshardError):
     """No strategy fits the model on the given hardware."""
 
     exit_code = 3
+
+
+class WorkerError(AutoshardError):
+    """A training worker process failed or was stopped; the other workers were stopped with it.
+
+    Attributes:
+        detail: the failed worker's traceback, when it reported one (shown with ``--debug``).
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None, detail: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.detail = detail

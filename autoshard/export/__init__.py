@@ -87,7 +87,8 @@ def notes(exported: ExportedPlan) -> list[str]:
     """What the files leave to the user, or could not express, for this plan (one sentence each)."""
     out = [("Your training script builds the model, data loader (batch size "
            f"{exported.micro_batch_size} per device), optimizer ({exported.optimizer}) and learning-rate schedule."),
-           "Gradient clipping is not set anywhere: add it if you train with it."]
+           ("Gradient clipping is off everywhere (ds_config.json says gradient_clipping 0.0: DeepSpeed's own default "
+            "would clip at 1.0): set it if you train with it.")]
     if exported.activation_checkpointing:
         out.append(f"The plan checkpoints every {exported.model.block_class or 'repeated block'}: enable it in your "
                    "model (FSDP configs here do it for you; DeepSpeed and DDP do not).")

@@ -16,13 +16,18 @@ Compute modes:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoshard.models.source import ModelSource
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
 from autoshard.profiler.timeline import non_state_peaks, phase_peaks
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from autoshard.profiler.blocks import RepeatedBlocks
 
 MODES = ("amp", "half")
 STEP_PHASES = ("forward", "loss", "backward", "optimizer", "zero_grad")
@@ -193,6 +198,27 @@ def half_precision(precision: Precision) -> Precision:
     return precision
 
 
+def parameter_layout(module: nn.Module) -> tuple[tuple[int, ...], RepeatedBlocks | None, tuple[int, ...]]:
+    """Element counts of the unique trainable parameters (module order), the repeated blocks, and each block's
+    parameter count: what a plan's model fingerprint is computed from."""
+    from autoshard.profiler.blocks import find_repeated_blocks
+
+    seen: set[int] = set()
+    numels = []
+    for p in module.parameters():
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            numels.append(p.numel())
+    blocks = find_repeated_blocks(module)
+    block_counts: tuple[int, ...] = ()
+    if blocks is not None:
+        block_counts = tuple(
+            sum(p.numel() for p in {id(q): q for q in module.get_submodule(n).parameters()}.values())
+            for n in blocks.names
+        )
+    return tuple(numels), blocks, block_counts
+
+
 def build_workload(
     source: ModelSource,
     *,
@@ -242,19 +268,7 @@ def build_workload(
     # Parameter layout from a meta build (no allocation), unique tensors only.
     with torch.device("meta"):
         module = source.build()
-    seen: set[int] = set()
-    numels = []
-    for p in module.parameters():
-        if p.requires_grad and id(p) not in seen:
-            seen.add(id(p))
-            numels.append(p.numel())
-    blocks = find_repeated_blocks(module)
-    block_counts: tuple[int, ...] = ()
-    if blocks is not None:
-        block_counts = tuple(
-            sum(p.numel() for p in {id(q): q for q in module.get_submodule(n).parameters()}.values())
-            for n in blocks.names
-        )
+    numels, blocks, block_counts = parameter_layout(module)
     trainable = base.trainable_parameter_count or 1
     return Workload(
         model=source.name,

@@ -6,9 +6,10 @@ model and its batch cost nothing under ``torch.device("meta")`` or ``FakeTensorM
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
 import torch
@@ -26,6 +27,8 @@ __all__ = [
     "init_normal_",
     "layered_source",
     "merge_heads",
+    "random_state_restored",
+    "reset_parameters_",
     "seq2seq_batch",
     "split_heads",
     "token_batch",
@@ -238,7 +241,12 @@ class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.weight = nn.Parameter(torch.empty(hidden_size))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Set the scale to ones, in place (as ``nn.LayerNorm.reset_parameters`` does)."""
+        nn.init.ones_(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise ``x`` over its last dimension."""
@@ -255,6 +263,39 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``(batch, heads, seq, head_dim)`` → ``(batch, seq, heads * head_dim)``."""
     return x.transpose(1, 2).flatten(2)
+
+
+@contextlib.contextmanager
+def random_state_restored() -> Iterator[None]:
+    """Put the random state of the CPU and of the default device back as it was on entry, on exit.
+
+    A catalog model builds its layers inside this block and then calls its ``init_weights()``, which redraws
+    the layers' default initialisation in the same order: the random stream is consumed once, exactly as by a
+    constructor that initialises as it builds, so a seeded build gives the same weights as before
+    ``init_weights`` existed, and ``init_weights()`` after the same seed gives them too.
+    """
+    device = torch.get_default_device()
+    if device.type in ("cpu", "meta"):
+        fork = torch.random.fork_rng(devices=[], device_type="cpu")  # the CPU state is always restored
+    else:
+        index = device.index if device.index is not None else torch.get_device_module(device.type).current_device()
+        fork = torch.random.fork_rng(devices=[index], device_type=device.type)
+    with fork:
+        yield
+
+
+def reset_parameters_(module: nn.Module) -> None:
+    """Call ``reset_parameters()`` on every submodule of ``module`` that has one, in registration order.
+
+    For layers registered in the order they were built, this redraws torch's default initialisation with the
+    same random calls in the same order as construction did. Norm layers go back to ones/zeros and batch norm
+    also zeroes its running statistics. Every reset is in place, so it works on DTensor shards and after
+    ``to_empty``.
+    """
+    for m in module.modules():
+        reset = getattr(m, "reset_parameters", None)
+        if callable(reset):
+            reset()
 
 
 def init_normal_(module: nn.Module, std: float) -> None:

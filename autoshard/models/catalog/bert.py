@@ -22,6 +22,8 @@ from autoshard.models.catalog._common import (
     init_normal_,
     layered_source,
     merge_heads,
+    random_state_restored,
+    reset_parameters_,
     split_heads,
     token_batch,
     token_loss,
@@ -112,13 +114,24 @@ class BertForMaskedLM(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.config = config
-        self.embeddings = BertEmbeddings(config)
-        self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
-        self.head_transform = nn.Linear(config.hidden_size, config.hidden_size)
-        self.head_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
-        self.decoder.weight = self.embeddings.word_embeddings.weight
-        init_normal_(self, config.initializer_range)
+        with random_state_restored():  # init_weights() redraws these layers' default initialisation
+            self.embeddings = BertEmbeddings(config)
+            self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_layers))
+            self.head_transform = nn.Linear(config.hidden_size, config.hidden_size)
+            self.head_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+            self.decoder.weight = self.embeddings.word_embeddings.weight
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter in place, as the constructor does.
+
+        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        torch's default initialisation is redrawn first (and then overwritten) so that the random stream, and
+        with it a seeded build, is the same as when each layer initialised itself at construction.
+        """
+        reset_parameters_(self)
+        init_normal_(self, self.config.initializer_range)
 
     def forward(
         self,

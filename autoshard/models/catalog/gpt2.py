@@ -21,6 +21,8 @@ from autoshard.models.catalog._common import (
     init_normal_,
     layered_source,
     merge_heads,
+    random_state_restored,
+    reset_parameters_,
     split_heads,
     token_batch,
     token_loss,
@@ -109,18 +111,30 @@ class GPT2LMHeadModel(nn.Module):
     def __init__(self, config: GPT2Config) -> None:
         super().__init__()
         self.config = config
-        self.wte = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.wpe = nn.Embedding(config.max_positions, config.hidden_size)
-        self.drop = nn.Dropout(config.dropout)
-        self.h = nn.ModuleList(GPT2Block(config) for _ in range(config.num_layers))
-        self.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight
-        init_normal_(self, config.initializer_range)
+        with random_state_restored():  # init_weights() redraws these layers' default initialisation
+            self.wte = nn.Embedding(config.vocab_size, config.hidden_size)
+            self.wpe = nn.Embedding(config.max_positions, config.hidden_size)
+            self.drop = nn.Dropout(config.dropout)
+            self.h = nn.ModuleList(GPT2Block(config) for _ in range(config.num_layers))
+            self.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.lm_head.weight = self.wte.weight
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter in place, as the constructor does.
+
+        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        torch's default initialisation is redrawn first (and then overwritten) so that the random stream, and
+        with it a seeded build, is the same as when each layer initialised itself at construction.
+        """
+        c = self.config
+        reset_parameters_(self)
+        init_normal_(self, c.initializer_range)
         # GPT-2 scales the residual output projections by 1/sqrt(2·n_layer) (Radford et al. 2019, §2.3).
         for module in self.modules():
             if isinstance(module, (GPT2Attention, GPT2MLP)):
-                nn.init.normal_(module.c_proj.weight, std=config.initializer_range / math.sqrt(2 * config.num_layers))
+                nn.init.normal_(module.c_proj.weight, std=c.initializer_range / math.sqrt(2 * c.num_layers))
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for ``input_ids`` ``(batch, seq)``; ``labels`` is ignored (the entry's loss uses it)."""

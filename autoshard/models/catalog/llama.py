@@ -23,6 +23,8 @@ from autoshard.models.catalog._common import (
     init_normal_,
     layered_source,
     merge_heads,
+    random_state_restored,
+    reset_parameters_,
     split_heads,
     token_batch,
     token_loss,
@@ -159,11 +161,23 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(self.layer_class(config) for _ in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        init_normal_(self, config.initializer_range)
+        with random_state_restored():  # init_weights() redraws these layers' default initialisation
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+            self.layers = nn.ModuleList(self.layer_class(config) for _ in range(config.num_layers))
+            self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter in place, as the constructor does.
+
+        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        torch's default initialisation is redrawn first (and then overwritten) so that the random stream, and
+        with it a seeded build, is the same as when each layer initialised itself at construction. The model
+        has no buffers: the RoPE tables and the sliding-window mask are computed in :meth:`forward`.
+        """
+        reset_parameters_(self)
+        init_normal_(self, self.config.initializer_range)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for ``input_ids`` ``(batch, seq)``; ``labels`` is ignored (the entry's loss uses it)."""

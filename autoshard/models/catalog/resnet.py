@@ -24,6 +24,8 @@ from autoshard.models.catalog._common import (
     classification_loss,
     entry_metadata,
     image_batch,
+    random_state_restored,
+    reset_parameters_,
 )
 from autoshard.models.source import ModelSource
 
@@ -84,20 +86,31 @@ class ResNet(nn.Module):
     def __init__(self, config: ResNetConfig) -> None:
         super().__init__()
         self.config = config
-        self.conv1 = nn.Conv2d(3, config.base_width, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(config.base_width)
-        stages: list[nn.Module] = []
-        channels = config.base_width
-        for index, num_blocks in enumerate(config.blocks_per_stage):
-            width = config.base_width * 2**index
-            blocks = []
-            for block_index in range(num_blocks):
-                stride = 2 if index > 0 and block_index == 0 else 1
-                blocks.append(Bottleneck(channels, width, stride))
-                channels = width * Bottleneck.expansion
-            stages.append(nn.Sequential(*blocks))
-        self.stages = nn.ModuleList(stages)
-        self.fc = nn.Linear(channels, config.num_classes)
+        with random_state_restored():  # init_weights() redraws these layers' default initialisation
+            self.conv1 = nn.Conv2d(3, config.base_width, kernel_size=7, stride=2, padding=3, bias=False)
+            self.bn1 = nn.BatchNorm2d(config.base_width)
+            stages: list[nn.Module] = []
+            channels = config.base_width
+            for index, num_blocks in enumerate(config.blocks_per_stage):
+                width = config.base_width * 2**index
+                blocks = []
+                for block_index in range(num_blocks):
+                    stride = 2 if index > 0 and block_index == 0 else 1
+                    blocks.append(Bottleneck(channels, width, stride))
+                    channels = width * Bottleneck.expansion
+                stages.append(nn.Sequential(*blocks))
+            self.stages = nn.ModuleList(stages)
+            self.fc = nn.Linear(channels, config.num_classes)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter and batch-norm statistic in place, as the constructor does.
+
+        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        torch's default initialisation is redrawn first, in construction order (the convolutions' is then
+        overwritten), so that a seeded build gives the same weights as when each layer initialised itself.
+        """
+        reset_parameters_(self)
         # torchvision's initialisation: Kaiming-normal (fan-out) convolutions, unit-scale zero-shift batch norm.
         for m in self.modules():
             if isinstance(m, nn.Conv2d):

@@ -24,6 +24,8 @@ from autoshard.models.catalog._common import (
     entry_metadata,
     layered_source,
     merge_heads,
+    random_state_restored,
+    reset_parameters_,
     seq2seq_batch,
     split_heads,
     token_loss,
@@ -194,16 +196,25 @@ class T5ForConditionalGeneration(nn.Module):
     def __init__(self, config: T5Config) -> None:
         super().__init__()
         self.config = config
-        self.shared = nn.Embedding(config.vocab_size, config.d_model)
-        self.encoder = T5Stack(config, is_decoder=False)
-        self.decoder = T5Stack(config, is_decoder=True)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.lm_head.weight = self.shared.weight
-        self._init_weights()
+        with random_state_restored():  # init_weights() redraws these layers' default initialisation
+            self.shared = nn.Embedding(config.vocab_size, config.d_model)
+            self.encoder = T5Stack(config, is_decoder=False)
+            self.decoder = T5Stack(config, is_decoder=True)
+            self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+            self.lm_head.weight = self.shared.weight
+        self.init_weights()
 
-    def _init_weights(self) -> None:
-        # Per-matrix standard deviations of transformers' T5PreTrainedModel._init_weights (Mesh TensorFlow's).
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter in place, as the constructor does.
+
+        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        torch's default initialisation is redrawn first (and then overwritten) so that the random stream, and
+        with it a seeded build, is the same as when each layer initialised itself at construction. The model
+        has no buffers: the relative position buckets are computed in :meth:`T5Stack.position_bias`.
+        """
         c = self.config
+        reset_parameters_(self)
+        # Per-matrix standard deviations of transformers' T5PreTrainedModel._init_weights (Mesh TensorFlow's).
         factor = c.initializer_factor
         nn.init.normal_(self.shared.weight, std=factor)
         for module in self.modules():

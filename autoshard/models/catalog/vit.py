@@ -22,6 +22,8 @@ from autoshard.models.catalog._common import (
     image_batch,
     layered_source,
     merge_heads,
+    random_state_restored,
+    reset_parameters_,
     split_heads,
 )
 from autoshard.models.source import ModelSource
@@ -90,15 +92,30 @@ class VisionTransformer(nn.Module):
         super().__init__()
         self.config = config
         h = config.hidden_size
-        self.conv_proj = nn.Conv2d(3, h, kernel_size=config.patch_size, stride=config.patch_size)
-        self.class_token = nn.Parameter(torch.zeros(1, 1, h))
+        with random_state_restored():  # init_weights() redraws these layers' default initialisation
+            self.conv_proj = nn.Conv2d(3, h, kernel_size=config.patch_size, stride=config.patch_size)
+            self.class_token = nn.Parameter(torch.empty(1, 1, h))
+            self.pos_embedding = nn.Parameter(torch.empty(1, config.num_tokens, h))
+            self.dropout = nn.Dropout(config.dropout)
+            self.layers = nn.ModuleList(ViTEncoderBlock(config) for _ in range(config.num_layers))
+            self.ln = nn.LayerNorm(h, eps=config.layer_norm_eps)
+            self.head = nn.Linear(h, config.num_classes)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter in place, as the constructor does.
+
+        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        The layers keep torch's default initialisation, redrawn in construction order so that a seeded build
+        gives the same weights as when each layer initialised itself at construction.
+        """
+        self.conv_proj.reset_parameters()
+        nn.init.zeros_(self.class_token)
         # Position embeddings start from N(0, 0.02²), as in torchvision.
-        self.pos_embedding = nn.Parameter(torch.empty(1, config.num_tokens, h))
         nn.init.normal_(self.pos_embedding, std=0.02)
-        self.dropout = nn.Dropout(config.dropout)
-        self.layers = nn.ModuleList(ViTEncoderBlock(config) for _ in range(config.num_layers))
-        self.ln = nn.LayerNorm(h, eps=config.layer_norm_eps)
-        self.head = nn.Linear(h, config.num_classes)
+        reset_parameters_(self.layers)
+        self.ln.reset_parameters()
+        self.head.reset_parameters()
 
     def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for ``(batch, 3, image_size, image_size)`` images; ``labels`` is ignored (the loss uses it)."""

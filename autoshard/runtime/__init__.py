@@ -1,0 +1,8 @@
+"""The hand-off: :func:`fit` trains a model with the plan's backend (DDP, FSDP2, DeepSpeed ZeRO)."""
+
+from __future__ import annotations
+
+from autoshard.runtime.fit import fit
+from autoshard.runtime.result import FitResult, StepMetrics
+
+__all__ = ["FitResult", "StepMetrics", "fit"]

@@ -1,0 +1,111 @@
+"""One small base class per training backend: build the wrapped model and optimizer from a plan, run the
+micro-step, step the optimizer, save / load / consolidate state.
+
+A backend is built for one :class:`~autoshard.export.plan_json.ExportedPlan` in one process of the run. The
+training loop (:mod:`autoshard.runtime.loop`) only calls the methods below, so the loop is the same for DDP,
+FSDP2 and DeepSpeed, and ``benchmarks/fit_overhead.py`` can compare it with a hand-written loop per backend.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from autoshard.export.plan_json import ExportedPlan
+from autoshard.runtime.distributed import RunContext
+from autoshard.runtime.precision import PrecisionRecipe, recipe
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelInit:
+    """The model to train: a module the user built, or a way to build it (so big models can be built sharded)."""
+
+    module: nn.Module | None = None
+    """A module already built on the CPU (or its device)."""
+    build: Callable[[], nn.Module] | None = None
+    """Builds the module on the current default device (``meta`` for sharded construction)."""
+    block_names: tuple[str, ...] = ()
+    """The repeated blocks (the FSDP / ZeRO-3 unit and the checkpointing unit), by module name."""
+
+    def materialise(self) -> nn.Module:
+        """The module itself: the one given, or a fresh build."""
+        if self.module is not None:
+            return self.module
+        if self.build is None:
+            raise ValueError("ModelInit needs a module or a build function")
+        return self.build()
+
+
+class Backend(abc.ABC):
+    """Training with one family of strategies (``ddp``, ``fsdp``, ``deepspeed``)."""
+
+    family: ClassVar[str] = ""
+
+    def __init__(self, plan: ExportedPlan, ctx: RunContext, *, grad_clip_norm: float | None = None) -> None:
+        self.plan = plan
+        self.ctx = ctx
+        self.grad_clip_norm = grad_clip_norm
+        """Clip the gradients' global 2-norm to this before each optimizer step (``None``: no clipping)."""
+        self.settings = dict(plan.settings)
+        self.precision: PrecisionRecipe = recipe(plan.precision)
+
+    @abc.abstractmethod
+    def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
+        """Build the wrapped model and the optimizer over the parameters it trains."""
+
+    @property
+    @abc.abstractmethod
+    def module(self) -> nn.Module:
+        """The user's module (unwrapped; sharded in place where the backend shards)."""
+
+    @abc.abstractmethod
+    def forward(self, batch: Any, *, sync: bool) -> Any:
+        """The model's output for one micro-batch (under autocast where the precision asks for it); ``sync`` is
+        false on all but the last micro-batch of an optimizer step (gradients accumulate locally)."""
+
+    @abc.abstractmethod
+    def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
+        """Backward of one micro-batch's loss (``sync`` as in :meth:`forward`)."""
+
+    @abc.abstractmethod
+    def step(self) -> None:
+        """Optimizer step and zero the gradients."""
+
+    @abc.abstractmethod
+    def save(self, directory: Path) -> None:
+        """Write this backend's training state into ``directory`` (collective: every rank calls it)."""
+
+    @abc.abstractmethod
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote (collective)."""
+
+    @abc.abstractmethod
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The whole model's state dict on CPU, fp32 where the backend keeps fp32 master weights, on rank 0;
+        ``None`` on other ranks (collective)."""
+
+    def close(self) -> None:  # noqa: B027  # optional hook
+        """Release what the backend holds outside the module (engines, hooks)."""
+
+    # -- shared helpers ---------------------------------------------------------------------------------------
+    def loss_scale_for(self, accumulation: int) -> float:
+        """Factor applied to each micro-batch loss before backward so accumulated gradients are a mean."""
+        return 1.0 / accumulation
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor on ``device`` (non-blocking from pinned memory)."""
+    from torch.utils._pytree import tree_map
+
+    def move(t: Any) -> Any:
+        return t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t
+
+    return tree_map(move, batch)

@@ -1,0 +1,114 @@
+"""DistributedDataParallel from a plan: bucket size, comm hook, ``gradient_as_bucket_view``, ``static_graph``,
+``find_unused_parameters`` (only when the plan says the model needs it), autocast and loss scaling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from autoshard.models.source import call_model
+from autoshard.runtime.activation_checkpointing import checkpoint_blocks
+from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
+
+STATE_FILE = "ddp_state.pt"
+
+
+class DDPBackend(Backend):
+    """Full replicas; gradients all-reduced in buckets during backward."""
+
+    family = "ddp"
+
+    def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
+        """Move the module to this rank's device, wrap it, register the comm hook, build the optimizer."""
+        module = model.materialise()
+        if self.precision.param_dtype is not None:
+            module.to(self.precision.param_dtype)
+        module.to(self.ctx.device)
+        if self.plan.activation_checkpointing and model.block_names:
+            checkpoint_blocks(module, model.block_names)
+        s = self.settings
+        self._module = module
+        self.ddp = DistributedDataParallel(
+            module,
+            device_ids=[self.ctx.device.index] if self.ctx.device.type == "cuda" else None,
+            bucket_cap_mb=s.get("bucket_cap_mb"),
+            gradient_as_bucket_view=bool(s.get("gradient_as_bucket_view", False)),
+            static_graph=bool(s.get("static_graph", False)),
+            find_unused_parameters=bool(s.get("find_unused_parameters", False)),
+        )
+        self._register_hook(str(s.get("comm_hook", "none")))
+        self.optimizer = make_optimizer(self.ddp.parameters())
+        self.scaler = torch.amp.GradScaler(self.ctx.device.type) if self.precision.loss_scaling else None
+
+    def _register_hook(self, hook: str) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+        if hook == "none":
+            return
+        if hook == "fp16_compress":
+            self.ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif hook == "bf16_compress":
+            self.ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        elif hook == "powersgd":
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=int(self.settings.get("matrix_approximation_rank", 1)),
+                start_powerSGD_iter=int(self.settings.get("start_powerSGD_iter", 1_000)))
+            self.ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        else:
+            raise ValueError(f"unknown comm hook {hook!r}")
+
+    @property
+    def module(self) -> nn.Module:
+        """The user's module (DDP trains it in place)."""
+        return self._module
+
+    def forward(self, batch: Any, *, sync: bool) -> Any:
+        """Forward through DDP; with ``sync`` false the reducer skips this micro-batch (as ``no_sync()`` does)."""
+        self.ddp.require_backward_grad_sync = sync
+        with self.precision.autocast(self.ctx.device):
+            return call_model(self.ddp, self.precision.cast_batch(batch))
+
+    def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
+        """Backward, through the loss scaler for ``16-mixed``."""
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def step(self) -> None:
+        """Optimizer step (skipped by the scaler on overflow), then zero the gradients."""
+        if self.grad_clip_norm is not None:
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self._module.parameters(), self.grad_clip_norm)
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def save(self, directory: Path) -> None:
+        """Rank 0 writes model, optimizer and scaler state (identical on every rank) to one file."""
+        if self.ctx.is_main:
+            state = {"model": self._module.state_dict(), "optimizer": self.optimizer.state_dict()}
+            if self.scaler is not None:
+                state["scaler"] = self.scaler.state_dict()
+            torch.save(state, directory / STATE_FILE)
+        dist.barrier()
+
+    def load(self, directory: Path) -> None:
+        """Every rank reads the file (tensors only: ``weights_only=True``)."""
+        state = torch.load(directory / STATE_FILE, map_location=self.ctx.device, weights_only=True)
+        self._module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The replica's state dict, copied to CPU, on rank 0."""
+        if not self.ctx.is_main:
+            return None
+        return {k: v.detach().to("cpu", copy=True) for k, v in self._module.state_dict().items()}

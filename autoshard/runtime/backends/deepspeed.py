@@ -1,0 +1,167 @@
+"""DeepSpeed ZeRO from a plan: ``deepspeed.initialize`` with the exported ``ds_config.json``, CPU / NVMe
+offload with ``DeepSpeedCPUAdam``, ``deepspeed.zero.Init`` for sharded construction at stage 3, DeepSpeed's
+own checkpoints, and fp32 consolidation with ``safe_get_full_fp32_param``.
+
+On a machine without CUDA DeepSpeed runs on its CPU accelerator: ``DS_ACCELERATOR=cpu`` must be set before
+``deepspeed`` is first imported (``deepspeed/accelerator/real_accelerator.py``, 0.19.8); :func:`import_deepspeed`
+does that at the edge and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoshard.errors import UsageError
+from autoshard.export import deepspeed as ds_export
+from autoshard.models.source import call_model
+from autoshard.runtime.activation_checkpointing import checkpoint_blocks
+from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
+
+TAG = "deepspeed"
+"""The checkpoint tag: DeepSpeed writes ``<directory>/deepspeed/``."""
+
+
+def import_deepspeed(device_type: str) -> ModuleType:
+    """``import deepspeed``, on its CPU accelerator when the run is on CPU.
+
+    Raises:
+        UsageError: DeepSpeed is not installed.
+    """
+    if device_type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        import deepspeed
+    except ImportError as e:
+        raise UsageError(f"the plan uses DeepSpeed, which cannot be imported ({e}).",
+                         hint="pip install deepspeed, or choose a DDP / FSDP strategy.") from e
+    return deepspeed
+
+
+class DeepSpeedBackend(Backend):
+    """ZeRO stages 1-3 with optional CPU / NVMe offload."""
+
+    family = "deepspeed"
+
+    def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
+        """Build (inside ``zero.Init`` at stage 3 when given a build function), then ``deepspeed.initialize``."""
+        deepspeed = import_deepspeed(self.ctx.device.type)
+        self.config = self._config()
+        zero = self.config["zero_optimization"]
+        if zero["stage"] == 3 and model.module is None:
+            with deepspeed.zero.Init(config_dict_or_path=self.config):
+                module = model.materialise()
+        else:
+            module = model.materialise()
+        if self.plan.activation_checkpointing and model.block_names:
+            checkpoint_blocks(module, model.block_names)
+        optimizer = make_optimizer(p for p in module.parameters() if p.requires_grad)
+        if "offload_optimizer" in zero:
+            optimizer = _cpu_adam_like(optimizer)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=module, optimizer=optimizer,
+                                                                  config=self.config)
+        self._module = self.engine.module
+
+    def _config(self) -> dict[str, Any]:
+        config = ds_export.ds_config(self.plan)
+        zero = config["zero_optimization"]
+        for key in ("offload_optimizer", "offload_param"):
+            block = zero.get(key, {})
+            if block.get("device") == "nvme":
+                _check_nvme(block.get("nvme_path"))
+            if block and self.ctx.device.type == "cpu":
+                block["pin_memory"] = False  # nothing to pin for: the "device" is the host
+        config["train_batch_size"] = (self.plan.micro_batch_size * self.plan.gradient_accumulation
+                                      * self.ctx.world_size)
+        # A client optimizer other than DeepSpeed's own is refused with ZeRO unless allowed (runtime/engine.py).
+        config["zero_allow_untested_optimizer"] = True
+        config["steps_per_print"] = 2**31 - 1  # fit() reports its own metrics
+        config["gradient_clipping"] = self.grad_clip_norm or 0.0
+        return config
+
+    @property
+    def module(self) -> nn.Module:
+        """The user's module as the engine holds it (its parameters are partitioned at stage 3)."""
+        return self._module
+
+    def forward(self, batch: Any, *, sync: bool) -> Any:
+        """Forward through the engine; floating inputs in the engine's 16-bit dtype (DeepSpeed does not cast)."""
+        half = self.precision.half_dtype
+        if half is not None:
+            from torch.utils._pytree import tree_map
+
+            batch = tree_map(lambda t: t.to(half) if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
+                             batch)
+        return call_model(self.engine, batch)
+
+    def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
+        """``engine.backward`` then ``engine.step``: DeepSpeed steps only at its accumulation boundary."""
+        self.engine.backward(loss)
+        self.engine.step()
+
+    def loss_scale_for(self, accumulation: int) -> float:
+        """1: ``engine.backward`` divides by ``gradient_accumulation_steps`` itself."""
+        return 1.0
+
+    def step(self) -> None:
+        """Nothing: :meth:`backward` already called ``engine.step()``."""
+
+    def save(self, directory: Path) -> None:
+        """DeepSpeed's checkpoint (sharded optimizer state per rank) under ``directory/deepspeed``."""
+        self.engine.save_checkpoint(str(directory), tag=TAG)
+
+    def load(self, directory: Path) -> None:
+        """Restore a DeepSpeed checkpoint written by :meth:`save`."""
+        path, _ = self.engine.load_checkpoint(str(directory), tag=TAG)
+        if path is None:
+            raise UsageError(f"DeepSpeed found no checkpoint in {directory / TAG}.")
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """fp32 master weights gathered to rank 0 (``safe_get_full_fp32_param``; a collective at stage 3)."""
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        full: dict[int, torch.Tensor] = {}
+        for p in self._module.parameters():
+            if id(p) not in full:
+                value = safe_get_full_fp32_param(p)
+                full[id(p)] = (p if value is None else value).detach().to("cpu", copy=True)
+        if not self.ctx.is_main:
+            return None
+        out = {}
+        for key, tensor in self._module.state_dict(keep_vars=True).items():
+            out[key] = full[id(tensor)] if id(tensor) in full else tensor.detach().to("cpu", copy=True)
+        return out
+
+    def close(self) -> None:
+        """Drop the engine's references."""
+        self.engine = None
+
+
+def _check_nvme(path: str | None) -> None:
+    if path is None or path == ds_export.NVME_PATH_PLACEHOLDER or not os.path.isdir(path):
+        raise UsageError(f"the plan offloads to NVMe at {path!r}, which is not a directory here.",
+                         hint="Pass hardware with --nvme PATH (a directory on a local NVMe drive), or re-plan.")
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"the NVMe offload directory {path} is not writable.",
+                         hint="Choose a directory you can write to on a local NVMe drive.")
+
+
+def _cpu_adam_like(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """``DeepSpeedCPUAdam`` with ``optimizer``'s groups and hyper-parameters (DeepSpeed wants it with optimizer
+    offload: ``zero_force_ds_cpu_optimizer``, runtime/zero/config.py)."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    if isinstance(optimizer, DeepSpeedCPUAdam):
+        return optimizer
+    if not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        raise UsageError(f"optimizer offload runs Adam on the CPU, and the optimizer is {type(optimizer).__name__}.",
+                         hint="Use Adam/AdamW (or deepspeed.ops.adam.DeepSpeedCPUAdam), or a strategy without "
+                              "optimizer offload.")
+    groups = [{k: v for k, v in g.items() if k in ("params", "lr", "betas", "eps", "weight_decay")}
+              for g in optimizer.param_groups]
+    return DeepSpeedCPUAdam(groups, adamw_mode=isinstance(optimizer, torch.optim.AdamW))

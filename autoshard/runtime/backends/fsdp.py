@@ -1,0 +1,164 @@
+"""FSDP2 (``fully_shard``) from a plan: one unit per ``blocks_per_unit`` repeated blocks and the root,
+``MixedPrecisionPolicy``, ``CPUOffloadPolicy``, ``reshard_after_forward``, explicit prefetching, activation
+checkpointing, sharded construction on the meta device, and DCP checkpoints.
+
+The wrapping follows torchtitan's ``apply_fsdp`` (``torchtitan/models/llama3/infra/parallelize.py``): blocks
+first, then the root; the root keeps ``reshard_after_forward=None``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from autoshard.errors import UsageError
+from autoshard.models.source import call_model
+from autoshard.runtime.activation_checkpointing import checkpoint_blocks
+from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
+
+DCP_DIR = "fsdp_dcp"
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+class FSDPBackend(Backend):
+    """Parameters, gradients and optimizer state sharded over the ranks (or, hybrid, over each node's ranks)."""
+
+    family = "fsdp"
+
+    def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
+        """Build (on ``meta`` when the model can re-initialise itself), shard, materialise, build the optimizer."""
+        if self.precision.loss_scaling:
+            raise UsageError("16-mixed with FSDP2 is not supported by fit() yet (it needs a sharded gradient "
+                             "scaler).", hint="Use precision='bf16-mixed', or a DDP / DeepSpeed strategy.")
+        self.offload = self.plan.strategy == "fsdp_cpu_offload"
+        on_meta = model.module is None
+        if on_meta:
+            with torch.device("meta"):
+                module = model.materialise()
+        else:
+            module = model.materialise()
+            _broadcast_from_rank0(module, self.ctx.device)
+        if self.precision.param_dtype is not None:
+            module.to(self.precision.param_dtype)
+        if self.plan.activation_checkpointing and model.block_names:
+            checkpoint_blocks(module, model.block_names)
+        self.mesh = self._mesh()
+        units = self._shard(module, model.block_names)
+        if on_meta:
+            module.to_empty(device="cpu" if self.offload else self.ctx.device)
+            _init_weights(module)
+        self._prefetch(units)
+        self._module = module
+        self.optimizer = make_optimizer(module.parameters())
+
+    def _mesh(self) -> DeviceMesh:
+        hw = self.plan.hardware
+        if self.plan.strategy == "fsdp_hybrid":
+            return init_device_mesh(self.ctx.device.type, (hw.nodes, hw.gpus_per_node),
+                                    mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
+
+    def _shard(self, module: nn.Module, block_names: tuple[str, ...]) -> list[FSDPModule]:
+        s = self.settings
+        kwargs: dict[str, Any] = {"mesh": self.mesh}
+        half = self.precision.half_dtype
+        if self.precision.autocast_dtype is not None and half is not None:
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=half,
+                                                       reduce_dtype=_DTYPES[str(s.get("reduce_dtype", "fp32"))])
+        if self.offload:
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=bool(s.get("pin_memory", True)))
+        per_unit = int(s.get("blocks_per_unit", 1))
+        blocks = [module.get_submodule(n) for n in block_names]
+        units: list[FSDPModule] = []
+        for i in range(0, len(blocks), per_unit):
+            group = blocks[i:i + per_unit]
+            fully_shard(group if len(group) > 1 else group[0],
+                        reshard_after_forward=s.get("reshard_after_forward", True), **kwargs)
+            units.append(group[0])  # type: ignore[arg-type]  # fully_shard made it an FSDPModule
+        fully_shard(module, **kwargs)
+        return units
+
+    def _prefetch(self, units: list[FSDPModule]) -> None:
+        """Explicit prefetching beyond FSDP2's implicit one-unit backward prefetch."""
+        forward, backward = int(self.settings.get("forward_prefetch", 0)), int(self.settings.get("backward_prefetch", 1))
+        for i, unit in enumerate(units):
+            if forward > 0 and units[i + 1:i + 1 + forward]:
+                unit.set_modules_to_forward_prefetch(units[i + 1:i + 1 + forward])
+            if backward > 1 and i > 0:
+                unit.set_modules_to_backward_prefetch(units[max(0, i - backward):i][::-1])
+
+    @property
+    def module(self) -> nn.Module:
+        """The user's module, sharded in place (its parameters are DTensors)."""
+        return self._module
+
+    def forward(self, batch: Any, *, sync: bool) -> Any:
+        """Forward; the policy casts parameters, ``bf16-true`` casts floating inputs."""
+        return call_model(self._module, self.precision.cast_batch(batch))
+
+    def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
+        """Backward; without ``sync`` gradients stay unsharded and unreduced until the last micro-batch."""
+        self._module.set_requires_gradient_sync(sync)  # type: ignore[operator]
+        loss.backward()
+
+    def step(self) -> None:
+        """Optimizer step on the shards (after clipping the global norm), then zero the gradients."""
+        if self.grad_clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self._module.parameters(), self.grad_clip_norm)  # DTensor-aware
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def save(self, directory: Path) -> None:
+        """A sharded DCP checkpoint: each rank writes its shards."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self._module, self.optimizer)
+        dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(directory / DCP_DIR))
+
+    def load(self, directory: Path) -> None:
+        """Read a DCP checkpoint into the shards (DCP reshards when the world size changed)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_sd, optim_sd = get_state_dict(self._module, self.optimizer)
+        state = {"model": model_sd, "optimizer": optim_sd}
+        dcp.load(state, checkpoint_id=str(directory / DCP_DIR))
+        set_state_dict(self._module, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """All-gathered to rank 0's CPU, in the sharded parameters' dtype (fp32 unless ``bf16-true``)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self._module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return full if self.ctx.is_main else None
+
+
+def _broadcast_from_rank0(module: nn.Module, device: torch.device) -> None:
+    """Make every rank's copy equal to rank 0's before sharding (each rank keeps its slice of its own copy)."""
+    if dist.get_world_size() == 1:
+        return
+    for tensor in module.state_dict().values():
+        if device.type == "cuda" and tensor.device.type != "cuda":
+            staged = tensor.detach().to(device)
+            dist.broadcast(staged, 0)
+            tensor.detach().copy_(staged)
+        else:
+            dist.broadcast(tensor.detach(), 0)
+
+
+def _init_weights(module: nn.Module) -> None:
+    """Initialise a module materialised with ``to_empty``: its own ``init_weights()`` (autoshard's catalog,
+    torchtitan's convention)."""
+    init = getattr(module, "init_weights", None)
+    if not callable(init):
+        raise UsageError(f"{type(module).__name__} was built on the meta device but has no init_weights().")
+    with torch.no_grad():
+        init()

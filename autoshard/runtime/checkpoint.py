@@ -1,0 +1,136 @@
+"""Checkpoints: one directory per saved step, written under a temporary name and renamed when complete.
+
+Layout (``checkpoint_dir/step-00000010/``): ``autoshard_checkpoint.json`` (the step, data position, strategy,
+world size and plan fingerprint, JSON), ``rng-rank<N>.pt`` (each rank's RNG state, loaded with
+``weights_only=True``) and the backend's own files: ``ddp_state.pt``, an FSDP2 DCP directory, or DeepSpeed's
+checkpoint. A directory without the JSON file is incomplete and never resumed from.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from autoshard.errors import UsageError
+from autoshard.runtime.backends.base import Backend
+from autoshard.runtime.distributed import RunContext
+
+META_FILE = "autoshard_checkpoint.json"
+PREFIX = "step-"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Position:
+    """Where training stands."""
+
+    step: int = 0
+    """Optimizer steps completed."""
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    """This rank's micro-batches consumed in ``epoch``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointMeta:
+    """``autoshard_checkpoint.json``."""
+
+    position: Position
+    strategy: str
+    family: str
+    world_size: int
+    layout_hash: str
+    """The model fingerprint of the plan (:func:`autoshard.export.plan_json.layout_hash`)."""
+
+
+def step_dir(root: Path, step: int) -> Path:
+    """``root/step-<step, 8 digits>``."""
+    return root / f"{PREFIX}{step:08d}"
+
+
+def save(backend: Backend, root: Path, position: Position) -> Path:
+    """Write a checkpoint of ``position`` (collective); returns its directory."""
+    ctx = backend.ctx
+    final = step_dir(root, position.step)
+    partial = root / f".{final.name}.partial"
+    if ctx.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+    dist.barrier()
+    backend.save(partial)
+    torch.save(_rng_state(), partial / f"rng-rank{ctx.rank}.pt")
+    dist.barrier()
+    if ctx.is_main:
+        meta = CheckpointMeta(position=position, strategy=backend.plan.strategy, family=backend.plan.family,
+                              world_size=ctx.world_size, layout_hash=backend.plan.model.layout_hash)
+        (partial / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n", encoding="utf-8")
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)
+    dist.barrier()
+    return final
+
+
+def latest(root: Path) -> Path | None:
+    """The newest complete checkpoint under ``root``, or ``None``."""
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.iterdir() if p.name.startswith(PREFIX) and (p / META_FILE).is_file())
+    return done[-1] if done else None
+
+
+def read_meta(directory: Path) -> CheckpointMeta:
+    """Parse ``autoshard_checkpoint.json``.
+
+    Raises:
+        UsageError: missing or malformed.
+    """
+    path = directory / META_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return CheckpointMeta(position=Position(**data.pop("position")), **data)
+    except FileNotFoundError:
+        raise UsageError(f"{directory} is not an autoshard checkpoint (no {META_FILE}).") from None
+    except (json.JSONDecodeError, TypeError, KeyError) as e:
+        raise UsageError(f"{path} is malformed: {e}.") from e
+
+
+def restore(backend: Backend, directory: Path) -> Position:
+    """Load a checkpoint into ``backend`` (collective) after checking it belongs to this run.
+
+    Raises:
+        UsageError: written for another model, strategy family, or (DDP / DeepSpeed) world size.
+    """
+    meta = read_meta(directory)
+    plan, ctx = backend.plan, backend.ctx
+    if meta.layout_hash != plan.model.layout_hash:
+        raise UsageError(f"checkpoint {directory} was written for another model (layout {meta.layout_hash}, this "
+                         f"model {plan.model.layout_hash}).", hint="Point checkpoint_dir at this model's run.")
+    if meta.family != plan.family:
+        raise UsageError(f"checkpoint {directory} was written by {meta.strategy}, and this run uses "
+                         f"{plan.strategy}.", hint="Resume with the same strategy family, or start afresh.")
+    if meta.world_size != ctx.world_size and plan.family != "fsdp":  # DCP reshards; the others do not
+        raise UsageError(f"checkpoint {directory} was written by {meta.world_size} ranks, and this run has "
+                         f"{ctx.world_size}.", hint="Resume with the same number of processes.")
+    backend.load(directory)
+    rng = directory / f"rng-rank{ctx.rank}.pt"
+    if rng.is_file():
+        _set_rng_state(torch.load(rng, weights_only=True))
+    return meta.position
+
+
+def _rng_state() -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])

@@ -1,0 +1,150 @@
+"""This rank's share of the training data, epoch by epoch.
+
+* a map-style ``Dataset`` is batched at the plan's micro-batch with a ``DistributedSampler``;
+* a ``DataLoader`` over a map-style dataset keeps its batch size, workers and collate function, and gets a
+  ``DistributedSampler`` (shuffled when the loader shuffled);
+* any other iterable of batches (a list, a generator, a loader over an ``IterableDataset``) is dealt out in turn:
+  rank ``r`` takes batches ``r, r + n, r + 2n, ...``, and a round that cannot give every rank a batch is dropped;
+* ``None``: the model source's own example batches, drawn afresh each step (for benchmarks and smoke runs).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, RandomSampler
+
+from autoshard.errors import UsageError
+from autoshard.runtime.distributed import RunContext
+
+
+class DataFeed:
+    """Batches for one rank.
+
+    Args:
+        data: see the module docstring.
+        micro_batch_size: batch size for a bare ``Dataset``.
+        ctx: this rank.
+        seed: the sampler's shuffling seed (the same on every rank).
+        synthetic: ``batch_fn()`` for ``data=None``.
+    """
+
+    def __init__(self, data: Any, *, micro_batch_size: int, ctx: RunContext, seed: int,
+                 synthetic: Callable[[], Any] | None = None) -> None:
+        self.ctx = ctx
+        self._synthetic = synthetic
+        self._sampler: DistributedSampler[Any] | None = None
+        self._iterable: Iterable[Any] | None = None
+        self._loader: DataLoader[Any] | None = None
+        self.one_pass = False
+        """A generator or iterator: it can be read once."""
+        if data is None:
+            if synthetic is None:
+                raise UsageError("no data given, and the model source has no example batch to train on.",
+                                 hint="Pass data= (a Dataset, DataLoader or iterable of batches).")
+            return
+        if isinstance(data, DataLoader) and ctx.world_size == 1:
+            self._iterable = data  # one rank: the loader as the user made it
+        elif isinstance(data, DataLoader) and _map_style(data.dataset) and _rebuildable(data):
+            self._loader = self._distributed_loader(data.dataset, data.batch_size or micro_batch_size, seed,
+                                                    shuffle=isinstance(data.sampler, RandomSampler), like=data)
+        elif isinstance(data, Dataset) and _map_style(data) and not isinstance(data, DataLoader):
+            self._loader = self._distributed_loader(data, micro_batch_size, seed, shuffle=True, like=None)
+        elif isinstance(data, Iterable):
+            self.one_pass = iter(data) is data  # type: ignore[comparison-overlap]
+            self._iterable = data
+        else:
+            raise UsageError(f"data is a {type(data).__name__}, which is neither a Dataset nor an iterable of "
+                             "batches.", hint="Pass a torch Dataset, a DataLoader, or a list/generator of batches.")
+
+    def _distributed_loader(self, dataset: Any, batch_size: int, seed: int, *, shuffle: bool,
+                            like: DataLoader[Any] | None) -> DataLoader[Any]:
+        sampler = DistributedSampler(dataset, num_replicas=self.ctx.world_size, rank=self.ctx.rank,
+                                     shuffle=shuffle, seed=seed, drop_last=True)
+        self._sampler = sampler
+        extra: dict[str, Any] = {}
+        if like is not None:
+            extra = {"num_workers": like.num_workers, "collate_fn": like.collate_fn, "pin_memory": like.pin_memory,
+                     "worker_init_fn": like.worker_init_fn, "persistent_workers": like.persistent_workers}
+            if like.num_workers > 0:
+                extra["prefetch_factor"] = like.prefetch_factor
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, **extra)
+
+    @property
+    def endless(self) -> bool:
+        """Synthetic batches: the data never runs out."""
+        return self._synthetic is not None and self._loader is None and self._iterable is None
+
+    @property
+    def batches_per_epoch(self) -> int | None:
+        """This rank's batches per epoch, when known (equal on every rank)."""
+        if self._loader is not None:
+            return len(self._loader)
+        if self._iterable is not None and hasattr(self._iterable, "__len__") and not isinstance(
+                self._iterable, (IterableDataset, DataLoader)):
+            return len(self._iterable) // self.ctx.world_size  # type: ignore[arg-type]
+        return None
+
+    def epoch(self, epoch: int, *, skip: int = 0) -> Iterator[Any]:
+        """This rank's batches of ``epoch``, after skipping the first ``skip`` (resuming mid-epoch).
+
+        Raises:
+            UsageError: a one-pass iterable is asked for a second epoch.
+        """
+        if self.endless:
+            synthetic = self._synthetic
+            return iter(synthetic, object())  # never exhausted: max_steps ends the run
+        if self._loader is not None:
+            if self._sampler is not None:
+                self._sampler.set_epoch(epoch)
+            return itertools.islice(iter(self._loader), skip, None)
+        if self.one_pass and epoch > 0:
+            raise UsageError("data is a one-pass iterator (a generator), and training asks for a second epoch.",
+                             hint="Pass a list, a Dataset or a DataLoader, or set max_steps within one pass.")
+        return itertools.islice(self._dealt(), skip, None)
+
+    def _dealt(self) -> Iterator[Any]:
+        n, r = self.ctx.world_size, self.ctx.rank
+        it = iter(self._iterable)  # type: ignore[arg-type]
+        while True:
+            round_ = list(itertools.islice(it, n))
+            if len(round_) < n:
+                return
+            yield round_[r]
+
+
+def peek(data: Any) -> tuple[Any, Any]:
+    """One example batch from ``data`` and ``data`` to use from now on (a generator's first item is put back).
+
+    Raises:
+        UsageError: ``data`` is empty.
+    """
+    if isinstance(data, Dataset) and not isinstance(data, (DataLoader, IterableDataset)) and _map_style(data):
+        from torch.utils.data import default_collate
+
+        if len(data) == 0:  # type: ignore[arg-type]
+            raise UsageError("the dataset is empty.")
+        return default_collate([data[0]]), data
+    it = iter(data)
+    try:
+        first = next(it)
+    except StopIteration:
+        raise UsageError("data yielded no batch.", hint="Check the dataset / loader is not empty.") from None
+    if it is data:  # a one-pass iterator: chain the batch back in front
+        return first, itertools.chain([first], it)
+    return first, data
+
+
+def _map_style(dataset: Any) -> bool:
+    return hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and not isinstance(dataset,
+                                                                                               IterableDataset)
+
+
+def _rebuildable(loader: DataLoader[Any]) -> bool:
+    """A loader whose batching autoshard can reproduce with a distributed sampler (no custom batch sampler)."""
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    return (loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler
+            and isinstance(loader.sampler, (RandomSampler, SequentialSampler)))

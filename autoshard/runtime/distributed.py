@@ -1,0 +1,159 @@
+"""The process group a run trains in: who this process is, on which device, and how ranks talk.
+
+``fit()`` reads the launcher's environment once (at its edge) into a :class:`RunContext`; nothing below reads
+``os.environ``. Under ``torchrun`` or the ``deepspeed`` launcher the variables are theirs; the workers
+``fit()`` starts itself get the same ones from :mod:`autoshard.runtime.supervisor`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from autoshard.errors import UsageError
+
+DEFAULT_TIMEOUT = timedelta(minutes=30)
+"""Collective timeout: long enough for a first NCCL communicator or a big checkpoint, short enough that a
+rank lost mid-run is noticed (torch's own default for NCCL is 10 minutes, for gloo 30)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunContext:
+    """This process's place in the run."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    backend: str
+    """``nccl`` or ``gloo``."""
+    owns_group: bool
+    """Whether ``fit()`` created the process group (and so destroys it at the end)."""
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that plans, writes results and consolidated weights."""
+        return self.rank == 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchInfo:
+    """What the environment says about how this process was started."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str | None
+    master_port: int | None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> LaunchInfo | None:
+        """The launcher's view (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ... as torchrun and deepspeed set them),
+        or ``None`` when this process was not started by a launcher.
+
+        Raises:
+            UsageError: a variable is there but not a whole number.
+
+        Example:
+            >>> LaunchInfo.from_environ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}).local_world_size
+            2
+            >>> LaunchInfo.from_environ({}) is None
+            True
+        """
+        if "RANK" not in environ or "WORLD_SIZE" not in environ:
+            return None
+
+        def number(name: str) -> int | None:
+            text = environ.get(name)
+            if text is None:
+                return None
+            try:
+                return int(text)
+            except ValueError:
+                raise UsageError(f"environment variable {name}={text!r} is not a whole number.") from None
+
+        rank, world = number("RANK") or 0, number("WORLD_SIZE") or 1
+        local_rank = number("LOCAL_RANK")
+        local_world = number("LOCAL_WORLD_SIZE") or number("LOCAL_SIZE") or world
+        if not 0 <= rank < world:
+            raise UsageError(f"RANK={rank} is outside WORLD_SIZE={world}.")
+        return cls(rank=rank, world_size=world, local_rank=rank if local_rank is None else local_rank, local_world_size=local_world,
+                   master_addr=environ.get("MASTER_ADDR"), master_port=number("MASTER_PORT"))
+
+
+def join(launch: LaunchInfo, *, device_type: str, init_method: str | None = None,
+         timeout: timedelta = DEFAULT_TIMEOUT) -> RunContext:
+    """Join (or reuse) the default process group and pick this rank's device.
+
+    Args:
+        launch: this process's rank and world.
+        device_type: ``cuda`` or ``cpu`` (from the plan).
+        init_method: a ``tcp://`` address; ``None`` uses ``env://`` (``MASTER_ADDR`` / ``MASTER_PORT``).
+        timeout: collective timeout.
+
+    Raises:
+        UsageError: the plan wants CUDA and this process has no GPU, or a group already exists with another size.
+    """
+    if device_type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError("the plan trains on CUDA GPUs, and this process sees none.",
+                             hint="Run on the GPU machine, or plan for this one (plan='auto').")
+        device = torch.device("cuda", launch.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    owns = not dist.is_initialized()
+    if owns:
+        dist.init_process_group(backend, init_method=init_method or "env://", rank=launch.rank,
+                                world_size=launch.world_size, timeout=timeout)
+    elif dist.get_world_size() != launch.world_size:
+        raise UsageError(f"a process group of {dist.get_world_size()} ranks exists, and the launcher says "
+                         f"{launch.world_size}.")
+    return RunContext(rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank,
+                      local_world_size=launch.local_world_size, device=device, backend=backend, owns_group=owns)
+
+
+def broadcast_json(value: Any, ctx: RunContext, *, src: int = 0) -> Any:
+    """Rank ``src``'s JSON-serialisable ``value`` on every rank (as JSON text in a byte tensor, never a pickle).
+
+    Other ranks pass anything (ignored).
+    """
+    device = ctx.device if ctx.backend == "nccl" else torch.device("cpu")
+    if ctx.rank == src:
+        data = torch.frombuffer(bytearray(json.dumps(value).encode()), dtype=torch.uint8).to(device)
+        size = torch.tensor([data.numel()], dtype=torch.int64, device=device)
+    else:
+        size = torch.zeros(1, dtype=torch.int64, device=device)
+    dist.broadcast(size, src)
+    if ctx.rank != src:
+        data = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    dist.broadcast(data, src)
+    return json.loads(bytes(data.cpu().tolist()).decode())
+
+
+def mean_over_ranks(values: torch.Tensor, ctx: RunContext) -> list[float]:
+    """Each element of ``values`` averaged over all ranks (gloo has no ``AVG``: sum, then divide)."""
+    if ctx.world_size == 1:
+        return [float(v) for v in values.tolist()]
+    total = values.detach().to(ctx.device if ctx.backend == "nccl" else "cpu", torch.float64).clone()
+    dist.all_reduce(total)
+    return [float(v) / ctx.world_size for v in total.tolist()]
+
+
+def all_true(flag: bool, ctx: RunContext) -> bool:
+    """Whether ``flag`` holds on every rank (one all-reduce)."""
+    if ctx.world_size == 1:
+        return flag
+    t = torch.tensor([0 if flag else 1], dtype=torch.int64,
+                     device=ctx.device if ctx.backend == "nccl" else "cpu")
+    dist.all_reduce(t)
+    return int(t.item()) == 0

@@ -1,0 +1,378 @@
+"""``autoshard.fit``: train a model with the plan's backend, in one process, under a launcher, or by starting
+one worker per device itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoshard.errors import AutoshardError, UsageError
+from autoshard.export import plan_json
+from autoshard.export.plan_json import ExportedPlan
+from autoshard.models import load_source
+from autoshard.models.source import ModelSource
+from autoshard.runtime import planning, supervisor
+from autoshard.runtime.distributed import LaunchInfo, RunContext, broadcast_json, join
+from autoshard.runtime.result import FitResult, StepMetrics
+from autoshard.runtime.train import TrainJob, train
+
+RESULT_FILE = "result.json"
+WEIGHTS_FILE = "model.pt"
+JOB_FILE = "job.json"
+
+
+def fit(
+    model: nn.Module | str | os.PathLike[str] | ModelSource,
+    data: Any = None,
+    *,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+    optimizer: Any = None,
+    max_steps: int | None = None,
+    epochs: int | None = None,
+    plan: Any = "auto",
+    strategy: str | None = None,
+    hardware: Any = None,
+    processes: int | None = None,
+    precision: str | None = None,
+    batch_size: int | None = None,
+    seq_len: int | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int | None = None,
+    resume: bool | str | os.PathLike[str] = False,
+    consolidate: bool = True,
+    grad_clip_norm: float | None = None,
+    seed: int = 0,
+    log_every: int = 10,
+    force: bool = False,
+    timeout_s: float | None = None,
+) -> FitResult:
+    """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
+    worker processes it starts itself.
+
+    Args:
+        model: an ``nn.Module``, or a model source as ``recommend`` takes (``model.py``, ``config.json``, a
+            catalog name). A source under FSDP2 / ZeRO-3 is built sharded when it can re-initialise itself
+            (the catalog); a module is used as built.
+        data: a map-style ``Dataset`` (batched at the plan's micro-batch, sharded with a ``DistributedSampler``),
+            a ``DataLoader`` (its batch size kept, re-sharded), any iterable of batches (dealt out to the ranks
+            in turn), or ``None`` to train on the model source's example batches (needs ``max_steps``).
+        loss_fn: ``loss_fn(output, batch) -> scalar``; default: the source's loss, else ``output.loss`` / the
+            mean of the output.
+        optimizer: a factory ``params -> Optimizer``, an optimizer class or instance (its hyper-parameters are
+            reused over the sharded parameters), a name (``adamw``, ``adam``, ``sgd``, ``adafactor``), or
+            ``None`` for the source's or the plan's.
+        max_steps: optimizer steps to train in total (counting steps before a resume).
+        epochs: passes over ``data`` (default 1 when ``max_steps`` is not given).
+        plan: ``"auto"`` (plan for this machine now), a :class:`~autoshard.planner.plan.Plan`, an
+            :class:`~autoshard.export.plan_json.ExportedPlan`, or a ``plan.json`` path (or its directory).
+        strategy: with ``plan="auto"``, plan only this strategy (e.g. ``"deepspeed_stage_2"``).
+        hardware: with ``plan="auto"``, a hardware profile name / path / ``HardwareSpec`` describing this
+            machine; default: detected.
+        processes: with ``plan="auto"``, GPUs to use, or on a CPU machine the number of gloo processes.
+        precision: ``32-true``, ``16-mixed``, ``bf16-mixed`` or ``bf16-true``; default ``bf16-mixed`` on GPUs
+            that support it, else ``32-true``.
+        batch_size: micro-batch per device (default: the loader's, else the planner's choice).
+        seq_len: sequence length of a source's example batches.
+        checkpoint_dir: where to save checkpoints (always at the end; also every ``checkpoint_every`` steps).
+        checkpoint_every: steps between checkpoints.
+        resume: ``True`` continues from the newest checkpoint in ``checkpoint_dir`` (if any), a path from that
+            checkpoint.
+        consolidate: gather the whole model's weights into :attr:`FitResult.state_dict` at the end.
+        grad_clip_norm: clip the gradients' global 2-norm before each step, the same way in every backend
+            (``None``: no clipping — also for DeepSpeed, whose own default clips at 1.0).
+        seed: seeds torch on every rank and the data sampler.
+        log_every: steps between the all-reduces that average the loss over ranks.
+        force: train with a ``plan.json`` whose model or GPU fingerprint differs from this run's.
+        timeout_s: stop worker processes this starts after this long.
+
+    Returns:
+        A :class:`FitResult`: per-step metrics, the plan, the trained module and its consolidated weights.
+
+    Raises:
+        UsageError: bad arguments, a plan for another model or run (without ``force``), a missing dependency.
+        UserCodeError: the model, loss or optimizer raised on the first batch (the message says what arrived).
+        WorkerError: a worker process failed; the others were stopped.
+        NoFeasiblePlan: nothing fits this machine.
+    """
+    _check_counts(max_steps=max_steps, epochs=epochs, checkpoint_every=checkpoint_every, log_every=log_every,
+                  processes=processes, batch_size=batch_size)
+    if grad_clip_norm is not None and not grad_clip_norm > 0:
+        raise UsageError(f"grad_clip_norm must be positive, but got {grad_clip_norm!r}.")
+    if max_steps is None and epochs is None and data is None:
+        raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
+    module, source = _model(model, loss_fn)
+    environ = os.environ  # the edge: the launcher's variables are read here only
+    launch = LaunchInfo.from_environ(environ)
+    job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, optimizer=optimizer,
+                   max_steps=max_steps, epochs=epochs, seed=seed,
+                   checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir),
+                   checkpoint_every=checkpoint_every,
+                   resume=resume if isinstance(resume, bool) else Path(resume), consolidate=consolidate,
+                   log_every=log_every, grad_clip_norm=grad_clip_norm)
+    options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
+                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force)
+    run_dir = environ.get(supervisor.RUN_DIR_VAR)
+    if launch is not None and run_dir is not None:
+        _worker(job, launch, Path(run_dir))  # never returns
+    if launch is not None:
+        return _launched(job, options, launch)
+    exported, notes, job = _resolve(job, options, world_size=None)
+    if exported.hardware.nodes > 1:
+        raise UsageError(f"the plan spans {exported.hardware.nodes} nodes; fit() starts processes on this machine "
+                         "only.", hint="Start it on every node with torchrun or srun (see launch.sh from "
+                                       "`autoshard export`).")
+    if exported.hardware.world_size == 1:
+        # A one-rank group, described in the environment as a launcher would (DeepSpeed reads LOCAL_RANK).
+        for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
+                            ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(supervisor.free_port()))):
+            os.environ.setdefault(name, value)
+        launch = LaunchInfo.from_environ(os.environ)
+        ctx = join(launch, device_type=exported.hardware.device_type)  # type: ignore[arg-type]
+        return train(job, exported, ctx, notes)
+    return _spawn(job, exported, notes, model, timeout_s)
+
+
+# -- modes ---------------------------------------------------------------------------------------------------
+
+
+def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitResult:
+    """Under torchrun / deepspeed: rank 0 plans, every rank trains with what it broadcasts."""
+    explicit = planning.load_plan(options.plan)
+    device_type = explicit[0].hardware.device_type if explicit else ("cuda" if torch.cuda.is_available() else "cpu")
+    ctx = join(launch, device_type=device_type)
+    payload: dict[str, Any] = {}
+    if ctx.is_main:
+        try:
+            exported, notes, job = _resolve(job, options, world_size=ctx.world_size)
+            payload = {"plan": exported.to_dict(), "notes": notes}
+        except AutoshardError as e:
+            payload = {"error": {"type": type(e).__name__, "message": e.message, "hint": e.hint}}
+    payload = broadcast_json(payload, ctx)
+    if "error" in payload:
+        err = payload["error"]
+        if ctx.is_main:
+            raise _rebuild_error(err)
+        raise _rebuild_error({**err, "message": f"rank 0 could not plan: {err['message']}"})
+    exported = plan_json.loads(json.dumps(payload["plan"]), source="rank 0's plan")
+    return train(job, exported, ctx, list(payload["notes"]))
+
+
+def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:
+    """A worker ``fit()`` started: train with the plan in ``run_dir``, rank 0 writes the result, then exit."""
+    import torch.distributed as dist
+
+    code = 0
+    try:
+        exported = plan_json.read(run_dir / "plan.json")
+        notes = json.loads((run_dir / "notes.json").read_text(encoding="utf-8"))
+        ctx = join(launch, device_type=exported.hardware.device_type)
+        result = train(job, exported, ctx, notes)
+        if ctx.is_main:
+            if result.state_dict is not None:
+                torch.save(result.state_dict, run_dir / WEIGHTS_FILE)
+            tmp = run_dir / (RESULT_FILE + ".partial")
+            tmp.write_text(json.dumps(result.to_dict()), encoding="utf-8")
+            tmp.replace(run_dir / RESULT_FILE)
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException as e:  # noqa: BLE001  # reported to the launching process, which raises it
+        supervisor.write_error(run_dir, launch.rank, e)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The rest of the user's script is the launching process's to run; leave without interpreter teardown
+    # (DeepSpeed's CPU communication threads can abort a normal exit after the work is done).
+    os._exit(code)
+
+
+def _spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
+           timeout_s: float | None) -> FitResult:
+    """Start one worker per rank on this machine, wait, and return rank 0's result."""
+    command = supervisor.script_command()
+    if command is None:
+        command = _module_worker_command(job, model)
+    run_dir = Path(tempfile.mkdtemp(prefix="autoshard-fit-"))
+    try:
+        plan_json.write(exported, run_dir / "plan.json")
+        (run_dir / "notes.json").write_text(json.dumps(notes), encoding="utf-8")
+        if command[1:3] == ["-m", "autoshard.runtime.worker"]:
+            (run_dir / JOB_FILE).write_text(json.dumps(_job_spec(job, model)), encoding="utf-8")
+        supervisor.run_workers(command, world_size=exported.hardware.world_size, run_dir=run_dir,
+                               environ=os.environ, timeout_s=timeout_s)
+        return _collect(run_dir, exported, job.module)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) -> FitResult:
+    data = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
+    state = None
+    if (run_dir / WEIGHTS_FILE).is_file():
+        state = torch.load(run_dir / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+        if module is not None:
+            module.load_state_dict(state)
+    return FitResult(plan=exported, steps=tuple(StepMetrics(**s) for s in data["steps"]), model=module,
+                     state_dict=state, rank=0, world_size=data["world_size"], resumed_from=data["resumed_from"],
+                     last_checkpoint=data["last_checkpoint"], notes=tuple(data["notes"]))
+
+
+def _module_worker_command(job: TrainJob, model: Any) -> list[str]:
+    spec_ok = isinstance(model, (str, os.PathLike)) or (isinstance(model, ModelSource) and model.kind in (
+        "catalog", "file", "hf-config"))
+    if not spec_ok or job.data is not None or job.loss_fn is not None or not (
+            job.optimizer is None or isinstance(job.optimizer, str)):
+        raise UsageError("fit() needs to start one worker process per device, and this session cannot be started "
+                         "again as a worker (an interactive session, a notebook or pytest).",
+                         hint="Run your training script with python (fit() starts the workers) or torchrun, or "
+                              "pass processes=1.")
+    return [sys.executable, "-m", "autoshard.runtime.worker"]
+
+
+def _job_spec(job: TrainJob, model: Any) -> dict[str, Any]:
+    origin = model.origin if isinstance(model, ModelSource) else os.fspath(model)
+    return {"model": origin.removeprefix("catalog:"), "optimizer": job.optimizer, "max_steps": job.max_steps,
+            "epochs": job.epochs, "seed": job.seed,
+            "checkpoint_dir": None if job.checkpoint_dir is None else str(job.checkpoint_dir),
+            "checkpoint_every": job.checkpoint_every,
+            "resume": job.resume if isinstance(job.resume, bool) else str(job.resume),
+            "consolidate": job.consolidate, "log_every": job.log_every, "grad_clip_norm": job.grad_clip_norm}
+
+
+# -- planning ------------------------------------------------------------------------------------------------
+
+
+class _PlanOptions:
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+
+    plan: Any
+    strategy: str | None
+    hardware: Any
+    processes: int | None
+    precision: str | None
+    batch_size: int | None
+    seq_len: int | None
+    force: bool
+
+
+def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
+             ) -> tuple[ExportedPlan, list[str], TrainJob]:
+    """The plan to train with, notes on what was decided, and the job (its data may have been peeked at)."""
+    explicit = planning.load_plan(options.plan)
+    notes: list[str] = []
+    if explicit is not None:
+        exported, where = explicit
+        fingerprint = _fingerprint(job)
+        run = planning.RunShape(world_size=world_size if world_size is not None else exported.hardware.world_size,
+                                device_type="cuda" if torch.cuda.is_available() else "cpu", gpu=_local_gpu())
+        if world_size is None and options.processes is not None:
+            run = planning.RunShape(world_size=options.processes, device_type=run.device_type, gpu=run.gpu)
+        for difference in planning.check(exported, fingerprint, run, source=where, force=options.force):
+            notes.append(f"force=True: trained although {difference}.")
+        return exported, notes, job
+    exported, job = _auto(job, options, notes)
+    return exported, notes, job
+
+
+def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[ExportedPlan, TrainJob]:
+    import autoshard
+    from autoshard.hardware import detect_hardware, load_hardware
+
+    hw = options.hardware
+    if hw is None:
+        hw = detect_hardware(gpus=options.processes)
+    elif isinstance(hw, (str, os.PathLike)):
+        hw = load_hardware(hw)
+    precision = options.precision or _default_precision(hw)
+    batch_size = options.batch_size or _fixed_batch_size(job.data)
+    source = job.source
+    if source is None:
+        from autoshard.runtime.data import peek
+
+        example, data = peek(job.data) if job.data is not None else (None, None)
+        if example is None:
+            raise UsageError("fit(module) with no data has nothing to train on.",
+                             hint="Pass data=, or a model source (a model.py / catalog name) whose batch() is used.")
+        job = dataclasses.replace(job, data=data)  # a generator's first batch was put back in front
+        source = planning.module_source(job.module, example, loss_fn=job.loss_fn)  # type: ignore[arg-type]
+    plan = autoshard.recommend(source, hardware=hw, batch_size=batch_size, seq_len=options.seq_len,
+                               precision=precision,
+                               optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
+                               strategies=None if options.strategy is None else [options.strategy])
+    exported = plan_json.from_plan(plan)
+    notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
+                 f"{exported.micro_batch_size}, {precision}.")
+    return exported, job
+
+
+def _fingerprint(job: TrainJob) -> plan_json.ModelFingerprint:
+    if job.module is not None:
+        return planning.model_fingerprint(job.module, type(job.module).__name__)
+    source = job.source
+    if source is None:
+        raise ValueError("TrainJob needs a module or a source")
+    with torch.device("meta"):
+        return planning.model_fingerprint(source.build(), source.name)
+
+
+def _default_precision(hw: Any) -> str:
+    gpu = getattr(hw, "gpu", None)
+    if gpu is None:
+        return "32-true"
+    return "bf16-mixed" if "bf16" in getattr(gpu, "peak_flops", {}) else "16-mixed"
+
+
+def _fixed_batch_size(data: Any) -> int | None:
+    from torch.utils.data import DataLoader
+
+    if isinstance(data, DataLoader):
+        return data.batch_size
+    if isinstance(data, (list, tuple)) and data:
+        first = data[0]
+        tensors = [first] if isinstance(first, torch.Tensor) else list(
+            first.values() if isinstance(first, Mapping) else first if isinstance(first, (list, tuple)) else [])
+        sizes = {t.shape[0] for t in tensors if isinstance(t, torch.Tensor) and t.dim() > 0}
+        if len(sizes) == 1:
+            return sizes.pop()
+    return None
+
+
+def _local_gpu() -> str | None:
+    return None  # GPU names from NVML and from profiles differ in spelling; the world size and device type rule
+
+
+def _model(model: Any, loss_fn: Any) -> tuple[nn.Module | None, ModelSource | None]:
+    if isinstance(model, nn.Module):
+        return model, None
+    if isinstance(model, (str, os.PathLike, ModelSource)):
+        return None, load_source(model)
+    raise UsageError(f"model must be a torch.nn.Module or a model source (a model.py path, a config.json path or "
+                     f"a catalog name), but got {type(model).__name__}.")
+
+
+def _check_counts(**values: int | None) -> None:
+    for name, value in values.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError(f"{name} must be a positive whole number, but got {value!r}.")
+
+
+def _rebuild_error(err: Mapping[str, Any]) -> AutoshardError:
+    from autoshard import errors
+
+    cls = getattr(errors, err["type"], None)
+    if isinstance(cls, type) and issubclass(cls, AutoshardError):
+        try:
+            return cls(err["message"], hint=err.get("hint"))
+        except TypeError:
+            pass
+    return UsageError(err["message"], hint=err.get("hint"))

@@ -1,0 +1,171 @@
+"""The training loop every backend shares: micro-batches, accumulation, metrics, checkpoints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autoshard.errors import UserCodeError
+from autoshard.runtime import checkpoint
+from autoshard.runtime.backends import Backend, to_device
+from autoshard.runtime.checkpoint import Position
+from autoshard.runtime.data import DataFeed
+from autoshard.runtime.distributed import all_true, mean_over_ranks
+from autoshard.runtime.result import StepMetrics
+
+LossFn = Callable[[Any, Any], torch.Tensor]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoopConfig:
+    """How long to train and when to save."""
+
+    accumulation: int
+    max_steps: int | None
+    """Stop after this many optimizer steps in total (``None``: run the epochs)."""
+    epochs: int | None
+    """Stop after this many passes over the data (``None``: until ``max_steps``)."""
+    samples_per_step: int
+    """Samples per optimizer step over all ranks."""
+    tokens_per_sample: int | None
+    log_every: int = 10
+    """Steps between the all-reduces that turn per-rank losses into reported ones."""
+    checkpoint_dir: Path | None = None
+    checkpoint_every: int | None = None
+    """Save every this many steps (and always at the end when ``checkpoint_dir`` is set)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class LoopOutcome:
+    """What the loop did."""
+
+    steps: list[StepMetrics]
+    position: Position
+    last_checkpoint: Path | None
+
+
+def run(backend: Backend, feed: DataFeed, loss_fn: LossFn, config: LoopConfig, start: Position) -> LoopOutcome:
+    """Train from ``start`` until ``max_steps`` or ``epochs`` is reached or the data runs out on any rank."""
+    ctx = backend.ctx
+    cuda = ctx.device.type == "cuda"
+    scale = backend.loss_scale_for(config.accumulation)
+    position = start
+    steps: list[StepMetrics] = []
+    pending: list[tuple[int, int, torch.Tensor, float, int | None]] = []
+    last_ckpt: Path | None = None
+    # Lengths unknown (a generator, an IterableDataset): agree with the other ranks on every micro-batch.
+    check_each_step = feed.batches_per_epoch is None and not feed.endless and ctx.world_size > 1
+    epoch, consumed = start.epoch, start.batch_in_epoch
+    batches: Iterator[Any] = feed.epoch(epoch, skip=consumed)
+    first = True
+
+    def flush() -> None:
+        if not pending:
+            return
+        losses = mean_over_ranks(torch.stack([p[2] for p in pending]), ctx)
+        peaks = _max_over_ranks([p[4] for p in pending], backend) if cuda else [None] * len(pending)
+        for (step, ep, _, seconds, _), loss, peak in zip(pending, losses, peaks, strict=True):
+            tokens = None if config.tokens_per_sample is None else config.samples_per_step * config.tokens_per_sample
+            steps.append(StepMetrics(step=step, epoch=ep, loss=loss, step_time_s=seconds,
+                                     samples_per_s=config.samples_per_step / seconds,
+                                     tokens_per_s=None if tokens is None else tokens / seconds,
+                                     peak_memory_bytes=peak))
+        pending.clear()
+
+    while not _done(position, config):
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+        started = time.perf_counter()
+        micro_losses = []
+        for micro in range(config.accumulation):
+            batch = next(batches, _END)
+            if batch is _END and (config.epochs is None or epoch + 1 < config.epochs):
+                epoch, consumed = epoch + 1, 0
+                batches = feed.epoch(epoch)
+                batch = next(batches, _END)
+            if check_each_step and not all_true(batch is not _END, ctx):
+                batch = _END  # some rank ran out: every rank stops at the same step
+            if batch is _END:
+                flush()
+                return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt)
+            consumed += 1
+            sync = micro == config.accumulation - 1
+            batch = to_device(batch, ctx.device)
+            loss = _loss(backend, loss_fn, batch, sync=sync, checked=not first)
+            backend.backward(loss * scale if scale != 1.0 else loss, sync=sync)
+            micro_losses.append(loss.detach())
+        first = False
+        backend.step()
+        if cuda:
+            torch.cuda.synchronize(ctx.device)
+        seconds = time.perf_counter() - started
+        position = Position(step=position.step + 1, epoch=epoch, batch_in_epoch=consumed)
+        peak = torch.cuda.max_memory_allocated(ctx.device) if cuda else None
+        pending.append((position.step, epoch, torch.stack(micro_losses).float().mean(), seconds, peak))
+        if len(pending) >= config.log_every:
+            flush()
+        if (config.checkpoint_dir is not None and config.checkpoint_every
+                and position.step % config.checkpoint_every == 0 and not _done(position, config)):
+            last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position)
+    flush()
+    if config.checkpoint_dir is not None and (last_ckpt is None or last_ckpt != checkpoint.step_dir(
+            config.checkpoint_dir, position.step)) and position.step > start.step:
+        last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position)
+    return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt)
+
+
+_END = object()
+
+
+def _done(position: Position, config: LoopConfig) -> bool:
+    return config.max_steps is not None and position.step >= config.max_steps
+
+
+def _loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool, checked: bool) -> torch.Tensor:
+    """Forward and loss; on the first micro-batch, a failure names what arrived."""
+    if checked:
+        return loss_fn(backend.forward(batch, sync=sync), batch)
+    try:
+        output = backend.forward(batch, sync=sync)
+    except Exception as e:
+        raise UserCodeError(f"the model failed on the first batch ({_describe(batch)}): {type(e).__name__}: {e}",
+                            hint="Check what your data yields against what the model's forward takes.") from e
+    try:
+        loss = loss_fn(output, batch)
+    except UserCodeError:
+        raise
+    except Exception as e:
+        raise UserCodeError(f"the loss failed on the first batch: {type(e).__name__}: {e}. The model returned "
+                            f"{_describe(output)}; the batch was {_describe(batch)}.",
+                            hint="Pass loss_fn(output, batch) returning a scalar tensor.") from e
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+        raise UserCodeError(f"the loss must be a floating-point scalar tensor, and it is {_describe(loss)}.",
+                            hint="Return e.g. torch.nn.functional.cross_entropy(output, target).")
+    return loss
+
+
+def _describe(obj: Any, depth: int = 0) -> str:
+    if isinstance(obj, torch.Tensor):
+        return f"tensor{tuple(obj.shape)} {str(obj.dtype).removeprefix('torch.')}"
+    if depth > 1:
+        return type(obj).__name__
+    if isinstance(obj, dict):
+        return "{" + ", ".join(f"{k!r}: {_describe(v, depth + 1)}" for k, v in list(obj.items())[:6]) + "}"
+    if isinstance(obj, (list, tuple)):
+        inner = ", ".join(_describe(v, depth + 1) for v in obj[:6])
+        return f"{type(obj).__name__}({inner})"
+    return type(obj).__name__
+
+
+def _max_over_ranks(values: list[int | None], backend: Backend) -> list[int | None]:
+    import torch.distributed as dist
+
+    t = torch.tensor([v or 0 for v in values], dtype=torch.int64, device=backend.ctx.device)
+    if backend.ctx.world_size > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [int(v) for v in t.tolist()]

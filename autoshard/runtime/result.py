@@ -1,0 +1,76 @@
+"""What ``fit()`` returns: per-step metrics, the plan used, and the trained model or its state."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoshard.export.plan_json import ExportedPlan
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepMetrics:
+    """One optimizer step."""
+
+    step: int
+    """1-based optimizer step, counted across resumes."""
+    epoch: int
+    loss: float
+    """Mean loss of the step's micro-batches, averaged over all ranks."""
+    step_time_s: float
+    """Wall-clock time of the step on rank 0 (CUDA synchronised at the end of the step)."""
+    samples_per_s: float
+    """Samples per second over all ranks."""
+    tokens_per_s: float | None
+    """Tokens per second over all ranks, for token models with a known sequence length."""
+    peak_memory_bytes: int | None
+    """``torch.cuda.max_memory_allocated`` during the step, the highest over the ranks; ``None`` on CPU."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitResult:
+    """The outcome of :func:`autoshard.fit`."""
+
+    plan: ExportedPlan
+    """The plan trained with (as in ``plan.json``)."""
+    steps: tuple[StepMetrics, ...]
+    """Every optimizer step run by this call (a resumed run starts after the checkpoint's step)."""
+    model: nn.Module | None = None
+    """The trained module: the user's module, trained in place (sharded in place under FSDP2 and ZeRO-3 in
+    this process) or, when ``fit()`` ran worker processes, the user's module with the consolidated weights
+    loaded; ``None`` when only a model source was given and workers trained it."""
+    state_dict: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    """The whole model's weights on CPU (fp32 master weights where the backend keeps them), on rank 0 and in
+    the launching process; ``None`` on other ranks or with ``consolidate=False``."""
+    rank: int = 0
+    world_size: int = 1
+    resumed_from: str | None = None
+    """The checkpoint this run continued from."""
+    last_checkpoint: str | None = None
+    """The newest checkpoint written."""
+    notes: tuple[str, ...] = ()
+    """What fit() decided for you that you may want to know (one sentence each)."""
+
+    @property
+    def losses(self) -> list[float]:
+        """Loss per step."""
+        return [s.loss for s in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (no tensors)."""
+        return {
+            "plan": self.plan.to_dict(),
+            "steps": [s.to_dict() for s in self.steps],
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "resumed_from": self.resumed_from,
+            "last_checkpoint": self.last_checkpoint,
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,187 @@
+"""Starting one worker process per rank on this machine, watching them, and stopping them all when one fails.
+
+Each worker runs in a session of its own, so it and anything it starts form one process group; stopping a
+worker is SIGTERM to that group, a grace period, then SIGKILL — by process-group id, never by name. Rank 0
+writes to this process's terminal; the other ranks write to ``rank<N>.log`` in the run directory. A worker
+that fails writes ``error-rank<N>.json`` (its exception's class, message and hint) before it exits, so the
+error raised here names the rank and says what went wrong there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from autoshard import errors
+from autoshard.errors import AutoshardError, UsageError, WorkerError
+
+RUN_DIR_VAR = "AUTOSHARD_RUN_DIR"
+"""Set in every worker: the directory holding ``plan.json`` and receiving results."""
+_NOT_REEXECUTABLE = ("pytest", "ipykernel_launcher", "ipykernel", "IPython", "jupyter", "pydevd")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def script_command() -> list[str] | None:
+    """The command that started this process, to run again as a worker — or ``None`` when it cannot be run
+    again (an interactive session, a notebook, pytest)."""
+    argv = list(getattr(sys, "orig_argv", []))[1:]
+    if not argv:
+        return None
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "-c"):
+        i += 2 if argv[i] in ("-X", "-W") else 1  # interpreter options (some take a value)
+    if i >= len(argv):
+        return None
+    if argv[i] == "-m":
+        if i + 1 >= len(argv) or argv[i + 1].split(".")[0] in _NOT_REEXECUTABLE:
+            return None
+    elif argv[i] != "-c":
+        script = Path(argv[i])
+        if not script.is_file() or script.name.split(".")[0] in _NOT_REEXECUTABLE:
+            return None
+    return [sys.executable, *argv]
+
+
+def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, environ: Mapping[str, str],
+                timeout_s: float | None = None, grace_s: float = 10.0) -> None:
+    """Run ``command`` once per rank and wait for all of them.
+
+    Args:
+        command: the worker command line.
+        world_size: number of ranks (all on this machine).
+        run_dir: the run directory (``AUTOSHARD_RUN_DIR``); logs and error files go there.
+        environ: the environment to start from (the caller's).
+        timeout_s: stop everything after this long (``None``: no limit).
+        grace_s: seconds between SIGTERM and SIGKILL.
+
+    Raises:
+        WorkerError: a rank failed (exit code, its error message) or the run timed out; every worker's process
+            group has been stopped. If the rank raised an autoshard error, that error's class is raised instead,
+            its message prefixed with the rank.
+    """
+    port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    logs = []
+    try:
+        for rank in range(world_size):
+            env = dict(environ)
+            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                       LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       **{RUN_DIR_VAR: str(run_dir)})
+            if rank == 0:
+                out: Any = None  # inherit: the user sees rank 0's output
+            else:
+                out = open(run_dir / f"rank{rank}.log", "wb")  # noqa: SIM115  # closed below
+                logs.append(out)
+            procs.append(subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                          stderr=subprocess.STDOUT if out is not None else None,
+                                          start_new_session=True))
+        failure = _wait(procs, None if timeout_s is None else time.monotonic() + timeout_s)
+    except BaseException:
+        stop(procs, grace_s)
+        raise
+    finally:
+        for log in logs:
+            log.close()
+    stop(procs, grace_s)
+    if failure is not None:
+        raise _error(failure, run_dir, world_size)
+
+
+def _wait(procs: Sequence[subprocess.Popen[bytes]], deadline: float | None) -> dict[int, int | None] | None:
+    """``{rank: exit code}`` of the ranks found failed at the first sign of failure (``{-1: None}``: timed out),
+    or ``None`` when every rank succeeded."""
+    while True:
+        codes = [p.poll() for p in procs]
+        failed: dict[int, int | None] = {rank: code for rank, code in enumerate(codes) if code not in (None, 0)}
+        if failed:
+            return failed
+        if all(c == 0 for c in codes):
+            return None
+        if deadline is not None and time.monotonic() > deadline:
+            return {-1: None}
+        time.sleep(0.05)
+
+
+def stop(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM every running worker's process group, wait up to ``grace_s``, then SIGKILL what is left."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        alive = [p for p in procs if p.poll() is None]
+        if not alive:
+            break
+        for p in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, sig)  # a session leader: its process-group id is its pid
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end and any(p.poll() is None for p in alive):
+            time.sleep(0.05)
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=1.0)
+
+
+def write_error(run_dir: Path, rank: int, exc: BaseException) -> None:
+    """Record why this rank failed, for the launching process (called in the worker)."""
+    import traceback
+
+    record = {"type": type(exc).__name__, "message": getattr(exc, "message", str(exc)), "hint": getattr(exc, "hint", None),
+              "autoshard": isinstance(exc, AutoshardError), "time": time.time(),
+              "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    path = run_dir / f"error-rank{rank}.json"
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _error(failed: dict[int, int | None], run_dir: Path, world_size: int) -> AutoshardError:
+    if -1 in failed:
+        return WorkerError("the workers did not finish within the time limit and were stopped.")
+    records = {}
+    for r in range(world_size):
+        path = run_dir / f"error-rank{r}.json"
+        if path.is_file():
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                records[r] = json.loads(path.read_text(encoding="utf-8"))
+    # A rank that died without a word (a signal, an abort) is the cause; the others then lose their peer.
+    silent = sorted(r for r, code in failed.items() if r not in records)
+    if silent or not records:
+        rank = silent[0] if silent else min(failed)
+        code = failed[rank] or 0
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return WorkerError(f"rank {rank} {how} without reporting an error; the other workers were stopped."
+                           f"{_log_tail(run_dir, rank)}",
+                           hint="Running out of host memory is a common cause of a kill; check `dmesg`.")
+    # Otherwise the earliest error is the cause; later ones are usually peers losing their connection to it.
+    first = min(records, key=lambda r: (records[r].get("time", float("inf")), r))
+    rec = records[first]
+    if rec.get("autoshard"):
+        cls = getattr(errors, rec["type"], None)
+        if isinstance(cls, type) and issubclass(cls, AutoshardError):
+            with contextlib.suppress(TypeError):
+                return cls(f"rank {first}: {rec['message']}", hint=rec.get("hint"))
+        return UsageError(f"rank {first}: {rec['message']}", hint=rec.get("hint"))
+    return WorkerError(f"rank {first} failed: {rec['type']}: {rec['message']}",
+                       hint="The worker's traceback is in the error's .detail attribute.",
+                       detail=rec.get("traceback"))
+
+
+def _log_tail(run_dir: Path, rank: int, chars: int = 1500) -> str:
+    path = run_dir / f"rank{rank}.log"
+    if rank == 0 or not path.is_file():
+        return ""
+    return "\n--- its output (tail) ---\n" + path.read_text(errors="replace")[-chars:]

@@ -1,0 +1,162 @@
+"""Training in this process, once the run's plan is known and the process group joined."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoshard.errors import UsageError, UserCodeError
+from autoshard.export.plan_json import ExportedPlan
+from autoshard.models.source import ModelSource, default_loss
+from autoshard.profiler.blocks import find_repeated_blocks
+from autoshard.runtime import backends, checkpoint, loop
+from autoshard.runtime.backends import ModelInit
+from autoshard.runtime.checkpoint import Position
+from autoshard.runtime.data import DataFeed
+from autoshard.runtime.distributed import RunContext
+from autoshard.runtime.result import FitResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainJob:
+    """Everything :func:`train` needs besides the plan and the process group."""
+
+    module: nn.Module | None
+    source: ModelSource | None
+    data: Any
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None
+    optimizer: Any
+    max_steps: int | None
+    epochs: int | None
+    seed: int
+    checkpoint_dir: Path | None
+    checkpoint_every: int | None
+    resume: bool | Path
+    consolidate: bool
+    log_every: int
+    grad_clip_norm: float | None = None
+
+
+def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) -> FitResult:
+    """Build the backend, train, consolidate; returns this rank's result."""
+    torch.manual_seed(job.seed)
+    init = _model_init(job, plan, notes)
+    make_optimizer = optimizer_factory(job.optimizer, plan, job.source)
+    backend = backends.create(plan, ctx, grad_clip_norm=job.grad_clip_norm)
+    backend.setup(init, make_optimizer)
+    source = job.source
+    synthetic = None
+    if job.data is None and source is not None:
+        synthetic = functools.partial(source.batch, plan.micro_batch_size, seq_len=plan.seq_len)
+    feed = DataFeed(job.data, micro_batch_size=plan.micro_batch_size, ctx=ctx, seed=job.seed, synthetic=synthetic)
+    if job.max_steps is None and feed.endless:
+        raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
+    start, resumed = Position(), None
+    where = _resume_from(job)
+    if where is not None:
+        start = checkpoint.restore(backend, where)
+        resumed = str(where)
+        notes.append(f"Resumed from {where} (step {start.step}).")
+    elif job.resume is True:
+        notes.append(f"No checkpoint in {job.checkpoint_dir} to resume from: started afresh.")
+    loss_fn = job.loss_fn or (source.loss_fn if source is not None and source.loss_fn is not None else default_loss)
+    config = loop.LoopConfig(
+        accumulation=plan.gradient_accumulation, max_steps=job.max_steps,
+        epochs=job.epochs if job.epochs is not None or job.max_steps is not None else 1,
+        samples_per_step=plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size,
+        tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
+        checkpoint_every=job.checkpoint_every)
+    outcome = loop.run(backend, feed, loss_fn, config, start)
+    state = backend.full_state_dict() if job.consolidate else None
+    module = backend.module
+    backend.close()
+    return FitResult(plan=plan, steps=tuple(outcome.steps), model=module, state_dict=state, rank=ctx.rank,
+                     world_size=ctx.world_size, resumed_from=resumed,
+                     last_checkpoint=None if outcome.last_checkpoint is None else str(outcome.last_checkpoint),
+                     notes=tuple(notes))
+
+
+def _resume_from(job: TrainJob) -> Path | None:
+    if job.resume is False:
+        return None
+    if job.resume is True:
+        if job.checkpoint_dir is None:
+            raise UsageError("resume=True needs checkpoint_dir.", hint="Pass checkpoint_dir=the run's directory.")
+        return checkpoint.latest(job.checkpoint_dir)
+    path = Path(job.resume)
+    if not path.is_dir():
+        raise UsageError(f"cannot resume from {path}: no such directory.")
+    return path
+
+
+def _model_init(job: TrainJob, plan: ExportedPlan, notes: list[str]) -> ModelInit:
+    """The module, or — for a catalog model under FSDP2 / ZeRO-3 — a builder, so it is built sharded."""
+    if job.module is not None:
+        blocks = find_repeated_blocks(job.module)
+        return ModelInit(module=job.module, block_names=() if blocks is None else blocks.names)
+    source = job.source
+    if source is None:
+        raise ValueError("TrainJob needs a module or a source")
+    with torch.device("meta"):
+        meta = source.build()
+    blocks = find_repeated_blocks(meta)
+    names = () if blocks is None else blocks.names
+    sharded = plan.family == "fsdp" or (plan.family == "deepspeed" and plan.strategy.startswith("deepspeed_stage_3"))
+    # Catalog models re-create every parameter and computed buffer in init_weights(); other sources may keep
+    # state a meta build loses, so they are built whole on the CPU first.
+    if sharded and source.kind == "catalog" and callable(getattr(meta, "init_weights", None)):
+        return ModelInit(build=source.build, block_names=names)
+    if sharded:
+        notes.append(f"{source.name} was built whole on the CPU before sharding (only catalog models, which "
+                     "re-initialise themselves with init_weights(), are built sharded).")
+    return ModelInit(module=source.build(), block_names=names)
+
+
+def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | None
+                      ) -> Callable[[Any], torch.optim.Optimizer]:
+    """How to build the optimizer over the parameters the backend trains.
+
+    ``optimizer`` may be ``None`` (the model source's, else the plan's optimizer by name at its default learning
+    rate), a name, a factory ``params -> Optimizer``, an optimizer class, or an optimizer instance built over the
+    unwrapped model (its class and hyper-parameters are reused; one parameter group only).
+
+    Raises:
+        UsageError: an instance with several parameter groups, or something that is not an optimizer.
+    """
+    from autoshard.profiler.optimizers import build_optimizer
+
+    foreach = plan.settings.get("foreach") if plan.family == "fsdp" else None
+    if optimizer is None and source is not None and source.optimizer_fn is not None:
+        return _checked(source.optimizer_fn)
+    if optimizer is None or isinstance(optimizer, str):
+        name = optimizer or plan.optimizer
+        return lambda params: build_optimizer(name, params, foreach=foreach)
+    if isinstance(optimizer, torch.optim.Optimizer):
+        if len(optimizer.param_groups) != 1:
+            raise UsageError("an optimizer instance with several parameter groups cannot be rebuilt over the "
+                             "sharded parameters.", hint="Pass optimizer=lambda params: YourOptimizer(...) instead.")
+        cls, defaults = type(optimizer), dict(optimizer.defaults)
+        return lambda params: cls(params, **defaults)
+    if inspect.isclass(optimizer) and issubclass(optimizer, torch.optim.Optimizer):
+        return lambda params: optimizer(params)
+    if callable(optimizer):
+        return _checked(optimizer)
+    raise UsageError(f"optimizer must be a name, an optimizer, its class or a factory, but got "
+                     f"{type(optimizer).__name__}.")
+
+
+def _checked(factory: Callable[[Any], Any]) -> Callable[[Any], torch.optim.Optimizer]:
+    def build(params: Any) -> torch.optim.Optimizer:
+        opt = factory(params)
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise UserCodeError(f"the optimizer factory returned {type(opt).__name__}, not a torch.optim.Optimizer.")
+        return opt
+
+    return build

@@ -52,12 +52,10 @@ class DataFeed:
                                                     shuffle=isinstance(data.sampler, RandomSampler), like=data)
         elif isinstance(data, Dataset) and _map_style(data) and not isinstance(data, DataLoader):
             self._loader = self._distributed_loader(data, micro_batch_size, seed, shuffle=True, like=None)
-        elif isinstance(data, Iterable):
-            self.one_pass = iter(data) is data  # type: ignore[comparison-overlap]
-            self._iterable = data
         else:
-            raise UsageError(f"data is a {type(data).__name__}, which is neither a Dataset nor an iterable of "
-                             "batches.", hint="Pass a torch Dataset, a DataLoader, or a list/generator of batches.")
+            check(data)
+            self.one_pass = iter(data) is data
+            self._iterable = data
 
     def _distributed_loader(self, dataset: Any, batch_size: int, seed: int, *, shuffle: bool,
                             like: DataLoader[Any] | None) -> DataLoader[Any]:
@@ -113,6 +111,17 @@ class DataFeed:
             if len(round_) < n:
                 return
             yield round_[r]
+
+
+def check(data: Any) -> None:
+    """Refuse what is neither a dataset nor an iterable of batches.
+
+    Raises:
+        UsageError: with what it is and what to pass instead.
+    """
+    if not isinstance(data, (Dataset, Iterable)):
+        raise UsageError(f"data is a {type(data).__name__}, which is neither a Dataset nor an iterable of batches.",
+                         hint="Pass a torch Dataset, a DataLoader, or a list/generator of batches.")
 
 
 def peek(data: Any) -> tuple[Any, Any]:

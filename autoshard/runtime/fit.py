@@ -22,6 +22,7 @@ from autoshard.export.plan_json import ExportedPlan
 from autoshard.models import load_source
 from autoshard.models.source import ModelSource
 from autoshard.runtime import planning, supervisor
+from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, RunContext, broadcast_json, join
 from autoshard.runtime.result import FitResult, StepMetrics
 from autoshard.runtime.train import TrainJob, train
@@ -111,6 +112,8 @@ def fit(
     if max_steps is None and epochs is None and data is None:
         raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
     module, source = _model(model, loss_fn)
+    if data is not None:
+        check_data(data)
     environ = os.environ  # the edge: the launcher's variables are read here only
     launch = LaunchInfo.from_environ(environ)
     job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, optimizer=optimizer,
@@ -132,17 +135,37 @@ def fit(
                          "only.", hint="Start it on every node with torchrun or srun (see launch.sh from "
                                        "`autoshard export`).")
     if exported.hardware.world_size == 1:
-        # A one-rank group, described in the environment as a launcher would (DeepSpeed reads LOCAL_RANK).
-        for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_WORLD_SIZE", "1"),
-                            ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(supervisor.free_port()))):
-            os.environ.setdefault(name, value)
-        launch = LaunchInfo.from_environ(os.environ)
-        ctx = join(launch, device_type=exported.hardware.device_type)  # type: ignore[arg-type]
-        return train(job, exported, ctx, notes)
+        return _single(job, exported, notes)
     return _spawn(job, exported, notes, model, timeout_s)
 
 
 # -- modes ---------------------------------------------------------------------------------------------------
+
+
+def _single(job: TrainJob, exported: ExportedPlan, notes: list[str]) -> FitResult:
+    """One process: a one-rank group, described in the environment as a launcher would (DeepSpeed reads
+    ``LOCAL_RANK``) and removed again afterwards, so that nothing of this run leaks into the next."""
+    import torch.distributed as dist
+
+    values = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(supervisor.free_port())}
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    ctx = None
+    try:
+        launch = LaunchInfo(rank=0, world_size=1, local_rank=0, local_world_size=1, master_addr="127.0.0.1",
+                            master_port=int(values["MASTER_PORT"]))
+        ctx = join(launch, device_type=exported.hardware.device_type)
+        return train(job, exported, ctx, notes)
+    finally:
+        if ctx is not None and ctx.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
 
 
 def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitResult:

@@ -1,0 +1,183 @@
+"""fit() in one process, and what it says about bad input (no worker processes involved)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import autoshard
+from autoshard.errors import UsageError, UserCodeError
+from autoshard.export import plan_json
+from autoshard.runtime import fit
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+def _regression_batches(n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 1, generator=g)
+    xs = [torch.randn(4, 8, generator=g) for _ in range(n)]
+    return [(x, x @ w) for x in xs]
+
+
+def _mse(output: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    return nn.functional.mse_loss(output, batch[1])
+
+
+class _Regressor(nn.Module):
+    """Takes (x, y), returns the prediction: the batch convention passes both to forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = _mlp()
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def test_one_process_trains_a_module_in_place_and_cleans_up() -> None:
+    model = _Regressor()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    result = fit(model, _regression_batches() * 5, loss_fn=_mse, epochs=1,
+                 optimizer=lambda p: torch.optim.SGD(p, lr=0.05))
+    assert result.world_size == 1 and result.plan.strategy == "ddp"
+    assert len(result.steps) == 20
+    assert result.losses[-1] < result.losses[0] / 4
+    assert result.model is model
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert result.state_dict is not None and torch.equal(result.state_dict["net.0.weight"], model.net[0].weight)
+    step = result.steps[0]
+    assert step.step == 1 and step.samples_per_s > 0 and step.peak_memory_bytes is None
+    # Nothing of the run is left behind for the next one.
+    assert not torch.distributed.is_initialized()
+    assert "RANK" not in os.environ and "WORLD_SIZE" not in os.environ
+    json.dumps(result.to_dict())
+
+
+def test_a_catalog_source_trains_on_its_own_batches() -> None:
+    result = fit("tiny-gpt2", max_steps=2, seq_len=16, batch_size=2)
+    assert [s.step for s in result.steps] == [1, 2]
+    assert result.steps[0].tokens_per_s == pytest.approx(result.steps[0].samples_per_s * 16)
+    assert result.model is not None and result.state_dict is not None
+
+
+def test_gradient_accumulation_follows_the_plan() -> None:
+    model = _Regressor()
+    result = fit(model, _regression_batches(8), loss_fn=_mse, epochs=1,
+                 plan=_exported(model, gradient_accumulation=2), optimizer="sgd")
+    assert len(result.steps) == 4  # 8 micro-batches, 2 per step
+
+
+def _exported(model: nn.Module, **changes: object) -> plan_json.ExportedPlan:
+    from dataclasses import replace
+
+    from autoshard.runtime.planning import model_fingerprint
+
+    base = plan_json.ExportedPlan(
+        strategy="ddp", family="ddp", micro_batch_size=4, gradient_accumulation=1, activation_checkpointing=False,
+        settings={"bucket_cap_mb": 25.0, "comm_hook": "none", "gradient_as_bucket_view": False,
+                  "static_graph": False, "find_unused_parameters": False},
+        precision="32-true", optimizer="sgd", seq_len=None, model=model_fingerprint(model, "_Regressor"),
+        hardware=plan_json.HardwareFingerprint(gpu=None, gpu_memory_bytes=None, gpus_per_node=1, nodes=1,
+                                               device_type="cpu", backend="gloo", nvme_path=None))
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_a_plan_for_another_model_is_refused_then_forced(tmp_path: Path) -> None:
+    other = _exported(nn.Linear(3, 3))
+    path = plan_json.write(other, tmp_path / "plan.json")
+    with pytest.raises(UsageError, match="made for something else: it is for model _Regressor") as info:
+        fit(_Regressor(), _regression_batches(), loss_fn=_mse, plan=path, max_steps=1)
+    assert "force=True" in str(info.value)
+    result = fit(_Regressor(), _regression_batches(), loss_fn=_mse, plan=tmp_path, max_steps=1, force=True)
+    assert any("force=True" in n for n in result.notes)
+
+
+def test_a_plan_for_another_world_size_is_refused_even_with_force(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    model = _Regressor()
+    plan = _exported(model)
+    plan = replace(plan, hardware=replace(plan.hardware, gpus_per_node=4))
+    with pytest.raises(UsageError, match="it is for 4 ranks and this run has 1"):
+        fit(model, _regression_batches(), loss_fn=_mse, plan=plan, processes=1, max_steps=1, force=True)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"model": 42}, "model must be a torch.nn.Module or a model source"),
+    ({"model": "no-such-model"}, "no-such-model"),
+    ({"max_steps": 0}, "max_steps must be a positive whole number"),
+    ({"epochs": True}, "epochs must be a positive whole number"),
+    ({"grad_clip_norm": -1.0}, "grad_clip_norm must be positive"),
+    ({"plan": 3.5}, "plan must be 'auto', a Plan, or a plan.json path"),
+    ({"plan": "/nonexistent/plan.json"}, "cannot read /nonexistent/plan.json"),
+    ({"data": 7}, "neither a Dataset nor an iterable of batches"),
+    ({"data": []}, "data yielded no batch"),
+])
+def test_bad_arguments_get_one_clear_error(kwargs: dict[str, object], message: str) -> None:
+    args = {"model": _Regressor(), "data": _regression_batches(), "loss_fn": _mse, "max_steps": 1, **kwargs}
+    with pytest.raises(autoshard.errors.AutoshardError, match=message):
+        fit(args.pop("model"), args.pop("data"), **args)  # type: ignore[arg-type]
+
+
+def test_data_the_model_cannot_take_says_what_arrived() -> None:
+    data = [{"pixels": torch.randn(4, 8)}]
+    with pytest.raises(UserCodeError, match=r"the model failed on the first batch \(\{'pixels': tensor\(4, 8\) "
+                                            r"float32\}\)"):
+        fit(_mlp(), data, max_steps=1, plan=_exported(_mlp()))
+
+
+def test_a_loss_that_cannot_take_the_output_says_what_arrived() -> None:
+    def bad_loss(output: torch.Tensor, batch: object) -> torch.Tensor:
+        return nn.functional.cross_entropy(output, torch.zeros(3, dtype=torch.long))
+
+    with pytest.raises(UserCodeError, match=r"the loss failed on the first batch: .*The model returned "
+                                            r"tensor\(4, 1\) float32"):
+        fit(_Regressor(), _regression_batches(), loss_fn=bad_loss, max_steps=1, plan=_exported(_Regressor()))
+
+
+def test_a_deepspeed_plan_without_deepspeed_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed now raises ImportError
+    model = _Regressor()
+    plan = _exported(model, strategy="deepspeed_stage_2", family="deepspeed", settings={})
+    with pytest.raises(UsageError, match="the plan uses DeepSpeed, which cannot be imported") as info:
+        fit(model, _regression_batches(), loss_fn=_mse, plan=plan, max_steps=1)
+    assert "pip install deepspeed" in str(info.value)
+    assert not torch.distributed.is_initialized()
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda tmp: None, "not a directory here"),
+    (lambda tmp: str(tmp / "missing"), "not a directory here"),
+])
+def test_a_missing_nvme_directory_is_refused(tmp_path: Path, make, message: str) -> None:  # type: ignore[no-untyped-def]
+    from autoshard.runtime.backends.deepspeed import _check_nvme
+
+    with pytest.raises(UsageError, match=message):
+        _check_nvme(make(tmp_path))
+
+
+def test_an_unwritable_nvme_directory_is_refused(tmp_path: Path) -> None:
+    from autoshard.runtime.backends.deepspeed import _check_nvme
+
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.access(locked, os.W_OK):  # running as root: permissions do not bind
+        pytest.skip("the test user can write anywhere (root)")
+    with pytest.raises(UsageError, match="not writable"):
+        _check_nvme(str(locked))
+
+
+def test_spawning_from_pytest_is_refused_with_a_way_out() -> None:
+    with pytest.raises(UsageError, match="cannot be started again as a worker") as info:
+        fit(_Regressor(), _regression_batches(), loss_fn=_mse, processes=2, max_steps=1)
+    assert "torchrun" in str(info.value)

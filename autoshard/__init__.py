@@ -5,6 +5,7 @@ Public API::
     import autoshard
     prof = autoshard.profile("llama-2-7b", batch_size=1, seq_len=4096)
     print(prof.peak_bytes, prof.peak_breakdown)
+    result = autoshard.fit(model, data, max_steps=100)   # train with the recommended strategy
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from autoshard.errors import (
     ProfileError,
     UsageError,
     UserCodeError,
+    WorkerError,
 )
 from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
@@ -27,6 +29,7 @@ from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, Profile
 
 __all__ = [
     "AutoshardError",
+    "FitResult",
     "HardwareError",
     "HardwareSpec",
     "MemoryBreakdown",
@@ -39,10 +42,21 @@ __all__ = [
     "ProfileOptions",
     "UsageError",
     "UserCodeError",
+    "WorkerError",
     "__version__",
     "detect_hardware",
+    "fit",
     "load_hardware",
     "load_source",
     "profile",
     "recommend",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # fit() and its result import torch.distributed and the backends: only when asked for.
+    if name in ("fit", "FitResult"):
+        from autoshard import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'autoshard' has no attribute {name!r}")

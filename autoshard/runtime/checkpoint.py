@@ -18,7 +18,6 @@ import torch.distributed as dist
 
 from autoshard.errors import UsageError
 from autoshard.runtime.backends.base import Backend
-from autoshard.runtime.distributed import RunContext
 
 META_FILE = "autoshard_checkpoint.json"
 PREFIX = "step-"

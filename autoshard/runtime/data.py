@@ -14,7 +14,13 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, RandomSampler
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+)
 
 from autoshard.errors import UsageError
 from autoshard.runtime.distributed import RunContext

@@ -23,7 +23,7 @@ from autoshard.models import load_source
 from autoshard.models.source import ModelSource
 from autoshard.runtime import planning, supervisor
 from autoshard.runtime.data import check as check_data
-from autoshard.runtime.distributed import LaunchInfo, RunContext, broadcast_json, join
+from autoshard.runtime.distributed import LaunchInfo, broadcast_json, join
 from autoshard.runtime.result import FitResult, StepMetrics
 from autoshard.runtime.train import TrainJob, train
 

@@ -17,7 +17,13 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from autoshard.errors import UsageError
-from autoshard.export.plan_json import ExportedPlan, ModelFingerprint, from_plan, layout_hash, read
+from autoshard.export.plan_json import (
+    ExportedPlan,
+    ModelFingerprint,
+    from_plan,
+    layout_hash,
+    read,
+)
 from autoshard.models.source import ModelSource
 from autoshard.strategies.workload import parameter_layout
 

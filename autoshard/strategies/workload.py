@@ -240,7 +240,6 @@ def build_workload(
     """
     import torch
 
-    from autoshard.profiler.blocks import find_repeated_blocks
     from autoshard.profiler.options import parse_precision
     from autoshard.profiler.scaling import profile_with_timelines
 

@@ -32,7 +32,7 @@ def run_script(options: dict[str, Any], *, launcher: list[str] | None = None, ti
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
     cmd = [*(launcher or [sys.executable]), str(SCRIPT), json.dumps(options)]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from autoshard.export.plan_json import ExportedPlan
-from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory, to_device
+from autoshard.runtime.backends.base import (
+    Backend,
+    ModelInit,
+    OptimizerFactory,
+    to_device,
+)
 from autoshard.runtime.distributed import RunContext
 
 __all__ = ["Backend", "ModelInit", "OptimizerFactory", "create", "to_device"]
@@ -24,7 +29,10 @@ def create(plan: ExportedPlan, ctx: RunContext, *, grad_clip_norm: float | None 
 
         return FSDPBackend(plan, ctx, grad_clip_norm=grad_clip_norm)
     if plan.family == "deepspeed":
-        from autoshard.runtime.backends.deepspeed import DeepSpeedBackend, import_deepspeed
+        from autoshard.runtime.backends.deepspeed import (
+            DeepSpeedBackend,
+            import_deepspeed,
+        )
 
         import_deepspeed(ctx.device.type)  # a clear install hint before anything is built
         return DeepSpeedBackend(plan, ctx, grad_clip_norm=grad_clip_norm)

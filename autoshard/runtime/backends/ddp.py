@@ -46,7 +46,10 @@ class DDPBackend(Backend):
         self.scaler = torch.amp.GradScaler(self.ctx.device.type) if self.precision.loss_scaling else None
 
     def _register_hook(self, hook: str) -> None:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+        from torch.distributed.algorithms.ddp_comm_hooks import (
+            default_hooks,
+            powerSGD_hook,
+        )
 
         if hook == "none":
             return

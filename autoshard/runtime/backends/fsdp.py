@@ -15,7 +15,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    fully_shard,
+)
 
 from autoshard.errors import UsageError
 from autoshard.models.source import call_model
@@ -125,7 +130,10 @@ class FSDPBackend(Backend):
     def load(self, directory: Path) -> None:
         """Read a DCP checkpoint into the shards (DCP reshards when the world size changed)."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            get_state_dict,
+            set_state_dict,
+        )
 
         model_sd, optim_sd = get_state_dict(self._module, self.optimizer)
         state = {"model": model_sd, "optimizer": optim_sd}
@@ -135,7 +143,10 @@ class FSDPBackend(Backend):
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """All-gathered to rank 0's CPU, in the sharded parameters' dtype (fp32 unless ``bf16-true``)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
 
         full = get_model_state_dict(self._module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return full if self.ctx.is_main else None

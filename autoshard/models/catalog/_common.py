@@ -270,9 +270,9 @@ def random_state_restored() -> Iterator[None]:
     """Put the random state of the CPU and of the default device back as it was on entry, on exit.
 
     A catalog model builds its layers inside this block and then calls its ``init_weights()``, which redraws
-    the layers' default initialisation in the same order: the random stream is consumed once, exactly as by a
-    constructor that initialises as it builds, so a seeded build gives the same weights as before
-    ``init_weights`` existed, and ``init_weights()`` after the same seed gives them too.
+    the layers' default initialisation in the same order. The random stream is consumed once, exactly as by a
+    constructor that initialises each layer as it builds it, so a seeded build gives the weights it always
+    gave, and ``init_weights()`` after the same seed gives them too. The layers' first draw is discarded.
     """
     device = torch.get_default_device()
     if device.type in ("cpu", "meta"):

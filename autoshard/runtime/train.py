@@ -108,14 +108,18 @@ def _model_init(job: TrainJob, plan: ExportedPlan, notes: list[str]) -> ModelIni
         meta = source.build()
     blocks = find_repeated_blocks(meta)
     names = () if blocks is None else blocks.names
-    sharded = plan.family == "fsdp" or (plan.family == "deepspeed" and plan.strategy.startswith("deepspeed_stage_3"))
     # Catalog models re-create every parameter and computed buffer in init_weights(); other sources may keep
     # state a meta build loses, so they are built whole on the CPU first.
-    if sharded and source.kind == "catalog" and callable(getattr(meta, "init_weights", None)):
+    if plan.family == "fsdp" and source.kind == "catalog" and callable(getattr(meta, "init_weights", None)):
         return ModelInit(build=source.build, block_names=names)
-    if sharded:
+    if plan.family == "fsdp":
         notes.append(f"{source.name} was built whole on the CPU before sharding (only catalog models, which "
                      "re-initialise themselves with init_weights(), are built sharded).")
+    elif plan.strategy.startswith("deepspeed_stage_3"):
+        # Not yet inside deepspeed.zero.Init: it partitions each submodule at the end of its constructor, and a
+        # model that initialises its weights afterwards (the catalog's init_weights()) then meets empty partitions.
+        notes.append(f"{source.name} was built whole on the CPU before ZeRO-3 partitioned it (building inside "
+                     "deepspeed.zero.Init is not supported yet).")
     return ModelInit(module=source.build(), block_names=names)
 
 

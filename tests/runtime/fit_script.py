@@ -4,7 +4,7 @@ It builds tiny-gpt2 with a fixed seed and no dropout, trains on a fixed list of 
 the loss falls), and prints one JSON line: ``RESULT {...}``. Options (all optional): ``strategy``,
 ``processes``, ``max_steps``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``, ``precision``,
 ``accumulation`` (sets the global batch), ``fail`` (``{"rank": r, "step": s, "how": "raise" | "kill"}``),
-``plan`` (a plan.json path), ``force``.
+``plan`` (a plan.json path), ``force``, ``checkpointing`` (the strategy's plan with activation checkpointing).
 """
 
 from __future__ import annotations
@@ -50,6 +50,18 @@ def main() -> None:
             raise RuntimeError(f"injected failure on rank {fail['rank']}")
         return source.loss_fn(output, batch)  # type: ignore[misc]
 
+    if options.get("checkpointing"):  # the planner's plan for the strategy, with activation checkpointing on
+        from dataclasses import replace
+
+        import autoshard
+        from autoshard.export.plan_json import from_plan
+        from autoshard.runtime.planning import module_source
+
+        hardware = autoshard.detect_hardware(gpus=options.get("processes", 1))
+        planned = autoshard.recommend(module_source(model, data[0], loss_fn=source.loss_fn), hardware=hardware,
+                                      batch_size=2, precision="32-true", strategies=[options["strategy"]])
+        options["plan"] = replace(from_plan(planned), activation_checkpointing=True)
+        options.pop("strategy")
     kwargs = {k: options[k] for k in ("strategy", "processes", "checkpoint_dir", "checkpoint_every", "resume",
                                       "precision", "plan", "force") if k in options}
     result = fit(model, data, loss_fn=loss_fn, max_steps=options.get("max_steps", 4), batch_size=2, log_every=2,

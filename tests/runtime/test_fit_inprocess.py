@@ -181,3 +181,13 @@ def test_spawning_from_pytest_is_refused_with_a_way_out() -> None:
     with pytest.raises(UsageError, match="cannot be started again as a worker") as info:
         fit(_Regressor(), _regression_batches(), loss_fn=_mse, processes=2, max_steps=1)
     assert "torchrun" in str(info.value)
+
+
+@pytest.mark.parametrize("hook", ["fp16_compress", "powersgd"])
+def test_ddp_comm_hooks_from_the_plan_train(hook: str) -> None:
+    model = _Regressor()
+    settings = {**_exported(model).settings, "comm_hook": hook, "matrix_approximation_rank": 1,
+                "start_powerSGD_iter": 2}
+    result = fit(model, _regression_batches() * 3, loss_fn=_mse, epochs=1, optimizer=lambda p: torch.optim.SGD(
+        p, lr=0.05), plan=_exported(model, settings=settings))
+    assert len(result.steps) == 12 and result.losses[-1] < result.losses[0]

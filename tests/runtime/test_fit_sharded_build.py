@@ -12,12 +12,14 @@ import autoshard
 from autoshard.models import load_source
 
 
-@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt2"])
-def test_meta_built_fsdp_model_initialises_like_a_normal_build(model: str) -> None:
+@pytest.mark.parametrize(("model", "strategy"), [("tiny-llama", "fsdp"), ("tiny-gpt2", "fsdp"),
+                                               ("tiny-gpt2", "deepspeed_stage_3")])
+def test_a_sharded_build_initialises_like_a_normal_build(model: str, strategy: str) -> None:
     # From pytest fit() cannot re-run the session, so it runs `python -m autoshard.runtime.worker` per rank.
-    result = autoshard.fit(model, processes=2, strategy="fsdp", max_steps=1, seq_len=16, batch_size=2,
+    # FSDP2: meta device + to_empty + init_weights(). ZeRO-3: built whole, then partitioned (zero.Init not yet).
+    result = autoshard.fit(model, processes=2, strategy=strategy, max_steps=1, seq_len=16, batch_size=2,
                            optimizer=None)
-    assert not any("built whole" in n for n in result.notes), result.notes
+    assert any("built whole" in n for n in result.notes) == (strategy != "fsdp"), result.notes
     assert result.model is None and result.state_dict is not None  # a source: the workers built the model
     vocab = load_source(model).build().config.vocab_size  # type: ignore[union-attr]
     # One SGD step from a fresh init: the first loss is that of near-uniform predictions over the vocabulary.

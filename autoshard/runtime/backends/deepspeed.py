@@ -1,5 +1,6 @@
 """DeepSpeed ZeRO from a plan: ``deepspeed.initialize`` with the exported ``ds_config.json``, CPU / NVMe
-offload with ``DeepSpeedCPUAdam``, ``deepspeed.zero.Init`` for sharded construction at stage 3, DeepSpeed's
+offload with ``DeepSpeedCPUAdam``, ``deepspeed.zero.Init`` at stage 3 when given a build function (``fit()``
+does not pass one yet: a model that initialises its weights after construction meets empty partitions), DeepSpeed's
 own checkpoints, and fp32 consolidation with ``safe_get_full_fp32_param``.
 
 On a machine without CUDA DeepSpeed runs on its CPU accelerator: ``DS_ACCELERATOR=cpu`` must be set before
@@ -51,6 +52,8 @@ class DeepSpeedBackend(Backend):
     def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
         """Build (inside ``zero.Init`` at stage 3 when given a build function), then ``deepspeed.initialize``."""
         deepspeed = import_deepspeed(self.ctx.device.type)
+        # deepspeed.comm joins the process group fit() made; zero.Init reads the world size from it.
+        deepspeed.init_distributed(dist_backend=self.ctx.backend)
         self.config = self._config()
         zero = self.config["zero_optimization"]
         if zero["stage"] == 3 and model.module is None:

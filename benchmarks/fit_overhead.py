@@ -20,7 +20,9 @@ exported with ``plan_json.from_plan``) and both sides train with it, on CPU with
 Same module (seed 0), batches (seed 1, rank ``r`` takes batches ``r, r + n, ...`` as ``fit()`` deals a list),
 loss, optimizer (AdamW, lr 1e-3) and one intra-op thread per rank on both sides. The two sides alternate,
 and the order flips every repeat (A B, B A, A B, ...) to cancel drift. Overhead = (fit - hand) / hand of the
-median step times pooled over the repeats; the spread is the overhead of each repeat's medians.
+median step times pooled over the repeats; the spread is the overhead of each repeat's two medians, and the
+median of those is robust to one repeat disturbed by other work on the machine (the 1-minute load average
+after each run is recorded).
 
 Writes ``--out`` (JSON: environment, settings, per-backend summary, every step time) and prints a markdown
 table to stdout. A backend that fails is recorded in its row; the exit status is non-zero only on a crash.
@@ -40,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +96,13 @@ class SideRun:
     """After the warm-up."""
     losses: tuple[float, ...]
     """Every step, warm-up included."""
+    load_1m: float | None = None
+    """The machine's 1-minute load average just after the run: well above the rank count means other work
+    competed for the cores."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"step_time_s": list(self.step_time_s), "losses": list(self.losses)}
+        return {"step_time_s": list(self.step_time_s), "losses": list(self.losses), "load_1m": self.load_1m}
 
 
 # -- command line --------------------------------------------------------------------------------------------
@@ -391,7 +396,8 @@ def overhead_pct(fit_s: float, hand_s: float) -> float:
 
 
 def summarise(backend: str, plan: Any, rounds: list[dict[str, Any]], error: str | None) -> dict[str, Any]:
-    """One backend's row: medians and means pooled over the repeats, overhead, its spread, loss agreement.
+    """One backend's row: medians and means pooled over the repeats, the overhead of those medians, each
+    repeat's overhead (fit and hand-written run back to back) and their median, the loss agreement.
 
     ``rounds`` holds ``{"order": ..., "hand": SideRun, "fit": SideRun}`` per completed repeat.
     """
@@ -410,8 +416,11 @@ def summarise(backend: str, plan: Any, rounds: list[dict[str, Any]], error: str 
         overhead_mean_pct=overhead_pct(statistics.fmean(fit), statistics.fmean(hand)),
         overhead_pct_by_repeat=per_repeat,
         overhead_pct_spread=[min(per_repeat), max(per_repeat)],
+        overhead_paired_pct=statistics.median(per_repeat),
         max_abs_loss_diff=max(abs(a - b) for r in rounds
                               for a, b in zip(r["fit"].losses, r["hand"].losses, strict=True)),
+        max_load_1m=max((r[side].load_1m for r in rounds for side in ("hand", "fit")
+                         if r[side].load_1m is not None), default=None),
         rounds=[{"order": r["order"], "hand": r["hand"].to_dict(), "fit": r["fit"].to_dict()} for r in rounds],
     )
     return row
@@ -419,17 +428,19 @@ def summarise(backend: str, plan: Any, rounds: list[dict[str, Any]], error: str 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The summary table."""
-    header = ("| backend | hand-written median (ms) | fit() median (ms) | overhead (median) | per repeat | "
-              "hand / fit mean (ms) | max abs loss diff |")
-    lines = [header, "|---|---:|---:|---:|---|---:|---:|"]
+    header = ("| backend | hand-written median (ms) | fit() median (ms) | overhead | overhead per repeat | "
+              "median of repeats | hand / fit mean (ms) | max abs loss diff | max load (1 min) |")
+    lines = [header, "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         if "hand_median_s" not in r:
-            lines.append(f"| {r['backend']} | — | — | — | failed: {r['error']} | — | — |")
+            lines.append(f"| {r['backend']} | — | — | — | failed: {r['error']} | — | — | — | — |")
             continue
         spread = ", ".join(f"{p:+.1f} %" for p in r["overhead_pct_by_repeat"])
+        load = "—" if r["max_load_1m"] is None else f"{r['max_load_1m']:.1f}"
         lines.append(f"| {r['backend']} | {r['hand_median_s'] * 1e3:.2f} | {r['fit_median_s'] * 1e3:.2f} | "
-                     f"{r['overhead_pct']:+.2f} % | {spread} | {r['hand_mean_s'] * 1e3:.2f} / "
-                     f"{r['fit_mean_s'] * 1e3:.2f} | {r['max_abs_loss_diff']:.1e} |")
+                     f"{r['overhead_pct']:+.2f} % | {spread} | {r['overhead_paired_pct']:+.2f} % | "
+                     f"{r['hand_mean_s'] * 1e3:.2f} / "
+                     f"{r['fit_mean_s'] * 1e3:.2f} | {r['max_abs_loss_diff']:.1e} | {load} |")
     return "\n".join(lines)
 
 
@@ -488,7 +499,8 @@ def benchmark(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
                 for side in order:
                     print(f"[fit_overhead] repeat {repeat + 1}/{args.repeats} {backend} {side}", file=sys.stderr,
                           flush=True)
-                    done[side] = sides[side](setup, plans[backend], args.timeout_s)
+                    run = sides[side](setup, plans[backend], args.timeout_s)
+                    done[side] = replace(run, load_1m=round(os.getloadavg()[0], 2))
             except (AutoshardError, RuntimeError, OSError, ValueError) as e:
                 errors[backend] = f"{type(e).__name__}: {e}"
                 continue

@@ -93,21 +93,23 @@ def test_summary_pools_repeats_and_reports_overhead_per_repeat(bench, tmp_path: 
     rounds = [
         {"order": "hand-fit", "hand": side(step_time_s=(1.0, 1.0, 3.0), losses=(2.0, 1.0)),
          "fit": side(step_time_s=(1.1, 1.1, 3.0), losses=(2.0, 1.5))},
-        {"order": "fit-hand", "hand": side(step_time_s=(2.0, 2.0, 2.0), losses=(2.0, 1.0)),
+        {"order": "fit-hand", "hand": side(step_time_s=(2.0, 2.0, 2.0), losses=(2.0, 1.0), load_1m=3.5),
          "fit": side(step_time_s=(2.0, 2.0, 2.0), losses=(2.0, 1.0))},
     ]
     row = bench.summarise("ddp", None, rounds, None)
     assert row["hand_median_s"] == 2.0 and row["fit_median_s"] == 2.0 and row["overhead_pct"] == 0.0
     assert row["overhead_pct_by_repeat"] == pytest.approx([10.0, 0.0])
     assert row["overhead_pct_spread"] == pytest.approx([0.0, 10.0])
+    assert row["overhead_paired_pct"] == pytest.approx(5.0)
     assert row["max_abs_loss_diff"] == 0.5
+    assert row["max_load_1m"] == 3.5
     assert [r["order"] for r in row["rounds"]] == ["hand-fit", "fit-hand"]
 
     failed = bench.summarise("fsdp", None, [], "WorkerError: rank 1 failed")
     assert failed["error"] == "WorkerError: rank 1 failed" and "overhead_pct" not in failed
     table = bench.markdown([row, failed])
-    assert "| ddp | 2000.00 | 2000.00 | +0.00 % | +10.0 %, +0.0 % |" in table
-    assert "| fsdp | — | — | — | failed: WorkerError: rank 1 failed |" in table
+    assert "| ddp | 2000.00 | 2000.00 | +0.00 % | +10.0 %, +0.0 % | +5.00 % | 1833.33 / 1866.67 | 5.0e-01 | 3.5 |" in table
+    assert "| fsdp | — | — | — | failed: WorkerError: rank 1 failed | — | — | — | — |" in table
 
     setup = bench.Setup(model="tiny-gpt2", processes=2, batch_size=4, seq_len=64, warmup=1, steps=3)
     path = tmp_path / "deep" / "report.json"
@@ -127,6 +129,7 @@ def test_ddp_run_measures_both_sides_on_identical_training(tmp_path: Path) -> No
     assert "--backends ddp" in report["meta"]["command"]
     (row,) = report["rows"]
     assert row["error"] is None and row["repeats"] == 1 and row["plan"]["strategy"] == "ddp"
+    assert row["max_load_1m"] is not None
     (round_,) = row["rounds"]
     assert len(round_["hand"]["step_time_s"]) == len(round_["fit"]["step_time_s"]) == 2
     assert len(round_["hand"]["losses"]) == len(round_["fit"]["losses"]) == 3

@@ -73,11 +73,13 @@ def main() -> None:
     if result.model is not None and result.world_size > 1 and os.environ.get("RANK") is None:
         # The launching process's module now holds the consolidated weights.
         loaded = sum(float(t.double().sum()) for t in result.model.state_dict().values())
-    print("RESULT " + json.dumps({"strategy": result.plan.strategy, "losses": result.losses, "rank": result.rank,
-                                  "world_size": result.world_size, "steps": [s.step for s in result.steps],
-                                  "resumed_from": result.resumed_from, "last_checkpoint": result.last_checkpoint,
-                                  "state_digest": digest, "model_digest": loaded, "notes": list(result.notes),
-                                  "pid": os.getpid()}), flush=True)
+    # One write per line: under torchrun both ranks share the pipe, and print() writes the newline apart.
+    record = {"strategy": result.plan.strategy, "losses": result.losses, "rank": result.rank,
+              "world_size": result.world_size, "steps": [s.step for s in result.steps],
+              "resumed_from": result.resumed_from, "last_checkpoint": result.last_checkpoint,
+              "state_digest": digest, "model_digest": loaded, "notes": list(result.notes), "pid": os.getpid()}
+    sys.stdout.write("RESULT " + json.dumps(record) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -39,8 +39,8 @@ def run_script(options: dict[str, Any], *, launcher: list[str] | None = None, ti
 
 
 def results(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
-    return [json.loads(line.removeprefix("RESULT ")) for line in proc.stdout.splitlines()
-            if line.startswith("RESULT ")]
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(part)[0] for part in proc.stdout.split("RESULT ")[1:]]
 
 
 @pytest.fixture(scope="module")

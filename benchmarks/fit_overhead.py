@@ -21,8 +21,9 @@ Same module (seed 0), batches (seed 1, rank ``r`` takes batches ``r, r + n, ...`
 loss, optimizer (AdamW, lr 1e-3) and one intra-op thread per rank on both sides. The two sides alternate,
 and the order flips every repeat (A B, B A, A B, ...) to cancel drift. Overhead = (fit - hand) / hand of the
 median step times pooled over the repeats; the spread is the overhead of each repeat's two medians, and the
-median of those is robust to one repeat disturbed by other work on the machine (the 1-minute load average
-after each run is recorded).
+median of those is robust to one repeat disturbed by other work on the machine. Each run also records how
+many cores other processes kept busy meanwhile (``/proc/stat`` less this process tree's ``getrusage``), so a
+disturbed run can be told from a slow one.
 
 Writes ``--out`` (JSON: environment, settings, per-backend summary, every step time) and prints a markdown
 table to stdout. A backend that fails is recorded in its row; the exit status is non-zero only on a crash.
@@ -32,6 +33,7 @@ Target (issue "fit() overhead"): fit()'s step time within 2 % of the hand-writte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.metadata
 import json
@@ -48,6 +50,9 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from autoshard.export.plan_json import ExportedPlan
+from autoshard.runtime.result import FitResult
 
 SCRIPT = Path(__file__).resolve()
 BACKENDS = ("ddp", "fsdp", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3")
@@ -96,13 +101,14 @@ class SideRun:
     """After the warm-up."""
     losses: tuple[float, ...]
     """Every step, warm-up included."""
-    load_1m: float | None = None
-    """The machine's 1-minute load average just after the run: well above the rank count means other work
-    competed for the cores."""
+    foreign_cores: float | None = None
+    """Cores kept busy by processes outside this benchmark during the run, on average (``None``: no
+    ``/proc/stat``). Near 0 on a quiet machine; the ranks had to share their cores with it otherwise."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"step_time_s": list(self.step_time_s), "losses": list(self.losses), "load_1m": self.load_1m}
+        return {"step_time_s": list(self.step_time_s), "losses": list(self.losses),
+                "foreign_cores": self.foreign_cores}
 
 
 # -- command line --------------------------------------------------------------------------------------------
@@ -135,6 +141,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.warmup < 0:
         parser.error(f"--warmup must be 0 or more, but got {args.warmup}")
+    if not args.timeout_s > 0:
+        parser.error(f"--timeout-s must be positive, but got {args.timeout_s}")
     if len(set(args.backends)) != len(args.backends):
         parser.error(f"--backends lists a backend twice: {' '.join(args.backends)}")
     return args
@@ -171,7 +179,7 @@ def make_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.AdamW([p for p in params if p.requires_grad], lr=LEARNING_RATE)
 
 
-def make_plan(setup: Setup, backend: str) -> Any:
+def make_plan(setup: Setup, backend: str) -> ExportedPlan:
     """The :class:`ExportedPlan` for ``backend`` on this machine with ``setup.processes`` CPU ranks."""
     import autoshard
     from autoshard.export.plan_json import from_plan
@@ -184,7 +192,7 @@ def make_plan(setup: Setup, backend: str) -> Any:
     return exported
 
 
-def check_plan(plan: Any) -> None:
+def check_plan(plan: ExportedPlan) -> None:
     """Refuse a plan asking for something the hand-written loop does not implement (it would not compare like
     with like).
 
@@ -217,7 +225,7 @@ def check_plan(plan: Any) -> None:
 # -- the fit() side ------------------------------------------------------------------------------------------
 
 
-def call_fit(setup: Setup, plan: Any, timeout_s: float | None) -> Any:
+def call_fit(setup: Setup, plan: ExportedPlan | Path, timeout_s: float | None) -> FitResult:
     """``fit()`` as the benchmark calls it — in the launching process and, identically, in every worker it
     starts by running this script again (where it trains rank ``RANK`` and exits)."""
     from autoshard.runtime import fit
@@ -228,7 +236,7 @@ def call_fit(setup: Setup, plan: Any, timeout_s: float | None) -> Any:
                timeout_s=timeout_s)
 
 
-def run_fit(setup: Setup, plan: Any, timeout_s: float | None) -> SideRun:
+def run_fit(setup: Setup, plan: ExportedPlan, timeout_s: float | None) -> SideRun:
     """The fit() side: rank 0's step times after the warm-up."""
     result = call_fit(setup, plan, timeout_s)
     if len(result.steps) != setup.total_steps:
@@ -240,7 +248,7 @@ def run_fit(setup: Setup, plan: Any, timeout_s: float | None) -> SideRun:
 # -- the hand-written side -----------------------------------------------------------------------------------
 
 
-def run_hand(setup: Setup, plan: Any, timeout_s: float | None) -> SideRun:
+def run_hand(setup: Setup, plan: ExportedPlan, timeout_s: float | None) -> SideRun:
     """The hand-written side: one ``--hand-worker`` process per rank, rank 0's result read back as JSON."""
     import shutil
 
@@ -306,7 +314,7 @@ def _hand_train(run_dir: Path, rank: int) -> None:
     dist.destroy_process_group()
 
 
-def _ddp(module: nn.Module, plan: Any) -> nn.Module:
+def _ddp(module: nn.Module, plan: ExportedPlan) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     s = plan.settings
@@ -316,7 +324,7 @@ def _ddp(module: nn.Module, plan: Any) -> nn.Module:
                                    find_unused_parameters=bool(s.get("find_unused_parameters", False)))
 
 
-def _fsdp(module: nn.Module, plan: Any, world: int) -> nn.Module:
+def _fsdp(module: nn.Module, plan: ExportedPlan, world: int) -> nn.Module:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -354,7 +362,7 @@ def _torch_loop(model: nn.Module, optimizer: torch.optim.Optimizer, batches: lis
 
 
 def _deepspeed_loop(module: nn.Module, batches: list[Any], loss_fn: Callable[[Any, Any], torch.Tensor],
-                    plan: Any, world: int) -> tuple[list[float], list[torch.Tensor]]:
+                    plan: ExportedPlan, world: int) -> tuple[list[float], list[torch.Tensor]]:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is first imported (real_accelerator.py)
     import deepspeed
 
@@ -395,7 +403,8 @@ def overhead_pct(fit_s: float, hand_s: float) -> float:
     return (fit_s - hand_s) / hand_s * 100.0
 
 
-def summarise(backend: str, plan: Any, rounds: list[dict[str, Any]], error: str | None) -> dict[str, Any]:
+def summarise(backend: str, plan: ExportedPlan | None, rounds: list[dict[str, Any]],
+              error: str | None) -> dict[str, Any]:
     """One backend's row: medians and means pooled over the repeats, the overhead of those medians, each
     repeat's overhead (fit and hand-written run back to back) and their median, the loss agreement.
 
@@ -419,8 +428,8 @@ def summarise(backend: str, plan: Any, rounds: list[dict[str, Any]], error: str 
         overhead_paired_pct=statistics.median(per_repeat),
         max_abs_loss_diff=max(abs(a - b) for r in rounds
                               for a, b in zip(r["fit"].losses, r["hand"].losses, strict=True)),
-        max_load_1m=max((r[side].load_1m for r in rounds for side in ("hand", "fit")
-                         if r[side].load_1m is not None), default=None),
+        max_foreign_cores=max((r[side].foreign_cores for r in rounds for side in ("hand", "fit")
+                               if r[side].foreign_cores is not None), default=None),
         rounds=[{"order": r["order"], "hand": r["hand"].to_dict(), "fit": r["fit"].to_dict()} for r in rounds],
     )
     return row
@@ -429,19 +438,58 @@ def summarise(backend: str, plan: Any, rounds: list[dict[str, Any]], error: str 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The summary table."""
     header = ("| backend | hand-written median (ms) | fit() median (ms) | overhead | overhead per repeat | "
-              "median of repeats | hand / fit mean (ms) | max abs loss diff | max load (1 min) |")
+              "median of repeats | hand / fit mean (ms) | max abs loss diff | max foreign cores |")
     lines = [header, "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         if "hand_median_s" not in r:
             lines.append(f"| {r['backend']} | — | — | — | failed: {r['error']} | — | — | — | — |")
             continue
         spread = ", ".join(f"{p:+.1f} %" for p in r["overhead_pct_by_repeat"])
-        load = "—" if r["max_load_1m"] is None else f"{r['max_load_1m']:.1f}"
+        load = "—" if r["max_foreign_cores"] is None else f"{r['max_foreign_cores']:.2f}"
         lines.append(f"| {r['backend']} | {r['hand_median_s'] * 1e3:.2f} | {r['fit_median_s'] * 1e3:.2f} | "
                      f"{r['overhead_pct']:+.2f} % | {spread} | {r['overhead_paired_pct']:+.2f} % | "
                      f"{r['hand_mean_s'] * 1e3:.2f} / "
                      f"{r['fit_mean_s'] * 1e3:.2f} | {r['max_abs_loss_diff']:.1e} | {load} |")
     return "\n".join(lines)
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """``(CPU seconds every process on the machine has used, CPU seconds this process and its reaped children
+    have used)``; ``None`` without ``/proc/stat`` (not Linux)."""
+    import resource
+
+    try:
+        fields = Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()
+    except OSError:
+        return None
+    # cpu user nice system idle iowait irq softirq steal ... (proc(5)); steal is time the hypervisor ran others.
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    machine_s = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    own_s = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                for f in ("ru_utime", "ru_stime"))
+    return machine_s, own_s
+
+
+def foreign_cores(before: tuple[float, float] | None, after: tuple[float, float] | None,
+                  wall_s: float) -> float | None:
+    """Cores other processes kept busy on average between two :func:`cpu_seconds` readings.
+
+    Example:
+        >>> foreign_cores((100.0, 10.0), (120.0, 28.0), 10.0)
+        0.2
+    """
+    if before is None or after is None or wall_s <= 0:
+        return None
+    other_s = (after[0] - before[0]) - (after[1] - before[1])
+    return round(max(other_s, 0.0) / wall_s, 3)
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def environment(argv: Sequence[str]) -> dict[str, Any]:
@@ -454,7 +502,7 @@ def environment(argv: Sequence[str]) -> dict[str, Any]:
         ds_version = None
     return {
         "date": datetime.date.today().isoformat(),
-        "machine": platform.processor() or platform.machine(),
+        "machine": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -480,7 +528,7 @@ def benchmark(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
     from autoshard.errors import AutoshardError
 
     os.environ["OMP_NUM_THREADS"] = str(THREADS)  # inherited by both sides' workers
-    plans: dict[str, Any] = {}
+    plans: dict[str, ExportedPlan] = {}
     errors: dict[str, str] = {}
     rounds: dict[str, list[dict[str, Any]]] = {b: [] for b in args.backends}
     for backend in args.backends:
@@ -499,8 +547,10 @@ def benchmark(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
                 for side in order:
                     print(f"[fit_overhead] repeat {repeat + 1}/{args.repeats} {backend} {side}", file=sys.stderr,
                           flush=True)
+                    before, started = cpu_seconds(), time.perf_counter()
                     run = sides[side](setup, plans[backend], args.timeout_s)
-                    done[side] = replace(run, load_1m=round(os.getloadavg()[0], 2))
+                    done[side] = replace(run, foreign_cores=foreign_cores(before, cpu_seconds(),
+                                                                          time.perf_counter() - started))
             except (AutoshardError, RuntimeError, OSError, ValueError) as e:
                 errors[backend] = f"{type(e).__name__}: {e}"
                 continue

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ SCRIPT = REPO / "benchmarks" / "fit_overhead.py"
 
 
 @pytest.fixture(scope="module")
-def bench():  # type: ignore[no-untyped-def]
+def bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("fit_overhead", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -42,7 +43,7 @@ def run_benchmark(args: list[str], tmp_path: Path, timeout: float) -> tuple[dict
     return json.loads(out.read_text()), proc.stdout
 
 
-def test_defaults_match_the_issue(bench) -> None:  # type: ignore[no-untyped-def]
+def test_defaults_match_the_issue(bench: ModuleType) -> None:
     args = bench.parse_args([])
     assert args.backends == ["ddp", "fsdp", "deepspeed_stage_2"]
     assert (args.processes, args.model, args.batch_size, args.seq_len) == (2, "tiny-gpt2", 4, 64)
@@ -58,8 +59,9 @@ def test_defaults_match_the_issue(bench) -> None:  # type: ignore[no-untyped-def
     ["--repeats", "-1"],
     ["--processes", "two"],
     ["--warmup", "-1"],
+    ["--timeout-s", "0"],
 ])
-def test_bad_command_line_exits_with_usage_error(bench, argv: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_bad_command_line_exits_with_usage_error(bench: ModuleType, argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         bench.parse_args(argv)
     assert exc.value.code == 2
@@ -71,8 +73,8 @@ def test_bad_command_line_exits_with_usage_error(bench, argv: list[str]) -> None
     ({"activation_checkpointing": True}, "activation checkpointing"),
     ({"settings": {"comm_hook": "powersgd"}}, "comm_hook=powersgd"),
 ])
-def test_plan_the_hand_written_loop_does_not_implement_is_refused(bench, change: dict[str, Any],  # type: ignore[no-untyped-def]
-                                                                 refused: str) -> None:
+def test_plan_the_hand_written_loop_does_not_implement_is_refused(bench: ModuleType, change: dict[str, Any],
+                                                                  refused: str) -> None:
     import dataclasses
 
     from autoshard.export import plan_json as pj
@@ -88,12 +90,12 @@ def test_plan_the_hand_written_loop_does_not_implement_is_refused(bench, change:
         bench.check_plan(dataclasses.replace(plan, **change))
 
 
-def test_summary_pools_repeats_and_reports_overhead_per_repeat(bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_summary_pools_repeats_and_reports_overhead_per_repeat(bench: ModuleType, tmp_path: Path) -> None:
     side = bench.SideRun
     rounds = [
         {"order": "hand-fit", "hand": side(step_time_s=(1.0, 1.0, 3.0), losses=(2.0, 1.0)),
          "fit": side(step_time_s=(1.1, 1.1, 3.0), losses=(2.0, 1.5))},
-        {"order": "fit-hand", "hand": side(step_time_s=(2.0, 2.0, 2.0), losses=(2.0, 1.0), load_1m=3.5),
+        {"order": "fit-hand", "hand": side(step_time_s=(2.0, 2.0, 2.0), losses=(2.0, 1.0), foreign_cores=0.5),
          "fit": side(step_time_s=(2.0, 2.0, 2.0), losses=(2.0, 1.0))},
     ]
     row = bench.summarise("ddp", None, rounds, None)
@@ -102,13 +104,14 @@ def test_summary_pools_repeats_and_reports_overhead_per_repeat(bench, tmp_path: 
     assert row["overhead_pct_spread"] == pytest.approx([0.0, 10.0])
     assert row["overhead_paired_pct"] == pytest.approx(5.0)
     assert row["max_abs_loss_diff"] == 0.5
-    assert row["max_load_1m"] == 3.5
+    assert row["max_foreign_cores"] == 0.5
     assert [r["order"] for r in row["rounds"]] == ["hand-fit", "fit-hand"]
 
     failed = bench.summarise("fsdp", None, [], "WorkerError: rank 1 failed")
     assert failed["error"] == "WorkerError: rank 1 failed" and "overhead_pct" not in failed
     table = bench.markdown([row, failed])
-    assert "| ddp | 2000.00 | 2000.00 | +0.00 % | +10.0 %, +0.0 % | +5.00 % | 1833.33 / 1866.67 | 5.0e-01 | 3.5 |" in table
+    assert ("| ddp | 2000.00 | 2000.00 | +0.00 % | +10.0 %, +0.0 % | +5.00 % | 1833.33 / 1866.67 | 5.0e-01 | 0.50 |"
+            in table)
     assert "| fsdp | — | — | — | failed: WorkerError: rank 1 failed | — | — | — | — |" in table
 
     setup = bench.Setup(model="tiny-gpt2", processes=2, batch_size=4, seq_len=64, warmup=1, steps=3)
@@ -129,7 +132,7 @@ def test_ddp_run_measures_both_sides_on_identical_training(tmp_path: Path) -> No
     assert "--backends ddp" in report["meta"]["command"]
     (row,) = report["rows"]
     assert row["error"] is None and row["repeats"] == 1 and row["plan"]["strategy"] == "ddp"
-    assert row["max_load_1m"] is not None
+    assert row["max_foreign_cores"] is not None
     (round_,) = row["rounds"]
     assert len(round_["hand"]["step_time_s"]) == len(round_["fit"]["step_time_s"]) == 2
     assert len(round_["hand"]["losses"]) == len(round_["fit"]["losses"]) == 3

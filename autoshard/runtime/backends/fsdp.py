@@ -60,6 +60,7 @@ class FSDPBackend(Backend):
             _init_weights(module)
         self._prefetch(units)
         self._module = module
+        self._sync = True  # FSDP2's default
         self.optimizer = make_optimizer(module.parameters())
 
     def _mesh(self) -> DeviceMesh:
@@ -109,7 +110,9 @@ class FSDPBackend(Backend):
 
     def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
         """Backward; without ``sync`` gradients stay unsharded and unreduced until the last micro-batch."""
-        self._module.set_requires_gradient_sync(sync)  # type: ignore[operator]
+        if sync != self._sync:  # the setter walks every submodule: call it only on a change
+            self._module.set_requires_gradient_sync(sync)  # type: ignore[operator]
+            self._sync = sync
         loss.backward()
 
     def step(self) -> None:

@@ -183,9 +183,8 @@ def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitRe
     payload = broadcast_json(payload, ctx)
     if "error" in payload:
         err = payload["error"]
-        if ctx.is_main:
-            raise _rebuild_error(err)
-        raise _rebuild_error({**err, "message": f"rank 0 could not plan: {err['message']}"})
+        message = err["message"] if ctx.is_main else f"rank 0 could not plan: {err['message']}"
+        raise supervisor.rebuild_error(err["type"], message, err.get("hint"))
     exported = plan_json.loads(json.dumps(payload["plan"]), source="rank 0's plan")
     return train(job, exported, ctx, list(payload["notes"]))
 
@@ -274,9 +273,9 @@ def _job_spec(job: TrainJob, model: Any) -> dict[str, Any]:
 # -- planning ------------------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class _PlanOptions:
-    def __init__(self, **kwargs: Any) -> None:
-        self.__dict__.update(kwargs)
+    """fit()'s arguments that choose the plan."""
 
     plan: Any
     strategy: str | None
@@ -296,10 +295,11 @@ def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
     if explicit is not None:
         exported, where = explicit
         fingerprint = _fingerprint(job)
-        run = planning.RunShape(world_size=world_size if world_size is not None else exported.hardware.world_size,
-                                device_type="cuda" if torch.cuda.is_available() else "cpu", gpu=_local_gpu())
-        if world_size is None and options.processes is not None:
-            run = planning.RunShape(world_size=options.processes, device_type=run.device_type, gpu=run.gpu)
+        # Launched: the launcher's world. Otherwise fit() starts the plan's world unless processes= says otherwise.
+        ranks = world_size or options.processes or exported.hardware.world_size
+        # GPU model names from NVML and from profiles are spelled differently: world size and device type rule.
+        run = planning.RunShape(world_size=ranks, device_type="cuda" if torch.cuda.is_available() else "cpu",
+                                gpu=None)
         for difference in planning.check(exported, fingerprint, run, source=where, force=options.force):
             notes.append(f"force=True: trained although {difference}.")
         return exported, notes, job
@@ -370,10 +370,6 @@ def _fixed_batch_size(data: Any) -> int | None:
     return None
 
 
-def _local_gpu() -> str | None:
-    return None  # GPU names from NVML and from profiles differ in spelling; the world size and device type rule
-
-
 def _model(model: Any, loss_fn: Any) -> tuple[nn.Module | None, ModelSource | None]:
     if isinstance(model, nn.Module):
         return model, None
@@ -387,15 +383,3 @@ def _check_counts(**values: int | None) -> None:
     for name, value in values.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{name} must be a positive whole number, but got {value!r}.")
-
-
-def _rebuild_error(err: Mapping[str, Any]) -> AutoshardError:
-    from autoshard import errors
-
-    cls = getattr(errors, err["type"], None)
-    if isinstance(cls, type) and issubclass(cls, AutoshardError):
-        try:
-            return cls(err["message"], hint=err.get("hint"))
-        except TypeError:
-            pass
-    return UsageError(err["message"], hint=err.get("hint"))

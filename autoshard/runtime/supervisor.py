@@ -170,14 +170,19 @@ def _error(failed: dict[int, int | None], run_dir: Path, world_size: int) -> Aut
     first = min(records, key=lambda r: (records[r].get("time", float("inf")), r))
     rec = records[first]
     if rec.get("autoshard"):
-        cls = getattr(errors, rec["type"], None)
-        if isinstance(cls, type) and issubclass(cls, AutoshardError):
-            with contextlib.suppress(TypeError):
-                return cls(f"rank {first}: {rec['message']}", hint=rec.get("hint"))
-        return UsageError(f"rank {first}: {rec['message']}", hint=rec.get("hint"))
+        return rebuild_error(rec["type"], f"rank {first}: {rec['message']}", rec.get("hint"))
     return WorkerError(f"rank {first} failed: {rec['type']}: {rec['message']}",
                        hint="The worker's traceback is in the error's .detail attribute.",
                        detail=rec.get("traceback"))
+
+
+def rebuild_error(type_name: str, message: str, hint: str | None) -> AutoshardError:
+    """The autoshard error another process reported by class name (``UsageError`` if the name is unknown)."""
+    cls = getattr(errors, type_name, None)
+    if isinstance(cls, type) and issubclass(cls, AutoshardError):
+        with contextlib.suppress(TypeError):  # a subclass with another constructor
+            return cls(message, hint=hint)
+    return UsageError(message, hint=hint)
 
 
 def _log_tail(run_dir: Path, rank: int, chars: int = 1500) -> str:

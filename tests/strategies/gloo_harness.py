@@ -27,8 +27,6 @@ import gc
 import importlib
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +35,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from autoshard.runtime.supervisor import free_port, stop  # one implementation of both
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STEP_PHASES = ("forward", "loss", "backward", "optimizer", "zero_grad")
@@ -52,13 +52,6 @@ class GlooRunError(RuntimeError):
     def __init__(self, message: str, *, pids: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.pids = pids
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_gloo(
@@ -113,7 +106,7 @@ def run_gloo(
                                               stderr=subprocess.STDOUT, start_new_session=True))
             failure = _wait(procs, deadline=time.monotonic() + timeout_s)
         finally:
-            _stop(procs, grace_s)
+            stop(procs, grace_s)
             for log in logs:
                 log.close()
         pids = tuple(p.pid for p in procs)
@@ -140,23 +133,6 @@ def _wait(procs: Sequence[subprocess.Popen[bytes]], *, deadline: float) -> str |
         if time.monotonic() > deadline:
             return "the gloo run timed out"
         time.sleep(0.05)
-
-
-def _stop(procs: Sequence[subprocess.Popen[bytes]], grace_s: float) -> None:
-    """SIGTERM every still-running worker's process group, wait ``grace_s``, then SIGKILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [p for p in procs if p.poll() is None]
-        if not alive:
-            return
-        for p in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, sig)  # the worker leads its own session: pgid == pid
-        end = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
-        while time.monotonic() < end and any(p.poll() is None for p in alive):
-            time.sleep(0.05)
-    for p in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=1.0)
 
 
 def _tails(tmp: str, world_size: int, chars: int = 3000) -> str:

@@ -23,6 +23,7 @@ from autoshard.export import deepspeed as ds_export
 from autoshard.models.source import call_model
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
+from autoshard.runtime.precision import cast_floats
 
 TAG = "deepspeed"
 """The checkpoint tag: DeepSpeed writes ``<directory>/deepspeed/``."""
@@ -95,12 +96,7 @@ class DeepSpeedBackend(Backend):
     def forward(self, batch: Any, *, sync: bool) -> Any:
         """Forward through the engine; floating inputs in the engine's 16-bit dtype (DeepSpeed does not cast)."""
         half = self.precision.half_dtype
-        if half is not None:
-            from torch.utils._pytree import tree_map
-
-            batch = tree_map(lambda t: t.to(half) if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
-                             batch)
-        return call_model(self.engine, batch)
+        return call_model(self.engine, batch if half is None else cast_floats(batch, half))
 
     def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
         """``engine.backward`` then ``engine.step``: DeepSpeed steps only at its accumulation boundary."""

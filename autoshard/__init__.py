@@ -6,6 +6,7 @@ Public API::
     prof = autoshard.profile("llama-2-7b", batch_size=1, seq_len=4096)
     print(prof.peak_bytes, prof.peak_breakdown)
     result = autoshard.fit(model, data, max_steps=100)   # train with the recommended strategy
+    tuned = autoshard.tune("model.py", trials=12)          # or measure first: short real trials under Optuna
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from autoshard.errors import (
     UsageError,
     UserCodeError,
     WorkerError,
+    WorkerTimeout,
 )
 from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
@@ -40,9 +42,11 @@ __all__ = [
     "Precision",
     "ProfileError",
     "ProfileOptions",
+    "TuneResult",
     "UsageError",
     "UserCodeError",
     "WorkerError",
+    "WorkerTimeout",
     "__version__",
     "detect_hardware",
     "fit",
@@ -50,6 +54,7 @@ __all__ = [
     "load_source",
     "profile",
     "recommend",
+    "tune",
 ]
 
 
@@ -59,4 +64,8 @@ def __getattr__(name: str) -> object:
         from autoshard import runtime
 
         return getattr(runtime, name)
+    if name in ("tune", "TuneResult"):
+        from autoshard import tuner
+
+        return getattr(tuner, name)
     raise AttributeError(f"module 'autoshard' has no attribute {name!r}")

@@ -73,3 +73,7 @@ class WorkerError(AutoshardError):
     def __init__(self, message: str, *, hint: str | None = None, detail: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.detail = detail
+
+
+class WorkerTimeout(WorkerError):
+    """The worker processes did not finish within their time limit; every one of them was stopped."""

@@ -16,9 +16,9 @@ from autoshard.errors import AutoshardError
 
 
 def _subcommands() -> list[ModuleType]:
-    from autoshard.cli import export, hardware, models, profile, recommend
+    from autoshard.cli import export, hardware, models, profile, recommend, tune
 
-    return [recommend, profile, hardware, models, export]
+    return [recommend, profile, tune, hardware, models, export]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -84,17 +84,34 @@ def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, re
         largest = _max_micro_batch(strategy, workload, hardware, request, ckpt)
         micro = _choose_micro_batch(request, hardware.world_size, largest)
         candidate = Candidate(strategy=strategy.name, micro_batch_size=micro, activation_checkpointing=ckpt)
-        memory = strategy.memory(workload, hardware, candidate)
-        problem = _does_not_fit(memory, hardware, request)
-        accumulation = _accumulation(request, hardware.world_size, micro)
-        cost = strategy.cost(workload, hardware, candidate)
-        cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload)
-        out.append(
-            Evaluation(candidate=candidate, family=strategy.family, fits=problem is None, memory=memory, cost=cost,
-                       gradient_accumulation=accumulation, max_micro_batch_size=largest, score=0.0,
-                       reasons=() if problem is None else (problem,))
-        )
+        out.append(evaluate(strategy, workload, hardware, request, candidate, max_micro_batch_size=largest))
     return out
+
+
+def evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest,
+             candidate: Candidate, *, max_micro_batch_size: int = 0) -> Evaluation:
+    """One candidate's predicted memory and step time, whether it fits, and why not (unranked: score 0).
+
+    Args:
+        strategy: the candidate's strategy.
+        workload: the traced model.
+        hardware: where it runs.
+        request: batch settings and safety margin (the gradient accumulation follows from them).
+        candidate: the configuration, with any knob settings.
+        max_micro_batch_size: recorded as is (the caller's search result, if it made one).
+
+    Raises:
+        UsageError: the candidate carries a setting its strategy does not have, or a value out of range.
+    """
+    memory = strategy.memory(workload, hardware, candidate)
+    problem = _does_not_fit(memory, hardware, request)
+    micro = candidate.micro_batch_size
+    accumulation = _accumulation(request, hardware.world_size, micro)
+    cost = strategy.cost(workload, hardware, candidate)
+    cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload)
+    return Evaluation(candidate=candidate, family=strategy.family, fits=problem is None, memory=memory, cost=cost,
+                      gradient_accumulation=accumulation, max_micro_batch_size=max_micro_batch_size, score=0.0,
+                      reasons=() if problem is None else (problem,))
 
 
 def usable_gpu_bytes(hardware: HardwareSpec, request: PlanRequest) -> int:

@@ -38,6 +38,8 @@ class LoopConfig:
     checkpoint_dir: Path | None = None
     checkpoint_every: int | None = None
     """Save every this many steps (and always at the end when ``checkpoint_dir`` is set)."""
+    on_step: Callable[[int, float], None] | None = None
+    """Called on every rank after each optimizer step with the step number and its wall-clock seconds."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -107,6 +109,8 @@ def run(backend: Backend, feed: DataFeed, loss_fn: LossFn, config: LoopConfig, s
         position = Position(step=position.step + 1, epoch=epoch, batch_in_epoch=consumed)
         peak = torch.cuda.max_memory_allocated(ctx.device) if cuda else None
         pending.append((position.step, epoch, torch.stack(micro_losses).float().mean(), seconds, peak))
+        if config.on_step is not None:
+            config.on_step(position.step, seconds)
         if len(pending) >= config.log_every:
             flush()
         if (config.checkpoint_dir is not None and config.checkpoint_every
@@ -132,6 +136,8 @@ def _loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool, checked:
         return loss_fn(backend.forward(batch, sync=sync), batch)
     try:
         output = backend.forward(batch, sync=sync)
+    except (torch.OutOfMemoryError, MemoryError):
+        raise  # the batch does not fit: not a mismatch between the data and the model
     except Exception as e:
         raise UserCodeError(f"the model failed on the first batch ({_describe(batch)}): {type(e).__name__}: {e}",
                             hint="Check what your data yields against what the model's forward takes.") from e

@@ -17,12 +17,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from autoshard import errors
-from autoshard.errors import AutoshardError, UsageError, WorkerError
+from autoshard.errors import AutoshardError, UsageError, WorkerError, WorkerTimeout
 
 RUN_DIR_VAR = "AUTOSHARD_RUN_DIR"
 """Set in every worker: the directory holding ``plan.json`` and receiving results."""
@@ -58,7 +58,8 @@ def script_command() -> list[str] | None:
 
 
 def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, environ: Mapping[str, str],
-                timeout_s: float | None = None, grace_s: float = 10.0) -> None:
+                timeout_s: float | None = None, grace_s: float = 10.0, log_rank0: bool = False,
+                on_poll: Callable[[], None] | None = None) -> None:
     """Run ``command`` once per rank and wait for all of them.
 
     Args:
@@ -68,11 +69,15 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
         environ: the environment to start from (the caller's).
         timeout_s: stop everything after this long (``None``: no limit).
         grace_s: seconds between SIGTERM and SIGKILL.
+        log_rank0: rank 0 writes to ``rank0.log`` too, instead of this process's terminal.
+        on_poll: called about every 50 ms while the workers run; whatever it raises stops every worker and
+            is raised from here (the tuner prunes a trial this way).
 
     Raises:
-        WorkerError: a rank failed (exit code, its error message) or the run timed out; every worker's process
-            group has been stopped. If the rank raised an autoshard error, that error's class is raised instead,
-            its message prefixed with the rank.
+        WorkerTimeout: the run did not finish within ``timeout_s``; every worker's process group was stopped.
+        WorkerError: a rank failed (exit code, its error message); every worker's process group has been
+            stopped. If the rank raised an autoshard error, that error's class is raised instead, its message
+            prefixed with the rank.
     """
     port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
@@ -83,7 +88,7 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                        LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                        **{RUN_DIR_VAR: str(run_dir)})
-            if rank == 0:
+            if rank == 0 and not log_rank0:
                 out: Any = None  # inherit: the user sees rank 0's output
             else:
                 out = open(run_dir / f"rank{rank}.log", "wb")  # noqa: SIM115  # closed below
@@ -91,7 +96,7 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
             procs.append(subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, stdout=out,
                                           stderr=subprocess.STDOUT if out is not None else None,
                                           start_new_session=True))
-        failure = _wait(procs, None if timeout_s is None else time.monotonic() + timeout_s)
+        failure = _wait(procs, None if timeout_s is None else time.monotonic() + timeout_s, on_poll)
     except BaseException:
         stop(procs, grace_s)
         raise
@@ -103,10 +108,13 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
         raise _error(failure, run_dir, world_size)
 
 
-def _wait(procs: Sequence[subprocess.Popen[bytes]], deadline: float | None) -> dict[int, int | None] | None:
+def _wait(procs: Sequence[subprocess.Popen[bytes]], deadline: float | None,
+          on_poll: Callable[[], None] | None = None) -> dict[int, int | None] | None:
     """``{rank: exit code}`` of the ranks found failed at the first sign of failure (``{-1: None}``: timed out),
     or ``None`` when every rank succeeded."""
     while True:
+        if on_poll is not None:
+            on_poll()
         codes = [p.poll() for p in procs]
         failed: dict[int, int | None] = {rank: code for rank, code in enumerate(codes) if code not in (None, 0)}
         if failed:
@@ -150,13 +158,8 @@ def write_error(run_dir: Path, rank: int, exc: BaseException) -> None:
 
 def _error(failed: dict[int, int | None], run_dir: Path, world_size: int) -> AutoshardError:
     if -1 in failed:
-        return WorkerError("the workers did not finish within the time limit and were stopped.")
-    records = {}
-    for r in range(world_size):
-        path = run_dir / f"error-rank{r}.json"
-        if path.is_file():
-            with contextlib.suppress(OSError, json.JSONDecodeError):
-                records[r] = json.loads(path.read_text(encoding="utf-8"))
+        return WorkerTimeout("the workers did not finish within the time limit and were stopped.")
+    records = error_records(run_dir, world_size)
     # A rank that died without a word (a signal, an abort) is the cause; the others then lose their peer.
     silent = sorted(r for r, code in failed.items() if r not in records)
     if silent or not records:
@@ -166,14 +169,29 @@ def _error(failed: dict[int, int | None], run_dir: Path, world_size: int) -> Aut
         return WorkerError(f"rank {rank} {how} without reporting an error; the other workers were stopped."
                            f"{_log_tail(run_dir, rank)}",
                            hint="Running out of host memory is a common cause of a kill; check `dmesg`.")
-    # Otherwise the earliest error is the cause; later ones are usually peers losing their connection to it.
-    first = min(records, key=lambda r: (records[r].get("time", float("inf")), r))
+    first = first_error(records)
     rec = records[first]
     if rec.get("autoshard"):
         return rebuild_error(rec["type"], f"rank {first}: {rec['message']}", rec.get("hint"))
     return WorkerError(f"rank {first} failed: {rec['type']}: {rec['message']}",
                        hint="The worker's traceback is in the error's .detail attribute.",
                        detail=rec.get("traceback"))
+
+
+def error_records(run_dir: Path, world_size: int) -> dict[int, dict[str, Any]]:
+    """The error each rank reported (:func:`write_error`'s records), by rank; ranks that wrote none are absent."""
+    records = {}
+    for r in range(world_size):
+        path = run_dir / f"error-rank{r}.json"
+        if path.is_file():
+            with contextlib.suppress(OSError, json.JSONDecodeError):
+                records[r] = json.loads(path.read_text(encoding="utf-8"))
+    return records
+
+
+def first_error(records: Mapping[int, Mapping[str, Any]]) -> int:
+    """The rank whose error came first: the cause (later ones are usually peers losing their connection to it)."""
+    return min(records, key=lambda r: (records[r].get("time", float("inf")), r))
 
 
 def rebuild_error(type_name: str, message: str, hint: str | None) -> AutoshardError:

@@ -42,6 +42,8 @@ class TrainJob:
     consolidate: bool
     log_every: int
     grad_clip_norm: float | None = None
+    on_step: Callable[[int, float], None] | None = None
+    """Called on every rank after each optimizer step (step number, seconds): the tuner's progress channel."""
 
 
 def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) -> FitResult:
@@ -72,7 +74,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         epochs=job.epochs if job.epochs is not None or job.max_steps is not None else 1,
         samples_per_step=plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size,
         tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
-        checkpoint_every=job.checkpoint_every)
+        checkpoint_every=job.checkpoint_every, on_step=job.on_step)
     outcome = loop.run(backend, feed, loss_fn, config, start)
     state = backend.full_state_dict() if job.consolidate else None
     module = backend.module

@@ -1,0 +1,75 @@
+"""``autoshard tune MODEL``: short real training trials under Optuna, and the fastest configuration's files."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from autoshard.cli._format import print_json
+from autoshard.profiler.options import OPTIMIZERS, Precision
+
+NAME = "tune"
+HELP = "Tune the strategy and its knobs with short real training trials on this machine (Optuna)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``tune`` flags."""
+    from autoshard.hardware.arguments import add_hardware_arguments
+
+    parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
+    parser.add_argument("--trials", type=int, default=12, help="trials the study holds when done (default 12)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S", help="stop starting trials after S s")
+    parser.add_argument("--trial-timeout", type=float, default=300.0, metavar="S",
+                        help="stop a trial after S s, start-up included (default 300)")
+    parser.add_argument("--storage", metavar="URL", default=None,
+                        help="Optuna storage shared by several nodes, e.g. postgresql://user:pw@host/db, or a "
+                             "journal file *.log (default: sqlite:///OUTPUT_DIR/study.db)")
+    parser.add_argument("--study-name", default=None, help="default: model, machine and layout")
+    parser.add_argument("--output-dir", type=Path, default=Path("autoshard-tune"),
+                        help="study file, trial logs, summary, plots and best/ (default ./autoshard-tune)")
+    parser.add_argument("--json", action="store_true", help="every trial and the best configuration as JSON")
+    parser.add_argument("--steps", type=int, default=10, help="optimizer steps per trial (default 10)")
+    parser.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--strategies", nargs="+", metavar="NAME", help="consider only these strategies")
+    parser.add_argument("--top", type=int, default=3, help="compare the planner's N best strategies (default 3)")
+    parser.add_argument("--batch-size", type=int, default=None, help="a fixed micro-batch per device (not tuned)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", metavar="N", help="micro-batches to try")
+    parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
+    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    parser.add_argument("--precision", default=None,
+                        help=f"one of {', '.join(p.value for p in Precision)} (default: bf16-mixed on GPUs "
+                             "that have it, else 32-true)")
+    parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="result cache (default ~/.cache/autoshard/tune)")
+    parser.add_argument("--no-cache", action="store_true", help="measure again what the cache holds")
+    parser.add_argument("--no-prune", action="store_true", help="run every trial to the end")
+    parser.add_argument("--seed", type=int, default=0, help="sampler and training seed (default 0)")
+    add_hardware_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``autoshard tune``."""
+    from autoshard.hardware.arguments import hardware_from_args
+    from autoshard.tuner import tune
+    from autoshard.tuner.report import print_summary
+
+    hardware = hardware_from_args(args)
+    result = tune(
+        args.model, hardware=hardware, strategies=args.strategies, top_strategies=args.top,
+        batch_size=args.batch_size, micro_batch_sizes=args.batch_sizes, global_batch_size=args.global_batch_size,
+        seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, trials=args.trials,
+        timeout_s=args.timeout, trial_timeout_s=args.trial_timeout, steps=args.steps, warmup_steps=args.warmup_steps,
+        storage=args.storage, study_name=args.study_name, output_dir=args.output_dir, cache_dir=args.cache_dir,
+        use_cache=not args.no_cache, prune=not args.no_prune, seed=args.seed, progress=not args.json,
+    )
+    if args.json:
+        print_json(result.to_dict())
+        return 0 if result.best is not None else 1
+    print_summary(result)
+    if result.best_plan is not None:
+        print(f"Best configuration written to {Path(result.output_dir) / 'best'} "
+              f"(train with it: autoshard.fit(model, plan=\"{Path(result.output_dir) / 'best' / 'plan.json'}\")).")
+    else:
+        print("No trial completed: nothing written. See the trials' logs under "
+              f"{Path(result.output_dir) / 'trials'}.")
+    return 0 if result.best is not None else 1

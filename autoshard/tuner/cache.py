@@ -1,0 +1,68 @@
+"""The result cache: measurements kept by what was measured — model, hardware, batch settings, trial length
+and configuration — so that tuning the same thing again (another study, another output directory, a duplicate
+proposal from the sampler) reuses them instead of running the trial again.
+
+One small JSON file per measurement under the cache directory (default ``~/.cache/autoshard/tune``), written
+atomically. Only deterministic outcomes are kept: measurements and out-of-memory failures; timeouts and
+crashes are run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autoshard.tuner.result import TrialConfig
+
+VERSION = 1
+
+
+def default_dir(environ: Mapping[str, str]) -> Path:
+    """``$XDG_CACHE_HOME/autoshard/tune``, else ``~/.cache/autoshard/tune``."""
+    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "autoshard" / "tune"
+
+
+class ResultCache:
+    """Measurements by key; ``directory=None`` disables the cache."""
+
+    def __init__(self, directory: Path | None, context: Mapping[str, Any]) -> None:
+        """Args:
+            directory: where the entries live (created on first write), or ``None`` for no cache.
+            context: what every key shares: model, hardware and batch fingerprints and the trial length.
+        """
+        self.directory = directory
+        self._context = json.dumps({"version": VERSION, **context}, sort_keys=True, default=str)
+
+    def key(self, config: TrialConfig) -> str:
+        """The entry's key: a digest of the context and the configuration."""
+        return hashlib.sha256(f"{self._context}\n{config.key()}".encode()).hexdigest()[:32]
+
+    def get(self, config: TrialConfig) -> dict[str, Any] | None:
+        """The stored outcome of ``config``, if any."""
+        if self.directory is None:
+            return None
+        path = self.directory / f"{self.key(config)}.json"
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        return entry.get("outcome") if entry.get("context") == self._context else None
+
+    def put(self, config: TrialConfig, outcome: Mapping[str, Any]) -> None:
+        """Store ``outcome`` (a JSON-ready dict) for ``config``; a cache that cannot be written is skipped."""
+        if self.directory is None:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / f"{self.key(config)}.json"
+            tmp = path.with_suffix(f".{os.getpid()}.partial")
+            tmp.write_text(json.dumps({"context": self._context, "config": config.to_dict(), "outcome": dict(outcome)}),
+                           encoding="utf-8")
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only cache loses reuse, not results: the study itself holds every measurement

@@ -1,0 +1,210 @@
+"""The search space: the planner's top strategies, each with the micro-batches that fit, activation
+checkpointing where the model has repeated blocks, and the knobs of the strategy that change its speed.
+
+Parameters are named ``strategy/knob`` (e.g. ``ddp/bucket_cap_mb``), so a knob's distribution is always the
+same for Optuna, and a strategy's knobs exist only in trials that chose that strategy (a define-by-run,
+conditional space, which Optuna's TPE sampler models with ``group=True``). Knobs that depend on another knob
+(PowerSGD's rank on ``comm_hook=powersgd``) are asked for only when they apply.
+
+Left out, each for a reason:
+
+* ``find_unused_parameters`` (DDP) — correctness, not speed: a model that needs it fails without it, and the
+  planner already turns it on when the model has unused parameters.
+* ``start_powerSGD_iter`` (DDP) — when compression starts, which changes accuracy, not speed. Trials start
+  PowerSGD at step 2 (the earliest PowerSGD allows) so that they measure it at all; the exported best keeps
+  the default.
+* ``reduce_dtype`` (FSDP2) — changes the numerics of gradient reduction; a user's choice, not a tuner's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autoshard.errors import UsageError
+from autoshard.planner.plan import Evaluation, Plan
+from autoshard.strategies import get
+from autoshard.strategies.base import Knob
+from autoshard.tuner.result import TrialConfig
+
+NOT_TUNED = frozenset({"find_unused_parameters", "start_powerSGD_iter", "reduce_dtype"})
+TRIAL_SETTINGS: dict[str, dict[str, Any]] = {"ddp": {"start_powerSGD_iter": 2}}
+"""Per family: settings every trial runs with and the exported best does not keep (see the module docs)."""
+CONDITIONS: dict[str, tuple[str, Any]] = {"matrix_approximation_rank": ("comm_hook", "powersgd")}
+"""Knob → (knob, value) it applies under."""
+RANGES: dict[str, tuple[float, float, bool]] = {
+    # The knobs accept 0 (off), which a log scale cannot reach; the tuner searches the useful span log-uniformly.
+    "stage3_prefetch_bucket_size": (1e5, 1e9, True),
+    "stage3_param_persistence_threshold": (1e3, 1e7, True),
+    "stage3_max_reuse_distance": (1e6, 1e10, True),
+}
+MAX_MICRO_BATCH_CHOICES = 4
+"""Micro-batches offered per strategy: the largest that fits and the powers of two below it."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StrategySpace:
+    """One strategy's part of the space."""
+
+    strategy: str
+    family: str
+    micro_batch_sizes: tuple[int, ...]
+    checkpointing: tuple[bool, ...]
+    knobs: tuple[Knob, ...]
+    default_micro_batch_size: int
+    """The planner's micro-batch for this strategy (its best evaluation)."""
+    default_checkpointing: bool
+
+    def param(self, name: str) -> str:
+        """The Optuna parameter name of one of this strategy's dimensions."""
+        return f"{self.strategy}/{name}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchSpace:
+    """The whole space: the strategies to compare and each one's dimensions."""
+
+    strategies: tuple[StrategySpace, ...]
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> TrialConfig:
+        """The configuration of ``trial``, asking Optuna for each dimension that applies."""
+        names = [s.strategy for s in self.strategies]
+        name = trial.suggest_categorical("strategy", names) if len(names) > 1 else names[0]
+        space = self.strategies[names.index(name)]
+        micro = _categorical(trial, space.param("micro_batch_size"), space.micro_batch_sizes)
+        ckpt = _categorical(trial, space.param("activation_checkpointing"), space.checkpointing)
+        settings: dict[str, Any] = {}
+        for knob in space.knobs:
+            condition = CONDITIONS.get(knob.name)
+            if condition is not None and settings.get(condition[0]) != condition[1]:
+                continue
+            settings[knob.name] = _suggest_knob(trial, space.param(knob.name), knob)
+        return TrialConfig(strategy=name, micro_batch_size=int(micro), activation_checkpointing=bool(ckpt),
+                           settings=settings)
+
+    def params(self, config: TrialConfig) -> dict[str, Any]:
+        """The Optuna parameters that produce ``config`` (for ``study.enqueue_trial``)."""
+        space = self.space_of(config.strategy)
+        out: dict[str, Any] = {}
+        if len(self.strategies) > 1:
+            out["strategy"] = config.strategy
+        if len(space.micro_batch_sizes) > 1:
+            out[space.param("micro_batch_size")] = config.micro_batch_size
+        if len(space.checkpointing) > 1:
+            out[space.param("activation_checkpointing")] = config.activation_checkpointing
+        for knob in space.knobs:
+            if knob.name in config.settings:
+                out[space.param(knob.name)] = config.settings[knob.name]
+        return out
+
+    def defaults(self, space: StrategySpace) -> TrialConfig:
+        """The strategy at the planner's micro-batch and checkpointing with the backend's default knobs."""
+        settings: dict[str, Any] = {}
+        for knob in space.knobs:
+            condition = CONDITIONS.get(knob.name)
+            if condition is None or settings.get(condition[0]) == condition[1]:
+                settings[knob.name] = knob.default
+        return TrialConfig(strategy=space.strategy, micro_batch_size=space.default_micro_batch_size,
+                           activation_checkpointing=space.default_checkpointing, settings=settings)
+
+    def space_of(self, strategy: str) -> StrategySpace:
+        """The part of the space for ``strategy``.
+
+        Raises:
+            UsageError: the strategy is not in the space.
+        """
+        for s in self.strategies:
+            if s.strategy == strategy:
+                return s
+        raise UsageError(f"{strategy} is not among the tuned strategies "
+                         f"({', '.join(s.strategy for s in self.strategies)}).")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (stored on the study)."""
+        return {s.strategy: {"micro_batch_size": list(s.micro_batch_sizes),
+                             "activation_checkpointing": list(s.checkpointing),
+                             "knobs": [k.name for k in s.knobs]} for s in self.strategies}
+
+
+def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | None = None,
+                tune_checkpointing: bool = True) -> SearchSpace:
+    """The space for ``plan``: its ``top`` best-scoring fitting strategies (the recommendation first).
+
+    Args:
+        plan: the planner's answer for this machine.
+        top: how many strategies to compare (1: tune only the recommended one's knobs).
+        micro_batch_sizes: the micro-batches to try (default: the largest that fits each strategy and the powers
+            of two below it, :data:`MAX_MICRO_BATCH_CHOICES` in all; a fixed ``batch_size`` in the request
+            allows only itself).
+        tune_checkpointing: offer activation checkpointing on and off where the model has repeated blocks.
+
+    Raises:
+        UsageError: ``top`` < 1 or a micro-batch below 1.
+    """
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise UsageError(f"the number of strategies to compare must be >= 1, but got {top!r}.")
+    if micro_batch_sizes is not None and (not micro_batch_sizes or any(
+            isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in micro_batch_sizes)):
+        raise UsageError(f"micro-batch sizes must be positive whole numbers, but got {list(micro_batch_sizes)!r}.")
+    fitting: dict[str, list[Evaluation]] = {}
+    for e in plan.candidates:
+        if e.fits:
+            fitting.setdefault(e.strategy, []).append(e)
+    chosen = list(fitting)[:top]  # candidates are ranked best first, so the recommendation leads
+    hw = plan.hardware
+    out = []
+    for name in chosen:
+        evaluations = fitting[name]
+        best = evaluations[0]
+        strategy = get(name)
+        largest = max(e.max_micro_batch_size for e in evaluations) or best.candidate.micro_batch_size
+        if micro_batch_sizes is not None:
+            micro = tuple(sorted(set(micro_batch_sizes)))
+        elif plan.request.micro_batch_size is not None:
+            micro = (plan.request.micro_batch_size,)
+        else:
+            micro = _micro_batches(largest, plan.request.global_batch_size, hw.world_size)
+        block = plan.workload.block_class is not None
+        ckpt = (False, True) if block and tune_checkpointing else (best.candidate.activation_checkpointing,)
+        default_micro = best.candidate.micro_batch_size
+        if default_micro not in micro:
+            default_micro = min(micro, key=lambda m: (abs(m - default_micro), -m))
+        out.append(StrategySpace(
+            strategy=name, family=strategy.family, micro_batch_sizes=micro, checkpointing=ckpt,
+            knobs=tuple(k for k in strategy.knobs(hw) if k.name not in NOT_TUNED),
+            default_micro_batch_size=default_micro, default_checkpointing=best.candidate.activation_checkpointing))
+    return SearchSpace(strategies=tuple(out))
+
+
+def _micro_batches(largest: int, global_batch: int | None, world: int) -> tuple[int, ...]:
+    """The largest micro-batch that fits and the powers of two below it (dividing the per-device batch when a
+    global batch is fixed)."""
+    values = {largest}
+    p = 1
+    while p < largest:
+        values.add(p)
+        p *= 2
+    if global_batch is not None:
+        per_device = global_batch // world
+        values = {v for v in values if per_device % v == 0} or {1}
+    return tuple(sorted(values)[-MAX_MICRO_BATCH_CHOICES:])
+
+
+def _categorical(trial: optuna.trial.BaseTrial, name: str, choices: tuple[Any, ...]) -> Any:
+    return trial.suggest_categorical(name, choices) if len(choices) > 1 else choices[0]
+
+
+def _suggest_knob(trial: optuna.trial.BaseTrial, name: str, knob: Knob) -> Any:
+    if knob.kind == "bool":
+        return trial.suggest_categorical(name, (False, True))
+    if knob.kind == "choice":
+        return trial.suggest_categorical(name, knob.choices)
+    low, high, log = RANGES.get(knob.name, (knob.low, knob.high, knob.log))
+    if low is None or high is None:
+        raise ValueError(f"knob {knob.name} has no range")
+    if knob.kind == "int":
+        return trial.suggest_int(name, int(low), int(high), log=log)
+    return trial.suggest_float(name, float(low), float(high), log=log)

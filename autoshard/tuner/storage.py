@@ -1,0 +1,202 @@
+"""Where a study lives: by default a SQLite file in the output directory (resumed by running the same command
+again), or any storage Optuna takes (``postgresql://...`` so that several nodes tune one study, or a journal
+file ``*.log``); and the checks a resumed study must pass.
+
+A study remembers what it tunes (model, hardware and batch fingerprints) and refuses to mix in trials of
+something else. A trial left RUNNING by a tuner that was killed is failed on resume: at once when it ran on
+this host and its process is gone, otherwise by Optuna's heartbeat once it has been silent for the grace
+period (another node's tuner may still be running it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+import psutil
+
+from autoshard.errors import UsageError
+
+HEARTBEAT_INTERVAL_S = 15
+"""Seconds between a running trial's heartbeats (database storages)."""
+GRACE_PERIOD_S = 120
+"""A running trial silent for this long is failed by the next tuner that opens the study."""
+FINGERPRINT_ATTR = "autoshard_fingerprint"
+OWNER_ATTR = "autoshard_owner"
+DEFAULT_FILE = "study.db"
+
+
+def open_storage(url: str | None, output_dir: Path) -> tuple[optuna.storages.BaseStorage, str]:
+    """The study storage and its display name (password masked).
+
+    Args:
+        url: ``None`` for ``sqlite:///<output_dir>/study.db``; a SQLAlchemy URL (``sqlite:///``,
+            ``postgresql://``, ``mysql://``); or a path ending in ``.log`` for an Optuna journal file.
+        output_dir: the tuner's output directory.
+
+    Raises:
+        UsageError: the storage cannot be opened (unreachable server, bad URL, missing driver); the message
+            says which storage and why.
+    """
+    if url is None:
+        url = f"sqlite:///{(output_dir / DEFAULT_FILE).resolve()}"
+    shown = mask(url)
+    if "://" not in url:
+        if not url.endswith(".log"):
+            raise UsageError(f"--storage {url!r} is neither a database URL nor a journal file.",
+                             hint="Use e.g. postgresql://user:password@host/db, sqlite:///path/study.db, or a "
+                                  "path ending in .log for an Optuna journal file.")
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        try:
+            return JournalStorage(JournalFileBackend(url)), url
+        except OSError as e:
+            raise UsageError(f"cannot open the journal file {url}: {e.strerror or e}.") from e
+    try:
+        with warnings.catch_warnings(), _schema_lock(url):
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat_interval
+            storage = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                                                 grace_period=GRACE_PERIOD_S, engine_kwargs=_engine_kwargs(url))
+    except ImportError as e:
+        raise UsageError(f"cannot open the study storage {shown}: its database driver is missing ({e}).",
+                         hint="Install it, e.g. pip install \"psycopg[binary]\" for PostgreSQL.") from e
+    except Exception as e:  # SQLAlchemy's errors (OperationalError, ArgumentError, ...) vary by driver
+        raise UsageError(f"cannot open the study storage {shown}: {_reason(e)}.",
+                         hint="Check that the server is running and reachable from this machine, and the URL's "
+                              "user, password and database.") from e
+    return storage, shown
+
+
+def mask(url: str) -> str:
+    """``url`` with any password replaced by ``***``.
+
+    Example:
+        >>> mask("postgresql://tuner:secret@db.example:5432/studies")
+        'postgresql://tuner:***@db.example:5432/studies'
+    """
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+
+
+def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], storage_name: str) -> None:
+    """Record ``fingerprint`` on a new study; refuse a study that was made for another model, machine or batch.
+
+    Raises:
+        UsageError: the study exists with a different fingerprint; the message names what differs.
+    """
+    stored = study.user_attrs.get(FINGERPRINT_ATTR)
+    if stored is None:
+        if study.trials:
+            raise UsageError(f"study {study.study_name!r} in {storage_name} was not made by autoshard tune.",
+                             hint="Pass another --study-name, or another --output-dir for a fresh study.")
+        study.set_user_attr(FINGERPRINT_ATTR, dict(fingerprint))
+        return
+    differences = [f"{key}: {stored.get(key)!r} there, {value!r} here" for key, value in fingerprint.items()
+                   if stored.get(key) != value]
+    if differences:
+        raise UsageError(f"study {study.study_name!r} in {storage_name} was made for another job — "
+                         + "; ".join(differences) + ".",
+                         hint="Start fresh with another --study-name (or --output-dir), or delete the study "
+                              "(optuna delete-study --study-name NAME --storage URL).")
+
+
+def owner() -> dict[str, Any]:
+    """This tuner process, as recorded on the trials it runs."""
+    me = psutil.Process()
+    return {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time()}
+
+
+def fail_stale_trials(study: optuna.Study) -> list[int]:
+    """Fail trials left RUNNING by a tuner that is gone; returns their numbers.
+
+    A trial of this host whose owning process no longer exists is failed at once; any other is left to
+    Optuna's heartbeat (:data:`GRACE_PERIOD_S`).
+    """
+    host = socket.gethostname()
+    failed = []
+    storage = study._storage  # optuna has no public per-trial state setter outside tell()
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        who = t.user_attrs.get(OWNER_ATTR)
+        if not who or who.get("host") != host or _alive(who):
+            continue
+        with contextlib.suppress(RuntimeError):  # another tuner got there first
+            storage.set_trial_user_attr(t._trial_id, "failure", "stale")
+            storage.set_trial_user_attr(t._trial_id, "message", "the tuner running it was killed; failed on resume")
+            if storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL):
+                failed.append(t.number)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if isinstance(storage, optuna.storages.RDBStorage):
+            optuna.storages.fail_stale_trials(study)
+    return failed
+
+
+def _alive(who: Mapping[str, Any]) -> bool:
+    try:
+        proc = psutil.Process(int(who["pid"]))
+        return abs(proc.create_time() - float(who["started"])) < 1.0  # not a recycled pid
+    except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, ValueError, TypeError):
+        return False
+
+
+@contextlib.contextmanager
+def _schema_lock(url: str) -> Iterator[None]:
+    """On PostgreSQL, hold an advisory lock while Optuna creates its tables: two tuners opening an empty
+    database at once otherwise race in ``CREATE TYPE`` / ``CREATE TABLE`` (measured: 9 of 10 concurrent first
+    opens failed with UniqueViolation or DuplicateTable; with the lock, 12 of 12 succeeded)."""
+    if not url.startswith("postgresql"):
+        yield
+        return
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url, **_engine_kwargs(url))
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _LOCK_KEY})
+            try:
+                yield
+            finally:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": _LOCK_KEY})
+    finally:
+        engine.dispose()
+
+
+_LOCK_KEY = 0x6175746F  # "auto": any constant shared by every autoshard tuner
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("postgresql"):
+        return {"connect_args": {"connect_timeout": 10}}
+    if url.startswith("sqlite"):
+        # Several tuners on one machine may share a file; wait for a lock instead of failing at once.
+        return {"connect_args": {"timeout": 60}}
+    return {}
+
+
+def _reason(e: BaseException) -> str:
+    text = str(getattr(e, "orig", None) or e)
+    text = text.split("\n(Background on this error")[0]
+    return " ".join(text.split())[:300].rstrip(".") or type(e).__name__
+
+
+def writable_dir(path: Path) -> Path:
+    """Create ``path`` if needed and check that files can be written in it.
+
+    Raises:
+        UsageError: it cannot be created or written (the OS's reason).
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".autoshard-write-test-{os.getpid()}"
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as e:
+        raise UsageError(f"cannot write to the output directory {path}: {e.strerror or e}.",
+                         hint="Choose another --output-dir.") from e
+    return path

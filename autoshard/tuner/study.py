@@ -1,0 +1,493 @@
+"""``autoshard.tune``: an Optuna study of short real training trials around the planner's recommendation.
+
+The loop is Optuna's ask-and-tell: ask for a configuration, predict its memory with the planner's models
+(a configuration predicted not to fit is recorded as infeasible without running and does not count against
+the budget), reuse an earlier measurement of the same configuration if there is one, else run it
+(:mod:`autoshard.tuner.runner`) and tell Optuna the measured throughput. Out-of-memory trials are told as
+COMPLETE with throughput 0 and a violated constraint (``trial.set_constraint``), so TPE learns to avoid their
+region; other failures are FAIL with their class; clearly slower trials are pruned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autoshard.errors import UsageError, UserCodeError
+from autoshard.export import plan_json
+from autoshard.export.plan_json import ExportedPlan
+from autoshard.models import ModelSource, load_source
+from autoshard.planner.plan import Plan
+from autoshard.planner.search import evaluate
+from autoshard.strategies import get
+from autoshard.tuner import storage as storage_mod
+from autoshard.tuner.cache import ResultCache, default_dir
+from autoshard.tuner.pruner import SlowerThanBestPruner
+from autoshard.tuner.result import (
+    FailureClass,
+    TrialConfig,
+    TrialRecord,
+    TrialState,
+    TuneResult,
+)
+from autoshard.tuner.runner import Measurement, TrialFailed, TrialSpec, run_trial
+from autoshard.tuner.space import TRIAL_SETTINGS, SearchSpace, build_space
+
+MAX_PREDICTED_INFEASIBLE = 50
+"""Consecutive configurations predicted not to fit after which the study stops asking."""
+_Pruned = optuna.TrialPruned
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _Budget:
+    trials: int
+    timeout_s: float | None
+    trial_timeout_s: float
+    started: float
+
+    def remaining_s(self) -> float | None:
+        return None if self.timeout_s is None else self.timeout_s - (time.monotonic() - self.started)
+
+
+def tune(
+    model: str | os.PathLike[str] | ModelSource,
+    *,
+    hardware: Any = None,
+    processes: int | None = None,
+    strategies: Sequence[str] | None = None,
+    top_strategies: int = 3,
+    batch_size: int | None = None,
+    micro_batch_sizes: Sequence[int] | None = None,
+    global_batch_size: int | None = None,
+    seq_len: int | None = None,
+    precision: str | None = None,
+    optimizer: str = "adamw",
+    trials: int = 12,
+    timeout_s: float | None = None,
+    trial_timeout_s: float = 300.0,
+    steps: int = 10,
+    warmup_steps: int = 3,
+    storage: str | None = None,
+    study_name: str | None = None,
+    output_dir: str | os.PathLike[str] = "autoshard-tune",
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+    prune: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+) -> TuneResult:
+    """Tune how to train ``model`` on this machine with short real training trials.
+
+    Args:
+        model: a ``model.py`` path, a Hugging Face ``config.json`` path, a catalog name, or a loaded source
+            (trials run it in their own processes, so an ``nn.Module`` cannot be tuned: save it as a model.py).
+        hardware: a profile name / path / ``HardwareSpec`` describing this machine (default: detected).
+        processes: GPUs to use, or on a CPU machine the number of gloo processes.
+        strategies: consider only these strategies.
+        top_strategies: compare this many of the planner's best strategies (1: tune only the recommended one).
+        batch_size: a fixed micro-batch (not tuned).
+        micro_batch_sizes: the micro-batches to try (default: the largest that fits and powers of two below).
+        global_batch_size: samples per optimizer step over all ranks (fixes the accumulation per micro-batch).
+        seq_len: sequence length of token models.
+        precision: as ``fit()``'s (default ``bf16-mixed`` on GPUs that have it, else ``32-true``).
+        optimizer: ``adamw``, ``adam``, ``sgd`` or ``adafactor``.
+        trials: trials the study should hold when done (a resumed study counts its earlier ones; configurations
+            predicted not to fit are recorded but not counted).
+        timeout_s: stop starting trials after this long (``None``: no limit).
+        trial_timeout_s: a trial running longer, process start-up included, is stopped and recorded as timed out.
+        steps: optimizer steps per trial, ``warmup_steps`` of them untimed.
+        warmup_steps: steps dropped before timing.
+        storage: an Optuna storage URL (e.g. ``postgresql://...`` shared by several nodes) or a journal file
+            ``*.log``; default ``sqlite:///<output_dir>/study.db``.
+        study_name: default: ``<model>-<strategy family list>`` made from the model and machine.
+        output_dir: where the study file, the trials' logs, the summary, the plots and the best plan's files go.
+        cache_dir: the result cache (default ``~/.cache/autoshard/tune``).
+        use_cache: reuse measurements of the same job and configuration from the cache.
+        prune: stop trials that run at less than half the best throughput.
+        seed: the sampler's seed (and the trials' training seed).
+        progress: show a progress bar on stderr.
+
+    Returns:
+        A :class:`~autoshard.tuner.result.TuneResult`; ``best_plan`` is usable by ``fit(plan=...)``, and its
+        files are in ``<output_dir>/best``.
+
+    Raises:
+        UsageError: bad arguments, an unwritable output directory, an unreachable storage, a study made for
+            another job.
+        UserCodeError: the model's own code fails in the first trial (every trial would).
+        NoFeasiblePlan: nothing fits this machine.
+    """
+    import autoshard
+
+    budget = _budget(trials, timeout_s, trial_timeout_s, steps, warmup_steps)
+    if isinstance(model, ModelSource) and model.kind not in ("catalog", "file", "hf-config"):
+        raise UsageError("tune() runs each trial in its own processes, which rebuild the model from its source; "
+                         "this model has none.", hint="Save the model as a model.py and tune that.")
+    if not isinstance(model, (str, os.PathLike, ModelSource)):
+        raise UsageError(f"tune() needs a model source (a model.py path, a config.json path or a catalog name), "
+                         f"but got {type(model).__name__}.",
+                         hint="Trials rebuild the model in their own processes: save it as a model.py.")
+    out = storage_mod.writable_dir(Path(output_dir))
+    source = load_source(model)
+    origin = source.origin.removeprefix("catalog:")
+    hw = _hardware(hardware, processes)
+    precision = precision or _default_precision(hw)
+    plan = autoshard.recommend(source, hardware=hw, batch_size=batch_size, global_batch_size=global_batch_size,
+                               seq_len=seq_len, precision=precision, optimizer=optimizer,
+                               strategies=None if strategies is None else list(strategies))
+    space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes)
+    planned = plan_json.from_plan(plan)
+    fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
+                   "batch": {"global_batch_size": global_batch_size, "precision": precision,
+                             "optimizer": optimizer, "seq_len": planned.seq_len}}
+    store, shown = storage_mod.open_storage(storage, out)
+    name = study_name or _default_name(planned)
+    study = _study(name, store, shown, fingerprint, space, seed, prune, warmup_steps)
+    notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
+             for n in storage_mod.fail_stale_trials(study)]
+    _enqueue(study, space)
+    cache = ResultCache(None if not use_cache else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
+                        {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
+    spec = TrialSpec(model=origin, optimizer=optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
+    environ = _worker_environ(os.environ, hw)
+    _Loop(study, space, plan, spec, cache, out, environ, budget, progress).run()
+    return _finish(study, space, plan, shown, out, notes)
+
+
+# -- the loop ------------------------------------------------------------------------------------------------
+
+
+class _Loop:
+    """Ask, predict, reuse or run, tell — until the study holds ``trials`` finished trials or time is up."""
+
+    def __init__(self, study: optuna.Study, space: SearchSpace, plan: Plan, spec: TrialSpec, cache: ResultCache,
+                 out: Path, environ: dict[str, str], budget: _Budget, progress: bool) -> None:
+        self.study, self.space, self.plan, self.spec, self.cache = study, space, plan, spec, cache
+        self.out, self.environ, self.budget = out, environ, budget
+        self.progress = progress
+        self.me = storage_mod.owner()
+
+    def run(self) -> None:
+        from autoshard.tuner.progress import ProgressDisplay
+
+        with ProgressDisplay(total=self.budget.trials, enabled=self.progress) as display:
+            predicted_in_a_row = 0
+            display.advance_to(self._counted())
+            while self._counted() < self.budget.trials:
+                remaining = self.budget.remaining_s()
+                if remaining is not None and remaining <= 0:
+                    break
+                with warnings.catch_warnings():  # heartbeats are recorded by this loop (_Heartbeat), not optimize()
+                    warnings.filterwarnings("ignore", message="Heartbeat of storage")
+                    trial = self.study.ask()
+                trial.set_user_attr(storage_mod.OWNER_ATTR, self.me)
+                config = self.space.suggest(trial)
+                trial.set_user_attr("config", config.to_dict())
+                ran = self._trial(trial, config, display,
+                                  min(self.budget.trial_timeout_s, remaining or self.budget.trial_timeout_s))
+                predicted_in_a_row = 0 if ran else predicted_in_a_row + 1
+                if predicted_in_a_row >= MAX_PREDICTED_INFEASIBLE:
+                    break
+                display.advance_to(self._counted())
+
+    def _counted(self) -> int:
+        """Finished trials (not predicted infeasible) plus trials other tuners are running now."""
+        n = 0
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state == optuna.trial.TrialState.RUNNING:
+                n += t.user_attrs.get(storage_mod.OWNER_ATTR) != self.me
+            elif t.state.is_finished():
+                # Predicted-infeasible configurations cost nothing, and a trial whose tuner was killed says
+                # nothing about its configuration: neither uses up the budget.
+                n += t.user_attrs.get("failure") not in (FailureClass.PREDICTED_OOM.value, FailureClass.STALE.value)
+        return n
+
+    def _trial(self, trial: optuna.Trial, config: TrialConfig, display: Any, timeout_s: float) -> bool:
+        """Run (or settle) one trial; ``False`` when it was settled by prediction alone."""
+        evaluation = evaluate(get(config.strategy), self.plan.workload, self.plan.hardware, self.plan.request,
+                              _candidate(config, trial=True))
+        predicted = evaluation.memory.gpu.total if evaluation.memory is not None else None
+        trial.set_user_attr("predicted_peak_bytes", predicted)
+        trial.set_user_attr("predicted_samples_per_s", None if evaluation.cost is None else evaluation.cost.samples_per_s)
+        if not evaluation.fits:
+            self._infeasible(trial, FailureClass.PREDICTED_OOM, "; ".join(evaluation.reasons))
+            return False
+        reused = self._reuse(config)
+        if reused is not None:
+            trial.set_user_attr("cached", True)
+            self._settle(trial, config, reused, cache=False)
+            return True
+        exported = plan_json.from_plan(dataclasses.replace(self.plan, recommended=evaluation))
+        run_dir = self.out / "trials" / f"{trial.number:04d}"
+        display.start_trial(trial.number, _describe(config))
+        started = time.monotonic()
+
+        def on_progress(step: int, rate: float) -> None:
+            display.update(step, self.spec.steps, rate)
+            trial.report(rate, step)
+            if trial.should_prune():
+                raise _Pruned(f"{rate:.1f} samples/s at step {step}, below half the best so far")
+
+        heartbeat = _Heartbeat(self.study, trial)
+        try:
+            measured = run_trial(exported, self.spec, run_dir, timeout_s=timeout_s, environ=self.environ,
+                                 on_progress=on_progress, on_poll=heartbeat)
+            outcome: dict[str, Any] = _measured(measured)
+        except TrialFailed as e:
+            outcome = {"failure": e.failure.value, "message": e.message}
+        except _Pruned as e:
+            outcome = {"pruned": True, "message": str(e)}
+        except BaseException:
+            trial.set_user_attr("failure", FailureClass.CRASH.value)
+            trial.set_user_attr("message", "the tuner was interrupted during this trial")
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        outcome["duration_s"] = time.monotonic() - started
+        self._settle(trial, config, outcome, cache=True)
+        display.end_trial(trial.number, outcome)
+        return True
+
+    def _reuse(self, config: TrialConfig) -> dict[str, Any] | None:
+        """An earlier outcome of the same configuration: in this study, else in the result cache."""
+        key = config.key()
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if t.user_attrs.get("config") is None or t.user_attrs.get("failure") == FailureClass.PREDICTED_OOM.value:
+                continue
+            if TrialConfig(**t.user_attrs["config"]).key() == key and "outcome" in t.user_attrs:
+                return dict(t.user_attrs["outcome"])
+        return self.cache.get(config)
+
+    def _settle(self, trial: optuna.Trial, config: TrialConfig, outcome: Mapping[str, Any], *, cache: bool) -> None:
+        for key in ("samples_per_s", "tokens_per_s", "step_time_s", "peak_memory_bytes", "peak_memory_kind",
+                    "message", "duration_s"):
+            if key in outcome:
+                trial.set_user_attr(key, outcome[key])
+        if outcome.get("pruned"):
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            return
+        failure = outcome.get("failure")
+        if failure == FailureClass.OOM.value:
+            self._infeasible(trial, FailureClass.OOM, str(outcome.get("message", "")), outcome=outcome)
+            if cache:
+                self.cache.put(config, outcome)
+            return
+        if failure is not None:
+            trial.set_user_attr("failure", failure)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            if failure == FailureClass.USER_CODE.value and _measured_any(self.study) is False:
+                raise UserCodeError(f"the first trial failed in your code: {outcome.get('message')}",
+                                    hint=f"Every trial would fail the same way; its logs are in "
+                                         f"{self.out / 'trials' / f'{trial.number:04d}'}.")
+            return
+        trial.set_user_attr("outcome", dict(outcome))
+        trial.set_constraint("oom", 0.0)
+        self.study.tell(trial, float(outcome["samples_per_s"]))
+        if cache:
+            self.cache.put(config, outcome)
+
+    def _infeasible(self, trial: optuna.Trial, failure: FailureClass, message: str,
+                    outcome: Mapping[str, Any] | None = None) -> None:
+        trial.set_user_attr("failure", failure.value)
+        trial.set_user_attr("message", message)
+        if outcome is not None:
+            trial.set_user_attr("outcome", dict(outcome))
+        trial.set_constraint("oom", 1.0)
+        self.study.tell(trial, 0.0)
+
+
+class _Heartbeat:
+    """Records the running trial's heartbeat every few seconds (database storages), so that a tuner on another
+    node can tell a live trial from a dead one."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        storage = study._storage  # heartbeats are a storage feature optuna drives from optimize()
+        self._storage = storage if isinstance(storage, optuna.storages.RDBStorage) else None
+        self._trial_id = trial._trial_id
+        self._last = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if self._storage is not None and now - self._last >= storage_mod.HEARTBEAT_INTERVAL_S:
+            self._storage.record_heartbeat(self._trial_id)
+            self._last = now
+
+
+# -- setting up ----------------------------------------------------------------------------------------------
+
+
+def _budget(trials: int, timeout_s: float | None, trial_timeout_s: float, steps: int, warmup_steps: int) -> _Budget:
+    def whole(name: str, value: Any, low: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise UsageError(f"{name} must be a whole number >= {low}, but got {value!r}.")
+
+    def seconds(name: str, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise UsageError(f"{name} must be a positive number of seconds, but got {value!r}.")
+
+    whole("trials", trials, 1)
+    if timeout_s is not None:
+        seconds("timeout", timeout_s)
+    seconds("trial timeout", trial_timeout_s)
+    whole("warm-up steps", warmup_steps, 0)
+    whole("steps", steps, 1)
+    if steps < warmup_steps + 2:
+        raise UsageError(f"steps ({steps}) must exceed the warm-up steps ({warmup_steps}) by at least 2, so that "
+                         "throughput is measured over more than one step.")
+    return _Budget(trials=trials, timeout_s=timeout_s, trial_timeout_s=float(trial_timeout_s),
+                   started=time.monotonic())
+
+
+def _hardware(hardware: Any, processes: int | None) -> Any:
+    from autoshard.hardware import detect_hardware, load_hardware
+
+    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
+        raise UsageError(f"processes must be a positive whole number, but got {processes!r}.")
+    hw = detect_hardware(gpus=processes) if hardware is None else (
+        load_hardware(hardware) if isinstance(hardware, (str, os.PathLike)) else hardware)
+    if hw.nodes > 1:
+        raise UsageError(f"trials run on this machine, and the hardware describes {hw.nodes} nodes.",
+                         hint="Run autoshard tune on each node with one shared --storage URL: they tune one study.")
+    return hw
+
+
+def _default_precision(hw: Any) -> str:
+    from autoshard.runtime.fit import _default_precision as fit_default
+
+    return fit_default(hw)
+
+
+def _default_name(planned: ExportedPlan) -> str:
+    hw = planned.hardware
+    device = hw.gpu or "cpu"
+    return f"{planned.model.name}-{hw.gpus_per_node}x{device}-{planned.model.layout_hash[:8]}"
+
+
+def _study(name: str, store: optuna.storages.BaseStorage, shown: str, fingerprint: Mapping[str, Any],
+           space: SearchSpace, seed: int, prune: bool, warmup_steps: int) -> optuna.Study:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=len(space.strategies) + 2, multivariate=True, group=True,
+            constant_liar=True)
+    pruner = SlowerThanBestPruner(min_steps=2) if prune else optuna.pruners.NopPruner()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=name, storage=store, sampler=sampler, pruner=pruner,
+                                direction="maximize", load_if_exists=True)
+    if study.direction != optuna.study.StudyDirection.MAXIMIZE:
+        raise UsageError(f"study {name!r} in {shown} minimises; autoshard's maximise throughput.",
+                         hint="Pass another --study-name.")
+    storage_mod.check_fingerprint(study, fingerprint, shown)
+    study.set_user_attr("autoshard_space", space.to_dict())
+    return study
+
+
+def _enqueue(study: optuna.Study, space: SearchSpace) -> None:
+    """The planner's choice first, then each other strategy with its backend's defaults (once per study)."""
+    if any(t.user_attrs.get("origin") == "planner" for t in study.get_trials(deepcopy=False)):
+        return
+    for i, s in enumerate(space.strategies):
+        study.enqueue_trial(space.params(space.defaults(s)), user_attrs={"origin": "planner" if i == 0 else "default"},
+                            skip_if_exists=True)
+
+
+def _worker_environ(environ: Mapping[str, str], hw: Any) -> dict[str, str]:
+    env = dict(environ)
+    if hw.device_type == "cpu" and "OMP_NUM_THREADS" not in env and hw.processes_per_node > 1:
+        env["OMP_NUM_THREADS"] = "1"  # as torchrun does for several processes per node: no oversubscription
+    return env
+
+
+# -- results -------------------------------------------------------------------------------------------------
+
+
+def _candidate(config: TrialConfig, *, trial: bool) -> Any:
+    from autoshard.strategies.base import Candidate
+
+    settings = dict(config.settings)
+    if trial:
+        settings.update(TRIAL_SETTINGS.get(get(config.strategy).family, {}))
+    return Candidate(strategy=config.strategy, micro_batch_size=config.micro_batch_size,
+                     activation_checkpointing=config.activation_checkpointing, settings=settings)
+
+
+def _measured(m: Measurement) -> dict[str, Any]:
+    return {"samples_per_s": m.samples_per_s, "tokens_per_s": m.tokens_per_s, "step_time_s": m.step_time_s,
+            "peak_memory_bytes": m.peak_memory_bytes, "peak_memory_kind": m.peak_memory_kind,
+            "step_times_s": list(m.step_times_s)}
+
+
+def _measured_any(study: optuna.Study) -> bool:
+    return any(t.user_attrs.get("failure") is None and t.value is not None
+               for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def _describe(config: TrialConfig) -> str:
+    parts = [config.strategy, f"mb={config.micro_batch_size}"]
+    if config.activation_checkpointing:
+        parts.append("ckpt")
+    return " ".join(parts)
+
+
+def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
+    """A stored trial as a :class:`TrialRecord`."""
+    attrs = t.user_attrs
+    failure = attrs.get("failure")
+    state = {optuna.trial.TrialState.COMPLETE: TrialState.COMPLETE, optuna.trial.TrialState.PRUNED: TrialState.PRUNED,
+             optuna.trial.TrialState.FAIL: TrialState.FAILED, optuna.trial.TrialState.RUNNING: TrialState.RUNNING,
+             optuna.trial.TrialState.WAITING: TrialState.WAITING}[t.state]
+    if state is TrialState.COMPLETE and any(v > 0 for v in t.constraints.values()):
+        state = TrialState.INFEASIBLE
+    if t.state == optuna.trial.TrialState.FAIL and failure is None:
+        failure = FailureClass.STALE.value  # failed by Optuna's heartbeat check
+    config = attrs.get("config")
+    measured = state in (TrialState.COMPLETE, TrialState.PRUNED)
+    return TrialRecord(
+        number=t.number, state=state, config=None if config is None else TrialConfig(**config),
+        samples_per_s=attrs.get("samples_per_s") if state is TrialState.COMPLETE else None,
+        tokens_per_s=attrs.get("tokens_per_s") if state is TrialState.COMPLETE else None,
+        step_time_s=attrs.get("step_time_s") if measured else None,
+        peak_memory_bytes=attrs.get("peak_memory_bytes"), peak_memory_kind=attrs.get("peak_memory_kind"),
+        predicted_peak_bytes=attrs.get("predicted_peak_bytes"),
+        predicted_samples_per_s=attrs.get("predicted_samples_per_s"),
+        failure=None if failure is None else FailureClass(failure), message=attrs.get("message"),
+        cached=bool(attrs.get("cached", False)), duration_s=attrs.get("duration_s"))
+
+
+def best_record(records: Sequence[TrialRecord]) -> TrialRecord | None:
+    """The fastest measured feasible trial."""
+    measured = [r for r in records if r.state is TrialState.COMPLETE and r.samples_per_s is not None]
+    return max(measured, key=lambda r: r.samples_per_s or 0.0) if measured else None
+
+
+def exported_plan(plan: Plan, config: TrialConfig) -> ExportedPlan:
+    """``config`` as ``plan.json`` holds it (the trial-only settings dropped)."""
+    evaluation = evaluate(get(config.strategy), plan.workload, plan.hardware, plan.request,
+                          _candidate(config, trial=False))
+    return plan_json.from_plan(dataclasses.replace(plan, recommended=evaluation))
+
+
+def _finish(study: optuna.Study, space: SearchSpace, plan: Plan, shown: str, out: Path,
+            notes: list[str]) -> TuneResult:
+    from autoshard.export import export_plan
+    from autoshard.tuner import report
+
+    records = tuple(record(t) for t in study.get_trials(deepcopy=False))
+    best = best_record(records)
+    planner = next((t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("origin") == "planner"), None)
+    best_plan, files = None, ()
+    if best is not None and best.config is not None:
+        best_plan = exported_plan(plan, best.config)
+        files = tuple(str(p) for p in export_plan(best_plan, out / "best", force=True, validate=True))
+    else:
+        notes.append("No trial completed: nothing to export.")
+    result = TuneResult(study_name=study.study_name, storage=shown, output_dir=str(out), trials=records, best=best,
+                        best_plan=best_plan, planner_trial=planner, exported=files, notes=tuple(notes))
+    _, more = report.write_summary(result, study, out)
+    return dataclasses.replace(result, notes=result.notes + tuple(more)) if more else result

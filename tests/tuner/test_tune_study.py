@@ -1,0 +1,200 @@
+"""Real studies: short real training trials (2 gloo processes, tiny models) under Optuna, end to end.
+
+Proves what the tune issue asks: a study of at least 6 trials completes and exports a plan that fit() then
+trains with; a repeated study reuses the result cache; a hanging trial is stopped at its limit with no
+process left; an out-of-memory trial is recorded as infeasible (an Optuna constraint) and the study goes on;
+a bug in the user's model stops the study with the user's error; and bad input gets a clear answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+import torch
+
+import autoshard
+from autoshard.errors import UsageError, UserCodeError
+from autoshard.tuner import FailureClass, TrialState
+from autoshard.tuner.storage import FINGERPRINT_ATTR
+
+HERE = Path(__file__).parent
+MISBEHAVING = HERE / "misbehaving_model.py"
+# Small and fast: 2 CPU processes, tiny-gpt2 at sequence 32, 5 steps of which 2 are warm-up.
+SMALL = {"processes": 2, "seq_len": 32, "micro_batch_sizes": [2, 4], "top_strategies": 2, "steps": 5,
+         "warmup_steps": 2, "trial_timeout_s": 120, "progress": False, "precision": "32-true"}
+
+
+def leftover_workers(root: Path) -> list[psutil.Process]:
+    """Trial workers still alive whose run directory is under ``root``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "autoshard.tuner.worker" in " ".join(proc.info["cmdline"] or ()) and str(root) in proc.environ().get(
+                    "AUTOSHARD_RUN_DIR", ""):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[autoshard.TuneResult, Path]:
+    """A 6-trial study of tiny-gpt2 (DDP and the planner's runner-up), pruning off so every trial is measured."""
+    root = tmp_path_factory.mktemp("tune")
+    result = autoshard.tune("tiny-gpt2", trials=6, output_dir=root / "out", cache_dir=root / "cache", prune=False,
+                            **SMALL)
+    return result, root
+
+
+def test_a_six_trial_study_completes_and_exports_the_best(study: tuple[autoshard.TuneResult, Path]) -> None:
+    result, root = study
+    finished = [t for t in result.trials if t.state is not TrialState.INFEASIBLE or t.failure is not
+                FailureClass.PREDICTED_OOM]
+    assert len(finished) >= 6
+    assert result.planner_trial == 0 and result.trials[0].config is not None
+    assert result.trials[0].config.strategy == result.best_plan.strategy or result.best is not result.trials[0]
+    measured = [t for t in result.trials if t.state is TrialState.COMPLETE]
+    assert len(measured) >= 4, [t.to_dict() for t in result.trials]
+    assert result.best is not None and result.best.samples_per_s == max(t.samples_per_s for t in measured)
+    for t in measured:
+        assert t.samples_per_s > 0 and t.step_time_s > 0 and t.duration_s > 0
+        assert t.peak_memory_kind == "host_rss" and t.peak_memory_bytes > 0
+        assert t.predicted_peak_bytes > 0 and t.predicted_samples_per_s > 0
+    assert {t.config.strategy for t in measured} >= {result.trials[0].config.strategy}
+    out = Path(result.output_dir)
+    assert (out / "study.db").is_file() and (out / "summary.md").is_file()
+    assert json.loads((out / "summary.json").read_text())["best"]["number"] == result.best.number
+    assert (out / "best" / "plan.json").is_file()
+    assert autoshard.export.read(out / "best" / "plan.json") == result.best_plan
+    assert result.best_plan.micro_batch_size == result.best.config.micro_batch_size
+    assert not leftover_workers(root)
+
+
+def test_fit_trains_with_the_exported_best_plan(study: tuple[autoshard.TuneResult, Path]) -> None:
+    result, _ = study
+    fitted = autoshard.fit("tiny-gpt2", plan=Path(result.output_dir) / "best", max_steps=2)
+    assert fitted.plan == result.best_plan
+    assert len(fitted.steps) == 2 and all(torch.isfinite(torch.tensor(s.loss)) for s in fitted.steps)
+
+
+def test_tuning_the_same_job_again_reuses_the_cache(study: tuple[autoshard.TuneResult, Path]) -> None:
+    result, root = study
+    again = subprocess.run(
+        [sys.executable, "-m", "autoshard", "tune", "tiny-gpt2", "--gpus", "2", "--seq-len", "32",
+         "--batch-sizes", "2", "4", "--top", "2", "--steps", "5", "--warmup-steps", "2", "--trials", "6",
+         "--precision", "32-true", "--no-prune", "--output-dir", str(root / "again"), "--cache-dir",
+         str(root / "cache"), "--json"], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    payload = json.loads(again.stdout)
+    ran = [t for t in payload["trials"] if t["failure"] != "predicted_oom"]
+    # Same seed, same history: the sampler proposes the same configurations, and each is taken from the cache.
+    assert ran and all(t["cached"] for t in ran), [(t["number"], t["cached"]) for t in ran]
+    first = {json.dumps(t.config.to_dict(), sort_keys=True): t.samples_per_s for t in result.trials if t.samples_per_s}
+    for t in ran:
+        if t["samples_per_s"] is not None:
+            assert t["samples_per_s"] == first[json.dumps(t["config"], sort_keys=True)]
+    assert payload["best"]["samples_per_s"] == result.best.samples_per_s
+
+
+def test_a_hanging_trial_is_stopped_and_an_oom_is_infeasible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSHARD_TEST_TRIAL_COUNTER", str(tmp_path / "counter"))
+    result = autoshard.tune(MISBEHAVING, processes=2, strategies=["ddp"], top_strategies=1, micro_batch_sizes=[4],
+                            trials=3, trial_timeout_s=25, steps=5, warmup_steps=2, output_dir=tmp_path / "out",
+                            use_cache=False, progress=False)
+    hung, oom, fine = result.trials
+    assert hung.state is TrialState.FAILED and hung.failure is FailureClass.TIMEOUT
+    assert 25 <= hung.duration_s < 25 + 15  # stopped at its limit (plus the SIGTERM grace period at most)
+    assert oom.state is TrialState.INFEASIBLE and oom.failure is FailureClass.OOM and "out of memory" in oom.message
+    assert fine.state is TrialState.COMPLETE and fine.samples_per_s > 0
+    assert result.best is fine
+    stored = optuna.load_study(study_name=result.study_name, storage=result.storage)
+    assert stored.trials[1].state == optuna.trial.TrialState.COMPLETE and stored.trials[1].constraints == {"oom": 1.0}
+    assert stored.trials[0].state == optuna.trial.TrialState.FAIL
+    assert stored.best_trial.number == 2  # Optuna's own best skips the infeasible trial
+    assert not leftover_workers(tmp_path)
+
+
+def test_a_bug_in_the_users_model_stops_the_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOSHARD_TEST_TRIAL_COUNTER", str(tmp_path / "counter"))
+    monkeypatch.setenv("AUTOSHARD_TEST_MODE", "user_error")
+    with pytest.raises(UserCodeError, match="injected bug in the user's forward"):
+        autoshard.tune(MISBEHAVING, processes=2, strategies=["ddp"], top_strategies=1, micro_batch_sizes=[4],
+                       trials=3, steps=4, warmup_steps=1, output_dir=tmp_path / "out", use_cache=False, progress=False)
+    stored = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path / 'out' / 'study.db'}")
+    assert [t.user_attrs.get("failure") for t in stored.trials] == [FailureClass.USER_CODE.value]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"trials": 0}, "trials must be a whole number >= 1"),
+    ({"trials": 2.5}, "trials must be a whole number >= 1"),
+    ({"timeout_s": 0}, "timeout must be a positive number of seconds"),
+    ({"trial_timeout_s": -1}, "trial timeout must be a positive number of seconds"),
+    ({"steps": 3, "warmup_steps": 2}, "must exceed the warm-up steps"),
+    ({"processes": 0}, "processes must be a positive whole number"),
+    ({"top_strategies": 0}, "number of strategies to compare must be >= 1"),
+    ({"micro_batch_sizes": [0]}, "micro-batch sizes must be positive"),
+    ({"storage": "not-a-url"}, "neither a database URL nor a journal file"),
+])
+def test_bad_arguments_are_refused_before_any_trial(tmp_path: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        autoshard.tune("tiny-gpt2", output_dir=tmp_path / "out", progress=False, **{"processes": 2, **kwargs})
+    assert not (tmp_path / "out" / "trials").exists()
+
+
+def test_a_module_cannot_be_tuned(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="needs a model source"):
+        autoshard.tune(torch.nn.Linear(2, 2), output_dir=tmp_path)  # type: ignore[arg-type]
+
+
+def test_an_unwritable_output_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="cannot write to the output directory"):
+        autoshard.tune("tiny-gpt2", output_dir=tmp_path / "file" / "out", processes=2)
+
+
+def test_a_study_made_for_another_model_is_refused(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'shared.db'}"
+    other = optuna.create_study(study_name="mine", storage=storage, direction="maximize")
+    other.set_user_attr(FINGERPRINT_ATTR, {"model": {"name": "some-other-model"}, "hardware": {}, "batch": {}})
+    with pytest.raises(UsageError, match="was made for another job") as caught:
+        autoshard.tune("tiny-gpt2", storage=storage, study_name="mine", output_dir=tmp_path / "out", **SMALL)
+    assert "some-other-model" in caught.value.message and "--study-name" in caught.value.hint
+
+
+def test_an_unreachable_storage_is_named_without_its_password(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql://tuner:secret@127.0.0.1:{port}/studies"
+    with pytest.raises(UsageError) as caught:
+        autoshard.tune("tiny-gpt2", storage=url, output_dir=tmp_path / "out", **SMALL)
+    text = str(caught.value)
+    assert f"postgresql://tuner:***@127.0.0.1:{port}/studies" in text and "secret" not in text
+
+
+def test_cli_bad_input_is_one_line_and_no_traceback(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "autoshard", "tune", "tiny-gpt2", "--trials", "0", "--output-dir",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("autoshard: error: trials must be a whole number >= 1")
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2
+
+
+def test_fit_tunes_first_when_asked(study: tuple[autoshard.TuneResult, Path], tmp_path: Path) -> None:
+    result, root = study
+    # The same job as the module's study, with its cache: the trials are taken from the cache, then fit trains.
+    tune_args = {k: v for k, v in SMALL.items() if k not in ("processes", "seq_len", "precision")}
+    fitted = autoshard.fit("tiny-gpt2", processes=2, seq_len=32, precision="32-true", max_steps=2,
+                           tune={**tune_args, "trials": 6, "prune": False, "output_dir": tmp_path / "t",
+                                 "cache_dir": root / "cache"})
+    assert fitted.plan == result.best_plan
+    assert any(n.startswith("Tuned with") for n in fitted.notes)

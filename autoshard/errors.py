@@ -77,3 +77,8 @@ class WorkerError(AutoshardError):
 
 class WorkerTimeout(WorkerError):
     """The worker processes did not finish within their time limit; every one of them was stopped."""
+
+
+class WorkerKilled(WorkerError):
+    """A worker process died without reporting an error (a signal, e.g. the kernel's OOM killer, or an abort);
+    the other workers were stopped."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from autoshard import errors
-from autoshard.errors import AutoshardError, UsageError, WorkerError, WorkerTimeout
+from autoshard.errors import AutoshardError, UsageError, WorkerError, WorkerKilled, WorkerTimeout
 
 RUN_DIR_VAR = "AUTOSHARD_RUN_DIR"
 """Set in every worker: the directory holding ``plan.json`` and receiving results."""
@@ -166,7 +166,7 @@ def _error(failed: dict[int, int | None], run_dir: Path, world_size: int) -> Aut
         rank = silent[0] if silent else min(failed)
         code = failed[rank] or 0
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        return WorkerError(f"rank {rank} {how} without reporting an error; the other workers were stopped."
+        return WorkerKilled(f"rank {rank} {how} without reporting an error; the other workers were stopped."
                            f"{_log_tail(run_dir, rank)}",
                            hint="Running out of host memory is a common cause of a kill; check `dmesg`.")
     first = first_error(records)

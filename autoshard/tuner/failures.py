@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autoshard.errors import AutoshardError, WorkerTimeout
+from autoshard.errors import AutoshardError, WorkerKilled, WorkerTimeout
 from autoshard.runtime import supervisor
 from autoshard.tuner.result import FailureClass
 
@@ -21,13 +21,14 @@ _OOM_TYPES = frozenset({"OutOfMemoryError", "MemoryError"})
 # torch's CUDA OOM ("CUDA out of memory. Tried to allocate ..."), the CUDA runtime's ("CUDA error: out of
 # memory"), cuBLAS failing to allocate its workspace, and torch's CPU allocator ("DefaultCPUAllocator: can't
 # allocate memory: you tried to allocate N bytes").
-_OOM_TEXT = re.compile(r"out of memory|can't allocate memory|CUBLAS_STATUS_ALLOC_FAILED|failed to allocate",
+_OOM_TEXT = re.compile(r"out of memory|can't allocate memory|not enough memory|CUBLAS_STATUS_ALLOC_FAILED|"
+                       r"failed to allocate",
                        re.IGNORECASE)
 _USER_TYPES = frozenset({"UserCodeError", "ModelSourceError"})
 _COMM_TYPES = frozenset({"DistBackendError", "DistNetworkError", "DistStoreError", "DistError"})
 # gloo / NCCL / the TCP store, as their errors read when a peer is lost or a collective fails.
 _COMM_TEXT = re.compile(r"\bgloo\b|\bnccl\b|connection (?:reset|closed|refused)|broken pipe|\bc10d\b|"
-                        r"ProcessGroup|socket timeout|peer", re.IGNORECASE)
+                        r"ProcessGroup|socket timeout|\bpeer\b", re.IGNORECASE)
 
 
 def classify_record(record: Mapping[str, Any]) -> FailureClass:
@@ -42,12 +43,13 @@ def classify_record(record: Mapping[str, Any]) -> FailureClass:
         <FailureClass.USER_CODE: 'user_code'>
     """
     kind, message = str(record.get("type", "")), str(record.get("message", ""))
+    # Out of memory and a lost peer first: both can reach the tuner wrapped as a first-batch user-code error.
     if kind in _OOM_TYPES or _OOM_TEXT.search(message):
         return FailureClass.OOM
-    if kind in _USER_TYPES:
-        return FailureClass.USER_CODE
     if kind in _COMM_TYPES or _COMM_TEXT.search(message):
         return FailureClass.COMMUNICATION
+    if kind in _USER_TYPES:
+        return FailureClass.USER_CODE
     return FailureClass.CRASH
 
 
@@ -61,6 +63,8 @@ def classify(error: AutoshardError, run_dir: Path, world_size: int) -> tuple[Fai
     """
     if isinstance(error, WorkerTimeout):
         return FailureClass.TIMEOUT, error.message
+    if isinstance(error, WorkerKilled):  # a rank died without a word: the others' errors are its consequence
+        return FailureClass.CRASH, _one_line(error.message)
     records = supervisor.error_records(run_dir, world_size)
     if not records:
         return FailureClass.CRASH, _one_line(error.message)

@@ -149,6 +149,13 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
     if micro_batch_sizes is not None and (not micro_batch_sizes or any(
             isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in micro_batch_sizes)):
         raise UsageError(f"micro-batch sizes must be positive whole numbers, but got {list(micro_batch_sizes)!r}.")
+    global_batch, world = plan.request.global_batch_size, plan.hardware.world_size
+    if micro_batch_sizes is not None and global_batch is not None:
+        wrong = [m for m in micro_batch_sizes if (global_batch // world) % m]
+        if wrong:
+            raise UsageError(f"micro-batch(es) {wrong} do not divide the per-device batch {global_batch // world} "
+                             f"(global batch {global_batch} over {world} devices).",
+                             hint="Choose micro-batches that divide it, or drop the global batch size.")
     fitting: dict[str, list[Evaluation]] = {}
     for e in plan.candidates:
         if e.fits:

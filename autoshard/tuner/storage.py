@@ -81,6 +81,13 @@ def mask(url: str) -> str:
         >>> mask("postgresql://tuner:secret@db.example:5432/studies")
         'postgresql://tuner:***@db.example:5432/studies'
     """
+    if "://" in url:
+        import sqlalchemy.engine
+
+        try:  # SQLAlchemy's own parser: the password is whatever it would send (it may hold '/' or ':')
+            return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+        except Exception:  # noqa: BLE001  # an unparsable URL: mask what looks like a password
+            pass
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
 
 

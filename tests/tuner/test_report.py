@@ -143,8 +143,14 @@ def test_markdown_cells_are_formatted_and_unknowns_are_dashes(mixed_result):
 def test_prediction_error_is_predicted_minus_measured_over_measured(predicted_mib, measured_mib, expected):
     trial = record(0, predicted_peak_bytes=None if predicted_mib is None else predicted_mib * MIB,
                    peak_memory_bytes=None if measured_mib is None else measured_mib * MIB,
-                   peak_memory_kind="host_rss")
+                   peak_memory_kind="cuda_allocated")
     assert table_row(summary_markdown(tune_result(trial, best=0)), 0)["prediction error"] == expected
+
+
+def test_no_prediction_error_against_host_rss():
+    # A CPU trial's resident-set growth holds the framework's own memory too: not comparable to the prediction.
+    trial = record(0, predicted_peak_bytes=110 * MIB, peak_memory_bytes=100 * MIB, peak_memory_kind="host_rss")
+    assert table_row(summary_markdown(tune_result(trial, best=0)), 0)["prediction error"] == "—"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,245 @@
+"""The tuner's search space, built from real plans of tiny-gpt2: on two CPU (gloo) processes and on a DGX H100."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+
+import optuna
+import pytest
+
+import autoshard
+from autoshard import planner
+from autoshard.errors import UsageError
+from autoshard.hardware import detect_hardware
+from autoshard.planner.plan import Plan
+from autoshard.planner.search import evaluate
+from autoshard.strategies import get
+from autoshard.strategies import names as strategy_names
+from autoshard.tuner.space import NOT_TUNED, SearchSpace, _micro_batches, build_space
+from autoshard.tuner.study import _candidate
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+ASKS = 40
+
+
+@pytest.fixture(scope="module")
+def cpu_hardware() -> autoshard.HardwareSpec:
+    """Two gloo processes on this machine's CPU, whatever GPUs it may have."""
+    hw = detect_hardware(gpus=2, environ={"CUDA_VISIBLE_DEVICES": ""})
+    assert (hw.device_type, hw.backend, hw.world_size) == ("cpu", "gloo", 2)
+    return hw
+
+
+@pytest.fixture(scope="module")
+def plans(cpu_hardware: autoshard.HardwareSpec) -> dict[str, Plan]:
+    """Real plans, by name: ``cpu`` (fp32, gloo), ``gpu`` (bf16 on a DGX H100: ZeRO-3 and FSDP fit),
+    ``restricted`` (the CPU machine limited to FSDP and ZeRO-2) and ``fixed_batch`` (micro-batch 8 requested).
+
+    The last two re-plan the ``cpu`` plan's traced workload (what ``recommend`` would do after tracing it again).
+    """
+    cpu = autoshard.recommend("tiny-gpt2", hardware=cpu_hardware, seq_len=32, precision="32-true")
+    gpu = autoshard.recommend("tiny-gpt2", hardware=autoshard.load_hardware("dgx-h100"), seq_len=32,
+                              precision="bf16-mixed")
+    restricted = ("fsdp", "deepspeed_stage_2")
+    return {
+        "cpu": cpu,
+        "gpu": gpu,
+        "restricted": planner.plan(cpu.workload, cpu_hardware, replace(cpu.request, strategies=restricted),
+                                   [get(n) for n in restricted]),
+        "fixed_batch": planner.plan(cpu.workload, cpu_hardware, replace(cpu.request, micro_batch_size=8),
+                                    [get(n) for n in strategy_names()]),
+    }
+
+
+def fitting_strategies(plan: Plan) -> list[str]:
+    """The plan's fitting strategies, each once, best-ranked first."""
+    return list(dict.fromkeys(e.strategy for e in plan.candidates if e.fits))
+
+
+def ask_configs(space: SearchSpace, plan: Plan, sampler: optuna.samplers.BaseSampler) -> list[tuple]:
+    """``ASKS`` trials of an in-memory study, each told its predicted throughput (or infeasible), as
+    ``(params, config, evaluation)``."""
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    out = []
+    for _ in range(ASKS):
+        trial = study.ask()
+        config = space.suggest(trial)
+        evaluation = evaluate(get(config.strategy), plan.workload, plan.hardware, plan.request,
+                              _candidate(config, trial=True))
+        trial.set_constraint("oom", 0.0 if evaluation.fits else 1.0)
+        study.tell(trial, evaluation.cost.samples_per_s if evaluation.fits else 0.0)
+        out.append((dict(trial.params), config, evaluation))
+    return out
+
+
+def tpe() -> optuna.samplers.BaseSampler:
+    """TPE as ``tune`` configures it (``study.py``), seeded, with few startup trials so that most asks are TPE's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(seed=0, n_startup_trials=5, multivariate=True, group=True,
+                                          constant_liar=True)
+
+
+@pytest.mark.parametrize("plan_name", ["cpu", "gpu", "restricted"])
+def test_recommended_strategy_leads_and_the_rest_follow_the_plans_ranking(plans: dict[str, Plan],
+                                                                           plan_name: str) -> None:
+    plan = plans[plan_name]
+    space = build_space(plan, top=100)
+    names = [s.strategy for s in space.strategies]
+    assert names[0] == plan.recommended.candidate.strategy
+    assert names == fitting_strategies(plan)
+
+
+def test_restricted_plan_recommends_something_other_than_ddp(plans: dict[str, Plan]) -> None:
+    # Keeps the "recommended first" case above from passing only because ddp happens to lead every list.
+    assert plans["restricted"].recommended.candidate.strategy != "ddp"
+
+
+@pytest.mark.parametrize("top", [1, 2, 3, 100])
+def test_top_keeps_only_the_best_fitting_strategies(plans: dict[str, Plan], top: int) -> None:
+    plan = plans["cpu"]
+    space = build_space(plan, top=top)
+    assert [s.strategy for s in space.strategies] == fitting_strategies(plan)[:top]
+
+
+def test_strategies_that_do_not_fit_are_left_out(plans: dict[str, Plan]) -> None:
+    plan = plans["cpu"]
+    not_fitting = {e.strategy for e in plan.candidates if not e.fits} - set(fitting_strategies(plan))
+    assert not_fitting, "the CPU plan should have strategies that do not fit (offload, hybrid, nvme)"
+    names = {s.strategy for s in build_space(plan, top=100).strategies}
+    assert not names & not_fitting
+
+
+@pytest.mark.parametrize("plan_name", ["cpu", "gpu"])
+def test_untuned_knobs_are_never_in_the_space(plans: dict[str, Plan], plan_name: str) -> None:
+    plan = plans[plan_name]
+    space = build_space(plan, top=100)
+    offered = {k.name for s in space.strategies for k in get(s.strategy).knobs(plan.hardware)}
+    assert NOT_TUNED <= offered, "every untuned knob is a real knob of some strategy here"
+    tuned = {k.name for s in space.strategies for k in s.knobs}
+    assert not tuned & NOT_TUNED
+    for params, config, _ in ask_configs(space, plan, optuna.samplers.RandomSampler(seed=1)):
+        assert not {p.split("/")[-1] for p in params} & NOT_TUNED
+        assert not set(config.settings) & NOT_TUNED
+
+
+def test_gpu_space_offers_zero3_and_fsdp_knobs(plans: dict[str, Plan]) -> None:
+    space = build_space(plans["gpu"], top=100)
+    knobs = {s.strategy: {k.name for k in s.knobs} for s in space.strategies}
+    assert {"stage3_prefetch_bucket_size", "stage3_max_live_parameters", "sub_group_size"} <= knobs["deepspeed_stage_3"]
+    assert {"reshard_after_forward", "forward_prefetch", "blocks_per_unit"} <= knobs["fsdp"]
+
+
+@pytest.mark.parametrize(("plan_name", "offers_bf16_compress"), [("cpu", False), ("gpu", True)])
+def test_ddp_offers_bf16_compression_only_with_nccl(plans: dict[str, Plan], plan_name: str,
+                                                     offers_bf16_compress: bool) -> None:
+    ddp = build_space(plans[plan_name], top=100).space_of("ddp")
+    hooks = next(k.choices for k in ddp.knobs if k.name == "comm_hook")
+    assert ("bf16_compress" in hooks) is offers_bf16_compress
+
+
+@pytest.mark.parametrize("plan_name", ["cpu", "gpu"])
+@pytest.mark.parametrize("sampler", [tpe, lambda: optuna.samplers.RandomSampler(seed=0)], ids=["tpe", "random"])
+def test_every_suggested_config_passes_the_planners_evaluation(plans: dict[str, Plan], plan_name: str,
+                                                               sampler) -> None:
+    plan = plans[plan_name]
+    space = build_space(plan, top=100)
+    asked = ask_configs(space, plan, sampler())  # evaluate() raises UsageError on a setting out of range
+    assert len({config.strategy for _, config, _ in asked}) > 1
+    for _, config, evaluation in asked:
+        assert evaluation.candidate.settings.items() >= config.settings.items()
+
+
+def test_powersgd_rank_is_asked_only_with_the_powersgd_hook(plans: dict[str, Plan]) -> None:
+    plan = plans["cpu"]
+    space = build_space(plan, top=1)
+    assert space.strategies[0].strategy == "ddp"
+    asked = ask_configs(space, plan, optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for params, config, _ in asked:
+        powersgd = config.settings["comm_hook"] == "powersgd"
+        assert ("ddp/matrix_approximation_rank" in params) is powersgd
+        assert ("matrix_approximation_rank" in config.settings) is powersgd
+        seen.add(powersgd)
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize("plan_name", ["cpu", "gpu"])
+def test_enqueued_defaults_come_back_unchanged_for_every_strategy(plans: dict[str, Plan], plan_name: str) -> None:
+    space = build_space(plans[plan_name], top=100)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    for s in space.strategies:
+        study.enqueue_trial(space.params(space.defaults(s)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for s in space.strategies:
+            assert space.suggest(study.ask()) == space.defaults(s)
+    out_of_range = [str(w.message) for w in caught if "out of range" in str(w.message)]
+    assert not out_of_range, "a default lies outside the range the tuner searches"
+
+
+def test_explicit_micro_batch_sizes_restrict_every_strategy(plans: dict[str, Plan]) -> None:
+    plan = plans["cpu"]
+    space = build_space(plan, top=100, micro_batch_sizes=[4, 2, 4])
+    for s in space.strategies:
+        assert s.micro_batch_sizes == (2, 4)
+        assert s.default_micro_batch_size == 4  # the nearest to the planner's 1024
+    assert {config.micro_batch_size for _, config, _ in ask_configs(space, plan, tpe())} == {2, 4}
+
+
+def test_a_fixed_request_batch_size_is_the_only_choice(plans: dict[str, Plan]) -> None:
+    plan = plans["fixed_batch"]
+    assert plan.request.micro_batch_size == 8
+    space = build_space(plan, top=100)
+    for s in space.strategies:
+        assert (s.micro_batch_sizes, s.default_micro_batch_size) == ((8,), 8)
+    for params, config, _ in ask_configs(space, plan, optuna.samplers.RandomSampler(seed=0)):
+        assert config.micro_batch_size == 8
+        assert not any(p.endswith("/micro_batch_size") for p in params)
+
+
+@pytest.mark.parametrize(("tune_checkpointing", "expected"), [(True, (False, True)), (False, (False,))])
+def test_checkpointing_is_offered_both_ways_only_when_tuned(plans: dict[str, Plan], tune_checkpointing: bool,
+                                                            expected: tuple[bool, ...]) -> None:
+    plan = plans["cpu"]
+    assert plan.recommended.candidate.activation_checkpointing is False
+    space = build_space(plan, top=100, tune_checkpointing=tune_checkpointing)
+    assert {s.checkpointing for s in space.strategies} == {expected}
+
+
+@pytest.mark.parametrize(
+    ("largest", "global_batch", "world", "expected"),
+    [
+        (12, None, 2, (2, 4, 8, 12)),  # the largest, then the powers of two below it: four in all
+        (1024, None, 2, (128, 256, 512, 1024)),
+        (1, None, 2, (1,)),
+        (3, None, 2, (1, 2, 3)),
+        (12, 32, 2, (1, 2, 4, 8)),  # 16 per device: 12 does not divide it
+        (8, 24, 2, (1, 2, 4)),  # 12 per device
+        (12, 6, 2, (1,)),  # 3 per device: only 1 divides it among the powers of two
+        (16, 64, 4, (2, 4, 8, 16)),
+    ],
+)
+def test_micro_batch_choices(largest: int, global_batch: int | None, world: int,
+                             expected: tuple[int, ...]) -> None:
+    assert _micro_batches(largest, global_batch, world) == expected
+
+
+@pytest.mark.parametrize("top", [0, -1, True, 1.5, "2"])
+def test_bad_top_raises_usage_error(plans: dict[str, Plan], top: object) -> None:
+    with pytest.raises(UsageError, match="number of strategies"):
+        build_space(plans["cpu"], top=top)
+
+
+@pytest.mark.parametrize("micro_batch_sizes", [[], [0], [True], [2, -1], [1.5]])
+def test_bad_micro_batch_sizes_raise_usage_error(plans: dict[str, Plan], micro_batch_sizes: list) -> None:
+    with pytest.raises(UsageError, match="micro-batch sizes"):
+        build_space(plans["cpu"], micro_batch_sizes=micro_batch_sizes)
+
+
+def test_asking_for_a_strategy_outside_the_space_names_the_tuned_ones(plans: dict[str, Plan]) -> None:
+    space = build_space(plans["cpu"], top=2)
+    with pytest.raises(UsageError, match="not among the tuned strategies.*ddp"):
+        space.space_of("fsdp_cpu_offload")

@@ -354,6 +354,14 @@ def _hardware(hardware: Any, processes: int | None) -> Any:
     if hw.nodes > 1:
         raise UsageError(f"trials run on this machine, and the hardware describes {hw.nodes} nodes.",
                          hint="Run autoshard tune on each node with one shared --storage URL: they tune one study.")
+    if hw.device_type == "cuda":
+        import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < hw.processes_per_node:
+            raise UsageError(f"trials run on this machine, which has {have} CUDA device(s); the hardware describes "
+                             f"{hw.processes_per_node} GPU(s).",
+                             hint="Drop --hardware to tune for this machine as detected (or pass --gpus N).")
     return hw
 
 

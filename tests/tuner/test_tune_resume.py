@@ -36,7 +36,7 @@ def wait_for_running_trial(db: Path, deadline_s: float) -> list[optuna.trial.Fro
             trials = []
         complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING and "config" in t.user_attrs]
-        if complete and running:
+        if complete and running and leftover_workers(db.parent):  # its workers have started (seconds to go)
             return trials
         time.sleep(0.5)
     raise AssertionError("the tuner never had a completed and a running trial at once")
@@ -47,8 +47,7 @@ def test_sigkilled_tuner_resumes_with_its_finished_trials(tmp_path: Path) -> Non
     first = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     try:
-        seen = wait_for_running_trial(out / "study.db", deadline_s=300)
-        time.sleep(3)  # let the running trial's workers get going
+        wait_for_running_trial(out / "study.db", deadline_s=300)
         first.kill()  # SIGKILL: no chance to clean up
         first.wait(timeout=30)
     finally:
@@ -59,8 +58,10 @@ def test_sigkilled_tuner_resumes_with_its_finished_trials(tmp_path: Path) -> Non
     while leftover_workers(out) and time.monotonic() < end:
         time.sleep(0.5)
     assert not leftover_workers(out)
+    seen = optuna.load_study(study_name=None, storage=f"sqlite:///{out / 'study.db'}").get_trials(deepcopy=False)
     before = {t.number: t.value for t in seen if t.state == optuna.trial.TrialState.COMPLETE}
     stale = [t.number for t in seen if t.state == optuna.trial.TrialState.RUNNING]
+    assert before and stale, [(t.number, t.state) for t in seen]
 
     again = subprocess.run(command(out), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]

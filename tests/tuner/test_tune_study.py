@@ -141,6 +141,7 @@ def test_a_bug_in_the_users_model_stops_the_study(tmp_path: Path, monkeypatch: p
     ({"top_strategies": 0}, "number of strategies to compare must be >= 1"),
     ({"micro_batch_sizes": [0]}, "micro-batch sizes must be positive"),
     ({"storage": "not-a-url"}, "neither a database URL nor a journal file"),
+    ({"hardware": "dgx-h100", "processes": None}, "trials run on this machine, which has 0 CUDA device"),
 ])
 def test_bad_arguments_are_refused_before_any_trial(tmp_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):

@@ -54,6 +54,9 @@ from torch import nn
 from autoshard.export.plan_json import ExportedPlan
 from autoshard.runtime.result import FitResult
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
+from _machine_load import cpu_seconds, foreign_cores
+
 SCRIPT = Path(__file__).resolve()
 BACKENDS = ("ddp", "fsdp", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3")
 """Strategies the hand-written loop implements (no offload, no hybrid sharding)."""
@@ -451,37 +454,6 @@ def markdown(rows: list[dict[str, Any]]) -> str:
                      f"{r['hand_mean_s'] * 1e3:.2f} / "
                      f"{r['fit_mean_s'] * 1e3:.2f} | {r['max_abs_loss_diff']:.1e} | {load} |")
     return "\n".join(lines)
-
-
-def cpu_seconds() -> tuple[float, float] | None:
-    """``(CPU seconds every process on the machine has used, CPU seconds this process and its reaped children
-    have used)``; ``None`` without ``/proc/stat`` (not Linux)."""
-    import resource
-
-    try:
-        fields = Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()
-    except OSError:
-        return None
-    # cpu user nice system idle iowait irq softirq steal ... (proc(5)); steal is time the hypervisor ran others.
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
-    machine_s = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-    own_s = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-                for f in ("ru_utime", "ru_stime"))
-    return machine_s, own_s
-
-
-def foreign_cores(before: tuple[float, float] | None, after: tuple[float, float] | None,
-                  wall_s: float) -> float | None:
-    """Cores other processes kept busy on average between two :func:`cpu_seconds` readings.
-
-    Example:
-        >>> foreign_cores((100.0, 10.0), (120.0, 28.0), 10.0)
-        0.2
-    """
-    if before is None or after is None or wall_s <= 0:
-        return None
-    other_s = (after[0] - before[0]) - (after[1] - before[1])
-    return round(max(other_s, 0.0) / wall_s, 3)
 
 
 def _cpu_model() -> str:

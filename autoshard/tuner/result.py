@@ -91,7 +91,10 @@ class TrialRecord:
     message: str | None = None
     """The failure's message (one line), or a note on the measurement."""
     cached: bool = False
-    """The measurement was reused from the result cache (this configuration had been measured before)."""
+    """The measurement was reused, not run: from an earlier trial of this study (``duplicate_of``) or from the
+    result cache."""
+    duplicate_of: int | None = None
+    """The earlier trial of this study with the same configuration (such a trial does not use up the budget)."""
     duration_s: float | None = None
     """Wall-clock time the trial took, including starting its processes."""
 
@@ -122,6 +125,7 @@ class TrialRecord:
             "failure": None if self.failure is None else self.failure.value,
             "message": self.message,
             "cached": self.cached,
+            "duplicate_of": self.duplicate_of,
             "duration_s": self.duration_s,
         }
 

@@ -83,12 +83,12 @@ def mask(url: str) -> str:
     """
     if "://" in url:
         import sqlalchemy.engine
+        import sqlalchemy.exc
 
-        try:  # SQLAlchemy's own parser: the password is whatever it would send (it may hold '/' or ':')
+        # SQLAlchemy's own parser: the password is whatever it would send (it may hold '/' or ':').
+        with contextlib.suppress(sqlalchemy.exc.ArgumentError, ValueError):
             return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
-        except Exception:  # noqa: BLE001  # an unparsable URL: mask what looks like a password
-            pass
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)  # an unparsable URL: mask what looks like a password
 
 
 def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], storage_name: str) -> None:

@@ -42,6 +42,9 @@ from autoshard.tuner.space import TRIAL_SETTINGS, SearchSpace, build_space
 
 MAX_PREDICTED_INFEASIBLE = 50
 """Consecutive configurations predicted not to fit after which the study stops asking."""
+MAX_DUPLICATES = 10
+"""Consecutive configurations this study had already measured after which it stops: the sampler has converged
+(a repeated configuration is answered from the study at no cost and does not use up the budget)."""
 _Pruned = optuna.TrialPruned
 
 
@@ -147,18 +150,24 @@ def tune(
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
                    "batch": {"global_batch_size": global_batch_size, "precision": precision,
                              "optimizer": optimizer, "seq_len": planned.seq_len}}
-    store, shown = storage_mod.open_storage(storage, out)
-    name = study_name or _default_name(planned)
-    study = _study(name, store, shown, fingerprint, space, seed, prune, warmup_steps)
-    notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
-             for n in storage_mod.fail_stale_trials(study)]
-    _enqueue(study, space)
-    cache = ResultCache(None if not use_cache else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
-                        {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
-    spec = TrialSpec(model=origin, optimizer=optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
-    environ = _worker_environ(os.environ, hw)
-    _Loop(study, space, plan, spec, cache, out, environ, budget, progress).run()
-    return _finish(study, space, plan, shown, out, notes)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
+    try:
+        store, shown = storage_mod.open_storage(storage, out)
+        name = study_name or _default_name(planned)
+        study = _study(name, store, shown, fingerprint, space, seed, prune, warmup_steps)
+        notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
+                 for n in storage_mod.fail_stale_trials(study)]
+        _enqueue(study, space)
+        cache = ResultCache(None if not use_cache else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
+                            {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
+        spec = TrialSpec(model=origin, optimizer=optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
+        environ = _worker_environ(os.environ, hw)
+        loop = _Loop(study, space, plan, spec, cache, out, environ, budget, progress)
+        loop.run()
+        return _finish(study, space, plan, shown, out, notes + loop.notes)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
 
 
 # -- the loop ------------------------------------------------------------------------------------------------
@@ -173,12 +182,13 @@ class _Loop:
         self.out, self.environ, self.budget = out, environ, budget
         self.progress = progress
         self.me = storage_mod.owner()
+        self.notes: list[str] = []
 
     def run(self) -> None:
         from autoshard.tuner.progress import ProgressDisplay
 
         with ProgressDisplay(total=self.budget.trials, enabled=self.progress) as display:
-            predicted_in_a_row = 0
+            predicted_in_a_row = duplicates_in_a_row = 0
             display.advance_to(self._counted())
             while self._counted() < self.budget.trials:
                 remaining = self.budget.remaining_s()
@@ -190,10 +200,17 @@ class _Loop:
                 trial.set_user_attr(storage_mod.OWNER_ATTR, self.me)
                 config = self.space.suggest(trial)
                 trial.set_user_attr("config", config.to_dict())
-                ran = self._trial(trial, config, display,
+                how = self._trial(trial, config, display,
                                   min(self.budget.trial_timeout_s, remaining or self.budget.trial_timeout_s))
-                predicted_in_a_row = 0 if ran else predicted_in_a_row + 1
+                predicted_in_a_row = predicted_in_a_row + 1 if how == "predicted" else 0
+                duplicates_in_a_row = duplicates_in_a_row + 1 if how == "duplicate" else 0
                 if predicted_in_a_row >= MAX_PREDICTED_INFEASIBLE:
+                    self.notes.append(f"Stopped early: the last {MAX_PREDICTED_INFEASIBLE} configurations asked for "
+                                      "were all predicted not to fit.")
+                    break
+                if duplicates_in_a_row >= MAX_DUPLICATES:
+                    self.notes.append(f"Stopped early: the sampler proposed {MAX_DUPLICATES} configurations in a row "
+                                      "that the study had already measured (it has converged).")
                     break
                 display.advance_to(self._counted())
 
@@ -204,13 +221,15 @@ class _Loop:
             if t.state == optuna.trial.TrialState.RUNNING:
                 n += t.user_attrs.get(storage_mod.OWNER_ATTR) != self.me
             elif t.state.is_finished():
-                # Predicted-infeasible configurations cost nothing, and a trial whose tuner was killed says
-                # nothing about its configuration: neither uses up the budget.
-                n += t.user_attrs.get("failure") not in (FailureClass.PREDICTED_OOM.value, FailureClass.STALE.value)
+                # Predicted-infeasible and repeated configurations cost nothing, and a trial whose tuner was killed
+                # says nothing about its configuration: none of them uses up the budget.
+                n += (t.user_attrs.get("failure") not in (FailureClass.PREDICTED_OOM.value, FailureClass.STALE.value)
+                      and "duplicate_of" not in t.user_attrs)
         return n
 
-    def _trial(self, trial: optuna.Trial, config: TrialConfig, display: Any, timeout_s: float) -> bool:
-        """Run (or settle) one trial; ``False`` when it was settled by prediction alone."""
+    def _trial(self, trial: optuna.Trial, config: TrialConfig, display: Any, timeout_s: float) -> str:
+        """Run or settle one trial; says how: ``predicted`` (not run: predicted not to fit), ``duplicate``
+        (answered from an earlier trial of this study), ``cached`` (from the result cache) or ``ran``."""
         evaluation = evaluate(get(config.strategy), self.plan.workload, self.plan.hardware, self.plan.request,
                               _candidate(config, trial=True))
         predicted = evaluation.memory.gpu.total if evaluation.memory is not None else None
@@ -218,12 +237,14 @@ class _Loop:
         trial.set_user_attr("predicted_samples_per_s", None if evaluation.cost is None else evaluation.cost.samples_per_s)
         if not evaluation.fits:
             self._infeasible(trial, FailureClass.PREDICTED_OOM, "; ".join(evaluation.reasons))
-            return False
-        reused = self._reuse(config)
+            return "predicted"
+        reused, earlier = self._reuse(config)
         if reused is not None:
             trial.set_user_attr("cached", True)
+            if earlier is not None:
+                trial.set_user_attr("duplicate_of", earlier)
             self._settle(trial, config, reused, cache=False)
-            return True
+            return "cached" if earlier is None else "duplicate"
         exported = plan_json.from_plan(dataclasses.replace(self.plan, recommended=evaluation))
         run_dir = self.out / "trials" / f"{trial.number:04d}"
         display.start_trial(trial.number, _describe(config))
@@ -252,17 +273,18 @@ class _Loop:
         outcome["duration_s"] = time.monotonic() - started
         self._settle(trial, config, outcome, cache=True)
         display.end_trial(trial.number, outcome)
-        return True
+        return "ran"
 
-    def _reuse(self, config: TrialConfig) -> dict[str, Any] | None:
-        """An earlier outcome of the same configuration: in this study, else in the result cache."""
+    def _reuse(self, config: TrialConfig) -> tuple[dict[str, Any] | None, int | None]:
+        """An earlier outcome of the same configuration and the study trial it came from: in this study, else
+        in the result cache (trial ``None``)."""
         key = config.key()
         for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
             if t.user_attrs.get("config") is None or t.user_attrs.get("failure") == FailureClass.PREDICTED_OOM.value:
                 continue
             if TrialConfig(**t.user_attrs["config"]).key() == key and "outcome" in t.user_attrs:
-                return dict(t.user_attrs["outcome"])
-        return self.cache.get(config)
+                return dict(t.user_attrs["outcome"]), int(t.user_attrs.get("duplicate_of", t.number))
+        return self.cache.get(config), None
 
     def _settle(self, trial: optuna.Trial, config: TrialConfig, outcome: Mapping[str, Any], *, cache: bool) -> None:
         for key in ("samples_per_s", "tokens_per_s", "step_time_s", "peak_memory_bytes", "peak_memory_kind",
@@ -385,7 +407,6 @@ def _study(name: str, store: optuna.storages.BaseStorage, shown: str, fingerprin
             seed=seed, n_startup_trials=len(space.strategies) + 2, multivariate=True, group=True,
             constant_liar=True)
     pruner = SlowerThanBestPruner(min_steps=2) if prune else optuna.pruners.NopPruner()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name=name, storage=store, sampler=sampler, pruner=pruner,
                                 direction="maximize", load_if_exists=True)
     if study.direction != optuna.study.StudyDirection.MAXIMIZE:
@@ -465,7 +486,8 @@ def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
         predicted_peak_bytes=attrs.get("predicted_peak_bytes"),
         predicted_samples_per_s=attrs.get("predicted_samples_per_s"),
         failure=None if failure is None else FailureClass(failure), message=attrs.get("message"),
-        cached=bool(attrs.get("cached", False)), duration_s=attrs.get("duration_s"))
+        cached=bool(attrs.get("cached", False)), duplicate_of=attrs.get("duplicate_of"),
+        duration_s=attrs.get("duration_s"))
 
 
 def best_record(records: Sequence[TrialRecord]) -> TrialRecord | None:

@@ -49,8 +49,8 @@ NCCL_ERROR = ("NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupN
         ("DistStoreError", "Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
          FailureClass.COMMUNICATION),
         # A peer lost during the first forward (FSDP's all-gather) reaches the tuner wrapped as user code.
-        ("UserCodeError", f"the model failed on the first batch (tensor(8, 32) int64): RuntimeError: "
-                          f"{GLOO_PEER_LOST}", FailureClass.COMMUNICATION),
+        ("UserCodeError", (f"the model failed on the first batch (tensor(8, 32) int64): RuntimeError: "
+                           f"{GLOO_PEER_LOST}"), FailureClass.COMMUNICATION),
         ("UserCodeError", ("the loss failed on the first batch: TypeError: cross_entropy() missing 1 required "
                           "positional argument: 'target'."), FailureClass.USER_CODE),
         ("ModelSourceError", "model.py defines no build_model()", FailureClass.USER_CODE),

@@ -97,3 +97,26 @@ def test_config_key_tells_configs_apart() -> None:
             TrialConfig(strategy="ddp", micro_batch_size=4, activation_checkpointing=False,
                         settings={**DDP.settings, "matrix_approximation_rank": 4}).key()}
     assert len(keys) == 4
+
+
+def test_the_budget_counts_only_trials_that_cost_a_run() -> None:
+    # Predicted-infeasible, repeated and stale trials cost no run: they do not use up --trials.
+    import optuna
+
+    from autoshard.tuner.study import _Loop
+
+    study = optuna.create_study(direction="maximize")
+    for attrs in ({}, {"failure": "predicted_oom"}, {"duplicate_of": 0}, {"failure": "stale"}, {"failure": "oom"},
+                  {"cached": True}):
+        trial = study.ask()
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, 1.0)
+    loop = _Loop.__new__(_Loop)  # only the study and the owner are needed to count
+    loop.study, loop.me = study, {"host": "here", "pid": 1, "started": 0.0}
+    assert loop._counted() == 3
+    other = study.ask()  # a trial another tuner is running counts; one of this tuner's own does not
+    other.set_user_attr("autoshard_owner", {"host": "elsewhere", "pid": 2, "started": 0.0})
+    mine = study.ask()
+    mine.set_user_attr("autoshard_owner", loop.me)
+    assert loop._counted() == 4

@@ -1,0 +1,41 @@
+"""How busy the machine was while a benchmark measured: CPU seconds other processes used, from /proc/stat.
+
+Shared by the benchmarks that time short runs on a small machine, where another process on the same cores
+moves a figure by more than the effect being measured.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """``(CPU seconds every process on the machine has used, CPU seconds this process and its reaped children
+    have used)``; ``None`` without ``/proc/stat`` (not Linux)."""
+    import resource
+
+    try:
+        fields = Path("/proc/stat").read_text(encoding="ascii").split("\n", 1)[0].split()
+    except OSError:
+        return None
+    # cpu user nice system idle iowait irq softirq steal ... (proc(5)); steal is time the hypervisor ran others.
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    machine_s = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    own_s = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                for f in ("ru_utime", "ru_stime"))
+    return machine_s, own_s
+
+
+def foreign_cores(before: tuple[float, float] | None, after: tuple[float, float] | None,
+                  wall_s: float) -> float | None:
+    """Cores other processes kept busy on average between two :func:`cpu_seconds` readings.
+
+    Example:
+        >>> foreign_cores((100.0, 10.0), (120.0, 28.0), 10.0)
+        0.2
+    """
+    if before is None or after is None or wall_s <= 0:
+        return None
+    other_s = (after[0] - before[0]) - (after[1] - before[1])
+    return round(max(other_s, 0.0) / wall_s, 3)

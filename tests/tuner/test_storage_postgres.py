@@ -98,7 +98,7 @@ def test_two_tuners_share_one_study_in_a_fresh_postgres_database(postgres_url: s
     def tuner(index: int) -> subprocess.Popen[str]:
         return subprocess.Popen(
             [sys.executable, "-m", "autoshard", "tune", "tiny-gpt2", "--gpus", "2", "--seq-len", "32",
-             "--batch-sizes", "2", "--strategies", "ddp", "--top", "1", "--steps", "4", "--warmup-steps", "1",
+             "--batch-sizes", "2", "--strategies", "ddp", "--top", "1", "--steps", "60", "--warmup-steps", "1",
              "--trials", "4", "--precision", "32-true", "--no-prune", "--no-cache", "--storage", postgres_url,
              "--study-name", "shared", "--output-dir", str(tmp_path / f"node{index}"), "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

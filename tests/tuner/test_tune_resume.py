@@ -18,15 +18,17 @@ TRIALS = 4
 
 def command(out: Path) -> list[str]:
     return [sys.executable, "-m", "autoshard", "tune", "tiny-gpt2", "--gpus", "2", "--seq-len", "32",
-            "--batch-sizes", "2", "4", "--top", "2", "--steps", "8", "--warmup-steps", "2", "--trials", str(TRIALS),
+            "--batch-sizes", "2", "4", "--top", "2", "--steps", "200", "--warmup-steps", "2", "--trials", str(TRIALS),
             "--precision", "32-true", "--no-prune", "--no-cache", "--output-dir", str(out), "--json"]
 
 
-def wait_for_running_trial(db: Path, deadline_s: float) -> list[optuna.trial.FrozenTrial]:
+def wait_for_running_trial(db: Path, tuner: subprocess.Popen[bytes], deadline_s: float) -> None:
     """Poll the study until at least one trial is complete and another is running with its workers started."""
     end = time.monotonic() + deadline_s
     storage = f"sqlite:///{db}"
     while time.monotonic() < end:
+        if tuner.poll() is not None:
+            raise AssertionError(f"the tuner finished (exit code {tuner.returncode}) before it could be killed")
         if not db.is_file():
             time.sleep(0.5)
             continue
@@ -37,8 +39,8 @@ def wait_for_running_trial(db: Path, deadline_s: float) -> list[optuna.trial.Fro
         complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING and "config" in t.user_attrs]
         if complete and running and leftover_workers(db.parent):  # its workers have started (seconds to go)
-            return trials
-        time.sleep(0.5)
+            return
+        time.sleep(0.2)
     raise AssertionError("the tuner never had a completed and a running trial at once")
 
 
@@ -47,7 +49,7 @@ def test_sigkilled_tuner_resumes_with_its_finished_trials(tmp_path: Path) -> Non
     first = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     try:
-        wait_for_running_trial(out / "study.db", deadline_s=300)
+        wait_for_running_trial(out / "study.db", first, deadline_s=300)
         first.kill()  # SIGKILL: no chance to clean up
         first.wait(timeout=30)
     finally:

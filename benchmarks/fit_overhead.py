@@ -55,7 +55,7 @@ from autoshard.export.plan_json import ExportedPlan
 from autoshard.runtime.result import FitResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _machine_load import cpu_seconds, foreign_cores
+from _common import cpu_seconds, foreign_cores, positive
 
 SCRIPT = Path(__file__).resolve()
 BACKENDS = ("ddp", "fsdp", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3")
@@ -117,27 +117,17 @@ class SideRun:
 # -- command line --------------------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, but got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, but got {value}")
-    return value
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line; ``argparse`` exits with status 2 on a bad argument."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(DEFAULT_BACKENDS))
-    parser.add_argument("--processes", type=_positive, default=2, help="gloo processes (ranks) per side")
+    parser.add_argument("--processes", type=positive, default=2, help="gloo processes (ranks) per side")
     parser.add_argument("--model", default="tiny-gpt2", help="catalog name or model file")
-    parser.add_argument("--batch-size", type=_positive, default=4, help="micro-batch per rank")
-    parser.add_argument("--seq-len", type=_positive, default=64, help="ignored for models without sequences")
-    parser.add_argument("--steps", type=_positive, default=30, help="measured steps per run")
+    parser.add_argument("--batch-size", type=positive, default=4, help="micro-batch per rank")
+    parser.add_argument("--seq-len", type=positive, default=64, help="ignored for models without sequences")
+    parser.add_argument("--steps", type=positive, default=30, help="measured steps per run")
     parser.add_argument("--warmup", type=int, default=5, help="unmeasured steps before them")
-    parser.add_argument("--repeats", type=_positive, default=3, help="rounds of (hand-written, fit) runs")
+    parser.add_argument("--repeats", type=positive, default=3, help="rounds of (hand-written, fit) runs")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="stop one side's workers after this long")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks/fit_overhead.json"))
     parser.add_argument("--hand-worker", action="store_true", help=argparse.SUPPRESS)

@@ -65,7 +65,7 @@ from autoshard.tuner.result import TrialConfig
 from autoshard.tuner.space import SearchSpace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _machine_load import cpu_seconds, foreign_cores
+from _common import cpu_seconds, foreign_cores, positive
 
 MODEL = "tiny-gpt2"
 SEQ_LEN = 64
@@ -854,27 +854,17 @@ def grid_summary(rows: list[dict[str, Any]], threshold: float, max_foreign_cores
 # -- main ----------------------------------------------------------------------------------------------------
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, but got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, but got {value}")
-    return value
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line; ``argparse`` exits with status 2 on a bad argument. ``--quick`` changes the defaults
     of ``--seeds`` (3) and ``--repeats`` (1) and uses :data:`QUICK_GRID`."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the 8-configuration grid, 3 seeds, 1 run each")
-    parser.add_argument("--seeds", type=_positive, default=None, help="replay seeds (default 20; 3 with --quick)")
-    parser.add_argument("--repeats", type=_positive, default=None,
+    parser.add_argument("--seeds", type=positive, default=None, help="replay seeds (default 20; 3 with --quick)")
+    parser.add_argument("--repeats", type=positive, default=None,
                         help="runs per grid configuration (default 3; 1 with --quick)")
-    parser.add_argument("--steps", type=_positive, default=20, help="optimizer steps per trial")
+    parser.add_argument("--steps", type=positive, default=20, help="optimizer steps per trial")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps at the start of each trial")
-    parser.add_argument("--processes", type=_positive, default=2, help="gloo processes (GPUs on a GPU machine)")
+    parser.add_argument("--processes", type=positive, default=2, help="gloo processes (GPUs on a GPU machine)")
     parser.add_argument("--quiet-cores", type=float, default=0.25,
                         help="a grid run during which other processes kept more cores busy is disturbed")
     parser.add_argument("--retries", type=int, default=2, help="times a disturbed grid run is measured again")

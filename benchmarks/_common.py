@@ -1,11 +1,11 @@
-"""How busy the machine was while a benchmark measured: CPU seconds other processes used, from /proc/stat.
-
-Shared by the benchmarks that time short runs on a small machine, where another process on the same cores
-moves a figure by more than the effect being measured.
+"""What the benchmarks share: how busy the machine was while they measured (CPU seconds other processes used,
+from /proc/stat — on a small machine another process on the same cores moves a figure by more than the effect
+being measured), and their command-line number parsing.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -39,3 +39,14 @@ def foreign_cores(before: tuple[float, float] | None, after: tuple[float, float]
         return None
     other_s = (after[0] - before[0]) - (after[1] - before[1])
     return round(max(other_s, 0.0) / wall_s, 3)
+
+
+def positive(text: str) -> int:
+    """``argparse`` type: a positive whole number."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, but got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, but got {value}")
+    return value

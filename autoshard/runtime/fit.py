@@ -3,7 +3,6 @@ one worker per device itself."""
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import os
@@ -225,12 +224,6 @@ def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitRe
     explicit = planning.load_plan(options.plan)
     device_type = explicit[0].hardware.device_type if explicit else ("cuda" if torch.cuda.is_available() else "cpu")
     ctx = join(launch, device_type=device_type)
-    if ctx.owns_group:
-        # The group stays up for the caller (an FSDP2-sharded module still needs it), but a process that exits
-        # with a live gloo group can abort in teardown ("terminate called without an active exception", seen
-        # under torchrun): destroy it at interpreter exit, before the C++ threads are torn down.
-        atexit.unregister(_destroy_group_at_exit)  # once, however many times fit() is called
-        atexit.register(_destroy_group_at_exit)
     payload: dict[str, Any] = {}
     if ctx.is_main:
         try:
@@ -245,13 +238,6 @@ def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitRe
         raise supervisor.rebuild_error(err["type"], message, err.get("hint"))
     exported = plan_json.loads(json.dumps(payload["plan"]), source="rank 0's plan")
     return train(job, exported, ctx, list(payload["notes"]))
-
-
-def _destroy_group_at_exit() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:

@@ -85,7 +85,7 @@ def test_resume_gives_the_same_next_losses(strategy: str, tmp_path: Path) -> Non
 
 
 @pytest.mark.slow  # known issue: in 2 of 4 fresh-clone CI runs a rank aborted in interpreter teardown after training
-# ("terminate called without an active exception"); never reproduced locally (8 of 8 passed). docs/fit.md.
+# ("terminate called without an active exception"); never reproduced locally (6 of 6 passed). docs/fit.md.
 def test_fit_under_torchrun_every_rank_trains_the_same_plan() -> None:
     from autoshard.runtime.supervisor import free_port
 

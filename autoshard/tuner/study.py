@@ -30,11 +30,10 @@ from autoshard.strategies import get
 from autoshard.tuner import storage as storage_mod
 from autoshard.tuner.cache import ResultCache, default_dir
 from autoshard.tuner.pruner import SlowerThanBestPruner
+from autoshard.tuner.records import best_record, record
 from autoshard.tuner.result import (
     FailureClass,
     TrialConfig,
-    TrialRecord,
-    TrialState,
     TuneResult,
 )
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialSpec, run_trial
@@ -462,38 +461,6 @@ def _describe(config: TrialConfig) -> str:
     if config.activation_checkpointing:
         parts.append("ckpt")
     return " ".join(parts)
-
-
-def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
-    """A stored trial as a :class:`TrialRecord`."""
-    attrs = t.user_attrs
-    failure = attrs.get("failure")
-    state = {optuna.trial.TrialState.COMPLETE: TrialState.COMPLETE, optuna.trial.TrialState.PRUNED: TrialState.PRUNED,
-             optuna.trial.TrialState.FAIL: TrialState.FAILED, optuna.trial.TrialState.RUNNING: TrialState.RUNNING,
-             optuna.trial.TrialState.WAITING: TrialState.WAITING}[t.state]
-    if state is TrialState.COMPLETE and any(v > 0 for v in t.constraints.values()):
-        state = TrialState.INFEASIBLE
-    if t.state == optuna.trial.TrialState.FAIL and failure is None:
-        failure = FailureClass.STALE.value  # failed by Optuna's heartbeat check
-    config = attrs.get("config")
-    measured = state in (TrialState.COMPLETE, TrialState.PRUNED)
-    return TrialRecord(
-        number=t.number, state=state, config=None if config is None else TrialConfig(**config),
-        samples_per_s=attrs.get("samples_per_s") if state is TrialState.COMPLETE else None,
-        tokens_per_s=attrs.get("tokens_per_s") if state is TrialState.COMPLETE else None,
-        step_time_s=attrs.get("step_time_s") if measured else None,
-        peak_memory_bytes=attrs.get("peak_memory_bytes"), peak_memory_kind=attrs.get("peak_memory_kind"),
-        predicted_peak_bytes=attrs.get("predicted_peak_bytes"),
-        predicted_samples_per_s=attrs.get("predicted_samples_per_s"),
-        failure=None if failure is None else FailureClass(failure), message=attrs.get("message"),
-        cached=bool(attrs.get("cached", False)), duplicate_of=attrs.get("duplicate_of"),
-        duration_s=attrs.get("duration_s"))
-
-
-def best_record(records: Sequence[TrialRecord]) -> TrialRecord | None:
-    """The fastest measured feasible trial."""
-    measured = [r for r in records if r.state is TrialState.COMPLETE and r.samples_per_s is not None]
-    return max(measured, key=lambda r: r.samples_per_s or 0.0) if measured else None
 
 
 def exported_plan(plan: Plan, config: TrialConfig) -> ExportedPlan:

@@ -1,20 +1,22 @@
-"""benchmarks/memory_accuracy.py: on CPU the prediction and the real step count with the same tracker."""
+"""benchmarks/memory_accuracy.py and its ground truth (benchmarks/_allocator.py), on CPU."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import sys
+import threading
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_accuracy.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def bench():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("memory_accuracy", SCRIPT)
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
@@ -22,7 +24,62 @@ def bench():  # type: ignore[no-untyped-def]
     return module
 
 
-def test_cpu_prediction_matches_real_step_exactly_and_report_is_written(bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return _load("memory_accuracy")
+
+
+@pytest.fixture(scope="module")
+def allocator() -> ModuleType:
+    return _load("_allocator")
+
+
+def test_probe_measures_the_allocators_peak_after_the_mark(allocator: ModuleType) -> None:
+    with allocator.PeakProbe(torch.device("cpu")) as probe:
+        kept = torch.empty(1000, dtype=torch.float32)  # 4,000 B, alive across the mark
+        before = torch.empty(10_000, dtype=torch.uint8)  # the highest point before the mark
+        del before
+        probe.mark()
+        transient = torch.empty(3000, dtype=torch.uint8)
+        also = torch.empty(500, dtype=torch.float64)  # 4,000 B
+        del transient, also
+        probe.step_end()
+        del kept
+    peak = probe.result()
+    assert peak.before_mark_peak_bytes == 14_000
+    assert peak.peak_bytes == 4_000 + 3_000 + 4_000
+    assert peak.drift_bytes == 0
+
+
+def test_a_block_freed_on_another_thread_counts_until_its_address_is_handed_out_again(allocator: ModuleType
+                                                                                        ) -> None:
+    # (time, bytes, address): 100 B at address 7 freed unseen, then 7 handed out again; 50 B at 8 freed in view.
+    timeline = [(0, 100, 7), (1, 30, 9), (2, 0, -1), (3, 100, 7), (4, 50, 8), (5, -50, 8), (6, 0, -2),
+                (7, -999, 123)]  # a block from before the probe: ignored
+    peak = allocator.peak_of(timeline)
+    assert peak.before_mark_peak_bytes == 130
+    assert peak.peak_bytes == 180  # 100 (one block at 7, not two) + 30 + 50
+    assert peak.drift_bytes == 0
+
+
+def test_a_block_freed_on_another_thread_is_seen_as_drift_or_reuse_in_a_real_run(allocator: ModuleType) -> None:
+    with allocator.PeakProbe(torch.device("cpu")) as probe:
+        probe.mark()
+        holder = [torch.empty(50_000, dtype=torch.uint8)]
+        thread = threading.Thread(target=holder.clear)  # freed on a thread the profiler does not follow
+        thread.start()
+        thread.join()
+        probe.step_end()
+    assert probe.result().drift_bytes == 50_000  # still counted: the replay has no way to know
+
+
+def test_probe_without_a_mark_says_so(allocator: ModuleType) -> None:
+    with pytest.raises(ValueError, match="no mark"), allocator.PeakProbe(torch.device("cpu")):
+        torch.empty(10)
+
+
+def test_single_device_prediction_matches_the_allocator_and_report_is_written(bench: ModuleType,
+                                                                              tmp_path: Path) -> None:
     cases = [
         bench.Case("tiny-gpt2", 2, 32, "32-true", False),
         bench.Case("tiny-llama", 2, 32, "bf16-mixed", True),
@@ -32,16 +89,54 @@ def test_cpu_prediction_matches_real_step_exactly_and_report_is_written(bench, t
     report = json.loads((tmp_path / "memory_accuracy.json").read_text())
     rows = report["rows"]
     assert [r["error"] for r in rows] == [None, None]
-    assert [r["predicted_bytes"] for r in rows] == [r["measured_bytes"] for r in rows]
-    assert [r["error_pct"] for r in rows] == [0.0, 0.0]
-    assert report["summary"]["max_abs_error_pct"] == 0.0
+    assert all(abs(r["error_pct"]) < 1.0 for r in rows), rows
+    assert report["summary"]["by_strategy"]["single"]["measured"] == 2
     assert report["meta"]["torch"] and report["meta"]["command"].startswith("python benchmarks/memory_accuracy.py")
     markdown = (tmp_path / "memory_accuracy.md").read_text()
-    assert "| tiny-llama | bf16-mixed | 2 | 32 | on |" in markdown
+    assert "| tiny-llama | single | 1 | bf16-mixed | 2 | 32 | on | defaults |" in markdown
 
 
-def test_failed_case_is_recorded_in_its_row_not_raised(bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    cases = [bench.Case("no-such-model", 1, None, "32-true", False)]
+def test_distributed_cases_train_the_plan_in_real_and_fake_process_groups(bench: ModuleType, tmp_path: Path) -> None:
+    """DDP in two gloo processes and FSDP2 as rank 0 of four: each rank's allocator peak against the planner."""
+    cases = [
+        bench.Case("tiny-gpt2", 4, 64, "32-true", False, strategy="ddp", world_size=2, process_group="real"),
+        bench.Case("tiny-llama", 4, 64, "32-true", False, strategy="fsdp", world_size=4, process_group="fake"),
+    ]
     assert bench.main(["--device", "cpu", "--out", str(tmp_path)], cases=cases) == 0
-    row = json.loads((tmp_path / "memory_accuracy.json").read_text())["rows"][0]
-    assert row["error"] and row["measured_bytes"] is None
+    rows = json.loads((tmp_path / "memory_accuracy.json").read_text())["rows"]
+    assert [r["error"] for r in rows] == [None, None], rows
+    ddp, fsdp = rows
+    assert len(ddp["ranks_bytes"]) == 2 and 2 <= len(ddp["runs_bytes"]) <= bench.MAX_RUNS
+    assert len(fsdp["ranks_bytes"]) == 1
+    # The figures the published table reports for these two cases: both within the project's 3 % target.
+    assert abs(ddp["error_pct"]) < 3.0 and abs(fsdp["error_pct"]) < 3.0, rows
+    # FSDP2 over 4 ranks keeps a quarter of the model states: well under DDP's whole copy of a similar model.
+    assert fsdp["measured_bytes"] < ddp["measured_bytes"]
+
+
+def test_failed_case_is_recorded_in_its_row_not_raised(bench: ModuleType, tmp_path: Path) -> None:
+    cases = [bench.Case("no-such-model", 1, None, "32-true", False),
+             bench.Case("tiny-gpt2", 1, 64, "32-true", False, strategy="ddp", world_size=2, process_group="real",
+                        settings=(("no_such_knob", 1),))]
+    assert bench.main(["--device", "cpu", "--out", str(tmp_path)], cases=cases) == 0
+    rows = json.loads((tmp_path / "memory_accuracy.json").read_text())["rows"]
+    assert all(r["error"] and r["measured_bytes"] is None for r in rows)
+    assert "no_such_knob" in rows[1]["error"]
+
+
+@pytest.mark.parametrize("flags", [["--models", "no-such-model"], ["--strategies", "no-such-strategy"]])
+def test_filters_name_what_the_grid_has(bench: ModuleType, tmp_path: Path, flags: list[str],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--device", "cpu", "--out", str(tmp_path), *flags])
+    assert info.value.code == 2
+    assert "not in the grid" in capsys.readouterr().err
+
+
+def test_grids_cover_every_strategy_family_and_larger_worlds(bench: ModuleType) -> None:
+    grid = bench.GRIDS["cpu"]()
+    strategies = {c.strategy for c in grid}
+    assert {"single", "ddp", "fsdp", "fsdp_shard_grad_op", "deepspeed_stage_1", "deepspeed_stage_2",
+            "deepspeed_stage_3"} <= strategies
+    assert {c.world_size for c in grid if c.process_group == "fake"} == {4, 8}
+    assert {c.precision for c in grid} == {"32-true", "bf16-mixed"}

@@ -131,9 +131,15 @@ def _done(position: Position, config: LoopConfig) -> bool:
 
 
 def _loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool, checked: bool) -> torch.Tensor:
-    """Forward and loss; on the first micro-batch, a failure names what arrived."""
-    if checked:
-        return loss_fn(backend.forward(batch, sync=sync), batch)
+    """Forward and loss, both under the backend's autocast; on the first micro-batch, a failure names what
+    arrived."""
+    with backend.autocast():
+        if checked:
+            return loss_fn(backend.forward(batch, sync=sync), batch)
+        return _first_loss(backend, loss_fn, batch, sync=sync)
+
+
+def _first_loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool) -> torch.Tensor:
     try:
         output = backend.forward(batch, sync=sync)
     except (torch.OutOfMemoryError, MemoryError):

@@ -131,6 +131,7 @@ class FSDPStrategy(Strategy):
             orig_bytes=orig, gather_bytes=gather, reduce_bytes=reduce,
             forward_prefetch=values["forward_prefetch"], backward_prefetch=values["backward_prefetch"],
             round_bytes=_rounding(workload), optimizer=workload.optimizer, foreach=bool(values["foreach"]),
+            reduce_scatter_copies_input=hardware.backend == "gloo",
         ), values
 
     def _shard_size(self, hardware: HardwareSpec) -> int:

@@ -114,6 +114,10 @@ class Layout:
     """The optimizer's name (``adamw``, ``adam``, ``sgd``, ``adafactor``)."""
     foreach: bool
     """Whether the optimizer runs its multi-tensor (foreach) implementation on the shards."""
+    reduce_scatter_copies_input: bool = False
+    """gloo: ``ProcessGroupGloo``'s ``_reduce_scatter_base`` clones its input (seen in the allocator's trace as
+    ``aten::clone`` under ``c10d::_reduce_scatter_base_``, torch 2.13.0), and the clone lives with the work
+    FSDP2 keeps until the next unit's reduce-scatter, as the input itself does. NCCL reduces in place."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -239,6 +243,9 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     def rs_in(u: Sequence[int]) -> int:
         return rnd(shard(u) * n * r)
 
+    def rs_copy(u: Sequence[int]) -> int:  # the backend's copy of the input, alive with the collective's work
+        return rs_in(u) if layout.reduce_scatter_copies_input else 0
+
     def rs_out(u: Sequence[int]) -> int:  # reduce_output, then its cast to the parameter dtype
         return rnd(shard(u) * r) + (rnd(shard(u) * o) if r != o else 0)
 
@@ -312,18 +319,18 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
         before = head_grads + done_grads
         add("backward", f"block {k} reduce-scatter copy-in", common + rs_in(block), below,
             gradients=before + grads(block))
-        add("backward", f"block {k} reduce-scatter", common + rs_in(block) + rs_out(block), below,
+        add("backward", f"block {k} reduce-scatter", common + rs_in(block) + rs_copy(block) + rs_out(block), below,
             gradients=before + last_grad(block))
         done_grads += sharded_grad(block)
         held_ar += ar_held(block)
-        held_rs = rs_in(block)
+        held_rs = rs_in(block) + rs_copy(block)
     if root:
         root_grads = grads(root)
         add("backward", "root post-backward", g_root + held_rs + held_ar, acts.inputs,
             gradients=root_grads + done_grads)
         add("backward", "root reduce-scatter copy-in", held_ar + rs_in(root), acts.inputs,
             gradients=root_grads + done_grads)
-        add("backward", "root reduce-scatter", held_ar + rs_in(root) + rs_out(root), acts.inputs,
+        add("backward", "root reduce-scatter", held_ar + rs_in(root) + rs_copy(root) + rs_out(root), acts.inputs,
             gradients=last_grad(root) + done_grads)
         done_grads += sharded_grad(root)
 

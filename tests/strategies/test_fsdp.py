@@ -158,8 +158,9 @@ def workload(model: str) -> Workload:
 
 
 def cpu_hardware(world_size: int, nodes: int = 1) -> HardwareSpec:
-    """``world_size`` CPU processes (gloo) on ``nodes`` nodes."""
-    return HardwareSpec(source="detected", origin="test", device_type="cpu", backend="gloo", nodes=nodes,
+    """``world_size`` CPU processes on ``nodes`` nodes, joined by the fake backend these tests trace on (its
+    collectives copy nothing, unlike gloo's reduce-scatter: ``Layout.reduce_scatter_copies_input``)."""
+    return HardwareSpec(source="detected", origin="test", device_type="cpu", backend="fake", nodes=nodes,
                         processes_per_node=world_size // nodes, node=NodeSpec(name="cpu", gpu=None, gpus=0))
 
 

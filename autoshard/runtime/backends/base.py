@@ -9,6 +9,7 @@ FSDP2 and DeepSpeed, and ``benchmarks/fit_overhead.py`` can compare it with a ha
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +69,17 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def forward(self, batch: Any, *, sync: bool) -> Any:
-        """The model's output for one micro-batch (under autocast where the precision asks for it); ``sync`` is
-        false on all but the last micro-batch of an optimizer step (gradients accumulate locally)."""
+        """The model's output for one micro-batch (the caller holds :meth:`autocast`); ``sync`` is false on all
+        but the last micro-batch of an optimizer step (gradients accumulate locally)."""
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The context forward *and* loss run in: ``torch.autocast`` where the backend trains mixed precision
+        through autocast (DDP), else nothing (FSDP2's policy and DeepSpeed cast the parameters themselves).
+
+        The loss belongs inside it, as in PyTorch's AMP recipe and Lightning's training step: autocast runs
+        ``cross_entropy`` and other reductions in fp32 on 16-bit logits; outside it they run in 16 bits.
+        """
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def backward(self, loss: torch.Tensor, *, sync: bool) -> None:

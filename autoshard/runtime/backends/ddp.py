@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +75,11 @@ class DDPBackend(Backend):
     def forward(self, batch: Any, *, sync: bool) -> Any:
         """Forward through DDP; with ``sync`` false the reducer skips this micro-batch (as ``no_sync()`` does)."""
         self.ddp.require_backward_grad_sync = sync
-        with self.precision.autocast(self.ctx.device):
-            return call_model(self.ddp, self.precision.cast_batch(batch))
+        return call_model(self.ddp, self.precision.cast_batch(batch))
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """``torch.autocast`` for ``16-mixed`` / ``bf16-mixed`` (forward and loss), else nothing."""
+        return self.precision.autocast(self.ctx.device)
 
     def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
         """Backward, through the loss scaler for ``16-mixed``."""

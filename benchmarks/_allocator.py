@@ -80,6 +80,7 @@ class PeakProbe:
         self.device = device
         self._profiler: Any = None
         self._cuda_before: int = 0
+        self._cuda_steps: list[tuple[int, int]] = []
         self._result: Peak | None = None
 
     def __enter__(self) -> PeakProbe:
@@ -104,16 +105,22 @@ class PeakProbe:
             _annotate(MARK)
 
     def step_end(self) -> None:
-        """End of an optimizer step (CPU: for the steady-state check)."""
-        if self.device.type != "cuda":
+        """End of an optimizer step: CPU, for the steady-state check; CUDA, the step's peak is read now (a
+        training loop may reset the statistics when the next step starts, as ``autoshard.runtime.loop`` does)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self._cuda_steps.append((torch.cuda.max_memory_allocated(self.device),
+                                     torch.cuda.max_memory_reserved(self.device)))
+        else:
             _annotate(STEP_END)
 
     def __exit__(self, *exc: object) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-            self._result = Peak(peak_bytes=torch.cuda.max_memory_allocated(self.device),
-                                before_mark_peak_bytes=self._cuda_before,
-                                reserved_bytes=torch.cuda.max_memory_reserved(self.device), drift_bytes=0, events=0)
+            steps = [*self._cuda_steps, (torch.cuda.max_memory_allocated(self.device),
+                                         torch.cuda.max_memory_reserved(self.device))]
+            self._result = Peak(peak_bytes=max(a for a, _ in steps), before_mark_peak_bytes=self._cuda_before,
+                                reserved_bytes=max(r for _, r in steps), drift_bytes=0, events=0)
             return
         with _stderr_silenced():
             self._profiler.__exit__(*exc)

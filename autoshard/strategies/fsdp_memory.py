@@ -115,9 +115,9 @@ class Layout:
     foreach: bool
     """Whether the optimizer runs its multi-tensor (foreach) implementation on the shards."""
     reduce_scatter_copies_input: bool = False
-    """gloo: ``ProcessGroupGloo``'s ``_reduce_scatter_base`` clones its input (seen in the allocator's trace as
-    ``aten::clone`` under ``c10d::_reduce_scatter_base_``, torch 2.13.0), and the clone lives with the work
-    FSDP2 keeps until the next unit's reduce-scatter, as the input itself does. NCCL reduces in place."""
+    """gloo: ``ProcessGroupGloo``'s ``_reduce_scatter_base`` clones its input for the collective (seen in the
+    allocator's trace as ``aten::clone`` under ``c10d::_reduce_scatter_base_``, torch 2.13.0); the clone goes
+    with the collective's work, when the call returns. NCCL reduces in place."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -243,7 +243,7 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     def rs_in(u: Sequence[int]) -> int:
         return rnd(shard(u) * n * r)
 
-    def rs_copy(u: Sequence[int]) -> int:  # the backend's copy of the input, alive with the collective's work
+    def rs_copy(u: Sequence[int]) -> int:  # the backend's copy of the input, alive during the collective
         return rs_in(u) if layout.reduce_scatter_copies_input else 0
 
     def rs_out(u: Sequence[int]) -> int:  # reduce_output, then its cast to the parameter dtype
@@ -323,7 +323,7 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
             gradients=before + last_grad(block))
         done_grads += sharded_grad(block)
         held_ar += ar_held(block)
-        held_rs = rs_in(block) + rs_copy(block)
+        held_rs = rs_in(block)
     if root:
         root_grads = grads(root)
         add("backward", "root post-backward", g_root + held_rs + held_ar, acts.inputs,

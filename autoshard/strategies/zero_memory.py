@@ -48,8 +48,10 @@ class _Step:
     backward_progress: float
     """Fraction of the gradients already produced at that point (0 = start of backward)."""
     backward_saved: int
-    """Saved activations and inputs at that point: what is still alive a moment later, when the first gradient
-    hook runs, once the loss gradient's temporaries are gone."""
+    """Saved activations and inputs alive when the first gradient hook runs: those at the trace's backward high
+    point, once the loss gradient's temporaries are gone — and, when that high point is before any gradient
+    exists, at most what the repeated blocks saved (the head's and the loss's are freed by the time the first
+    parameter's gradient is accumulated)."""
 
 
 def model_dtype_bytes(precision: Precision) -> int:
@@ -93,13 +95,27 @@ def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step
     phases = trace.phases(micro_batch)
     backward = phases["backward"]
     full_gradients = sum(workload.parameter_numels) * model_dtype_bytes(trace.precision)
+    saved = backward.activations + backward.inputs
+    blocks = _blocks_saved(trace, micro_batch)
+    if backward.gradients == 0 and blocks is not None:
+        saved = min(saved, blocks + backward.inputs)
     return _Step(
         activations={p: trace.activation_bytes(p, micro_batch) for p in phases},
         inputs=phases["optimizer"].inputs,
         backward_gradient_bytes=backward.gradients,
         backward_progress=min(1.0, backward.gradients / max(full_gradients, 1)),
-        backward_saved=backward.activations + backward.inputs,
+        backward_saved=saved,
     )
+
+
+def _blocks_saved(trace: StepTrace, micro_batch: int) -> int | None:
+    """Activations the repeated blocks save in forward at ``micro_batch`` (affine in the batch); ``None`` for a
+    model without repeated blocks."""
+    one = [b.activation_bytes for b in trace.at_1.blocks]
+    two = [b.activation_bytes for b in trace.at_2.blocks]
+    if not one:
+        return None
+    return sum(a + (b - a) * (micro_batch - 1) if b else a * micro_batch for a, b in zip(one, two, strict=False))
 
 
 # -- model states ---------------------------------------------------------------------------------------------

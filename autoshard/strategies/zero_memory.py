@@ -439,8 +439,13 @@ def _zero3(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candida
     phases = {
         "forward": max(phase(step.inputs, start), phase(act["forward"], boundary), key=_Phase.total),
         "loss": phase(act["loss"], boundary),
+        # The head's backward comes first: what the loss phase holds, the parameters gathered at the boundary,
+        # and the head weight's full gradient (taken as the largest tensor), alive until the hook copies it into
+        # the bucket. Under checkpointing the trace's own backward high point comes later (its gradients pile up
+        # on one device), so this moment is not in it.
         "backward": max(phase(act["backward"], backward_gathered, scatter_copy if started else 0),
-                        phase(step.backward_saved, boundary, scatter_copy), key=_Phase.total),
+                        phase(step.backward_saved, boundary, scatter_copy),
+                        phase(act["loss"], boundary, layout.largest_gathered_numel * copies * lp), key=_Phase.total),
     }
     # step(): every gathered parameter is released first (_partition_all_parameters, persistent ones too; they
     # are re-gathered in _post_step); per sub-group the gradient partition is flattened and cast to fp32.

@@ -33,7 +33,6 @@ Target (issue "fit() overhead"): fit()'s step time within 2 % of the hand-writte
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import importlib.metadata
 import json
@@ -55,7 +54,7 @@ from autoshard.export.plan_json import ExportedPlan
 from autoshard.runtime.result import FitResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import cpu_seconds, foreign_cores, positive
+from _common import cpu_model, cpu_seconds, foreign_cores, positive
 
 SCRIPT = Path(__file__).resolve()
 BACKENDS = ("ddp", "fsdp", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3")
@@ -446,14 +445,6 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def environment(argv: Sequence[str]) -> dict[str, Any]:
     """Date, machine, versions and the command line."""
     import autoshard
@@ -464,7 +455,7 @@ def environment(argv: Sequence[str]) -> dict[str, Any]:
         ds_version = None
     return {
         "date": datetime.date.today().isoformat(),
-        "machine": _cpu_model(),
+        "machine": cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,

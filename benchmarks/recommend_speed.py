@@ -24,7 +24,6 @@ Writes docs/benchmarks/recommend_speed.{md,json}. Target (issue "Decide"): llama
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
@@ -46,7 +45,7 @@ from autoshard.errors import AutoshardError
 from autoshard.models import load_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import cpu_seconds, foreign_cores, positive
+from _common import cpu_model, cpu_seconds, foreign_cores, positive
 
 SCRIPT = Path(__file__).resolve()
 DEFAULT_MODELS = ("gpt2", "gpt2-xl", "llama-2-7b", "llama-2-13b", "llama-2-70b")
@@ -238,21 +237,13 @@ def environment(argv: Sequence[str]) -> dict[str, Any]:
     """Date, machine, versions and the benchmark's command line."""
     return {
         "date": datetime.date.today().isoformat(),
-        "machine": _cpu_model(),
+        "machine": cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "autoshard": autoshard.__version__,
         "command": shlex.join(["python", _script_path(), *argv]),
     }
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def _script_path() -> str:

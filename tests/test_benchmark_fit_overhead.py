@@ -7,7 +7,6 @@ JSON and the table written), never timing values.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,18 +17,15 @@ from typing import Any
 
 import pytest
 
+from tests.benchmark_scripts import load
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "fit_overhead.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fit_overhead", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
+    return load("fit_overhead")
 
 
 def run_benchmark(args: list[str], tmp_path: Path, timeout: float) -> tuple[dict[str, Any], str]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -12,26 +10,17 @@ from types import ModuleType
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmark_scripts import load
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    return _load("memory_accuracy")
+    return load("memory_accuracy")
 
 
 @pytest.fixture(scope="module")
 def allocator() -> ModuleType:
-    return _load("_allocator")
+    return load("_allocator")
 
 
 def test_probe_measures_the_allocators_peak_after_the_mark(allocator: ModuleType) -> None:

@@ -8,11 +8,9 @@ synthetic throughput table, so the test checks the benchmark's plumbing and arit
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import itertools
 import json
 import math
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
@@ -23,19 +21,12 @@ import pytest
 from autoshard.strategies.base import Knob
 from autoshard.tuner.result import TrialConfig
 from autoshard.tuner.space import SearchSpace, StrategySpace
-
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "tune_efficiency.py"
+from tests.benchmark_scripts import load
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tune_efficiency", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(module)
-    return module
+    return load("tune_efficiency")
 
 
 @pytest.fixture(scope="module")

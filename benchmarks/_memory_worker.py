@@ -64,7 +64,7 @@ def _run(run_dir: Path) -> None:
     if case["process_group"] == "fake":
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
-        world = exported.world_size
+        world = exported.hardware.world_size
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
         launch = LaunchInfo(rank=0, world_size=world, local_rank=0, local_world_size=world, master_addr=None,
                             master_port=None)

@@ -230,16 +230,19 @@ HANDOVER_S = 0.001
 
 @contextlib.contextmanager
 def released_on_caller() -> Iterator[dict[str, int]]:
-    """Synchronous ``torch.distributed`` collectives return once gloo's thread has released their tensors.
+    """Make the caller's thread, not gloo's, free what a ``torch.distributed`` collective held.
 
-    A synchronous gloo collective returns when its work's future completes; gloo's worker thread drops its own
-    reference to the work — and so to the tensors — a moment later (``ProcessGroupGloo::runLoop``). If the
-    caller frees a tensor in that moment, the free happens on gloo's thread, which the profiler does not follow.
-    Each wrapped call waits (at most :data:`RELEASE_WAIT_S`) until every tensor argument's storage has the
-    reference count it had before the call. Memory is unchanged; only who frees it is.
+    A gloo collective completes its work's future on gloo's worker thread, which drops its own reference to the
+    work a moment later (``ProcessGroupGloo::runLoop``). If that reference is the last, the work's tensors —
+    the arguments, and gloo's own copies such as ``_reduce_scatter_base``'s clone of its input — are freed on
+    gloo's thread, which the profiler does not follow. So each wrapped synchronous call runs asynchronously,
+    waits, gives gloo's thread :data:`HANDOVER_S` to let go and drops the work here, then waits (at most
+    :data:`RELEASE_WAIT_S`) until every tensor argument's storage has the reference count it had before the
+    call. An asynchronous call's work gets the same pause after its ``wait()``. Memory is unchanged; only the
+    thread that frees it. A wrapped synchronous call returns ``None``, as the wrapped ones do.
 
     Yields:
-        Counters: ``waits`` (calls that had to wait), ``timeouts`` (calls that gave up waiting).
+        Counters: ``waits`` (calls that had to wait for the reference counts), ``timeouts`` (calls that gave up).
     """
     import torch.distributed as dist
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import datetime
 import gc
 import importlib.metadata
@@ -50,7 +51,8 @@ import torch
 from torch.utils._pytree import tree_map
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the probe beside this script, however it is loaded
-from _allocator import PeakProbe
+from _allocator import RELEASE_WAIT_S, PeakProbe
+from _common import cpu_model
 
 import autoshard
 from autoshard.models.source import ModelSource, call_model, default_loss
@@ -66,7 +68,7 @@ from autoshard.profiler.trace import (
 
 SKIP_ABOVE_FRACTION = 0.90
 """A case whose prediction exceeds this fraction of the device's memory is skipped, not run."""
-WORKER = Path(os.environ.get("AUTOSHARD_MEMORY_WORKER", Path(__file__).resolve().parent / "_memory_worker.py"))
+WORKER = Path(__file__).resolve().parent / "_memory_worker.py"
 WARM_STEPS = 1
 """Optimizer steps before the measured window: optimizer state exists, ZeRO-3 has traced its module order."""
 MEASURED_STEPS = 2
@@ -261,16 +263,29 @@ def predict_distributed(case: Case, device: torch.device) -> tuple[int, Any]:
     from autoshard.strategies import get
     from autoshard.strategies.base import Candidate
 
-    source = _load(case)
-    hardware = _planned_for(case, _hardware(case, device))
-    plan = autoshard.recommend(source, hardware=hardware, batch_size=case.batch_size,
-                               global_batch_size=case.batch_size * case.world_size, seq_len=case.seq_len,
-                               precision=case.precision, strategies=[case.strategy])
+    if case.num_layers is not None:
+        raise ValueError("distributed cases train the model as published (num_layers is for single cases).")
+    plan = _plan(case.model, case.precision, case.seq_len, case.world_size, case.process_group, case.strategy,
+                 device.type)
+    request = dataclasses.replace(plan.request, micro_batch_size=case.batch_size,
+                                  global_batch_size=case.batch_size * case.world_size)
     candidate = Candidate(strategy=case.strategy, micro_batch_size=case.batch_size,
                           activation_checkpointing=case.checkpointing, settings=dict(case.settings))
-    evaluation = evaluate(get(case.strategy), plan.workload, plan.hardware, plan.request, candidate)
-    exported = plan_json.from_plan(dataclasses.replace(plan, recommended=evaluation))
+    evaluation = evaluate(get(case.strategy), plan.workload, plan.hardware, request, candidate)
+    exported = plan_json.from_plan(dataclasses.replace(plan, request=request, recommended=evaluation))
     return evaluation.memory.gpu.total, exported
+
+
+@functools.cache
+def _plan(model: str, precision: str, seq_len: int | None, world_size: int, process_group: str, strategy: str,
+          device_type: str) -> Any:
+    """One plan (and so one trace of the model) for every case that differs only in micro-batch,
+    checkpointing and knobs: the workload traces both checkpointing variants."""
+    case = Case(model, 1, seq_len, precision, False, strategy=strategy, world_size=world_size,
+                process_group=process_group)
+    hardware = _planned_for(case, _hardware(case, torch.device(device_type)))
+    return autoshard.recommend(_load(case), hardware=hardware, batch_size=1, global_batch_size=world_size,
+                               seq_len=seq_len, precision=precision, strategies=[strategy])
 
 
 def measure_distributed(case: Case, exported: Any) -> dict[str, Any]:
@@ -290,7 +305,7 @@ def measure_distributed(case: Case, exported: Any) -> dict[str, Any]:
     top = max(range(len(per_rank)), key=per_rank.__getitem__)
     return {"allocated": per_rank[top], "reserved": min(run["reserved"] or 0 for run in runs) or None,
             "drift": min(run["drift"] for run in runs), "ranks": per_rank,
-            "runs": [run["ranks"] for run in runs]}
+            "runs": [run["ranks"] for run in runs], "timeouts": sum(run["timeouts"] for run in runs)}
 
 
 def _confirmed(runs: list[dict[str, Any]]) -> bool:
@@ -308,8 +323,6 @@ def _run_once(case: Case, exported: Any) -> dict[str, Any]:
     from autoshard.export import plan_json
     from autoshard.runtime.supervisor import run_workers
 
-    if case.num_layers is not None:
-        raise ValueError("distributed cases train the model as published (num_layers is for single cases).")
     processes = case.world_size if case.process_group == "real" else 1
     environ = dict(os.environ, OMP_NUM_THREADS="1")
     environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path.cwd()), environ.get("PYTHONPATH", "")) if p)
@@ -323,7 +336,8 @@ def _run_once(case: Case, exported: Any) -> dict[str, Any]:
                     timeout_s=CASE_TIMEOUT_S, grace_s=5.0, log_rank0=True)
         ranks = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(processes)]
     return {"reserved": max(r["reserved_bytes"] or 0 for r in ranks) or None,
-            "drift": max(r["drift_bytes"] for r in ranks), "ranks": [r["peak_bytes"] for r in ranks]}
+            "drift": max(r["drift_bytes"] for r in ranks), "ranks": [r["peak_bytes"] for r in ranks],
+            "timeouts": sum(r.get("timeouts", 0) for r in ranks)}
 
 
 def run_case(case: Case, device: torch.device, *, skip_above_bytes: int | None) -> dict[str, Any]:
@@ -358,6 +372,9 @@ def run_case(case: Case, device: torch.device, *, skip_above_bytes: int | None) 
         row["drift_bytes"] = measured["drift"]
         row["ranks_bytes"] = measured.get("ranks")
         row["runs_bytes"] = measured.get("runs")
+        if measured.get("timeouts"):
+            row["note"] = (f"{measured['timeouts']} collective(s) still held by gloo after "
+                           f"{RELEASE_WAIT_S * 1e3:.0f} ms: frees may have gone unseen")
         row["error_pct"] = 100.0 * (row["predicted_bytes"] - measured["allocated"]) / measured["allocated"]
     except Exception as exc:  # noqa: BLE001 - a benchmark row records any failure and goes on
         row["error"] = f"{type(exc).__name__}: {exc}"
@@ -391,13 +408,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def machine(device: torch.device) -> dict[str, Any]:
     """What ran the benchmark: CPU model and cores, and the GPU with torch's CUDA version on CUDA."""
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    out: dict[str, Any] = {"cpu": f"{cpu}, {os.cpu_count()} cores", "device": device.type}
+    out: dict[str, Any] = {"cpu": f"{cpu_model()}, {os.cpu_count()} cores", "device": device.type}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         out["gpu"] = torch.cuda.get_device_name(device)

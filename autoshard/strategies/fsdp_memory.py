@@ -197,11 +197,8 @@ def _running_unit(units: Units, gradient_elements: int) -> int | None:
 
 
 def _unit_activations(trace: StepTrace, micro_batch: int, blocks_per_unit: int, units: int) -> tuple[int, ...]:
-    """Activations each unit saves in forward at ``micro_batch`` (affine in the batch like everything else; where
-    the batch-2 profile records none, proportional to the batch-1 figure)."""
-    one = [b.activation_bytes for b in trace.at_1.blocks]
-    two = [b.activation_bytes for b in trace.at_2.blocks]
-    per = [a + (b - a) * (micro_batch - 1) if b else a * micro_batch for a, b in zip(one, two, strict=False)]
+    """Activations each unit saves in forward at ``micro_batch`` (its blocks' together)."""
+    per = trace.block_activation_bytes(micro_batch)
     grouped = tuple(sum(per[i : i + blocks_per_unit]) for i in range(0, len(per), blocks_per_unit))
     return grouped if len(grouped) == units else (0,) * units
 

@@ -97,6 +97,15 @@ class StepTrace:
             out[phase] = MemoryBreakdown(**values)
         return out
 
+    def block_activation_bytes(self, micro_batch: int) -> tuple[int, ...]:
+        """Activations each repeated block saves in forward at ``micro_batch``, in block order (empty without
+        repeated blocks): affine in the batch like everything else, and where the batch-2 profile records none,
+        proportional to the batch-1 figure."""
+        one = [b.activation_bytes for b in self.at_1.blocks]
+        two = [b.activation_bytes for b in self.at_2.blocks]
+        return tuple(a + (b - a) * (micro_batch - 1) if b else a * micro_batch
+                     for a, b in zip(one, two, strict=False))
+
     def activation_bytes(self, phase: str, micro_batch: int) -> int:
         """The highest activations + temporaries + inputs of ``phase`` at ``micro_batch`` — the bytes that are
         not model states, wherever in the phase they peak.

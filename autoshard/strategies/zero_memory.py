@@ -96,9 +96,9 @@ def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step
     backward = phases["backward"]
     full_gradients = sum(workload.parameter_numels) * model_dtype_bytes(trace.precision)
     saved = backward.activations + backward.inputs
-    blocks = _blocks_saved(trace, micro_batch)
-    if backward.gradients == 0 and blocks is not None:
-        saved = min(saved, blocks + backward.inputs)
+    blocks = trace.block_activation_bytes(micro_batch)
+    if backward.gradients == 0 and blocks:
+        saved = min(saved, sum(blocks) + backward.inputs)
     return _Step(
         activations={p: trace.activation_bytes(p, micro_batch) for p in phases},
         inputs=phases["optimizer"].inputs,
@@ -106,16 +106,6 @@ def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step
         backward_progress=min(1.0, backward.gradients / max(full_gradients, 1)),
         backward_saved=saved,
     )
-
-
-def _blocks_saved(trace: StepTrace, micro_batch: int) -> int | None:
-    """Activations the repeated blocks save in forward at ``micro_batch`` (affine in the batch); ``None`` for a
-    model without repeated blocks."""
-    one = [b.activation_bytes for b in trace.at_1.blocks]
-    two = [b.activation_bytes for b in trace.at_2.blocks]
-    if not one:
-        return None
-    return sum(a + (b - a) * (micro_batch - 1) if b else a * micro_batch for a, b in zip(one, two, strict=False))
 
 
 # -- model states ---------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ What the CPU replay cannot see, and how it is handled:
   distributed case more than once and keeps the lowest peak (an unseen free can only overstate one).
   For the collectives called from Python (FSDP2's and DeepSpeed's), :func:`released_on_caller` removes the
   cause: a synchronous collective returns only once gloo's thread has let go of its tensors, so the caller's
-  thread is the one that frees them. (DDP's reducer calls gloo from C++, where this cannot reach.)
+  thread is the one that frees them; DDP's construction-time parameter broadcast goes through it too. (DDP's
+  reducer calls gloo from C++ during backward, where this cannot reach.)
 * blocks alive before the probe started (import-time constants): not counted; start the probe before the model
   is built.
 """
@@ -238,8 +239,10 @@ def released_on_caller() -> Iterator[dict[str, int]]:
     gloo's thread, which the profiler does not follow. So each wrapped synchronous call runs asynchronously,
     waits, gives gloo's thread :data:`HANDOVER_S` to let go and drops the work here, then waits (at most
     :data:`RELEASE_WAIT_S`) until every tensor argument's storage has the reference count it had before the
-    call. An asynchronous call's work gets the same pause after its ``wait()``. Memory is unchanged; only the
-    thread that frees it. A wrapped synchronous call returns ``None``, as the wrapped ones do.
+    call. An asynchronous call's work gets the same pause after its ``wait()``. DDP's construction-time
+    ``_broadcast_coalesced``, which calls gloo from C++, is replaced by the same steps through the wrapped
+    ``broadcast``. Memory is unchanged; only the thread that frees it. A wrapped synchronous call returns
+    ``None``, as the wrapped ones do.
 
     Yields:
         Counters: ``waits`` (calls that had to wait for the reference counts), ``timeouts`` (calls that gave up).
@@ -275,11 +278,38 @@ def released_on_caller() -> Iterator[dict[str, int]]:
 
     for name, fn in saved.items():
         setattr(dist, name, wrap(fn))
+    coalesced = dist._broadcast_coalesced
+    dist._broadcast_coalesced = _broadcast_coalesced  # DDP's construction-time sync of parameters and buffers
     try:
         yield counters
     finally:
+        dist._broadcast_coalesced = coalesced
         for name, fn in saved.items():
             setattr(dist, name, fn)
+
+
+def _broadcast_coalesced(process_group: Any, tensors: list[torch.Tensor], buffer_size: int, src: int = 0) -> None:
+    """c10d's ``broadcast_coalesced`` (``torch/csrc/distributed/c10d/comm.cpp``), through the wrapped
+    ``broadcast``: tensors bucketed by dtype up to ``buffer_size`` bytes (``compute_bucket_assignment_by_size``),
+    each bucket flattened into one new tensor, broadcast from ``src`` and copied back on the other ranks.
+
+    The C++ version frees each flat tensor with its work, and gloo's thread often holds the last reference:
+    DDP's whole-model flat buffer (all parameters) then stayed counted for the rest of a run, on one rank or
+    the other, in some runs only.
+    """
+    import torch.distributed as dist
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    buckets, _ = dist._compute_bucket_assignment_by_size(tensors, [buffer_size])
+    receiving = dist.get_rank(process_group) != src
+    for indices in buckets:
+        bucket = [tensors[i] for i in indices]
+        flat = _flatten_dense_tensors(bucket)
+        dist.broadcast(flat, src, group=process_group)
+        if receiving:
+            for tensor, synced in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
+                tensor.copy_(synced)
+        del flat
 
 
 class _PatientWork:

@@ -33,6 +33,7 @@ __all__ = [
     "split_heads",
     "token_batch",
     "token_loss",
+    "whole_parameters",
 ]
 
 
@@ -295,7 +296,8 @@ def reset_parameters_(module: nn.Module) -> None:
     for m in module.modules():
         reset = getattr(m, "reset_parameters", None)
         if callable(reset):
-            reset()
+            with whole_parameters(m):
+                reset()
 
 
 def init_normal_(module: nn.Module, std: float) -> None:
@@ -305,10 +307,38 @@ def init_normal_(module: nn.Module, std: float) -> None:
     Norm layers keep their ones/zeros. Free under ``meta`` and fake tensors.
     """
     for m in module.modules():
-        if isinstance(m, (nn.Linear, nn.Embedding)):
+        if not isinstance(m, (nn.Linear, nn.Embedding)):
+            continue
+        with whole_parameters(m):
             nn.init.normal_(m.weight, mean=0.0, std=std)
-        if isinstance(m, nn.Linear) and m.bias is not None:
-            nn.init.zeros_(m.bias)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+@contextlib.contextmanager
+def whole_parameters(*parts: nn.Module | torch.Tensor) -> Iterator[None]:
+    """Make the parameters of ``parts`` (modules, recursively, or single parameters) whole for an in-place
+    initialisation, when ``deepspeed.zero.Init`` has partitioned them; a no-op for anything else.
+
+    Under ``zero.Init`` every submodule's parameters are partitioned when its constructor returns, so a root
+    model's ``init_weights()`` meets empty tensors. Inside this block they are gathered; on exit rank 0's values
+    are partitioned back to every rank (``deepspeed.zero.GatheredParameters(..., modifier_rank=0)``, the
+    pattern DeepSpeed documents for initialising weights after ``zero.Init``). Every rank still runs the
+    initialisation, so the ranks' random streams stay in step. Blocks must not nest over the same parameters
+    (DeepSpeed 0.19.8 refuses that), so initialise one module at a time. Plain tensors and FSDP2's DTensor
+    shards are initialised where they are.
+    """
+    params: list[torch.Tensor] = []
+    for part in parts:
+        params.extend(part.parameters() if isinstance(part, nn.Module) else [part])
+    partitioned = [p for p in params if hasattr(p, "ds_id")]  # DeepSpeed's mark of a ZeRO-3 parameter
+    if not partitioned:
+        yield
+        return
+    import deepspeed  # already imported: only zero.Init makes parameters with a ds_id
+
+    with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=0):
+        yield
 
 
 def entry_metadata(reference: str, published_parameters: int | None, counted_module: str,

@@ -26,6 +26,7 @@ from autoshard.models.catalog._common import (
     split_heads,
     token_batch,
     token_loss,
+    whole_parameters,
 )
 from autoshard.models.source import ModelSource
 
@@ -124,7 +125,8 @@ class GPT2LMHeadModel(nn.Module):
     def init_weights(self) -> None:
         """(Re)initialise every parameter in place, as the constructor does.
 
-        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        Works on plain tensors, on DTensor shards (e.g. after ``to_empty`` on a model built on ``meta``) and on
+        ZeRO-3 partitions made by ``deepspeed.zero.Init`` (see :func:`whole_parameters`).
         torch's default initialisation is redrawn first (and then overwritten) so that the random stream, and
         with it a seeded build, is the same as when each layer initialised itself at construction.
         """
@@ -134,7 +136,8 @@ class GPT2LMHeadModel(nn.Module):
         # GPT-2 scales the residual output projections by 1/sqrt(2·n_layer) (Radford et al. 2019, §2.3).
         for module in self.modules():
             if isinstance(module, (GPT2Attention, GPT2MLP)):
-                nn.init.normal_(module.c_proj.weight, std=c.initializer_range / math.sqrt(2 * c.num_layers))
+                with whole_parameters(module.c_proj.weight):
+                    nn.init.normal_(module.c_proj.weight, std=c.initializer_range / math.sqrt(2 * c.num_layers))
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for ``input_ids`` ``(batch, seq)``; ``labels`` is ignored (the entry's loss uses it)."""

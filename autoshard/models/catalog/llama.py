@@ -171,7 +171,8 @@ class LlamaForCausalLM(nn.Module):
     def init_weights(self) -> None:
         """(Re)initialise every parameter in place, as the constructor does.
 
-        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        Works on plain tensors, on DTensor shards (e.g. after ``to_empty`` on a model built on ``meta``) and on
+        ZeRO-3 partitions made by ``deepspeed.zero.Init`` (see :func:`whole_parameters`).
         torch's default initialisation is redrawn first (and then overwritten) so that the random stream, and
         with it a seeded build, is the same as when each layer initialised itself at construction. The model
         has no buffers: the RoPE tables and the sliding-window mask are computed in :meth:`forward`.

@@ -26,6 +26,7 @@ from autoshard.models.catalog._common import (
     image_batch,
     random_state_restored,
     reset_parameters_,
+    whole_parameters,
 )
 from autoshard.models.source import ModelSource
 
@@ -106,7 +107,8 @@ class ResNet(nn.Module):
     def init_weights(self) -> None:
         """(Re)initialise every parameter and batch-norm statistic in place, as the constructor does.
 
-        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        Works on plain tensors, on DTensor shards (e.g. after ``to_empty`` on a model built on ``meta``) and on
+        ZeRO-3 partitions made by ``deepspeed.zero.Init`` (see :func:`whole_parameters`).
         torch's default initialisation is redrawn first, in construction order (the convolutions' is then
         overwritten), so that a seeded build gives the same weights as when each layer initialised itself.
         """
@@ -114,7 +116,8 @@ class ResNet(nn.Module):
         # torchvision's initialisation: Kaiming-normal (fan-out) convolutions, unit-scale zero-shift batch norm.
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                with whole_parameters(m.weight):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
     def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for ``(batch, 3, H, W)`` images; ``labels`` is ignored (the entry's loss uses it)."""

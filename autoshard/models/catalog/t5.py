@@ -29,6 +29,7 @@ from autoshard.models.catalog._common import (
     seq2seq_batch,
     split_heads,
     token_loss,
+    whole_parameters,
 )
 from autoshard.models.source import ModelSource
 
@@ -207,7 +208,8 @@ class T5ForConditionalGeneration(nn.Module):
     def init_weights(self) -> None:
         """(Re)initialise every parameter in place, as the constructor does.
 
-        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        Works on plain tensors, on DTensor shards (e.g. after ``to_empty`` on a model built on ``meta``) and on
+        ZeRO-3 partitions made by ``deepspeed.zero.Init`` (see :func:`whole_parameters`).
         torch's default initialisation is redrawn first (and then overwritten) so that the random stream, and
         with it a seeded build, is the same as when each layer initialised itself at construction. The model
         has no buffers: the relative position buckets are computed in :meth:`T5Stack.position_bias`.
@@ -216,18 +218,22 @@ class T5ForConditionalGeneration(nn.Module):
         reset_parameters_(self)
         # Per-matrix standard deviations of transformers' T5PreTrainedModel._init_weights (Mesh TensorFlow's).
         factor = c.initializer_factor
-        nn.init.normal_(self.shared.weight, std=factor)
+        with whole_parameters(self.shared):
+            nn.init.normal_(self.shared.weight, std=factor)
         for module in self.modules():
             if isinstance(module, T5Stack):
-                nn.init.normal_(module.relative_attention_bias.weight, std=factor * c.d_model**-0.5)
+                with whole_parameters(module.relative_attention_bias):
+                    nn.init.normal_(module.relative_attention_bias.weight, std=factor * c.d_model**-0.5)
             elif isinstance(module, T5Block):
-                nn.init.normal_(module.wi.weight, std=factor * c.d_model**-0.5)
-                nn.init.normal_(module.wo.weight, std=factor * c.d_ff**-0.5)
+                with whole_parameters(module.wi, module.wo):
+                    nn.init.normal_(module.wi.weight, std=factor * c.d_model**-0.5)
+                    nn.init.normal_(module.wo.weight, std=factor * c.d_ff**-0.5)
             elif isinstance(module, T5Attention):
-                nn.init.normal_(module.q.weight, std=factor * (c.d_model * c.d_kv) ** -0.5)
-                nn.init.normal_(module.k.weight, std=factor * c.d_model**-0.5)
-                nn.init.normal_(module.v.weight, std=factor * c.d_model**-0.5)
-                nn.init.normal_(module.o.weight, std=factor * (c.num_heads * c.d_kv) ** -0.5)
+                with whole_parameters(module.q, module.k, module.v, module.o):
+                    nn.init.normal_(module.q.weight, std=factor * (c.d_model * c.d_kv) ** -0.5)
+                    nn.init.normal_(module.k.weight, std=factor * c.d_model**-0.5)
+                    nn.init.normal_(module.v.weight, std=factor * c.d_model**-0.5)
+                    nn.init.normal_(module.o.weight, std=factor * (c.num_heads * c.d_kv) ** -0.5)
 
     def forward(
         self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor, labels: torch.Tensor | None = None

@@ -25,6 +25,7 @@ from autoshard.models.catalog._common import (
     random_state_restored,
     reset_parameters_,
     split_heads,
+    whole_parameters,
 )
 from autoshard.models.source import ModelSource
 
@@ -105,17 +106,20 @@ class VisionTransformer(nn.Module):
     def init_weights(self) -> None:
         """(Re)initialise every parameter in place, as the constructor does.
 
-        Works on plain tensors and on DTensor shards, e.g. after ``to_empty`` on a model built on ``meta``.
+        Works on plain tensors, on DTensor shards (e.g. after ``to_empty`` on a model built on ``meta``) and on
+        ZeRO-3 partitions made by ``deepspeed.zero.Init`` (see :func:`whole_parameters`).
         The layers keep torch's default initialisation, redrawn in construction order so that a seeded build
         gives the same weights as when each layer initialised itself at construction.
         """
-        self.conv_proj.reset_parameters()
-        nn.init.zeros_(self.class_token)
-        # Position embeddings start from N(0, 0.02²), as in torchvision.
-        nn.init.normal_(self.pos_embedding, std=0.02)
+        with whole_parameters(self.conv_proj, self.class_token, self.pos_embedding):
+            self.conv_proj.reset_parameters()
+            nn.init.zeros_(self.class_token)
+            # Position embeddings start from N(0, 0.02²), as in torchvision.
+            nn.init.normal_(self.pos_embedding, std=0.02)
         reset_parameters_(self.layers)
-        self.ln.reset_parameters()
-        self.head.reset_parameters()
+        with whole_parameters(self.ln, self.head):
+            self.ln.reset_parameters()
+            self.head.reset_parameters()
 
     def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for ``(batch, 3, image_size, image_size)`` images; ``labels`` is ignored (the loss uses it)."""

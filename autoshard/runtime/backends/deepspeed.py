@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO from a plan: ``deepspeed.initialize`` with the exported ``ds_config.json``, CPU / NVMe
 offload with ``DeepSpeedCPUAdam``, ``deepspeed.zero.Init`` at stage 3 when given a build function (``fit()``
-does not pass one yet: a model that initialises its weights after construction meets empty partitions), DeepSpeed's
-own checkpoints, and fp32 consolidation with ``safe_get_full_fp32_param``.
+passes one for catalog models, whose ``init_weights()`` gathers each module's partitions while it initialises
+them), DeepSpeed's own checkpoints, and fp32 consolidation with ``safe_get_full_fp32_param``.
 
 On a machine without CUDA DeepSpeed runs on its CPU accelerator: ``DS_ACCELERATOR=cpu`` must be set before
 ``deepspeed`` is first imported (``deepspeed/accelerator/real_accelerator.py``, 0.19.8); :func:`import_deepspeed`
@@ -78,6 +78,7 @@ class DeepSpeedBackend(Backend):
             block = zero.get(key, {})
             if block.get("device") == "nvme":
                 _check_nvme(block.get("nvme_path"))
+                _check_async_io()
             if block and self.ctx.device.type == "cpu":
                 block["pin_memory"] = False  # nothing to pin for: the "device" is the host
         config["train_batch_size"] = (self.plan.micro_batch_size * self.plan.gradient_accumulation
@@ -148,6 +149,19 @@ def _check_nvme(path: str | None) -> None:
     if not os.access(path, os.W_OK):
         raise UsageError(f"the NVMe offload directory {path} is not writable.",
                          hint="Choose a directory you can write to on a local NVMe drive.")
+
+
+def _check_async_io() -> None:
+    """NVMe offload reads and writes through DeepSpeed's ``async_io`` op (``runtime/swap_tensor/``, 0.19.8),
+    built against libaio; without it DeepSpeed fails deep inside the first swap, so say so before starting."""
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("AsyncIOBuilder")
+    if builder is None or not builder.is_compatible(verbose=False):
+        raise UsageError("the plan offloads to NVMe, and DeepSpeed's async_io op cannot be built here (it needs "
+                         "libaio).",
+                         hint="Install libaio (apt install libaio-dev; check with `ds_report`), or choose CPU "
+                              "offload (deepspeed_stage_3_offload with offload to cpu) instead.")
 
 
 def _cpu_adam_like(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -1,0 +1,63 @@
+"""ZeRO-3 with NVMe offload through fit(): it trains where DeepSpeed's ``async_io`` op can be built (libaio), and
+is refused up front, with what to install, where it cannot. Exactly one of the two tests runs on any machine.
+
+CI's machine has no libaio, so there the refusal runs; the training case runs where ``ds_report`` shows
+``async_io`` compatible.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+import autoshard
+from autoshard.errors import UsageError
+from autoshard.export.plan_json import ExportedPlan, from_plan
+
+
+def _async_io_available() -> bool:
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("AsyncIOBuilder")
+    return builder is not None and bool(builder.is_compatible(verbose=False))
+
+
+AIO = _async_io_available()
+
+
+def _nvme_plan(directory: Path) -> ExportedPlan:
+    """The planner's single-process ZeRO-3 CPU-offload plan for tiny-gpt2, offloading to ``directory`` instead."""
+    planned = autoshard.recommend("tiny-gpt2", hardware=autoshard.detect_hardware(gpus=1), batch_size=2, seq_len=16,
+                                  precision="32-true", strategies=["deepspeed_stage_3_offload"])
+    exported = from_plan(planned)
+    return replace(exported, strategy="deepspeed_stage_3_offload_nvme",
+                   hardware=replace(exported.hardware, nvme_path=str(directory)))
+
+
+@pytest.mark.skipif(AIO, reason="DeepSpeed's async_io op is available here: the training test runs instead")
+def test_nvme_offload_without_async_io_is_refused_with_what_to_install(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="async_io") as caught:
+        autoshard.fit("tiny-gpt2", plan=_nvme_plan(tmp_path), max_steps=1)
+    assert "libaio" in (caught.value.hint or "")
+    assert list(tmp_path.iterdir()) == []  # refused before DeepSpeed wrote anything
+    assert not torch.distributed.is_initialized()
+
+
+@pytest.mark.skipif(not AIO, reason="DeepSpeed's async_io op cannot be built here (no libaio): see the refusal test")
+def test_nvme_offload_trains_and_swaps_to_the_directory(tmp_path: Path) -> None:
+    result = autoshard.fit("tiny-gpt2", plan=_nvme_plan(tmp_path), max_steps=4)
+    assert result.plan.strategy == "deepspeed_stage_3_offload_nvme"
+    assert result.losses[-1] < result.losses[0]
+    assert any(p.is_file() for p in tmp_path.rglob("*"))  # DeepSpeed's swap files live under nvme_path
+
+
+def test_the_plan_names_nvme_for_both_offloads(tmp_path: Path) -> None:
+    from autoshard.export.deepspeed import ds_config
+
+    zero = ds_config(_nvme_plan(tmp_path))["zero_optimization"]
+    assert zero["offload_param"]["nvme_path"] == zero["offload_optimizer"]["nvme_path"] == str(tmp_path)

@@ -6,6 +6,7 @@ Public API::
     prof = autoshard.profile("llama-2-7b", batch_size=1, seq_len=4096)
     print(prof.peak_bytes, prof.peak_breakdown)
     result = autoshard.fit(model, data, max_steps=100)   # train with the recommended strategy
+    if not autoshard.is_worker(): ...                      # skip in the worker processes fit() starts
     tuned = autoshard.tune("model.py", trials=12)          # or measure first: short real trials under Optuna
 """
 
@@ -50,6 +51,7 @@ __all__ = [
     "__version__",
     "detect_hardware",
     "fit",
+    "is_worker",
     "load_hardware",
     "load_source",
     "profile",
@@ -59,8 +61,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # fit() and its result import torch.distributed and the backends: only when asked for.
-    if name in ("fit", "FitResult"):
+    # fit(), its result and is_worker() (through autoshard.runtime) import torch.distributed and the backends:
+    # only when asked for.
+    if name in ("fit", "FitResult", "is_worker"):
         from autoshard import runtime
 
         return getattr(runtime, name)

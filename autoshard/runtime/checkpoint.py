@@ -2,7 +2,8 @@
 
 Layout (``checkpoint_dir/step-00000010/``): ``autoshard_checkpoint.json`` (the step, data position, strategy,
 world size and plan fingerprint, JSON), ``rng-rank<N>.pt`` (each rank's RNG state, loaded with
-``weights_only=True``) and the backend's own files: ``ddp_state.pt``, an FSDP2 DCP directory, or DeepSpeed's
+``weights_only=True``), ``lr_scheduler.pt`` (the learning-rate scheduler's ``state_dict()``, when there is one;
+also ``weights_only``) and the backend's own files: ``ddp_state.pt``, an FSDP2 DCP directory, or DeepSpeed's
 checkpoint. A directory without the JSON file is incomplete and never resumed from.
 """
 
@@ -15,11 +16,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.optim.lr_scheduler import LRScheduler
 
 from autoshard.errors import UsageError
 from autoshard.runtime.backends.base import Backend
 
 META_FILE = "autoshard_checkpoint.json"
+SCHEDULER_FILE = "lr_scheduler.pt"
 PREFIX = "step-"
 
 
@@ -51,8 +54,18 @@ def step_dir(root: Path, step: int) -> Path:
     return root / f"{PREFIX}{step:08d}"
 
 
-def save(backend: Backend, root: Path, position: Position) -> Path:
-    """Write a checkpoint of ``position`` (collective); returns its directory."""
+def save(backend: Backend, root: Path, position: Position, *, scheduler: LRScheduler | None = None,
+         keep_last: int | None = None) -> Path:
+    """Write a checkpoint of ``position`` (collective); returns its directory.
+
+    Args:
+        backend: the backend whose state is saved.
+        root: the checkpoint directory (``step-*`` directories go there).
+        position: where training stands.
+        scheduler: the learning-rate scheduler, whose ``state_dict()`` is saved with the checkpoint.
+        keep_last: once this checkpoint is complete, rank 0 removes older ones beyond the newest ``keep_last``
+            (``None``: keep all); see :func:`prune`.
+    """
     ctx = backend.ctx
     final = step_dir(root, position.step)
     partial = root / f".{final.name}.partial"
@@ -63,6 +76,8 @@ def save(backend: Backend, root: Path, position: Position) -> Path:
     dist.barrier()
     backend.save(partial)
     torch.save(_rng_state(), partial / f"rng-rank{ctx.rank}.pt")
+    if scheduler is not None and ctx.is_main:  # stepped alike on every rank: one copy
+        torch.save(scheduler.state_dict(), partial / SCHEDULER_FILE)
     dist.barrier()
     if ctx.is_main:
         meta = CheckpointMeta(position=position, strategy=backend.plan.strategy, family=backend.plan.family,
@@ -70,15 +85,39 @@ def save(backend: Backend, root: Path, position: Position) -> Path:
         (partial / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n", encoding="utf-8")
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
+        if keep_last is not None:
+            prune(root, final, keep_last)
     dist.barrier()
     return final
+
+
+def prune(root: Path, newest: Path, keep_last: int) -> list[Path]:
+    """Remove complete checkpoints older than ``newest`` beyond the newest ``keep_last`` (``newest`` counted).
+
+    Only complete ``step-*`` directories with a lower step than ``newest`` are candidates: ``newest`` itself, a
+    later step left by a run resumed from an earlier checkpoint, and anything incomplete are never removed.
+
+    Returns:
+        The directories removed, oldest first.
+    """
+    if keep_last < 1:
+        raise ValueError(f"keep_last must be at least 1, but got {keep_last!r}.")
+    older = sorted(p for p in _complete(root) if p.name < newest.name)
+    removed = older[:max(len(older) - (keep_last - 1), 0)]
+    for directory in removed:
+        shutil.rmtree(directory)
+    return removed
+
+
+def _complete(root: Path) -> list[Path]:
+    return [p for p in root.iterdir() if p.name.startswith(PREFIX) and (p / META_FILE).is_file()]
 
 
 def latest(root: Path) -> Path | None:
     """The newest complete checkpoint under ``root``, or ``None``."""
     if not root.is_dir():
         return None
-    done = sorted(p for p in root.iterdir() if p.name.startswith(PREFIX) and (p / META_FILE).is_file())
+    done = sorted(_complete(root))
     return done[-1] if done else None
 
 
@@ -98,11 +137,13 @@ def read_meta(directory: Path) -> CheckpointMeta:
         raise UsageError(f"{path} is malformed: {e}.") from e
 
 
-def restore(backend: Backend, directory: Path) -> Position:
-    """Load a checkpoint into ``backend`` (collective) after checking it belongs to this run.
+def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None = None) -> Position:
+    """Load a checkpoint into ``backend`` (collective) after checking it belongs to this run; with
+    ``scheduler``, restore its state too and set the optimizer's learning rates to the schedule's.
 
     Raises:
-        UsageError: written for another model, strategy family, or (DDP / DeepSpeed) world size.
+        UsageError: written for another model, strategy family, or (DDP / DeepSpeed) world size; or a
+            ``scheduler`` is given and the checkpoint holds none.
     """
     meta = read_meta(directory)
     plan, ctx = backend.plan, backend.ctx
@@ -115,10 +156,22 @@ def restore(backend: Backend, directory: Path) -> Position:
     if meta.world_size != ctx.world_size and plan.family != "fsdp":  # DCP reshards; the others do not
         raise UsageError(f"checkpoint {directory} was written by {meta.world_size} ranks, and this run has "
                          f"{ctx.world_size}.", hint="Resume with the same number of processes.")
+    if scheduler is not None and not (directory / SCHEDULER_FILE).is_file():
+        raise UsageError(f"checkpoint {directory} was saved without a learning-rate scheduler, and this run has "
+                         "one: its schedule cannot be continued.",
+                         hint="Resume without lr_scheduler=, or start afresh in another checkpoint_dir.")
     backend.load(directory)
     rng = directory / f"rng-rank{ctx.rank}.pt"
     if rng.is_file():
         _set_rng_state(torch.load(rng, weights_only=True))
+    if scheduler is not None:
+        scheduler.load_state_dict(torch.load(directory / SCHEDULER_FILE, weights_only=True))
+        # The learning rates the schedule had reached, whatever the backend's optimizer state restored.
+        for group, lr in zip(backend.torch_optimizer.param_groups, scheduler.get_last_lr(), strict=True):
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
     return meta.position
 
 

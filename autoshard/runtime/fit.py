@@ -57,6 +57,8 @@ def fit(
     force: bool = False,
     timeout_s: float | None = None,
     tune: bool | Mapping[str, Any] = False,
+    lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
+    keep_last_checkpoints: int | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
     worker processes it starts itself.
@@ -99,6 +101,13 @@ def fit(
         tune: tune first (:func:`autoshard.tune`: short real trials on this machine) and train with the fastest
             configuration; a dict gives ``tune()``'s arguments (e.g. ``{"trials": 8, "output_dir": "tune"}``).
             Needs a model source (trials rebuild the model in their own processes) and ``plan="auto"``.
+        lr_scheduler: a factory ``optimizer -> torch.optim.lr_scheduler.LRScheduler``, called once the backend
+            has built its optimizer, with the torch optimizer that backend steps (DeepSpeed's: the one inside
+            the engine). Stepped once per optimizer step (not per micro-batch), saved in checkpoints and
+            restored on resume; each step's learning rate is in :attr:`StepMetrics.lr`. ``ReduceLROnPlateau``
+            (it needs a metric) is refused.
+        keep_last_checkpoints: keep only the newest N checkpoints in ``checkpoint_dir``: once a new one is
+            complete, rank 0 removes older ones (``None``: keep all).
 
     Returns:
         A :class:`FitResult`: per-step metrics, the plan, the trained module and its consolidated weights.
@@ -110,7 +119,13 @@ def fit(
         NoFeasiblePlan: nothing fits this machine.
     """
     _check_counts(max_steps=max_steps, epochs=epochs, checkpoint_every=checkpoint_every, log_every=log_every,
-                  processes=processes, batch_size=batch_size)
+                  processes=processes, batch_size=batch_size, keep_last_checkpoints=keep_last_checkpoints)
+    if keep_last_checkpoints is not None and checkpoint_dir is None:
+        raise UsageError("keep_last_checkpoints needs checkpoint_dir.", hint="Pass checkpoint_dir= as well.")
+    if lr_scheduler is not None and not callable(lr_scheduler):
+        raise UsageError(f"lr_scheduler must be a factory optimizer -> LRScheduler, but got "
+                         f"{type(lr_scheduler).__name__}.",
+                         hint="Pass e.g. lr_scheduler=lambda opt: torch.optim.lr_scheduler.LinearLR(opt, ...).")
     if grad_clip_norm is not None and not grad_clip_norm > 0:
         raise UsageError(f"grad_clip_norm must be positive, but got {grad_clip_norm!r}.")
     if max_steps is None and epochs is None and data is None:
@@ -125,7 +140,8 @@ def fit(
                    checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir),
                    checkpoint_every=checkpoint_every,
                    resume=resume if isinstance(resume, bool) else Path(resume), consolidate=consolidate,
-                   log_every=log_every, grad_clip_norm=grad_clip_norm)
+                   log_every=log_every, grad_clip_norm=grad_clip_norm, lr_scheduler=lr_scheduler,
+                   keep_last_checkpoints=keep_last_checkpoints)
     notes_from_tuning: list[str] = []
     if tune:
         if launch is not None or environ.get(supervisor.RUN_DIR_VAR) is not None:
@@ -210,13 +226,25 @@ def _single(job: TrainJob, exported: ExportedPlan, notes: list[str]) -> FitResul
         return train(job, exported, ctx, notes)
     finally:
         if ctx is not None and ctx.owns_group and dist.is_initialized():
-            dist.destroy_process_group()
+            _destroy_group()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
 
+
+def _destroy_group() -> None:
+    """Destroy the default process group — through ``deepspeed.comm`` when DeepSpeed joined it, which also
+    drops DeepSpeed's clones of it (``groups._WORLD_GROUP``); left behind, the next run's engine broadcasts
+    over a group of the destroyed one and fails ("Group ... is not registered", DeepSpeed 0.19.8)."""
+    import torch.distributed as dist
+
+    ds_comm = sys.modules.get("deepspeed.comm.comm")
+    if ds_comm is not None and getattr(ds_comm, "cdb", None) is not None:
+        ds_comm.destroy_process_group()
+    else:
+        dist.destroy_process_group()
 
 
 def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitResult:
@@ -302,7 +330,7 @@ def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) ->
 def _module_worker_command(job: TrainJob, model: Any) -> list[str]:
     spec_ok = isinstance(model, (str, os.PathLike)) or (isinstance(model, ModelSource) and model.kind in (
         "catalog", "file", "hf-config"))
-    if not spec_ok or job.data is not None or job.loss_fn is not None or not (
+    if not spec_ok or job.data is not None or job.loss_fn is not None or job.lr_scheduler is not None or not (
             job.optimizer is None or isinstance(job.optimizer, str)):
         raise UsageError("fit() needs to start one worker process per device, and this session cannot be started "
                          "again as a worker (an interactive session, a notebook or pytest).",
@@ -318,7 +346,8 @@ def _job_spec(job: TrainJob, model: Any) -> dict[str, Any]:
             "checkpoint_dir": None if job.checkpoint_dir is None else str(job.checkpoint_dir),
             "checkpoint_every": job.checkpoint_every,
             "resume": job.resume if isinstance(job.resume, bool) else str(job.resume),
-            "consolidate": job.consolidate, "log_every": job.log_every, "grad_clip_norm": job.grad_clip_norm}
+            "consolidate": job.consolidate, "log_every": job.log_every, "grad_clip_norm": job.grad_clip_norm,
+            "keep_last_checkpoints": job.keep_last_checkpoints}
 
 
 # -- planning ------------------------------------------------------------------------------------------------

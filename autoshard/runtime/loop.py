@@ -1,7 +1,9 @@
-"""The training loop every backend shares: micro-batches, accumulation, metrics, checkpoints."""
+"""The training loop every backend shares: micro-batches, accumulation, the learning-rate schedule, metrics,
+checkpoints."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -9,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-from autoshard.errors import UserCodeError
+from autoshard.errors import UsageError, UserCodeError
 from autoshard.runtime import checkpoint
 from autoshard.runtime.backends import Backend, to_device
 from autoshard.runtime.checkpoint import Position
@@ -19,6 +23,11 @@ from autoshard.runtime.distributed import all_true, mean_over_ranks
 from autoshard.runtime.result import StepMetrics
 
 LossFn = Callable[[Any, Any], torch.Tensor]
+
+# gloo and NCCL, as their errors read when a peer process is gone: gloo raises a plain RuntimeError
+# ("[gloo/transport/tcp/pair.cc:537] Read error ...: Connection reset by peer", torch 2.13), NCCL a DistBackendError.
+_PEER_LOST = re.compile(r"connection (?:closed|reset) by peer|broken pipe|gloo/transport|\bNCCL (?:error|"
+                        r"communicator)", re.IGNORECASE)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -38,6 +47,8 @@ class LoopConfig:
     checkpoint_dir: Path | None = None
     checkpoint_every: int | None = None
     """Save every this many steps (and always at the end when ``checkpoint_dir`` is set)."""
+    keep_last_checkpoints: int | None = None
+    """Keep only this many newest checkpoints (``None``: all)."""
     on_step: Callable[[int, float], None] | None = None
     """Called on every rank after each optimizer step with the step number and its wall-clock seconds."""
 
@@ -51,14 +62,46 @@ class LoopOutcome:
     last_checkpoint: Path | None
 
 
-def run(backend: Backend, feed: DataFeed, loss_fn: LossFn, config: LoopConfig, start: Position) -> LoopOutcome:
-    """Train from ``start`` until ``max_steps`` or ``epochs`` is reached or the data runs out on any rank."""
+def build_scheduler(factory: Any, optimizer: torch.optim.Optimizer, *, checkpointed: bool) -> LRScheduler:
+    """``factory(optimizer)``, checked: a scheduler :func:`run` can step once per optimizer step, and whose
+    state a checkpoint can hold (tensors and plain values: checkpoints load with ``weights_only=True``).
+
+    Raises:
+        UsageError: ``factory`` is not callable, or it built a ``ReduceLROnPlateau`` (which needs a metric).
+        UserCodeError: it raised, returned something that is not an ``LRScheduler``, or (with ``checkpointed``)
+            one whose ``state_dict()`` holds other objects.
+    """
+    if not callable(factory):
+        raise UsageError(f"lr_scheduler must be a factory optimizer -> LRScheduler, but got {type(factory).__name__}.",
+                         hint="Pass e.g. lr_scheduler=lambda opt: torch.optim.lr_scheduler.LinearLR(opt, ...).")
+    try:
+        scheduler = factory(optimizer)
+    except Exception as e:
+        raise UserCodeError(f"the lr_scheduler factory raised {type(e).__name__}: {e}") from e
+    if isinstance(scheduler, ReduceLROnPlateau):
+        raise UsageError("fit() steps the learning-rate scheduler once per optimizer step without a metric, and "
+                         "ReduceLROnPlateau needs one.", hint="Use a schedule over steps (LambdaLR, OneCycleLR, ...).")
+    if not isinstance(scheduler, LRScheduler):
+        raise UserCodeError(f"the lr_scheduler factory returned {type(scheduler).__name__}, not a "
+                            "torch.optim.lr_scheduler.LRScheduler.")
+    if checkpointed and not _plain(scheduler.state_dict()):
+        raise UserCodeError(f"{type(scheduler).__name__}.state_dict() holds objects other than tensors and plain "
+                            "values, which a checkpoint does not store (they would need a pickle).",
+                            hint="Use a function or a lambda for the schedule, or checkpoint without a scheduler.")
+    return scheduler
+
+
+def run(backend: Backend, feed: DataFeed, loss_fn: LossFn, config: LoopConfig, start: Position,
+        scheduler: LRScheduler | None = None) -> LoopOutcome:
+    """Train from ``start`` until ``max_steps`` or ``epochs`` is reached or the data runs out on any rank;
+    ``scheduler`` (over :attr:`Backend.torch_optimizer`) steps after each optimizer step."""
     ctx = backend.ctx
+    optimizer = backend.torch_optimizer
     cuda = ctx.device.type == "cuda"
     scale = backend.loss_scale_for(config.accumulation)
     position = start
     steps: list[StepMetrics] = []
-    pending: list[tuple[int, int, torch.Tensor, float, int | None]] = []
+    pending: list[tuple[int, int, torch.Tensor, float, int | None, float]] = []
     last_ckpt: Path | None = None
     # Lengths unknown (a generator, an IterableDataset): agree with the other ranks on every micro-batch.
     check_each_step = feed.batches_per_epoch is None and not feed.endless and ctx.world_size > 1
@@ -71,12 +114,12 @@ def run(backend: Backend, feed: DataFeed, loss_fn: LossFn, config: LoopConfig, s
             return
         losses = mean_over_ranks(torch.stack([p[2] for p in pending]), ctx)
         peaks = _max_over_ranks([p[4] for p in pending], backend) if cuda else [None] * len(pending)
-        for (step, ep, _, seconds, _), loss, peak in zip(pending, losses, peaks, strict=True):
+        for (step, ep, _, seconds, _, lr), loss, peak in zip(pending, losses, peaks, strict=True):
             tokens = None if config.tokens_per_sample is None else config.samples_per_step * config.tokens_per_sample
             steps.append(StepMetrics(step=step, epoch=ep, loss=loss, step_time_s=seconds,
                                      samples_per_s=config.samples_per_step / seconds,
                                      tokens_per_s=None if tokens is None else tokens / seconds,
-                                     peak_memory_bytes=peak))
+                                     peak_memory_bytes=peak, lr=lr))
         pending.clear()
 
     while not _done(position, config):
@@ -102,24 +145,29 @@ def run(backend: Backend, feed: DataFeed, loss_fn: LossFn, config: LoopConfig, s
             backend.backward(loss * scale if scale != 1.0 else loss, sync=sync)
             micro_losses.append(loss.detach())
         first = False
+        lr = float(optimizer.param_groups[0]["lr"])  # what this step's update uses
         backend.step()
+        if scheduler is not None:
+            scheduler.step()
         if cuda:
             torch.cuda.synchronize(ctx.device)
         seconds = time.perf_counter() - started
         position = Position(step=position.step + 1, epoch=epoch, batch_in_epoch=consumed)
         peak = torch.cuda.max_memory_allocated(ctx.device) if cuda else None
-        pending.append((position.step, epoch, torch.stack(micro_losses).float().mean(), seconds, peak))
+        pending.append((position.step, epoch, torch.stack(micro_losses).float().mean(), seconds, peak, lr))
         if config.on_step is not None:
             config.on_step(position.step, seconds)
         if len(pending) >= config.log_every:
             flush()
         if (config.checkpoint_dir is not None and config.checkpoint_every
                 and position.step % config.checkpoint_every == 0 and not _done(position, config)):
-            last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position)
+            last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position, scheduler=scheduler,
+                                        keep_last=config.keep_last_checkpoints)
     flush()
     if config.checkpoint_dir is not None and (last_ckpt is None or last_ckpt != checkpoint.step_dir(
             config.checkpoint_dir, position.step)) and position.step > start.step:
-        last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position)
+        last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position, scheduler=scheduler,
+                                    keep_last=config.keep_last_checkpoints)
     return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt)
 
 
@@ -140,11 +188,16 @@ def _loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool, checked:
 
 
 def _first_loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool) -> torch.Tensor:
+    """Forward and loss of a first step's micro-batch, their errors blamed on the user's code — except running
+    out of memory and a lost peer: forward (FSDP2's all-gathers, ZeRO-3's, DDP's buffer broadcast) and a loss
+    that all-reduces talk to the other ranks, and another rank dying is not this rank's code's fault."""
     try:
         output = backend.forward(batch, sync=sync)
     except (torch.OutOfMemoryError, MemoryError):
         raise  # the batch does not fit: not a mismatch between the data and the model
     except Exception as e:
+        if lost_peer(e):
+            raise
         raise UserCodeError(f"the model failed on the first batch ({_describe(batch)}): {type(e).__name__}: {e}",
                             hint="Check what your data yields against what the model's forward takes.") from e
     try:
@@ -152,6 +205,8 @@ def _first_loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool) ->
     except UserCodeError:
         raise
     except Exception as e:
+        if lost_peer(e):
+            raise
         raise UserCodeError(f"the loss failed on the first batch: {type(e).__name__}: {e}. The model returned "
                             f"{_describe(output)}; the batch was {_describe(batch)}.",
                             hint="Pass loss_fn(output, batch) returning a scalar tensor.") from e
@@ -159,6 +214,33 @@ def _first_loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool) ->
         raise UserCodeError(f"the loss must be a floating-point scalar tensor, and it is {_describe(loss)}.",
                             hint="Return e.g. torch.nn.functional.cross_entropy(output, target).")
     return loss
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective failing because another rank is gone (or the transport broke): a
+    ``torch.distributed.DistError`` (NCCL's ``DistBackendError``, the store's ``DistNetworkError``), or gloo's
+    ``RuntimeError`` naming its transport or a closed connection.
+
+    Example:
+        >>> lost_peer(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"))
+        True
+        >>> lost_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x8 and 3x3)"))
+        False
+    """
+    if isinstance(exc, dist.DistError):
+        return True
+    return isinstance(exc, RuntimeError) and _PEER_LOST.search(str(exc)) is not None
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is made of tensors, numbers, strings, ``None`` and lists / tuples / dicts of them."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and _plain(v) for k, v in value.items())
+    return False
 
 
 def _describe(obj: Any, depth: int = 0) -> str:

@@ -28,6 +28,8 @@ class StepMetrics:
     """Tokens per second over all ranks, for token models with a known sequence length."""
     peak_memory_bytes: int | None
     """``torch.cuda.max_memory_allocated`` during the step, the highest over the ranks; ``None`` on CPU."""
+    lr: float | None = None
+    """The learning rate this step's update used (the first parameter group's, before the scheduler stepped)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

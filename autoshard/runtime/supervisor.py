@@ -29,6 +29,29 @@ RUN_DIR_VAR = "AUTOSHARD_RUN_DIR"
 _NOT_REEXECUTABLE = ("pytest", "ipykernel_launcher", "ipykernel", "IPython", "jupyter", "pydevd")
 
 
+def is_worker(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is one of the workers :func:`autoshard.fit` started: your script run again once per
+    rank, or ``python -m autoshard.runtime.worker``.
+
+    When ``fit()`` starts the workers itself, every rank runs your script from the top up to its ``fit()``
+    call (and leaves there); the launching process runs all of it. Guard what only the launching process
+    should do before ``fit()`` — printing, plotting, downloading, writing files — with ``if not
+    autoshard.is_worker():``. Under ``torchrun`` / ``deepspeed`` / ``srun`` the launcher started every rank and
+    each runs your whole script, so this is ``False`` there: use ``RANK`` (or
+    ``torch.distributed.get_rank()``) to pick one. ``False`` in a plain single process too.
+
+    Args:
+        environ: the environment to read (default: this process's).
+
+    Example:
+        >>> is_worker({RUN_DIR_VAR: "/tmp/autoshard-fit-x", "RANK": "1", "WORLD_SIZE": "2"})
+        True
+        >>> is_worker({"RANK": "1", "WORLD_SIZE": "2"})  # a torchrun rank
+        False
+    """
+    return bool((os.environ if environ is None else environ).get(RUN_DIR_VAR))
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

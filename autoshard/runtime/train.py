@@ -42,6 +42,10 @@ class TrainJob:
     consolidate: bool
     log_every: int
     grad_clip_norm: float | None = None
+    lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None
+    """Builds the learning-rate scheduler over the optimizer the backend steps; stepped once per optimizer step."""
+    keep_last_checkpoints: int | None = None
+    """Keep only this many newest checkpoints (``None``: all)."""
     on_step: Callable[[int, float], None] | None = None
     """Called on every rank after each optimizer step (step number, seconds): the tuner's progress channel."""
 
@@ -53,6 +57,10 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
     make_optimizer = optimizer_factory(job.optimizer, plan, job.source)
     backend = backends.create(plan, ctx, grad_clip_norm=job.grad_clip_norm)
     backend.setup(init, make_optimizer)
+    scheduler = None
+    if job.lr_scheduler is not None:
+        scheduler = loop.build_scheduler(job.lr_scheduler, backend.torch_optimizer,
+                                         checkpointed=job.checkpoint_dir is not None)
     source = job.source
     synthetic = None
     if job.data is None and source is not None:
@@ -63,9 +71,12 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
     start, resumed = Position(), None
     where = _resume_from(job)
     if where is not None:
-        start = checkpoint.restore(backend, where)
+        start = checkpoint.restore(backend, where, scheduler=scheduler)
         resumed = str(where)
         notes.append(f"Resumed from {where} (step {start.step}).")
+        if scheduler is None and (where / checkpoint.SCHEDULER_FILE).is_file():
+            notes.append("The checkpoint holds a learning-rate schedule and this run has no lr_scheduler: the "
+                         "optimizer's learning rate is not scheduled from here on.")
     elif job.resume is True:
         notes.append(f"No checkpoint in {job.checkpoint_dir} to resume from: started afresh.")
     loss_fn = job.loss_fn or (source.loss_fn if source is not None and source.loss_fn is not None else default_loss)
@@ -74,8 +85,9 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         epochs=job.epochs if job.epochs is not None or job.max_steps is not None else 1,
         samples_per_step=plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size,
         tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
-        checkpoint_every=job.checkpoint_every, on_step=job.on_step)
-    outcome = loop.run(backend, feed, loss_fn, config, start)
+        checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,
+        on_step=job.on_step)
+    outcome = loop.run(backend, feed, loss_fn, config, start, scheduler)
     state = backend.full_state_dict() if job.consolidate else None
     module = backend.module
     backend.close()
@@ -110,18 +122,17 @@ def _model_init(job: TrainJob, plan: ExportedPlan, notes: list[str]) -> ModelIni
         meta = source.build()
     blocks = find_repeated_blocks(meta)
     names = () if blocks is None else blocks.names
-    # Catalog models re-create every parameter and computed buffer in init_weights(); other sources may keep
-    # state a meta build loses, so they are built whole on the CPU first.
-    if plan.family == "fsdp" and source.kind == "catalog" and callable(getattr(meta, "init_weights", None)):
+    zero3 = plan.strategy.startswith("deepspeed_stage_3")
+    if plan.family != "fsdp" and not zero3:
+        return ModelInit(module=source.build(), block_names=names)
+    # Catalog models re-create every parameter and computed buffer in init_weights(), on meta-built DTensor
+    # shards (FSDP2) and on zero.Init partitions (ZeRO-3) alike; other sources may keep state a meta build loses
+    # or initialise weights after construction without gathering them, so they are built whole on the CPU first.
+    if source.kind == "catalog" and callable(getattr(meta, "init_weights", None)):
         return ModelInit(build=source.build, block_names=names)
-    if plan.family == "fsdp":
-        notes.append(f"{source.name} was built whole on the CPU before sharding (only catalog models, which "
-                     "re-initialise themselves with init_weights(), are built sharded).")
-    elif plan.strategy.startswith("deepspeed_stage_3"):
-        # Not yet inside deepspeed.zero.Init: it partitions each submodule at the end of its constructor, and a
-        # model that initialises its weights afterwards (the catalog's init_weights()) then meets empty partitions.
-        notes.append(f"{source.name} was built whole on the CPU before ZeRO-3 partitioned it (building inside "
-                     "deepspeed.zero.Init is not supported yet).")
+    how = "sharding" if plan.family == "fsdp" else "ZeRO-3 partitioned it"
+    notes.append(f"{source.name} was built whole on the CPU before {how} (only catalog models, which "
+                 "re-initialise themselves with init_weights(), are built sharded).")
     return ModelInit(module=source.build(), block_names=names)
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.profiler.options import Precision
+from autoshard.profiler.result import MemoryBreakdown
 from autoshard.strategies.base import Candidate, GpuMemory, MemoryEstimate
 from autoshard.strategies.workload import StepTrace, Workload
 from autoshard.strategies.zero_layout import (
@@ -84,11 +85,17 @@ def optimizer_scratch_bytes(workload: Workload, trace: StepTrace, micro_batch: i
     (``torch/optim/optimizer.py::_default_to_fused_or_foreach`` picks foreach only for CUDA tensors), so they span
     the largest one. ZeRO hands the optimizer one flat partition, so the scratch scales with its size.
     """
-    phase = trace.phases(micro_batch)["optimizer"]
+    phase = _optimizer_phase(trace.phases(micro_batch))
     scratch = phase.activations + phase.temporaries
     reference = sum(workload.parameter_numels) if workload.target == "cuda" else max(workload.parameter_numels)
     profiled = 2 if trace.precision is Precision.BF16_TRUE else FP32_BYTES
     return int(scratch * numel / max(reference, 1) * FP32_BYTES / profiled)
+
+
+def _optimizer_phase(phases: dict[str, MemoryBreakdown]) -> MemoryBreakdown:
+    """The optimizer step's phase; empty when the step allocated nothing (plain SGD), so the trace recorded none."""
+    return phases.get("optimizer") or MemoryBreakdown(parameters=0, gradients=0, optimizer_state=0, activations=0,
+                                                      temporaries=0, buffers=0, inputs=0)
 
 
 def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step:
@@ -101,7 +108,7 @@ def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step
         saved = min(saved, sum(blocks) + backward.inputs)
     return _Step(
         activations={p: trace.activation_bytes(p, micro_batch) for p in phases},
-        inputs=phases["optimizer"].inputs,
+        inputs=_optimizer_phase(phases).inputs,
         backward_gradient_bytes=backward.gradients,
         backward_progress=min(1.0, backward.gradients / max(full_gradients, 1)),
         backward_saved=saved,

@@ -105,6 +105,22 @@ class Backend(abc.ABC):
     def close(self) -> None:  # optional hook
         """Release what the backend holds outside the module (engines, hooks)."""
 
+    @property
+    def torch_optimizer(self) -> torch.optim.Optimizer:
+        """The ``torch.optim.Optimizer`` whose parameter groups' ``lr`` the optimizer step uses: what a
+        learning-rate scheduler drives (valid after :meth:`setup`).
+
+        The backend's ``optimizer`` itself, or the torch optimizer it wraps: DeepSpeed's ZeRO and fp16 / bf16
+        wrappers keep it as ``.optimizer`` (the engine's ``basic_optimizer``, which is what DeepSpeed builds a
+        client scheduler over: ``runtime/engine.py``, 0.19.8).
+        """
+        opt = getattr(self, "optimizer", None)
+        while opt is not None and not isinstance(opt, torch.optim.Optimizer):
+            opt = getattr(opt, "optimizer", None)
+        if opt is None:
+            raise TypeError(f"{type(self).__name__} has no torch optimizer (is it set up?)")
+        return opt
+
     # -- shared helpers ---------------------------------------------------------------------------------------
     def loss_scale_for(self, accumulation: int) -> float:
         """Factor applied to each micro-batch loss before backward so accumulated gradients are a mean."""

@@ -1,0 +1,350 @@
+"""fit()'s learning-rate scheduler, checkpoint pruning, ``autoshard.is_worker()``, and a lost peer that is not
+blamed on the user's code.
+
+Most tests run fit() in this process (one rank). The others run this file as a user's training script
+(``python test_fit_extras.py '<json options>'``, see :func:`_script`) on 2 gloo ranks: started by fit() itself
+(the scheduler factory must exist on every rank; ``is_worker()`` as each process sees it), or started here with
+the variables torchrun sets, so that the surviving rank's own exception can be looked at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import autoshard
+from autoshard.errors import UsageError, UserCodeError
+from autoshard.export import plan_json
+from autoshard.runtime import checkpoint, fit, supervisor
+from autoshard.runtime.loop import lost_peer
+
+REPO = Path(__file__).resolve().parents[2]
+BASE_LR = 0.1
+
+
+def _lambda(factors: list[float]) -> Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]:
+    """A schedule: ``BASE_LR * factors[s]`` for optimizer step ``s`` (0-based), the last factor after that."""
+    return lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: factors[min(s, len(factors) - 1)])
+
+
+FACTORS = [1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125]
+
+
+class _Regressor(nn.Module):
+    """Takes (x, y), returns the prediction: the batch convention passes both to forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 1, generator=g)
+    xs = [torch.randn(4, 8, generator=g) for _ in range(n)]
+    return [(x, x @ w) for x in xs]
+
+
+def _mse(output: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    return nn.functional.mse_loss(output, batch[1])
+
+
+def _sgd(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=BASE_LR)
+
+
+def _plan(model: nn.Module, *, strategy: str = "ddp", world_size: int = 1, accumulation: int = 1
+          ) -> plan_json.ExportedPlan:
+    """The planner's plan for ``strategy`` on ``world_size`` CPU ranks, micro-batch 4, with ``accumulation``."""
+    from autoshard.runtime.planning import module_source
+
+    planned = autoshard.recommend(module_source(model, _batches(1)[0], loss_fn=_mse),
+                                  hardware=autoshard.detect_hardware(gpus=world_size), batch_size=4,
+                                  precision="32-true", strategies=[strategy])  # planned for adamw: see the report on sgd
+    return replace(plan_json.from_plan(planned), gradient_accumulation=accumulation)
+
+
+# -- the learning-rate scheduler ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed_stage_2"])
+def test_the_scheduler_steps_once_per_optimizer_step_and_drives_the_optimizer_that_steps(strategy: str) -> None:
+    # 8 micro-batches, 2 per optimizer step: 4 steps. Stepped per micro-batch, step 2 would already be at 0.25.
+    model = _Regressor()
+    plan = _plan(model, strategy=strategy, accumulation=2)
+    schedule = _lambda([1.0, 0.5, 0.0])
+    four = fit(model, _batches(8), loss_fn=_mse, optimizer=_sgd, plan=plan, lr_scheduler=schedule, epochs=1)
+    assert [s.step for s in four.steps] == [1, 2, 3, 4]
+    assert [s.lr for s in four.steps] == pytest.approx([BASE_LR, BASE_LR / 2, 0.0, 0.0])
+    # Steps 3-4 ran at lr 0: the weights are those after step 2. A scheduler over a copy of the optimizer (or
+    # DeepSpeed's wrapper rather than the torch optimizer inside its engine) would leave the real lr at 0.1.
+    model = _Regressor()
+    two = fit(model, _batches(8), loss_fn=_mse, optimizer=_sgd, plan=plan, lr_scheduler=schedule, max_steps=2)
+    assert four.state_dict is not None and two.state_dict is not None
+    for name, tensor in two.state_dict.items():
+        torch.testing.assert_close(four.state_dict[name], tensor, rtol=0, atol=1e-7)
+    assert any(not torch.equal(two.state_dict[k], v) for k, v in _Regressor().state_dict().items())
+
+
+def test_without_a_scheduler_each_step_records_the_optimizer_lr() -> None:
+    model = _Regressor()
+    result = fit(model, _batches(3), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), epochs=1)
+    assert [s.lr for s in result.steps] == [BASE_LR] * 3
+    assert json.loads(json.dumps(result.to_dict()))["steps"][0]["lr"] == BASE_LR
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "deepspeed_stage_2"])
+def test_resume_continues_the_schedule_of_the_uninterrupted_run(strategy: str, tmp_path: Path) -> None:
+    model = _Regressor()
+    plan = _plan(model, strategy=strategy, accumulation=2)
+    kwargs: dict[str, Any] = {"loss_fn": _mse, "optimizer": _sgd, "plan": plan, "lr_scheduler": _lambda(FACTORS),
+                              "max_steps": 6, "checkpoint_dir": tmp_path, "checkpoint_every": 2}
+    full = fit(model, _batches(12), **kwargs)
+    assert [s.lr for s in full.steps] == pytest.approx([BASE_LR * f for f in FACTORS])
+    resumed = fit(_Regressor(), _batches(12), resume=tmp_path / "step-00000002", **kwargs)
+    assert [s.step for s in resumed.steps] == [3, 4, 5, 6]
+    # Restarted, the schedule would begin again at 0.1; the lr restored without the scheduler's state would stay.
+    assert [s.lr for s in resumed.steps] == pytest.approx([s.lr for s in full.steps[2:]], rel=1e-12)
+    assert resumed.losses == pytest.approx(full.losses[2:], rel=1e-6)
+
+
+def test_resuming_with_a_scheduler_from_a_checkpoint_without_one_is_refused(tmp_path: Path) -> None:
+    model = _Regressor()
+    fit(model, _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=1, checkpoint_dir=tmp_path)
+    with pytest.raises(UsageError, match="saved without a learning-rate scheduler"):
+        fit(_Regressor(), _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=2,
+            checkpoint_dir=tmp_path, resume=True, lr_scheduler=_lambda(FACTORS))
+
+
+class _Schedule:
+    """A schedule object holding something a checkpoint cannot store without a pickle."""
+
+    def __init__(self) -> None:
+        self.generator = torch.Generator()
+
+    def __call__(self, step: int) -> float:
+        return 1.0
+
+
+@pytest.mark.parametrize(("scheduler", "checkpointed", "error", "message"), [
+    (3, False, UsageError, "lr_scheduler must be a factory optimizer -> LRScheduler, but got int"),
+    (lambda opt: opt, False, UserCodeError, "returned SGD, not a torch.optim.lr_scheduler.LRScheduler"),
+    (lambda opt: None, False, UserCodeError, "returned NoneType, not a torch.optim.lr_scheduler.LRScheduler"),
+    (lambda opt: 1 / 0, False, UserCodeError, "the lr_scheduler factory raised ZeroDivisionError"),
+    (torch.optim.lr_scheduler.ReduceLROnPlateau, False, UsageError, "ReduceLROnPlateau needs one"),
+    (lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, _Schedule()), True, UserCodeError,
+     "a checkpoint does not store"),
+])
+def test_a_bad_scheduler_factory_gets_one_clear_error(scheduler: Any, checkpointed: bool, error: type[Exception],
+                                                      message: str, tmp_path: Path) -> None:
+    model = _Regressor()
+    with pytest.raises(error, match=message):
+        fit(model, _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=1,
+            lr_scheduler=scheduler, checkpoint_dir=tmp_path if checkpointed else None)
+    assert not torch.distributed.is_initialized()
+
+
+# -- checkpoint pruning ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("keep", "left"), [
+    (None, [1, 2, 3, 4, 5]),
+    (1, [5]),
+    (2, [4, 5]),
+    (10, [1, 2, 3, 4, 5]),
+])
+def test_keep_last_checkpoints_leaves_the_newest(keep: int | None, left: list[int], tmp_path: Path) -> None:
+    model = _Regressor()
+    result = fit(model, _batches(5), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=5,
+                 checkpoint_dir=tmp_path, checkpoint_every=1, keep_last_checkpoints=keep,
+                 lr_scheduler=_lambda(FACTORS))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint.step_dir(tmp_path, s).name for s in left]
+    assert result.last_checkpoint == str(checkpoint.step_dir(tmp_path, 5))
+    assert all((checkpoint.step_dir(tmp_path, s) / checkpoint.SCHEDULER_FILE).is_file() for s in left)
+
+
+def test_a_failed_save_prunes_nothing(tmp_path: Path) -> None:
+    # Step 4's save cannot start (a file is in the way of its temporary directory): step 2 must survive.
+    (tmp_path / ".step-00000004.partial").write_text("in the way")
+    model = _Regressor()
+    with pytest.raises(FileExistsError):
+        fit(model, _batches(4), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=4,
+            checkpoint_dir=tmp_path, checkpoint_every=2, keep_last_checkpoints=1)
+    assert checkpoint.latest(tmp_path) == checkpoint.step_dir(tmp_path, 2)
+
+
+@pytest.mark.parametrize(("complete", "newest", "keep", "left"), [
+    ([2, 4, 6], 6, 1, [6]),
+    ([2, 4, 6], 6, 2, [4, 6]),
+    ([2, 4, 6, 8], 4, 1, [4, 6, 8]),  # resumed from step 2: later checkpoints of the earlier run are not older
+])
+def test_prune_removes_only_complete_older_checkpoints(complete: list[int], newest: int, keep: int,
+                                                       left: list[int], tmp_path: Path) -> None:
+    for step in complete:
+        checkpoint.step_dir(tmp_path, step).mkdir()
+        (checkpoint.step_dir(tmp_path, step) / checkpoint.META_FILE).write_text("{}", encoding="utf-8")
+    checkpoint.step_dir(tmp_path, 1).mkdir()  # incomplete: not a checkpoint, not ours to remove
+    (tmp_path / ".step-00000003.partial").mkdir()
+    checkpoint.prune(tmp_path, checkpoint.step_dir(tmp_path, newest), keep)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".step-00000003.partial", "step-00000001", *(checkpoint.step_dir(tmp_path, s).name for s in left)])
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"keep_last_checkpoints": 0}, "keep_last_checkpoints must be a positive whole number, but got 0"),
+    ({"keep_last_checkpoints": True}, "keep_last_checkpoints must be a positive whole number, but got True"),
+    ({"keep_last_checkpoints": 2, "checkpoint_dir": None}, "keep_last_checkpoints needs checkpoint_dir"),
+])
+def test_bad_keep_last_checkpoints_is_refused_before_anything_runs(kwargs: dict[str, Any], message: str,
+                                                                   tmp_path: Path) -> None:
+    args = {"checkpoint_dir": tmp_path, **kwargs}
+    with pytest.raises(UsageError, match=message):
+        fit(_Regressor(), _batches(2), loss_fn=_mse, max_steps=1, **args)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- is_worker() ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({}, False),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+      "TORCHELASTIC_RUN_ID": "x"}, False),  # a torchrun rank: the launcher's process, not one fit() started
+    ({supervisor.RUN_DIR_VAR: "/tmp/autoshard-fit-x", "RANK": "1", "WORLD_SIZE": "2"}, True),
+])
+def test_is_worker_reads_the_variable_fit_sets_in_its_workers(environ: dict[str, str], expected: bool) -> None:
+    assert supervisor.is_worker(environ) is expected
+
+
+def test_is_worker_is_public_and_false_in_one_process() -> None:
+    assert "is_worker" in autoshard.__all__ and autoshard.is_worker is supervisor.is_worker
+    seen = []
+
+    def loss(output: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        seen.append(autoshard.is_worker())
+        return _mse(output, batch)
+
+    model = _Regressor()
+    fit(model, _batches(2), loss_fn=loss, optimizer=_sgd, plan=_plan(model), max_steps=1)
+    assert seen == [False]
+
+
+# -- two ranks ------------------------------------------------------------------------------------------------
+
+
+def _run(options: dict[str, Any], env: dict[str, str] | None = None, timeout: float = 120
+         ) -> subprocess.Popen[str]:
+    environ = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", supervisor.RUN_DIR_VAR):
+        environ.pop(name, None)
+    environ.update(env or {})
+    return subprocess.Popen([sys.executable, __file__, json.dumps(options)], cwd=REPO, env=environ, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _lines(out: str, tag: str) -> list[dict[str, Any]]:
+    return [json.loads(line.removeprefix(tag + " ")) for line in out.splitlines() if line.startswith(tag + " ")]
+
+
+def test_two_spawned_workers_run_the_schedule_and_know_they_are_workers(tmp_path: Path) -> None:
+    proc = _run({"mode": "spawn", "record_dir": str(tmp_path)})
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-4000:]
+    (result,) = _lines(out, "RESULT")
+    assert result["world_size"] == 2
+    assert result["lrs"] == pytest.approx([BASE_LR * f for f in FACTORS[:4]])  # 16 batches, 2 ranks, 2 per step
+    seen = sorted((r["rank"] or "launcher", r["is_worker"]) for r in
+                  (json.loads(p.read_text(encoding="utf-8")) for p in tmp_path.glob("is_worker-*.json")))
+    assert seen == [("0", True), ("1", True), ("launcher", False)]
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_rank_losing_its_peer_in_the_first_loss_is_not_blamed_for_it(how: str, tmp_path: Path) -> None:
+    # The loss all-reduces (a global normaliser): when rank 1 dies there, rank 0's all-reduce fails inside the
+    # region whose errors fit() reports as the user's. Started as torchrun starts ranks, so rank 0's own
+    # exception can be seen (under fit()'s own workers the supervisor may stop rank 0 before it reports).
+    port = str(supervisor.free_port())
+    procs = [_run({"mode": "launched", "fail": how, "record_dir": str(tmp_path)},
+                  {"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}) for r in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    (survivor,) = _lines(outs[0][0], "ERROR")
+    assert survivor["type"] != "UserCodeError" and not survivor["autoshard"], survivor
+    assert lost_peer(RuntimeError(survivor["message"])), survivor
+    if how == "kill":
+        assert procs[1].returncode == -signal.SIGKILL
+    else:  # rank 1's own loss raised: that one is the user's code, and it reported first
+        (dying,) = _lines(outs[1][0], "ERROR")
+        assert dying["type"] == "UserCodeError" and "injected failure on rank 1" in dying["message"]
+        records = supervisor.error_records(tmp_path, 2)
+        assert supervisor.first_error(records) == 1
+    # What fit()'s supervisor reports, from the same records (a rank that wrote none is named first).
+    error = supervisor._error({0: 1, 1: procs[1].returncode}, tmp_path, 2)
+    assert error.message.startswith("rank 1"), error.message
+
+
+# -- the user script the two-rank tests run -------------------------------------------------------------------
+
+
+def _script(options: dict[str, Any]) -> None:
+    """``python test_fit_extras.py '<json>'``: a training script as a user writes it.
+
+    ``mode``: ``spawn`` (fit() starts 2 workers; prints ``RESULT {...}`` in the launching process) or
+    ``launched`` (this process is a rank started with torchrun's variables; ``fail``: ``raise`` / ``kill`` makes
+    rank 1 die in its first loss, and each rank prints ``ERROR {...}`` and writes its error record).
+    ``record_dir``: each process writes ``is_worker-<pid>.json`` there before calling fit().
+    """
+    import torch.distributed as dist
+
+    record_dir = Path(options["record_dir"])
+    rank = os.environ.get("RANK")
+    (record_dir / f"is_worker-{os.getpid()}.json").write_text(
+        json.dumps({"rank": rank, "is_worker": autoshard.is_worker()}), encoding="utf-8")
+    model = _Regressor()
+    data = _batches(16)
+    if options["mode"] == "spawn":
+        plan = _plan(model, world_size=2, accumulation=2)
+        result = fit(model, data, loss_fn=_mse, optimizer=_sgd, plan=plan, lr_scheduler=_lambda(FACTORS),
+                     log_every=1)
+        sys.stdout.write("RESULT " + json.dumps({"world_size": result.world_size,
+                                                 "lrs": [s.lr for s in result.steps]}) + "\n")
+        return
+
+    def global_mean_loss(output: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        if rank == "1":
+            if options["fail"] == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError("injected failure on rank 1")
+        count = torch.tensor([float(batch[1].numel())])
+        dist.all_reduce(count)  # the mean over every rank's elements: a collective inside the user's loss
+        return ((output - batch[1]) ** 2).sum() * dist.get_world_size() / count
+
+    plan = _plan(model, world_size=2)
+    try:
+        fit(model, data, loss_fn=global_mean_loss, optimizer=_sgd, plan=plan, max_steps=2)
+    except Exception as e:  # noqa: BLE001  # what this rank would report, printed for the test
+        supervisor.write_error(record_dir, int(rank or 0), e)
+        sys.stdout.write("ERROR " + json.dumps({"type": type(e).__name__, "message": getattr(e, "message", str(e)),
+                                                "autoshard": isinstance(e, autoshard.AutoshardError)}) + "\n")
+    sys.stdout.flush()
+    os._exit(1)  # the group is left up under a launcher: no interpreter teardown with a peer gone
+
+
+if __name__ == "__main__":
+    _script(json.loads(sys.argv[1]))

@@ -35,7 +35,7 @@ class RunContext:
     backend: str
     """``nccl`` or ``gloo``."""
     owns_group: bool
-    """Whether ``fit()`` created the process group (and so destroys it at the end)."""
+    """Whether ``fit()`` created the process group (and so destroys it when training has succeeded)."""
 
     @property
     def is_main(self) -> bool:

@@ -265,7 +265,16 @@ def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitRe
         message = err["message"] if ctx.is_main else f"rank 0 could not plan: {err['message']}"
         raise supervisor.rebuild_error(err["type"], message, err.get("hint"))
     exported = plan_json.loads(json.dumps(payload["plan"]), source="rank 0's plan")
-    return train(job, exported, ctx, list(payload["notes"]))
+    result = train(job, exported, ctx, list(payload["notes"]))
+    if ctx.owns_group:
+        # A gloo group left for interpreter teardown can abort the process after the script's work is done
+        # ("terminate called without an active exception": its threads are destructed unjoined, pytorch#65231).
+        # Only after success: destroying while another rank is still in a collective can hang (torchtitan#1342).
+        import torch.distributed as dist
+
+        dist.barrier()
+        _destroy_group()
+    return result
 
 
 def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:

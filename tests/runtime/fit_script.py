@@ -4,7 +4,10 @@ It builds tiny-gpt2 with a fixed seed and no dropout, trains on a fixed list of 
 the loss falls), and prints one JSON line: ``RESULT {...}``. Options (all optional): ``strategy``,
 ``processes``, ``max_steps``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``, ``precision``,
 ``accumulation`` (sets the global batch), ``fail`` (``{"rank": r, "step": s, "how": "raise" | "kill"}``),
-``plan`` (a plan.json path), ``force``, ``checkpointing`` (the strategy's plan with activation checkpointing).
+``plan`` (a plan.json path), ``force``, ``checkpointing`` (the strategy's plan with activation checkpointing),
+``plan_for`` (``{"strategy": s, "precision": p, "nodes": n}``: a plan built by hand for ``processes`` ranks over
+``n`` simulated nodes, without the planner, which refuses ``fsdp_cpu_offload`` and ``fsdp_hybrid`` on one
+CPU machine), ``report_shards`` (add each parameter's mesh, placements and local fraction under a launcher).
 """
 
 from __future__ import annotations
@@ -24,6 +27,41 @@ def _optimizer(name: str):  # type: ignore[no-untyped-def]
     if name == "sgd":
         return lambda params: torch.optim.SGD(params, lr=0.5)
     return lambda params: torch.optim.AdamW(params, lr=1e-2)
+
+
+def _plan_for(model: torch.nn.Module, spec: dict, processes: int):  # type: ignore[no-untyped-def]
+    """An ExportedPlan for ``spec["strategy"]`` with its knobs' defaults, on ``spec["nodes"]`` CPU "nodes"."""
+    from dataclasses import replace
+
+    import autoshard
+    from autoshard.export.plan_json import ExportedPlan, HardwareFingerprint
+    from autoshard.runtime.planning import model_fingerprint
+    from autoshard.strategies import get
+
+    nodes = int(spec.get("nodes", 1))
+    hw = replace(autoshard.detect_hardware(gpus=processes), nodes=nodes, processes_per_node=processes // nodes)
+    strategy = get(spec["strategy"])
+    return ExportedPlan(
+        strategy=spec["strategy"], family=strategy.family, micro_batch_size=2, gradient_accumulation=1,
+        activation_checkpointing=False, settings={k.name: k.default for k in strategy.knobs(hw)},
+        precision=spec.get("precision", "32-true"), optimizer="adamw", seq_len=16,
+        model=model_fingerprint(model, "tiny-gpt2"),
+        hardware=HardwareFingerprint(gpu=None, gpu_memory_bytes=None, gpus_per_node=processes // nodes, nodes=nodes,
+                                     device_type="cpu", backend="gloo", nvme_path=None))
+
+
+def _shards(model: torch.nn.Module) -> list[dict]:
+    """Each DTensor parameter's mesh shape and names, placements, local / global element counts, local sum."""
+    from torch.distributed.tensor import DTensor
+
+    out = []
+    for name, p in model.named_parameters():
+        if isinstance(p, DTensor):
+            out.append({"name": name, "mesh": list(p.device_mesh.shape),
+                        "mesh_dims": list(p.device_mesh.mesh_dim_names or ()),
+                        "placements": [str(x) for x in p.placements], "local": p.to_local().numel(),
+                        "global": p.numel(), "local_sum": float(p.to_local().double().sum())})
+    return out
 
 
 def main() -> None:
@@ -62,6 +100,9 @@ def main() -> None:
                                       batch_size=2, precision="32-true", strategies=[options["strategy"]])
         options["plan"] = replace(from_plan(planned), activation_checkpointing=True)
         options.pop("strategy")
+    if options.get("plan_for"):
+        options["plan"] = _plan_for(model, options["plan_for"], options.get("processes") or int(
+            os.environ.get("WORLD_SIZE", "1")))
     kwargs = {k: options[k] for k in ("strategy", "processes", "checkpoint_dir", "checkpoint_every", "resume",
                                       "precision", "plan", "force") if k in options}
     result = fit(model, data, loss_fn=loss_fn, max_steps=options.get("max_steps", 4), batch_size=2, log_every=2,
@@ -78,6 +119,8 @@ def main() -> None:
               "world_size": result.world_size, "steps": [s.step for s in result.steps],
               "resumed_from": result.resumed_from, "last_checkpoint": result.last_checkpoint,
               "state_digest": digest, "model_digest": loaded, "notes": list(result.notes), "pid": os.getpid()}
+    if options.get("report_shards") and result.model is not None:
+        record["shards"] = _shards(result.model)
     sys.stdout.write("RESULT " + json.dumps(record) + "\n")
     sys.stdout.flush()
 

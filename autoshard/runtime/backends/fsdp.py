@@ -1,6 +1,7 @@
 """FSDP2 (``fully_shard``) from a plan: one unit per ``blocks_per_unit`` repeated blocks and the root,
-``MixedPrecisionPolicy``, ``CPUOffloadPolicy``, ``reshard_after_forward``, explicit prefetching, activation
-checkpointing, sharded construction on the meta device, and DCP checkpoints.
+``MixedPrecisionPolicy``, dynamic loss scaling for ``16-mixed``, ``CPUOffloadPolicy``, hybrid sharding on a
+``(nodes, ranks per node)`` mesh, ``reshard_after_forward``, explicit prefetching, activation checkpointing,
+sharded construction on the meta device, and DCP checkpoints.
 
 The wrapping follows torchtitan's ``apply_fsdp`` (``torchtitan/models/llama3/infra/parallelize.py``): blocks
 first, then the root; the root keeps ``reshard_after_forward=None``.
@@ -8,6 +9,7 @@ first, then the root; the root keeps ``reshard_after_forward=None``.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
 
 DCP_DIR = "fsdp_dcp"
+SCALER_FILE = "fsdp_grad_scaler.pt"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -37,10 +40,8 @@ class FSDPBackend(Backend):
     family = "fsdp"
 
     def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
-        """Build (on ``meta`` when the model can re-initialise itself), shard, materialise, build the optimizer."""
-        if self.precision.loss_scaling:
-            raise UsageError("16-mixed with FSDP2 is not supported by fit() yet (it needs a sharded gradient "
-                             "scaler).", hint="Use precision='bf16-mixed', or a DDP / DeepSpeed strategy.")
+        """Build (on ``meta`` when the model can re-initialise itself), shard, materialise, build the optimizer
+        (and, for ``16-mixed``, the loss scaler)."""
         self.offload = self.plan.strategy == "fsdp_cpu_offload"
         on_meta = model.module is None
         if on_meta:
@@ -62,10 +63,23 @@ class FSDPBackend(Backend):
         self._module = module
         self._sync = True  # FSDP2's default
         self.optimizer = make_optimizer(module.parameters())
+        # The plain GradScaler is the one FSDP2 is tested with (torch's test/distributed/_composable/fsdp/
+        # test_fully_shard_grad_scaler.py): the gradients are DTensors, and DTensor runs the inf check on the local
+        # shards, then all-reduces found_inf (MAX) over every Shard mesh dimension (found_inf_reduce_handler,
+        # torch/distributed/tensor/_dispatch.py), so every rank skips an overflowing step together (hybrid: the
+        # replicas' gradients are equal after their all-reduce). ShardedGradScaler (torch/distributed/fsdp/
+        # sharded_grad_scaler.py) was written for FSDP1's plain-tensor shards; here it would all-reduce again.
+        self.scaler = torch.amp.GradScaler(self.ctx.device.type) if self.precision.loss_scaling else None
 
     def _mesh(self) -> DeviceMesh:
+        """1-D over the world; hybrid: ``(nodes, ranks per node)``, replicas across nodes, shards within one."""
         hw = self.plan.hardware
         if self.plan.strategy == "fsdp_hybrid":
+            if hw.nodes * hw.gpus_per_node != self.ctx.world_size:
+                raise UsageError(f"the plan's hybrid mesh is {hw.nodes} node(s) × {hw.gpus_per_node} rank(s), and "
+                                 f"this run has {self.ctx.world_size} ranks.", hint="Plan again for this run.")
+            # Ranks r·gpus_per_node ... (r+1)·gpus_per_node − 1 form node r's shard group (row-major mesh), as
+            # torchrun numbers the ranks of consecutive nodes.
             return init_device_mesh(self.ctx.device.type, (hw.nodes, hw.gpus_per_node),
                                     mesh_dim_names=("replicate", "shard"))
         return init_device_mesh(self.ctx.device.type, (self.ctx.world_size,))
@@ -78,7 +92,11 @@ class FSDPBackend(Backend):
             kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=half,
                                                        reduce_dtype=_DTYPES[str(s.get("reduce_dtype", "fp32"))])
         if self.offload:
-            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=bool(s.get("pin_memory", True)))
+            # Pinning needs an accelerator (FSDPParam pins with Tensor.pin_memory(), torch/distributed/fsdp/
+            # _fully_shard/_fsdp_param.py; without one it raises "Cannot access accelerator device"). On a CPU
+            # run the "device" is the host, so there is nothing to pin for.
+            pin = bool(s.get("pin_memory", True)) and self.ctx.device.type == "cuda"
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=pin)
         per_unit = int(s.get("blocks_per_unit", 1))
         blocks = [module.get_submodule(n) for n in block_names]
         units: list[FSDPModule] = []
@@ -87,6 +105,11 @@ class FSDPBackend(Backend):
             fully_shard(group if len(group) > 1 else group[0],
                         reshard_after_forward=s.get("reshard_after_forward", True), **kwargs)
             units.append(group[0])  # type: ignore[arg-type]  # fully_shard made it an FSDPModule
+        if self.precision.loss_scaling and "mp_policy" in kwargs:
+            # 16-mixed: the root's outputs in fp32, so the loss is computed and scaled in fp32, as autocast runs
+            # cross_entropy in fp32. A 16-bit loss overflows under the scaler: backward seeds it with the scale
+            # (GradScaler's init_scale is 2**16, torch/amp/grad_scaler.py), above fp16's largest value 65504.
+            kwargs["mp_policy"] = dataclasses.replace(kwargs["mp_policy"], output_dtype=torch.float32)
         fully_shard(module, **kwargs)
         return units
 
@@ -113,13 +136,20 @@ class FSDPBackend(Backend):
         if sync != self._sync:  # the setter walks every submodule: call it only on a change
             self._module.set_requires_gradient_sync(sync)  # type: ignore[operator]
             self._sync = sync
-        loss.backward()
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
 
     def step(self) -> None:
-        """Optimizer step on the shards (after clipping the global norm), then zero the gradients."""
+        """Optimizer step on the shards (after clipping the global norm; skipped on every rank by the scaler
+        when a gradient overflowed), then zero the gradients."""
         if self.grad_clip_norm is not None:
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self._module.parameters(), self.grad_clip_norm)  # DTensor-aware
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
 
     def save(self, directory: Path) -> None:
@@ -129,6 +159,8 @@ class FSDPBackend(Backend):
 
         model_sd, optim_sd = get_state_dict(self._module, self.optimizer)
         dcp.save({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(directory / DCP_DIR))
+        if self.scaler is not None and self.ctx.is_main:  # the same scale on every rank (found_inf is agreed)
+            torch.save(self.scaler.state_dict(), directory / SCALER_FILE)
 
     def load(self, directory: Path) -> None:
         """Read a DCP checkpoint into the shards (DCP reshards when the world size changed)."""
@@ -143,6 +175,8 @@ class FSDPBackend(Backend):
         dcp.load(state, checkpoint_id=str(directory / DCP_DIR))
         set_state_dict(self._module, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
+        if self.scaler is not None and (directory / SCALER_FILE).is_file():
+            self.scaler.load_state_dict(torch.load(directory / SCALER_FILE, weights_only=True))
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """All-gathered to rank 0's CPU, in the sharded parameters' dtype (fp32 unless ``bf16-true``)."""

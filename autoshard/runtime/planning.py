@@ -32,18 +32,29 @@ def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None)
     """A :class:`ModelSource` over a module the user already built, for profiling and planning.
 
     ``build_fn`` never copies the weights: under ``FakeTensorMode`` it returns a fake copy, on the ``meta``
-    device a meta copy; ``batch_fn(n)`` repeats the example batch's first sample ``n`` times.
+    device a meta copy; ``batch_fn(n)`` repeats the example batch's first sample ``n`` times. Under a 16-bit
+    default dtype (the profiler builds ``bf16-true`` models that way, as Lightning does) the fake / meta copy's
+    floating tensors are made in that dtype: the profiler cannot cast them afterwards, because
+    ``Module.to`` swaps fake tensors and the fake-tensor converter keeps weak references to the ones it made.
     """
 
     def build() -> nn.Module:
         from torch._guards import detect_fake_mode
 
         fake = detect_fake_mode()
+        default = torch.get_default_dtype()
+        half = default if default in (torch.float16, torch.bfloat16) else None
+
+        def dtype_of(t: torch.Tensor) -> torch.dtype:
+            return half if half is not None and t.is_floating_point() else t.dtype
+
         if fake is not None:
-            convert = fake.from_tensor
+            def convert(t: torch.Tensor) -> torch.Tensor:
+                copied = fake.from_tensor(t)
+                return copied if copied.dtype == dtype_of(t) else copied.to(dtype_of(t))
         elif torch.get_default_device().type == "meta":
             def convert(t: torch.Tensor) -> torch.Tensor:
-                return torch.empty_like(t, device="meta")
+                return torch.empty_like(t, device="meta", dtype=dtype_of(t))
         else:
             return copy.deepcopy(module)
         memo: dict[int, Any] = {}

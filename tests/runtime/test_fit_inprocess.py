@@ -191,3 +191,30 @@ def test_ddp_comm_hooks_from_the_plan_train(hook: str) -> None:
     result = fit(model, _regression_batches() * 3, loss_fn=_mse, epochs=1, optimizer=lambda p: torch.optim.SGD(
         p, lr=0.05), plan=_exported(model, settings=settings))
     assert len(result.steps) == 12 and result.losses[-1] < result.losses[0]
+
+
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed", "bf16-true"])
+def test_a_module_you_built_plans_and_trains_in_every_precision(precision: str) -> None:
+    # Planning traces a bf16-true build of the module; a fake copy could not be cast afterwards (it raised
+    # "Couldn't swap Embedding.weight"), so the copy is made in the 16-bit dtype directly.
+    from autoshard.models import load_source
+
+    source = load_source("tiny-gpt2")
+    torch.manual_seed(0)
+    model = source.build()
+    batches = [source.batch(2, seq_len=16) for _ in range(2)]
+    result = fit(model, batches, loss_fn=source.loss_fn, max_steps=2, batch_size=2, precision=precision,
+                 strategy="ddp")
+    assert result.plan.precision == precision and len(result.losses) == 2
+
+
+def test_a_module_source_profiles_like_the_catalog_entry_in_bf16_true() -> None:
+    from autoshard.models import load_source
+    from autoshard.runtime.planning import module_source
+
+    source = load_source("tiny-gpt2")
+    wrapped = module_source(source.build(), source.batch(2, seq_len=16), loss_fn=source.loss_fn)
+    mine = autoshard.profile(wrapped, batch_size=2, precision="bf16-true")  # the example batch is 16 tokens long
+    catalog = autoshard.profile("tiny-gpt2", batch_size=2, seq_len=16, precision="bf16-true")
+    assert mine.parameter_bytes == catalog.parameter_bytes == 2 * catalog.parameter_count
+    assert mine.peak_bytes == catalog.peak_bytes

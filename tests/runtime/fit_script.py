@@ -3,7 +3,7 @@
 It builds tiny-gpt2 with a fixed seed and no dropout, trains on a fixed list of batches (three distinct batches repeated, so
 the loss falls), and prints one JSON line: ``RESULT {...}``. Options (all optional): ``strategy``,
 ``processes``, ``max_steps``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``, ``precision``,
-``accumulation`` (sets the global batch), ``fail`` (``{"rank": r, "step": s, "how": "raise" | "kill"}``),
+``fail`` (``{"rank": r, "step": s, "how": "raise" | "kill"}``),
 ``plan`` (a plan.json path), ``force``, ``checkpointing`` (the strategy's plan with activation checkpointing),
 ``plan_for`` (``{"strategy": s, "precision": p, "nodes": n}``: a plan built by hand for ``processes`` ranks over
 ``n`` simulated nodes, without the planner, which refuses ``fsdp_cpu_offload`` and ``fsdp_hybrid`` on one

@@ -553,11 +553,11 @@ def test_reduce_bucket_default_scales_with_gpu_memory(profile, expected):
     assert knobs["reduce_bucket_size"] == expected
 
 
-@pytest.mark.parametrize("strategy", ["deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3"])
-def test_plain_sgd_whose_step_allocates_nothing_is_planned(strategy: str) -> None:
+def test_plain_sgd_whose_step_allocates_nothing_is_planned_for_every_stage() -> None:
     # SGD without momentum allocates nothing in its step, so the trace has no optimizer phase (it raised KeyError).
     import autoshard
 
+    stages = ["deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3"]
     plan = autoshard.recommend("tiny-gpt2", hardware=autoshard.detect_hardware(gpus=2), batch_size=2, seq_len=16,
-                               optimizer="sgd", strategies=[strategy])
-    assert plan.recommended is not None and plan.recommended.strategy == strategy
+                               optimizer="sgd", strategies=stages)
+    assert {c.strategy for c in plan.candidates if c.memory is not None} == set(stages)

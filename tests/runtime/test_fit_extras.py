@@ -28,6 +28,8 @@ from autoshard.errors import UsageError, UserCodeError
 from autoshard.export import plan_json
 from autoshard.runtime import checkpoint, fit, supervisor
 from autoshard.runtime.loop import lost_peer
+from tests.runtime.regression import batches as _batches
+from tests.runtime.regression import mse as _mse
 
 REPO = Path(__file__).resolve().parents[2]
 BASE_LR = 0.1
@@ -53,15 +55,6 @@ class _Regressor(nn.Module):
         return self.net(x)
 
 
-def _batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    g = torch.Generator().manual_seed(0)
-    w = torch.randn(8, 1, generator=g)
-    xs = [torch.randn(4, 8, generator=g) for _ in range(n)]
-    return [(x, x @ w) for x in xs]
-
-
-def _mse(output: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    return nn.functional.mse_loss(output, batch[1])
 
 
 def _sgd(params: Any) -> torch.optim.Optimizer:

@@ -15,6 +15,8 @@ import autoshard
 from autoshard.errors import UsageError, UserCodeError
 from autoshard.export import plan_json
 from autoshard.runtime import fit
+from tests.runtime.regression import batches as _regression_batches
+from tests.runtime.regression import mse as _mse
 
 
 def _mlp() -> nn.Module:
@@ -22,15 +24,6 @@ def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 
 
-def _regression_batches(n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    g = torch.Generator().manual_seed(0)
-    w = torch.randn(8, 1, generator=g)
-    xs = [torch.randn(4, 8, generator=g) for _ in range(n)]
-    return [(x, x @ w) for x in xs]
-
-
-def _mse(output: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    return nn.functional.mse_loss(output, batch[1])
 
 
 class _Regressor(nn.Module):

@@ -128,12 +128,15 @@ def single_grid() -> list[Case]:
 
 
 def distributed_grid() -> list[Case]:
-    """DDP, FSDP2 and ZeRO-1/2/3 in 2 real processes, FSDP2 as rank 0 of 4 and 8 (fake process group)."""
+    """DDP, FSDP2 and ZeRO-1/2/3 in 2 real processes (DDP and FSDP2 also in 16-mixed), FSDP2 as rank 0 of 4 and
+    8 (fake process group)."""
     models = ["tiny-gpt2", "tiny-llama"]
     precisions = ("32-true", "bf16-mixed")
     cases: list[Case] = []
     for name in ("ddp", "fsdp", "fsdp_shard_grad_op"):
         cases += _token(models, (1, 4), precisions, strategy=name, world_size=2, process_group="real")
+    for name in ("ddp", "fsdp"):  # 16-mixed: DDP under autocast + GradScaler, FSDP2 with an fp32 root output
+        cases += _token(models, (1, 4), ("16-mixed",), strategy=name, world_size=2, process_group="real")
     for stage in (1, 2, 3):
         cases += _token(models, (1, 4), precisions, strategy=f"deepspeed_stage_{stage}", world_size=2,
                         process_group="real", settings=ZERO_SMALL_BUCKETS[stage])

@@ -128,4 +128,4 @@ def test_grids_cover_every_strategy_family_and_larger_worlds(bench: ModuleType) 
     assert {"single", "ddp", "fsdp", "fsdp_shard_grad_op", "deepspeed_stage_1", "deepspeed_stage_2",
             "deepspeed_stage_3"} <= strategies
     assert {c.world_size for c in grid if c.process_group == "fake"} == {4, 8}
-    assert {c.precision for c in grid} == {"32-true", "bf16-mixed"}
+    assert {c.precision for c in grid} == {"32-true", "bf16-mixed", "16-mixed"}

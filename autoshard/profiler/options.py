@@ -104,6 +104,9 @@ class ProfileOptions:
     target: str = "cuda"
     """The device the answer is for: ``"cuda"`` models CUDA kernels and the caching allocator;
     ``"cpu"`` reports exactly what the CPU run allocates (used to compare against real CPU runs)."""
+    fp32_output: bool = False
+    """Cast the model's floating outputs to fp32 before the loss, as FSDP2's root ``output_dtype=float32`` does
+    (``fit()`` sets it for ``16-mixed``, so that the scaled loss and its gradient stay finite)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch_size, int) or self.batch_size < 1:

@@ -303,6 +303,10 @@ def _forward(
         context = contextlib.nullcontext()
     with context:
         output = _guard(functools.partial(call_model, model, batch), source, None, "forward")
+        if options.fp32_output:
+            # The 16-bit output is freed once cast, as after FSDP2's root cast (nothing saves it for backward).
+            output = tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
+                              output)
         tracker.phase = "loss"
         loss = _guard(functools.partial(loss_fn, output, batch), source, None, "loss")
     del output

@@ -35,7 +35,7 @@ from autoshard.strategies.fsdp_memory import (
     wrapping_units,
 )
 from autoshard.strategies.registry import register
-from autoshard.strategies.workload import StepTrace, Workload, compute_dtype
+from autoshard.strategies.workload import StepTrace, Workload, compute_dtype, fsdp_half_mode
 
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 
@@ -167,7 +167,8 @@ class FSDPStrategy(Strategy):
         units = wrapping_units(workload, values["blocks_per_unit"])
         ckpt = candidate.activation_checkpointing
         acts = StepActivations.from_traces(
-            workload.trace("half", ckpt), workload.trace("amp", ckpt), _micro_batch(candidate), units,
+            workload.trace(fsdp_half_mode(workload.precision), ckpt), workload.trace("amp", ckpt),
+            _micro_batch(candidate), units,
             values["blocks_per_unit"], unchecked=_unchecked(workload) if ckpt else None)
         return layout, units, acts
 
@@ -176,7 +177,7 @@ class FSDPStrategy(Strategy):
         """Compute at MFU, per-unit collectives with one-unit-ahead overlap, and CPU offload's work."""
         layout, values = self.layout(workload, hardware, candidate)
         b = _micro_batch(candidate)
-        trace = workload.trace("half", candidate.activation_checkpointing)
+        trace = workload.trace(fsdp_half_mode(workload.precision), candidate.activation_checkpointing)
         units = wrapping_units(workload, values["blocks_per_unit"])
         notes: list[str] = []
         flops = trace.flops_per_sample() * b
@@ -239,9 +240,9 @@ def _memory_notes(layout: Layout, units: Units, where: str, overhead: int) -> li
 
 
 def _unchecked(workload: Workload) -> StepTrace | None:
-    """The 'half' trace without checkpointing, when the workload has it."""
+    """FSDP2's 'half' trace without checkpointing, when the workload has it."""
     try:
-        return workload.trace("half", False)
+        return workload.trace(fsdp_half_mode(workload.precision), False)
     except LookupError:
         return None
 

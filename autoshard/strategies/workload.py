@@ -11,6 +11,9 @@ Compute modes:
 * ``"half"`` — weights gathered / kept in 16 bits for compute, no autocast (``bf16-true`` traced): what FSDP2's
   ``MixedPrecisionPolicy(param_dtype=bf16)`` and DeepSpeed's ``bf16`` / ``fp16`` modes run. For ``32-true`` and
   ``bf16-true`` both modes are the same trace.
+* ``"half_fp32_output"`` — ``16-mixed`` only: ``"half"`` with the model's output cast to fp32 before the loss,
+  what FSDP2 runs under ``fit()`` (``MixedPrecisionPolicy(output_dtype=float32)`` on the root, so the scaled loss
+  stays finite). DeepSpeed's fp16 mode computes the loss on the 16-bit output, as ``"half"`` does.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
 
     from autoshard.profiler.blocks import RepeatedBlocks
 
-MODES = ("amp", "half")
+MODES = ("amp", "half", "half_fp32_output")
 STEP_PHASES = ("forward", "loss", "backward", "optimizer", "zero_grad")
 
 
@@ -199,6 +202,11 @@ def compute_dtype(precision: Precision) -> str:
     return {Precision.FP32: "fp32", Precision.FP16_MIXED: "fp16"}.get(precision, "bf16")
 
 
+def fsdp_half_mode(precision: Precision) -> str:
+    """The compute mode FSDP2 runs for a user precision: ``"half_fp32_output"`` for ``16-mixed``, else ``"half"``."""
+    return "half_fp32_output" if precision is Precision.FP16_MIXED else "half"
+
+
 def half_precision(precision: Precision) -> Precision:
     """The precision the ``half`` compute mode traces for a user precision."""
     if precision in (Precision.BF16_MIXED, Precision.FP16_MIXED, Precision.BF16_TRUE):
@@ -253,26 +261,29 @@ def build_workload(
     from autoshard.profiler.scaling import profile_with_timelines
 
     precision = parse_precision(precision)
-    modes = {"amp": precision, "half": half_precision(precision)}
-    cache: dict[tuple[Precision, bool, int], tuple[ModelProfile, DepthTimelines]] = {}
+    # mode -> (traced precision, output cast to fp32 before the loss)
+    modes = {"amp": (precision, False), "half": (half_precision(precision), False)}
+    if precision is Precision.FP16_MIXED:
+        modes["half_fp32_output"] = (half_precision(precision), True)
+    cache: dict[tuple[Precision, bool, bool, int], tuple[ModelProfile, DepthTimelines]] = {}
 
-    def traced(p: Precision, ckpt: bool, batch: int) -> tuple[ModelProfile, DepthTimelines]:
-        key = (p, ckpt, batch)
+    def traced(p: Precision, fp32_output: bool, ckpt: bool, batch: int) -> tuple[ModelProfile, DepthTimelines]:
+        key = (p, fp32_output, ckpt, batch)
         if key not in cache:
             opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
-                                  activation_checkpointing=ckpt, target=target)
+                                  activation_checkpointing=ckpt, target=target, fp32_output=fp32_output)
             # FLOPs are exactly proportional to the micro-batch; count them at micro-batch 1 only.
             cache[key] = profile_with_timelines(source, opts, count_flops=batch == 1)
         return cache[key]
 
-    def step_trace(mode: str, p: Precision, ckpt: bool) -> StepTrace:
-        (one, _), (two, t2), (_, t3) = traced(p, ckpt, 1), traced(p, ckpt, 2), traced(p, ckpt, 3)
+    def step_trace(mode: str, p: Precision, fp32_output: bool, ckpt: bool) -> StepTrace:
+        (one, _), (two, t2), (_, t3) = (traced(p, fp32_output, ckpt, b) for b in (1, 2, 3))
         return StepTrace(mode=mode, checkpointing=ckpt, precision=p, at_1=one, at_2=two, timelines_2=t2,
                          timelines_3=t3)
 
-    base = traced(precision, False, 1)[0]
+    base = traced(precision, False, False, 1)[0]
     choices = [c for c in checkpointing if not c or base.block_class is not None]
-    traces = tuple(step_trace(mode, p, ckpt) for mode, p in modes.items() for ckpt in choices)
+    traces = tuple(step_trace(mode, p, out, ckpt) for mode, (p, out) in modes.items() for ckpt in choices)
     # Parameter layout from a meta build (no allocation), unique tensors only.
     with torch.device("meta"):
         module = source.build()

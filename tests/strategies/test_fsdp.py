@@ -334,3 +334,18 @@ def test_collectives_per_step_follow_the_wrapping() -> None:
                                     ("reduce_scatter", units, 8, "intra"), ("all_reduce", units, 2, "inter")]
     gather = get("fsdp").cost(w, hw, cand).collectives[0]
     assert gather.bytes == 2 * w.parameter_count  # bf16, no padding needed at 16 ranks for these sizes
+
+
+def test_fsdp_16_mixed_is_modelled_with_the_fp32_root_output_fit_runs() -> None:
+    # fit() casts FSDP2's root output to fp32 under 16-mixed (so the scaled loss stays finite): the loss phase then
+    # holds fp32 logits and fp32 cross-entropy temporaries. DeepSpeed's fp16 keeps the 16-bit output ("half").
+    w = build_workload(load_source("tiny-gpt2"), precision="16-mixed", seq_len=16, target="cpu",
+                       checkpointing=(False,))
+    half, fp32_out = w.trace("half", False), w.trace("half_fp32_output", False)
+    assert half.precision is fp32_out.precision  # the same 16-bit weights
+    assert fp32_out.activation_bytes("loss", 4) > half.activation_bytes("loss", 4)
+    hw = cpu_hardware(2)
+    fsdp = get("fsdp").memory(w, hw, Candidate(strategy="fsdp", micro_batch_size=4, activation_checkpointing=False))
+    bf16 = build_workload(load_source("tiny-gpt2"), precision="bf16-mixed", seq_len=16, target="cpu",
+                          checkpointing=(False,))
+    assert fsdp.gpu.total > get("fsdp").memory(bf16, hw, Candidate(strategy="fsdp", micro_batch_size=4, activation_checkpointing=False)).gpu.total

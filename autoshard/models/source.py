@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from autoshard.errors import UsageError, UserCodeError
 
@@ -223,3 +224,13 @@ def _flatten(obj: Any) -> list[torch.Tensor]:
     if hasattr(obj, "to_tuple"):  # transformers ModelOutput
         return _flatten(obj.to_tuple())
     return []
+
+
+def cast_floats(batch: Any, dtype: torch.dtype) -> Any:
+    """``batch`` (or a model's output) with every floating-point tensor in ``dtype``; anything else unchanged.
+
+    Example:
+        >>> cast_floats({"x": torch.ones(1), "ids": torch.ones(1, dtype=torch.long)}, torch.bfloat16)["x"].dtype
+        torch.bfloat16
+    """
+    return tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, batch)

@@ -15,12 +15,18 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_iter, tree_map
+from torch.utils._pytree import tree_iter
 from torch.utils.flop_counter import FlopCounterMode
 
 import autoshard
 from autoshard.errors import ProfileError, UserCodeError
-from autoshard.models.source import ModelSource, call_model, call_user, default_loss
+from autoshard.models.source import (
+    ModelSource,
+    call_model,
+    call_user,
+    cast_floats,
+    default_loss,
+)
 from autoshard.profiler import gpu
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
 from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
@@ -96,7 +102,7 @@ def trace_timeline(
         blocks = find_repeated_blocks(model)
         batch = source.batch(options.batch_size, seq_len=options.seq_len)
         if options.precision is Precision.BF16_TRUE:
-            batch = tree_map(_to_bf16_if_float, batch)
+            batch = cast_floats(batch, torch.bfloat16)
         optimizer = _make_optimizer(source, options, model)
         tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None,
                                 record_events=record)
@@ -305,8 +311,7 @@ def _forward(
         output = _guard(functools.partial(call_model, model, batch), source, None, "forward")
         if options.fp32_output:
             # The 16-bit output is freed once cast, as after FSDP2's root cast (nothing saves it for backward).
-            output = tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
-                              output)
+            output = cast_floats(output, torch.float32)
         tracker.phase = "loss"
         loss = _guard(functools.partial(loss_fn, output, batch), source, None, "loss")
     del output
@@ -484,7 +489,3 @@ def _unique_storages(tensors: Iterator[torch.Tensor] | Any) -> dict[int, torch.U
     return out
 
 
-def _to_bf16_if_float(x: Any) -> Any:
-    if isinstance(x, torch.Tensor) and x.is_floating_point():
-        return x.to(torch.bfloat16)
-    return x

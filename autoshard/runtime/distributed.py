@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -120,6 +121,27 @@ def join(launch: LaunchInfo, *, device_type: str, init_method: str | None = None
                          f"{launch.world_size}.")
     return RunContext(rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank,
                       local_world_size=launch.local_world_size, device=device, backend=backend, owns_group=owns)
+
+
+COMMUNICATION_ERROR_TYPES = frozenset({"DistBackendError", "DistNetworkError", "DistStoreError", "DistError"})
+"""``torch.distributed``'s error classes (NCCL's, the store's, and their base)."""
+_COMMUNICATION_TEXT = re.compile(r"\bgloo\b|\bnccl\b|connection (?:reset|closed|refused)|broken pipe|\bc10d\b|"
+                                 r"ProcessGroup|socket timeout|\bpeer\b", re.IGNORECASE)
+"""gloo / NCCL / the TCP store, as their errors read when a peer is lost or a collective fails: gloo raises a plain
+``RuntimeError`` ("[gloo/transport/tcp/pair.cc:537] Read error ...: Connection reset by peer", torch 2.13)."""
+
+
+def communication_failure(type_name: str, message: str) -> bool:
+    """Whether an error (its class name and message) is a collective failing because another rank is gone or
+    the transport broke — not the fault of the code that called the collective.
+
+    Example:
+        >>> communication_failure("RuntimeError", "[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer")
+        True
+        >>> communication_failure("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (4x8 and 3x3)")
+        False
+    """
+    return type_name in COMMUNICATION_ERROR_TYPES or _COMMUNICATION_TEXT.search(message) is not None
 
 
 def broadcast_json(value: Any, ctx: RunContext, *, src: int = 0) -> Any:

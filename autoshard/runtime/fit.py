@@ -294,7 +294,7 @@ def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:
             tmp.write_text(json.dumps(result.to_dict()), encoding="utf-8")
             tmp.replace(run_dir / RESULT_FILE)
         dist.barrier()
-        dist.destroy_process_group()
+        _destroy_group()
     except BaseException as e:  # noqa: BLE001  # reported to the launching process, which raises it
         supervisor.write_error(run_dir, launch.rank, e)
         code = 1

@@ -3,7 +3,6 @@ checkpoints."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,16 +18,14 @@ from autoshard.runtime import checkpoint
 from autoshard.runtime.backends import Backend, to_device
 from autoshard.runtime.checkpoint import Position
 from autoshard.runtime.data import DataFeed
-from autoshard.runtime.distributed import all_true, mean_over_ranks
+from autoshard.runtime.distributed import (
+    all_true,
+    communication_failure,
+    mean_over_ranks,
+)
 from autoshard.runtime.result import StepMetrics
 
 LossFn = Callable[[Any, Any], torch.Tensor]
-
-# gloo and NCCL, as their errors read when a peer process is gone: gloo raises a plain RuntimeError
-# ("[gloo/transport/tcp/pair.cc:537] Read error ...: Connection reset by peer", torch 2.13), NCCL a DistBackendError.
-_PEER_LOST = re.compile(r"connection (?:closed|reset) by peer|broken pipe|gloo/transport|\bNCCL (?:error|"
-                        r"communicator)", re.IGNORECASE)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoopConfig:
@@ -67,13 +64,11 @@ def build_scheduler(factory: Any, optimizer: torch.optim.Optimizer, *, checkpoin
     state a checkpoint can hold (tensors and plain values: checkpoints load with ``weights_only=True``).
 
     Raises:
-        UsageError: ``factory`` is not callable, or it built a ``ReduceLROnPlateau`` (which needs a metric).
+        UsageError: it built a ``ReduceLROnPlateau`` (which needs a metric). ``fit()`` has already checked that
+            ``factory`` is callable.
         UserCodeError: it raised, returned something that is not an ``LRScheduler``, or (with ``checkpointed``)
             one whose ``state_dict()`` holds other objects.
     """
-    if not callable(factory):
-        raise UsageError(f"lr_scheduler must be a factory optimizer -> LRScheduler, but got {type(factory).__name__}.",
-                         hint="Pass e.g. lr_scheduler=lambda opt: torch.optim.lr_scheduler.LinearLR(opt, ...).")
     try:
         scheduler = factory(optimizer)
     except Exception as e:
@@ -218,8 +213,8 @@ def _first_loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool) ->
 
 def lost_peer(exc: BaseException) -> bool:
     """Whether ``exc`` is a collective failing because another rank is gone (or the transport broke): a
-    ``torch.distributed.DistError`` (NCCL's ``DistBackendError``, the store's ``DistNetworkError``), or gloo's
-    ``RuntimeError`` naming its transport or a closed connection.
+    ``torch.distributed.DistError`` or an error naming gloo / NCCL / a closed connection
+    (:func:`~autoshard.runtime.distributed.communication_failure`, which the tuner classifies with too).
 
     Example:
         >>> lost_peer(RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer"))
@@ -227,9 +222,7 @@ def lost_peer(exc: BaseException) -> bool:
         >>> lost_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x8 and 3x3)"))
         False
     """
-    if isinstance(exc, dist.DistError):
-        return True
-    return isinstance(exc, RuntimeError) and _PEER_LOST.search(str(exc)) is not None
+    return isinstance(exc, dist.DistError) or communication_failure(type(exc).__name__, str(exc))
 
 
 def _plain(value: Any) -> bool:

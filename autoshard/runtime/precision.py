@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
 from autoshard.errors import UsageError
+from autoshard.models.source import cast_floats
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,16 +40,6 @@ class PrecisionRecipe:
     def cast_batch(self, batch: Any) -> Any:
         """Floating inputs in ``param_dtype`` (``bf16-true``); anything else unchanged."""
         return batch if self.param_dtype is None else cast_floats(batch, self.param_dtype)
-
-
-def cast_floats(batch: Any, dtype: torch.dtype) -> Any:
-    """``batch`` with every floating-point tensor in ``dtype``.
-
-    Example:
-        >>> cast_floats({"x": torch.ones(1), "ids": torch.ones(1, dtype=torch.long)}, torch.bfloat16)["x"].dtype
-        torch.bfloat16
-    """
-    return tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, batch)
 
 
 def recipe(precision: str) -> PrecisionRecipe:

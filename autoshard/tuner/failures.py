@@ -15,6 +15,7 @@ from typing import Any
 
 from autoshard.errors import AutoshardError, WorkerKilled, WorkerTimeout
 from autoshard.runtime import supervisor
+from autoshard.runtime.distributed import communication_failure
 from autoshard.tuner.result import FailureClass
 
 _OOM_TYPES = frozenset({"OutOfMemoryError", "MemoryError"})
@@ -25,10 +26,6 @@ _OOM_TEXT = re.compile(r"out of memory|can't allocate memory|not enough memory|C
                        r"failed to allocate",
                        re.IGNORECASE)
 _USER_TYPES = frozenset({"UserCodeError", "ModelSourceError"})
-_COMM_TYPES = frozenset({"DistBackendError", "DistNetworkError", "DistStoreError", "DistError"})
-# gloo / NCCL / the TCP store, as their errors read when a peer is lost or a collective fails.
-_COMM_TEXT = re.compile(r"\bgloo\b|\bnccl\b|connection (?:reset|closed|refused)|broken pipe|\bc10d\b|"
-                        r"ProcessGroup|socket timeout|\bpeer\b", re.IGNORECASE)
 
 
 def classify_record(record: Mapping[str, Any]) -> FailureClass:
@@ -46,7 +43,7 @@ def classify_record(record: Mapping[str, Any]) -> FailureClass:
     # Out of memory and a lost peer first: both can reach the tuner wrapped as a first-batch user-code error.
     if kind in _OOM_TYPES or _OOM_TEXT.search(message):
         return FailureClass.OOM
-    if kind in _COMM_TYPES or _COMM_TEXT.search(message):
+    if communication_failure(kind, message):
         return FailureClass.COMMUNICATION
     if kind in _USER_TYPES:
         return FailureClass.USER_CODE

@@ -7,7 +7,6 @@ CI's machine has no libaio, so there the refusal runs; the training case runs wh
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,17 +16,10 @@ import torch
 import autoshard
 from autoshard.errors import UsageError
 from autoshard.export.plan_json import ExportedPlan, from_plan
+from autoshard.runtime.backends.deepspeed import async_io_available, import_deepspeed
 
-
-def _async_io_available() -> bool:
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    from deepspeed.accelerator import get_accelerator
-
-    builder = get_accelerator().create_op_builder("AsyncIOBuilder")
-    return builder is not None and bool(builder.is_compatible(verbose=False))
-
-
-AIO = _async_io_available()
+import_deepspeed("cuda" if torch.cuda.is_available() else "cpu")  # picks DeepSpeed's accelerator first
+AIO = async_io_available()
 
 
 def _nvme_plan(directory: Path) -> ExportedPlan:

@@ -20,10 +20,9 @@ from torch import nn
 
 from autoshard.errors import UsageError
 from autoshard.export import deepspeed as ds_export
-from autoshard.models.source import call_model
+from autoshard.models.source import call_model, cast_floats
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
-from autoshard.runtime.precision import cast_floats
 
 TAG = "deepspeed"
 """The checkpoint tag: DeepSpeed writes ``<directory>/deepspeed/``."""
@@ -151,13 +150,18 @@ def _check_nvme(path: str | None) -> None:
                          hint="Choose a directory you can write to on a local NVMe drive.")
 
 
-def _check_async_io() -> None:
-    """NVMe offload reads and writes through DeepSpeed's ``async_io`` op (``runtime/swap_tensor/``, 0.19.8),
-    built against libaio; without it DeepSpeed fails deep inside the first swap, so say so before starting."""
+def async_io_available() -> bool:
+    """Whether DeepSpeed's ``async_io`` op, through which NVMe offload reads and writes
+    (``runtime/swap_tensor/``, 0.19.8), can be built here: it needs libaio. Imports DeepSpeed."""
     from deepspeed.accelerator import get_accelerator
 
     builder = get_accelerator().create_op_builder("AsyncIOBuilder")
-    if builder is None or not builder.is_compatible(verbose=False):
+    return builder is not None and bool(builder.is_compatible(verbose=False))
+
+
+def _check_async_io() -> None:
+    """Without ``async_io`` DeepSpeed fails deep inside the first swap, so say so before starting."""
+    if not async_io_available():
         raise UsageError("the plan offloads to NVMe, and DeepSpeed's async_io op cannot be built here (it needs "
                          "libaio).",
                          hint="Install libaio (apt install libaio-dev; check with `ds_report`), or choose CPU "

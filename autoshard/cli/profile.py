@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 
 from autoshard.cli._format import count, flops, gib, print_json
 from autoshard.profiler.options import OPTIMIZERS, Precision
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(p, *, show_blocks: bool) -> None:  # type: ignore[no-untyped-def]
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
@@ -104,11 +107,13 @@ def _print(p, *, show_blocks: bool) -> None:  # type: ignore[no-untyped-def]
         f"FLOPs per step: {flops(p.flops_per_step)} (forward {flops(p.forward_flops)}, "
         f"backward {flops(p.backward_flops)} per micro-batch{per_token})"
     )
-    if p.block_class:
-        console.print(f"Repeated block: {p.block_class} × {len(p.blocks)}")
-    if p.extrapolated_from_layers:
-        l1, l2 = p.extrapolated_from_layers
-        console.print(f"[dim]Traced at {l1} and {l2} blocks and extrapolated (exact for identical blocks).[/dim]")
+    if p.block_classes:
+        console.print(f"{repeated_blocks_line(p.block_classes, tuple(b.name for b in p.blocks))}")
+    if p.depth is not None:  # blocks of several kinds, or every block traced (with the reason)
+        console.print(f"[dim]{escape(p.depth.note)}[/dim]")
+    elif p.extrapolated_from_layers:
+        depths = " and ".join(map(str, p.extrapolated_from_layers))
+        console.print(f"[dim]Traced at {depths} blocks and extrapolated (exact for identical blocks).[/dim]")
     console.print(f"[dim]Traced in {p.trace_seconds:.1f} s with torch {p.torch_version}.[/dim]")
     if show_blocks and p.blocks:
         bt = Table(title="Repeated blocks", title_justify="left")
@@ -118,3 +123,27 @@ def _print(p, *, show_blocks: bool) -> None:  # type: ignore[no-untyped-def]
             bt.add_row(b.name, count(b.parameters), gib(b.activation_bytes), flops(b.forward_flops),
                        flops(b.backward_flops))
         console.print(bt)
+
+
+def repeated_blocks_line(classes: tuple[str, ...], names: tuple[str, ...]) -> str:
+    """One line naming the block classes, their count and, with several stacks, each stack's count.
+
+    A stack is labelled by its container's path, less what all stacks' paths share and less indices (a
+    ResNet's ``stages.0`` ... ``stages.3`` are one stack).
+
+    Example:
+        >>> repeated_blocks_line(("T5Block",), ("encoder.block.0", "encoder.block.1", "decoder.block.0"))
+        'Repeated blocks: T5Block × 3 (encoder 2, decoder 1)'
+        >>> repeated_blocks_line(("GPT2Block",), ("h.0", "h.1"))
+        'Repeated blocks: GPT2Block × 2'
+    """
+    line = f"Repeated blocks: {', '.join(classes)} × {len(names)}"
+    paths = [tuple(part for part in n.split(".")[:-1] if not part.isdigit()) for n in names]
+    stacks = [(path, len(list(group))) for path, group in itertools.groupby(paths)]
+    if len(stacks) < 2:
+        return line
+    shared = [path for path, _ in stacks]
+    head = len(os.path.commonprefix(shared))
+    tail = len(os.path.commonprefix([path[head:][::-1] for path in shared]))
+    labels = [".".join(path[head : len(path) - tail]) or ".".join(path) or "(top level)" for path, _ in stacks]
+    return line + " (" + ", ".join(f"{label} {n}" for label, (_, n) in zip(labels, stacks, strict=True)) + ")"

@@ -90,7 +90,8 @@ def notes(exported: ExportedPlan) -> list[str]:
            ("Gradient clipping is off everywhere (ds_config.json says gradient_clipping 0.0: DeepSpeed's own default "
             "would clip at 1.0): set it if you train with it.")]
     if exported.activation_checkpointing:
-        out.append(f"The plan checkpoints every {exported.model.block_class or 'repeated block'}: enable it in your "
+        blocks = " and ".join(exported.model.block_classes) or "repeated block"
+        out.append(f"The plan checkpoints every {blocks}: enable it in your "
                    "model (FSDP configs here do it for you; DeepSpeed and DDP do not).")
     if exported.family == "deepspeed":
         out.append("ds_config.json has no optimizer block: with optimizer offload use "

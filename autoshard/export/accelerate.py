@@ -54,14 +54,19 @@ def accelerate_config(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG
 
 
 def fsdp_config(exported: ExportedPlan) -> dict[str, Any]:
-    """The ``fsdp_config`` block: FSDP2, the block class as the wrapping unit, checkpointing and offload.
+    """The ``fsdp_config`` block: FSDP2, the block classes as the wrapping units, checkpointing and offload.
+
+    ``fsdp_transformer_layer_cls_to_wrap`` is one comma-separated string (accelerate's
+    ``FullyShardedDataParallelPlugin`` splits it on ``,``), e.g. ``BartEncoderLayer,BartDecoderLayer``.
 
     ``reshard_after_forward`` is a bool in accelerate's FSDP2 plugin: a partial size (an int) is written as
     ``True`` and :func:`autoshard.export.notes` says so.
     """
-    block = exported.model.block_class
-    wrap = {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "fsdp_transformer_layer_cls_to_wrap": block} \
-        if block else {"fsdp_auto_wrap_policy": "NO_WRAP"}
+    classes = exported.model.block_classes
+    wrap: dict[str, str] = {"fsdp_auto_wrap_policy": "NO_WRAP"}
+    if classes:
+        wrap = {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                "fsdp_transformer_layer_cls_to_wrap": ",".join(classes)}
     return {
         "fsdp_version": 2,
         "fsdp_reshard_after_forward": exported.settings.get("reshard_after_forward", True) is not False,

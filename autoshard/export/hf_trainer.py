@@ -29,16 +29,16 @@ def fsdp_config(exported: ExportedPlan) -> dict[str, Any]:
     if exported.strategy == "fsdp_hybrid":
         raise UsageError("the Hugging Face Trainer has no FSDP2 hybrid sharding; use the Accelerate config with "
                          "a parallelism config, or plan with strategies=['fsdp'].")
-    block = exported.model.block_class
+    classes = exported.model.block_classes
     config: dict[str, Any] = {
         "version": 2,
         "reshard_after_forward": exported.settings.get("reshard_after_forward", True) is not False,
         "activation_checkpointing": exported.activation_checkpointing,
         "cpu_offload": exported.strategy == "fsdp_cpu_offload",
     }
-    if block:
+    if classes:
         config["auto_wrap_policy"] = "TRANSFORMER_BASED_WRAP"
-        config["transformer_layer_cls_to_wrap"] = [block]
+        config["transformer_layer_cls_to_wrap"] = list(classes)
     return config
 
 

@@ -21,7 +21,8 @@ _SHARDING = {"fsdp": "FULL_SHARD", "fsdp_shard_grad_op": "SHARD_GRAD_OP", "fsdp_
 def snippet(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE) -> str:
     """Python source building the ``Trainer``; it parses with :func:`ast.parse`.
 
-    The block class is imported from ``my_model``, a name the user replaces with their module.
+    The block classes are imported from ``my_model``, a name the user replaces with their module(s); FSDP plans
+    wrap (and, with checkpointing, checkpoint) every one of them: ``auto_wrap_policy={A, B}``.
     """
     hw = exported.hardware
     s = exported.settings
@@ -42,13 +43,13 @@ def snippet(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE) -> 
         strategy = f"DDPStrategy({', '.join(args)})"
     elif exported.family == "fsdp":
         lines.append("from lightning.pytorch.strategies import FSDPStrategy")
-        block = exported.model.block_class
+        classes = ", ".join(exported.model.block_classes)
         args = [f"sharding_strategy={_SHARDING[exported.strategy]!r}"]
-        if block:
-            lines.append(f"from my_model import {block}  # replace my_model with the module defining {block}")
-            args.append(f"auto_wrap_policy={{{block}}}")
+        if classes:
+            lines.append(f"from my_model import {classes}  # replace my_model with the module defining them")
+            args.append(f"auto_wrap_policy={{{classes}}}")
             if exported.activation_checkpointing:
-                args.append(f"activation_checkpointing_policy={{{block}}}")
+                args.append(f"activation_checkpointing_policy={{{classes}}}")
         if exported.strategy == "fsdp_cpu_offload":
             args.append("cpu_offload=True")
         strategy = f"FSDPStrategy({', '.join(args)})"

@@ -43,9 +43,23 @@ class ModelFingerprint:
     name: str
     parameter_count: int
     block_class: str | None
-    """The repeated block (the FSDP / ZeRO-3 wrapping unit), e.g. ``GPT2Block``."""
+    """The repeated block classes (the FSDP wrapping units), comma-separated in module order as accelerate's
+    ``fsdp_transformer_layer_cls_to_wrap`` takes them: ``GPT2Block``, ``BartEncoderLayer,BartDecoderLayer``;
+    ``None`` when nothing repeats. One string, so that plan.json files from before block sets still load and
+    mean the same."""
     layout_hash: str
     """First 16 hex digits of a SHA-256 over the parameter tensor sizes and the block sizes (:func:`layout_hash`)."""
+
+    @property
+    def block_classes(self) -> tuple[str, ...]:
+        """The block class names, in module order (empty when nothing repeats).
+
+        Example:
+            >>> ModelFingerprint(name="bart", parameter_count=1, layout_hash="0" * 16,
+            ...                  block_class="BartEncoderLayer,BartDecoderLayer").block_classes
+            ('BartEncoderLayer', 'BartDecoderLayer')
+        """
+        return tuple(c.strip() for c in (self.block_class or "").split(",") if c.strip())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

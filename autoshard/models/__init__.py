@@ -16,13 +16,16 @@ def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
 
     Args:
         spec: a path to a ``.py`` file following the model-file convention (``docs/models.md``), a path to a
-            Hugging Face ``config.json`` (or a directory holding one), or a catalog name such as ``"llama-2-7b"``.
+            Hugging Face ``config.json`` (or a directory holding one), a Hugging Face Hub id whose
+            config.json is in the local cache (``"org/name"`` or ``"org/name@revision"``; a path of that
+            name wins), or a catalog name such as ``"llama-2-7b"``.
 
     Returns:
         The loaded source. Nothing is allocated: the module is built later, by the caller.
 
     Raises:
-        ModelSourceError: the path does not exist, is of an unknown kind, or the name is not in the catalog.
+        ModelSourceError: the path does not exist, is of an unknown kind, the Hub id's config.json is not
+            in the local cache, or the name is not in the catalog.
         UserCodeError: the user's ``model.py`` failed to import.
     """
     if isinstance(spec, ModelSource):
@@ -50,6 +53,11 @@ def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
         raise ModelSourceError(
             f"{text}: unknown kind of model file (expected a .py model file or a config.json).",
         )
+    from autoshard.models.hub import load_hub_id, parse_hub_id
+
+    hub_id = parse_hub_id(text)
+    if hub_id is not None:
+        return load_hub_id(hub_id)
     if looks_like_path:
         raise ModelSourceError(
             f"{text}: no such file.", hint="Check the path; catalog names have no extension (e.g. llama-2-7b)."

@@ -60,6 +60,11 @@ class ModelSource:
     """The user's file whose frames are shown when user code raises."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """Published figures and facts, e.g. ``{"published_parameters": 6_738_415_616, "reference": ...}``."""
+    with_layers: Callable[[tuple[int, ...]], ModelSource] | None = None
+    """Returns the same model keeping only the blocks at these full-depth positions (increasing, from 0), each
+    of the kind it is at full depth, when the source can (HF configs; used to scale traces of models whose
+    blocks differ, e.g. dense and MoE layers). Callers check what it built
+    (:mod:`autoshard.models.hf_layers`)."""
 
     def build(self) -> nn.Module:
         """Build the module, turning exceptions from user code into :class:`UserCodeError`.
@@ -135,10 +140,12 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
     except Exception as exc:  # noqa: BLE001 — user code can raise anything; we report it precisely
         location = user_frame(exc, user_file)
         where = f" at {location}" if location else ""
+        if user_file is not None:
+            hint = "Fix the error in your model file (run with --debug for the full traceback)."
+        else:  # a Hugging Face config or a catalog model: the code that raised is not the user's
+            hint = "The model's own code raised it; rerun with --debug for the full traceback and report it."
         raise UserCodeError(
-            f"{what} raised {type(exc).__name__}{where}: {exc}",
-            hint="Fix the error in your model file (run with --debug for the full traceback).",
-            location=location,
+            f"{what} raised {type(exc).__name__}{where}: {exc}", hint=hint, location=location
         ) from exc
 
 

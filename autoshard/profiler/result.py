@@ -93,6 +93,25 @@ class BlockProfile:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class DepthRecord:
+    """How a profile covered a model whose blocks are not all alike, or why it traced every block."""
+
+    kinds: tuple[str, ...]
+    """The kinds of block in order of first appearance, e.g. ``DeepseekV3DecoderLayer[mlp=DeepseekV3MoE]``
+    (:func:`autoshard.models.hf_layers.layer_kinds`); empty when not known."""
+    counts: tuple[int, ...]
+    """How many blocks of each kind the model has."""
+    traced_counts: tuple[tuple[int, ...], ...]
+    """Per traced shallow stack, how many blocks of each kind it had; empty when every block was traced."""
+    note: str
+    """One line for people: what was traced and why."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ModelProfile:
     """What one training step of a model costs on one device holding the whole model."""
 
@@ -133,9 +152,11 @@ class ModelProfile:
     """FLOPs of one optimizer step: (forward + backward) × gradient-accumulation micro-batches."""
     tokens_per_step: int | None
     samples_per_step: int
-    block_class: str | None
-    """The repeated block class (e.g. ``LlamaDecoderLayer``), ``None`` when nothing repeats."""
+    block_classes: tuple[str, ...]
+    """The repeated block classes in module order (e.g. ``("LlamaDecoderLayer",)``; an encoder-decoder may have
+    two), empty when nothing repeats (:func:`autoshard.profiler.blocks.find_repeated_blocks`)."""
     blocks: tuple[BlockProfile, ...]
+    """Every repeated block, stack after stack, each stack in execution order."""
     gpu_model: tuple[str, ...]
     """The CUDA behaviours modelled in this trace (empty for ``target="cpu"``)."""
     extrapolated_from_layers: tuple[int, ...] | None
@@ -143,6 +164,15 @@ class ModelProfile:
     trace_seconds: float
     torch_version: str
     autoshard_version: str
+    depth: DepthRecord | None = None
+    """Set when the blocks are not all alike (the kinds traced, :mod:`autoshard.profiler.scaling`), or when
+    every block was traced although the source can be rebuilt shallower (with the reason)."""
+
+    @property
+    def block_class(self) -> str | None:
+        """The block classes comma-separated (as accelerate's ``fsdp_transformer_layer_cls_to_wrap`` takes
+        them), ``None`` when nothing repeats; one class name for a decoder, as before block sets."""
+        return ",".join(self.block_classes) or None
 
     @property
     def model_state_bytes(self) -> int:
@@ -181,6 +211,7 @@ class ModelProfile:
             "tokens_per_step": self.tokens_per_step,
             "samples_per_step": self.samples_per_step,
             "block_class": self.block_class,
+            "block_classes": list(self.block_classes),
             "blocks": [b.to_dict() for b in self.blocks],
             "gpu_model": list(self.gpu_model),
             "extrapolated_from_layers": (
@@ -189,4 +220,5 @@ class ModelProfile:
             "trace_seconds": self.trace_seconds,
             "torch_version": self.torch_version,
             "autoshard_version": self.autoshard_version,
+            "depth": None if self.depth is None else self.depth.to_dict(),
         }

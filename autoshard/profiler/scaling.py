@@ -1,4 +1,4 @@
-"""Profiling deep models fast: trace two shallow copies and extrapolate linearly in the block count.
+"""Profiling deep models fast: trace shallow copies and extrapolate linearly in the block count.
 
 A stack of identical blocks adds the same tensors for every block it has: the same parameters, gradients and
 optimizer state, the same saved activations, the same FLOPs. So every quantity the trace measures — and the
@@ -6,19 +6,44 @@ high point of each phase of the step, category by category — is an affine func
 as long as the shape of the step does not change. Tracing at ``L1`` and ``L2`` blocks gives both
 coefficients; the profile at the real ``L`` follows. The peak is the highest of the extrapolated phase peaks.
 
-``tests/profiler/test_scaling.py`` checks that this equals a full trace, byte for byte, on models small enough
-to trace whole; ``benchmarks/profile_speed.py`` measures the speed-up.
+Blocks of several kinds (DeepSeek-V3's 3 dense and 58 MoE layers, Gemma-2's alternating sliding and global
+attention; :func:`autoshard.models.hf_layers.layer_kinds` tells them apart) make every quantity affine in the
+count of each kind instead: ``base + Σ count_k · increment_k``. A reference copy keeps the first and the last
+block and one block of each kind; one more copy per kind adds a block of that kind inside the stack; the
+differences give each kind's increment. With one kind this is the 2- and 3-block extrapolation above.
+
+Every extrapolated profile is checked: each shallow copy must have the kinds of block it stands for, and the
+extrapolated parameter count must equal that of the model built at full depth on the meta device. When a
+check fails, or the source cannot build a copy with a chosen mix of kinds, every block is traced and the
+profile says why (:attr:`ModelProfile.depth`): a profile is slow rather than wrong.
+
+``tests/profiler/test_scaling.py`` and ``tests/profiler/test_heterogeneous.py`` check that this equals a full
+trace, byte for byte, on models small enough to trace whole; ``benchmarks/profile_speed.py`` measures the
+speed-up.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
+from autoshard.errors import AutoshardError
+from autoshard.models.hf_layers import LayerKinds, layer_kinds
 from autoshard.models.source import ModelSource
 from autoshard.profiler.options import ProfileOptions
-from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfile
+from autoshard.profiler.result import (
+    BlockProfile,
+    DepthRecord,
+    MemoryBreakdown,
+    ModelProfile,
+)
 from autoshard.profiler.timeline import Timeline
 from autoshard.profiler.trace import trace_timeline, trace_with_phases
 from autoshard.profiler.tracker import Category, PeakSnapshot
@@ -37,17 +62,48 @@ class DepthTimelines:
     """The timelines a profile was made from: one full-depth trace, or the shallow traces it extrapolates."""
 
     depths: tuple[int, ...]
-    """Block counts traced: ``(L,)`` for a full trace (``L`` may be 0 when unknown), or :data:`SHALLOW_LAYERS`."""
+    """Block counts traced: ``(L,)`` for a full trace (``L`` may be 0 when unknown), :data:`SHALLOW_LAYERS`,
+    or one count per shallow copy when the blocks are of several kinds (e.g. ``(3, 4, 4)``)."""
     timelines: tuple[Timeline, ...]
     target: int
     """The real block count (equal to ``depths[0]`` for a full trace)."""
+    weights: tuple[int, ...] = ()
+    """The value at :attr:`target` is ``Σ weights[i] · value[i]`` over the traces (empty for a full trace)."""
 
     def extrapolate(self, values: list[dict[str, int]]) -> dict[str, int]:
-        """Combine one value per traced depth into the value at :attr:`target` (linear in the block count)."""
+        """Combine one value per trace into the value at :attr:`target` (linear in each kind's count)."""
         if len(values) == 1:
             return values[0]
-        (l1, l2), (a, b) = self.depths, values
-        return {k: a[k] + (b[k] - a[k]) * (self.target - l1) // (l2 - l1) for k in a if k in b}
+        return {k: sum(w * v[k] for w, v in zip(self.weights, values, strict=True))
+                for k in values[0] if all(k in v for v in values)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Shallow copies to trace, and how to combine them into the model at full depth."""
+
+    sources: tuple[ModelSource, ...]
+    positions: tuple[tuple[int, ...], ...]
+    """Per copy, the full-depth positions of the blocks it keeps (one stack; the same in every stack)."""
+    weights: tuple[int, ...]
+    """The model is ``Σ weights[i] · copy[i]`` in every quantity."""
+    kinds: LayerKinds | None
+    """The model's kinds of block (``None`` when its stacks were not found)."""
+    parameter_count: int
+    """Unique parameters of the model built at full depth on the meta device."""
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the blocks past the first are of several kinds."""
+        return self.kinds is not None and not self.kinds.alike_after_first()
+
+
+@dataclass(frozen=True, slots=True)
+class _Whole:
+    """Why every block must be traced."""
+
+    reason: str
+    kinds: LayerKinds | None
 
 
 def profile_with_timelines(
@@ -94,82 +150,268 @@ def _should_extrapolate(source: ModelSource, extrapolate: bool | None) -> bool:
 
 
 def extrapolated(source: ModelSource, options: ProfileOptions, *, count_flops: bool = True) -> ModelProfile:
-    """Profile at the source's full depth from traces at :data:`SHALLOW_LAYERS` blocks."""
+    """Profile at the source's full depth from traces of shallow copies (see the module docstring)."""
     return _extrapolated(source, options, count_flops=count_flops, record=False)[0]
 
 
 def _extrapolated(
     source: ModelSource, options: ProfileOptions, *, count_flops: bool, record: bool
 ) -> tuple[ModelProfile, DepthTimelines]:
-    rebuild, target = source.with_num_layers, source.num_layers
-    if rebuild is None or target is None:
+    if source.with_num_layers is None or source.num_layers is None:
         raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
     started = time.perf_counter()
-    l1, l2 = SHALLOW_LAYERS
-    p1, phases1, t1 = trace_timeline(rebuild(l1), options, count_flops=count_flops, record=record)
-    p2, phases2, t2 = trace_timeline(rebuild(l2), options, count_flops=count_flops, record=record)
+    plan = _plan(source)
+    if isinstance(plan, _Whole):
+        return _traced_whole(source, options, plan, started, count_flops=count_flops, record=record)
+    traced = [trace_timeline(s, options, count_flops=count_flops, record=record) for s in plan.sources]
+    profile = _combine(source.name, source.num_layers, plan, [(p, phases) for p, phases, _ in traced])
+    if profile.parameter_count != plan.parameter_count:
+        depths = ", ".join(str(len(p)) for p in plan.positions)
+        reason = (f"extrapolating from copies of {depths} blocks gives {profile.parameter_count:,} parameters, but the "
+                  f"model built at full depth has {plan.parameter_count:,}")
+        return _traced_whole(source, options, _Whole(reason, plan.kinds), started, count_flops=count_flops,
+                             record=record)
+    timelines = DepthTimelines(depths=tuple(len(p) for p in plan.positions),
+                               timelines=tuple(t for _, _, t in traced), target=source.num_layers,
+                               weights=plan.weights)
+    return dataclasses.replace(profile, trace_seconds=time.perf_counter() - started), timelines
 
-    def lin(a: int, b: int) -> int:
-        # Exact integer arithmetic: the per-block increment (b - a) / (l2 - l1) is a whole number of bytes.
-        return a + (b - a) * (target - l1) // (l2 - l1)
+
+def _plan(source: ModelSource) -> _Plan | _Whole:
+    """Choose the shallow copies, from the model built at full depth on the meta device (seconds even for
+    671B parameters: nothing is allocated), and check that each copy has the kinds of block it stands for."""
+    target, with_num_layers = source.num_layers, source.with_num_layers
+    if target is None or with_num_layers is None:
+        raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
+    with torch.device("meta"):
+        model = source.build()
+    parameter_count = sum(p.numel() for p in model.parameters())  # parameters() yields a tied tensor once
+    kinds = layer_kinds(model, target)
+    del model
+    rebuild: Callable[[tuple[int, ...]], ModelSource]
+    positions: tuple[tuple[int, ...], ...]
+    weights: tuple[int, ...]
+    if kinds is None or kinds.alike_after_first():
+        # A stack of n blocks has the model's first n kinds: copies of SHALLOW_LAYERS blocks, as ever.
+        l1, l2 = SHALLOW_LAYERS
+        positions = (tuple(range(l1 - 1)) + (target - 1,), tuple(range(l2 - 1)) + (target - 1,))
+        weights = (l2 - target, target - l1)  # copy1 + (target - l1) · (copy2 - copy1), as l2 = l1 + 1
+        rebuild = functools.partial(_with_count, with_num_layers)
+    elif len(kinds.stacks) > 1:
+        return _Whole(f"its blocks are of {len(kinds.labels)} kinds in {len(kinds.stacks)} stacks", kinds)
+    elif source.with_layers is None:
+        return _Whole(f"its blocks are of {len(kinds.labels)} kinds and {source.kind} sources cannot be "
+                      "rebuilt with a chosen mix of them", kinds)
+    else:
+        positions, weights = _mix(kinds.kinds[0])
+        rebuild = source.with_layers
+        if max(len(p) for p in positions) >= target:
+            return _Whole(f"its {len(kinds.labels)} kinds of block leave no copy shallower than it", kinds)
+    sources = []
+    for kept in positions:
+        try:
+            copy = rebuild(kept)
+            wrong = None if kinds is None else _wrong_kinds(copy, kinds, kept)
+        except AutoshardError as exc:
+            return _Whole(f"a copy with {len(kept)} of its blocks cannot be built ({exc.message})", kinds)
+        if wrong is not None:
+            return _Whole(wrong, kinds)
+        sources.append(copy)
+    return _Plan(tuple(sources), positions, weights, kinds, parameter_count)
+
+
+def _with_count(with_num_layers: Callable[[int], ModelSource], kept: tuple[int, ...]) -> ModelSource:
+    return with_num_layers(len(kept))
+
+
+def _mix(kinds: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """The blocks each shallow copy keeps, and the weights that combine the copies into the whole stack.
+
+    The reference copy keeps the first block, the last, and the first block of each kind, so every copy
+    starts each kind where the model does; each further copy adds the next block of one kind the model has
+    more of (an interior block that is not the first of its kind), the most numerous kind last.
+
+    Example:
+        >>> _mix((0, 0, 0, 1, 1, 1, 1, 1))  # 3 dense layers, then 5 MoE layers
+        (((0, 3, 7), (0, 1, 3, 7), (0, 3, 4, 7)), (-4, 2, 3))
+    """
+    base = {0, len(kinds) - 1, *(kinds.index(kind) for kind in set(kinds))}
+    reference = tuple(sorted(base))
+    more = Counter(kinds)
+    more.subtract(kinds[i] for i in reference)
+    positions, weights = [reference], [1]
+    for kind in sorted((k for k in more if more[k] > 0), key=lambda k: (more[k], kinds.index(k))):
+        extra = next(i for i, k in enumerate(kinds) if k == kind and i not in base)
+        positions.append(tuple(sorted((*reference, extra))))
+        weights.append(more[kind])
+        weights[0] -= more[kind]
+    return tuple(positions), tuple(weights)
+
+
+def _wrong_kinds(copy: ModelSource, kinds: LayerKinds, kept: tuple[int, ...]) -> str | None:
+    """Why ``copy`` does not have the kinds of the blocks it keeps, or ``None`` when it does."""
+    with torch.device("meta"):
+        model = copy.build()
+    found = kinds.match(model, len(kept))
+    expected = tuple(tuple(stack[i] for i in kept) for stack in kinds.kinds)
+    if found == expected:
+        return None
+    if found is None:
+        return f"a copy with {len(kept)} of its blocks does not have its stacks ({', '.join(kinds.stacks)})"
+    bad = next(j for j, (f, e) in enumerate(zip(found[0], expected[0], strict=True)) if f != e)
+    got = "a block of no kind it has" if found[0][bad] < 0 else kinds.labels[found[0][bad]]
+    return (f"rebuilt with {len(kept)} blocks, its block {kept[bad]} ({kinds.labels[expected[0][bad]]}) "
+            f"becomes {got}")
+
+
+def _combine(
+    name: str, target: int, plan: _Plan, traced: list[tuple[ModelProfile, dict[str, PeakSnapshot]]]
+) -> ModelProfile:
+    """The profile at full depth: every quantity is ``Σ weights[i] · copy[i]`` (exact integers)."""
+    profiles = [p for p, _ in traced]
+    last, last_phases = traced[-1]
+    stacks = plan.kinds.stacks if plan.kinds is not None else None
+
+    def total(values: list[int]) -> int:
+        return sum(w * v for w, v in zip(plan.weights, values, strict=True))
+
+    def field(attribute: str) -> int:
+        return total([getattr(p, attribute) for p in profiles])
 
     snapshots: list[PeakSnapshot] = []
-    for phase, s2 in phases2.items():
-        s1 = phases1.get(phase)
-        if s1 is not None:
-            by_category = {c: lin(s1.by_category[c], s2.by_category[c]) for c in Category}
-            snapshots.append(PeakSnapshot(sum(by_category.values()), by_category, phase,
-                                          _remap(s2.module, l2, target), s2.step))
+    for phase, s_last in last_phases.items():
+        group = [phases[phase] for _, phases in traced if phase in phases]
+        if len(group) == len(traced):
+            by_category = {c: total([s.by_category[c] for s in group]) for c in Category}
+            module = _remap(s_last.module, plan.positions[-1], target, stacks)
+            snapshots.append(PeakSnapshot(sum(by_category.values()), by_category, phase, module, s_last.step))
     phases = [(s.phase, MemoryBreakdown.from_categories(s.by_category)) for s in snapshots if s.phase != "setup"]
     best = max(snapshots, key=lambda s: s.total_bytes)  # the first of equal heights, in step order
-    in_allocator = sum(o.bytes for o in p2.overheads if o.in_allocator)
-    blocks = _blocks(p2, target)
-    timelines = DepthTimelines(depths=(l1, l2), timelines=(t1, t2), target=target)
-    profile = dataclasses.replace(
-        p2,
-        model=source.name,
-        parameter_count=lin(p1.parameter_count, p2.parameter_count),
-        trainable_parameter_count=lin(p1.trainable_parameter_count, p2.trainable_parameter_count),
-        parameter_bytes=lin(p1.parameter_bytes, p2.parameter_bytes),
-        gradient_bytes=lin(p1.gradient_bytes, p2.gradient_bytes),
-        optimizer_state_bytes=lin(p1.optimizer_state_bytes, p2.optimizer_state_bytes),
-        buffer_bytes=lin(p1.buffer_bytes, p2.buffer_bytes),
+    in_allocator = sum(o.bytes for o in last.overheads if o.in_allocator)
+    if plan.mixed and plan.kinds is not None:
+        blocks = _mixed_blocks(profiles, plan.positions, plan.kinds)
+    else:
+        blocks = _blocks(profiles[0], last, target)
+    return dataclasses.replace(
+        last,
+        model=name,
+        parameter_count=field("parameter_count"),
+        trainable_parameter_count=field("trainable_parameter_count"),
+        parameter_bytes=field("parameter_bytes"),
+        gradient_bytes=field("gradient_bytes"),
+        optimizer_state_bytes=field("optimizer_state_bytes"),
+        buffer_bytes=field("buffer_bytes"),
         peak_bytes=best.total_bytes + in_allocator,
         peak_phase=best.phase,
         peak_module=best.module,
         peak_breakdown=MemoryBreakdown.from_categories(best.by_category),
         phase_peaks=tuple(phases),
-        forward_flops=lin(p1.forward_flops, p2.forward_flops),
-        backward_flops=lin(p1.backward_flops, p2.backward_flops),
-        flops_per_step=lin(p1.flops_per_step, p2.flops_per_step),
+        forward_flops=field("forward_flops"),
+        backward_flops=field("backward_flops"),
+        flops_per_step=field("flops_per_step"),
         blocks=blocks,
-        extrapolated_from_layers=(l1, l2),
-        trace_seconds=time.perf_counter() - started,
+        extrapolated_from_layers=tuple(len(p) for p in plan.positions),
+        depth=_record(plan.kinds, plan.positions) if plan.mixed and plan.kinds is not None else None,
     )
-    return profile, timelines
 
 
-def _blocks(shallow: ModelProfile, target: int) -> tuple[BlockProfile, ...]:
-    """Block list at full depth: the shallow trace's interior block stands for every interior block."""
-    if not shallow.blocks:
-        return ()
-    names = [b.name for b in shallow.blocks]
-    prefix = names[0].rsplit(".", 1)[0] if "." in names[0] else ""
-    if len(names) < 3 or not all(n.rsplit(".", 1)[0] == prefix for n in names):
-        return shallow.blocks  # blocks live in several stacks (e.g. encoder + decoder): keep the traced ones
-    first, middle, last = shallow.blocks[0], shallow.blocks[1], shallow.blocks[-1]
-    out = [first]
-    for i in range(1, target - 1):
-        out.append(dataclasses.replace(middle, name=f"{prefix}.{i}"))
-    out.append(dataclasses.replace(last, name=f"{prefix}.{target - 1}"))
+def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthRecord:
+    counts = kinds.counts()
+    traced = tuple(tuple(sum(1 for i in kept if kinds.kinds[0][i] == k) for k in range(len(counts)))
+                   for kept in positions)
+    mix = ", ".join(f"{label} × {n}" for label, n in zip(kinds.labels, counts, strict=True))
+    copies = ", ".join("+".join(map(str, c)) for c in traced)
+    note = (f"Blocks of {len(counts)} kinds: {mix}; traced copies with {copies} blocks of each kind and "
+            "solved for each kind's cost.")
+    return DepthRecord(kinds=kinds.labels, counts=counts, traced_counts=traced, note=note)
+
+
+def _traced_whole(
+    source: ModelSource, options: ProfileOptions, whole: _Whole, started: float, *, count_flops: bool,
+    record: bool
+) -> tuple[ModelProfile, DepthTimelines]:
+    """Trace every block, saying why in :attr:`ModelProfile.depth`."""
+    profile, _, timeline = trace_timeline(source, options, count_flops=count_flops, record=record)
+    target = source.num_layers or 0
+    kinds = whole.kinds
+    note = f"Traced all {target} blocks: {whole.reason}."
+    depth = DepthRecord(kinds=kinds.labels if kinds else (), counts=kinds.counts() if kinds else (),
+                        traced_counts=(), note=note)
+    profile = dataclasses.replace(profile, depth=depth, trace_seconds=time.perf_counter() - started)
+    return profile, DepthTimelines(depths=(target,), timelines=(timeline,), target=target)
+
+
+def _blocks(fewer: ModelProfile, shallow: ModelProfile, target: int) -> tuple[BlockProfile, ...]:
+    """Block list at full depth, stack by stack (an encoder-decoder has two).
+
+    A stack that has ``L1`` blocks in the trace at ``L1`` and ``L2`` in the trace at ``L2`` is one the rebuild
+    deepened: at full depth it has ``target`` blocks, its traced interior block standing for every interior
+    one. A stack whose length the rebuild did not change (e.g. a vision tower beside the language model) stays
+    as traced.
+    """
+    l1, l2 = SHALLOW_LAYERS
+    traced_at_l1 = Counter(b.name.rpartition(".")[0] for b in fewer.blocks)
+    out: list[BlockProfile] = []
+    for prefix, group in itertools.groupby(shallow.blocks, key=lambda b: b.name.rpartition(".")[0]):
+        stack = list(group)
+        names = [f"{prefix}.{i}" if prefix else str(i) for i in range(max(target, len(stack)))]
+        deepened = len(stack) == l2 and traced_at_l1[prefix] == l1
+        if not (deepened and [b.name for b in stack] == names[: len(stack)]):
+            out += stack
+            continue
+        first, middle, last = stack[0], stack[1], stack[-1]
+        out.append(first)
+        out += (dataclasses.replace(middle, name=names[i]) for i in range(1, target - 1))
+        out.append(dataclasses.replace(last, name=names[target - 1]))
     return tuple(out)
 
 
-def _remap(module: str, shallow_layers: int, target: int) -> str:
-    """Rename the last traced block (``x.{l2-1}...``) to the last real block."""
-    parts = module.split(".")
-    for i, part in enumerate(parts):
-        if part == str(shallow_layers - 1) and i > 0:
-            parts[i] = str(target - 1)
-            return ".".join(parts)
+def _mixed_blocks(profiles: list[ModelProfile], positions: tuple[tuple[int, ...], ...], layer_kinds: LayerKinds
+                  ) -> tuple[BlockProfile, ...]:
+    """Block list at full depth when the blocks differ. Each block is a traced block in the same place: of
+    its kind, first or last in the stack or not, first of its kind or not, after a block of the same kind
+    (what a block saves can depend on these, e.g. the first global-attention layer saves the shared rotary
+    tables); the last copy that has such a block gives it. Blocks outside the model's stack stay as traced."""
+    stack, kinds = layer_kinds.stacks[0], layer_kinds.kinds[0]
+    per_copy = [[b for b in p.blocks if b.name.rpartition(".")[0] == stack] for p in profiles]
+    if any([b.name for b in blocks] != [f"{stack}.{j}" for j in range(len(kept))]
+           for blocks, kept in zip(per_copy, positions, strict=True)):
+        return profiles[-1].blocks  # the blocks found are not the stack's (see profiler.blocks): as traced
+    traced: dict[tuple[object, ...], BlockProfile] = {}
+    for blocks, kept in zip(per_copy, positions, strict=True):
+        copy_kinds = tuple(kinds[i] for i in kept)
+        for j, block in enumerate(blocks):
+            for context in _contexts(copy_kinds, j):
+                traced[context] = block
+    whole = []
+    for i in range(len(kinds)):
+        block = next(traced[c] for c in _contexts(kinds, i) if c in traced)
+        whole.append(dataclasses.replace(block, name=f"{stack}.{i}"))
+    others = [b for b in profiles[-1].blocks if b.name.rpartition(".")[0] != stack]
+    return tuple(whole + others)
+
+
+def _contexts(kinds: tuple[int, ...], j: int) -> tuple[tuple[object, ...], ...]:
+    """Where block ``j`` sits, from the most specific description to the least (its kind alone)."""
+    kind = kinds[j]
+    ends = (j == 0, j == len(kinds) - 1)
+    first_of_kind = kind not in kinds[:j]
+    after = kinds[j - 1] if j else None
+    return ((kind, *ends, first_of_kind, after), (kind, *ends, first_of_kind), (kind, *ends), (kind,))
+
+
+def _remap(module: str, kept: tuple[int, ...], target: int, stacks: tuple[str, ...] | None) -> str:
+    """Rename a block of the last copy (``stack.j...``) to the full-depth block it stands for."""
+    if stacks is None:  # stacks unknown: only the last traced block is renamed, to the last real one
+        parts = module.split(".")
+        for i, part in enumerate(parts):
+            if part == str(len(kept) - 1) and i > 0:
+                parts[i] = str(target - 1)
+                return ".".join(parts)
+        return module
+    for stack in stacks:
+        if module.startswith(stack + "."):
+            index, dot, rest = module[len(stack) + 1:].partition(".")
+            if index.isdigit() and int(index) < len(kept):
+                return f"{stack}.{kept[int(index)]}{dot}{rest}"
     return module

@@ -19,7 +19,7 @@ from torch.utils._pytree import tree_iter
 from torch.utils.flop_counter import FlopCounterMode
 
 import autoshard
-from autoshard.errors import ProfileError, UserCodeError
+from autoshard.errors import UserCodeError
 from autoshard.models.source import (
     ModelSource,
     call_model,
@@ -27,10 +27,12 @@ from autoshard.models.source import (
     cast_floats,
     default_loss,
 )
-from autoshard.profiler import gpu
+from autoshard.profiler import fake_ops, flops, gpu
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
+from autoshard.profiler.guard import TIME_LIMIT_S, guard, mark_backward, time_limit
 from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
 from autoshard.profiler.options import Precision, ProfileOptions
+from autoshard.profiler.precision_cast import cast_floating_tensors
 from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfile
 from autoshard.profiler.timeline import Timeline
 from autoshard.profiler.tracker import Category, MemoryTracker, PeakSnapshot
@@ -68,7 +70,7 @@ def trace_with_phases(
 
 def trace_timeline(
     source: ModelSource, options: ProfileOptions, *, fake: bool = True, count_flops: bool = True,
-    record: bool = True,
+    record: bool = True, time_limit_s: float = TIME_LIMIT_S,
 ) -> tuple[ModelProfile, dict[str, PeakSnapshot], Timeline]:
     """Trace :data:`STEPS` training steps of ``source`` and return its profile.
 
@@ -80,13 +82,14 @@ def trace_timeline(
             unmeasured step only creates the optimizer state (:func:`_warm_start`), about half the trace time.
 
         record: record the memory timeline (:mod:`autoshard.profiler.timeline`).
+        time_limit_s: stop with a ProfileError once the steps have run this long (checked between ops).
 
     Returns:
         The profile for one device holding the whole model, the highest point of each phase, and the
         timeline (empty unless ``record``).
 
     Raises:
-        ProfileError: an operation cannot be traced under fake tensors.
+        ProfileError: an op cannot be traced under fake tensors, or the trace ran past ``time_limit_s``.
         UserCodeError: the user's model, batch, loss or optimizer raised.
     """
     started = time.perf_counter()
@@ -96,7 +99,8 @@ def trace_timeline(
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         mode = FakeTensorMode(allow_non_fake_inputs=True)
-    with mode:
+    # fake_ops: shape rules for ops whose meta kernel refuses what the real kernels run (fp32 grouped_mm).
+    with fake_ops.installed() if fake else contextlib.nullcontext(), mode:
         model = _build(source, options)
         model.train()
         blocks = find_repeated_blocks(model)
@@ -107,6 +111,7 @@ def trace_timeline(
         tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None,
                                 record_events=record)
         tracker.norm_stats_fp32 = "always" if options.target == "cuda" else "mixed"
+        tracker.on_ops = time_limit(source, tracker, time_limit_s)
         with _gc_paused():
             facts = _run_steps(source, options, model, batch, optimizer, tracker, blocks, count_flops)
     params = _unique_storages(p for p in model.parameters())
@@ -140,7 +145,7 @@ def trace_timeline(
         flops_per_step=facts.total_flops * accumulation,
         tokens_per_step=None if seq_len is None else options.batch_size * seq_len * accumulation,
         samples_per_step=options.batch_size * accumulation,
-        block_class=None if blocks is None else blocks.class_name,
+        block_classes=() if blocks is None else blocks.class_names,
         blocks=block_profiles,
         gpu_model=gpu.MODELLED if options.target == "cuda" else (),
         extrapolated_from_layers=None,
@@ -167,8 +172,9 @@ def _build(source: ModelSource, options: ProfileOptions) -> nn.Module:
         model = source.build()
     finally:
         torch.set_default_dtype(previous)
-    if any(t.is_floating_point() and t.dtype != torch.bfloat16 for t in (*model.parameters(), *model.buffers())):
-        model.to(torch.bfloat16)
+    # Buffers some models keep in fp32 (transformers' RoPE inv_freq) become bf16, as under Lightning's
+    # module.to(bf16); Module.to itself cannot swap fake tensors (see precision_cast).
+    cast_floating_tensors(model, torch.bfloat16)
     return model
 
 
@@ -210,9 +216,10 @@ def _run_steps(
         if name in block_names:
             tracker.scope = name
 
-    def post_forward(module: nn.Module, _args: Any, _out: Any) -> None:
+    def post_forward(module: nn.Module, _args: Any, out: Any) -> None:
         if tracker.module_stack:
             name = tracker.module_stack.pop()
+            mark_backward(out, name, tracker)
             if name in block_names:
                 tracker.scope = None
 
@@ -237,9 +244,9 @@ def _run_steps(
                 first_forward = True
                 for micro in range(accumulation):
                     count = count_flops and step == 0 and micro == 0
-                    flops_total = FlopCounterMode(display=False) if count else None
+                    flops_total = flops.counter() if count else None
                     with flops_total or contextlib.nullcontext():
-                        flops_fwd = FlopCounterMode(display=False) if count else None
+                        flops_fwd = flops.counter() if count else None
                         tracker.phase = "forward"
                         tracker.saved_by_scope.clear()
                         with flops_fwd or contextlib.nullcontext():
@@ -251,7 +258,8 @@ def _run_steps(
                             loss = loss / accumulation
                         tracker.phase = "backward"
                         with semantics.backward() if semantics else contextlib.nullcontext():
-                            _guard(loss.backward, source, tracker, "backward")
+                            guard(loss.backward, source, tracker, "backward")
+                        tracker.backward_module = None
                         del loss
                     if count:
                         facts.forward_flops = flops_fwd.get_total_flops()
@@ -261,7 +269,7 @@ def _run_steps(
                 facts.gradient_bytes = tracker.totals[Category.GRADIENTS]
                 tracker.phase = "optimizer"
                 tracker.stand_in_scalars = True
-                _guard(optimizer.step, source, tracker, "optimizer step")
+                guard(optimizer.step, source, tracker, "optimizer step")
                 tracker.stand_in_scalars = False
                 facts.optimizer_state_bytes = tracker.totals[Category.OPTIMIZER]
                 tracker.phase = "zero_grad"
@@ -287,7 +295,7 @@ def _warm_start(model: nn.Module, optimizer: torch.optim.Optimizer, source: Mode
             if p.requires_grad:
                 p.grad = torch.zeros_like(p)
     tracker.stand_in_scalars = True
-    _guard(optimizer.step, source, tracker, "optimizer step")
+    guard(optimizer.step, source, tracker, "optimizer step")
     tracker.stand_in_scalars = False
     optimizer.zero_grad(set_to_none=True)
 
@@ -308,12 +316,12 @@ def _forward(
     else:
         context = contextlib.nullcontext()
     with context:
-        output = _guard(functools.partial(call_model, model, batch), source, None, "forward")
+        output = guard(functools.partial(call_model, model, batch), source, tracker, "forward")
         if options.fp32_output:
             # The 16-bit output is freed once cast, as after FSDP2's root cast (nothing saves it for backward).
             output = cast_floats(output, torch.float32)
         tracker.phase = "loss"
-        loss = _guard(functools.partial(loss_fn, output, batch), source, None, "loss")
+        loss = guard(functools.partial(loss_fn, output, batch), source, tracker, "loss")
     del output
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise UserCodeError(
@@ -326,47 +334,6 @@ def _forward(
             hint="Check that the loss is computed from the model's output and that parameters require grad.",
         )
     return loss
-
-
-def _guard(fn: Callable[[], Any], source: ModelSource, tracker: MemoryTracker | None, what: str) -> Any:
-    """Run part of the step; turn fake-tensor limits into ProfileError and user exceptions into UserCodeError."""
-    from torch._subclasses.fake_tensor import (
-        DataDependentOutputException,
-        DynamicOutputShapeException,
-        UnsupportedOperatorException,
-    )
-
-    try:
-        return call_user(fn, what=what, user_file=source.user_file)
-    except UserCodeError as exc:
-        cause = exc.__cause__
-        where = _where(exc, tracker)
-        if isinstance(cause, UnsupportedOperatorException):
-            raise ProfileError(
-                f"the {what} uses {cause.func}{where}, which autoshard cannot trace without running it.",
-                hint="Replace the op with a standard PyTorch op, or report it (rerun with --debug for details).",
-            ) from cause
-        if isinstance(cause, (DataDependentOutputException, DynamicOutputShapeException)):
-            raise ProfileError(
-                f"the {what} calls {cause.func}{where}, whose result depends on tensor values "
-                "(e.g. .item(), nonzero(), boolean-mask indexing), which a trace without data cannot know.",
-                hint="Make that code shape-static (e.g. torch.where instead of x[mask]), or report it.",
-            ) from cause
-        if cause is not None and "data-dependent" in str(cause).lower():
-            raise ProfileError(
-                f"the {what}{where} branches on a tensor's value, which a trace without data cannot know: {cause}",
-                hint="Make that code shape-static, or report it (rerun with --debug for details).",
-            ) from cause
-        raise
-
-
-def _where(exc: UserCodeError, tracker: MemoryTracker | None) -> str:
-    parts = []
-    if tracker is not None and tracker.module_stack:
-        parts.append(f"module {tracker.module_stack[-1]!r}")
-    if exc.location:
-        parts.append(exc.location)
-    return f" (in {', '.join(parts)})" if parts else ""
 
 
 def _describe(obj: Any) -> str:

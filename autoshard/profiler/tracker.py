@@ -100,6 +100,13 @@ class MemoryTracker(TorchDispatchMode):
         16-bit dtype): ``"always"`` counts them as fp32 (CUDA: accumulate type), ``"mixed"`` only when the weight
         is fp32 and the input 16-bit (CPU's mixed-type kernels), ``"never"`` takes the fake dtype."""
         """When set, reading a fake tensor's value (``.item()``) returns a stand-in instead of failing."""
+        self.on_ops: Callable[[], None] | None = None
+        """Called before every :data:`OPS_PER_CHECK`-th op (the tracer's time limit: it may raise)."""
+        self.op_count = 0
+        self.backward_module: str | None = None
+        """The module whose backward is running, as far as the tracer knows (``module_stack`` in forward)."""
+        self.failure: tuple[str, str] | None = None
+        """The last op that raised while active and the innermost module running it (``""`` if unknown)."""
 
     # -- registration -------------------------------------------------------------------------------------
     def track(self, tensor: torch.Tensor, category: Category, *, promote: bool = True) -> None:
@@ -174,7 +181,14 @@ class MemoryTracker(TorchDispatchMode):
             # A fake tensor has no value to read. Optimizers read scalars (step counts, norms) that never
             # change what they allocate, so a stand-in value lets e.g. Adafactor be traced.
             return _stand_in(args[0].dtype)
-        out = func(*args, **(kwargs or {}))
+        self.op_count += 1
+        if self.on_ops is not None and self.op_count % OPS_PER_CHECK == 0:
+            self.on_ops()
+        try:
+            out = func(*args, **(kwargs or {}))
+        except Exception:
+            self.failure = (str(func), self._module_name() or self.backward_module or "")
+            raise
         if func in _NORM_OPS and self.norm_stats_fp32 != "never" and _is_fake(args[0]):
             self._norm_outputs(out, args, weight_index=2 if func is torch.ops.aten.native_layer_norm.default else 1)
         for t in tree_iter(out):
@@ -220,6 +234,10 @@ class MemoryTracker(TorchDispatchMode):
         self.total_bytes += delta
         self._maybe_peak()
 
+
+OPS_PER_CHECK = 64
+"""How often (in ops) :attr:`MemoryTracker.on_ops` is called: a clock read every op would cost little, but
+nothing needs it more often."""
 
 _NORM_OPS = {
     torch.ops.aten.native_layer_norm.default,

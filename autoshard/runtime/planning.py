@@ -82,7 +82,7 @@ def model_fingerprint(module: nn.Module, name: str) -> ModelFingerprint:
     numels, blocks, block_counts = parameter_layout(module)
     unique = {id(p): p.numel() for p in module.parameters()}
     return ModelFingerprint(name=name, parameter_count=sum(unique.values()),
-                            block_class=None if blocks is None else blocks.class_name,
+                            block_class=None if blocks is None else ",".join(blocks.class_names),
                             layout_hash=layout_hash(numels, block_counts))
 
 

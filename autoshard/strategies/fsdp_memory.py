@@ -12,6 +12,7 @@ same phase. ``docs/strategies/fsdp.md`` lists the rules with their line of sourc
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,23 +41,31 @@ class Units:
 def wrapping_units(workload: Workload, blocks_per_unit: int = 1) -> Units:
     """Split the parameter tensors into the root and the block units the hand-off wraps.
 
-    The workload records tensor sizes in module order and each block's total; the blocks are found as a run of
-    consecutive tensors whose sums match the block totals one after the other. When no run matches (blocks
-    interleaved with other modules), every block is taken as one tensor and the root as following them.
+    The workload records tensor sizes in module order and each block's total; each stack of blocks is found as a
+    run of consecutive tensors whose sums match its block totals one after the other, the stacks in order. When
+    no run matches (blocks interleaved with other modules), every block is taken as one tensor and the root as
+    following them. A unit groups ``blocks_per_unit`` consecutive blocks of one stack, as the hand-off does.
     """
     numels = workload.parameter_numels
     counts = workload.block_parameter_counts
-    found = _match_blocks(numels, counts) if counts else None
+    sizes = workload.block_stacks or ((len(counts),) if counts else ())
+    stacks = [list(counts[sum(sizes[:k]) : sum(sizes[: k + 1])]) for k in range(len(sizes))]
+    found = _match_stacks(numels, stacks) if counts else None
     if found is None:
-        blocks = [(c,) for c in counts]
+        blocks_by_stack = [[(c,) for c in stack] for stack in stacks]
         root = list(numels)
         for c in counts:  # drop one tensor run per block from the root, best effort
             if c in root:
                 root.remove(c)
         before, after = (), tuple(root)
     else:
-        start, end, blocks = found
-        before, after = tuple(numels[:start]), tuple(numels[end:])
+        spans, blocks_by_stack = found
+        before, after = tuple(numels[: spans[0][0]]), tuple(numels[spans[-1][1] :])
+        # The root's tensors between two stacks (an encoder's final norm, a decoder's embeddings) get their
+        # gradients during backward, once the later stack's have run: counted from its start, as the head's are
+        # (an upper bound).
+        between = tuple(t for (_, end), (nxt, _) in itertools.pairwise(spans) for t in numels[end:nxt])
+        after = between + after
     # A tied embedding / LM head is listed before the blocks (first use) but gets its gradient from the head at
     # the start of backward: it belongs with the tensors after the blocks.
     for numel in workload.tied_parameter_numels:
@@ -64,28 +73,45 @@ def wrapping_units(workload: Workload, blocks_per_unit: int = 1) -> Units:
             i = before.index(numel)
             before, after = before[:i] + before[i + 1 :], (numel, *after)
     grouped = [
-        tuple(t for block in blocks[i : i + blocks_per_unit] for t in block)
-        for i in range(0, len(blocks), blocks_per_unit)
+        tuple(t for block in stack[i : i + blocks_per_unit] for t in block)
+        for stack in blocks_by_stack
+        for i in range(0, len(stack), blocks_per_unit)
     ]
     return Units(root_before=before, root_after=after, blocks=tuple(grouped))
 
 
-def _match_blocks(
-    numels: Sequence[int], counts: Sequence[int]
-) -> tuple[int, int, list[tuple[int, ...]]] | None:
-    for start in range(len(numels)):
-        i, blocks = start, []
-        for count in counts:
-            total, first = 0, i
-            while i < len(numels) and total < count:
-                total += numels[i]
-                i += 1
-            if total != count:
+def _match_stacks(
+    numels: Sequence[int], stacks: Sequence[Sequence[int]]
+) -> tuple[list[tuple[int, int]], list[list[tuple[int, ...]]]] | None:
+    """Each stack's ``(start, end)`` in ``numels`` and its blocks' tensors, stacks matched in order."""
+    spans: list[tuple[int, int]] = []
+    blocks_by_stack: list[list[tuple[int, ...]]] = []
+    position = 0
+    for counts in stacks:
+        for start in range(position, len(numels)):
+            blocks = _match_run(numels, start, counts)
+            if blocks is not None:
                 break
-            blocks.append(tuple(numels[first:i]))
         else:
-            return start, i, blocks
-    return None
+            return None
+        position = start + sum(len(b) for b in blocks)
+        spans.append((start, position))
+        blocks_by_stack.append(blocks)
+    return spans, blocks_by_stack
+
+
+def _match_run(numels: Sequence[int], start: int, counts: Sequence[int]) -> list[tuple[int, ...]] | None:
+    """The tensors of blocks of ``counts`` parameters laid one after the other from ``start``, if they are."""
+    i, blocks = start, []
+    for count in counts:
+        total, first = 0, i
+        while i < len(numels) and total < count:
+            total += numels[i]
+            i += 1
+        if total != count:
+            return None
+        blocks.append(tuple(numels[first:i]))
+    return blocks
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -142,9 +142,10 @@ class Workload:
     trainable_parameter_count: int
     parameter_numels: tuple[int, ...]
     """Element counts of every (unique) trainable parameter tensor, in module order."""
-    block_class: str | None
+    block_classes: tuple[str, ...]
+    """The repeated block classes (the FSDP wrapping unit), in module order; empty when nothing repeats."""
     block_parameter_counts: tuple[int, ...]
-    """Parameters of each repeated block instance (the FSDP / ZeRO-3 unit), in order."""
+    """Parameters of each repeated block instance (the FSDP / ZeRO-3 unit), stack after stack."""
     optimizer_state_bytes_per_parameter: float
     """Optimizer state per trainable parameter in the profiled precision (AdamW fp32: 8 plus a step scalar)."""
     buffer_bytes: int
@@ -156,6 +157,15 @@ class Workload:
     tied_parameter_numels: tuple[int, ...] = ()
     """Element counts of parameters used both before and after the repeated blocks (a tied embedding and LM
     head): their gradients appear at the start of backward, although module order lists them first."""
+    block_stacks: tuple[int, ...] = ()
+    """Blocks in each stack, in order (:func:`autoshard.profiler.blocks.block_stacks`): an encoder-decoder has
+    two. FSDP units of several blocks stay within a stack. Empty: one stack of every block."""
+
+    @property
+    def block_class(self) -> str | None:
+        """The block classes comma-separated (accelerate's ``fsdp_transformer_layer_cls_to_wrap`` form),
+        ``None`` when nothing repeats."""
+        return ",".join(self.block_classes) or None
 
     @property
     def tokens_per_sample(self) -> int | None:
@@ -191,6 +201,7 @@ class Workload:
             "parameter_count": self.parameter_count,
             "trainable_parameter_count": self.trainable_parameter_count,
             "block_class": self.block_class,
+            "block_classes": list(self.block_classes),
             "blocks": len(self.block_parameter_counts),
             "largest_unit_parameters": self.largest_unit_parameters,
         }
@@ -297,8 +308,9 @@ def build_workload(
         parameter_count=base.parameter_count,
         trainable_parameter_count=base.trainable_parameter_count,
         parameter_numels=tuple(numels),
-        block_class=base.block_class,
+        block_classes=base.block_classes,
         block_parameter_counts=block_counts,
+        block_stacks=() if blocks is None else tuple(len(s) for s in blocks.stacks),
         tied_parameter_numels=_tied_around_blocks(module, blocks),
         optimizer_state_bytes_per_parameter=base.optimizer_state_bytes / trainable,
         buffer_bytes=base.buffer_bytes,

@@ -85,30 +85,38 @@ def optimizer_scratch_bytes(workload: Workload, trace: StepTrace, micro_batch: i
     (``torch/optim/optimizer.py::_default_to_fused_or_foreach`` picks foreach only for CUDA tensors), so they span
     the largest one. ZeRO hands the optimizer one flat partition, so the scratch scales with its size.
     """
-    phase = _optimizer_phase(trace.phases(micro_batch))
+    phase = _phase(trace.phases(micro_batch), "optimizer")
     scratch = phase.activations + phase.temporaries
     reference = sum(workload.parameter_numels) if workload.target == "cuda" else max(workload.parameter_numels)
     profiled = 2 if trace.precision is Precision.BF16_TRUE else FP32_BYTES
     return int(scratch * numel / max(reference, 1) * FP32_BYTES / profiled)
 
 
-def _optimizer_phase(phases: dict[str, MemoryBreakdown]) -> MemoryBreakdown:
-    """The optimizer step's phase; empty when the step allocated nothing (plain SGD), so the trace recorded none."""
-    return phases.get("optimizer") or MemoryBreakdown(parameters=0, gradients=0, optimizer_state=0, activations=0,
-                                                      temporaries=0, buffers=0, inputs=0)
+_STEP_PHASES = ("forward", "loss", "backward", "optimizer")
+"""The phases of a traced step (``profiler/trace.py``) the ZeRO estimates rebuild."""
+
+
+def _phase(phases: dict[str, MemoryBreakdown], name: str) -> MemoryBreakdown:
+    """Phase ``name``'s high point; empty when that phase allocated nothing, so the trace recorded none (plain
+    SGD has no optimizer phase; a model that computes its loss inside forward, e.g. any Hugging Face causal LM
+    given labels, has no loss phase)."""
+    return phases.get(name) or MemoryBreakdown(parameters=0, gradients=0, optimizer_state=0, activations=0,
+                                               temporaries=0, buffers=0, inputs=0)
 
 
 def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step:
     phases = trace.phases(micro_batch)
-    backward = phases["backward"]
+    backward = _phase(phases, "backward")
     full_gradients = sum(workload.parameter_numels) * model_dtype_bytes(trace.precision)
     saved = backward.activations + backward.inputs
     blocks = trace.block_activation_bytes(micro_batch)
     if backward.gradients == 0 and blocks:
         saved = min(saved, sum(blocks) + backward.inputs)
     return _Step(
-        activations={p: trace.activation_bytes(p, micro_batch) for p in phases},
-        inputs=_optimizer_phase(phases).inputs,
+        # A phase the trace has no record of allocated nothing: it adds no bytes beyond what the others hold.
+        activations={p: trace.activation_bytes(p, micro_batch) if p in phases else 0
+                     for p in (*_STEP_PHASES, *phases)},
+        inputs=_phase(phases, "optimizer").inputs,
         backward_gradient_bytes=backward.gradients,
         backward_progress=min(1.0, backward.gradients / max(full_gradients, 1)),
         backward_saved=saved,
@@ -294,7 +302,7 @@ def _earlier_micro_batches(trace: StepTrace, micro_batch: int) -> list[int]:
     (:func:`autoshard.strategies.workload._affine`), so the estimate is piecewise affine: its maximum over
     ``[1, micro_batch)`` lies at an end or next to a point where a quantity reaches zero.
     """
-    one, two = dict(trace.at_1.phase_peaks)["backward"], dict(trace.at_2.phase_peaks)["backward"]
+    one, two = (_phase(dict(t.phase_peaks), "backward") for t in (trace.at_1, trace.at_2))
     points = {1, 2, micro_batch - 1}
     for field in ("gradients", "activations", "temporaries", "inputs"):
         a, c = getattr(one, field), getattr(two, field)

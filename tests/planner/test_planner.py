@@ -50,7 +50,7 @@ class Synthetic(Strategy):
 def workload(parameters: int = 100_000_000) -> Workload:
     return Workload(model="synthetic", precision=Precision.BF16_MIXED, optimizer="adamw", seq_len=None,
                     parameter_count=parameters, trainable_parameter_count=parameters, parameter_numels=(parameters,),
-                    block_class="Block", block_parameter_counts=(parameters // 2, parameters // 2),
+                    block_classes=("Block",), block_parameter_counts=(parameters // 2, parameters // 2),
                     optimizer_state_bytes_per_parameter=8.0, buffer_bytes=0, target="cuda", cuda_overhead_bytes=0,
                     traces=())
 

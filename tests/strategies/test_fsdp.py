@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from autoshard.hardware import HardwareSpec, NodeSpec, load_hardware
 from autoshard.models import call_model, default_loss, load_source
 from autoshard.profiler.blocks import find_repeated_blocks
 from autoshard.profiler.optimizers import build_optimizer
+from autoshard.profiler.options import Precision
 from autoshard.profiler.trace import _checkpoint_blocks
 from autoshard.profiler.tracker import Category, MemoryTracker
 from autoshard.strategies import Candidate, Workload, build_workload, get
@@ -153,7 +155,7 @@ def _seq_len(model: str) -> int | None:
 
 @functools.cache
 def workload(model: str) -> Workload:
-    checkpointing = (False, True) if model == "tiny-llama" else (False,)
+    checkpointing = (False, True) if model in ("tiny-llama", "tiny-t5") else (False,)
     return build_workload(load_source(model), seq_len=_seq_len(model), target="cpu", checkpointing=checkpointing)
 
 
@@ -180,6 +182,9 @@ def predicted_peaks(name: str, model: str, hw: HardwareSpec, **kwargs: Any) -> d
 CASES = [
     *(pytest.param("fsdp", m, n, {}, id=f"fsdp-{m}-{n}ranks") for m in ("tiny-llama", "tiny-gpt2") for n in (2, 4, 8)),
     pytest.param("fsdp", "tiny-bert", 4, {}, id="fsdp-tiny-bert-4ranks"),
+    # An encoder-decoder: T5Block units in two stacks, root tensors between them, a tied embedding.
+    pytest.param("fsdp", "tiny-t5", 4, {}, id="fsdp-tiny-t5-4ranks"),
+    pytest.param("fsdp", "tiny-t5", 2, {"checkpointing": True}, id="fsdp-tiny-t5-checkpointing-2ranks"),
     pytest.param("fsdp", str(EXAMPLES / "mlp" / "model.py"), 4, {}, id="fsdp-mlp-without-blocks-4ranks"),
     pytest.param("fsdp_shard_grad_op", "tiny-llama", 4, {}, id="shard_grad_op-tiny-llama-4ranks"),
     pytest.param("fsdp_shard_grad_op", "tiny-gpt2", 8, {}, id="shard_grad_op-tiny-gpt2-8ranks"),
@@ -283,6 +288,33 @@ def test_units_are_the_blocks_and_the_root_split_around_them() -> None:
     assert units.root_before == (65536,) and units.root_after == (64, 65536)  # embedding | final norm, LM head
     grouped = wrapping_units(workload("tiny-llama"), blocks_per_unit=2)
     assert len(grouped.blocks) == 1 and sum(grouped.blocks[0]) == 2 * 46208
+
+
+@pytest.mark.parametrize("blocks_per_unit", [1, 7])
+def test_t5_units_are_its_blocks_grouped_within_each_stack(blocks_per_unit: int) -> None:
+    """t5-large: 24 encoder + 24 decoder T5Blocks (not 2 stacks as units); groups never span the two stacks."""
+    from autoshard.strategies.workload import _tied_around_blocks, parameter_layout
+
+    source = load_source("t5-large")
+    with torch.device("meta"):
+        module = source.build()
+    numels, blocks, counts = parameter_layout(module)
+    assert blocks is not None
+    w = Workload(model="t5-large", precision=Precision.BF16_MIXED, optimizer="adamw", seq_len=None,
+                 parameter_count=sum(numels), trainable_parameter_count=sum(numels), parameter_numels=numels,
+                 block_classes=blocks.class_names, block_parameter_counts=counts,
+                 block_stacks=tuple(len(s) for s in blocks.stacks),
+                 tied_parameter_numels=_tied_around_blocks(module, blocks), optimizer_state_bytes_per_parameter=8.0,
+                 buffer_bytes=0, target="cuda", cuda_overhead_bytes=0, traces=())
+    units = wrapping_units(w, blocks_per_unit)
+    layers = source.num_layers
+    assert len(units.blocks) == 2 * math.ceil(layers / blocks_per_unit)
+    per_stack = [counts[:layers], counts[layers:]]
+    expected = [sum(stack[i:i + blocks_per_unit]) for stack in per_stack for i in range(0, layers, blocks_per_unit)]
+    assert [sum(u) for u in units.blocks] == expected
+    assert sum(units.root) + sum(expected) == sum(numels)
+    shared = module.shared.weight.numel()  # tied to the LM head: its gradient arrives at the start of backward
+    assert shared in units.root_after and shared not in units.root_before
 
 
 @pytest.mark.parametrize(("name", "why"), [("fsdp_hybrid", "one node"), ("fsdp_cpu_offload", "without a GPU")])

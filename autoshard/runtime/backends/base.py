@@ -34,7 +34,8 @@ class ModelInit:
     build: Callable[[], nn.Module] | None = None
     """Builds the module on the current default device (``meta`` for sharded construction)."""
     block_names: tuple[str, ...] = ()
-    """The repeated blocks (the FSDP / ZeRO-3 unit and the checkpointing unit), by module name."""
+    """The repeated blocks (the FSDP unit and the checkpointing unit), by module name, stack after stack
+    (:func:`autoshard.profiler.blocks.find_repeated_blocks`); they may be of several classes."""
 
     def materialise(self) -> nn.Module:
         """The module itself: the one given, or a fresh build."""

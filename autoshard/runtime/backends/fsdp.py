@@ -1,5 +1,5 @@
-"""FSDP2 (``fully_shard``) from a plan: one unit per ``blocks_per_unit`` repeated blocks and the root,
-``MixedPrecisionPolicy``, dynamic loss scaling for ``16-mixed``, ``CPUOffloadPolicy``, hybrid sharding on a
+"""FSDP2 (``fully_shard``) from a plan: one unit per ``blocks_per_unit`` repeated blocks of a stack and the
+root, ``MixedPrecisionPolicy``, dynamic loss scaling for ``16-mixed``, ``CPUOffloadPolicy``, hybrid sharding on a
 ``(nodes, ranks per node)`` mesh, ``reshard_after_forward``, explicit prefetching, activation checkpointing,
 sharded construction on the meta device, and DCP checkpoints.
 
@@ -26,6 +26,7 @@ from torch.distributed.fsdp import (
 
 from autoshard.errors import UsageError
 from autoshard.models.source import call_model
+from autoshard.profiler.blocks import block_stacks
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
 
@@ -98,13 +99,16 @@ class FSDPBackend(Backend):
             pin = bool(s.get("pin_memory", True)) and self.ctx.device.type == "cuda"
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=pin)
         per_unit = int(s.get("blocks_per_unit", 1))
-        blocks = [module.get_submodule(n) for n in block_names]
         units: list[FSDPModule] = []
-        for i in range(0, len(blocks), per_unit):
-            group = blocks[i:i + per_unit]
-            fully_shard(group if len(group) > 1 else group[0],
-                        reshard_after_forward=s.get("reshard_after_forward", True), **kwargs)
-            units.append(group[0])  # type: ignore[arg-type]  # fully_shard made it an FSDPModule
+        # Units group consecutive blocks of one stack (an encoder's, a decoder's), never across stacks: the
+        # grouping autoshard.strategies.fsdp_memory.wrapping_units models.
+        for stack in block_stacks(module, block_names):
+            blocks = [module.get_submodule(n) for n in stack]
+            for i in range(0, len(blocks), per_unit):
+                group = blocks[i:i + per_unit]
+                fully_shard(group if len(group) > 1 else group[0],
+                            reshard_after_forward=s.get("reshard_after_forward", True), **kwargs)
+                units.append(group[0])  # type: ignore[arg-type]  # fully_shard made it an FSDPModule
         if self.precision.loss_scaling and "mp_policy" in kwargs:
             # 16-mixed: the root's outputs in fp32, so the loss is computed and scaled in fp32, as autocast runs
             # cross_entropy in fp32. A 16-bit loss overflows under the scaler: backward seeds it with the scale

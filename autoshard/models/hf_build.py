@@ -1,0 +1,194 @@
+"""Building a Hugging Face model for a training step, with random weights.
+
+* The config is made a *training* config once, when the source is loaded: ``use_cache=False`` in it and in
+  every sub-config (text_config, decoder, ...), as transformers' own ``gradient_checkpointing_enable()`` does
+  for training. With the KV cache on, a checkpointed block that is recomputed in backward appends its keys and
+  values to the cache a second time, and the recomputed attention no longer matches the mask.
+* A build that allocates nothing (meta device, fake tensors) skips weight initialization and turns off the
+  stochastic layer skipping of LayerDrop and SpecAugment's random masks: both branch on random values, which a
+  trace without data cannot read, and the traced step is then the one where every layer runs (the peak).
+* An exception from transformers while building is the config's fault, reported as :class:`ModelSourceError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import types
+from collections.abc import Iterator, Set
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
+
+from autoshard.errors import ModelSourceError
+
+__all__ = ["build_model", "sub_configs", "training_config"]
+
+
+def training_config(config: Any) -> Any:
+    """A copy of ``config`` with the KV cache off in it and in every sub-config that has the setting.
+
+    Example:
+        >>> from transformers import LlavaConfig, WhisperConfig
+        >>> training_config(WhisperConfig()).use_cache, training_config(LlavaConfig()).text_config.use_cache
+        (False, False)
+    """
+    config = copy.deepcopy(config)
+    for part in sub_configs(config):
+        if hasattr(part, "use_cache"):
+            part.use_cache = False
+    return config
+
+
+def sub_configs(config: Any) -> Iterator[Any]:
+    """``config`` and, recursively, every config held in one of its attributes (text_config, decoder, ...)."""
+    seen: set[int] = set()
+    stack = [config]
+    while stack:
+        part = stack.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        yield part
+        stack.extend(value for value in vars(part).values() if _is_config(value, config))
+
+
+def build_model(
+    cls: Any,
+    config: Any,
+    attn: str,
+    *,
+    file: Path,
+    config_keys: Set[str] = frozenset(),
+    image_token_id: int | None = None,
+) -> nn.Module:
+    """Build ``cls`` with random weights on the current default device / tensor mode.
+
+    Args:
+        cls: the transformers model class.
+        config: its training config (see :func:`training_config`).
+        attn: the attention implementation (``"sdpa"`` falls back to ``"eager"`` when the class refuses it).
+        file: the config.json, for messages.
+        config_keys: the keys the config.json sets, to tell the user's values from transformers' defaults.
+        image_token_id: for vision-language models, the image placeholder token (see
+            :func:`_static_placeholders`).
+
+    Raises:
+        ModelSourceError: transformers cannot build the model from this config.
+    """
+    skip_init = _allocates_nothing()
+    config = copy.deepcopy(config)
+    if skip_init:
+        _every_layer_runs(config)
+    with _no_weight_init() if skip_init else contextlib.nullcontext():
+        try:
+            module = _from_config(cls, config, attn)
+        except Exception as exc:  # noqa: BLE001 — transformers raises anything (AssertionError, ValueError, ...)
+            raise _config_error(exc, cls, config, file, config_keys) from exc
+    if skip_init:
+        module.tie_weights()  # transformers ties weights inside the init that was skipped
+        if image_token_id is not None:
+            _static_placeholders(module, image_token_id)
+    return module
+
+
+def _from_config(cls: Any, config: Any, attn: str) -> nn.Module:
+    try:
+        return cls._from_config(copy.deepcopy(config), attn_implementation=attn)
+    except ValueError as exc:
+        refused_sdpa = "sdpa" in str(exc) or "scaled_dot_product" in str(exc)
+        if attn != "sdpa" or not refused_sdpa:
+            raise
+        return cls._from_config(copy.deepcopy(config), attn_implementation="eager")
+
+
+def _config_error(
+    exc: Exception, cls: Any, config: Any, file: Path, config_keys: Set[str]
+) -> ModelSourceError:
+    """The build failure in the config's terms: a padding index outside the vocabulary, else transformers'
+    own words."""
+    for part in sub_configs(config):
+        pad, vocab = getattr(part, "pad_token_id", None), getattr(part, "vocab_size", None)
+        if isinstance(pad, int) and isinstance(vocab, int) and not 0 <= pad < vocab:
+            where = "" if part is config else f" (in {type(part).__name__})"
+            origin = (
+                ""
+                if part is not config or "pad_token_id" in config_keys
+                else f", the {type(part).__name__} default, since the config.json does not set it"
+            )
+            return ModelSourceError(
+                f"{file}: pad_token_id is {pad}{origin}{where}, outside the vocabulary (vocab_size = "
+                f"{vocab}).",
+                hint='Set "pad_token_id" to a token id below vocab_size, or to null, in the config.json.',
+            )
+    reason = " ".join(str(exc).split()) or "(no message)"
+    return ModelSourceError(
+        f"{file}: transformers cannot build {cls.__name__} from this config: {type(exc).__name__}: {reason}",
+        hint="Fix the value it names in the config.json (run with --debug for the full traceback).",
+    )
+
+
+def _every_layer_runs(config: Any) -> None:
+    """Turn off LayerDrop (``*layerdrop``) and SpecAugment (``apply_spec_augment``) in ``config`` and its
+    sub-configs, in place."""
+    for part in sub_configs(config):
+        for key, value in list(vars(part).items()):
+            if key.endswith("layerdrop") and isinstance(value, float) and value > 0:
+                setattr(part, key, 0.0)
+        if getattr(part, "apply_spec_augment", False) is True:
+            part.apply_spec_augment = False
+
+
+def _static_placeholders(module: nn.Module, image_token_id: int) -> None:
+    """Make LLaVA's image placeholder mask computable without data.
+
+    ``get_placeholder_mask`` checks that the number of placeholder tokens matches the image features, which
+    reads tensor values; a trace without data cannot. autoshard's batch puts exactly the right number of
+    placeholders (the real-tensor tests run transformers' own check), so the fake build keeps only the mask.
+    """
+    for part in module.modules():
+        if callable(getattr(type(part), "get_placeholder_mask", None)):
+            part.get_placeholder_mask = types.MethodType(  # type: ignore[method-assign]
+                _placeholder_mask_fn(image_token_id), part
+            )
+
+
+def _placeholder_mask_fn(image_token_id: int) -> Any:
+    def placeholder_mask(
+        _self: nn.Module, input_ids: torch.Tensor, inputs_embeds: torch.Tensor, image_features: torch.Tensor
+    ) -> torch.Tensor:
+        return (input_ids == image_token_id).unsqueeze(-1).to(inputs_embeds.device)
+
+    return placeholder_mask
+
+
+def _is_config(value: Any, root: Any) -> bool:
+    base = next(
+        (c for c in type(root).__mro__ if c.__name__ in {"PreTrainedConfig", "PretrainedConfig"}), None
+    )
+    return base is not None and isinstance(value, base)
+
+
+def _allocates_nothing() -> bool:
+    """Whether tensors created now are fake or on the meta device (so weight init can be skipped)."""
+    probe = torch.empty(0)
+    return probe.is_meta or isinstance(probe, FakeTensor)
+
+
+def _no_weight_init() -> contextlib.AbstractContextManager[Any]:
+    """transformers' own switch that skips weight initialization; random init is data-dependent (e.g.
+    ``trunc_normal_`` loops on ``mask.any()``), which fake tensors cannot run."""
+    # transformers 5.x keeps it in transformers.initialization, 4.x in transformers.modeling_utils.
+    for module_name in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        no_init = getattr(module, "no_init_weights", None)
+        if no_init is not None:
+            return no_init()
+    return contextlib.nullcontext()

@@ -1,0 +1,149 @@
+"""Choosing the transformers class a config is built with, and refusing what autoshard cannot trace.
+
+The class is ``architectures[0]`` of the config.json; an architecture the installed transformers does not
+export is an error (naming close matches), never a silent switch to another head. Only a config without
+``architectures`` falls back to the Auto classes, and the source's metadata says which one chose.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from torch import nn
+
+from autoshard.errors import ModelSourceError
+
+__all__ = ["ModelClass", "check_traceable", "model_class"]
+
+# Tried in this order when the config has no architectures. Masked LM comes before causal LM because
+# encoder-only families (BERT, RoBERTa) also register a causal-LM head that only works with is_decoder=True,
+# while decoder-only LMs (Llama, GPT-2) have no masked-LM head. Encoder-decoder configs try seq2seq first
+# (BART also has a decoder-only *ForCausalLM).
+_TASK_AUTO_CLASSES = (
+    "AutoModelForMaskedLM",
+    "AutoModelForCausalLM",
+    "AutoModelForSeq2SeqLM",
+    "AutoModelForImageClassification",
+    "AutoModel",
+)
+
+# Config keys of a state-space (SSM) mixer's state size, and of the chunk size of a chunked (Mamba-2, SSD)
+# scan. A state size without a chunk size is Mamba-1's selective scan, whose PyTorch path (without the
+# mamba-ssm CUDA kernels) loops over the sequence one token at a time: transformers 5.23 Mamba, FalconMamba,
+# Jamba and Zamba.
+_SSM_STATE_KEYS = ("state_size", "mamba_d_state", "ssm_state_size")
+_SSM_CHUNK_KEYS = ("chunk_size", "mamba_chunk_size")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelClass:
+    """The class a config is built with, and how it was chosen."""
+
+    cls: type[nn.Module]
+    """The transformers model class."""
+    chosen_by: str
+    """``"architectures[0]"``, or the Auto class that chose it when the config names none."""
+
+
+def model_class(transformers: ModuleType, config: Any, data: Mapping[str, Any], file: Path) -> ModelClass:
+    """The class named by ``architectures[0]``, or the first Auto class that knows the config.
+
+    Raises:
+        ModelSourceError: ``architectures[0]`` is not a model class of the installed transformers, takes
+            another config class, or nothing knows the config.
+    """
+    architectures = data.get("architectures")
+    if architectures is not None:
+        if not (isinstance(architectures, list) and architectures and isinstance(architectures[0], str)):
+            raise ModelSourceError(
+                f'{file}: "architectures" is {architectures!r}; it must be a list of class names.',
+                hint='E.g. "architectures": ["LlamaForCausalLM"], or remove it to let autoshard choose.',
+            )
+        return ModelClass(cls=_named_class(transformers, config, data, file), chosen_by="architectures[0]")
+    order = list(_TASK_AUTO_CLASSES)
+    if getattr(config, "is_encoder_decoder", False):
+        order.remove("AutoModelForSeq2SeqLM")
+        order.insert(0, "AutoModelForSeq2SeqLM")
+    for auto_name in order:
+        # _model_mapping (config class → model class) is how every Auto class resolves from_config.
+        mapping = getattr(transformers, auto_name)._model_mapping
+        if type(config) in mapping:
+            return ModelClass(cls=mapping[type(config)], chosen_by=auto_name)
+    raise ModelSourceError(
+        f"{file}: transformers {transformers.__version__} has no model class for model_type "
+        f"{data['model_type']!r}.",
+        hint='Set "architectures" to a transformers class name, or write a model.py (docs/models.md).',
+    )
+
+
+def _named_class(
+    transformers: ModuleType, config: Any, data: Mapping[str, Any], file: Path
+) -> type[nn.Module]:
+    name = data["architectures"][0]
+    try:
+        cls = getattr(transformers, name, None)
+    except (ImportError, RuntimeError) as exc:  # a known class whose optional dependency is missing
+        raise ModelSourceError(
+            f"transformers cannot import {name}: {exc}", hint="Install what it names."
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel)):
+        names = _model_class_names(transformers)
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.75)
+        family = name.split("For")[0]
+        close = close or sorted(n for n in names if n.startswith(f"{family}For") or n == f"{family}Model")[:4]
+        if "auto_map" in data:
+            hint = (
+                "It is custom code from the Hub (auto_map), which autoshard does not run: write a model.py."
+            )
+        elif close:
+            hint = f'Did you mean {", ".join(close)}? Or remove "architectures" to let autoshard choose.'
+        else:
+            hint = (
+                'A newer transformers may have it (pip install -U transformers); or remove "architectures".'
+            )
+        raise ModelSourceError(
+            f"{file}: architectures[0] is {name}, which transformers {transformers.__version__} does not "
+            "have.",
+            hint=hint,
+        )
+    expected = getattr(cls, "config_class", None)
+    if isinstance(expected, type) and not isinstance(config, expected):
+        raise ModelSourceError(
+            f"{file}: architectures[0] is {name}, which takes a {expected.__name__}, but model_type "
+            f"{data['model_type']!r} makes a {type(config).__name__}.",
+            hint='Make "architectures" and "model_type" describe the same model.',
+        )
+    return cls
+
+
+def _model_class_names(transformers: ModuleType) -> list[str]:
+    """transformers' exported model class names (``*For*``, ``*Model``), to suggest close matches."""
+    return [n for n in dir(transformers) if n[:1].isupper() and ("For" in n or n.endswith("Model"))]
+
+
+def check_traceable(config: Any, cls: type, file: Path) -> None:
+    """Refuse, before any slow work, a model whose step autoshard cannot trace in reasonable time.
+
+    Mamba-1 mixers (a state size without a chunked scan, see ``_SSM_STATE_KEYS``) run a per-token Python loop
+    without the mamba-ssm kernels: a tiny 2-layer Mamba took 22 s to trace at seq_len=512 and grows linearly
+    with the sequence and the depth (measured under fake tensors, torch 2.13, transformers 5.23).
+
+    Raises:
+        ModelSourceError: the config has Mamba-1 (selective-scan) mixer layers.
+    """
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    for part in (config, text):
+        state = next((k for k in _SSM_STATE_KEYS if getattr(part, k, None) is not None), None)
+        chunked = any(getattr(part, k, None) is not None for k in _SSM_CHUNK_KEYS)
+        if state is not None and not chunked:
+            raise ModelSourceError(
+                f"{file}: autoshard cannot trace {cls.__name__} yet: its Mamba (selective-scan) mixer "
+                "layers run a "
+                "per-token Python loop without the mamba-ssm CUDA kernels, see docs/models.md.",
+                hint="Mamba-2-style models (chunked scan: Mamba2, Zamba2, Bamba, FalconH1) are supported.",
+            )

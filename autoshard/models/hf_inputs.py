@@ -1,0 +1,554 @@
+"""Example training batches for Hugging Face models, one maker per modality.
+
+Which maker feeds a model follows from the class (its ``main_input_name`` and the inputs its ``forward``
+takes) and from the config, never from a list of model names:
+
+* text (``input_ids``): random token ids, with labels as the head takes them;
+* image (``pixel_values``): random images;
+* audio features (``input_features``, Whisper): log-mel frames, decoder ids and labels;
+* audio waveform (``input_values``, wav2vec2 / HuBERT): a raw 16 kHz waveform;
+* image + text (``input_ids`` and ``pixel_values``): dual encoders (CLIP, SigLIP) get both and
+  ``return_loss=True``; vision-language LMs (LLaVA) get one image and its placeholder tokens in the text.
+
+Everything is built with the ordinary factory functions, so the same makers work on a real device, on the meta
+device and under fake tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from autoshard.errors import ModelSourceError, UsageError
+from autoshard.models.source import Batch
+
+__all__ = ["InputSpec", "input_spec", "label_kind"]
+
+Modality = Literal["text", "image", "audio-features", "audio-waveform", "image-text", "vision-language"]
+LabelKind = Literal["tokens", "per_token", "per_sequence", "spans", "none"]
+
+DEFAULT_SEQ_LEN = 512
+"""Sequence length of text models whose config gives no maximum."""
+MAX_DEFAULT_SEQ_LEN = 2048
+"""Cap on the default sequence length, so a 128k-context config does not default to a 128k trace."""
+DEFAULT_IMAGE_SIZE = 224
+"""Image side of vision models whose config gives no ``image_size`` (the ImageNet convention, e.g. ResNet)."""
+WAVEFORM_SAMPLES = 250_000
+"""Raw-audio length of ``input_values`` models: wav2vec 2.0 pre-trains on crops of 250k samples, 15.6 s at
+16 kHz (Baevski et al. 2020, "wav2vec 2.0", section 4.2); transformers' Wav2Vec2FeatureExtractor samples at
+16 kHz."""
+
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_target_positions")
+
+# Config attributes whose presence means rotary/relative positions: no learned table bounds the sequence.
+_UNBOUNDED_POSITION_KEYS = (
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "rotary_dim",
+    "rotary_pct",
+    "rotary_emb_base",
+    "partial_rotary_factor",
+)
+
+# RoBERTa-style embeddings number positions from padding_idx + 1 (transformers'
+# create_position_ids_from_input_ids), so max_position_embeddings = 514 allows 512 tokens.
+_PADDING_OFFSET_POSITIONS = frozenset(
+    {
+        "roberta",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "camembert",
+        "data2vec-text",
+        "roberta-prelayernorm",
+        "ibert",
+    }
+)
+
+# Class tokens a vision tower puts before its patch features: CLIPVisionEmbeddings prepends class_embedding,
+# SiglipVisionEmbeddings has none (transformers 5.23 modeling_clip.py / modeling_siglip.py). Towers not listed
+# are refused, since the placeholder count would be a guess.
+_CLASS_TOKENS = {"clip_vision_model": 1, "siglip_vision_model": 0}
+
+# Inputs that give a vision-language model the geometry of its images (tiles, grids, masks); a model that
+# takes one of them needs more than pixel_values and placeholders to see its images.
+_IMAGE_GEOMETRY_CONFIG_KEYS = ("image_grid_pinpoints", "spatial_merge_size", "mm_tokens_per_image")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputSpec:
+    """How to make a model's example batch, and how long its text may be."""
+
+    batch_fn: Callable[..., Batch]
+    """``batch_fn(batch_size)``, or ``batch_fn(batch_size, seq_len=N)`` when :attr:`accepts_seq_len`."""
+    modality: Modality
+    """Which maker: text, image, audio features or waveform, image + text, vision-language."""
+    accepts_seq_len: bool = False
+    """Whether the batch has a text length to set (``--seq-len``)."""
+    default_seq_len: int | None = None
+    """The text length used when the user gives none."""
+    max_seq_len: int | None = None
+    """The longest text the model supports (learned positions), if bounded."""
+    image_tokens: int | None = None
+    """Image placeholder tokens in each sequence (vision-language LMs), counted in the sequence length."""
+    image_token_id: int | None = None
+    """The placeholder token of those images (vision-language LMs)."""
+
+    def seq_fields(self) -> dict[str, Any]:
+        """The :class:`~autoshard.models.source.ModelSource` fields about sequence length."""
+        return {
+            "accepts_seq_len": self.accepts_seq_len,
+            "default_seq_len": self.default_seq_len,
+            "max_seq_len": self.max_seq_len,
+        }
+
+
+def input_spec(cls: type, config: Any, file: Path) -> InputSpec:
+    """Choose the batch maker for ``cls`` built from ``config``.
+
+    Args:
+        cls: the transformers model class.
+        config: its (training) config.
+        file: the config.json, for messages.
+
+    Returns:
+        The :class:`InputSpec`.
+
+    Raises:
+        ModelSourceError: autoshard cannot build this model's inputs correctly (the message says why).
+    """
+    main = getattr(cls, "main_input_name", "input_ids")
+    params = _forward_parameters(cls)
+    labels = label_kind(cls.__name__)
+    if cls.__name__.endswith("ForMultipleChoice"):
+        raise ModelSourceError(
+            f"{file}: {cls.__name__} takes input_ids of shape (batch, choices, seq_len), and the number of "
+            "choices is a property of the data set, which autoshard cannot know.",
+            hint='Set "architectures" to another head (e.g. the bare model), or write a model.py '
+            "(docs/models.md).",
+        )
+    if main == "input_ids" and "pixel_values" in params:
+        if _image_token_id(config) is not None:
+            return _vision_language_spec(cls, config, file, params)
+        return _image_text_spec(cls, config, file, params)
+    if main == "input_ids":
+        text = _text_config(config)
+        vocab_size = _vocab_size(cls, text, file)
+        return InputSpec(
+            batch_fn=functools.partial(
+                _text_batch,
+                vocab_size=vocab_size,
+                labels=labels,
+                num_labels=_num_labels(config),
+                encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
+            ),
+            modality="text",
+            **_seq_bounds(text),
+        )
+    if main == "pixel_values" and not {"input_ids", "decoder_input_ids"} & set(params):
+        return InputSpec(batch_fn=_image_batch_fn(config, labels), modality="image")
+    if main == "pixel_values":
+        raise ModelSourceError(
+            f"{file}: {cls.__name__} turns images into text (it takes pixel_values and token ids); autoshard "
+            "makes example batches for image models, image-text encoders and LLaVA-style models only.",
+            hint="Write a model.py whose batch() returns this model's inputs (see docs/models.md).",
+        )
+    if main == "input_features":
+        return _audio_features_spec(cls, config, file, params, labels)
+    if main == "input_values":
+        return _waveform_spec(config, labels)
+    raise ModelSourceError(
+        f"{file}: {cls.__name__} takes {main!r}; autoshard makes example batches for text, image, audio "
+        "(input_features, input_values) and image-text models only.",
+        hint="Write a model.py whose batch() returns this model's inputs (see docs/models.md).",
+    )
+
+
+def label_kind(class_name: str) -> LabelKind:
+    """What labels the head takes, from transformers' class naming.
+
+    ``"tokens"`` (language-model heads), ``"per_token"`` / ``"per_sequence"`` (classification heads),
+    ``"spans"``
+    (extractive question answering: start and end positions) or ``"none"`` (bare models and heads that run
+    without labels, whose output the default loss reduces).
+
+    Example:
+        >>> label_kind("BertForQuestionAnswering"), label_kind("LlamaModel")
+        ('spans', 'none')
+    """
+    if class_name.endswith(("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForConditionalGeneration")):
+        return "tokens"
+    if class_name.endswith("ForTokenClassification"):
+        return "per_token"
+    if class_name.endswith(("ForSequenceClassification", "ForImageClassification", "ForAudioClassification")):
+        return "per_sequence"
+    if class_name.endswith("ForQuestionAnswering"):
+        return "spans"
+    return "none"
+
+
+# --- text ---------------------------------------------------------------------------------------------------
+
+
+def _text_batch(
+    batch_size: int,
+    seq_len: int,
+    *,
+    vocab_size: int,
+    labels: LabelKind,
+    num_labels: int,
+    encoder_decoder: bool,
+) -> dict[str, torch.Tensor]:
+    """Random token ids; labels as the head takes them (see :func:`label_kind`).
+
+    Raises:
+        UsageError: ``batch_size`` or ``seq_len`` is below 1.
+    """
+    _check_positive(batch_size=batch_size, seq_len=seq_len)
+    input_ids = torch.randint(0, vocab_size, (batch_size, seq_len))
+    batch = {"input_ids": input_ids}
+    if encoder_decoder:
+        # Explicit decoder inputs: some configs have no decoder_start_token_id to derive them from the labels.
+        batch["decoder_input_ids"] = torch.randint(0, vocab_size, (batch_size, seq_len))
+    if labels == "tokens":
+        batch["labels"] = (
+            torch.randint(0, vocab_size, (batch_size, seq_len)) if encoder_decoder else input_ids
+        )
+    elif labels == "per_token":
+        batch["labels"] = torch.randint(0, num_labels, (batch_size, seq_len))
+    elif labels == "per_sequence":
+        batch["labels"] = torch.randint(0, num_labels, (batch_size,))
+    elif labels == "spans":
+        batch["start_positions"] = torch.randint(0, seq_len, (batch_size,))
+        batch["end_positions"] = torch.randint(0, seq_len, (batch_size,))
+    return batch
+
+
+def _seq_bounds(text_config: Any) -> dict[str, Any]:
+    """Default and maximum text length from the positions the (text) config declares."""
+    positions = next(
+        (getattr(text_config, k) for k in _POSITION_KEYS if isinstance(getattr(text_config, k, None), int)),
+        None,
+    )
+    if positions is None:
+        return {"accepts_seq_len": True, "default_seq_len": DEFAULT_SEQ_LEN, "max_seq_len": None}
+    unbounded = any(getattr(text_config, key, None) is not None for key in _UNBOUNDED_POSITION_KEYS)
+    max_seq_len = None
+    if not unbounded:
+        max_seq_len = positions
+        if getattr(text_config, "model_type", None) in _PADDING_OFFSET_POSITIONS:
+            max_seq_len -= (getattr(text_config, "pad_token_id", None) or 0) + 1
+    default = min(positions, MAX_DEFAULT_SEQ_LEN, max_seq_len or positions)
+    return {"accepts_seq_len": True, "default_seq_len": default, "max_seq_len": max_seq_len}
+
+
+# --- images -------------------------------------------------------------------------------------------------
+
+
+def _image_shape(vision_config: Any) -> tuple[int, int, int]:
+    size = getattr(vision_config, "image_size", None) or DEFAULT_IMAGE_SIZE
+    height, width = (size, size) if isinstance(size, int) else tuple(size)
+    return getattr(vision_config, "num_channels", None) or 3, height, width
+
+
+def _image_batch_fn(config: Any, labels: LabelKind) -> Callable[..., Batch]:
+    return functools.partial(
+        _image_batch, shape=_image_shape(config), labels=labels, num_labels=_num_labels(config)
+    )
+
+
+def _image_batch(
+    batch_size: int, *, shape: tuple[int, int, int], labels: LabelKind, num_labels: int
+) -> dict[str, torch.Tensor]:
+    """Random images of ``shape`` (channels, height, width), with class labels for classification heads.
+
+    Raises:
+        UsageError: ``batch_size`` is below 1.
+    """
+    _check_positive(batch_size=batch_size)
+    batch = {"pixel_values": torch.randn(batch_size, *shape)}
+    if labels == "per_sequence":
+        batch["labels"] = torch.randint(0, num_labels, (batch_size,))
+    return batch
+
+
+# --- image + text -------------------------------------------------------------------------------------------
+
+
+def _image_text_spec(cls: type, config: Any, file: Path, params: Mapping[str, Any]) -> InputSpec:
+    """Dual encoders (CLIP, SigLIP): a caption and an image per sample; the contrastive loss when the forward
+    computes one (``return_loss``), else the default loss reduces the similarity logits."""
+    vision = getattr(config, "vision_config", None)
+    text = _text_config(config)
+    if vision is None or text is config:
+        raise ModelSourceError(
+            f"{file}: {cls.__name__} takes input_ids and pixel_values, but its config has no text_config and "
+            "vision_config to size them from.",
+            hint="Write a model.py whose batch() returns this model's inputs (see docs/models.md).",
+        )
+    return InputSpec(
+        batch_fn=functools.partial(
+            _image_text_batch,
+            vocab_size=_vocab_size(cls, text, file),
+            image_shape=_image_shape(vision),
+            return_loss="return_loss" in params,
+        ),
+        modality="image-text",
+        **_seq_bounds(text),
+    )
+
+
+def _image_text_batch(
+    batch_size: int, seq_len: int, *, vocab_size: int, image_shape: tuple[int, int, int], return_loss: bool
+) -> dict[str, Any]:
+    """Random captions of ``seq_len`` tokens and random images.
+
+    Raises:
+        UsageError: ``batch_size`` or ``seq_len`` is below 1.
+    """
+    _check_positive(batch_size=batch_size, seq_len=seq_len)
+    batch: dict[str, Any] = {
+        "input_ids": torch.randint(0, vocab_size, (batch_size, seq_len)),
+        "pixel_values": torch.randn(batch_size, *image_shape),
+    }
+    if return_loss:
+        batch["return_loss"] = True
+    return batch
+
+
+def _vision_language_spec(cls: type, config: Any, file: Path, params: Mapping[str, Any]) -> InputSpec:
+    """LLaVA-style models: one image per sequence, its features replacing ``image_tokens`` placeholders."""
+    vision = getattr(config, "vision_config", None)
+    strategy = getattr(config, "vision_feature_select_strategy", None)
+    geometry = [key for key in _IMAGE_GEOMETRY_CONFIG_KEYS if getattr(config, key, None) is not None]
+    tower = getattr(vision, "model_type", None)
+    why = None
+    if strategy not in {"default", "full"}:
+        why = f"vision_feature_select_strategy is {strategy!r}, not 'default' or 'full'"
+    elif geometry:
+        why = f"its config sets {geometry[0]}"
+    elif tower not in _CLASS_TOKENS:
+        why = f"its vision tower is {tower!r}"
+    if why is not None:
+        raise ModelSourceError(
+            f"{file}: autoshard cannot build the image inputs of {cls.__name__} yet ({why}); it builds them "
+            "for "
+            "LLaVA-style models with a CLIP or SigLIP vision tower.",
+            hint="Write a model.py whose batch() returns this model's inputs (see docs/models.md).",
+        )
+    channels, height, width = _image_shape(vision)
+    patch = getattr(vision, "patch_size", None)
+    if not isinstance(patch, int) or patch < 1 or height % patch or width % patch:
+        raise ModelSourceError(
+            f"{file}: vision_config.image_size ({height}x{width}) is not a multiple of its patch_size "
+            f"({patch}).",
+            hint="Fix vision_config in the config.json.",
+        )
+    # LlavaModel.get_image_features drops the first feature (the class token) when the strategy is "default"
+    # (transformers 5.23 modeling_llava.py); "full" keeps every feature.
+    image_tokens = (height // patch) * (width // patch) + _CLASS_TOKENS[tower] - (strategy == "default")
+    text = _text_config(config)
+    vocab_size = _vocab_size(cls, text, file)
+    image_token_id = _image_token_id(config)
+    if not isinstance(image_token_id, int) or not 0 <= image_token_id < vocab_size:
+        raise ModelSourceError(
+            f"{file}: image_token_id is {image_token_id}, outside the text vocabulary "
+            f"(text_config.vocab_size = {vocab_size}).",
+            hint='Set "image_token_id" (or "image_token_index") to a token id below the vocabulary size.',
+        )
+    bounds = _seq_bounds(text)
+    default = max(bounds["default_seq_len"], image_tokens + 1)
+    if bounds["max_seq_len"] is not None and bounds["max_seq_len"] <= image_tokens:
+        raise ModelSourceError(
+            f"{file}: one image takes {image_tokens} tokens, but the text model holds only "
+            f"{bounds['max_seq_len']}.",
+            hint="Fix image_size / patch_size in vision_config, or the text model's positions.",
+        )
+    return InputSpec(
+        batch_fn=functools.partial(
+            _vision_language_batch,
+            vocab_size=vocab_size,
+            image_token_id=image_token_id,
+            image_tokens=image_tokens,
+            image_shape=(channels, height, width),
+            labels="labels" in params,
+        ),
+        modality="vision-language",
+        accepts_seq_len=True,
+        default_seq_len=default,
+        max_seq_len=bounds["max_seq_len"],
+        image_tokens=image_tokens,
+        image_token_id=image_token_id,
+    )
+
+
+def _vision_language_batch(
+    batch_size: int,
+    seq_len: int,
+    *,
+    vocab_size: int,
+    image_token_id: int,
+    image_tokens: int,
+    image_shape: tuple[int, int, int],
+    labels: bool,
+) -> dict[str, torch.Tensor]:
+    """One image per sequence: ``image_tokens`` placeholders first, then random text; ``seq_len`` counts both.
+    With ``labels``, the labels are the ids with the placeholders ignored (-100), as LLaVA's processors do.
+
+    Raises:
+        UsageError: ``batch_size`` is below 1, or ``seq_len`` leaves no room for text after the image tokens.
+    """
+    _check_positive(batch_size=batch_size, seq_len=seq_len)
+    if seq_len <= image_tokens:
+        raise UsageError(
+            f"seq_len={seq_len} leaves no room for text: one image takes {image_tokens} tokens of the "
+            "sequence.",
+            hint=f"Use --seq-len {image_tokens + 1} or more (image tokens included).",
+        )
+    text = torch.randint(0, vocab_size - 1, (batch_size, seq_len - image_tokens))
+    text = text + (text >= image_token_id).long()  # every id but the placeholder
+    placeholders = torch.full((batch_size, image_tokens), image_token_id, dtype=text.dtype)
+    input_ids = torch.cat([placeholders, text], dim=1)
+    batch = {"input_ids": input_ids, "pixel_values": torch.randn(batch_size, *image_shape)}
+    if labels:
+        batch["labels"] = torch.cat([torch.full_like(placeholders, -100), text], dim=1)
+    return batch
+
+
+# --- audio --------------------------------------------------------------------------------------------------
+
+
+def _audio_features_spec(
+    cls: type, config: Any, file: Path, params: Mapping[str, Any], labels: LabelKind
+) -> InputSpec:
+    """Whisper-style log-mel inputs: ``(batch, num_mel_bins, 2 * max_source_positions)``, since the encoder's
+    second convolution has stride 2 and WhisperEncoder refuses any other length (transformers 5.23)."""
+    mel_bins = getattr(config, "num_mel_bins", None)
+    source_positions = getattr(config, "max_source_positions", None)
+    if not isinstance(mel_bins, int) or not isinstance(source_positions, int):
+        raise ModelSourceError(
+            f"{file}: {cls.__name__} takes 'input_features', and autoshard builds those only for "
+            "Whisper-style "
+            "configs (num_mel_bins and max_source_positions).",
+            hint="Write a model.py whose batch() returns this model's inputs (see docs/models.md).",
+        )
+    decoder = "decoder_input_ids" in params
+    frames = 2 * source_positions
+    features = functools.partial(_audio_features_batch, shape=(mel_bins, frames))
+    if not decoder:  # encoder-only heads (WhisperForAudioClassification): no text
+        return InputSpec(
+            batch_fn=functools.partial(features, labels=labels, num_labels=_num_labels(config), vocab_size=0),
+            modality="audio-features",
+        )
+    text = _text_config(config)
+    vocab_size = _vocab_size(cls, text, file)
+    bounds = _seq_bounds(text)
+    return InputSpec(
+        batch_fn=functools.partial(features, labels=labels, num_labels=0, vocab_size=vocab_size),
+        modality="audio-features",
+        **bounds,
+    )
+
+
+def _audio_features_batch(
+    batch_size: int,
+    seq_len: int | None = None,
+    *,
+    shape: tuple[int, int],
+    labels: LabelKind,
+    num_labels: int,
+    vocab_size: int,
+) -> dict[str, torch.Tensor]:
+    """Random log-mel ``input_features`` of ``shape`` (mel bins, frames); with ``seq_len`` also decoder ids
+    and token labels of that length.
+
+    Raises:
+        UsageError: ``batch_size`` or ``seq_len`` is below 1.
+    """
+    _check_positive(batch_size=batch_size)
+    batch = {"input_features": torch.randn(batch_size, *shape)}
+    if seq_len is not None:
+        _check_positive(seq_len=seq_len)
+        batch["decoder_input_ids"] = torch.randint(0, vocab_size, (batch_size, seq_len))
+        if labels == "tokens":
+            batch["labels"] = torch.randint(0, vocab_size, (batch_size, seq_len))
+    elif labels == "per_sequence":
+        batch["labels"] = torch.randint(0, num_labels, (batch_size,))
+    return batch
+
+
+def _waveform_spec(config: Any, labels: LabelKind) -> InputSpec:
+    """Raw-waveform encoders (wav2vec2, HuBERT): :data:`WAVEFORM_SAMPLES` samples; class labels for
+    audio-classification heads. CTC heads get no labels: Wav2Vec2ForCTC checks ``labels.max()`` in forward,
+    which a trace without data cannot answer, so the default loss reduces the CTC logits instead."""
+    return InputSpec(
+        batch_fn=functools.partial(
+            _waveform_batch,
+            labels="per_sequence" if labels == "per_sequence" else "none",
+            num_labels=_num_labels(config),
+        ),
+        modality="audio-waveform",
+    )
+
+
+def _waveform_batch(batch_size: int, *, labels: LabelKind, num_labels: int) -> dict[str, torch.Tensor]:
+    """Random 16 kHz waveforms of :data:`WAVEFORM_SAMPLES` samples.
+
+    Raises:
+        UsageError: ``batch_size`` is below 1.
+    """
+    _check_positive(batch_size=batch_size)
+    batch = {"input_values": torch.randn(batch_size, WAVEFORM_SAMPLES)}
+    if labels == "per_sequence":
+        batch["labels"] = torch.randint(0, num_labels, (batch_size,))
+    return batch
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+
+
+def _forward_parameters(cls: type) -> Mapping[str, Any]:
+    try:
+        return inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def _text_config(config: Any) -> Any:
+    """The config of the text part (``text_config`` of multimodal models; the config itself otherwise)."""
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config
+
+
+def _image_token_id(config: Any) -> int | None:
+    for key in ("image_token_id", "image_token_index"):
+        value = getattr(config, key, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _vocab_size(cls: type, config: Any, file: Path) -> int:
+    vocab_size = getattr(config, "vocab_size", None)
+    if not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ModelSourceError(
+            f"{file}: the {cls.__name__} config has no vocab_size, so autoshard cannot make token ids.",
+            hint='Add "vocab_size" to the config.json, or write a model.py (docs/models.md).',
+        )
+    return vocab_size
+
+
+def _num_labels(config: Any) -> int:
+    return getattr(config, "num_labels", 2)
+
+
+def _check_positive(**values: int) -> None:
+    for key, value in values.items():
+        if value < 1:
+            raise UsageError(f"{key} must be at least 1, but got {key}={value}.")

@@ -1,0 +1,273 @@
+"""Which blocks of a model are alike, and Hugging Face configs that keep a chosen few of them.
+
+A deep model is profiled from shallow copies of it (:mod:`autoshard.profiler.scaling`), which is exact only
+when the copies are made of the same kinds of block as the model. Many configs mix kinds: DeepSeek-V2/V3's
+first layers are dense and the rest MoE (``first_k_dense_replace``), Qwen2/3-MoE place experts every
+``decoder_sparse_step`` layers except ``mlp_only_layers``, Gemma-2/3, Cohere2 and GPT-OSS alternate sliding
+and global attention (``layer_types``), Llama-4 interleaves MoE layers and drops RoPE in some (``moe_layers``,
+``no_rope_layers``).
+
+:func:`layer_kinds` finds the kinds from a build of the model at full depth (on the meta device: nothing is
+allocated), without knowing any config key: two blocks are of one kind when they have the same submodule
+classes, parameter and buffer shapes, and the same values of the scalar attributes that differ between the
+model's blocks (``sliding_window``, ``layer_type``, ``use_rope``...), per-block indices such as ``layer_idx``
+left out. :func:`keep_layers` rewrites a config so that its blocks are the model's blocks at chosen positions;
+the caller checks what it built with :meth:`LayerKinds.match`, so a config this module cannot rewrite is
+detected rather than mis-profiled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from autoshard.errors import UsageError
+
+__all__ = ["LayerKinds", "keep_layers", "layer_kinds"]
+
+_ABSENT = "<absent>"
+"""Stands for an attribute or submodule that one block has and another lacks."""
+
+# Config keys listing layer indices (not a value per layer): Qwen2/3-MoE's dense layers, Llama-4's MoE layers,
+# Bamba's attention layers (transformers 5.23 configuration_*.py).
+_INDEX_LIST_KEYS = ("mlp_only_layers", "moe_layers", "attn_layer_indices")
+# Config keys counting the dense layers before the first MoE layer: DeepSeek-V2/V3, GLM-4-MoE, Dots1
+# (first_k_dense_replace), AFMoE and LFM2-MoE (num_dense_layers).
+_DENSE_PREFIX_KEYS = ("first_k_dense_replace", "num_dense_layers")
+
+Feature = tuple[str, str, str]
+"""``(what, path inside the block, name)``, e.g. ``("1attr", "self_attn", "sliding_window")``."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerKinds:
+    """The kind of every block in each stack of ``num_layers`` blocks of a model."""
+
+    stacks: tuple[str, ...]
+    """Module names of the stacks (``("model.layers",)``; two in an encoder-decoder)."""
+    kinds: tuple[tuple[int, ...], ...]
+    """Per stack, each block's kind: an index into :attr:`labels`."""
+    labels: tuple[str, ...]
+    """Per kind, the block class and what sets the kind apart, e.g.
+    ``DeepseekV3DecoderLayer[mlp=DeepseekV3MoE]``."""
+    signatures: tuple[tuple[Any, ...], ...]
+    """Per kind, what defines it (compared by :meth:`match`)."""
+    varying: frozenset[tuple[str, str]]
+    """The scalar attributes, as ``(path, name)``, whose values tell kinds apart."""
+
+    def alike_after_first(self) -> bool:
+        """Whether in every stack all blocks but the first are of one kind (the first may differ, e.g. T5's
+        relative position bias): then a stack of ``n`` blocks has the model's first ``n`` kinds."""
+        return all(len(set(kinds[1:])) <= 1 for kinds in self.kinds)
+
+    def counts(self) -> tuple[int, ...]:
+        """How many blocks of each kind the model has, over all stacks."""
+        flat = [k for kinds in self.kinds for k in kinds]
+        return tuple(flat.count(k) for k in range(len(self.labels)))
+
+    def match(self, model: nn.Module, num_layers: int) -> tuple[tuple[int, ...], ...] | None:
+        """The kinds of the blocks of ``model`` (a shallow copy with ``num_layers`` blocks per stack), as
+        indices into :attr:`labels` (``-1`` for a block of no kind of the full model); ``None`` when
+        ``model`` does not have the same stacks."""
+        found = dict(_stacks(model, num_layers))
+        if tuple(found) != self.stacks:
+            return None
+        known = {s: i for i, s in enumerate(self.signatures)}
+        return tuple(
+            tuple(known.get(_signature(*_features(block), self.varying), -1) for block in found[name])
+            for name in self.stacks
+        )
+
+
+def layer_kinds(model: nn.Module, num_layers: int) -> LayerKinds | None:
+    """The kinds of the blocks of ``model``'s stacks of ``num_layers`` blocks.
+
+    Args:
+        model: the model at full depth (meta, fake or real tensors; nothing is run).
+        num_layers: the model's depth (``num_hidden_layers``).
+
+    Returns:
+        The kinds, or ``None`` when no ``nn.ModuleList`` of ``num_layers`` blocks is found.
+    """
+    stacks = _stacks(model, num_layers)
+    if not stacks:
+        return None
+    features = [[_features(block) for block in blocks] for _, blocks in stacks]
+    varying: set[tuple[str, str]] = set()
+    for per_block in features:
+        keys = {key for _, attrs in per_block for key in attrs}
+        for key in keys:
+            values = [attrs.get(key, _ABSENT) for _, attrs in per_block]
+            if len(set(map(repr, values))) > 1 and not _is_index(values):
+                varying.add(key)
+    frozen = frozenset(varying)
+    signatures: list[tuple[Any, ...]] = []
+    kinds = []
+    for per_block in features:
+        stack_kinds = []
+        for structure, attrs in per_block:
+            signature = _signature(structure, attrs, frozen)
+            if signature not in signatures:
+                signatures.append(signature)
+            stack_kinds.append(signatures.index(signature))
+        kinds.append(tuple(stack_kinds))
+    return LayerKinds(
+        stacks=tuple(name for name, _ in stacks),
+        kinds=tuple(kinds),
+        labels=_labels(signatures),
+        signatures=tuple(signatures),
+        varying=frozen,
+    )
+
+
+def keep_layers(data: Mapping[str, Any], config: Any, positions: Sequence[int]) -> dict[str, Any]:
+    """``data`` rewritten so that the model's blocks are the full model's blocks at ``positions``.
+
+    The depth keys are the caller's (``num_hidden_layers`` and its aliases). This rewrites what decides each
+    block's kind: lists with one value per layer (``layer_types``, ``mlp_layer_types``, ``no_rope_layers``...)
+    keep the listed positions; lists of layer indices (``mlp_only_layers``, ``moe_layers``,
+    ``attn_layer_indices``) are renumbered; ``first_k_dense_replace`` / ``num_dense_layers`` count the kept
+    dense layers; ``decoder_sparse_step`` becomes 1 with the layers it made dense listed in
+    ``mlp_only_layers``. Other keys (e.g. Jamba's ``attn_layer_period``) are left as they are: check the
+    result with :meth:`LayerKinds.match`.
+
+    Args:
+        data: the config.json's content.
+        config: the config built from it (its computed per-layer lists are read from it).
+        positions: increasing full-depth block positions, from 0.
+
+    Returns:
+        The new config.json content (``data`` itself is not changed).
+
+    Raises:
+        UsageError: ``positions`` is empty, not increasing, or out of range.
+    """
+    full = config.to_dict()
+    depth = getattr(config, "num_hidden_layers", None)
+    if (
+        not isinstance(depth, int)
+        or not positions
+        or any(not isinstance(p, int) or isinstance(p, bool) for p in positions)
+        or list(positions) != sorted(set(positions))
+        or positions[0] < 0
+        or positions[-1] >= depth
+    ):
+        raise UsageError(f"keep_layers needs increasing block positions below {depth}, but got {positions=}.")
+    changed = dict(data)
+    for key, value in full.items():
+        if key in _INDEX_LIST_KEYS and isinstance(value, list) and value:
+            listed = set(value)
+            changed[key] = [j for j, i in enumerate(positions) if i in listed]
+        elif isinstance(value, list) and len(value) == depth:  # one value per layer
+            changed[key] = [value[i] for i in positions]
+        elif key in _DENSE_PREFIX_KEYS and isinstance(value, int) and not isinstance(value, bool):
+            changed[key] = sum(1 for i in positions if i < value)
+    step = full.get("decoder_sparse_step")
+    if isinstance(step, int) and step > 1 and isinstance(full.get("mlp_only_layers"), list):
+        # Qwen2/3-MoE: layer i has experts iff i is not in mlp_only_layers and
+        # (i + 1) % decoder_sparse_step == 0 (transformers 5.23 Qwen2MoeDecoderLayer.__init__).
+        dense = set(full["mlp_only_layers"])
+        changed["decoder_sparse_step"] = 1
+        changed["mlp_only_layers"] = [j for j, i in enumerate(positions) if i in dense or (i + 1) % step]
+    return changed
+
+
+def _stacks(model: nn.Module, num_layers: int) -> list[tuple[str, nn.ModuleList]]:
+    """``nn.ModuleList`` s of ``model`` holding ``num_layers`` blocks (modules with submodules), outermost
+    only, in module order."""
+    out: list[tuple[str, nn.ModuleList]] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.ModuleList) or len(module) != num_layers or num_layers < 1:
+            continue
+        if any(name.startswith(outer + ".") for outer, _ in out):
+            continue
+        if all(any(True for _ in block.children()) for block in module):
+            out.append((name, module))
+    return out
+
+
+def _features(block: nn.Module) -> tuple[tuple[tuple[Any, ...], ...], dict[tuple[str, str], Any]]:
+    """What a block is made of (submodule classes, parameter and buffer shapes and dtypes) and its scalar
+    attributes by ``(submodule path, name)``."""
+    structure: list[tuple[Any, ...]] = []
+    attrs: dict[tuple[str, str], Any] = {}
+    for path, module in block.named_modules():
+        structure.append(("module", path, type(module).__name__))
+        for name, tensor in (*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)):
+            structure.append(("tensor", f"{path}.{name}".lstrip("."), tuple(tensor.shape), str(tensor.dtype)))
+        for name, value in vars(module).items():
+            if not name.startswith("_") and name != "training" and _is_scalar(value):
+                attrs[(path, name)] = value
+    return tuple(structure), attrs
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(_is_scalar(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _is_index(values: list[Any]) -> bool:
+    """Whether an attribute numbers the blocks (``layer_idx``): in the blocks that have it (a hybrid model's
+    Mamba and attention mixers each number themselves), its position in the stack plus a constant."""
+    offsets = {v - i for i, v in enumerate(values) if isinstance(v, int) and not isinstance(v, bool)}
+    present = sum(1 for v in values if v is not _ABSENT)
+    others = [v for v in values if v is not _ABSENT and (not isinstance(v, int) or isinstance(v, bool))]
+    return present >= 2 and not others and len(offsets) == 1
+
+
+def _signature(
+    structure: tuple[tuple[Any, ...], ...],
+    attrs: dict[tuple[str, str], Any],
+    varying: frozenset[tuple[str, str]],
+) -> tuple[Any, ...]:
+    return structure, tuple((key, repr(attrs.get(key, _ABSENT))) for key in sorted(varying))
+
+
+def _labels(signatures: list[tuple[Any, ...]]) -> tuple[str, ...]:
+    """Per kind, the block class and the fewest features that tell the kinds apart (submodule classes first,
+    then attributes, then tensors; outer before inner)."""
+    described = [_describe(s) for s in signatures]
+    keys = sorted({k for d in described for k in d}, key=lambda k: (k[0], k[1].count("."), k[1], k[2]))
+    root = ("0module", "", "")
+    telling = [k for k in keys if k != root and len({d.get(k, _ABSENT) for d in described}) > 1]
+    chosen: list[Feature] = []
+
+    def groups(keys: list[Feature]) -> int:
+        return len({tuple(d.get(k, _ABSENT) for k in keys) for d in described})
+
+    for key in telling:  # greedily, each chosen feature splits kinds the earlier ones left together
+        if groups(chosen) == len(described):
+            break
+        if groups([*chosen, key]) > groups(chosen):
+            chosen.append(key)
+    out = []
+    for d in described:
+        parts = [_render(key, d.get(key, _ABSENT)) for key in chosen]
+        out.append(d[root] + (f"[{', '.join(parts)}]" if parts else ""))
+    return tuple(out)
+
+
+def _describe(signature: tuple[Any, ...]) -> dict[Feature, str]:
+    """A kind's features, keyed for sorting: ``0module`` < ``1attr`` < ``2tensor``."""
+    structure, attrs = signature
+    out: dict[Feature, str] = {}
+    for item in structure:
+        if item[0] == "module":
+            out[("0module", item[1], "")] = item[2]
+        else:
+            out[("2tensor", item[1], "")] = "x".join(map(str, item[2]))
+    for (path, name), value in attrs:
+        out[("1attr", path, name)] = value
+    return out
+
+
+def _render(key: Feature, value: str) -> str:
+    what, path, name = key
+    where = f"{path}.{name}" if path and name else path or name
+    if value == _ABSENT or value == repr(_ABSENT):
+        return f"no {where}"
+    return f"{where}={value}" if what != "2tensor" else f"{where} {value}"

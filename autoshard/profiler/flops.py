@@ -1,0 +1,86 @@
+"""Counting a traced step's FLOPs: torch's ``FlopCounterMode`` plus the kernels it does not know.
+
+torch's counter (``torch/utils/flop_counter.py``, torch 2.13) has formulas for matmuls, convolutions and the
+CUDA attention kernels. The trace runs on CPU tensors, so two kinds of work a GPU does would count as zero:
+
+* **Routed experts** (``aten::_grouped_mm``, which transformers 5 uses for every mixture-of-experts layer):
+  :func:`grouped_mm_flops`, ``2·M·K·N`` summed over the groups — the same as one matmul over all the rows.
+* **Attention**: a CPU trace runs ``aten::_scaled_dot_product_flash_attention_for_cpu`` (and its backward)
+  where a GPU runs the flash or memory-efficient kernel. They are counted with torch's own formulas for those
+  CUDA kernels (``sdpa_flop_count``, ``sdpa_backward_flop_count``): forward ``QKᵀ`` and ``AV``, backward the
+  scores recomputed plus four products (``dV``, ``dP``, ``dQ``, ``dK``), i.e. 2.5 × forward. Grouped-query
+  attention (fewer key / value heads than query heads) counts every query head, as the kernels compute them.
+  Both targets take that kernel whenever the CPU flash kernel accepts the shapes (for ``"cuda"``,
+  ``cuda_semantics`` re-dispatches SDPA with ``dropout_p=0``). Otherwise the CPU runs its math path: with
+  ``dropout_p > 0`` on target ``"cpu"``, or, on both targets, when the value head dim differs from the query
+  one (DeepSeek's multi-head latent attention). torch counts that path's ``bmm`` calls as they run: the
+  forward as the kernel's, the backward without the recomputation (2 × forward). No op is counted twice: the
+  fused kernel calls no other op and the math path calls no fused kernel.
+
+**Causal attention is counted over the full ``S × S`` score matrix, not halved**, as torch's formulas do (its
+comment: "We aren't accounting for causal attention here"). That is the MFU convention of PaLM (Chowdhery et
+al. 2022, arXiv 2204.02311, appendix B: ``6·N + 12·L·H·Q·T`` per token counts full attention) and of
+Megatron-LM (Narayanan et al. 2021, arXiv 2104.04473, section 5.1: the ``s/6h`` term of
+``96·B·s·l·h²·(1 + s/6h + V/16lh)`` is the full product), so throughput computed from these FLOPs compares
+with published MFU figures. A causal flash kernel skips the masked blocks and does about half the ``S × S``
+work. One difference remains: those conventions take the attention backward as 2 × forward, while the
+kernels' backward recomputes the scores (2.5 ×), and this count is of the work the kernels do (as it counts
+the recomputation of activation checkpointing). Per layer and sequence the step counts ``14·S²·H·d`` where
+PaLM counts ``12·S²·H·d``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+__all__ = ["FLOP_FORMULAS", "counter", "grouped_mm_flops"]
+
+aten = torch.ops.aten
+
+
+def grouped_mm_flops(a_shape: torch.Size, b_shape: torch.Size, *args: Any,
+                     out_shape: torch.Size | None = None, **kwargs: Any) -> int:
+    """FLOPs of ``aten::_grouped_mm`` (layouts as in :func:`autoshard.profiler.fake_ops.grouped_mm_meta`).
+
+    Every row the offsets cover is one row of a matmul with the contraction ``K``: 2D × 3D ``(M, K)`` ×
+    ``(G, K, N)`` is ``2·M·K·N``; 2D × 2D ``(K, M)`` × ``(M, N)`` (the weight gradient, grouped along ``M``)
+    is ``2·K·M·N``; 3D × 2D and 3D × 3D are ``2·K`` per output element. Rows past the last offset (none in
+    transformers without expert parallelism) are counted as computed.
+    """
+    if out_shape is None:
+        raise ValueError("grouped_mm_flops needs the output shape.")
+    if len(a_shape) == 2 and len(b_shape) == 2:
+        k, m = a_shape
+        return 2 * k * m * b_shape[1]
+    return 2 * math.prod(out_shape) * a_shape[-1]
+
+
+def _flash_cpu_flops(query: torch.Size, key: torch.Size, value: torch.Size, *args: Any,
+                     out_shape: Any = None, **kwargs: Any) -> int:
+    """``_scaled_dot_product_flash_attention_for_cpu(query, key, value, ...)`` as the CUDA flash kernel."""
+    return sdpa_flop_count(query, key, value)
+
+
+def _flash_cpu_backward_flops(grad_out: torch.Size, query: torch.Size, key: torch.Size, value: torch.Size,
+                              *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """``_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, ...)`` as the CUDA
+    flash kernel's backward."""
+    return sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+FLOP_FORMULAS: dict[Any, Callable[..., int]] = {
+    aten._grouped_mm: grouped_mm_flops,
+    aten._scaled_dot_product_flash_attention_for_cpu: _flash_cpu_flops,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _flash_cpu_backward_flops,
+}
+"""Formulas added to torch's, by op (``FlopCounterMode(custom_mapping=...)``; they receive shapes)."""
+
+
+def counter() -> FlopCounterMode:
+    """A ``FlopCounterMode`` (no display) that also counts :data:`FLOP_FORMULAS`' ops."""
+    return FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)

@@ -1,0 +1,68 @@
+"""Cast a module's floating parameters and buffers to one dtype without ``Module.to``.
+
+``bf16-true`` trains a module whose every floating tensor is bf16: Lightning's
+``HalfPrecision.convert_module`` calls ``module.to(dtype=torch.bfloat16)``
+(lightning/fabric/plugins/precision/half.py, Lightning 2.x), which converts floating parameters *and* floating
+buffers alike (``Module.to`` in torch/nn/modules/module.py, torch 2.13). Models keep some buffers in fp32 even
+when built under a bf16 default dtype (transformers' RoPE ``inv_freq``), so the profiler must cast after
+building. ``Module.to`` cannot do it under ``FakeTensorMode``: torch 2.13's ``Module._apply`` swaps every fake
+parameter in place (``torch.utils.swap_tensors``), which refuses a tensor that has a weak reference to it
+(fake tensors do: "Cannot swap t1 because it has weakref associated with it"). This module replaces each
+tensor in its owning module's ``_parameters`` / ``_buffers`` instead, which works on fake, meta and real
+tensors alike.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["cast_floating_tensors"]
+
+
+def cast_floating_tensors(module: nn.Module, dtype: torch.dtype) -> int:
+    """Cast every floating parameter and buffer of ``module`` (recursively) to ``dtype``, in place.
+
+    As ``module.to(dtype)`` would: parameters stay parameters with their ``requires_grad``, non-floating
+    tensors (integer position ids, bool masks) are left alone, and so are complex buffers (``Module.to``
+    would drop their imaginary part). A tensor shared by several modules (tied embeddings) is converted
+    once and stays shared.
+
+    Args:
+        module: the module to convert in place.
+        dtype: a floating dtype, e.g. ``torch.bfloat16``.
+
+    Returns:
+        How many distinct tensors were converted.
+
+    Raises:
+        ValueError: ``dtype`` is not a floating dtype.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> m = nn.Linear(2, 2)
+        >>> cast_floating_tensors(m, torch.bfloat16), m.weight.dtype
+        (2, torch.bfloat16)
+    """
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype, but got {dtype=}.")
+    # Keyed by id, holding the original so that no id is reused while the walk lasts.
+    converted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    with torch.no_grad():
+        for owner in module.modules():
+            for slots in (owner._parameters, owner._buffers):
+                for name, tensor in slots.items():
+                    if tensor is None or not tensor.is_floating_point() or tensor.dtype == dtype:
+                        continue
+                    if id(tensor) not in converted:
+                        converted[id(tensor)] = (tensor, _converted(tensor, dtype))
+                    slots[name] = converted[id(tensor)][1]
+    return len(converted)
+
+
+def _converted(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    data = tensor.detach().to(dtype)
+    if isinstance(tensor, nn.Parameter):
+        return nn.Parameter(data, requires_grad=tensor.requires_grad)
+    return data

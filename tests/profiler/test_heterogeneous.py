@@ -1,0 +1,289 @@
+"""Deep models whose blocks differ (dense and MoE layers, sliding and global attention) extrapolate exactly, or
+are traced whole with the reason: never silently wrong.
+
+Configs come from transformers' config classes (tiny sizes, published layer patterns), saved with
+``save_pretrained``; 12 blocks, so extrapolation is automatic (``AUTO_MIN_LAYERS``) and a full trace is fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from autoshard.cli import main
+from autoshard.models.hf import load_config
+from autoshard.models.hf_layers import layer_kinds
+from autoshard.models.source import ModelSource
+from autoshard.profiler.options import ProfileOptions
+from autoshard.profiler.scaling import (
+    AUTO_MIN_LAYERS,
+    profile_source,
+    profile_with_timelines,
+)
+from autoshard.strategies.workload import StepTrace
+from tests.profiler import models
+
+transformers = pytest.importorskip("transformers")
+
+LAYERS = AUTO_MIN_LAYERS
+SMALL = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": LAYERS,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
+
+
+def _deepseek_v3() -> Any:
+    # first_k_dense_replace=3 as published (DeepseekV3Config defaults); 4 tiny experts instead of 256.
+    return transformers.DeepseekV3Config(
+        **{**SMALL, "num_key_value_heads": 4}, moe_intermediate_size=16, n_routed_experts=4, n_shared_experts=1,
+        num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=3, q_lora_rank=16, kv_lora_rank=16,
+        qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, architectures=["DeepseekV3ForCausalLM"])
+
+
+def _qwen2_moe() -> Any:
+    return transformers.Qwen2MoeConfig(
+        **SMALL, moe_intermediate_size=16, shared_expert_intermediate_size=32, num_experts=4,
+        num_experts_per_tok=2, decoder_sparse_step=2, mlp_only_layers=[5], architectures=["Qwen2MoeForCausalLM"])
+
+
+def _gemma2() -> Any:
+    # Gemma-2 alternates sliding-window and global attention (layer_types defaults).
+    return transformers.Gemma2Config(**SMALL, head_dim=8, sliding_window=16, architectures=["Gemma2ForCausalLM"])
+
+
+def _ernie_moe_every_other_layer() -> Any:
+    # Experts every second layer (moe_layer_interval): a rule autoshard cannot rewrite for a chosen mix.
+    return transformers.Ernie4_5_MoeConfig(
+        **SMALL, moe_intermediate_size=16, moe_num_experts=4, moe_k=2, moe_num_shared_experts=1,
+        moe_layer_start_index=1, moe_layer_interval=2, moe_layer_end_index=LAYERS - 1,
+        architectures=["Ernie4_5_MoeForCausalLM"])
+
+
+def _llama() -> Any:
+    return transformers.LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"])
+
+
+def _is_moe_deepseek(config: Any, i: int) -> bool:
+    return i >= config.first_k_dense_replace  # DeepseekV3DecoderLayer.__init__ (transformers 5.x)
+
+
+def _is_moe_qwen2(config: Any, i: int) -> bool:
+    # Qwen2MoeDecoderLayer.__init__ (transformers 5.x)
+    return i not in config.mlp_only_layers and (i + 1) % config.decoder_sparse_step == 0
+
+
+def _gemma2_type(config: Any, i: int) -> str:
+    return config.layer_types[i]
+
+
+MIXED = [
+    pytest.param(_deepseek_v3, _is_moe_deepseek, id="deepseek-v3-first-k-dense"),
+    pytest.param(_qwen2_moe, _is_moe_qwen2, id="qwen2-moe-sparse-step-and-mlp-only"),
+    pytest.param(_gemma2, _gemma2_type, id="gemma2-sliding-and-global"),
+]
+
+FIELDS = ("parameter_count", "trainable_parameter_count", "parameter_bytes", "gradient_bytes",
+          "optimizer_state_bytes", "buffer_bytes", "peak_bytes", "peak_breakdown", "peak_phase", "peak_module",
+          "phase_peaks", "forward_flops", "backward_flops", "flops_per_step", "blocks")
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Callable[[Callable[[], Any]], ModelSource]:
+    """``saved(make_config)``: the config saved with ``save_pretrained`` and loaded as autoshard loads it."""
+
+    def save(make: Callable[[], Any]) -> ModelSource:
+        folder = tmp_path / make.__name__.strip("_")
+        make().save_pretrained(folder)
+        return load_config(folder)
+
+    return save
+
+
+def _partition(labels: list[Any]) -> set[frozenset[int]]:
+    return {frozenset(i for i, v in enumerate(labels) if v == value) for value in set(labels)}
+
+
+@pytest.mark.parametrize(("make", "rule"), MIXED)
+def test_layer_kinds_group_the_blocks_as_the_config_rule_does(make, rule, saved):
+    source = saved(make)
+    config = make()
+    with torch.device("meta"):
+        kinds = layer_kinds(source.build(), LAYERS)
+    assert kinds is not None and kinds.stacks == ("model.layers",)
+    assert _partition(list(kinds.kinds[0])) == _partition([rule(config, i) for i in range(LAYERS)])
+    assert not kinds.alike_after_first()
+
+
+@pytest.mark.parametrize(("make", "rule"), MIXED)
+@pytest.mark.parametrize(
+    "options",
+    [{"precision": "32-true", "target": "cpu"},
+     {"precision": "bf16-mixed", "target": "cuda", "activation_checkpointing": True}],
+    ids=["fp32-cpu", "bf16-mixed-cuda-checkpointing"],
+)
+def test_extrapolated_profile_of_mixed_blocks_equals_full_trace(make, rule, options, saved):
+    source = saved(make)
+    opts = ProfileOptions(batch_size=2, seq_len=32, **options)
+    full = profile_source(source, opts, extrapolate=False)
+    fast = profile_source(source, opts)  # automatic from AUTO_MIN_LAYERS blocks
+    for field in FIELDS:
+        assert getattr(fast, field) == getattr(full, field), field
+    assert fast.extrapolated_from_layers is not None and max(fast.extrapolated_from_layers) < LAYERS
+    assert fast.depth is not None and len(fast.depth.traced_counts) == len(fast.extrapolated_from_layers)
+    config = make()
+    assert sorted(fast.depth.counts) == sorted(
+        map(len, _partition([rule(config, i) for i in range(LAYERS)])))
+
+
+def _qwen3_moe() -> Any:
+    return transformers.Qwen3MoeConfig(
+        **SMALL, head_dim=8, moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=3,
+        mlp_only_layers=[1], architectures=["Qwen3MoeForCausalLM"])
+
+
+def _deepseek_v2() -> Any:
+    return transformers.DeepseekV2Config(
+        **{**SMALL, "num_key_value_heads": 4}, moe_intermediate_size=16, n_routed_experts=4, n_shared_experts=1,
+        num_experts_per_tok=2, first_k_dense_replace=2, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=8, n_group=1, topk_group=1, architectures=["DeepseekV2ForCausalLM"])
+
+
+def _llama4_text() -> Any:
+    # MoE every second layer and no RoPE every fourth (interleave_moe_layer_step, no_rope_layers defaults).
+    return transformers.Llama4TextConfig(
+        **SMALL, head_dim=8, intermediate_size_mlp=64, num_local_experts=4, num_experts_per_tok=1,
+        interleave_moe_layer_step=2, attention_chunk_size=16, architectures=["Llama4ForCausalLM"])
+
+
+def _cohere2() -> Any:
+    return transformers.Cohere2Config(**SMALL, sliding_window=16, sliding_window_pattern=4,
+                                      architectures=["Cohere2ForCausalLM"])
+
+
+def _gpt_oss() -> Any:
+    return transformers.GptOssConfig(**SMALL, head_dim=8, num_local_experts=4, num_experts_per_tok=2,
+                                     sliding_window=16, architectures=["GptOssForCausalLM"])
+
+
+def _gemma3_text() -> Any:
+    return transformers.Gemma3TextConfig(**SMALL, head_dim=8, sliding_window=16,
+                                         architectures=["Gemma3ForCausalLM"])
+
+
+def _nemotron_h() -> Any:
+    # Mamba-2, MoE and attention blocks in one stack (layers_block_type).
+    return transformers.NemotronHConfig(
+        **SMALL, layers_block_type=["mamba", "moe", "mamba", "attention"] * (LAYERS // 4), mamba_num_heads=4,
+        mamba_head_dim=16, ssm_state_size=8, n_groups=1, n_routed_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=16, moe_shared_expert_intermediate_size=16, head_dim=8, chunk_size=16, n_group=1,
+        topk_group=1, architectures=["NemotronHForCausalLM"])
+
+
+def _bamba() -> Any:
+    return transformers.BambaConfig(
+        **SMALL, attn_layer_indices=[3, 7, 11], mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8,
+        mamba_n_groups=1, mamba_chunk_size=16, architectures=["BambaForCausalLM"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "make", [_qwen3_moe, _deepseek_v2, _llama4_text, _cohere2, _gpt_oss, _gemma3_text, _nemotron_h, _bamba],
+    ids=lambda make: make.__name__.strip("_"),
+)
+def test_more_families_with_mixed_blocks_extrapolate_exactly(make, saved):
+    source = saved(make)
+    opts = ProfileOptions(batch_size=1, seq_len=32, precision="32-true", target="cpu")
+    full, fast = profile_source(source, opts, extrapolate=False), profile_source(source, opts)
+    assert fast.depth is not None and fast.depth.traced_counts, fast.depth
+    for field in FIELDS:
+        assert getattr(fast, field) == getattr(full, field), field
+
+
+def test_identical_blocks_extrapolate_from_two_and_three_as_before(saved):
+    source = saved(_llama)
+    opts = ProfileOptions(batch_size=1, seq_len=32, precision="32-true", target="cpu")
+    full, fast = profile_source(source, opts, extrapolate=False), profile_source(source, opts)
+    assert fast.extrapolated_from_layers == (2, 3) and fast.depth is None
+    for field in FIELDS:
+        assert getattr(fast, field) == getattr(full, field), field
+
+
+@pytest.mark.parametrize(
+    ("make", "strip_with_layers", "reason"),
+    [
+        pytest.param(_ernie_moe_every_other_layer, False, "becomes", id="config-rule-not-rewritable"),
+        pytest.param(_deepseek_v3, True, "cannot be rebuilt with a chosen mix", id="source-without-with-layers"),
+    ],
+)
+def test_blocks_that_cannot_be_mixed_are_traced_whole_and_the_profile_says_why(make, strip_with_layers, reason,
+                                                                                 saved):
+    source = saved(make)
+    if strip_with_layers:
+        source = source.replace(with_layers=None)
+    opts = ProfileOptions(batch_size=1, seq_len=32, precision="32-true", target="cpu")
+    profile = profile_source(source, opts)
+    assert profile.extrapolated_from_layers is None
+    assert profile.depth is not None and profile.depth.traced_counts == ()
+    assert profile.depth.note.startswith(f"Traced all {LAYERS} blocks: ") and reason in profile.depth.note
+    full = profile_source(source, opts, extrapolate=False)
+    for field in FIELDS:
+        assert getattr(profile, field) == getattr(full, field), field
+
+
+def test_extrapolation_whose_parameter_count_disagrees_with_the_full_build_traces_every_block():
+    # A source whose shallow rebuild changes more than the depth (here the vocabulary): the blocks match, the
+    # parameter count of the extrapolation does not.
+    real = models.gpt_source(LAYERS, hidden=32, vocab=64, seq=32)
+    source = real.replace(with_num_layers=lambda n: models.gpt_source(n, hidden=32, vocab=96, seq=32))
+    opts = ProfileOptions(batch_size=1, precision="32-true", target="cpu")
+    profile = profile_source(source, opts)
+    assert profile.extrapolated_from_layers is None and profile.depth is not None
+    assert f"{profile.parameter_count:,}" in profile.depth.note
+    assert profile.parameter_count == profile_source(real, opts, extrapolate=False).parameter_count
+
+
+def test_workload_phase_peaks_at_other_micro_batches_match_the_full_trace(saved):
+    source = saved(_deepseek_v3)
+
+    def step_trace(extrapolate: bool) -> StepTrace:
+        traced = [profile_with_timelines(source, ProfileOptions(batch_size=b, seq_len=16, precision="32-true",
+                                                               target="cpu"),
+                                         extrapolate=extrapolate, count_flops=b == 1) for b in (1, 2, 3)]
+        return StepTrace(mode="amp", checkpointing=False, precision=traced[0][0].options.precision,
+                         at_1=traced[0][0], at_2=traced[1][0], timelines_2=traced[1][1], timelines_3=traced[2][1])
+
+    fast, full = step_trace(True), step_trace(False)
+    assert len(fast.timelines_2.depths) == 3 and fast.timelines_2.depths == fast.timelines_3.depths
+    for micro_batch in (1, 4, 7):
+        assert fast.phases(micro_batch) == full.phases(micro_batch)
+        for phase in fast.phases(micro_batch):
+            assert fast.activation_bytes(phase, micro_batch) == full.activation_bytes(phase, micro_batch)
+        assert fast.block_activation_bytes(micro_batch) == full.block_activation_bytes(micro_batch)
+
+
+def test_deepseek_v3_at_published_size_has_the_parameter_count_of_its_full_build(saved):
+    def published() -> Any:
+        return transformers.DeepseekV3Config(architectures=["DeepseekV3ForCausalLM"])  # defaults: DeepSeek-V3
+
+    source = saved(published)
+    with torch.device("meta"):
+        built = sum(p.numel() for p in source.build().parameters())
+    profile = profile_source(source, ProfileOptions(batch_size=1, seq_len=128), count_flops=False)
+    assert profile.parameter_count == built
+    config = published()
+    assert profile.depth is not None and profile.depth.counts == (
+        config.first_k_dense_replace, config.num_hidden_layers - config.first_k_dense_replace)
+    # DeepSeek-V3 Technical Report (arXiv:2412.19437), abstract: "671B total parameters"; the Hub checkpoint's
+    # 685B adds the multi-token-prediction module, which transformers does not build.
+    assert round(built / 1e9) == 671
+
+
+def test_profile_command_says_which_kinds_it_traced(saved, capsys):
+    source = saved(_deepseek_v3)
+    args = ["profile", source.origin, "--seq-len", "16", "--precision", "32-true", "--target", "cpu"]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Blocks of 2 kinds:" in out and "DeepseekV3MoE] × 9" in out and "solved for each kind's cost" in out
+

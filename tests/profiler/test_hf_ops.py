@@ -1,0 +1,330 @@
+"""The profiler on Hugging Face models: bf16-true casting, routed experts (``_grouped_mm``), attention FLOPs,
+loss computed inside forward, and the errors a trace gives when it cannot go on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import autoshard
+from autoshard.errors import ProfileError
+from autoshard.models.source import ModelSource
+from autoshard.profiler import fake_ops, flops
+from autoshard.profiler.options import ProfileOptions
+from autoshard.profiler.precision_cast import cast_floating_tensors
+from autoshard.profiler.trace import trace_timeline
+from autoshard.strategies.registry import names as strategy_names
+
+transformers = pytest.importorskip("transformers")
+
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=1000)
+BATCH, SEQ = 2, 32
+PRECISIONS = ("bf16-mixed", "bf16-true", "32-true", "16-mixed")
+
+
+def _llama() -> Any:
+    return transformers.LlamaConfig(**TINY, intermediate_size=128, num_key_value_heads=2,
+                                    architectures=["LlamaForCausalLM"])
+
+
+def _gemma2() -> Any:
+    # Tied embeddings (tie_word_embeddings defaults to True) and a fp32 embedding-scale buffer.
+    return transformers.Gemma2Config(**TINY, intermediate_size=128, num_key_value_heads=2, head_dim=16,
+                                     architectures=["Gemma2ForCausalLM"])
+
+
+def _mixtral() -> Any:
+    return transformers.MixtralConfig(**TINY, intermediate_size=128, num_key_value_heads=2,
+                                      num_local_experts=4, num_experts_per_tok=2,
+                                      architectures=["MixtralForCausalLM"])
+
+
+def _qwen2_moe() -> Any:
+    return transformers.Qwen2MoeConfig(**TINY, intermediate_size=128, num_key_value_heads=2, num_experts=4,
+                                       num_experts_per_tok=2, moe_intermediate_size=32,
+                                       shared_expert_intermediate_size=64,
+                                       architectures=["Qwen2MoeForCausalLM"])
+
+
+def _deepseek_v3() -> Any:
+    # qk_nope + qk_rope = v_head_dim: the CPU flash kernel runs (it needs one head dim for q, k and v).
+    return transformers.DeepseekV3Config(**TINY, intermediate_size=128, num_key_value_heads=4,
+                                         n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                         n_shared_experts=1, n_group=1, topk_group=1, first_k_dense_replace=1,
+                                         q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
+                                         qk_nope_head_dim=8, v_head_dim=16,
+                                         architectures=["DeepseekV3ForCausalLM"])
+
+
+def _opt() -> Any:
+    return transformers.OPTConfig(**TINY, ffn_dim=128, word_embed_proj_dim=64,
+                                  architectures=["OPTForCausalLM"])
+
+
+def _saved(config: Any, tmp_path: Path) -> Path:
+    config.save_pretrained(tmp_path)
+    return tmp_path
+
+
+def _profile(config: Any, tmp_path: Path, precision: str, target: str = "cuda") -> autoshard.ModelProfile:
+    return autoshard.profile(_saved(config, tmp_path), batch_size=BATCH, seq_len=SEQ, precision=precision,
+                             target=target, extrapolate=False)
+
+
+# -- bf16-true -----------------------------------------------------------------------------------------------
+
+
+def _meta_build(config: Any, dtype: torch.dtype) -> nn.Module:
+    cls = getattr(transformers, config.architectures[0])
+    with torch.device("meta"):
+        return cls._from_config(config, dtype=dtype)
+
+
+@pytest.mark.parametrize("make", [_llama, _gemma2], ids=["llama", "gemma2-tied"])
+def test_bf16_true_profile_counts_the_bf16_meta_build_all_in_bf16(make, tmp_path):
+    config = make()
+    meta = _meta_build(config, torch.bfloat16)
+    unique = {id(p): p for p in meta.parameters()}
+    floating_buffers = [b for b in meta.buffers() if b.is_floating_point()]
+    assert any(b.dtype == torch.float32 for b in floating_buffers)  # RoPE inv_freq: the case that failed
+    p = _profile(config, tmp_path, "bf16-true")
+    assert p.parameter_count == sum(t.numel() for t in unique.values())
+    assert p.parameter_bytes == 2 * p.parameter_count  # every parameter bf16, tied ones once
+    assert p.buffer_bytes == sum(2 * b.numel() if b.is_floating_point() else b.nbytes for b in meta.buffers())
+
+
+def test_casting_keeps_ties_requires_grad_and_integer_buffers_under_fake_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        model = transformers.Gemma2ForCausalLM._from_config(_gemma2())
+        model.model.layers[0].mlp.up_proj.weight.requires_grad_(False)
+        model.register_buffer("step", torch.zeros((), dtype=torch.int64))
+        cast_floating_tensors(model, torch.bfloat16)
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+        assert all(t.dtype == torch.bfloat16 for t in model.parameters())
+        assert all(b.dtype == torch.bfloat16 for b in model.buffers() if b.is_floating_point())
+        assert model.step.dtype == torch.int64
+        assert not model.model.layers[0].mlp.up_proj.weight.requires_grad
+        assert all(isinstance(p, nn.Parameter) for p in model.parameters())
+
+
+# -- loss inside forward -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [_opt, _llama], ids=["opt", "llama"])
+def test_loss_inside_forward_is_planned_by_every_strategy(make, tmp_path):
+    path = _saved(make(), tmp_path)
+    profile = autoshard.profile(path, batch_size=1, seq_len=16, precision="32-true", extrapolate=False)
+    # The model returns its loss: the loss phase allocates nothing, so the trace has none (it raised
+    # KeyError in the ZeRO memory model).
+    assert "loss" not in dict(profile.phase_peaks)
+    plan = autoshard.recommend(path, hardware="dgx-h100", precision="32-true", batch_size=1, seq_len=16)
+    estimated = {e.strategy for e in plan.candidates if e.memory is not None and e.memory.gpu.total > 0}
+    assert estimated >= set(strategy_names()) - {"fsdp_hybrid"}  # hybrid sharding needs more than one node
+
+
+# -- routed experts (_grouped_mm) ----------------------------------------------------------------------------
+
+
+_Operands = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+
+
+def _grouped_mm_cases(dtype: torch.dtype) -> dict[str, _Operands]:
+    g, m, k, n = 2, 8, 16, 24
+    offs = torch.tensor([3, m], dtype=torch.int32)
+    return {
+        "2d-3d": (torch.randn(m, k, dtype=dtype), torch.randn(g, k, n, dtype=dtype), offs),
+        "2d-3d-padded-output": (torch.randn(m, k, dtype=dtype), torch.randn(g, 12, k, dtype=dtype).mT, offs),
+        "2d-2d": (torch.randn(m, k, dtype=dtype).t(), torch.randn(m, n, dtype=dtype), offs),
+        "3d-2d": (torch.randn(g, m, k, dtype=dtype), torch.randn(k, m, dtype=dtype), offs),  # offs split N
+        "3d-3d": (torch.randn(g, m, k, dtype=dtype), torch.randn(g, k, n, dtype=dtype), None),
+        "unaligned-strides": (torch.randn(m, k, dtype=dtype), torch.randn(g, k, 6, dtype=dtype), offs),
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_grouped_mm_fake_output_matches_the_real_kernel(dtype):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    for layout, (a, b, offs) in _grouped_mm_cases(dtype).items():
+        try:
+            out = torch._grouped_mm(a, b, offs=offs)
+            real: Any = (out.shape, out.stride(), out.dtype)
+        except RuntimeError as exc:
+            real = str(exc).splitlines()[0]
+        with fake_ops.installed(), FakeTensorMode() as mode:
+            fa, fb = mode.from_tensor(a), mode.from_tensor(b)
+            try:
+                out = torch._grouped_mm(fa, fb, offs=None if offs is None else mode.from_tensor(offs))
+                fake: Any = (out.shape, out.stride(), out.dtype)
+            except RuntimeError as exc:
+                fake = str(exc).splitlines()[0]
+        assert fake == real, layout
+
+
+@pytest.mark.parametrize("layout", ["2d-3d", "2d-2d", "3d-2d", "3d-3d"])
+def test_grouped_mm_flops_equal_the_matmuls_of_each_group(layout):
+    a, b, offs = _grouped_mm_cases(torch.float32)[layout]
+    groups = [(0, 3), (3, 8)]
+    if layout == "2d-3d":
+        expected = sum(2 * (e - s) * a.shape[1] * b.shape[2] for s, e in groups)
+    elif layout == "2d-2d":
+        expected = sum(2 * a.shape[0] * (e - s) * b.shape[1] for s, e in groups)
+    elif layout == "3d-2d":
+        expected = sum(2 * a.shape[1] * a.shape[2] * (e - s) for s, e in groups)
+    else:
+        expected = a.shape[0] * 2 * a.shape[1] * a.shape[2] * b.shape[2]
+    counter = flops.counter()
+    with counter:
+        torch._grouped_mm(a, b, offs=offs)
+    assert counter.get_total_flops() == expected
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("make", [_mixtral, _qwen2_moe, _deepseek_v3],
+                         ids=["mixtral", "qwen2-moe", "deepseek-v3"])
+def test_moe_models_trace_under_every_precision(make, precision, tmp_path):
+    p = _profile(make(), tmp_path, precision)
+    assert p.peak_bytes > p.parameter_bytes > 0
+    assert p.forward_flops > 0 and p.backward_flops > p.forward_flops
+
+
+def _attention_forward_flops(config: Any, d_qk: int, d_v: int) -> int:
+    """``QKᵀ`` and ``AV`` over the full ``S × S`` (torch's ``sdpa_flop_count``), every layer."""
+    return config.num_hidden_layers * 2 * BATCH * config.num_attention_heads * SEQ * SEQ * (d_qk + d_v)
+
+
+def _head_dim(c: Any) -> int:
+    return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+
+
+def _gqa_projections(c: Any) -> int:
+    return 2 * c.hidden_size * _head_dim(c) * (c.num_attention_heads + c.num_key_value_heads)
+
+
+def _llama_weights(c: Any) -> int:
+    per_layer = _gqa_projections(c) + 3 * c.hidden_size * c.intermediate_size
+    return c.num_hidden_layers * per_layer + c.vocab_size * c.hidden_size
+
+
+def _mixtral_weights(c: Any) -> int:
+    experts = c.num_experts_per_tok * 3 * c.hidden_size * c.intermediate_size
+    router = c.hidden_size * c.num_local_experts
+    return c.num_hidden_layers * (_gqa_projections(c) + router + experts) + c.vocab_size * c.hidden_size
+
+
+def _qwen2_moe_weights(c: Any) -> int:
+    experts = c.num_experts_per_tok * 3 * c.hidden_size * c.moe_intermediate_size
+    router, shared_gate = c.hidden_size * c.num_experts, c.hidden_size
+    shared = 3 * c.hidden_size * c.shared_expert_intermediate_size
+    per_layer = _gqa_projections(c) + router + experts + shared + shared_gate
+    return c.num_hidden_layers * per_layer + c.vocab_size * c.hidden_size
+
+
+def _deepseek_v3_weights(c: Any) -> int:
+    h, heads = c.hidden_size, c.num_attention_heads
+    mla = (h * c.q_lora_rank + c.q_lora_rank * heads * (c.qk_nope_head_dim + c.qk_rope_head_dim)
+           + h * (c.kv_lora_rank + c.qk_rope_head_dim)
+           + c.kv_lora_rank * heads * (c.qk_nope_head_dim + c.v_head_dim)
+           + heads * c.v_head_dim * h)
+    dense = 3 * h * c.intermediate_size
+    moe = (h * c.n_routed_experts + c.num_experts_per_tok * 3 * h * c.moe_intermediate_size
+           + c.n_shared_experts * 3 * h * c.moe_intermediate_size)
+    sparse_layers = c.num_hidden_layers - c.first_k_dense_replace
+    dense_layers = c.first_k_dense_replace
+    return c.num_hidden_layers * mla + dense_layers * dense + sparse_layers * moe + c.vocab_size * h
+
+
+FLOP_CASES: list[tuple[str, Callable[[], Any], Callable[[Any], int], Callable[[Any], tuple[int, int]]]] = [
+    ("llama-gqa", _llama, _llama_weights, lambda c: (_head_dim(c), _head_dim(c))),
+    ("mixtral", _mixtral, _mixtral_weights, lambda c: (_head_dim(c), _head_dim(c))),
+    ("qwen2-moe", _qwen2_moe, _qwen2_moe_weights, lambda c: (_head_dim(c), _head_dim(c))),
+    ("deepseek-v3", _deepseek_v3, _deepseek_v3_weights,
+     lambda c: (c.qk_nope_head_dim + c.qk_rope_head_dim, c.v_head_dim)),
+]
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+@pytest.mark.parametrize(("make", "weights", "head_dims"), [c[1:] for c in FLOP_CASES],
+                         ids=[c[0] for c in FLOP_CASES])
+def test_step_flops_are_the_active_weights_plus_attention(make, weights, head_dims, target, tmp_path):
+    # Per token, 2 FLOPs per active weight forward (attention projections, router, shared and top_k routed
+    # experts, LM head) and twice that backward; attention as the CUDA flash kernel: QKᵀ and AV forward, the
+    # scores recomputed plus four products backward (torch/utils/flop_counter.py sdpa_backward_flop_count).
+    config = make()
+    tokens = BATCH * SEQ
+    attention = _attention_forward_flops(config, *head_dims(config))
+    p = _profile(config, tmp_path, "bf16-mixed", target=target)
+    assert p.forward_flops == pytest.approx(2 * weights(config) * tokens + attention, rel=0.01)
+    assert p.backward_flops == pytest.approx(4 * weights(config) * tokens + 2.5 * attention, rel=0.01)
+
+
+def test_llama_forward_flops_are_exactly_the_linears_and_the_sdpa_formula(tmp_path):
+    config = _llama()
+    p = _profile(config, tmp_path, "32-true")
+    attention = _attention_forward_flops(config, _head_dim(config), _head_dim(config))
+    assert p.forward_flops == 2 * _llama_weights(config) * BATCH * SEQ + attention
+    assert p.backward_flops == 4 * _llama_weights(config) * BATCH * SEQ + attention * 5 // 2
+
+
+# -- errors --------------------------------------------------------------------------------------------------
+
+
+class _Positive(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[x > 0].sum() + x.sum()  # boolean-mask indexing: a data-dependent shape
+
+
+class _CountPositiveInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * x[x > 0].numel()
+
+
+class _PositiveInBackward(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _CountPositiveInBackward.apply(x)
+
+
+def _net_source(gate: type[nn.Module]) -> ModelSource:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+            self.gate = gate()
+            self.head = nn.Linear(8, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.gate(self.proj(x))).sum()
+
+    return ModelSource(name="net", kind="file", origin="tests", build_fn=Net,
+                       batch_fn=lambda b: torch.randn(b, 8), loss_fn=lambda out, batch: out)
+
+
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+@pytest.mark.parametrize(("gate", "part"), [(_Positive, "forward"), (_PositiveInBackward, "backward")])
+def test_data_dependent_shape_error_names_the_op_and_the_module(gate, part, target):
+    with pytest.raises(ProfileError) as info:
+        trace_timeline(_net_source(gate), ProfileOptions(batch_size=2, target=target), record=False)
+    message = str(info.value)
+    assert message.startswith(f"the {part} calls aten.nonzero")
+    assert "(in module 'gate')" in message
+    assert "depends on tensor values" in message
+
+
+def test_a_trace_past_its_time_limit_stops_with_a_profile_error():
+    source = _net_source(nn.ReLU)
+    with pytest.raises(ProfileError, match=r"tracing net took longer than 0 s \(stopped in the \w+"):
+        trace_timeline(source, ProfileOptions(batch_size=2, target="cpu"), record=False, time_limit_s=0.0)

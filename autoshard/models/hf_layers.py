@@ -91,6 +91,18 @@ def layer_kinds(model: nn.Module, num_layers: int) -> LayerKinds | None:
 
     Returns:
         The kinds, or ``None`` when no ``nn.ModuleList`` of ``num_layers`` blocks is found.
+
+    Example:
+        >>> class Block(nn.Module):
+        ...     def __init__(self, i: int, wide: bool) -> None:
+        ...         super().__init__()
+        ...         self.layer_idx = i  # numbers the blocks: not a kind
+        ...         self.mlp = nn.Linear(4, 16 if wide else 8)
+        >>> model = nn.Module()
+        >>> model.layers = nn.ModuleList(Block(i, wide=i >= 1) for i in range(4))
+        >>> found = layer_kinds(model, 4)
+        >>> found.kinds, found.labels
+        (((0, 1, 1, 1),), ('Block[mlp.out_features=8]', 'Block[mlp.out_features=16]'))
     """
     stacks = _stacks(model, num_layers)
     if not stacks:

@@ -167,8 +167,8 @@ def _extrapolated(
     profile = _combine(source.name, source.num_layers, plan, [(p, phases) for p, phases, _ in traced])
     if profile.parameter_count != plan.parameter_count:
         depths = ", ".join(str(len(p)) for p in plan.positions)
-        reason = (f"extrapolating from copies of {depths} blocks gives {profile.parameter_count:,} parameters, but the "
-                  f"model built at full depth has {plan.parameter_count:,}")
+        reason = (f"extrapolating from copies of {depths} blocks gives {profile.parameter_count:,} parameters, "
+                  f"but the model built at full depth has {plan.parameter_count:,}")
         return _traced_whole(source, options, _Whole(reason, plan.kinds), started, count_flops=count_flops,
                              record=record)
     timelines = DepthTimelines(depths=tuple(len(p) for p in plan.positions),
@@ -366,13 +366,14 @@ def _blocks(fewer: ModelProfile, shallow: ModelProfile, target: int) -> tuple[Bl
     return tuple(out)
 
 
-def _mixed_blocks(profiles: list[ModelProfile], positions: tuple[tuple[int, ...], ...], layer_kinds: LayerKinds
-                  ) -> tuple[BlockProfile, ...]:
+def _mixed_blocks(
+    profiles: list[ModelProfile], positions: tuple[tuple[int, ...], ...], found: LayerKinds
+) -> tuple[BlockProfile, ...]:
     """Block list at full depth when the blocks differ. Each block is a traced block in the same place: of
     its kind, first or last in the stack or not, first of its kind or not, after a block of the same kind
     (what a block saves can depend on these, e.g. the first global-attention layer saves the shared rotary
     tables); the last copy that has such a block gives it. Blocks outside the model's stack stay as traced."""
-    stack, kinds = layer_kinds.stacks[0], layer_kinds.kinds[0]
+    stack, kinds = found.stacks[0], found.kinds[0]
     per_copy = [[b for b in p.blocks if b.name.rpartition(".")[0] == stack] for p in profiles]
     if any([b.name for b in blocks] != [f"{stack}.{j}" for j in range(len(kept))]
            for blocks, kept in zip(per_copy, positions, strict=True)):
@@ -387,8 +388,14 @@ def _mixed_blocks(profiles: list[ModelProfile], positions: tuple[tuple[int, ...]
     for i in range(len(kinds)):
         block = next(traced[c] for c in _contexts(kinds, i) if c in traced)
         whole.append(dataclasses.replace(block, name=f"{stack}.{i}"))
-    others = [b for b in profiles[-1].blocks if b.name.rpartition(".")[0] != stack]
-    return tuple(whole + others)
+    out: list[BlockProfile] = []
+    for traced_block in profiles[-1].blocks:  # other stacks (e.g. a vision tower) keep their place
+        if traced_block.name.rpartition(".")[0] != stack:
+            out.append(traced_block)
+        elif whole:
+            out += whole
+            whole = []
+    return tuple(out)
 
 
 def _contexts(kinds: tuple[int, ...], j: int) -> tuple[tuple[object, ...], ...]:

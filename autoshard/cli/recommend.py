@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from autoshard.cli._format import count, gib, print_json
+from autoshard.hardware.units import format_throughput
 from autoshard.profiler.options import OPTIMIZERS, Precision
 
 NAME = "recommend"
@@ -98,7 +99,7 @@ def _print(plan) -> None:  # type: ignore[no-untyped-def]
             gib(m.nvme_bytes_per_node) if m and m.nvme_bytes_per_node else "",
             str(e.max_micro_batch_size),
             f"{c.step_time_s:.3f}" if c else "—",
-            f"{c.samples_per_s:.1f}" if c else "—",
+            format_throughput(c.samples_per_s) if c else "—",
             f"{c.tokens_per_s:,.0f}" if c and c.tokens_per_s else "",
         )
     console.print(table)

@@ -151,3 +151,17 @@ def format_rate(bytes_per_s: float | None) -> str:
         if bytes_per_s >= scale:
             return f"{bytes_per_s / scale:.1f} {unit}"
     return f"{bytes_per_s:.0f} B/s"
+
+
+def format_throughput(per_s: float) -> str:
+    """A rate of samples or tokens per second with at least three significant digits when small.
+
+    Example:
+        >>> format_throughput(1234.5), format_throughput(12.34), format_throughput(0.00123)
+        ('1,234', '12.3', '0.00123')
+    """
+    if per_s >= 100:
+        return f"{per_s:,.0f}"
+    if per_s >= 1:
+        return f"{per_s:.1f}"
+    return f"{per_s:.3g}"

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from autoshard.errors import NoFeasiblePlan, UsageError
 from autoshard.hardware.specs import HardwareSpec
+from autoshard.hardware.units import format_throughput
 from autoshard.planner.plan import Evaluation, Plan, PlanRequest
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
 from autoshard.strategies.base import Candidate, MemoryEstimate, Strategy
@@ -193,14 +194,15 @@ def _explain(best: Evaluation, ranked: list[Evaluation]) -> tuple[str, ...]:
         f"{best.strategy} with micro-batch {c.micro_batch_size}"
         + (", activation checkpointing" if c.activation_checkpointing else "")
         + (f", {best.gradient_accumulation} accumulation steps" if best.gradient_accumulation > 1 else "")
-        + (f": {best.cost.samples_per_s:.1f} samples/s predicted" if best.cost else "")
+        + (f": {format_throughput(best.cost.samples_per_s)} samples/s predicted" if best.cost else "")
         + (f", {_gib(best.memory.gpu.total)} per device" if best.memory else "")
         + "."
     ]
     lines.extend(r for r in best.reasons)
     runner_up = next((e for e in ranked[1:] if e.fits and e.strategy != best.strategy), None)
     if runner_up is not None and runner_up.cost is not None and best.cost is not None:
-        lines.append(f"Runner-up: {runner_up.strategy} at {runner_up.cost.samples_per_s:.1f} samples/s "
+        rate = format_throughput(runner_up.cost.samples_per_s)
+        lines.append(f"Runner-up: {runner_up.strategy} at {rate} samples/s "
                      f"(score {runner_up.score:.1f} against {best.score:.1f}).")
     return tuple(lines)
 

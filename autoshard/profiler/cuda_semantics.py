@@ -9,7 +9,9 @@ would allocate. CPU and CUDA differ where memory is concerned in three ways, and
 * ``aten::scaled_dot_product_attention`` with ``dropout_p > 0``: CUDA's flash and
   memory-efficient kernels regenerate the dropout mask from a Philox seed and keep no
   ``s x s`` tensor; CPU falls back to the math path, which materialises the attention matrix
-  and a float mask. Also fp16 ``softmax``/``log_softmax`` with ``dtype=torch.float32``: CUDA
+  and a float mask. Likewise a value head dim other than the query/key one (DeepSeek's
+  multi-head latent attention): CUDA's memory-efficient kernel takes it, CPU's flash kernel
+  refuses it. Also fp16 ``softmax``/``log_softmax`` with ``dtype=torch.float32``: CUDA
   converts inside the kernel; CPU first makes an fp32 copy of the input.
 * autocast: the CUDA autocast policy (which ops run in lower precision, which in fp32, which
   promote) is not the CPU one, and ``torch.autocast("cuda")`` is disabled on a CPU-only build.
@@ -36,6 +38,11 @@ Sources (torch 2.13.0):
       cross-checked against ``torch._C._dispatch_has_kernel_for_dispatch_key(op, "AutocastCUDA")``
       in tests/profiler/test_cuda_semantics.py.
     * ``aten/src/ATen/native/Dropout.cpp``: ``dropout`` / ``is_fused_kernel_acceptable``.
+    * ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``: ``select_sdp_backend``,
+      ``check_head_dim_size_flash``, ``can_use_mem_efficient_attention``; ``attention.cpp``:
+      ``scaled_dot_product_attention``'s efficient-attention branch, ``preprocess_mask``. Read at
+      upstream revisions (no tag pinned); the default order flash, efficient, math, cuDNN is the
+      installed ``ATen/Context.h``'s ``sdp_priority_order``.
     * ``aten/src/ATen/native/SoftMax.cpp``: ``softmax`` / ``log_softmax`` with ``dtype``.
 """
 
@@ -71,7 +78,8 @@ class CudaSemantics:
     While active (in this thread): training-mode dropout saves a bool mask like CUDA's fused
     ``native_dropout``; ``scaled_dot_product_attention`` runs the CPU flash kernel with
     ``dropout_p`` set to 0 (CUDA flash / memory-efficient kernels keep no ``s x s`` tensor with
-    or without dropout, only a Philox seed and offset, which are not modelled); fp16
+    or without dropout, only a Philox seed and offset, which are not modelled), or, on fake
+    tensors whose value head dim differs from the query one, the memory-efficient kernel; fp16
     ``softmax``/``log_softmax`` with ``dtype=torch.float32`` skips the fp32 copy of its input
     (fake tensors only: the CPU kernel has no such path); and CPU autocast follows the CUDA
     policy, so ``torch.autocast("cpu", dtype=...)`` behaves as ``torch.autocast("cuda", ...)``.
@@ -410,7 +418,7 @@ def _scaled_dot_product_attention(
     enable_gqa: bool = False,
 ) -> torch.Tensor:
     if _is_active():
-        if _takes_efficient_attention(query, key, value, enable_gqa):
+        if _takes_efficient_attention(query, key, value):
             return _efficient_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
         # CUDA flash / memory-efficient attention apply dropout inside the kernel, so the memory
         # is that of dropout_p=0; on CPU dropout_p > 0 would select the math path.
@@ -420,22 +428,23 @@ def _scaled_dot_product_attention(
     )
 
 
-def _takes_efficient_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, enable_gqa: bool
-) -> bool:
+def _takes_efficient_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
     """Whether CUDA runs memory-efficient attention where the CPU flash kernel refuses the call.
 
     The CPU flash kernel needs one head dim for q, k and v; CUDA's flash kernel too
     (``check_head_dim_size_flash``), but the memory-efficient one only needs ``d_qk`` (q and k)
     and ``d_v`` aligned (``check_head_dim_size_mem_efficient``): DeepSeek's multi-head latent
     attention (``d_qk`` 192, ``d_v`` 128). Its op has a meta kernel but no CPU one: fake tensors only.
+    On sm90 / sm100 with a cuDNN runtime above 9.15.0 torch tries cuDNN first
+    (``check_prefer_cudnn_attention``), which takes (192, 128) from cuDNN 9.11 on
+    (``check_cudnn_tensor_shapes``) and saves the same: output, fp32 logsumexp, seed and offset.
     """
     if value.dim() != 4 or value.size(-1) == query.size(-1) or query.dim() != 4 or key.dim() != 4:
         return False
     tensors = (query, key, value)
     if not all(t.is_meta or is_fake(t) for t in tensors):
         return False
-    # sdp_utils.cpp can_use_mem_efficient_attention on sm80+ (torch 2.13): fp32 / fp16 / bf16;
+    # sdp_utils.cpp can_use_mem_efficient_attention on sm80+ (see Sources): fp32 / fp16 / bf16;
     # head dims and storage offsets aligned to minimum_gemm_alignment (8 elements for 16-bit,
     # 4 for fp32); last-dim stride 1; non-empty sequences; equal batch and heads. enable_gqa with
     # fewer key/value heads is left to the math path: the op's meta backward assumes equal heads.
@@ -460,7 +469,7 @@ def _efficient_attention(
     is_causal: bool,
     scale: float | None,
 ) -> torch.Tensor:
-    """``scaled_dot_product_attention``'s efficient-attention branch (attention.cpp, torch 2.13).
+    """``scaled_dot_product_attention``'s efficient-attention branch (attention.cpp, see Sources).
 
     Saved for backward: q, k, v, the mask, the output, a fp32 logsumexp of ``(b, h, s)`` rows
     padded to a multiple of 32, and the Philox seed and offset (dropout is regenerated).

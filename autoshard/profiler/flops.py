@@ -11,11 +11,14 @@ CUDA attention kernels. The trace runs on CPU tensors, so two kinds of work a GP
   scores recomputed plus four products (``dV``, ``dP``, ``dQ``, ``dK``), i.e. 2.5 × forward. Grouped-query
   attention (fewer key / value heads than query heads) counts every query head, as the kernels compute them.
   Both targets take that kernel whenever the CPU flash kernel accepts the shapes (for ``"cuda"``,
-  ``cuda_semantics`` re-dispatches SDPA with ``dropout_p=0``). Otherwise the CPU runs its math path: with
-  ``dropout_p > 0`` on target ``"cpu"``, or, on both targets, when the value head dim differs from the query
-  one (DeepSeek's multi-head latent attention). torch counts that path's ``bmm`` calls as they run: the
-  forward as the kernel's, the backward without the recomputation (2 × forward). No op is counted twice: the
-  fused kernel calls no other op and the math path calls no fused kernel.
+  ``cuda_semantics`` re-dispatches SDPA with ``dropout_p=0``). Where the value head dim differs from the
+  query one (DeepSeek's multi-head latent attention) the CPU flash kernel refuses the call; target ``"cuda"``
+  then runs ``aten::_scaled_dot_product_efficient_attention`` on the fake tensors, as a GPU does, which
+  torch's own table counts (forward ``2·S²·(d_qk + d_v)`` per head, backward ``2·S²·(3·d_qk + 2·d_v)``:
+  2.5 × only when the head dims are equal). Target ``"cpu"`` runs its math path there, as with
+  ``dropout_p > 0``: torch counts its ``bmm`` calls as they run, the forward as the kernel's, the backward
+  without the recomputation (2 × forward). No op is counted twice: a fused kernel calls no other op and the
+  math path calls no fused kernel.
 
 **Causal attention is counted over the full ``S × S`` score matrix, not halved**, as torch's formulas do (its
 comment: "We aren't accounting for causal attention here"). That is the MFU convention of PaLM (Chowdhery et

@@ -16,6 +16,8 @@ from autoshard.profiler.result import Overhead
 
 MODELLED: tuple[str, ...] = (
     "sdpa: flash / memory-efficient attention (no seq x seq matrix, dropout regenerated in backward)",
+    "sdpa: value head dim != query head dim (DeepSeek MLA) runs memory-efficient attention, as on CUDA",
+    "grouped_mm: fp32 / fp16 routed experts as CUDA's per-group mm fallback (allocates only the output)",
     "autocast: CUDA autocast op lists and weight-cast cache",
     "dropout: fused native_dropout (1-byte bool mask)",
     "softmax: fp16 -> fp32 softmax without an fp32 copy of the input",

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--extrapolate",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="trace 2 and 3 blocks and extrapolate (default: automatic for deep catalog/HF models)",
+        help="trace shallow copies and extrapolate (default: automatic for deep catalog/HF models)",
     )
     parser.add_argument("--blocks", action="store_true", help="also list every repeated block")
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/profile.md)")
@@ -102,6 +102,8 @@ def _print(p, *, show_blocks: bool) -> None:  # type: ignore[no-untyped-def]
         f"Model states: parameters {gib(p.parameter_bytes)}, gradients {gib(p.gradient_bytes)}, "
         f"optimizer {gib(p.optimizer_state_bytes)}"
     )
+    if p.unused_parameter_count:
+        console.print(escape(unused_line(p.unused_parameter_count, p.unused_modules)))
     per_token = f", {flops(p.flops_per_step / p.tokens_per_step)}/token" if p.tokens_per_step else ""
     console.print(
         f"FLOPs per step: {flops(p.flops_per_step)} (forward {flops(p.forward_flops)}, "
@@ -147,3 +149,15 @@ def repeated_blocks_line(classes: tuple[str, ...], names: tuple[str, ...]) -> st
     tail = len(os.path.commonprefix([path[head:][::-1] for path in shared]))
     labels = [".".join(path[head : len(path) - tail]) or ".".join(path) or "(top level)" for path, _ in stacks]
     return line + " (" + ", ".join(f"{label} {n}" for label, (_, n) in zip(labels, stacks, strict=True)) + ")"
+
+
+def unused_line(parameters: int, modules: tuple[str, ...]) -> str:
+    """One line saying which trainable parameters the step leaves without a gradient, and what DDP does.
+
+    Example:
+        >>> unused_line(33_600, ("encoder.layers.2", "post_layernorm"))
+        'Unused in the step: 33.60K parameters (encoder.layers.2, post_layernorm): DDP runs with find_unused_parameters'
+    """
+    shown = ", ".join(modules[:3]) + (", ..." if len(modules) > 3 else "")
+    where = f" ({shown})" if modules else ""
+    return f"Unused in the step: {count(parameters)} parameters{where}: DDP runs with find_unused_parameters"

@@ -114,6 +114,12 @@ def notes(exported: ExportedPlan) -> list[str]:
     if exported.family == "ddp" and exported.settings.get("comm_hook", "none") != "none":
         out.append(f"comm_hook={exported.settings['comm_hook']} is in the Lightning snippet only; register it with "
                    "model.register_comm_hook elsewhere.")
+    if exported.family == "ddp" and exported.settings.get("find_unused_parameters"):
+        # accelerate 1.15 reads DDP's constructor arguments only from kwargs handlers (utils/dataclasses.py).
+        out.append("The step leaves some parameters without a gradient: the Lightning snippet and HF Trainer "
+                   "arguments set find_unused_parameters; with Accelerate pass kwargs_handlers=["
+                   "DistributedDataParallelKwargs(find_unused_parameters=True)] to Accelerator (the config file "
+                   "has no key for it).")
     if exported.hardware.nodes > 1:
         out.append("Multi-node: set MASTER_ADDR and JOB_ID in launch.sh; accelerate launch also needs "
                    "--machine_rank and --main_process_ip on each node.")

@@ -138,7 +138,7 @@ def from_plan(plan: Plan) -> ExportedPlan:
     rec = plan.recommended
     hw = plan.hardware
     w = plan.workload
-    settings = get(rec.strategy).settings(hw, rec.candidate)
+    settings = get(rec.strategy).settings(hw, rec.candidate, w)  # what the model's step needs included
     nvme = next((d.path for d in hw.node.nvme if d.path.startswith("/")), None)  # profiles say "(local NVMe)"
     return ExportedPlan(
         strategy=rec.strategy, family=rec.family, micro_batch_size=rec.candidate.micro_batch_size,

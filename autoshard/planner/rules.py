@@ -142,6 +142,15 @@ RULES: tuple[Rule, ...] = (
         says=lambda ctx, e: "CPU RAM can hold the offloaded states; NVMe is only worth its bandwidth when it cannot.",
     ),
     Rule(
+        name="ddp-unused-parameters",
+        applies=lambda ctx, e: e.family == "ddp" and ctx.workload.unused_parameter_count > 0
+        and e.candidate.settings.get("find_unused_parameters", True) is not False,
+        factor=1.0,  # the traversal is not timed: nothing to weigh it with
+        says=lambda ctx, e: f"The step leaves {_count(ctx.workload.unused_parameter_count)} parameters without a "
+        f"gradient ({', '.join(ctx.workload.unused_modules[:3])}): DDP runs with find_unused_parameters=True, "
+        "an extra traversal of the autograd graph every step; FSDP2 and ZeRO need no setting for them.",
+    ),
+    Rule(
         name="checkpoint-only-when-needed",
         applies=lambda ctx, e: e.candidate.activation_checkpointing
         and ctx.fits_any(

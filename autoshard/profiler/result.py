@@ -167,6 +167,15 @@ class ModelProfile:
     depth: DepthRecord | None = None
     """Set when the blocks are not all alike (the kinds traced, :mod:`autoshard.profiler.scaling`), or when
     every block was traced although the source can be rebuilt shallower (with the reason)."""
+    unused_parameter_count: int = 0
+    """Trainable parameters the step leaves without a gradient (``.grad`` still ``None`` after backward), e.g.
+    LLaVA's last vision layer under ``vision_feature_layer=-2``: DDP must look for them each step
+    (``find_unused_parameters``)."""
+    unused_parameter_bytes: int = 0
+    """Bytes of those parameters as stored."""
+    unused_modules: tuple[str, ...] = ()
+    """A few of them for display, in module order: the outermost modules whose trainable parameters are all
+    unused, else the parameters themselves."""
 
     @property
     def block_class(self) -> str | None:
@@ -221,4 +230,7 @@ class ModelProfile:
             "torch_version": self.torch_version,
             "autoshard_version": self.autoshard_version,
             "depth": None if self.depth is None else self.depth.to_dict(),
+            "unused_parameter_count": self.unused_parameter_count,
+            "unused_parameter_bytes": self.unused_parameter_bytes,
+            "unused_modules": list(self.unused_modules),
         }

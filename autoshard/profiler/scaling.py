@@ -12,6 +12,15 @@ count of each kind instead: ``base + Σ count_k · increment_k``. A reference co
 block and one block of each kind; one more copy per kind adds a block of that kind inside the stack; the
 differences give each kind's increment. With one kind this is the 2- and 3-block extrapolation above.
 
+The high point of a phase is the exception: it is the highest of many points, and where it falls can differ
+between copies — with blocks of two kinds, one copy's backward can peak inside a block of one kind and the
+others' inside a block of the other — and the maximum of several lines is not a line. So with several kinds
+each phase's highest point *inside each block every copy keeps* (the first, the last, the first of each kind)
+and outside every block is extrapolated, each being the same place in every copy, and the phase's peak is the
+highest of those. Grouping by kind instead is not enough: within a kind the highest point moves too (to the block a
+copy adds). When a copy's phase peaks inside the block it adds, which no other copy has, nothing says how those
+points grow, and every block is traced instead.
+
 Every extrapolated profile is checked: each shallow copy must have the kinds of block it stands for, and the
 extrapolated parameter count must equal that of the model built at full depth on the meta device. When a
 check fails, or the source cannot build a copy with a chosen mix of kinds, every block is traced and the
@@ -29,7 +38,7 @@ import functools
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
@@ -44,7 +53,7 @@ from autoshard.profiler.result import (
     MemoryBreakdown,
     ModelProfile,
 )
-from autoshard.profiler.timeline import Timeline
+from autoshard.profiler.timeline import Timeline, located_peaks
 from autoshard.profiler.trace import trace_timeline, trace_with_phases
 from autoshard.profiler.tracker import Category, PeakSnapshot
 
@@ -70,12 +79,53 @@ class DepthTimelines:
     weights: tuple[int, ...] = ()
     """The value at :attr:`target` is ``Σ weights[i] · value[i]`` over the traces (empty for a full trace)."""
 
+    stack: str = ""
+    """The stack whose blocks are of several kinds (``""`` when its blocks are alike, or for a full trace)."""
+    positions: tuple[tuple[int, ...], ...] = ()
+    """With :attr:`stack`: per trace, the full-depth position of each of its blocks in order. Phase peaks are
+    then extrapolated place by place (:meth:`located`)."""
+
     def extrapolate(self, values: list[dict[str, int]]) -> dict[str, int]:
         """Combine one value per trace into the value at :attr:`target` (linear in each kind's count)."""
         if len(values) == 1:
             return values[0]
         return {k: sum(w * v[k] for w, v in zip(self.weights, values, strict=True))
                 for k in values[0] if all(k in v for v in values)}
+
+    def located(self, later: DepthTimelines, micro_batch: int) -> dict[str, tuple[MemoryBreakdown, int]] | None:
+        """Per phase, the peak breakdown and the highest activations + temporaries + inputs at :attr:`target`
+        when the blocks are of several kinds: each the highest of those inside each block every trace keeps and
+        outside every block, extrapolated place by place (see the module docstring). As in
+        :func:`~autoshard.profiler.timeline.located_peaks`, these timelines count as micro-batch 1 and
+        ``later``'s (one sample more) as 2.
+
+        Returns:
+            ``None`` when in some trace a phase's peak, or its highest activations + temporaries + inputs, is
+            in a block that not every trace keeps: it cannot be extrapolated.
+        """
+        per_trace = [located_peaks(a, b, micro_batch, functools.partial(_place, self.stack, kept))
+                     for a, b, kept in zip(self.timelines, later.timelines, self.positions, strict=True)]
+        common = [key for key in per_trace[0] if all(key in p for p in per_trace)]
+        for p in per_trace:
+            for phase in {ph for ph, _ in p}:
+                here = [v for (ph, _), v in p.items() if ph == phase]
+                kept = [p[phase, place] for ph, place in common if ph == phase]
+                highest = max(here, key=lambda v: (v[0].total, -v[1]))
+                if not any(v is highest for v in kept) or max(v[2] for v in here) > max(
+                        (v[2] for v in kept), default=-1):
+                    return None
+        best: dict[str, tuple[MemoryBreakdown, int]] = {}
+        non_state: dict[str, int] = {}
+        for phase, place in common:
+            values = self.extrapolate([p[phase, place][0].to_dict() for p in per_trace])
+            values.pop("total", None)
+            breakdown = MemoryBreakdown(**values)
+            event = per_trace[-1][phase, place][1]  # the first of equal heights, in step order
+            if phase not in best or (breakdown.total, -event) > (best[phase][0].total, -best[phase][1]):
+                best[phase] = (breakdown, event)
+            here = sum(w * p[phase, place][2] for w, p in zip(self.weights, per_trace, strict=True))
+            non_state[phase] = max(here, non_state.get(phase, here))
+        return {phase: (breakdown, non_state[phase]) for phase, (breakdown, _) in best.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,16 +214,25 @@ def _extrapolated(
     if isinstance(plan, _Whole):
         return _traced_whole(source, options, plan, started, count_flops=count_flops, record=record)
     traced = [trace_timeline(s, options, count_flops=count_flops, record=record) for s in plan.sources]
-    profile = _combine(source.name, source.num_layers, plan, [(p, phases) for p, phases, _ in traced])
+    depths = ", ".join(str(len(p)) for p in plan.positions)
+    combined = _combine(source.name, source.num_layers, plan, [(p, phases) for p, phases, _ in traced])
+    if isinstance(combined, str):
+        return _traced_whole(source, options, _Whole(combined, plan.kinds), started, count_flops=count_flops,
+                             record=record)
+    profile = combined
+    reason = None
     if profile.parameter_count != plan.parameter_count:
-        depths = ", ".join(str(len(p)) for p in plan.positions)
         reason = (f"extrapolating from copies of {depths} blocks gives {profile.parameter_count:,} parameters, "
                   f"but the model built at full depth has {plan.parameter_count:,}")
+    elif not 0 <= profile.unused_parameter_count <= profile.trainable_parameter_count:
+        reason = (f"extrapolating from copies of {depths} blocks gives {profile.unused_parameter_count:,} unused "
+                  f"parameters of {profile.trainable_parameter_count:,} trainable")
+    if reason is not None:
         return _traced_whole(source, options, _Whole(reason, plan.kinds), started, count_flops=count_flops,
                              record=record)
     timelines = DepthTimelines(depths=tuple(len(p) for p in plan.positions),
                                timelines=tuple(t for _, _, t in traced), target=source.num_layers,
-                               weights=plan.weights)
+                               weights=plan.weights, **_placed(plan))
     return dataclasses.replace(profile, trace_seconds=time.perf_counter() - started), timelines
 
 
@@ -266,8 +325,10 @@ def _wrong_kinds(copy: ModelSource, kinds: LayerKinds, kept: tuple[int, ...]) ->
 
 def _combine(
     name: str, target: int, plan: _Plan, traced: list[tuple[ModelProfile, dict[str, PeakSnapshot]]]
-) -> ModelProfile:
-    """The profile at full depth: every quantity is ``Σ weights[i] · copy[i]`` (exact integers)."""
+) -> ModelProfile | str:
+    """The profile at full depth: every quantity is ``Σ weights[i] · copy[i]`` (exact integers); with blocks
+    of several kinds each phase's peak is the highest of its extrapolated peaks place by place. A string says
+    why the copies cannot be combined."""
     profiles = [p for p, _ in traced]
     last, last_phases = traced[-1]
     stacks = plan.kinds.stacks if plan.kinds is not None else None
@@ -279,12 +340,15 @@ def _combine(
         return total([getattr(p, attribute) for p in profiles])
 
     snapshots: list[PeakSnapshot] = []
-    for phase, s_last in last_phases.items():
+    for phase in last_phases:
         group = [phases[phase] for _, phases in traced if phase in phases]
-        if len(group) == len(traced):
-            by_category = {c: total([s.by_category[c] for s in group]) for c in Category}
-            module = _remap(s_last.module, plan.positions[-1], target, stacks)
-            snapshots.append(PeakSnapshot(sum(by_category.values()), by_category, phase, module, s_last.step))
+        if len(group) != len(traced):
+            continue
+        stack = plan.kinds.stacks[0] if plan.mixed and plan.kinds is not None else None
+        snapshot = _phase_peak(group, plan.weights, plan.positions, stack, target, stacks)
+        if isinstance(snapshot, str):
+            return snapshot
+        snapshots.append(snapshot)
     phases = [(s.phase, MemoryBreakdown.from_categories(s.by_category)) for s in snapshots if s.phase != "setup"]
     best = max(snapshots, key=lambda s: s.total_bytes)  # the first of equal heights, in step order
     in_allocator = sum(o.bytes for o in last.overheads if o.in_allocator)
@@ -312,7 +376,81 @@ def _combine(
         blocks=blocks,
         extrapolated_from_layers=tuple(len(p) for p in plan.positions),
         depth=_record(plan.kinds, plan.positions) if plan.mixed and plan.kinds is not None else None,
+        # Affine in each kind's count like the parameters: unused parameters outside the deepened stack (a vision
+        # tower's last layer) are the same in every copy, and the weights sum to 1.
+        unused_parameter_count=field("unused_parameter_count"),
+        unused_parameter_bytes=field("unused_parameter_bytes"),
+        unused_modules=tuple(dict.fromkeys(_remap(m, plan.positions[-1], target, stacks)
+                                           for m in last.unused_modules)),
     )
+
+
+def _phase_peak(
+    group: list[PeakSnapshot], weights: tuple[int, ...], positions: tuple[tuple[int, ...], ...], stack: str | None,
+    target: int, stacks: tuple[str, ...] | None,
+) -> PeakSnapshot | str:
+    """One phase's peak at full depth from its peak in each copy: ``Σ weights[i] · copy[i]``, or with ``stack``
+    (blocks of several kinds) the highest of those extrapolated place by place (see the module docstring). A
+    string says why it cannot be extrapolated.
+
+    Example (two copies of a stack ``s`` of two and three blocks, ten in all: the peak moves from block 0 to the
+    last block as blocks are added)::
+
+        >>> def at(total, module, within):
+        ...     by_category = {c: total if c is Category.ACTIVATIONS else 0 for c in Category}
+        ...     return PeakSnapshot(total, by_category, "backward", module, 1, 0, within)
+        >>> def copy(first, last, *extra):  # the peak inside each block of a copy; returns the copy's peak
+        ...     within = {}
+        ...     for j, total in enumerate((first, *extra, last)):
+        ...         within[f"s.{j}"] = at(total, f"s.{j}", within)
+        ...     return max(within.values(), key=lambda s: s.total_bytes)
+        >>> two, three = copy(100, 90), copy(110, 115, 50)
+        >>> _phase_peak([two, three], (-7, 8), ((0, 9), (0, 1, 9)), "s", 10, ("s",)).total_bytes
+        290
+        >>> _phase_peak([two, three], (-7, 8), ((0, 9), (0, 1, 9)), None, 10, ("s",)).total_bytes  # one line
+        220
+        >>> print(_phase_peak([two, copy(110, 115, 120)], (-7, 8), ((0, 9), (0, 1, 9)), "s", 10, ("s",)))
+        ... # doctest: +ELLIPSIS
+        the backward peak of the copy of 3 blocks is in block 1, which the other copies do not have, so it ...
+    """
+
+    def combined(peaks: list[PeakSnapshot]) -> PeakSnapshot:
+        by_category = {c: sum(w * s.by_category[c] for w, s in zip(weights, peaks, strict=True))
+                       for c in Category}
+        last = peaks[-1]
+        module = _remap(last.module, positions[-1], target, stacks)
+        return PeakSnapshot(sum(by_category.values()), by_category, last.phase, module, last.step, last.order)
+
+    if stack is None:
+        return combined(group)
+    by_place = [{_place(stack, kept, block): peak for block, peak in s.within.items()}
+                for s, kept in zip(group, positions, strict=True)]
+    common = [place for place in by_place[0] if all(place in p for p in by_place)]
+    for s, p, kept in zip(group, by_place, positions, strict=True):
+        if not any(p[place] is s for place in common):
+            where = next((place for place, peak in p.items() if peak is s), "?")
+            return (f"the {s.phase} peak of the copy of {len(kept)} blocks is in block {where}, which the other "
+                    "copies do not have, so it cannot be extrapolated")
+    candidates = [combined([p[place] for p in by_place]) for place in common]
+    return max(candidates, key=lambda c: (c.total_bytes, c.step, -c.order))
+
+
+def _place(stack: str, kept: tuple[int, ...], block: str) -> Hashable:
+    """Where a traced block stands in the model: for a block of ``stack`` in a copy that keeps the blocks at
+    ``kept``, its position at full depth; any other block (e.g. of a vision tower, the same in every copy) by
+    its name; ``""`` outside every block."""
+    if block.startswith(stack + "."):
+        index = block[len(stack) + 1:].partition(".")[0]
+        if index.isdigit() and int(index) < len(kept):
+            return kept[int(index)]
+    return block
+
+
+def _placed(plan: _Plan) -> dict[str, object]:
+    """The :class:`DepthTimelines` fields that let phase peaks be extrapolated place by place (mixed blocks)."""
+    if not plan.mixed or plan.kinds is None:
+        return {}
+    return {"stack": plan.kinds.stacks[0], "positions": plan.positions}
 
 
 def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthRecord:

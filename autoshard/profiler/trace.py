@@ -40,6 +40,8 @@ from autoshard.profiler.tracker import Category, MemoryTracker, PeakSnapshot
 STEPS = 2
 """Optimizer steps traced: the first creates the optimizer state (and is where FLOPs are counted), the second is
 the steady state whose memory is reported."""
+UNUSED_NAMES_SHOWN = 4
+"""Unused modules a profile names (:attr:`ModelProfile.unused_modules`); the count covers them all."""
 
 
 @dataclass(slots=True)
@@ -53,6 +55,8 @@ class _StepFacts:
     block_activation_bytes: dict[str, int] = field(default_factory=dict)
     block_forward_flops: dict[str, int] = field(default_factory=dict)
     block_total_flops: dict[str, int] = field(default_factory=dict)
+    unused: dict[str, nn.Parameter] = field(default_factory=dict)
+    """Trainable parameters, by name, still without a gradient after the last step's backward."""
 
 
 def trace(source: ModelSource, options: ProfileOptions, *, fake: bool = True) -> ModelProfile:
@@ -152,6 +156,9 @@ def trace_timeline(
         trace_seconds=time.perf_counter() - started,
         torch_version=torch.__version__,
         autoshard_version=autoshard.__version__,
+        unused_parameter_count=sum(p.numel() for p in facts.unused.values()),
+        unused_parameter_bytes=sum(p.numel() * p.element_size() for p in facts.unused.values()),
+        unused_modules=unused_modules(model, set(facts.unused))[:UNUSED_NAMES_SHOWN],
     )
     return profile, dict(tracker.phase_peaks), Timeline.from_events(tracker.events)
 
@@ -267,6 +274,7 @@ def _run_steps(
                         facts.block_forward_flops = _flops_by_module(flops_fwd, model)
                         facts.block_total_flops = _flops_by_module(flops_total, model)
                 facts.gradient_bytes = tracker.totals[Category.GRADIENTS]
+                facts.unused = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
                 tracker.phase = "optimizer"
                 tracker.stand_in_scalars = True
                 guard(optimizer.step, source, tracker, "optimizer step")
@@ -456,3 +464,30 @@ def _unique_storages(tensors: Iterator[torch.Tensor] | Any) -> dict[int, torch.U
     return out
 
 
+def unused_modules(model: nn.Module, unused: set[str]) -> tuple[str, ...]:
+    """Name the unused trainable parameters briefly: the outermost module whose trainable parameters are all
+    in ``unused``, else the parameter itself, in module order.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)))
+        >>> unused_modules(net, {"0.bias", "1.0.weight", "1.0.bias", "1.1.weight", "1.1.bias"})
+        ('0.bias', '1')
+    """
+    if not unused:
+        return ()
+    total: dict[str, int] = {}
+    idle: dict[str, int] = {}
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            prefix = ".".join(parts[:i])
+            total[prefix] = total.get(prefix, 0) + 1
+            idle[prefix] = idle.get(prefix, 0) + (name in unused)
+    out: dict[str, None] = {}
+    for name in names:
+        if name in unused:
+            parts = name.split(".")
+            whole = (".".join(parts[:i]) for i in range(1, len(parts)))
+            out[next((m for m in whole if idle[m] == total[m]), name)] = None
+    return tuple(out)

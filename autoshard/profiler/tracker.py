@@ -12,7 +12,10 @@ categorisation here is autoshard's own:
 * a parameter's ``.grad`` becomes a gradient (post-accumulate-grad hook);
 * optimizer state becomes optimizer state after ``step()``.
 
-At every new peak the per-category totals are copied, so the breakdown *at the peak* is exact.
+At every new peak the per-category totals are copied, so the breakdown *at the peak* is exact. Each phase also
+keeps its highest point inside each repeated block and outside them all (:attr:`PeakSnapshot.within`): a deep
+model profiled from shallow copies extrapolates each of these and takes the highest
+(:mod:`autoshard.profiler.scaling`), as the peak of a phase may sit in another block in another copy.
 """
 
 from __future__ import annotations
@@ -62,6 +65,11 @@ class PeakSnapshot:
     phase: str = "setup"
     module: str = ""
     step: int = 0
+    order: int = 0
+    """The tracker's op count when taken: which of two snapshots of the same step came first."""
+    within: dict[str, PeakSnapshot] = field(default_factory=dict)
+    """For a phase's peak: the highest point of the phase inside each repeated block, by block name (``""``:
+    outside every block). One dict shared by the phase's snapshots, filled as the phase runs."""
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -75,9 +83,10 @@ class MemoryTracker(TorchDispatchMode):
     def __init__(self, round_bytes: Callable[[int], int] | None = None, *, record_events: bool = False) -> None:
         super().__init__()
         self.record_events = record_events
-        self.events: list[tuple[str, tuple[int, ...]]] = []
-        """With ``record_events``: after every allocation and re-classification, the phase and the per-category
-        totals (in :class:`Category` order). Used to find the peak at other micro-batches exactly."""
+        self.events: list[tuple[str, tuple[int, ...], str]] = []
+        """With ``record_events``: after every allocation and re-classification, the phase, the per-category
+        totals (in :class:`Category` order) and the enclosing block (:meth:`block`). Used to find the peak at
+        other micro-batches exactly."""
         self._round = round_bytes or (lambda n: n)
         self._live: dict[int, _Entry] = {}
         self._refs: dict[int, weakref.ref[Any]] = {}
@@ -85,13 +94,16 @@ class MemoryTracker(TorchDispatchMode):
         self.total_bytes = 0
         self.peak = PeakSnapshot(by_category=dict(self.totals))
         self.phase_peaks: dict[str, PeakSnapshot] = {}
-        """The highest point reached in each phase (used to extrapolate across block counts)."""
+        """The highest point reached in each phase (used to extrapolate across block counts), with the highest
+        point inside each block (:attr:`PeakSnapshot.within`)."""
         self.phase = "setup"
         self.step = 0
         self.module_stack: list[str] = []
         self.saved_by_scope: dict[str, int] = {}
         """Bytes newly classified as activations while each scope (block name) was innermost."""
-        self.scope: str | None = None
+        self._scope: str | None = None
+        self._blocks: set[str] = set()
+        self._block_of: dict[str, str] = {}
         self.measuring = True
         """Peaks and events are only taken while set (the tracer clears it for the warm-up step)."""
         self.stand_in_scalars = False
@@ -107,6 +119,38 @@ class MemoryTracker(TorchDispatchMode):
         """The module whose backward is running, as far as the tracer knows (``module_stack`` in forward)."""
         self.failure: tuple[str, str] | None = None
         """The last op that raised while active and the innermost module running it (``""`` if unknown)."""
+
+    @property
+    def scope(self) -> str | None:
+        """The repeated block running forward (its name), or ``None``; set by the tracer's module hooks."""
+        return self._scope
+
+    @scope.setter
+    def scope(self, name: str | None) -> None:
+        self._scope = name
+        if name is not None and name not in self._blocks:
+            self._blocks.add(name)
+            self._block_of.clear()
+
+    def block(self) -> str:
+        """The repeated block the step is in (``""``: outside every block): :attr:`scope` in forward and in
+        recomputation, in backward the block enclosing :attr:`backward_module` (every block has run forward,
+        and so been a scope, before its backward)."""
+        if self._scope is not None:
+            return self._scope
+        module = self.backward_module
+        if self.phase != "backward" or not module:
+            return ""
+        found = self._block_of.get(module)
+        if found is None:
+            found, name = "", module
+            while name:
+                if name in self._blocks:
+                    found = name
+                    break
+                name = name.rpartition(".")[0]
+            self._block_of[module] = found
+        return found
 
     # -- registration -------------------------------------------------------------------------------------
     def track(self, tensor: torch.Tensor, category: Category, *, promote: bool = True) -> None:
@@ -152,7 +196,7 @@ class MemoryTracker(TorchDispatchMode):
             self.total_bytes -= entry.nbytes
 
     def _record(self) -> None:
-        self.events.append((self.phase, tuple(self.totals[c] for c in Category)))
+        self.events.append((self.phase, tuple(self.totals[c] for c in Category), self.block()))
 
     def _maybe_peak(self) -> None:
         if not self.measuring:
@@ -160,11 +204,17 @@ class MemoryTracker(TorchDispatchMode):
         if self.record_events:
             self._record()
         phase_peak = self.phase_peaks.get(self.phase)
-        if phase_peak is None or self._higher(phase_peak):
-            snapshot = PeakSnapshot(self.total_bytes, dict(self.totals), self.phase, self._module_name(), self.step)
-            self.phase_peaks[self.phase] = snapshot
-            if self._higher(self.peak):
-                self.peak = snapshot
+        within: dict[str, PeakSnapshot] = {} if phase_peak is None else phase_peak.within
+        block = self.block()
+        block_peak = within.get(block)
+        if block_peak is None or self._higher(block_peak):
+            snapshot = PeakSnapshot(self.total_bytes, dict(self.totals), self.phase, self._module_name(), self.step,
+                                    self.op_count, within)
+            within[block] = snapshot
+            if phase_peak is None or self._higher(phase_peak):
+                self.phase_peaks[self.phase] = snapshot
+                if self._higher(self.peak):
+                    self.peak = snapshot
 
     def _higher(self, snapshot: PeakSnapshot) -> bool:
         # A later step reaching the same height replaces the earlier one: in the first step the optimizer

@@ -181,8 +181,10 @@ class Strategy(abc.ABC):
         """Why this strategy cannot run on ``hardware`` (a sentence), or ``None`` when it can."""
         return None
 
-    def settings(self, hardware: HardwareSpec, candidate: Candidate) -> dict[str, Any]:
-        """The knob values in force: the candidate's, else the defaults."""
+    def settings(self, hardware: HardwareSpec, candidate: Candidate,
+                 workload: Workload | None = None) -> dict[str, Any]:
+        """The knob values in force: the candidate's, else what ``workload`` needs
+        (:meth:`workload_settings`), else the defaults."""
         values = {k.name: k.default for k in self.knobs(hardware)}
         unknown = set(candidate.settings) - set(values)
         if unknown:
@@ -192,5 +194,11 @@ class Strategy(abc.ABC):
                 f"{self.name} has no setting {', '.join(sorted(unknown))}.",
                 hint=f"Its settings are: {', '.join(sorted(values)) or 'none'}.",
             )
+        if workload is not None:
+            values.update(self.workload_settings(workload))
         values.update(candidate.settings)
         return values
+
+    def workload_settings(self, workload: Workload) -> dict[str, Any]:
+        """Knob values this model's step needs in place of the defaults (none unless a strategy says so)."""
+        return {}

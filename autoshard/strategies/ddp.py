@@ -174,16 +174,24 @@ class DDPStrategy(Strategy):
             Knob(name="static_graph", default=False, kind="bool",
                  description="The set of used parameters never changes (no per-step graph search)."),
             Knob(name="find_unused_parameters", default=False, kind="bool",
-                 description="Only for models where some parameters get no gradient; searches the graph each step."),
+                 description="Only for models where some parameters get no gradient; searches the graph each step "
+                 "(on by default when the profiled step leaves parameters unused)."),
         )
 
-    def resolve(self, hardware: HardwareSpec, candidate: Candidate) -> DdpSettings:
-        """The candidate's settings, typed and checked.
+    def workload_settings(self, workload: Workload) -> dict[str, bool]:
+        """``find_unused_parameters=True`` when the step leaves trainable parameters without a gradient: without
+        it DDP's reducer waits for their gradients and the next iteration fails ("Expected to have finished
+        reduction in the prior iteration", torch/nn/parallel/distributed.py 2.13.0)."""
+        return {"find_unused_parameters": True} if workload.unused_parameter_count else {}
+
+    def resolve(self, hardware: HardwareSpec, candidate: Candidate,
+                workload: Workload | None = None) -> DdpSettings:
+        """The candidate's settings (else those the workload needs, else the defaults), typed and checked.
 
         Raises:
             UsageError: an unknown setting or an out-of-range value.
         """
-        values = self.settings(hardware, candidate)
+        values = self.settings(hardware, candidate, workload)
         cap = values["bucket_cap_mb"]
         if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
             raise UsageError(f"ddp: bucket_cap_mb must be a positive number of MiB, but got {cap!r}.")
@@ -210,7 +218,7 @@ class DDPStrategy(Strategy):
     # -- memory -----------------------------------------------------------------------------------------------
     def memory(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> MemoryEstimate:
         """Per-rank peak: the step's own memory plus DDP's buckets and comm-hook state (see module docs)."""
-        s = self.resolve(hardware, candidate)
+        s = self.resolve(hardware, candidate, workload)
         b = _micro_batch(candidate)
         trace = workload.trace("amp", candidate.activation_checkpointing)
         rnd = _rounding(workload)
@@ -267,7 +275,7 @@ class DDPStrategy(Strategy):
     # -- cost -------------------------------------------------------------------------------------------------
     def cost(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> CostEstimate:
         """Compute at MFU plus the gradient all-reduce, overlapped with backward except for the last bucket."""
-        s = self.resolve(hardware, candidate)
+        s = self.resolve(hardware, candidate, workload)
         b = _micro_batch(candidate)
         trace = workload.trace("amp", candidate.activation_checkpointing)
         notes: list[str] = []
@@ -295,7 +303,10 @@ class DDPStrategy(Strategy):
         if not costs.link(hardware, scope).known:
             notes.append(f"link bandwidth unknown: {costs.UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed")
         if s.find_unused_parameters and not s.static_graph:
-            notes.append("find_unused_parameters=True traverses the autograd graph every step (not timed here)")
+            why = (f" because the step leaves {workload.unused_parameter_count:,} parameters without a gradient"
+                   if workload.unused_parameter_count else "")
+            notes.append(f"find_unused_parameters=True{why}: DDP traverses the autograd graph from the outputs after "
+                         "every forward to mark them ready (not timed here)")
         step_s = compute_s + exposed_s
         samples_per_s = b * n / step_s
         tokens = workload.tokens_per_sample

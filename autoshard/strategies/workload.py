@@ -81,7 +81,9 @@ class StepTrace:
         """Per-phase peak breakdowns at ``micro_batch``.
 
         Exact: micro-batch 1 from its own trace, larger ones from the timelines at micro-batch 2 and 3 when
-        they line up event by event; otherwise each phase's peak is extrapolated on its own (see :func:`_affine`).
+        they line up event by event (with blocks of several kinds, place by place:
+        :meth:`DepthTimelines.located`); otherwise each phase's peak is extrapolated on its own (see
+        :func:`_affine`).
         """
         if micro_batch == 1:
             return dict(self.at_1.phase_peaks)
@@ -92,6 +94,12 @@ class StepTrace:
         t1, t2 = aligned
         # Timelines are at micro-batch 2 and 3: the value at b is v2 + (v3 - v2)(b - 2).
         x = micro_batch - 1
+        if t1.positions:
+            located = t1.located(t2, x)
+            if located is None:  # a copy peaks in a block only it keeps: each phase extrapolated on its own
+                one, two = dict(self.at_1.phase_peaks), dict(self.at_2.phase_peaks)
+                return {p: _affine(one[p], two[p], micro_batch) for p in one if p in two}
+            return {phase: breakdown for phase, (breakdown, _) in located.items()}
         per_depth = [phase_peaks(a, b, x) for a, b in zip(t1.timelines, t2.timelines, strict=True)]
         out = {}
         for phase in per_depth[0]:
@@ -122,6 +130,12 @@ class StepTrace:
             return b.activations + b.temporaries + b.inputs
         t1, t2 = aligned
         x = micro_batch - 1
+        located = t1.located(t2, x) if t1.positions else None
+        if located is not None:
+            return located[phase][1]
+        if t1.positions:
+            b = self.phases(micro_batch)[phase]
+            return b.activations + b.temporaries + b.inputs
         per_depth = [non_state_peaks(a, b, x) for a, b in zip(t1.timelines, t2.timelines, strict=True)]
         return t1.extrapolate(per_depth)[phase]
 
@@ -160,6 +174,11 @@ class Workload:
     block_stacks: tuple[int, ...] = ()
     """Blocks in each stack, in order (:func:`autoshard.profiler.blocks.block_stacks`): an encoder-decoder has
     two. FSDP units of several blocks stay within a stack. Empty: one stack of every block."""
+    unused_parameter_count: int = 0
+    """Trainable parameters the step leaves without a gradient (:attr:`ModelProfile.unused_parameter_count`):
+    DDP must search the autograd graph for them every step."""
+    unused_modules: tuple[str, ...] = ()
+    """A few of them by module, for explanations (:attr:`ModelProfile.unused_modules`)."""
 
     @property
     def block_class(self) -> str | None:
@@ -204,6 +223,7 @@ class Workload:
             "block_classes": list(self.block_classes),
             "blocks": len(self.block_parameter_counts),
             "largest_unit_parameters": self.largest_unit_parameters,
+            "unused_parameter_count": self.unused_parameter_count,
         }
 
 
@@ -317,6 +337,8 @@ def build_workload(
         target=target,
         cuda_overhead_bytes=sum(o.bytes for o in base.overheads if o.in_allocator),
         traces=traces,
+        unused_parameter_count=base.unused_parameter_count,
+        unused_modules=base.unused_modules,
     )
 
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import threading
-import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -65,6 +64,7 @@ from autoshard.profiler.cuda_autocast_policy import (
     CUDA_AUTOCAST_POLICIES,
     CastPolicy,
 )
+from autoshard.profiler.kernel_overrides import KernelOverrides
 
 __all__ = ["CUDA_AUTOCAST_POLICIES", "CastPolicy", "CudaSemantics"]
 
@@ -478,34 +478,6 @@ def _kernel_table() -> Iterator[tuple[str, Callable[..., Any], str]]:
     )
 
 
-class _KernelRegistration:
-    """Registers the kernels while at least one CudaSemantics is active, in any thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._library: torch.library.Library | None = None
-
-    def acquire(self) -> None:
-        with self._lock:
-            if self._users == 0:
-                library = torch.library.Library("aten", "IMPL")
-                with warnings.catch_warnings():
-                    # "Overriding a previously registered kernel": intended, and undone on release.
-                    warnings.simplefilter("ignore")
-                    for qualified_name, kernel, dispatch_key in _kernel_table():
-                        library.impl(qualified_name.removeprefix("aten::"), kernel, dispatch_key)
-                self._library = library
-            self._users += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0 and self._library is not None:
-                # Library._destroy (torch/library.py, torch 2.13) deregisters every kernel and
-                # restores the previous ones; it is private but the only deterministic way.
-                self._library._destroy()
-                self._library = None
-
-
-_KERNELS = _KernelRegistration()
+_KERNELS = KernelOverrides(lambda: (
+    (name.removeprefix("aten::"), kernel, key) for name, kernel, key in _kernel_table()
+))

@@ -23,11 +23,11 @@ trace runs, and restores torch's own afterwards.
 from __future__ import annotations
 
 import contextlib
-import threading
-import warnings
 from collections.abc import Iterator
 
 import torch
+
+from autoshard.profiler.kernel_overrides import KernelOverrides
 
 __all__ = ["grouped_mm_meta", "installed"]
 
@@ -113,36 +113,7 @@ def _check_strides(mat: torch.Tensor) -> None:
 _KERNELS = (("_grouped_mm", grouped_mm_meta, "Meta"),)
 
 
-class _Registration:
-    """Registers :data:`_KERNELS` while at least one :func:`installed` block is open, in any thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
-        self._library: torch.library.Library | None = None
-
-    def acquire(self) -> None:
-        with self._lock:
-            if self._users == 0:
-                library = torch.library.Library("aten", "IMPL")
-                with warnings.catch_warnings():
-                    # "Overriding a previously registered kernel": intended, and undone on release.
-                    warnings.simplefilter("ignore")
-                    for name, kernel, key in _KERNELS:
-                        library.impl(name, kernel, key)
-                self._library = library
-            self._users += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0 and self._library is not None:
-                # Library._destroy (torch/library.py, torch 2.13) restores the kernels registered before.
-                self._library._destroy()
-                self._library = None
-
-
-_REGISTRATION = _Registration()
+_REGISTRATION = KernelOverrides(lambda: _KERNELS)
 
 
 @contextlib.contextmanager

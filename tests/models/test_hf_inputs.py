@@ -14,7 +14,7 @@ import torch
 import autoshard
 from autoshard.errors import ModelSourceError, UsageError
 from autoshard.models import load_source
-from autoshard.models.hf_inputs import WAVEFORM_SAMPLES
+from autoshard.models.hf_audio import WAVEFORM_SAMPLES
 
 transformers = pytest.importorskip("transformers")
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable
@@ -46,9 +45,9 @@ import torch
 from autoshard.errors import AutoshardError
 from autoshard.models.hf_layers import LayerKinds, layer_kinds
 from autoshard.models.source import ModelSource
+from autoshard.profiler.depth_names import full_depth_blocks, mixed_full_depth_blocks, remap_module
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.result import (
-    BlockProfile,
     DepthRecord,
     MemoryBreakdown,
     ModelProfile,
@@ -353,9 +352,9 @@ def _combine(
     best = max(snapshots, key=lambda s: s.total_bytes)  # the first of equal heights, in step order
     in_allocator = sum(o.bytes for o in last.overheads if o.in_allocator)
     if plan.mixed and plan.kinds is not None:
-        blocks = _mixed_blocks(profiles, plan.positions, plan.kinds)
+        blocks = mixed_full_depth_blocks(profiles, plan.positions, plan.kinds)
     else:
-        blocks = _blocks(profiles[0], last, target)
+        blocks = full_depth_blocks(profiles[0], last, target, SHALLOW_LAYERS)
     return dataclasses.replace(
         last,
         model=name,
@@ -380,7 +379,7 @@ def _combine(
         # tower's last layer) are the same in every copy, and the weights sum to 1.
         unused_parameter_count=field("unused_parameter_count"),
         unused_parameter_bytes=field("unused_parameter_bytes"),
-        unused_modules=tuple(dict.fromkeys(_remap(m, plan.positions[-1], target, stacks)
+        unused_modules=tuple(dict.fromkeys(remap_module(m, plan.positions[-1], target, stacks)
                                            for m in last.unused_modules)),
     )
 
@@ -418,7 +417,7 @@ def _phase_peak(
         by_category = {c: sum(w * s.by_category[c] for w, s in zip(weights, peaks, strict=True))
                        for c in Category}
         last = peaks[-1]
-        module = _remap(last.module, positions[-1], target, stacks)
+        module = remap_module(last.module, positions[-1], target, stacks)
         return PeakSnapshot(sum(by_category.values()), by_category, last.phase, module, last.step, last.order)
 
     if stack is None:
@@ -477,86 +476,3 @@ def _traced_whole(
                         traced_counts=(), note=note)
     profile = dataclasses.replace(profile, depth=depth, trace_seconds=time.perf_counter() - started)
     return profile, DepthTimelines(depths=(target,), timelines=(timeline,), target=target)
-
-
-def _blocks(fewer: ModelProfile, shallow: ModelProfile, target: int) -> tuple[BlockProfile, ...]:
-    """Block list at full depth, stack by stack (an encoder-decoder has two).
-
-    A stack that has ``L1`` blocks in the trace at ``L1`` and ``L2`` in the trace at ``L2`` is one the rebuild
-    deepened: at full depth it has ``target`` blocks, its traced interior block standing for every interior
-    one. A stack whose length the rebuild did not change (e.g. a vision tower beside the language model) stays
-    as traced.
-    """
-    l1, l2 = SHALLOW_LAYERS
-    traced_at_l1 = Counter(b.name.rpartition(".")[0] for b in fewer.blocks)
-    out: list[BlockProfile] = []
-    for prefix, group in itertools.groupby(shallow.blocks, key=lambda b: b.name.rpartition(".")[0]):
-        stack = list(group)
-        names = [f"{prefix}.{i}" if prefix else str(i) for i in range(max(target, len(stack)))]
-        deepened = len(stack) == l2 and traced_at_l1[prefix] == l1
-        if not (deepened and [b.name for b in stack] == names[: len(stack)]):
-            out += stack
-            continue
-        first, middle, last = stack[0], stack[1], stack[-1]
-        out.append(first)
-        out += (dataclasses.replace(middle, name=names[i]) for i in range(1, target - 1))
-        out.append(dataclasses.replace(last, name=names[target - 1]))
-    return tuple(out)
-
-
-def _mixed_blocks(
-    profiles: list[ModelProfile], positions: tuple[tuple[int, ...], ...], found: LayerKinds
-) -> tuple[BlockProfile, ...]:
-    """Block list at full depth when the blocks differ. Each block is a traced block in the same place: of
-    its kind, first or last in the stack or not, first of its kind or not, after a block of the same kind
-    (what a block saves can depend on these, e.g. the first global-attention layer saves the shared rotary
-    tables); the last copy that has such a block gives it. Blocks outside the model's stack stay as traced."""
-    stack, kinds = found.stacks[0], found.kinds[0]
-    per_copy = [[b for b in p.blocks if b.name.rpartition(".")[0] == stack] for p in profiles]
-    if any([b.name for b in blocks] != [f"{stack}.{j}" for j in range(len(kept))]
-           for blocks, kept in zip(per_copy, positions, strict=True)):
-        return profiles[-1].blocks  # the blocks found are not the stack's (see profiler.blocks): as traced
-    traced: dict[tuple[object, ...], BlockProfile] = {}
-    for blocks, kept in zip(per_copy, positions, strict=True):
-        copy_kinds = tuple(kinds[i] for i in kept)
-        for j, block in enumerate(blocks):
-            for context in _contexts(copy_kinds, j):
-                traced[context] = block
-    whole = []
-    for i in range(len(kinds)):
-        block = next(traced[c] for c in _contexts(kinds, i) if c in traced)
-        whole.append(dataclasses.replace(block, name=f"{stack}.{i}"))
-    out: list[BlockProfile] = []
-    for traced_block in profiles[-1].blocks:  # other stacks (e.g. a vision tower) keep their place
-        if traced_block.name.rpartition(".")[0] != stack:
-            out.append(traced_block)
-        elif whole:
-            out += whole
-            whole = []
-    return tuple(out)
-
-
-def _contexts(kinds: tuple[int, ...], j: int) -> tuple[tuple[object, ...], ...]:
-    """Where block ``j`` sits, from the most specific description to the least (its kind alone)."""
-    kind = kinds[j]
-    ends = (j == 0, j == len(kinds) - 1)
-    first_of_kind = kind not in kinds[:j]
-    after = kinds[j - 1] if j else None
-    return ((kind, *ends, first_of_kind, after), (kind, *ends, first_of_kind), (kind, *ends), (kind,))
-
-
-def _remap(module: str, kept: tuple[int, ...], target: int, stacks: tuple[str, ...] | None) -> str:
-    """Rename a block of the last copy (``stack.j...``) to the full-depth block it stands for."""
-    if stacks is None:  # stacks unknown: only the last traced block is renamed, to the last real one
-        parts = module.split(".")
-        for i, part in enumerate(parts):
-            if part == str(len(kept) - 1) and i > 0:
-                parts[i] = str(target - 1)
-                return ".".join(parts)
-        return module
-    for stack in stacks:
-        if module.startswith(stack + "."):
-            index, dot, rest = module[len(stack) + 1:].partition(".")
-            if index.isdigit() and int(index) < len(kept):
-                return f"{stack}.{kept[int(index)]}{dot}{rest}"
-    return module

@@ -1,0 +1,98 @@
+"""Naming a profile extrapolated from shallow copies at full depth: its per-block list and the blocks its peak
+and unused modules are in (used by :mod:`autoshard.profiler.scaling`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import Counter
+
+from autoshard.models.hf_layers import LayerKinds
+from autoshard.profiler.result import BlockProfile, ModelProfile
+
+__all__ = ["full_depth_blocks", "mixed_full_depth_blocks", "remap_module"]
+
+
+def full_depth_blocks(
+    fewer: ModelProfile, shallow: ModelProfile, target: int, depths: tuple[int, int]
+) -> tuple[BlockProfile, ...]:
+    """Block list at full depth, stack by stack (an encoder-decoder has two).
+
+    A stack that has ``L1`` blocks in the trace at ``L1`` and ``L2`` in the trace at ``L2`` is one the rebuild
+    deepened: at full depth it has ``target`` blocks, its traced interior block standing for every interior
+    one. A stack whose length the rebuild did not change (e.g. a vision tower beside the language model) stays
+    as traced.
+    """
+    l1, l2 = depths
+    traced_at_l1 = Counter(b.name.rpartition(".")[0] for b in fewer.blocks)
+    out: list[BlockProfile] = []
+    for prefix, group in itertools.groupby(shallow.blocks, key=lambda b: b.name.rpartition(".")[0]):
+        stack = list(group)
+        names = [f"{prefix}.{i}" if prefix else str(i) for i in range(max(target, len(stack)))]
+        deepened = len(stack) == l2 and traced_at_l1[prefix] == l1
+        if not (deepened and [b.name for b in stack] == names[: len(stack)]):
+            out += stack
+            continue
+        first, middle, last = stack[0], stack[1], stack[-1]
+        out.append(first)
+        out += (dataclasses.replace(middle, name=names[i]) for i in range(1, target - 1))
+        out.append(dataclasses.replace(last, name=names[target - 1]))
+    return tuple(out)
+
+
+def mixed_full_depth_blocks(
+    profiles: list[ModelProfile], positions: tuple[tuple[int, ...], ...], found: LayerKinds
+) -> tuple[BlockProfile, ...]:
+    """Block list at full depth when the blocks differ. Each block is a traced block in the same place: of
+    its kind, first or last in the stack or not, first of its kind or not, after a block of the same kind
+    (what a block saves can depend on these, e.g. the first global-attention layer saves the shared rotary
+    tables); the last copy that has such a block gives it. Blocks outside the model's stack stay as traced."""
+    stack, kinds = found.stacks[0], found.kinds[0]
+    per_copy = [[b for b in p.blocks if b.name.rpartition(".")[0] == stack] for p in profiles]
+    if any([b.name for b in blocks] != [f"{stack}.{j}" for j in range(len(kept))]
+           for blocks, kept in zip(per_copy, positions, strict=True)):
+        return profiles[-1].blocks  # the blocks found are not the stack's (see profiler.blocks): as traced
+    traced: dict[tuple[object, ...], BlockProfile] = {}
+    for blocks, kept in zip(per_copy, positions, strict=True):
+        copy_kinds = tuple(kinds[i] for i in kept)
+        for j, block in enumerate(blocks):
+            for context in _contexts(copy_kinds, j):
+                traced[context] = block
+    whole = []
+    for i in range(len(kinds)):
+        block = next(traced[c] for c in _contexts(kinds, i) if c in traced)
+        whole.append(dataclasses.replace(block, name=f"{stack}.{i}"))
+    out: list[BlockProfile] = []
+    for traced_block in profiles[-1].blocks:  # other stacks (e.g. a vision tower) keep their place
+        if traced_block.name.rpartition(".")[0] != stack:
+            out.append(traced_block)
+        elif whole:
+            out += whole
+            whole = []
+    return tuple(out)
+
+
+def _contexts(kinds: tuple[int, ...], j: int) -> tuple[tuple[object, ...], ...]:
+    """Where block ``j`` sits, from the most specific description to the least (its kind alone)."""
+    kind = kinds[j]
+    ends = (j == 0, j == len(kinds) - 1)
+    first_of_kind = kind not in kinds[:j]
+    after = kinds[j - 1] if j else None
+    return ((kind, *ends, first_of_kind, after), (kind, *ends, first_of_kind), (kind, *ends), (kind,))
+
+
+def remap_module(module: str, kept: tuple[int, ...], target: int, stacks: tuple[str, ...] | None) -> str:
+    """Rename a block of the last copy (``stack.j...``) to the full-depth block it stands for."""
+    if stacks is None:  # stacks unknown: only the last traced block is renamed, to the last real one
+        parts = module.split(".")
+        for i, part in enumerate(parts):
+            if part == str(len(kept) - 1) and i > 0:
+                parts[i] = str(target - 1)
+                return ".".join(parts)
+        return module
+    for stack in stacks:
+        if module.startswith(stack + "."):
+            index, dot, rest = module[len(stack) + 1:].partition(".")
+            if index.isdigit() and int(index) < len(kept):
+                return f"{stack}.{kept[int(index)]}{dot}{rest}"
+    return module

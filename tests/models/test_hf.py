@@ -14,23 +14,12 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from autoshard.errors import ModelSourceError, UsageError
 from autoshard.models import load_source
 from autoshard.models.hf import load_config
+from tests.models.tiny_configs import TINY_LLAMA
 
 pytest.importorskip("transformers")
 
 TINY: dict[str, dict[str, Any]] = {
-    "llama": {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 128,
-        "max_position_embeddings": 64,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-    },
+    "llama": {**TINY_LLAMA, "bos_token_id": 1, "eos_token_id": 2},
     "gpt2": {
         "model_type": "gpt2",
         "architectures": ["GPT2LMHeadModel"],

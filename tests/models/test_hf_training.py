@@ -16,18 +16,10 @@ import autoshard
 from autoshard.errors import ModelSourceError
 from autoshard.models import load_source
 from autoshard.models.hf_build import sub_configs
+from tests.models.tiny_configs import TINY_DECODER
 
 transformers = pytest.importorskip("transformers")
 
-DECODER = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 128,
-    "max_position_embeddings": 64,
-}
 
 
 @pytest.fixture
@@ -48,9 +40,9 @@ def save(tmp_path: Path) -> Callable[..., Path]:
 # error in the recomputed attention). Phi-3 fails with a sliding window, which its published configs set
 # (microsoft/Phi-3-mini-4k-instruct: "sliding_window": 2047).
 CACHED = [
-    pytest.param(lambda: transformers.Gemma2Config(**DECODER, head_dim=8), "Gemma2ForCausalLM", id="gemma2"),
+    pytest.param(lambda: transformers.Gemma2Config(**TINY_DECODER, head_dim=8), "Gemma2ForCausalLM", id="gemma2"),
     pytest.param(
-        lambda: transformers.Phi3Config(**DECODER, pad_token_id=0, sliding_window=16),
+        lambda: transformers.Phi3Config(**TINY_DECODER, pad_token_id=0, sliding_window=16),
         "Phi3ForCausalLM",
         id="phi3",
     ),
@@ -94,7 +86,7 @@ def test_checkpointed_real_step_with_the_configs_cache_setting_trains(
 
 
 def test_kv_cache_is_off_in_the_built_model_and_every_sub_config(save: Callable[..., Path]) -> None:
-    text = transformers.LlamaConfig(**DECODER).to_dict()
+    text = transformers.LlamaConfig(**TINY_DECODER).to_dict()
     vision = transformers.CLIPVisionConfig(
         hidden_size=32,
         intermediate_size=64,
@@ -129,7 +121,7 @@ def test_padding_index_outside_the_vocabulary_is_reported_as_the_configs_value(
     config = {
         "model_type": "phi3",
         "architectures": ["Phi3ForCausalLM"],
-        **DECODER,
+        **TINY_DECODER,
         "vocab_size": 1000,
         **data,
     }
@@ -144,7 +136,7 @@ def test_padding_index_outside_the_vocabulary_is_reported_as_the_configs_value(
 def test_profile_reports_a_config_build_error_without_blaming_a_model_file(
     write_config: Callable[..., Path],
 ) -> None:
-    config = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], **DECODER, "vocab_size": 1000}
+    config = {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], **TINY_DECODER, "vocab_size": 1000}
     with pytest.raises(ModelSourceError) as info:
         autoshard.profile(write_config(config), batch_size=1, seq_len=8)
     assert "pad_token_id is 32000" in str(info.value) and "model file" not in str(info.value)
@@ -164,7 +156,7 @@ def test_profile_reports_a_config_build_error_without_blaming_a_model_file(
 def test_metadata_says_how_the_class_was_chosen(
     architectures: list[str] | None, architecture: str, chosen_by: str, write_config: Callable[..., Path]
 ) -> None:
-    data = {"model_type": "llama", **DECODER}
+    data = {"model_type": "llama", **TINY_DECODER}
     if architectures is not None:
         data["architectures"] = architectures
     source = load_source(write_config(data))
@@ -186,14 +178,14 @@ def test_architectures_that_name_no_model_class_are_errors(
     architectures: Any, expected: str, write_config: Callable[..., Path]
 ) -> None:
     with pytest.raises(ModelSourceError) as info:
-        load_source(write_config({"model_type": "llama", **DECODER, "architectures": architectures}))
+        load_source(write_config({"model_type": "llama", **TINY_DECODER, "architectures": architectures}))
     assert expected in str(info.value) and str(info.value).count("\n") == 1
 
 
 def test_custom_hub_code_is_named_as_such(write_config: Callable[..., Path]) -> None:
     data = {
         "model_type": "llama",
-        **DECODER,
+        **TINY_DECODER,
         "architectures": ["MyLlama"],
         "auto_map": {"AutoModel": "x.MyLlama"},
     }

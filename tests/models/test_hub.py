@@ -17,20 +17,13 @@ import torch
 from autoshard.errors import ModelSourceError
 from autoshard.models import load_source
 from autoshard.models.hub import HubId, hub_cache_dir, parse_hub_id
+from tests.models.tiny_configs import TINY_LLAMA
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
 pytest.importorskip("transformers")
 
 LLAMA = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 128,
-    "max_position_embeddings": 64,
+    **TINY_LLAMA,
     "_name_or_path": "/home/someone/checkpoints/llama",  # what an uploader's save_pretrained leaves behind
 }
 MAIN = "a" * 40

@@ -21,7 +21,6 @@ from tests.models.tiny_configs import TINY_DECODER
 transformers = pytest.importorskip("transformers")
 
 
-
 @pytest.fixture
 def save(tmp_path: Path) -> Callable[..., Path]:
     """``save(config, architecture, name)`` saves ``config`` with save_pretrained and returns its folder."""

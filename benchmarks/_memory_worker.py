@@ -51,13 +51,13 @@ def main() -> None:
 def _run(run_dir: Path) -> None:
     import torch.distributed as dist
 
-    from autoshard.export import plan_json
+    from autoshard.planner import plan_file
     from autoshard.models import load_source
     from autoshard.runtime.distributed import LaunchInfo, join
     from autoshard.runtime.train import TrainJob, train
 
     case = json.loads((run_dir / CASE_FILE).read_text(encoding="utf-8"))
-    exported = plan_json.read(run_dir / "plan.json")
+    exported = plan_file.read(run_dir / "plan.json")
     device_type = exported.hardware.device_type
     if device_type == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read when deepspeed is first imported

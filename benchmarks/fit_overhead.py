@@ -6,7 +6,7 @@ Usage:
                                       [--out docs/benchmarks/fit_overhead.json]
 
 For each backend the plan is made once (``autoshard.recommend(..., strategies=[backend])`` for this machine,
-exported with ``plan_json.from_plan``) and both sides train with it, on CPU with gloo, ``--processes`` ranks:
+exported with ``plan_file.from_plan``) and both sides train with it, on CPU with gloo, ``--processes`` ranks:
 
 * **fit()**: ``autoshard.runtime.fit(module, batches, plan=that plan, max_steps=warmup + steps)``; its workers
   are this script started again (``fit()`` re-runs the calling script once per rank), and the step times are
@@ -50,7 +50,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime.result import FitResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
@@ -174,7 +174,7 @@ def make_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
 def make_plan(setup: Setup, backend: str) -> ExportedPlan:
     """The :class:`ExportedPlan` for ``backend`` on this machine with ``setup.processes`` CPU ranks."""
     import autoshard
-    from autoshard.export.plan_json import from_plan
+    from autoshard.planner.plan_file import from_plan
 
     plan = autoshard.recommend(setup.model, hardware=autoshard.detect_hardware(gpus=setup.processes),
                                batch_size=setup.batch_size, seq_len=setup.seq_len, precision=PRECISION,
@@ -244,12 +244,12 @@ def run_hand(setup: Setup, plan: ExportedPlan, timeout_s: float | None) -> SideR
     """The hand-written side: one ``--hand-worker`` process per rank, rank 0's result read back as JSON."""
     import shutil
 
-    from autoshard.export import plan_json
+    from autoshard.planner import plan_file
     from autoshard.runtime import supervisor
 
     run_dir = Path(tempfile.mkdtemp(prefix="autoshard-fit-overhead-"))
     try:
-        plan_json.write(plan, run_dir / "plan.json")
+        plan_file.write(plan, run_dir / "plan.json")
         (run_dir / JOB_FILE).write_text(json.dumps(setup.to_dict()), encoding="utf-8")
         supervisor.run_workers([sys.executable, str(SCRIPT), "--hand-worker"], world_size=setup.processes,
                                run_dir=run_dir, environ=os.environ, timeout_s=timeout_s)
@@ -278,11 +278,11 @@ def hand_worker(run_dir: Path, rank: int) -> int:
 def _hand_train(run_dir: Path, rank: int) -> None:
     import torch.distributed as dist
 
-    from autoshard.export import plan_json
+    from autoshard.planner import plan_file
 
     torch.set_num_threads(THREADS)
     setup = Setup(**json.loads((run_dir / JOB_FILE).read_text(encoding="utf-8")))
-    plan = plan_json.read(run_dir / "plan.json")
+    plan = plan_file.read(run_dir / "plan.json")
     check_plan(plan)
     dist.init_process_group("gloo")  # MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE from the environment
     world = dist.get_world_size()
@@ -358,11 +358,11 @@ def _deepspeed_loop(module: nn.Module, batches: list[Any], loss_fn: Callable[[An
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is first imported (real_accelerator.py)
     import deepspeed
 
-    from autoshard.export.deepspeed import ds_config
+    from autoshard.strategies.deepspeed.config import ds_config
     from autoshard.models.source import call_model
 
     config = ds_config(plan)
-    # The three adjustments autoshard/runtime/backends/deepspeed.py makes: the batch for this world size, a
+    # The three adjustments autoshard/strategies/deepspeed/backend.py makes: the batch for this world size, a
     # client optimizer allowed with ZeRO, and no DeepSpeed step logging.
     config["train_batch_size"] = plan.micro_batch_size * plan.gradient_accumulation * world
     config["zero_allow_untested_optimizer"] = True

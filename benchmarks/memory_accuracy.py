@@ -261,7 +261,7 @@ def _planned_for(case: Case, hardware: Any) -> Any:
 
 def predict_distributed(case: Case, device: torch.device) -> tuple[int, Any]:
     """The per-rank peak the planner predicts for the case, and the case's plan as ``plan.json`` holds it."""
-    from autoshard.export import plan_json
+    from autoshard.planner import plan_file
     from autoshard.planner.search import evaluate
     from autoshard.strategies import get
     from autoshard.strategies.base import Candidate
@@ -275,7 +275,7 @@ def predict_distributed(case: Case, device: torch.device) -> tuple[int, Any]:
     candidate = Candidate(strategy=case.strategy, micro_batch_size=case.batch_size,
                           activation_checkpointing=case.checkpointing, settings=dict(case.settings))
     evaluation = evaluate(get(case.strategy), plan.workload, plan.hardware, request, candidate)
-    exported = plan_json.from_plan(dataclasses.replace(plan, request=request, recommended=evaluation))
+    exported = plan_file.from_plan(dataclasses.replace(plan, request=request, recommended=evaluation))
     return evaluation.memory.gpu.total, exported
 
 
@@ -323,7 +323,7 @@ def _confirmed(runs: list[dict[str, Any]]) -> bool:
 
 
 def _run_once(case: Case, exported: Any) -> dict[str, Any]:
-    from autoshard.export import plan_json
+    from autoshard.planner import plan_file
     from autoshard.runtime.supervisor import run_workers
 
     processes = case.world_size if case.process_group == "real" else 1
@@ -331,7 +331,7 @@ def _run_once(case: Case, exported: Any) -> dict[str, Any]:
     environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path.cwd()), environ.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryDirectory(prefix="autoshard-memory-") as tmp:
         run_dir = Path(tmp)
-        plan_json.write(exported, run_dir / "plan.json")
+        plan_file.write(exported, run_dir / "plan.json")
         (run_dir / "case.json").write_text(json.dumps({
             "model": case.model, "steps": WARM_STEPS + MEASURED_STEPS, "warm_steps": WARM_STEPS,
             "process_group": case.process_group, "optimizer": "adamw"}), encoding="utf-8")

@@ -12,7 +12,7 @@ planner's plan, so the strategies keep the planner's order and default micro-bat
 knobs are cut down to the grid's values as ``choice`` knobs: the tuner's space and the grid are the same set.
 
 1. **Grid**: every configuration is run as a real trial with ``autoshard.tuner.runner.run_trial``, its plan
-   built exactly as the tuner's loop builds it (``evaluate`` with the trial settings, ``plan_json.from_plan``),
+   built exactly as the tuner's loop builds it (``evaluate`` with the trial settings, ``plan_file.from_plan``),
    ``--repeats`` times in a fresh shuffled order each round. A configuration's throughput is the median of its
    runs (samples/s over the timed steps, rank 0). Each run records how many cores other processes kept busy
    meanwhile; a run disturbed by more than ``--quiet-cores`` is measured again (``--retries`` times at most,
@@ -58,7 +58,7 @@ from typing import Any
 
 import optuna
 
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.planner.plan import Plan
 from autoshard.strategies.base import Knob
 from autoshard.tuner.result import TrialConfig
@@ -191,7 +191,7 @@ def trial_plan(plan: Plan, config: TrialConfig) -> ExportedPlan:
     Raises:
         ValueError: the planner predicts it does not fit (the tuner would not run it).
     """
-    from autoshard.export import plan_json
+    from autoshard.planner import plan_file
     from autoshard.planner.search import evaluate
     from autoshard.strategies import get
     from autoshard.tuner.study import _candidate
@@ -200,7 +200,7 @@ def trial_plan(plan: Plan, config: TrialConfig) -> ExportedPlan:
                           _candidate(config, trial=True))
     if not evaluation.fits:
         raise ValueError(f"{describe(config)} is predicted not to fit: {'; '.join(evaluation.reasons)}")
-    return plan_json.from_plan(dataclasses.replace(plan, recommended=evaluation))
+    return plan_file.from_plan(dataclasses.replace(plan, recommended=evaluation))
 
 
 def describe(config: TrialConfig) -> str:
@@ -890,7 +890,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure the grid, replay the tuner over it, run the tuner live, write the report."""
-    from autoshard.export.plan_json import from_plan
+    from autoshard.planner.plan_file import from_plan
     from autoshard.tuner.runner import TrialSpec
     from autoshard.tuner.study import _worker_environ
 

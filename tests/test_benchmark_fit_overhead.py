@@ -73,7 +73,7 @@ def test_plan_the_hand_written_loop_does_not_implement_is_refused(bench: ModuleT
                                                                   refused: str) -> None:
     import dataclasses
 
-    from autoshard.export import plan_json as pj
+    from autoshard.planner import plan_file as pj
 
     hardware = pj.HardwareFingerprint(gpu=None, gpu_memory_bytes=None, gpus_per_node=2, nodes=1, device_type="cpu",
                                       backend="gloo", nvme_path=None)

@@ -12,7 +12,13 @@ from autoshard.cli._format import print_json
 from autoshard.errors import UsageError
 from autoshard.hardware.arguments import add_hardware_arguments, hardware_from_args
 from autoshard.hardware.disk_benchmark import DEFAULT_MAX_SECONDS, DiskBenchmark
-from autoshard.hardware.specs import DTYPES, GPUDevice, GpuTopology, HardwareSpec, NodeSpec
+from autoshard.hardware.specs import (
+    DTYPES,
+    GPUDevice,
+    GpuTopology,
+    HardwareSpec,
+    NodeSpec,
+)
 from autoshard.hardware.units import format_bytes, format_rate, parse_bytes
 
 NAME = "hardware"

@@ -15,33 +15,32 @@ from pathlib import Path
 from autoshard.errors import UsageError
 from autoshard.export import (
     accelerate,
-    deepspeed,
     hf_trainer,
     launch,
     lightning,
-    plan_json,
 )
-from autoshard.export.plan_json import ExportedPlan, from_plan, read
+from autoshard.planner import plan_file
 from autoshard.planner.plan import Plan
+from autoshard.planner.plan_file import ExportedPlan, from_plan, read
+from autoshard.strategies import exporter
 
 __all__ = ["ExportedPlan", "export_plan", "from_plan", "notes", "read", "render"]
 
 
 def render(exported: ExportedPlan, *, validate: bool = True) -> dict[str, str]:
-    """Every file that applies to the plan, by file name → text; DeepSpeed files only for DeepSpeed plans.
+    """Every file that applies to the plan, by file name → text: the shared ones and the family's own.
 
     Raises:
         UsageError: DeepSpeed rejects the ds_config (or is missing while ``validate`` is true).
     """
-    files = {"plan.json": plan_json.dumps(exported)}
-    if exported.family == "deepspeed":
-        files["ds_config.json"] = deepspeed.dumps(exported, check=validate)
+    files = {"plan.json": plan_file.dumps(exported)}
+    files.update(exporter(exported.family).files(exported, validate=validate))
     files["accelerate_config.yaml"] = accelerate.dumps(exported)
     files["lightning_trainer.py"] = lightning.snippet(exported)
-    if exported.strategy != "fsdp_hybrid":  # no FSDP2 hybrid sharding in the HF Trainer
-        if exported.family == "fsdp":
-            files[hf_trainer.FSDP_CONFIG_FILE] = hf_trainer.dumps_fsdp_config(exported)
+    try:
         files["hf_trainer_args.txt"] = hf_trainer.command_line(exported) + "\n"
+    except UsageError:  # a plan the HF Trainer cannot run (FSDP2 hybrid sharding): notes() says so
+        pass
     files["launch.sh"] = launch.launch_script(exported)
     files["slurm.sbatch"] = launch.sbatch(exported)
     files["README.md"] = _readme(exported, sorted(files))
@@ -93,33 +92,7 @@ def notes(exported: ExportedPlan) -> list[str]:
         blocks = " and ".join(exported.model.block_classes) or "repeated block"
         out.append(f"The plan checkpoints every {blocks}: enable it in your "
                    "model (FSDP configs here do it for you; DeepSpeed and DDP do not).")
-    if exported.family == "deepspeed":
-        out.append("ds_config.json has no optimizer block: with optimizer offload use "
-                   "deepspeed.ops.adam.DeepSpeedCPUAdam (DeepSpeed refuses other client optimizers by default).")
-        if "nvme" in exported.strategy and exported.hardware.nvme_path is None:
-            out.append(f"Replace nvme_path {deepspeed.NVME_PATH_PLACEHOLDER} in ds_config.json with a directory on "
-                       "a local NVMe drive of every node.")
-    if exported.family == "fsdp":
-        raf = exported.settings.get("reshard_after_forward")
-        if not isinstance(raf, bool):
-            out.append(f"reshard_after_forward={raf} (a partial shard) is written as True: Accelerate, Lightning and "
-                       "the HF Trainer take only a bool.")
-        out.append("forward_prefetch, backward_prefetch, reduce_dtype, blocks_per_unit and foreach are not "
-                   "expressible in these configs; set them in your own fully_shard code if they differ from the "
-                   "defaults.")
-        out.append("Lightning's FSDPStrategy runs FSDP1; autoshard's estimates are for FSDP2.")
-        if exported.strategy == "fsdp_hybrid":
-            out.append("Hybrid sharding: the HF Trainer cannot run it with FSDP2 (no file written); with Accelerate "
-                       "add a parallelism config (dp_replicate = nodes, dp_shard = GPUs per node).")
-    if exported.family == "ddp" and exported.settings.get("comm_hook", "none") != "none":
-        out.append(f"comm_hook={exported.settings['comm_hook']} is in the Lightning snippet only; register it with "
-                   "model.register_comm_hook elsewhere.")
-    if exported.family == "ddp" and exported.settings.get("find_unused_parameters"):
-        # accelerate 1.15 reads DDP's constructor arguments only from kwargs handlers (utils/dataclasses.py).
-        out.append("The step leaves some parameters without a gradient: the Lightning snippet and HF Trainer "
-                   "arguments set find_unused_parameters; with Accelerate pass kwargs_handlers=["
-                   "DistributedDataParallelKwargs(find_unused_parameters=True)] to Accelerator (the config file "
-                   "has no key for it).")
+    out += exporter(exported.family).notes(exported)
     if exported.hardware.nodes > 1:
         out.append("Multi-node: set MASTER_ADDR and JOB_ID in launch.sh; accelerate launch also needs "
                    "--machine_rank and --main_process_ip on each node.")

@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner.plan_file import ExportedPlan
+from autoshard.strategies import exporter
 
 DS_CONFIG_FILE = "ds_config.json"
 _MIXED_PRECISION = {"32-true": "no", "16-mixed": "fp16", "bf16-mixed": "bf16", "bf16-true": "no"}
@@ -37,44 +38,8 @@ def accelerate_config(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG
         "use_cpu": cpu,
         "debug": False,
     }
-    if exported.family == "deepspeed":
-        config["distributed_type"] = "DEEPSPEED"
-        # With a config file, accelerate takes zero stage, offload, batch and precision from it (cluster.py).
-        config["deepspeed_config"] = {"deepspeed_config_file": ds_config_file}
-        if hw.nodes > 1:
-            config["deepspeed_config"]["deepspeed_multinode_launcher"] = "standard"
-    elif exported.family == "fsdp":
-        config["distributed_type"] = "FSDP"
-        config["fsdp_config"] = fsdp_config(exported)
-    elif cpu:
-        config["distributed_type"] = "MULTI_CPU"
-    else:
-        config["distributed_type"] = "MULTI_GPU" if hw.world_size > 1 else "NO"
+    config.update(exporter(exported.family).accelerate(exported, ds_config_file=ds_config_file))
     return config
-
-
-def fsdp_config(exported: ExportedPlan) -> dict[str, Any]:
-    """The ``fsdp_config`` block: FSDP2, the block classes as the wrapping units, checkpointing and offload.
-
-    ``fsdp_transformer_layer_cls_to_wrap`` is one comma-separated string (accelerate's
-    ``FullyShardedDataParallelPlugin`` splits it on ``,``), e.g. ``BartEncoderLayer,BartDecoderLayer``.
-
-    ``reshard_after_forward`` is a bool in accelerate's FSDP2 plugin: a partial size (an int) is written as
-    ``True`` and :func:`autoshard.export.notes` says so.
-    """
-    classes = exported.model.block_classes
-    wrap: dict[str, str] = {"fsdp_auto_wrap_policy": "NO_WRAP"}
-    if classes:
-        wrap = {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-                "fsdp_transformer_layer_cls_to_wrap": ",".join(classes)}
-    return {
-        "fsdp_version": 2,
-        "fsdp_reshard_after_forward": exported.settings.get("reshard_after_forward", True) is not False,
-        **wrap,
-        "fsdp_activation_checkpointing": exported.activation_checkpointing,
-        "fsdp_offload_params": exported.strategy == "fsdp_cpu_offload",
-        "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-    }
 
 
 def dumps(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE) -> str:

@@ -8,38 +8,13 @@ Flag and key names from transformers 5.23 ``training_args.py``: ``--deepspeed`` 
 
 from __future__ import annotations
 
-import json
 import shlex
-from typing import Any
 
-from autoshard.errors import UsageError
 from autoshard.export.accelerate import DS_CONFIG_FILE
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner.plan_file import ExportedPlan
+from autoshard.strategies import exporter
 
 FSDP_CONFIG_FILE = "fsdp_config.json"
-
-
-def fsdp_config(exported: ExportedPlan) -> dict[str, Any]:
-    """The Trainer's ``fsdp_config`` for an FSDP plan (FSDP2).
-
-    Raises:
-        UsageError: ``fsdp_hybrid``: the Trainer's FSDP2 path has no hybrid sharding (transformers 5.23
-            accepts ``hybrid_shard`` only with FSDP1).
-    """
-    if exported.strategy == "fsdp_hybrid":
-        raise UsageError("the Hugging Face Trainer has no FSDP2 hybrid sharding; use the Accelerate config with "
-                         "a parallelism config, or plan with strategies=['fsdp'].")
-    classes = exported.model.block_classes
-    config: dict[str, Any] = {
-        "version": 2,
-        "reshard_after_forward": exported.settings.get("reshard_after_forward", True) is not False,
-        "activation_checkpointing": exported.activation_checkpointing,
-        "cpu_offload": exported.strategy == "fsdp_cpu_offload",
-    }
-    if classes:
-        config["auto_wrap_policy"] = "TRANSFORMER_BASED_WRAP"
-        config["transformer_layer_cls_to_wrap"] = list(classes)
-    return config
 
 
 def arguments(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE,
@@ -47,7 +22,7 @@ def arguments(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE,
     """``TrainingArguments`` flags, e.g. ``["--per_device_train_batch_size", "4", ..., "--bf16"]``.
 
     Raises:
-        UsageError: see :func:`fsdp_config`.
+        UsageError: the Trainer cannot run this plan (FSDP2 hybrid sharding).
     """
     args = ["--per_device_train_batch_size", str(exported.micro_batch_size),
             "--gradient_accumulation_steps", str(exported.gradient_accumulation)]
@@ -55,23 +30,8 @@ def arguments(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE,
         args.append("--bf16")
     elif exported.precision == "16-mixed":
         args.append("--fp16")
-    if exported.family == "deepspeed":
-        args += ["--deepspeed", ds_config_file]
-    elif exported.family == "fsdp":
-        fsdp_config(exported)  # refuses what the Trainer cannot run
-        # transformers 5.23 parses --fsdp as a string: "true" is refused ("Unknown `fsdp` option"), so the
-        # (deprecated there, still accepted) option string is written; fsdp_config.json's values take precedence.
-        reshard = fsdp_config(exported)["reshard_after_forward"]
-        options = ["full_shard" if reshard else "shard_grad_op", "auto_wrap"]
-        if exported.strategy == "fsdp_cpu_offload":
-            options.append("offload")
-        args += ["--fsdp", " ".join(options), "--fsdp_config", fsdp_config_file]
-    elif exported.family == "ddp":
-        s = exported.settings
-        args += ["--ddp_bucket_cap_mb", str(int(s["bucket_cap_mb"])),
-                 "--ddp_find_unused_parameters", str(bool(s["find_unused_parameters"])).lower()]
-    if exported.activation_checkpointing and exported.family != "fsdp":
-        args.append("--gradient_checkpointing")
+    args += exporter(exported.family).hf_trainer(exported, ds_config_file=ds_config_file,
+                                                 fsdp_config_file=fsdp_config_file)
     return args
 
 
@@ -80,6 +40,3 @@ def command_line(exported: ExportedPlan, *, script: str = "train.py") -> str:
     return shlex.join(["python", script, *arguments(exported)])
 
 
-def dumps_fsdp_config(exported: ExportedPlan) -> str:
-    """``fsdp_config.json``'s text."""
-    return json.dumps(fsdp_config(exported), indent=2) + "\n"

@@ -1,4 +1,4 @@
-"""Launch commands: ``torchrun`` and the ``deepspeed`` launcher (one node and many), and a SLURM ``sbatch`` script.
+"""Launch commands: ``torchrun`` (one node and many, plus each family's own launcher), and a SLURM ``sbatch`` script.
 
 Options from ``torch.distributed.run`` (torch 2.13: ``--standalone``, ``--nnodes``, ``--nproc_per_node``,
 ``--rdzv_id``, ``--rdzv_backend``, ``--rdzv_endpoint``) and ``deepspeed.launcher.runner`` (deepspeed 0.19.8:
@@ -9,7 +9,8 @@ nodes).
 
 from __future__ import annotations
 
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner.plan_file import ExportedPlan
+from autoshard.strategies import exporter
 
 MASTER_PORT = 29500
 """torchrun's and DeepSpeed's default rendezvous / master port."""
@@ -25,16 +26,6 @@ def torchrun(exported: ExportedPlan, *, script: str = "train.py", multi_node: bo
             f"--rdzv_backend=c10d --rdzv_endpoint=\"$MASTER_ADDR:{MASTER_PORT}\" {script}")
 
 
-def deepspeed_launcher(exported: ExportedPlan, *, script: str = "train.py", multi_node: bool | None = None) -> str:
-    """A ``deepspeed`` launcher command (multi-node reads the nodes from a ``hostfile``: ``host slots=N`` lines)."""
-    hw = exported.hardware
-    many = hw.nodes > 1 if multi_node is None else multi_node
-    if not many:
-        return f"deepspeed --num_nodes=1 --num_gpus={hw.gpus_per_node} {script}"
-    return (f"deepspeed --hostfile=hostfile --num_nodes={hw.nodes} --num_gpus={hw.gpus_per_node} "
-            f"--master_addr=\"$MASTER_ADDR\" --master_port={MASTER_PORT} {script}")
-
-
 def launch_script(exported: ExportedPlan, *, script: str = "train.py") -> str:
     """``launch.sh``: the commands that apply, one node and many; the plan's own case is uncommented."""
     many = exported.hardware.nodes > 1
@@ -44,11 +35,7 @@ def launch_script(exported: ExportedPlan, *, script: str = "train.py") -> str:
                                                                                        multi_node=False),
            "# many nodes (run the same line on each node):",
            ("" if many else "# ") + torchrun(exported, script=script, multi_node=True)]
-    if exported.family == "deepspeed":
-        out += ["", "# or DeepSpeed's launcher (multi-node: one 'hostname slots=GPUS' line per node in ./hostfile;",
-                "# it starts the other nodes over ssh):",
-                "# " + deepspeed_launcher(exported, script=script, multi_node=False),
-                "# " + deepspeed_launcher(exported, script=script, multi_node=True)]
+    out += exporter(exported.family).launchers(exported, script=script)
     return "\n".join(out) + "\n"
 
 

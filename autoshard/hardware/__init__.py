@@ -13,7 +13,12 @@ from autoshard.hardware.arguments import add_hardware_arguments, hardware_from_a
 from autoshard.hardware.detect import detect_hardware
 from autoshard.hardware.disk_benchmark import DiskBenchmark, benchmark_disk
 from autoshard.hardware.profiles import ProfileEntry, list_profiles
-from autoshard.hardware.selection import HardwareOverrides, attach_disk_benchmark, load_hardware, select_hardware
+from autoshard.hardware.selection import (
+    HardwareOverrides,
+    attach_disk_benchmark,
+    load_hardware,
+    select_hardware,
+)
 from autoshard.hardware.specs import (
     CPUSpec,
     GPUDevice,

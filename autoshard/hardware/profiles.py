@@ -22,7 +22,13 @@ from typing import Any, cast
 
 from autoshard._suggest import close_names
 from autoshard.errors import HardwareError
-from autoshard.hardware.schema import Doc, compute_capability, positive_float, positive_int, read_yaml
+from autoshard.hardware.schema import (
+    Doc,
+    compute_capability,
+    positive_float,
+    positive_int,
+    read_yaml,
+)
 from autoshard.hardware.specs import (
     DTYPES,
     LINK_KINDS,
@@ -34,7 +40,12 @@ from autoshard.hardware.specs import (
     NVMeDevice,
     PeakTflops,
 )
-from autoshard.hardware.units import RATE_EXAMPLES, SIZE_EXAMPLES, parse_bytes, parse_rate
+from autoshard.hardware.units import (
+    RATE_EXAMPLES,
+    SIZE_EXAMPLES,
+    parse_bytes,
+    parse_rate,
+)
 
 KINDS: tuple[str, ...] = ("gpu", "interconnect", "node", "cluster")
 

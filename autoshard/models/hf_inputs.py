@@ -155,7 +155,10 @@ def input_spec(cls: type, config: Any, file: Path) -> InputSpec:
             hint="Write a model.py whose batch() returns this model's inputs (see docs/models.md).",
         )
     if main in ("input_features", "input_values"):
-        from autoshard.models.hf_audio import audio_features_spec, waveform_spec  # imports this module
+        from autoshard.models.hf_audio import (  # imports this module
+            audio_features_spec,
+            waveform_spec,
+        )
 
         if main == "input_features":
             return audio_features_spec(cls, config, file, params, labels)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autoshard.hardware.specs import HardwareSpec
-from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate
+from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Traits
 from autoshard.strategies.workload import Workload
 
 
@@ -41,7 +41,8 @@ class Evaluation:
     """One candidate with its numbers, whether it fits, its score and the reasons."""
 
     candidate: Candidate
-    family: str
+    traits: Traits
+    """What the candidate's strategy does (sharding stage, offload, hybrid): what rules ask."""
     fits: bool
     memory: MemoryEstimate | None
     """``None`` when the strategy cannot run on this hardware at all."""
@@ -59,11 +60,17 @@ class Evaluation:
         """The strategy name."""
         return self.candidate.strategy
 
+    @property
+    def family(self) -> str:
+        """The strategy's family: ``ddp``, ``fsdp`` or ``deepspeed``."""
+        return self.traits.family
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (documented in docs/recommend.md)."""
         return {
             "strategy": self.strategy,
             "family": self.family,
+            "traits": self.traits.to_dict(),
             "micro_batch_size": self.candidate.micro_batch_size,
             "activation_checkpointing": self.candidate.activation_checkpointing,
             "gradient_accumulation": self.gradient_accumulation,

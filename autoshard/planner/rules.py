@@ -23,13 +23,34 @@ SLOW_LINK_BYTES_PER_S = 50e9
 """Links slower than this per GPU per direction (PCIe gen4 x16 is ~32 GB/s, 100 GbE 12.5 GB/s; NVLink 3 is 300
 GB/s) make per-step parameter all-gathers expensive."""
 
-# Strategy groups the rules reason about (names as registered in autoshard.strategies).
-PARAMETER_SHARDING = {"fsdp", "fsdp_hybrid", "fsdp_cpu_offload", "deepspeed_stage_3", "deepspeed_stage_3_offload",
-                      "deepspeed_stage_3_offload_nvme"}
-LESS_COMMUNICATION = {"ddp", "fsdp_shard_grad_op", "deepspeed_stage_1", "deepspeed_stage_2"}
-OFFLOAD = {"fsdp_cpu_offload", "deepspeed_stage_2_offload", "deepspeed_stage_3_offload",
-           "deepspeed_stage_3_offload_nvme"}
-NVME = {"deepspeed_stage_3_offload_nvme"}
+
+# What the rules reason about, asked of each candidate's traits (never its name).
+def _gathers_parameters(e: Evaluation) -> bool:
+    """Parameters gathered for each use, in forward and backward (ZeRO-3, FSDP full shard)."""
+    return e.traits.shards_parameters
+
+
+def _communicates_less(e: Evaluation) -> bool:
+    """Keeps parameters whole on the GPU through the step and moves nothing to the host: only gradients (and,
+    sharded, the updated parameters once) cross the network."""
+    return not e.traits.shards_parameters and not e.traits.offloads
+
+
+def _replicas(e: Evaluation) -> bool:
+    """Plain data parallelism: nothing sharded."""
+    return e.traits.zero_stage == 0
+
+
+def _offloads(e: Evaluation) -> bool:
+    return e.traits.offloads
+
+
+def _offloads_to_host(e: Evaluation) -> bool:
+    return e.traits.offload == "cpu"
+
+
+def _offloads_to_nvme(e: Evaluation) -> bool:
+    return e.traits.offload == "nvme"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,9 +63,8 @@ class Context:
     fitting: tuple[Evaluation, ...]
     """Every candidate that fits."""
 
-    def fits_any(self, names: set[str] | Callable[[Evaluation], bool]) -> bool:
-        """Whether some fitting candidate is one of ``names`` (or satisfies the predicate)."""
-        test = names if callable(names) else (lambda e: e.strategy in names)
+    def fits_any(self, test: Callable[[Evaluation], bool]) -> bool:
+        """Whether some fitting candidate satisfies ``test``."""
         return any(test(e) for e in self.fitting)
 
     def slowest_link_bytes_per_s(self) -> float | None:
@@ -89,7 +109,7 @@ def _headroom(ctx: Context, e: Evaluation) -> float:
 RULES: tuple[Rule, ...] = (
     Rule(
         name="small-model-ddp",
-        applies=lambda ctx, e: e.strategy == "ddp"
+        applies=lambda ctx, e: _replicas(e)
         and ctx.workload.parameter_count < SMALL_MODEL_PARAMETERS
         and ctx.hardware.world_size > 1,
         factor=1.15,
@@ -99,8 +119,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         name="pretrain-least-communication",
         applies=lambda ctx, e: ctx.request.goal == "pretrain"
-        and e.strategy in PARAMETER_SHARDING
-        and ctx.fits_any(LESS_COMMUNICATION),
+        and _gathers_parameters(e)
+        and ctx.fits_any(_communicates_less),
         factor=0.90,
         says=lambda ctx, e: "Pre-training is compute-bound and runs long: a strategy that keeps parameters whole "
         "(DDP, ZeRO-1/2, shard-grad-op) fits, and communicates less per step than gathering parameters.",
@@ -115,7 +135,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         name="slow-interconnect",
         applies=lambda ctx, e: (ctx.slowest_link_bytes_per_s() or 1e18) < SLOW_LINK_BYTES_PER_S
-        and e.strategy in PARAMETER_SHARDING,
+        and _gathers_parameters(e),
         factor=0.85,
         says=lambda ctx, e: f"The GPUs talk over a slow link ({_gb(ctx.slowest_link_bytes_per_s() or 0)}): gathering "
         "parameters every step is costly here; prefer strategies that only reduce gradients.",
@@ -123,27 +143,27 @@ RULES: tuple[Rule, ...] = (
     Rule(
         name="slow-interconnect-compression",
         applies=lambda ctx, e: (ctx.slowest_link_bytes_per_s() or 1e18) < SLOW_LINK_BYTES_PER_S
-        and e.strategy == "ddp",
+        and _replicas(e),
         factor=1.0,
         says=lambda ctx, e: f"Over a slow link ({_gb(ctx.slowest_link_bytes_per_s() or 0)}) a compressing comm hook "
         "(fp16/bf16 compress, PowerSGD) cuts DDP's all-reduce volume 2× or more; `autoshard tune` measures it.",
     ),
     Rule(
         name="offload-last-resort",
-        applies=lambda ctx, e: e.strategy in OFFLOAD and ctx.fits_any(lambda o: o.strategy not in OFFLOAD),
+        applies=lambda ctx, e: _offloads(e) and ctx.fits_any(lambda o: not _offloads(o)),
         factor=0.50,
         says=lambda ctx, e: "GPU memory can hold the model states without offloading, and offloading adds PCIe "
         "transfers and a CPU optimizer step to every step.",
     ),
     Rule(
         name="nvme-last-resort",
-        applies=lambda ctx, e: e.strategy in NVME and ctx.fits_any(lambda o: o.strategy in OFFLOAD - NVME),
+        applies=lambda ctx, e: _offloads_to_nvme(e) and ctx.fits_any(_offloads_to_host),
         factor=0.50,
         says=lambda ctx, e: "CPU RAM can hold the offloaded states; NVMe is only worth its bandwidth when it cannot.",
     ),
     Rule(
         name="ddp-unused-parameters",
-        applies=lambda ctx, e: e.family == "ddp" and ctx.workload.unused_parameter_count > 0
+        applies=lambda ctx, e: _replicas(e) and ctx.workload.unused_parameter_count > 0
         and e.candidate.settings.get("find_unused_parameters", True) is not False,
         factor=1.0,  # the traversal is not timed: nothing to weigh it with
         says=lambda ctx, e: f"The step leaves {_count(ctx.workload.unused_parameter_count)} parameters without a "

@@ -77,7 +77,7 @@ def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, re
         return [
             Evaluation(candidate=Candidate(strategy=strategy.name, micro_batch_size=request.micro_batch_size or 1,
                                            activation_checkpointing=False),
-                       family=strategy.family, fits=False, memory=None, cost=None, gradient_accumulation=1,
+                       traits=strategy.traits, fits=False, memory=None, cost=None, gradient_accumulation=1,
                        max_micro_batch_size=0, score=0.0, reasons=(reason,))
         ]
     out = []
@@ -110,7 +110,7 @@ def evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, req
     accumulation = _accumulation(request, hardware.world_size, micro)
     cost = strategy.cost(workload, hardware, candidate)
     cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload)
-    return Evaluation(candidate=candidate, family=strategy.family, fits=problem is None, memory=memory, cost=cost,
+    return Evaluation(candidate=candidate, traits=strategy.traits, fits=problem is None, memory=memory, cost=cost,
                       gradient_accumulation=accumulation, max_micro_batch_size=max_micro_batch_size, score=0.0,
                       reasons=() if problem is None else (problem,))
 

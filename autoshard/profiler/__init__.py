@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from autoshard.profiler.options import OPTIMIZERS, Precision, ProfileOptions, parse_precision
-from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfile, Overhead
+from autoshard.profiler.options import (
+    OPTIMIZERS,
+    Precision,
+    ProfileOptions,
+    parse_precision,
+)
+from autoshard.profiler.result import (
+    BlockProfile,
+    MemoryBreakdown,
+    ModelProfile,
+    Overhead,
+)
 
 __all__ = [
     "OPTIMIZERS",

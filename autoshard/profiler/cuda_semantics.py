@@ -58,7 +58,10 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from autoshard.profiler.cuda_attention import efficient_attention, takes_efficient_attention
+from autoshard.profiler.cuda_attention import (
+    efficient_attention,
+    takes_efficient_attention,
+)
 from autoshard.profiler.cuda_autocast_policy import (
     APPEND_DTYPE_TARGETS,
     CUDA_AUTOCAST_POLICIES,

@@ -39,7 +39,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import (
+    FlopCounterMode,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+)
 
 __all__ = ["FLOP_FORMULAS", "counter", "grouped_mm_flops"]
 

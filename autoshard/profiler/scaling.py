@@ -45,7 +45,11 @@ import torch
 from autoshard.errors import AutoshardError
 from autoshard.models.hf_layers import LayerKinds, layer_kinds
 from autoshard.models.source import ModelSource
-from autoshard.profiler.depth_names import full_depth_blocks, mixed_full_depth_blocks, remap_module
+from autoshard.profiler.depth_names import (
+    full_depth_blocks,
+    mixed_full_depth_blocks,
+    remap_module,
+)
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.result import (
     DepthRecord,

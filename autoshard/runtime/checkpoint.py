@@ -46,7 +46,7 @@ class CheckpointMeta:
     family: str
     world_size: int
     layout_hash: str
-    """The model fingerprint of the plan (:func:`autoshard.export.plan_json.layout_hash`)."""
+    """The model fingerprint of the plan (:func:`autoshard.planner.plan_file.layout_hash`)."""
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -153,7 +153,7 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
     if meta.family != plan.family:
         raise UsageError(f"checkpoint {directory} was written by {meta.strategy}, and this run uses "
                          f"{plan.strategy}.", hint="Resume with the same strategy family, or start afresh.")
-    if meta.world_size != ctx.world_size and plan.family != "fsdp":  # DCP reshards; the others do not
+    if meta.world_size != ctx.world_size and not backend.reshards_checkpoints:
         raise UsageError(f"checkpoint {directory} was written by {meta.world_size} ranks, and this run has "
                          f"{ctx.world_size}.", hint="Resume with the same number of processes.")
     if scheduler is not None and not (directory / SCHEDULER_FILE).is_file():

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from autoshard.errors import AutoshardError, UsageError
-from autoshard.export import plan_json
-from autoshard.export.plan_json import ExportedPlan
 from autoshard.models import load_source
 from autoshard.models.source import ModelSource
+from autoshard.planner import plan_file
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime import planning, supervisor
 from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, join
@@ -78,7 +78,7 @@ def fit(
         max_steps: optimizer steps to train in total (counting steps before a resume).
         epochs: passes over ``data`` (default 1 when ``max_steps`` is not given).
         plan: ``"auto"`` (plan for this machine now), a :class:`~autoshard.planner.plan.Plan`, an
-            :class:`~autoshard.export.plan_json.ExportedPlan`, or a ``plan.json`` path (or its directory).
+            :class:`~autoshard.planner.plan_file.ExportedPlan`, or a ``plan.json`` path (or its directory).
         strategy: with ``plan="auto"``, plan only this strategy (e.g. ``"deepspeed_stage_2"``).
         hardware: with ``plan="auto"``, a hardware profile name / path / ``HardwareSpec`` describing this
             machine; default: detected.
@@ -264,7 +264,7 @@ def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitRe
         err = payload["error"]
         message = err["message"] if ctx.is_main else f"rank 0 could not plan: {err['message']}"
         raise supervisor.rebuild_error(err["type"], message, err.get("hint"))
-    exported = plan_json.loads(json.dumps(payload["plan"]), source="rank 0's plan")
+    exported = plan_file.loads(json.dumps(payload["plan"]), source="rank 0's plan")
     result = train(job, exported, ctx, list(payload["notes"]))
     if ctx.owns_group:
         # A gloo group left for interpreter teardown can abort the process after the script's work is done
@@ -283,7 +283,7 @@ def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:
 
     code = 0
     try:
-        exported = plan_json.read(run_dir / "plan.json")
+        exported = plan_file.read(run_dir / "plan.json")
         notes = json.loads((run_dir / "notes.json").read_text(encoding="utf-8"))
         ctx = join(launch, device_type=exported.hardware.device_type)
         result = train(job, exported, ctx, notes)
@@ -313,7 +313,7 @@ def _spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
         command = _module_worker_command(job, model)
     run_dir = Path(tempfile.mkdtemp(prefix="autoshard-fit-"))
     try:
-        plan_json.write(exported, run_dir / "plan.json")
+        plan_file.write(exported, run_dir / "plan.json")
         (run_dir / "notes.json").write_text(json.dumps(notes), encoding="utf-8")
         if command[1:3] == ["-m", "autoshard.runtime.worker"]:
             (run_dir / JOB_FILE).write_text(json.dumps(_job_spec(job, model)), encoding="utf-8")
@@ -421,13 +421,13 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
                                precision=precision,
                                optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
                                strategies=None if options.strategy is None else [options.strategy])
-    exported = plan_json.from_plan(plan)
+    exported = plan_file.from_plan(plan)
     notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
                  f"{exported.micro_batch_size}, {precision}.")
     return exported, job
 
 
-def _fingerprint(job: TrainJob) -> plan_json.ModelFingerprint:
+def _fingerprint(job: TrainJob) -> plan_file.ModelFingerprint:
     if job.module is not None:
         return planning.model_fingerprint(job.module, type(job.module).__name__)
     source = job.source

@@ -17,14 +17,14 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from autoshard.errors import UsageError
-from autoshard.export.plan_json import (
+from autoshard.models.source import ModelSource
+from autoshard.planner.plan_file import (
     ExportedPlan,
     ModelFingerprint,
     from_plan,
     layout_hash,
     read,
 )
-from autoshard.models.source import ModelSource
 from autoshard.strategies.workload import parameter_layout
 
 

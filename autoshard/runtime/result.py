@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner.plan_file import ExportedPlan
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from autoshard import errors
-from autoshard.errors import AutoshardError, UsageError, WorkerError, WorkerKilled, WorkerTimeout
+from autoshard.errors import (
+    AutoshardError,
+    UsageError,
+    WorkerError,
+    WorkerKilled,
+    WorkerTimeout,
+)
 
 RUN_DIR_VAR = "AUTOSHARD_RUN_DIR"
 """Set in every worker: the directory holding ``plan.json`` and receiving results."""

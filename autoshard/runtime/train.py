@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from autoshard.errors import UsageError, UserCodeError
-from autoshard.export.plan_json import ExportedPlan
 from autoshard.models.source import ModelSource, default_loss
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.blocks import find_repeated_blocks
 from autoshard.runtime import backends, checkpoint, loop
 from autoshard.runtime.backends import ModelInit
@@ -122,16 +122,14 @@ def _model_init(job: TrainJob, plan: ExportedPlan, notes: list[str]) -> ModelIni
         meta = source.build()
     blocks = find_repeated_blocks(meta)
     names = () if blocks is None else blocks.names
-    zero3 = plan.strategy.startswith("deepspeed_stage_3")
-    if plan.family != "fsdp" and not zero3:
+    if not plan.strategy_traits.sharded_at_rest:
         return ModelInit(module=source.build(), block_names=names)
     # Catalog models re-create every parameter and computed buffer in init_weights(), on meta-built DTensor
     # shards (FSDP2) and on zero.Init partitions (ZeRO-3) alike; other sources may keep state a meta build loses
     # or initialise weights after construction without gathering them, so they are built whole on the CPU first.
     if source.kind == "catalog" and callable(getattr(meta, "init_weights", None)):
         return ModelInit(build=source.build, block_names=names)
-    how = "sharding" if plan.family == "fsdp" else "ZeRO-3 partitioned it"
-    notes.append(f"{source.name} was built whole on the CPU before {how} (only catalog models, which "
+    notes.append(f"{source.name} was built whole on the CPU before {plan.strategy} sharded it (only catalog models, which "
                  "re-initialise themselves with init_weights(), are built sharded).")
     return ModelInit(module=source.build(), block_names=names)
 
@@ -149,7 +147,7 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
     """
     from autoshard.profiler.optimizers import build_optimizer
 
-    foreach = plan.settings.get("foreach") if plan.family == "fsdp" else None
+    foreach = plan.settings.get("foreach")  # an FSDP knob; other families leave torch's default
     if optimizer is None and source is not None and source.optimizer_fn is not None:
         return _checked(source.optimizer_fn)
     if optimizer is None or isinstance(optimizer, str):

@@ -1,5 +1,10 @@
-"""Distributed training strategies: one module per family (``ddp``, ``fsdp``, ``zero``) behind
-:class:`~autoshard.strategies.base.Strategy` and a name registry."""
+"""Distributed training strategies: one package per family (``ddp``, ``fsdp``, ``deepspeed``) behind
+:class:`~autoshard.strategies.base.Strategy` and a name registry.
+
+A family package owns everything about its strategies: the presets and their traits (``__init__.py``), the
+memory and step-time models, the training backend (``backend.py``) and the exporter (``export.py``).
+See ``docs/architecture.md``.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,21 @@ from autoshard.strategies.base import (
     Knob,
     MemoryEstimate,
     Strategy,
+    Traits,
 )
-from autoshard.strategies.registry import describe, get, names, register
+from autoshard.strategies.registry import (
+    Family,
+    backend_class,
+    describe,
+    exporter,
+    family,
+    family_names,
+    get,
+    names,
+    register,
+    register_family,
+    traits,
+)
 from autoshard.strategies.workload import Workload, build_workload
 
 __all__ = [
@@ -22,11 +40,22 @@ __all__ = [
     "GpuMemory",
     "Knob",
     "MemoryEstimate",
+    "Family",
     "Strategy",
+    "Traits",
     "Workload",
+    "backend_class",
     "build_workload",
     "describe",
+    "exporter",
+    "family",
+    "family_names",
     "get",
     "names",
     "register",
+    "register_family",
+    "traits",
 ]
+
+# Each family registers itself and its presets, in the order they are listed to users.
+from autoshard.strategies import ddp, fsdp, deepspeed  # noqa: E402, F401, I001

@@ -10,10 +10,103 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, cast
 
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies.workload import Workload
+
+FamilyName = Literal["ddp", "fsdp", "deepspeed"]
+"""The strategy families: each is one package under ``autoshard/strategies/``."""
+OffloadTarget = Literal["none", "cpu", "nvme"]
+FAMILIES: tuple[FamilyName, ...] = ("ddp", "fsdp", "deepspeed")
+OFFLOAD_TARGETS: tuple[OffloadTarget, ...] = ("none", "cpu", "nvme")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Traits:
+    """What a strategy does, as rules, the runtime and the exporters ask it: never by its name.
+
+    Example:
+        >>> t = Traits(family="deepspeed", zero_stage=3, offload="cpu", offload_parameters=True)
+        >>> t.shards_parameters, t.shards_gradients, t.offloads
+        (True, True, True)
+        >>> Traits.from_dict(t.to_dict()) == t
+        True
+    """
+
+    family: FamilyName
+    zero_stage: int
+    """What stays sharded through the step, as a ZeRO stage (Rajbhandari et al. 2020, §5): 0 whole replicas (DDP),
+    1 optimizer state, 2 also gradients, 3 also parameters, gathered for each use and freed after it. FSDP's full
+    shard and hybrid are stage 3; ``reshard_after_forward=False`` (Lightning's ``fsdp_shard_grad_op``, FSDP1's
+    ``SHARD_GRAD_OP``) keeps the parameters gathered from forward to the end of backward, gathering them once per
+    step as ZeRO-2 keeps them whole: stage 2 (the FSDP paper, Zhao et al. 2023, §3.2.1, compares it to ZeRO-2)."""
+    offload: OffloadTarget = "none"
+    """Where model states leave the GPU for: optimizer state (and with :attr:`offload_parameters` the
+    parameters) in host RAM or on NVMe."""
+    offload_parameters: bool = False
+    """The parameters themselves live on the offload target between uses (ZeRO-3 ``offload_param``, FSDP's
+    ``CPUOffloadPolicy``), not only the optimizer state."""
+    hybrid: bool = False
+    """Shards within each node and replicates across nodes (a 2-D mesh: FSDP's hybrid sharding)."""
+    sharded_at_rest: bool = False
+    """Each rank holds only its shard of the parameters between steps, so the model can be built sharded from a
+    meta build (FSDP at every stage, ZeRO-3's ``zero.Init``). Implied by stage 3."""
+
+    def __post_init__(self) -> None:
+        if self.zero_stage == 3 and not self.sharded_at_rest:
+            object.__setattr__(self, "sharded_at_rest", True)
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {FAMILIES}, but got {self.family=}.")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, but got {self.zero_stage=}.")
+        if self.offload not in OFFLOAD_TARGETS:
+            raise ValueError(f"offload must be one of {OFFLOAD_TARGETS}, but got {self.offload=}.")
+        if self.offload_parameters and self.offload == "none":
+            raise ValueError("offload_parameters needs an offload target.")
+
+    @property
+    def shards_parameters(self) -> bool:
+        """Parameters are gathered for each use in forward and in backward (stage 3)."""
+        return self.zero_stage == 3
+
+    @property
+    def shards_gradients(self) -> bool:
+        """Each rank keeps only its shard of the reduced gradients (stage 2 and up)."""
+        return self.zero_stage >= 2
+
+    @property
+    def shards_optimizer_state(self) -> bool:
+        """Each rank keeps only its shard of the optimizer state (stage 1 and up)."""
+        return self.zero_stage >= 1
+
+    @property
+    def offloads(self) -> bool:
+        """Some model state leaves the GPU."""
+        return self.offload != "none"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the fields; the derived properties are not stored)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Traits:
+        """The traits written by :meth:`to_dict`.
+
+        Raises:
+            ValueError: a field missing, unknown or out of range.
+        """
+        names = set(cls.__dataclass_fields__)
+        unknown = set(data) - names
+        missing = {"family", "zero_stage"} - set(data)
+        if unknown or missing:
+            raise ValueError(f"traits: unknown {sorted(unknown)}, missing {sorted(missing)}.")
+        types = {"family": str, "zero_stage": int, "offload": str, "offload_parameters": bool, "hybrid": bool,
+                 "sharded_at_rest": bool}
+        for name, value in data.items():
+            if not isinstance(value, types[name]) or (types[name] is int and isinstance(value, bool)):
+                raise ValueError(f"traits.{name} has the wrong type ({type(value).__name__}).")
+        return cls(**cast(dict[str, Any], dict(data)))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -160,10 +253,15 @@ class Strategy(abc.ABC):
 
     name: ClassVar[str] = ""
     """Set by the registry: the name users know (Lightning's), e.g. ``deepspeed_stage_2_offload``."""
-    family: ClassVar[str] = ""
+    family: ClassVar[FamilyName]
     """``ddp``, ``fsdp`` or ``deepspeed``."""
     requires: ClassVar[tuple[str, ...]] = ()
     """Python modules the backend needs at run time (e.g. ``("deepspeed",)``)."""
+
+    @property
+    @abc.abstractmethod
+    def traits(self) -> Traits:
+        """What this preset does (sharding stage, offload, hybrid), from its constructor arguments."""
 
     @abc.abstractmethod
     def memory(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> MemoryEstimate:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.errors import AutoshardError
-from autoshard.export import plan_json
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner import plan_file
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime import supervisor
 from autoshard.tuner import worker
 from autoshard.tuner.failures import classify
@@ -86,7 +86,7 @@ def run_trial(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout
         TrialFailed: the workers failed or timed out (classified; every process was stopped).
     """
     run_dir.mkdir(parents=True, exist_ok=True)
-    plan_json.write(exported, run_dir / "plan.json")
+    plan_file.write(exported, run_dir / "plan.json")
     (run_dir / worker.TRIAL_FILE).write_text(json.dumps({"model": spec.model, "optimizer": spec.optimizer,
                                                          "steps": spec.steps, "seed": spec.seed}), encoding="utf-8")
     world = exported.hardware.world_size

@@ -21,10 +21,10 @@ from typing import Any
 import optuna
 
 from autoshard.errors import UsageError, UserCodeError
-from autoshard.export import plan_json
-from autoshard.export.plan_json import ExportedPlan
 from autoshard.models import ModelSource, load_source
+from autoshard.planner import plan_file
 from autoshard.planner.plan import Plan
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.planner.search import evaluate
 from autoshard.strategies import get
 from autoshard.tuner import storage as storage_mod
@@ -145,7 +145,7 @@ def tune(
                                seq_len=seq_len, precision=precision, optimizer=optimizer,
                                strategies=None if strategies is None else list(strategies))
     space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes)
-    planned = plan_json.from_plan(plan)
+    planned = plan_file.from_plan(plan)
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
                    "batch": {"global_batch_size": global_batch_size, "precision": precision,
                              "optimizer": optimizer, "seq_len": planned.seq_len}}
@@ -244,7 +244,7 @@ class _Loop:
                 trial.set_user_attr("duplicate_of", earlier)
             self._settle(trial, config, reused, cache=False)
             return "cached" if earlier is None else "duplicate"
-        exported = plan_json.from_plan(dataclasses.replace(self.plan, recommended=evaluation))
+        exported = plan_file.from_plan(dataclasses.replace(self.plan, recommended=evaluation))
         run_dir = self.out / "trials" / f"{trial.number:04d}"
         display.start_trial(trial.number, _describe(config))
         started = time.monotonic()
@@ -467,7 +467,7 @@ def exported_plan(plan: Plan, config: TrialConfig) -> ExportedPlan:
     """``config`` as ``plan.json`` holds it (the trial-only settings dropped)."""
     evaluation = evaluate(get(config.strategy), plan.workload, plan.hardware, plan.request,
                           _candidate(config, trial=False))
-    return plan_json.from_plan(dataclasses.replace(plan, recommended=evaluation))
+    return plan_file.from_plan(dataclasses.replace(plan, recommended=evaluation))
 
 
 def _finish(study: optuna.Study, space: SearchSpace, plan: Plan, shown: str, out: Path,

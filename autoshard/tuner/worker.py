@@ -69,13 +69,13 @@ def _run(run_dir: Path, launch: Any) -> None:
     import torch
     import torch.distributed as dist
 
-    from autoshard.export import plan_json
     from autoshard.models import load_source
+    from autoshard.planner import plan_file
     from autoshard.runtime.distributed import join
     from autoshard.runtime.train import TrainJob, train
 
     spec = json.loads((run_dir / TRIAL_FILE).read_text(encoding="utf-8"))
-    exported = plan_json.read(run_dir / "plan.json")
+    exported = plan_file.read(run_dir / "plan.json")
     source = load_source(spec["model"])
     ctx = join(launch, device_type=exported.hardware.device_type)
     cuda = ctx.device.type == "cuda"

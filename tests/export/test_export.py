@@ -14,16 +14,18 @@ import autoshard
 from autoshard.errors import UsageError
 from autoshard.export import (
     accelerate,
-    deepspeed,
     export_plan,
     hf_trainer,
     launch,
     lightning,
-    plan_json,
     render,
 )
+from autoshard.planner import plan_file
 from autoshard.strategies import get, names
 from autoshard.strategies.base import Candidate
+from autoshard.strategies.deepspeed import config as deepspeed
+from autoshard.strategies.deepspeed import export as deepspeed_export
+from autoshard.strategies.fsdp import export as fsdp_export
 
 DS_NAMES = [n for n in names() if n.startswith("deepspeed_stage_")]
 
@@ -34,12 +36,12 @@ def plan():
 
 
 def exported_for(plan, strategy: str, *, nodes: int = 1, precision: str | None = None,
-                 checkpointing: bool = False) -> plan_json.ExportedPlan:
+                 checkpointing: bool = False) -> plan_file.ExportedPlan:
     """The plan re-targeted at ``strategy`` (settings in force from the strategy's own defaults)."""
     hw = dataclasses.replace(plan.hardware, nodes=nodes)
     cand = Candidate(strategy=strategy, micro_batch_size=4, activation_checkpointing=checkpointing)
-    rec = dataclasses.replace(plan.recommended, candidate=cand, family=get(strategy).family, gradient_accumulation=2)
-    e = plan_json.from_plan(dataclasses.replace(plan, recommended=rec, hardware=hw))
+    rec = dataclasses.replace(plan.recommended, candidate=cand, traits=get(strategy).traits, gradient_accumulation=2)
+    e = plan_file.from_plan(dataclasses.replace(plan, recommended=rec, hardware=hw))
     return e if precision is None else dataclasses.replace(e, precision=precision)
 
 
@@ -70,7 +72,7 @@ def test_deepspeed_rejection_is_a_usage_error_naming_the_key():
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp_cpu_offload", "deepspeed_stage_3_offload_nvme"])
 def test_plan_json_round_trips(plan, strategy, tmp_path):
     e = exported_for(plan, strategy, nodes=2)
-    assert plan_json.read(plan_json.write(e, tmp_path / "plan.json")) == e
+    assert plan_file.read(plan_file.write(e, tmp_path / "plan.json")) == e
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -88,7 +90,7 @@ def test_malformed_plan_json_is_a_usage_error(plan, tmp_path, mutate, message):
     path = tmp_path / "plan.json"
     path.write_text(data if isinstance(data, str) else json.dumps(data))
     with pytest.raises(UsageError, match=message):
-        plan_json.read(path)
+        plan_file.read(path)
 
 
 @pytest.mark.parametrize("strategy, kind", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("fsdp_shard_grad_op", "FSDP"),
@@ -139,7 +141,7 @@ def test_hf_trainer_arguments_parse_in_transformers(plan, strategy, tmp_path, mo
 
     monkeypatch.chdir(tmp_path)
     if e.family == "fsdp":
-        (tmp_path / "fsdp_config.json").write_text(hf_trainer.dumps_fsdp_config(e))
+        (tmp_path / "fsdp_config.json").write_text(fsdp_export.EXPORTER.files(e, validate=False)["fsdp_config.json"])
     (parsed,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(["--output_dir", "o", *args])
     assert parsed.gradient_accumulation_steps == 2
     if e.family == "fsdp":
@@ -162,7 +164,7 @@ def test_sbatch_and_launchers_have_the_plans_node_and_gpu_counts(plan, nodes):
     if importlib.util.find_spec("deepspeed") is not None:
         from deepspeed.launcher.runner import parse_args
 
-        parsed = parse_args(launch.deepspeed_launcher(e, multi_node=True).replace('"', "").split()[1:])
+        parsed = parse_args(deepspeed_export.launcher(e, multi_node=True).replace('"', "").split()[1:])
         assert parsed.num_nodes == nodes and parsed.num_gpus == 8
 
 
@@ -183,12 +185,12 @@ def test_export_refuses_to_clobber_a_different_file_unless_forced(plan, tmp_path
     with pytest.raises(UsageError, match="launch.sh"):
         export_plan(other, tmp_path)
     assert (tmp_path / "launch.sh").read_text() == "my own script\n"
-    assert plan_json.read(tmp_path / "plan.json") == e  # nothing was written
+    assert plan_file.read(tmp_path / "plan.json") == e  # nothing was written
     export_plan(other, tmp_path, force=True)
-    assert plan_json.read(tmp_path / "plan.json") == other
+    assert plan_file.read(tmp_path / "plan.json") == other
 
 
 def test_export_accepts_a_plan_and_renders_readme_notes(plan):
-    files = render(plan_json.from_plan(plan))
+    files = render(plan_file.from_plan(plan))
     assert "Gradient clipping" in files["README.md"]
     assert json.loads(files["plan.json"])["strategy"] == plan.recommended.strategy

@@ -10,7 +10,8 @@ from autoshard.errors import NoFeasiblePlan, UsageError
 from autoshard.hardware import load_hardware
 from autoshard.planner import PlanRequest, plan
 from autoshard.profiler.options import Precision
-from autoshard.strategies.base import CostEstimate, GpuMemory, Knob, MemoryEstimate, Strategy
+from autoshard.strategies import traits
+from autoshard.strategies.base import CostEstimate, GpuMemory, Knob, MemoryEstimate, Strategy, Traits
 from autoshard.strategies.workload import Workload
 
 GIB = 2**30
@@ -26,6 +27,11 @@ class Synthetic(Strategy):
         self.name = name
         self._state, self._act, self._rate = state_gib * GIB, act_gib * GIB, per_device_samples_s
         self._sharded, self._cpu, self._unsupported = sharded, cpu_gib * GIB, unsupported
+
+    @property
+    def traits(self) -> Traits:
+        """The registered strategy's of the same name: the rules ask traits."""
+        return traits(self.name)
 
     def memory(self, workload, hardware, candidate):
         states = self._state / (hardware.world_size if self._sharded else 1)

@@ -34,7 +34,7 @@ def _plan_for(model: torch.nn.Module, spec: dict, processes: int):  # type: igno
     from dataclasses import replace
 
     import autoshard
-    from autoshard.export.plan_json import ExportedPlan, HardwareFingerprint
+    from autoshard.planner.plan_file import ExportedPlan, HardwareFingerprint
     from autoshard.runtime.planning import model_fingerprint
     from autoshard.strategies import get
 
@@ -92,7 +92,7 @@ def main() -> None:
         from dataclasses import replace
 
         import autoshard
-        from autoshard.export.plan_json import from_plan
+        from autoshard.planner.plan_file import from_plan
         from autoshard.runtime.planning import module_source
 
         hardware = autoshard.detect_hardware(gpus=options.get("processes", 1))

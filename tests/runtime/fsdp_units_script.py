@@ -15,7 +15,7 @@ from dataclasses import replace
 import torch
 
 import autoshard
-from autoshard.export.plan_json import ExportedPlan, HardwareFingerprint
+from autoshard.planner.plan_file import ExportedPlan, HardwareFingerprint
 from autoshard.models import load_source
 from autoshard.runtime import fit
 from autoshard.runtime.planning import model_fingerprint

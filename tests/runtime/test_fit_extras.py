@@ -25,7 +25,7 @@ from torch import nn
 
 import autoshard
 from autoshard.errors import UsageError, UserCodeError
-from autoshard.export import plan_json
+from autoshard.planner import plan_file
 from autoshard.runtime import checkpoint, fit, supervisor
 from autoshard.runtime.loop import lost_peer
 from tests.runtime.regression import batches as _batches
@@ -62,14 +62,14 @@ def _sgd(params: Any) -> torch.optim.Optimizer:
 
 
 def _plan(model: nn.Module, *, strategy: str = "ddp", world_size: int = 1, accumulation: int = 1
-          ) -> plan_json.ExportedPlan:
+          ) -> plan_file.ExportedPlan:
     """The planner's plan for ``strategy`` on ``world_size`` CPU ranks, micro-batch 4, with ``accumulation``."""
     from autoshard.runtime.planning import module_source
 
     planned = autoshard.recommend(module_source(model, _batches(1)[0], loss_fn=_mse),
                                   hardware=autoshard.detect_hardware(gpus=world_size), batch_size=4,
                                   precision="32-true", strategies=[strategy])  # planned for adamw: see the report on sgd
-    return replace(plan_json.from_plan(planned), gradient_accumulation=accumulation)
+    return replace(plan_file.from_plan(planned), gradient_accumulation=accumulation)
 
 
 # -- the learning-rate scheduler ----------------------------------------------------------------------------

@@ -92,9 +92,9 @@ def _overflow_worker(rank: int, world_size: int, port: int, out_dir: str) -> Non
 
 
 def _overflow_case(ctx: Any, strategy: str) -> dict[str, Any]:
-    from autoshard.export.plan_json import ExportedPlan, HardwareFingerprint
+    from autoshard.planner.plan_file import ExportedPlan, HardwareFingerprint
     from autoshard.runtime.backends.base import ModelInit
-    from autoshard.runtime.backends.fsdp import FSDPBackend
+    from autoshard.strategies.fsdp.backend import FSDPBackend
     from autoshard.runtime.planning import model_fingerprint
 
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ from torch import nn
 
 import autoshard
 from autoshard.errors import UsageError, UserCodeError
-from autoshard.export import plan_json
+from autoshard.planner import plan_file
 from autoshard.runtime import fit
 from tests.runtime.regression import batches as _regression_batches
 from tests.runtime.regression import mse as _mse
@@ -70,24 +70,24 @@ def test_gradient_accumulation_follows_the_plan() -> None:
     assert len(result.steps) == 4  # 8 micro-batches, 2 per step
 
 
-def _exported(model: nn.Module, **changes: object) -> plan_json.ExportedPlan:
+def _exported(model: nn.Module, **changes: object) -> plan_file.ExportedPlan:
     from dataclasses import replace
 
     from autoshard.runtime.planning import model_fingerprint
 
-    base = plan_json.ExportedPlan(
+    base = plan_file.ExportedPlan(
         strategy="ddp", family="ddp", micro_batch_size=4, gradient_accumulation=1, activation_checkpointing=False,
         settings={"bucket_cap_mb": 25.0, "comm_hook": "none", "gradient_as_bucket_view": False,
                   "static_graph": False, "find_unused_parameters": False},
         precision="32-true", optimizer="sgd", seq_len=None, model=model_fingerprint(model, "_Regressor"),
-        hardware=plan_json.HardwareFingerprint(gpu=None, gpu_memory_bytes=None, gpus_per_node=1, nodes=1,
+        hardware=plan_file.HardwareFingerprint(gpu=None, gpu_memory_bytes=None, gpus_per_node=1, nodes=1,
                                                device_type="cpu", backend="gloo", nvme_path=None))
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
 def test_a_plan_for_another_model_is_refused_then_forced(tmp_path: Path) -> None:
     other = _exported(nn.Linear(3, 3))
-    path = plan_json.write(other, tmp_path / "plan.json")
+    path = plan_file.write(other, tmp_path / "plan.json")
     with pytest.raises(UsageError, match="made for something else: it is for model _Regressor") as info:
         fit(_Regressor(), _regression_batches(), loss_fn=_mse, plan=path, max_steps=1)
     assert "force=True" in str(info.value)
@@ -153,14 +153,14 @@ def test_a_deepspeed_plan_without_deepspeed_says_how_to_install(monkeypatch: pyt
     (lambda tmp: str(tmp / "missing"), "not a directory here"),
 ])
 def test_a_missing_nvme_directory_is_refused(tmp_path: Path, make, message: str) -> None:  # type: ignore[no-untyped-def]
-    from autoshard.runtime.backends.deepspeed import _check_nvme
+    from autoshard.strategies.deepspeed.backend import _check_nvme
 
     with pytest.raises(UsageError, match=message):
         _check_nvme(make(tmp_path))
 
 
 def test_an_unwritable_nvme_directory_is_refused(tmp_path: Path) -> None:
-    from autoshard.runtime.backends.deepspeed import _check_nvme
+    from autoshard.strategies.deepspeed.backend import _check_nvme
 
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)

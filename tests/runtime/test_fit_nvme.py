@@ -15,8 +15,8 @@ import torch
 
 import autoshard
 from autoshard.errors import UsageError
-from autoshard.export.plan_json import ExportedPlan, from_plan
-from autoshard.runtime.backends.deepspeed import async_io_available, import_deepspeed
+from autoshard.planner.plan_file import ExportedPlan, from_plan
+from autoshard.strategies.deepspeed.backend import async_io_available, import_deepspeed
 
 import_deepspeed("cuda" if torch.cuda.is_available() else "cpu")  # picks DeepSpeed's accelerator first
 AIO = async_io_available()
@@ -49,7 +49,7 @@ def test_nvme_offload_trains_and_swaps_to_the_directory(tmp_path: Path) -> None:
 
 
 def test_the_plan_names_nvme_for_both_offloads(tmp_path: Path) -> None:
-    from autoshard.export.deepspeed import ds_config
+    from autoshard.strategies.deepspeed.config import ds_config
 
     zero = ds_config(_nvme_plan(tmp_path))["zero_optimization"]
     assert zero["offload_param"]["nvme_path"] == zero["offload_optimizer"]["nvme_path"] == str(tmp_path)

@@ -24,7 +24,8 @@ import pytest
 import torch
 
 import autoshard
-from autoshard.export import hf_trainer, lightning, notes, plan_json
+from autoshard.export import hf_trainer, lightning, notes
+from autoshard.planner import plan_file
 from autoshard.models import load_source
 from autoshard.models.source import ModelSource, call_model, default_loss
 from autoshard.profiler.options import ProfileOptions
@@ -207,7 +208,7 @@ def test_ddp_plan_finds_unused_parameters_only_when_the_step_leaves_some(skip_ne
         plan = _recommend(source, strategies=["ddp", "fsdp"], **kw)
         ddp = next(e for e in plan.candidates if e.strategy == "ddp")
         assert plan.workload.unused_parameter_count > 0 if expected else plan.workload.unused_parameter_count == 0
-        exported = plan_json.from_plan(dataclasses.replace(plan, recommended=ddp))
+        exported = plan_file.from_plan(dataclasses.replace(plan, recommended=ddp))
         assert exported.settings["find_unused_parameters"] is expected, source
         said = [r for r in ddp.reasons if r.startswith("[ddp-unused-parameters]")]
         assert bool(said) is expected, ddp.reasons
@@ -235,13 +236,13 @@ def test_exports_carry_find_unused_parameters(skip_net: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     import ast
 
-    exported = plan_json.from_plan(_recommend(skip_net, strategies=["ddp"]))
+    exported = plan_file.from_plan(_recommend(skip_net, strategies=["ddp"]))
     assert exported.settings["find_unused_parameters"] is True
     # plan.json round-trips; one written before the setting existed still loads (the backend's default: off).
-    assert plan_json.read(plan_json.write(exported, tmp_path / "plan.json")) == exported
+    assert plan_file.read(plan_file.write(exported, tmp_path / "plan.json")) == exported
     old = exported.to_dict()
     old["settings"] = {k: v for k, v in old["settings"].items() if k != "find_unused_parameters"}
-    assert "find_unused_parameters" not in plan_json.loads(json.dumps(old)).settings
+    assert "find_unused_parameters" not in plan_file.loads(json.dumps(old)).settings
     source = lightning.snippet(exported)
     ast.parse(source)
     assert "find_unused_parameters=True" in source

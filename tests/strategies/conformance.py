@@ -10,10 +10,8 @@ The pattern follows optuna's ``optuna/testing/pytest_samplers.py``: one suite, e
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import math
-import re
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -21,7 +19,16 @@ import pytest
 from autoshard.errors import UsageError
 from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import load_source
-from autoshard.strategies import Candidate, Knob, Strategy, Workload, build_workload, describe, get, names
+from autoshard.strategies import (
+    Candidate,
+    Knob,
+    Strategy,
+    Workload,
+    build_workload,
+    describe,
+    get,
+    names,
+)
 from autoshard.strategies.workload import STEP_PHASES
 
 FAMILIES = ("ddp", "fsdp", "deepspeed")
@@ -31,23 +38,6 @@ SCOPES = ("intra", "inter", "world")
 MICRO_BATCHES = (1, 2, 3, 4, 8)
 TRACED_MICRO_BATCHES = (1, 2)
 """The micro-batches ``build_workload`` traces; others are extrapolated from them."""
-
-
-@functools.cache
-def registry_unavailable() -> str | None:
-    """Why the strategy registry cannot load yet — a module under ``autoshard.strategies`` that does not exist
-    (a family being written) — or ``None`` when it loads. Any other import error is raised."""
-    try:
-        names()
-    except ImportError as exc:
-        missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
-        attr = re.match(r"cannot import name '(\w+)' from '([\w.]+)'", str(exc))
-        if attr:
-            missing = f"{attr.group(2)}.{attr.group(1)}"
-        if missing and missing.startswith("autoshard.strategies.") and importlib.util.find_spec(missing) is None:
-            return f"the strategy registry cannot load: {missing} is not written yet ({exc})"
-        raise
-    return None
 
 
 @functools.cache

@@ -8,13 +8,13 @@ import pytest
 
 from autoshard.errors import UsageError
 from autoshard.strategies import Candidate
-from autoshard.strategies.ddp import (
+from autoshard.strategies.ddp import strategy as ddp_module
+from autoshard.strategies.ddp.strategy import (
     DDPStrategy,
     bucket_members,
     gradient_buckets,
     powersgd_elements,
 )
-from autoshard.strategies import ddp as ddp_module
 from tests.strategies import conformance
 from tests.strategies.gloo_harness import run_gloo
 
@@ -30,18 +30,6 @@ def _ddp() -> DDPStrategy:
 def _cand(micro_batch: int = 4, checkpointing: bool = False, **settings: Any) -> Candidate:
     return Candidate(strategy="ddp", micro_batch_size=micro_batch, activation_checkpointing=checkpointing,
                      settings=settings)
-
-
-# -- the conformance suite, directly, until the registry loads --------------------------------------------------
-
-@pytest.mark.skipif(conformance.registry_unavailable() is None,
-                    reason="test_conformance.py runs the suite on ddp through the registry")
-@pytest.mark.parametrize(
-    "check",
-    conformance.parametrized(tuple(c for c in conformance.CHECKS if c is not conformance.check_name_round_trips)),
-)
-def test_ddp_passes_the_conformance_suite(check) -> None:  # type: ignore[no-untyped-def]
-    check(_ddp())
 
 
 # -- rules read from torch ----------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from autoshard.profiler.options import Precision
 from autoshard.profiler.trace import _checkpoint_blocks
 from autoshard.profiler.tracker import Category, MemoryTracker
 from autoshard.strategies import Candidate, Workload, build_workload, get
-from autoshard.strategies.fsdp_memory import wrapping_units
+from autoshard.strategies.fsdp.memory import wrapping_units
 
 SEQ_LEN = 64
 TOLERANCE = 0.05

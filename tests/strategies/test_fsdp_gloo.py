@@ -25,7 +25,10 @@ import pytest
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
+    DefaultAllGather,
+    DefaultReduceScatter,
+)
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -38,7 +41,7 @@ from autoshard.profiler.optimizers import build_optimizer
 from autoshard.profiler.trace import _checkpoint_blocks
 from autoshard.strategies import Candidate, Workload, build_workload, get
 from tests.strategies.gloo_harness import run_gloo, track_training_steps
-from tests.strategies.test_fsdp import _FSDPTracker, _fsdp_tracing
+from tests.strategies.test_fsdp import _fsdp_tracing, _FSDPTracker
 
 SEQ_LEN = 64
 TOLERANCE = 0.10  # the project's target for real CPU runs

@@ -14,10 +14,17 @@ import pytest
 from autoshard.hardware import NVMeDevice, detect_hardware, load_hardware
 from autoshard.models import load_source
 from autoshard.strategies import Candidate, build_workload, get
-from autoshard.strategies import zero as zero_module
-from autoshard.strategies.zero import DeepSpeedZero
-from autoshard.strategies.zero_layout import ZeroSettings, flat_layout, partitioned_layout
-from autoshard.strategies.zero_memory import model_states, state_bytes_per_parameter
+from autoshard.strategies.deepspeed import strategy as zero_module
+from autoshard.strategies.deepspeed.layout import (
+    ZeroSettings,
+    flat_layout,
+    partitioned_layout,
+)
+from autoshard.strategies.deepspeed.memory import (
+    model_states,
+    state_bytes_per_parameter,
+)
+from autoshard.strategies.deepspeed.strategy import DeepSpeedZero
 from tests.strategies import conformance
 
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed not installed")
@@ -199,7 +206,9 @@ def _settings(stage: int, offload_optimizer: str = "none", offload_param: str = 
 ])
 def test_zero2_model_states_match_deepspeeds_estimator(model: str, gpus_per_node: int, nodes: int,
                                                        offload: bool) -> None:
-    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import (
+        estimate_zero2_model_states_mem_needs,
+    )
 
     workload, total, _ = _estimator_subject(model)
     world = gpus_per_node * nodes
@@ -275,8 +284,12 @@ def test_zero3_model_states_match_deepspeeds_estimator(model: str, gpus_per_node
 
 @needs_deepspeed
 def test_deepspeeds_live_estimators_run_on_the_real_model(capsys: pytest.CaptureFixture[str]) -> None:
-    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs_all_live
-    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs_all_live
+    from deepspeed.runtime.zero.stage3 import (
+        estimate_zero3_model_states_mem_needs_all_live,
+    )
+    from deepspeed.runtime.zero.stage_1_and_2 import (
+        estimate_zero2_model_states_mem_needs_all_live,
+    )
 
     module = load_source("tiny-llama").build()
     estimate_zero2_model_states_mem_needs_all_live(module, num_gpus_per_node=8, num_nodes=2)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime.backends.base import (
     Backend,
     ModelInit,
@@ -15,28 +15,13 @@ __all__ = ["Backend", "ModelInit", "OptimizerFactory", "create", "to_device"]
 
 
 def create(plan: ExportedPlan, ctx: RunContext, *, grad_clip_norm: float | None = None) -> Backend:
-    """The backend for ``plan.family`` (imports only that family's dependencies).
+    """The backend of the plan's strategy family (imports only that family's dependencies).
 
     Raises:
         UsageError: the family is unknown, or its backend's dependency is missing.
     """
-    if plan.family == "ddp":
-        from autoshard.runtime.backends.ddp import DDPBackend
+    from autoshard.strategies import backend_class
 
-        return DDPBackend(plan, ctx, grad_clip_norm=grad_clip_norm)
-    if plan.family == "fsdp":
-        from autoshard.runtime.backends.fsdp import FSDPBackend
-
-        return FSDPBackend(plan, ctx, grad_clip_norm=grad_clip_norm)
-    if plan.family == "deepspeed":
-        from autoshard.runtime.backends.deepspeed import (
-            DeepSpeedBackend,
-            import_deepspeed,
-        )
-
-        import_deepspeed(ctx.device.type)  # a clear install hint before anything is built
-        return DeepSpeedBackend(plan, ctx, grad_clip_norm=grad_clip_norm)
-    from autoshard.errors import UsageError
-
-    raise UsageError(f"the plan's strategy family {plan.family!r} is not one fit() can run.",
-                     hint="Families: ddp, fsdp, deepspeed.")
+    cls: type[Backend] = backend_class(plan.family)
+    cls.check_dependencies(ctx.device.type)  # a clear install hint before anything is built
+    return cls(plan, ctx, grad_clip_norm=grad_clip_norm)

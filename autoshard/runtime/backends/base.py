@@ -1,7 +1,7 @@
 """One small base class per training backend: build the wrapped model and optimizer from a plan, run the
 micro-step, step the optimizer, save / load / consolidate state.
 
-A backend is built for one :class:`~autoshard.export.plan_json.ExportedPlan` in one process of the run. The
+A backend is built for one :class:`~autoshard.planner.plan_file.ExportedPlan` in one process of the run. The
 training loop (:mod:`autoshard.runtime.loop`) only calls the methods below, so the loop is the same for DDP,
 FSDP2 and DeepSpeed, and ``benchmarks/fit_overhead.py`` can compare it with a hand-written loop per backend.
 """
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime.distributed import RunContext
 from autoshard.runtime.precision import PrecisionRecipe, recipe
 
@@ -50,6 +50,8 @@ class Backend(abc.ABC):
     """Training with one family of strategies (``ddp``, ``fsdp``, ``deepspeed``)."""
 
     family: ClassVar[str] = ""
+    reshards_checkpoints: ClassVar[bool] = False
+    """Its checkpoints load into a run with another number of ranks (FSDP2's DCP reshards them)."""
 
     def __init__(self, plan: ExportedPlan, ctx: RunContext, *, grad_clip_norm: float | None = None) -> None:
         self.plan = plan
@@ -58,6 +60,13 @@ class Backend(abc.ABC):
         """Clip the gradients' global 2-norm to this before each optimizer step (``None``: no clipping)."""
         self.settings = dict(plan.settings)
         self.precision: PrecisionRecipe = recipe(plan.precision)
+        self.traits = plan.strategy_traits
+        """What the plan's strategy does (sharding stage, offload, hybrid): what the backend asks, never the name."""
+
+    @classmethod
+    def check_dependencies(cls, device_type: str) -> None:
+        """Raise a :class:`~autoshard.errors.UsageError` with an install hint when the backend's dependency is
+        missing for ``device_type`` (nothing to check by default)."""
 
     @abc.abstractmethod
     def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:

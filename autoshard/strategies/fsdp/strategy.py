@@ -11,7 +11,7 @@ ones, as one group) and then on the root, which takes every remaining parameter;
 ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`` and no autocast, so activations come from the
 profile's ``half`` trace; ``32-true`` runs without a policy.
 
-Memory: :mod:`autoshard.strategies.fsdp_memory`; time: :mod:`autoshard.strategies.fsdp_cost`;
+Memory: :mod:`autoshard.strategies.fsdp.memory`; time: :mod:`autoshard.strategies.fsdp.cost`;
 rules, sources and measurements: ``docs/strategies/fsdp.md``.
 """
 
@@ -23,9 +23,17 @@ from autoshard.errors import UsageError
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.profiler.options import Precision
 from autoshard.strategies import costs
-from autoshard.strategies.base import Candidate, CostEstimate, GpuMemory, Knob, MemoryEstimate, Strategy
-from autoshard.strategies.fsdp_cost import communication, cpu_offload
-from autoshard.strategies.fsdp_memory import (
+from autoshard.strategies.base import (
+    Candidate,
+    CostEstimate,
+    GpuMemory,
+    Knob,
+    MemoryEstimate,
+    Strategy,
+    Traits,
+)
+from autoshard.strategies.fsdp.cost import communication, cpu_offload
+from autoshard.strategies.fsdp.memory import (
     Layout,
     Moment,
     StepActivations,
@@ -34,20 +42,16 @@ from autoshard.strategies.fsdp_memory import (
     step_moments,
     wrapping_units,
 )
-from autoshard.strategies.registry import register
-from autoshard.strategies.workload import StepTrace, Workload, compute_dtype, fsdp_half_mode
+from autoshard.strategies.workload import (
+    StepTrace,
+    Workload,
+    compute_dtype,
+    fsdp_half_mode,
+)
 
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 
 
-@register("fsdp", description="FSDP2 full shard: parameters, gradients and optimizer state split across all ranks.",
-          reshard_after_forward=True)
-@register("fsdp_shard_grad_op", description="FSDP2 keeping unsharded parameters from forward to backward "
-          "(reshard_after_forward=False): fewer all-gathers, more memory.", reshard_after_forward=False)
-@register("fsdp_hybrid", description="FSDP2 hybrid: shard within each node, replicate across nodes (2-D mesh).",
-          reshard_after_forward=True, hybrid=True)
-@register("fsdp_cpu_offload", description="FSDP2 with CPUOffloadPolicy: sharded parameters, gradients and "
-          "optimizer state in host RAM, AdamW on the CPU.", reshard_after_forward=True, offload=True)
 class FSDPStrategy(Strategy):
     """FSDP2 with one of the presets above.
 
@@ -63,6 +67,14 @@ class FSDPStrategy(Strategy):
         self.reshard_after_forward = reshard_after_forward
         self.hybrid = hybrid
         self.offload = offload
+
+    @property
+    def traits(self) -> Traits:
+        """Stage 3 (2 when blocks keep their parameters to backward), sharded between steps either way; CPU
+        offload moves parameters, gradients and optimizer state to the host."""
+        return Traits(family="fsdp", zero_stage=3 if self.reshard_after_forward else 2,
+                      offload="cpu" if self.offload else "none", offload_parameters=self.offload, hybrid=self.hybrid,
+                      sharded_at_rest=True)
 
     # -- settings ---------------------------------------------------------------------------------------------
     def unsupported(self, hardware: HardwareSpec) -> str | None:
@@ -102,7 +114,7 @@ class FSDPStrategy(Strategy):
         return tuple(knobs)
 
     def layout(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> tuple[Layout, dict[str, Any]]:
-        """The candidate's settings as a :class:`~autoshard.strategies.fsdp_memory.Layout`.
+        """The candidate's settings as a :class:`~autoshard.strategies.fsdp.memory.Layout`.
 
         Raises:
             UsageError: an unknown setting or a value out of range.

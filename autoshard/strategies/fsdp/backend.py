@@ -39,11 +39,12 @@ class FSDPBackend(Backend):
     """Parameters, gradients and optimizer state sharded over the ranks (or, hybrid, over each node's ranks)."""
 
     family = "fsdp"
+    reshards_checkpoints = True  # torch.distributed.checkpoint reshards on load
 
     def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
         """Build (on ``meta`` when the model can re-initialise itself), shard, materialise, build the optimizer
         (and, for ``16-mixed``, the loss scaler)."""
-        self.offload = self.plan.strategy == "fsdp_cpu_offload"
+        self.offload = self.traits.offloads
         on_meta = model.module is None
         if on_meta:
             with torch.device("meta"):
@@ -75,7 +76,7 @@ class FSDPBackend(Backend):
     def _mesh(self) -> DeviceMesh:
         """1-D over the world; hybrid: ``(nodes, ranks per node)``, replicas across nodes, shards within one."""
         hw = self.plan.hardware
-        if self.plan.strategy == "fsdp_hybrid":
+        if self.traits.hybrid:
             if hw.nodes * hw.gpus_per_node != self.ctx.world_size:
                 raise UsageError(f"the plan's hybrid mesh is {hw.nodes} node(s) × {hw.gpus_per_node} rank(s), and "
                                  f"this run has {self.ctx.world_size} ranks.", hint="Plan again for this run.")
@@ -101,7 +102,7 @@ class FSDPBackend(Backend):
         per_unit = int(s.get("blocks_per_unit", 1))
         units: list[FSDPModule] = []
         # Units group consecutive blocks of one stack (an encoder's, a decoder's), never across stacks: the
-        # grouping autoshard.strategies.fsdp_memory.wrapping_units models.
+        # grouping autoshard.strategies.fsdp.memory.wrapping_units models.
         for stack in block_stacks(module, block_names):
             blocks = [module.get_submodule(n) for n in stack]
             for i in range(0, len(blocks), per_unit):

@@ -1,6 +1,6 @@
 """How DeepSpeed ZeRO (0.19.8) lays parameters out for given settings: the settings themselves, the ZeRO-1/2 flat
 partition, the ZeRO-3 per-parameter partition and what ZeRO-3 keeps gathered. Used by the memory model
-(:mod:`autoshard.strategies.zero_memory`) and the cost model (:mod:`autoshard.strategies.zero_cost`)."""
+(:mod:`autoshard.strategies.deepspeed.memory`) and the cost model (:mod:`autoshard.strategies.deepspeed.cost`)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ precision, optimizer, batch sizes — plus fingerprints of the model and the har
 ``fit()`` or a colleague can tell whether the file still describes the job at hand.
 
 Example:
-    >>> from autoshard.export.plan_json import ExportedPlan, HardwareFingerprint, ModelFingerprint, dumps, loads
+    >>> from autoshard.planner.plan_file import ExportedPlan, HardwareFingerprint, ModelFingerprint, dumps, loads
     >>> p = ExportedPlan(
     ...     strategy="ddp", family="ddp", micro_batch_size=4, gradient_accumulation=2,
     ...     activation_checkpointing=False, settings={"bucket_cap_mb": 25}, precision="bf16-mixed",
@@ -30,6 +30,7 @@ from typing import Any
 from autoshard.errors import UsageError
 from autoshard.planner.plan import Plan
 from autoshard.strategies import get
+from autoshard.strategies.base import Traits
 
 SCHEMA_VERSION = 1
 """Bumped whenever a field changes meaning or disappears; readers refuse other versions."""
@@ -106,6 +107,21 @@ class ExportedPlan:
     seq_len: int | None
     model: ModelFingerprint
     hardware: HardwareFingerprint
+    traits: Traits | None = None
+    """What the strategy does (sharding stage, offload, hybrid): what the backends and exporters ask. Left out
+    (plan.json files written before traits), it is the registered strategy's."""
+
+    def __post_init__(self) -> None:
+        if self.traits is None:
+            object.__setattr__(self, "traits", get(self.strategy).traits)
+        if self.strategy_traits.family != self.family:
+            raise UsageError(f"the plan's family {self.family!r} is not its strategy's ({self.strategy_traits.family!r}).")
+
+    @property
+    def strategy_traits(self) -> Traits:
+        """:attr:`traits`, never ``None`` once constructed."""
+        assert self.traits is not None  # set in __post_init__
+        return self.traits
 
     @property
     def global_batch_size(self) -> int:
@@ -115,6 +131,7 @@ class ExportedPlan:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, with ``kind``, ``schema_version`` and the derived ``global_batch_size``."""
         d = asdict(self)
+        d["traits"] = self.strategy_traits.to_dict()
         return {"kind": KIND, "schema_version": SCHEMA_VERSION, **d, "global_batch_size": self.global_batch_size}
 
 
@@ -141,7 +158,7 @@ def from_plan(plan: Plan) -> ExportedPlan:
     settings = get(rec.strategy).settings(hw, rec.candidate, w)  # what the model's step needs included
     nvme = next((d.path for d in hw.node.nvme if d.path.startswith("/")), None)  # profiles say "(local NVMe)"
     return ExportedPlan(
-        strategy=rec.strategy, family=rec.family, micro_batch_size=rec.candidate.micro_batch_size,
+        strategy=rec.strategy, family=rec.family, traits=rec.traits, micro_batch_size=rec.candidate.micro_batch_size,
         gradient_accumulation=rec.gradient_accumulation, activation_checkpointing=rec.candidate.activation_checkpointing,
         settings=dict(settings), precision=w.precision.value, optimizer=w.optimizer, seq_len=w.seq_len,
         model=ModelFingerprint(name=w.model, parameter_count=w.parameter_count, block_class=w.block_class,
@@ -183,8 +200,9 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
         model = ModelFingerprint(**_fields(data, "model", _MODEL_TYPES, source))
         hardware = HardwareFingerprint(**_fields(data, "hardware", _HARDWARE_TYPES, source))
         top = _fields({"plan": data}, "plan", _PLAN_TYPES, source, extra_ok=("kind", "schema_version", "model",
-                                                                               "hardware", "global_batch_size"))
-        exported = ExportedPlan(**top, model=model, hardware=hardware)
+                                                                               "hardware", "global_batch_size", "traits"))
+        traits = _traits(data, source)
+        exported = ExportedPlan(**top, model=model, hardware=hardware, traits=traits)
     except TypeError as e:  # a field missing from the dataclass constructor
         raise UsageError(f"{source} is malformed: {e}.") from e
     for name in ("micro_batch_size", "gradient_accumulation"):
@@ -196,6 +214,18 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
         raise UsageError(f"{source}: global_batch_size {data['global_batch_size']} is not micro_batch_size × "
                          f"gradient_accumulation × nodes × gpus_per_node = {exported.global_batch_size}.")
     return exported
+
+
+def _traits(data: dict[str, Any], source: str) -> Traits | None:
+    """The ``traits`` object, or ``None`` where the file predates them."""
+    if "traits" not in data:
+        return None
+    if not isinstance(data["traits"], dict):
+        raise UsageError(f"{source}: \"traits\" must be an object, but got {type(data['traits']).__name__}.")
+    try:
+        return Traits.from_dict(data["traits"])
+    except ValueError as e:
+        raise UsageError(f"{source}: {e}") from e
 
 
 def write(exported: ExportedPlan, path: str | Path) -> Path:

@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from autoshard.errors import UsageError
-from autoshard.export.plan_json import ExportedPlan
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.strategies import get
 
 NVME_PATH_PLACEHOLDER = "/local_nvme"

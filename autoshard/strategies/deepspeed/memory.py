@@ -24,13 +24,13 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.profiler.options import Precision
 from autoshard.profiler.result import MemoryBreakdown
 from autoshard.strategies.base import Candidate, GpuMemory, MemoryEstimate
-from autoshard.strategies.workload import StepTrace, Workload
-from autoshard.strategies.zero_layout import (
+from autoshard.strategies.deepspeed.layout import (
     NCCL_START_ALIGNMENT,
     ZeroSettings,
     flat_layout,
     partitioned_layout,
 )
+from autoshard.strategies.workload import StepTrace, Workload
 
 FP32_BYTES = 4
 AIO_ALIGNED_BYTES = 1024

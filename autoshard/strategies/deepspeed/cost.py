@@ -31,10 +31,17 @@ import math
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies import costs
 from autoshard.strategies.base import Candidate, Collective, CostEstimate
+from autoshard.strategies.deepspeed.layout import (
+    ZeroSettings,
+    flat_layout,
+    partitioned_layout,
+)
+from autoshard.strategies.deepspeed.memory import (
+    FP32_BYTES,
+    model_dtype_bytes,
+    state_bytes_per_parameter,
+)
 from autoshard.strategies.workload import Workload, compute_dtype
-from autoshard.strategies.zero_layout import ZeroSettings, flat_layout, partitioned_layout
-from autoshard.strategies.zero_memory import FP32_BYTES, model_dtype_bytes, state_bytes_per_parameter
-
 
 CPU_ADAM_PARAMETERS_PER_S = 1.0e9
 """``DeepSpeedCPUAdam`` (AVX, fp32) on one thread: 0.4-2.3e9 parameters/s, about 1e9 typical, measured with

@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from autoshard.errors import UsageError
-from autoshard.export import deepspeed as ds_export
 from autoshard.models.source import call_model, cast_floats
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
+from autoshard.strategies.deepspeed import config as ds_config_mod
 
 TAG = "deepspeed"
 """The checkpoint tag: DeepSpeed writes ``<directory>/deepspeed/``."""
@@ -49,6 +49,11 @@ class DeepSpeedBackend(Backend):
 
     family = "deepspeed"
 
+    @classmethod
+    def check_dependencies(cls, device_type: str) -> None:
+        """DeepSpeed must import (on its CPU accelerator for a CPU run)."""
+        import_deepspeed(device_type)
+
     def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
         """Build (inside ``zero.Init`` at stage 3 when given a build function), then ``deepspeed.initialize``."""
         deepspeed = import_deepspeed(self.ctx.device.type)
@@ -71,7 +76,7 @@ class DeepSpeedBackend(Backend):
         self._module = self.engine.module
 
     def _config(self) -> dict[str, Any]:
-        config = ds_export.ds_config(self.plan)
+        config = ds_config_mod.ds_config(self.plan)
         zero = config["zero_optimization"]
         for key in ("offload_optimizer", "offload_param"):
             block = zero.get(key, {})
@@ -142,7 +147,7 @@ class DeepSpeedBackend(Backend):
 
 
 def _check_nvme(path: str | None) -> None:
-    if path is None or path == ds_export.NVME_PATH_PLACEHOLDER or not os.path.isdir(path):
+    if path is None or path == ds_config_mod.NVME_PATH_PLACEHOLDER or not os.path.isdir(path):
         raise UsageError(f"the plan offloads to NVMe at {path!r}, which is not a directory here.",
                          hint="Pass hardware with --nvme PATH (a directory on a local NVMe drive), or re-plan.")
     if not os.access(path, os.W_OK):

@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO stages 1-3, with CPU and NVMe offload, under Lightning's strategy names.
 
-The memory model lives in :mod:`autoshard.strategies.zero_memory`, the step-time model in
-:mod:`autoshard.strategies.zero_cost`; this module registers the presets, lists the knobs with DeepSpeed's own
+The memory model lives in :mod:`autoshard.strategies.deepspeed.memory`, the step-time model in
+:mod:`autoshard.strategies.deepspeed.cost`; this module lists the knobs with DeepSpeed's own
 defaults (deepspeed 0.19.8, ``runtime/zero/config.py::DeepSpeedZeroConfig``) and says when a preset cannot run.
 
 Example:
@@ -18,11 +18,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoshard.hardware.specs import HardwareSpec
-from autoshard.strategies import zero_cost, zero_memory
-from autoshard.strategies.base import Candidate, CostEstimate, Knob, MemoryEstimate, Strategy
-from autoshard.strategies.registry import register
+from autoshard.strategies.base import (
+    Candidate,
+    CostEstimate,
+    Knob,
+    MemoryEstimate,
+    OffloadTarget,
+    Strategy,
+    Traits,
+)
+from autoshard.strategies.deepspeed import cost as zero_cost
+from autoshard.strategies.deepspeed import memory as zero_memory
+from autoshard.strategies.deepspeed.layout import OFFLOAD_DEVICES, ZeroSettings
 from autoshard.strategies.workload import Workload
-from autoshard.strategies.zero_layout import OFFLOAD_DEVICES, ZeroSettings
 
 # DeepSpeed 0.19.8 defaults, runtime/zero/config.py::DeepSpeedZeroConfig (fields and validators).
 REDUCE_BUCKET_SIZE = 500_000_000  # reduce_bucket_size = pp_int(5e8)
@@ -70,6 +78,14 @@ class DeepSpeedZero(Strategy):
         self.stage = stage
         self.offload_optimizer = offload_optimizer
         self.offload_param = offload_param
+
+    @property
+    def traits(self) -> Traits:
+        """The ZeRO stage; the offload target is NVMe when either device is, else the CPU when either is."""
+        devices = (self.offload_optimizer, self.offload_param)
+        target: OffloadTarget = "nvme" if "nvme" in devices else "cpu" if "cpu" in devices else "none"
+        return Traits(family="deepspeed", zero_stage=self.stage, offload=target,
+                      offload_parameters=self.offload_param != "none")
 
     def unsupported(self, hardware: HardwareSpec) -> str | None:
         """DeepSpeed must be importable; NVMe offload needs an NVMe device or path."""
@@ -141,27 +157,12 @@ class DeepSpeedZero(Strategy):
         )
 
     def memory(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> MemoryEstimate:
-        """Per-device peak over the step (:mod:`autoshard.strategies.zero_memory`)."""
+        """Per-device peak over the step (:mod:`autoshard.strategies.deepspeed.memory`)."""
         return zero_memory.estimate(workload, hardware, candidate, self.zero_settings(hardware, candidate))
 
     def cost(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> CostEstimate:
-        """Step time and throughput (:mod:`autoshard.strategies.zero_cost`)."""
+        """Step time and throughput (:mod:`autoshard.strategies.deepspeed.cost`)."""
         return zero_cost.estimate(workload, hardware, candidate, self.zero_settings(hardware, candidate))
-
-
-# Lightning's names and presets (src/lightning/pytorch/strategies/deepspeed.py::register_strategies).
-register("deepspeed_stage_1", description="DeepSpeed ZeRO-1: optimizer state sharded", stage=1)(DeepSpeedZero)
-register("deepspeed_stage_2", description="DeepSpeed ZeRO-2: optimizer state and gradients sharded",
-         stage=2)(DeepSpeedZero)
-register("deepspeed_stage_2_offload", description="DeepSpeed ZeRO-2 with the optimizer offloaded to CPU",
-         stage=2, offload_optimizer="cpu")(DeepSpeedZero)
-register("deepspeed_stage_3", description="DeepSpeed ZeRO-3: optimizer state, gradients and parameters sharded",
-         stage=3)(DeepSpeedZero)
-register("deepspeed_stage_3_offload", description="DeepSpeed ZeRO-3 with optimizer and parameters offloaded to CPU",
-         stage=3, offload_optimizer="cpu", offload_param="cpu")(DeepSpeedZero)
-register("deepspeed_stage_3_offload_nvme",
-         description="DeepSpeed ZeRO-3 with optimizer and parameters offloaded to NVMe",
-         stage=3, offload_optimizer="nvme", offload_param="nvme")(DeepSpeedZero)
 
 
 def scaled_reduce_bucket_size(hardware: HardwareSpec) -> int:

@@ -18,8 +18,16 @@ from dataclasses import dataclass
 from autoshard.errors import UsageError
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies import costs
-from autoshard.strategies.base import Candidate, Collective, CostEstimate, GpuMemory, Knob, MemoryEstimate, Strategy
-from autoshard.strategies.registry import register
+from autoshard.strategies.base import (
+    Candidate,
+    Collective,
+    CostEstimate,
+    GpuMemory,
+    Knob,
+    MemoryEstimate,
+    Strategy,
+    Traits,
+)
 from autoshard.strategies.workload import StepTrace, Workload, compute_dtype
 
 MIB = 1024 * 1024
@@ -150,11 +158,15 @@ class _Layout:
         return tuple(round(sum(b) * self.element_bytes) for b in self.members)
 
 
-@register("ddp", description="PyTorch DistributedDataParallel: full replicas, bucketed all-reduce of gradients.")
 class DDPStrategy(Strategy):
     """DistributedDataParallel with its bucket, gradient-view and communication-hook settings."""
 
     family = "ddp"
+
+    @property
+    def traits(self) -> Traits:
+        """Whole replicas: nothing sharded, nothing offloaded."""
+        return Traits(family="ddp", zero_stage=0)
 
     # -- settings ---------------------------------------------------------------------------------------------
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:

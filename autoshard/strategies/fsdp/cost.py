@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies import costs
 from autoshard.strategies.base import Collective
-from autoshard.strategies.fsdp_memory import Layout, Units
-
+from autoshard.strategies.fsdp.memory import Layout, Units
 
 CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD = 3.0e8
 """``torch.optim.AdamW(foreach=False)`` on fp32 CPU tensors: 3.0e8 parameters/s on one thread, measured with

@@ -1,0 +1,77 @@
+"""DeepSpeed's part of the hand-off files (:class:`~autoshard.export.family.FamilyExporter`): ``ds_config.json``
+(:mod:`autoshard.strategies.deepspeed.config`), which Accelerate, Lightning and the HF Trainer all point at, and the
+``deepspeed`` launcher.
+
+Launcher options from ``deepspeed.launcher.runner`` (deepspeed 0.19.8: ``--num_nodes``, ``--num_gpus``,
+``--hostfile``, ``--master_addr``, ``--master_port``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autoshard.export.accelerate import DS_CONFIG_FILE
+from autoshard.export.launch import MASTER_PORT
+from autoshard.planner.plan_file import ExportedPlan
+from autoshard.strategies.deepspeed import config
+
+
+def launcher(exported: ExportedPlan, *, script: str = "train.py", multi_node: bool | None = None) -> str:
+    """A ``deepspeed`` launcher command (multi-node reads the nodes from a ``hostfile``: ``host slots=N`` lines)."""
+    hw = exported.hardware
+    many = hw.nodes > 1 if multi_node is None else multi_node
+    if not many:
+        return f"deepspeed --num_nodes=1 --num_gpus={hw.gpus_per_node} {script}"
+    return (f"deepspeed --hostfile=hostfile --num_nodes={hw.nodes} --num_gpus={hw.gpus_per_node} "
+            f"--master_addr=\"$MASTER_ADDR\" --master_port={MASTER_PORT} {script}")
+
+
+class DeepSpeedExporter:
+    """DeepSpeed's part of each file."""
+
+    def files(self, exported: ExportedPlan, *, validate: bool) -> dict[str, str]:
+        """``ds_config.json``, checked by DeepSpeed's own config classes when ``validate``.
+
+        Raises:
+            UsageError: DeepSpeed rejects it (or is missing while ``validate`` is true).
+        """
+        return {DS_CONFIG_FILE: config.dumps(exported, check=validate)}
+
+    def accelerate(self, exported: ExportedPlan, *, ds_config_file: str) -> dict[str, Any]:
+        """``distributed_type: DEEPSPEED`` pointing at the config file."""
+        # With a config file, accelerate takes zero stage, offload, batch and precision from it (cluster.py).
+        section: dict[str, Any] = {"deepspeed_config_file": ds_config_file}
+        if exported.hardware.nodes > 1:
+            section["deepspeed_multinode_launcher"] = "standard"
+        return {"distributed_type": "DEEPSPEED", "deepspeed_config": section}
+
+    def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> tuple[list[str], str]:
+        """``DeepSpeedStrategy(config=...)``."""
+        return ["from lightning.pytorch.strategies import DeepSpeedStrategy"], \
+            f"DeepSpeedStrategy(config={ds_config_file!r})"
+
+    def hf_trainer(self, exported: ExportedPlan, *, ds_config_file: str, fsdp_config_file: str) -> list[str]:
+        """``--deepspeed`` with the config file and, with checkpointing, ``--gradient_checkpointing``."""
+        args = ["--deepspeed", ds_config_file]
+        if exported.activation_checkpointing:
+            args.append("--gradient_checkpointing")
+        return args
+
+    def launchers(self, exported: ExportedPlan, *, script: str) -> list[str]:
+        """DeepSpeed's launcher, one node and many (commented out: torchrun is the default)."""
+        return ["", "# or DeepSpeed's launcher (multi-node: one 'hostname slots=GPUS' line per node in ./hostfile;",
+                "# it starts the other nodes over ssh):",
+                "# " + launcher(exported, script=script, multi_node=False),
+                "# " + launcher(exported, script=script, multi_node=True)]
+
+    def notes(self, exported: ExportedPlan) -> list[str]:
+        """The optimizer under offload, and the NVMe path to fill in."""
+        out = ["ds_config.json has no optimizer block: with optimizer offload use "
+               "deepspeed.ops.adam.DeepSpeedCPUAdam (DeepSpeed refuses other client optimizers by default)."]
+        if exported.strategy_traits.offload == "nvme" and exported.hardware.nvme_path is None:
+            out.append(f"Replace nvme_path {config.NVME_PATH_PLACEHOLDER} in ds_config.json with a directory on "
+                       "a local NVMe drive of every node.")
+        return out
+
+
+EXPORTER = DeepSpeedExporter()

@@ -236,6 +236,12 @@ class Knob:
     choices: tuple[Any, ...] = ()
     log: bool = False
     description: str = ""
+    tuned: bool = True
+    """Whether ``autoshard tune`` searches it. ``False`` for settings that decide correctness or numerics, not
+    speed: the user's choice, kept at the planner's value."""
+    when: tuple[str, Any] | None = None
+    """``(knob, value)``: the setting only means something while that other knob has that value (PowerSGD's
+    rank with ``comm_hook="powersgd"``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -296,6 +302,11 @@ class Strategy(abc.ABC):
             values.update(self.workload_settings(workload))
         values.update(candidate.settings)
         return values
+
+    def trial_settings(self) -> dict[str, Any]:
+        """Settings every short tuning trial runs with, which the exported best does not keep (none unless a
+        strategy says so)."""
+        return {}
 
     def workload_settings(self, workload: Workload) -> dict[str, Any]:
         """Knob values this model's step needs in place of the defaults (none unless a strategy says so)."""

@@ -6,7 +6,7 @@ same for Optuna, and a strategy's knobs exist only in trials that chose that str
 conditional space, which Optuna's TPE sampler models with ``group=True``). Knobs that depend on another knob
 (PowerSGD's rank on ``comm_hook=powersgd``) are asked for only when they apply.
 
-Left out, each for a reason:
+Left out (``Knob.tuned`` is false, set by the strategy that owns the knob), each for a reason:
 
 * ``find_unused_parameters`` (DDP) — correctness, not speed: a model that needs it fails without it, and the
   planner already turns it on when the model has unused parameters.
@@ -30,10 +30,6 @@ from autoshard.strategies import get
 from autoshard.strategies.base import Knob
 from autoshard.tuner.result import TrialConfig
 
-NOT_TUNED = frozenset({"find_unused_parameters", "start_powerSGD_iter", "reduce_dtype"})
-TRIAL_SETTINGS: dict[str, dict[str, Any]] = {"ddp": {"start_powerSGD_iter": 2}}
-"""Per family: settings every trial runs with and the exported best does not keep (see the module docs)."""
-CONDITIONS: dict[str, tuple[str, Any]] = {"matrix_approximation_rank": ("comm_hook", "powersgd")}
 """Knob → (knob, value) it applies under."""
 RANGES: dict[str, tuple[float, float, bool]] = {
     # The knobs accept 0 (off), which a log scale cannot reach; the tuner searches the useful span log-uniformly.
@@ -78,8 +74,7 @@ class SearchSpace:
         ckpt = _categorical(trial, space.param("activation_checkpointing"), space.checkpointing)
         settings: dict[str, Any] = {}
         for knob in space.knobs:
-            condition = CONDITIONS.get(knob.name)
-            if condition is not None and settings.get(condition[0]) != condition[1]:
+            if knob.when is not None and settings.get(knob.when[0]) != knob.when[1]:
                 continue
             settings[knob.name] = _suggest_knob(trial, space.param(knob.name), knob)
         return TrialConfig(strategy=name, micro_batch_size=int(micro), activation_checkpointing=bool(ckpt),
@@ -104,8 +99,7 @@ class SearchSpace:
         """The strategy at the planner's micro-batch and checkpointing with the backend's default knobs."""
         settings: dict[str, Any] = {}
         for knob in space.knobs:
-            condition = CONDITIONS.get(knob.name)
-            if condition is None or settings.get(condition[0]) == condition[1]:
+            if knob.when is None or settings.get(knob.when[0]) == knob.when[1]:
                 settings[knob.name] = knob.default
         return TrialConfig(strategy=space.strategy, micro_batch_size=space.default_micro_batch_size,
                            activation_checkpointing=space.default_checkpointing, settings=settings)
@@ -181,7 +175,7 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
             default_micro = min(micro, key=lambda m: (abs(m - default_micro), -m))
         out.append(StrategySpace(
             strategy=name, family=strategy.family, micro_batch_sizes=micro, checkpointing=ckpt,
-            knobs=tuple(k for k in strategy.knobs(hw) if k.name not in NOT_TUNED),
+            knobs=tuple(k for k in strategy.knobs(hw) if k.tuned),
             default_micro_batch_size=default_micro, default_checkpointing=best.candidate.activation_checkpointing))
     return SearchSpace(strategies=tuple(out))
 

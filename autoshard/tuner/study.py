@@ -37,7 +37,7 @@ from autoshard.tuner.result import (
     TuneResult,
 )
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialSpec, run_trial
-from autoshard.tuner.space import TRIAL_SETTINGS, SearchSpace, build_space
+from autoshard.tuner.space import SearchSpace, build_space
 
 MAX_PREDICTED_INFEASIBLE = 50
 """Consecutive configurations predicted not to fit after which the study stops asking."""
@@ -440,7 +440,7 @@ def _candidate(config: TrialConfig, *, trial: bool) -> Any:
 
     settings = dict(config.settings)
     if trial:
-        settings.update(TRIAL_SETTINGS.get(get(config.strategy).family, {}))
+        settings.update(get(config.strategy).trial_settings())
     return Candidate(strategy=config.strategy, micro_batch_size=config.micro_batch_size,
                      activation_checkpointing=config.activation_checkpointing, settings=settings)
 

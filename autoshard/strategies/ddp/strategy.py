@@ -178,17 +178,22 @@ class DDPStrategy(Strategy):
             Knob(name="comm_hook", default="none", kind="choice", choices=hooks,
                  description="Gradient communication hook: none, fp16/bf16 compression, or PowerSGD."),
             Knob(name="matrix_approximation_rank", default=1, kind="int", low=1, high=32, log=True,
-                 description="PowerSGD rank (only with comm_hook=powersgd)."),
+                 description="PowerSGD rank (only with comm_hook=powersgd).", when=("comm_hook", "powersgd")),
             Knob(name="start_powerSGD_iter", default=POWERSGD_DEFAULT_START_ITER, kind="int", low=2, high=10_000,
-                 log=True, description="Steps of plain all-reduce before PowerSGD starts (accuracy, not speed)."),
+                 log=True, description="Steps of plain all-reduce before PowerSGD starts (accuracy, not speed).",
+                 tuned=False),
             Knob(name="gradient_as_bucket_view", default=False, kind="bool",
                  description="Gradients as views of the buckets: saves one copy of the gradients."),
             Knob(name="static_graph", default=False, kind="bool",
                  description="The set of used parameters never changes (no per-step graph search)."),
             Knob(name="find_unused_parameters", default=False, kind="bool",
                  description="Only for models where some parameters get no gradient; searches the graph each step "
-                 "(on by default when the profiled step leaves parameters unused)."),
+                 "(on by default when the profiled step leaves parameters unused).", tuned=False),
         )
+
+    def trial_settings(self) -> dict[str, Any]:
+        """PowerSGD from step 2 (the earliest it allows with error feedback), so that a short trial measures it."""
+        return {"start_powerSGD_iter": 2}
 
     def workload_settings(self, workload: Workload) -> dict[str, bool]:
         """``find_unused_parameters=True`` when the step leaves trainable parameters without a gradient: without

@@ -101,7 +101,7 @@ class FSDPStrategy(Strategy):
             Knob(name="backward_prefetch", default=1, kind="int", low=1, high=2,
                  description="Blocks all-gathered ahead in backward (1 is FSDP2's implicit prefetch)."),
             Knob(name="reduce_dtype", default="fp32", kind="choice", choices=("fp32", "bf16"),
-                 description="MixedPrecisionPolicy.reduce_dtype: the gradient reduce-scatter's dtype."),
+                 description="MixedPrecisionPolicy.reduce_dtype: the gradient reduce-scatter's dtype.", tuned=False),
             Knob(name="blocks_per_unit", default=1, kind="int", low=1, high=4,
                  description="Consecutive blocks wrapped as one fully_shard group: fewer, larger collectives."),
             Knob(name="foreach", default=False, kind="bool",

@@ -11,9 +11,9 @@ from autoshard.profiler.result import ModelProfile
 
 if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
+    from autoshard.planner.machine import Goal
     from autoshard.planner.plan import Plan
 
-GOALS = ("pretrain", "finetune")
 
 
 def profile(
@@ -78,7 +78,7 @@ def recommend(
     seq_len: int | None = None,
     precision: str | Precision = Precision.BF16_MIXED,
     optimizer: str = "adamw",
-    goal: str = "pretrain",
+    goal: Goal = "pretrain",
     strategies: list[str] | None = None,
     safety_margin: float = 0.10,
 ) -> Plan:
@@ -103,26 +103,8 @@ def recommend(
         UsageError: contradictory or out-of-range arguments.
         NoFeasiblePlan: nothing fits (exit code 3 in the CLI).
     """
-    from autoshard.errors import UsageError
-    from autoshard.hardware import detect_hardware, load_hardware
-    from autoshard.planner import PlanRequest, plan
-    from autoshard.strategies import build_workload, get, names
+    from autoshard.planner.machine import hardware_for, plan_for
 
-    if goal not in GOALS:
-        raise UsageError(f"goal must be one of {', '.join(GOALS)}, but got {goal!r}.")
-    if not 0 <= safety_margin < 1:
-        raise UsageError(f"safety margin must be in [0, 1), but got {safety_margin!r}.")
-    for name, value in (("batch size", batch_size), ("global batch size", global_batch_size)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise UsageError(f"{name} must be a positive integer, but got {value!r}.")
-    chosen = [get(n) for n in (strategies or names())]
-    spec = detect_hardware() if hardware is None else (
-        load_hardware(hardware) if isinstance(hardware, (str, os.PathLike)) else hardware
-    )
-    workload = build_workload(
-        load_source(source), precision=precision, optimizer=optimizer, seq_len=seq_len,
-        target="cuda" if spec.gpu is not None else "cpu",
-    )
-    request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
-                          safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies))
-    return plan(workload, spec, request, chosen)
+    return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
+                    seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
+                    safety_margin=safety_margin)

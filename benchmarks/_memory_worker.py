@@ -51,8 +51,8 @@ def main() -> None:
 def _run(run_dir: Path) -> None:
     import torch.distributed as dist
 
-    from autoshard.planner import plan_file
     from autoshard.models import load_source
+    from autoshard.planner import plan_file
     from autoshard.runtime.distributed import LaunchInfo, join
     from autoshard.runtime.train import TrainJob, train
 

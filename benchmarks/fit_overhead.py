@@ -358,8 +358,8 @@ def _deepspeed_loop(module: nn.Module, batches: list[Any], loss_fn: Callable[[An
     os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is first imported (real_accelerator.py)
     import deepspeed
 
-    from autoshard.strategies.deepspeed.config import ds_config
     from autoshard.models.source import call_model
+    from autoshard.strategies.deepspeed.config import ds_config
 
     config = ds_config(plan)
     # The three adjustments autoshard/strategies/deepspeed/backend.py makes: the batch for this world size, a

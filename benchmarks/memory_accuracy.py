@@ -31,8 +31,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import datetime
+import functools
 import gc
 import importlib.metadata
 import json

@@ -58,8 +58,8 @@ from typing import Any
 
 import optuna
 
-from autoshard.planner.plan_file import ExportedPlan
 from autoshard.planner.plan import Plan
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.strategies.base import Knob
 from autoshard.tuner.result import TrialConfig
 from autoshard.tuner.space import SearchSpace
@@ -119,10 +119,10 @@ QUICK_GRID = GridSpec(micro_batch_sizes=(2, 4), knobs={
 def make_plan(grid: GridSpec, processes: int) -> Plan:
     """The planner's plan for the grid's strategies on this machine, as ``tune()`` makes it."""
     import autoshard
-    from autoshard.tuner.study import _default_precision
+    from autoshard.planner.machine import default_precision
 
     hardware = autoshard.detect_hardware(gpus=processes)
-    return autoshard.recommend(MODEL, hardware=hardware, seq_len=SEQ_LEN, precision=_default_precision(hardware),
+    return autoshard.recommend(MODEL, hardware=hardware, seq_len=SEQ_LEN, precision=default_precision(hardware),
                                optimizer=OPTIMIZER, strategies=list(grid.knobs))
 
 

@@ -397,15 +397,10 @@ def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
 
 
 def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[ExportedPlan, TrainJob]:
-    import autoshard
-    from autoshard.hardware import detect_hardware, load_hardware
+    from autoshard.planner.machine import default_precision, hardware_for, plan_for
 
-    hw = options.hardware
-    if hw is None:
-        hw = detect_hardware(gpus=options.processes)
-    elif isinstance(hw, (str, os.PathLike)):
-        hw = load_hardware(hw)
-    precision = options.precision or _default_precision(hw)
+    hw = hardware_for(options.hardware, processes=options.processes)
+    precision = options.precision or default_precision(hw)
     batch_size = options.batch_size or _fixed_batch_size(job.data)
     source = job.source
     if source is None:
@@ -417,10 +412,9 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
                              hint="Pass data=, or a model source (a model.py / catalog name) whose batch() is used.")
         job = dataclasses.replace(job, data=data)  # a generator's first batch was put back in front
         source = planning.module_source(job.module, example, loss_fn=job.loss_fn)  # type: ignore[arg-type]
-    plan = autoshard.recommend(source, hardware=hw, batch_size=batch_size, seq_len=options.seq_len,
-                               precision=precision,
-                               optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
-                               strategies=None if options.strategy is None else [options.strategy])
+    plan = plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
+                    optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
+                    strategies=None if options.strategy is None else [options.strategy])
     exported = plan_file.from_plan(plan)
     notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
                  f"{exported.micro_batch_size}, {precision}.")
@@ -435,13 +429,6 @@ def _fingerprint(job: TrainJob) -> plan_file.ModelFingerprint:
         raise ValueError("TrainJob needs a module or a source")
     with torch.device("meta"):
         return planning.model_fingerprint(source.build(), source.name)
-
-
-def _default_precision(hw: Any) -> str:
-    gpu = getattr(hw, "gpu", None)
-    if gpu is None:
-        return "32-true"
-    return "bf16-mixed" if "bf16" in getattr(gpu, "peak_flops", {}) else "16-mixed"
 
 
 def _fixed_batch_size(data: Any) -> int | None:

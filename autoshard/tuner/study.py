@@ -23,6 +23,7 @@ import optuna
 from autoshard.errors import UsageError, UserCodeError
 from autoshard.models import ModelSource, load_source
 from autoshard.planner import plan_file
+from autoshard.planner.machine import default_precision, hardware_for, plan_for
 from autoshard.planner.plan import Plan
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.planner.search import evaluate
@@ -126,8 +127,6 @@ def tune(
         UserCodeError: the model's own code fails in the first trial (every trial would).
         NoFeasiblePlan: nothing fits this machine.
     """
-    import autoshard
-
     budget = _budget(trials, timeout_s, trial_timeout_s, steps, warmup_steps)
     if isinstance(model, ModelSource) and model.kind not in ("catalog", "file", "hf-config"):
         raise UsageError("tune() runs each trial in its own processes, which rebuild the model from its source; "
@@ -140,10 +139,9 @@ def tune(
     source = load_source(model)
     origin = source.origin.removeprefix("catalog:")
     hw = _hardware(hardware, processes)
-    precision = precision or _default_precision(hw)
-    plan = autoshard.recommend(source, hardware=hw, batch_size=batch_size, global_batch_size=global_batch_size,
-                               seq_len=seq_len, precision=precision, optimizer=optimizer,
-                               strategies=None if strategies is None else list(strategies))
+    precision = precision or default_precision(hw)
+    plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
+                    precision=precision, optimizer=optimizer, strategies=None if strategies is None else list(strategies))
     space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes)
     planned = plan_file.from_plan(plan)
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
@@ -366,12 +364,7 @@ def _budget(trials: int, timeout_s: float | None, trial_timeout_s: float, steps:
 
 
 def _hardware(hardware: Any, processes: int | None) -> Any:
-    from autoshard.hardware import detect_hardware, load_hardware
-
-    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
-        raise UsageError(f"processes must be a positive whole number, but got {processes!r}.")
-    hw = detect_hardware(gpus=processes) if hardware is None else (
-        load_hardware(hardware) if isinstance(hardware, (str, os.PathLike)) else hardware)
+    hw = hardware_for(hardware, processes=processes)
     if hw.nodes > 1:
         raise UsageError(f"trials run on this machine, and the hardware describes {hw.nodes} nodes.",
                          hint="Run autoshard tune on each node with one shared --storage URL: they tune one study.")
@@ -384,12 +377,6 @@ def _hardware(hardware: Any, processes: int | None) -> Any:
                              f"{hw.processes_per_node} GPU(s).",
                              hint="Drop --hardware to tune for this machine as detected (or pass --gpus N).")
     return hw
-
-
-def _default_precision(hw: Any) -> str:
-    from autoshard.runtime.fit import _default_precision as fit_default
-
-    return fit_default(hw)
 
 
 def _default_name(planned: ExportedPlan) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from autoshard.errors import UsageError
 from autoshard.hardware.specs import HardwareSpec

@@ -1,0 +1,92 @@
+"""Planning for a machine: the one path ``recommend``, ``fit(plan="auto")`` and ``tune`` share.
+
+:func:`hardware_for` turns what the user gave (nothing, a profile name or YAML path, a spec) into a
+:class:`~autoshard.hardware.specs.HardwareSpec`; :func:`default_precision` is the precision used when none is given;
+:func:`plan_for` checks the arguments, traces the model and ranks the candidates.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from autoshard.errors import UsageError
+from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
+from autoshard.models import ModelSource, load_source
+from autoshard.planner.plan import Plan, PlanRequest
+from autoshard.planner.search import plan
+from autoshard.profiler.options import Precision
+
+Goal = Literal["pretrain", "finetune"]
+GOALS: tuple[Goal, ...] = ("pretrain", "finetune")
+
+
+def hardware_for(hardware: HardwareSpec | str | os.PathLike[str] | None, *, processes: int | None = None
+                 ) -> HardwareSpec:
+    """The hardware to plan for: this machine detected (its first ``processes`` GPUs, or ``processes`` CPU
+    processes without a GPU), a profile by name or YAML path, or the spec given.
+
+    Raises:
+        UsageError: ``processes`` is not a positive whole number, or the profile is unknown.
+        HardwareError: detection failed.
+    """
+    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
+        raise UsageError(f"processes must be a positive whole number, but got {processes!r}.")
+    if hardware is None:
+        return detect_hardware(gpus=processes)
+    if isinstance(hardware, (str, os.PathLike)):
+        return load_hardware(hardware)
+    return hardware
+
+
+def default_precision(hardware: HardwareSpec) -> str:
+    """``bf16-mixed`` on GPUs with bf16 tensor cores, ``16-mixed`` on older GPUs, ``32-true`` without a GPU.
+
+    Example:
+        >>> from autoshard.hardware import load_hardware
+        >>> default_precision(load_hardware("dgx-h100"))
+        'bf16-mixed'
+    """
+    if hardware.gpu is None:
+        return "32-true"
+    return "bf16-mixed" if "bf16" in hardware.gpu.peak_flops else "16-mixed"
+
+
+def plan_for(
+    source: str | os.PathLike[str] | ModelSource,
+    hardware: HardwareSpec,
+    *,
+    batch_size: int | None = None,
+    global_batch_size: int | None = None,
+    seq_len: int | None = None,
+    precision: str | Precision | None = None,
+    optimizer: str = "adamw",
+    goal: Goal = "pretrain",
+    strategies: list[str] | tuple[str, ...] | None = None,
+    safety_margin: float = 0.10,
+) -> Plan:
+    """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
+
+    ``precision=None`` takes :func:`default_precision` of the hardware.
+
+    Raises:
+        UsageError: contradictory or out-of-range arguments, checked before anything is traced.
+        NoFeasiblePlan: nothing fits.
+    """
+    from autoshard.strategies import build_workload, get, names
+
+    if goal not in GOALS:
+        raise UsageError(f"goal must be one of {', '.join(GOALS)}, but got {goal!r}.")
+    if not 0 <= safety_margin < 1:
+        raise UsageError(f"safety margin must be in [0, 1), but got {safety_margin!r}.")
+    for name, value in (("batch size", batch_size), ("global batch size", global_batch_size)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise UsageError(f"{name} must be a positive integer, but got {value!r}.")
+    chosen = [get(n) for n in (strategies or names())]
+    workload = build_workload(
+        load_source(source), precision=precision or default_precision(hardware), optimizer=optimizer,
+        seq_len=seq_len, target="cuda" if hardware.gpu is not None else "cpu",
+    )
+    request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
+                          safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies))
+    return plan(workload, hardware, request, chosen)

@@ -96,3 +96,19 @@ def test_export_of_a_malformed_plan_is_a_clear_error(tmp_path, capsys):
     bad.write_text("{not json")
     assert main(["export", str(bad), "--output-dir", str(tmp_path / "x")]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_reader_that_stops_early_is_not_an_internal_error() -> None:
+    """``autoshard recommend ... --json | head -c 50``: the pipe closes mid-write; no 'internal error'."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "autoshard", "recommend", "tiny-gpt2", "--hardware", "dgx-h100",
+                             "--seq-len", "32", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(50)
+    proc.stdout.close()  # as `head -c 50` does; the JSON (~84 KB) outgrows the 64 KiB pipe buffer, so the CLI is
+    # still writing
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "internal error" not in err and "Traceback" not in err

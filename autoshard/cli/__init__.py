@@ -8,6 +8,7 @@ anything else is reported as an internal error. ``--debug`` shows full traceback
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -60,6 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autoshard: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader stopped early (`autoshard recommend ... | head`): nothing is wrong, and Python would complain
+        # again when it flushes stdout at exit, so stdout goes to /dev/null (the Python docs' recipe, "Note on
+        # SIGPIPE"). 141 is what a shell reports for a process a SIGPIPE ended.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except Exception as exc:  # noqa: BLE001 — the outermost shell reports internal errors without a traceback
         if debug:
             raise

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from autoshard.cli._format import print_json
 from autoshard.errors import UsageError
-from autoshard.hardware.arguments import add_hardware_arguments, hardware_from_args
+from autoshard.cli._hardware_args import add_hardware_arguments, hardware_from_args
 from autoshard.hardware.disk_benchmark import DEFAULT_MAX_SECONDS, DiskBenchmark
 from autoshard.hardware.specs import (
     DTYPES,

@@ -15,7 +15,7 @@ HELP = "Recommend DDP, FSDP or a DeepSpeed ZeRO stage for a model on your (or a 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``recommend`` flags."""
-    from autoshard.hardware.arguments import add_hardware_arguments
+    from autoshard.cli._hardware_args import add_hardware_arguments
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
     parser.add_argument("--batch-size", type=int, default=None, help="micro-batch per device (default: largest that fits)")
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard recommend``."""
     from autoshard.api import recommend
-    from autoshard.hardware.arguments import hardware_from_args
+    from autoshard.cli._hardware_args import hardware_from_args
 
     hardware = hardware_from_args(args)
     plan = recommend(

@@ -14,7 +14,7 @@ HELP = "Tune the strategy and its knobs with short real training trials on this 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``tune`` flags."""
-    from autoshard.hardware.arguments import add_hardware_arguments
+    from autoshard.cli._hardware_args import add_hardware_arguments
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
     parser.add_argument("--trials", type=int, default=12, help="trials the study holds when done (default 12)")
@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard tune``."""
-    from autoshard.hardware.arguments import hardware_from_args
+    from autoshard.cli._hardware_args import hardware_from_args
     from autoshard.tuner import tune
     from autoshard.tuner.report import print_summary
 

@@ -9,7 +9,6 @@ Example:
 
 from __future__ import annotations
 
-from autoshard.hardware.arguments import add_hardware_arguments, hardware_from_args
 from autoshard.hardware.detect import detect_hardware
 from autoshard.hardware.disk_benchmark import DiskBenchmark, benchmark_disk
 from autoshard.hardware.profiles import ProfileEntry, list_profiles
@@ -49,11 +48,9 @@ __all__ = [
     "NodeSpec",
     "PeakTflops",
     "ProfileEntry",
-    "add_hardware_arguments",
     "attach_disk_benchmark",
     "benchmark_disk",
     "detect_hardware",
-    "hardware_from_args",
     "list_profiles",
     "load_hardware",
     "parse_bytes",

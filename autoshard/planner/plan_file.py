@@ -108,14 +108,19 @@ class ExportedPlan:
     model: ModelFingerprint
     hardware: HardwareFingerprint
     traits: Traits | None = None
-    """What the strategy does (sharding stage, offload, hybrid): what the backends and exporters ask. Left out
-    (plan.json files written before traits), it is the registered strategy's."""
+    """What the strategy does (sharding stage, offload, hybrid): what the backends and exporters ask. Always the
+    registered strategy's: left out (plan.json files written before traits) it is filled in, and other traits are
+    refused."""
 
     def __post_init__(self) -> None:
+        registered = get(self.strategy).traits
         if self.traits is None:
-            object.__setattr__(self, "traits", get(self.strategy).traits)
-        if self.strategy_traits.family != self.family:
-            raise UsageError(f"the plan's family {self.family!r} is not its strategy's ({self.strategy_traits.family!r}).")
+            object.__setattr__(self, "traits", registered)
+        elif self.traits != registered:  # e.g. dataclasses.replace(plan, strategy=...) kept the old traits
+            raise UsageError(f"the plan's traits ({self.traits}) are not those of {self.strategy} ({registered}).",
+                             hint="Pass traits=None to take the strategy's, or export the plan again.")
+        if registered.family != self.family:
+            raise UsageError(f"the plan's family {self.family!r} is not its strategy's ({registered.family!r}).")
 
     @property
     def strategy_traits(self) -> Traits:

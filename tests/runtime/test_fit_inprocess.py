@@ -82,7 +82,7 @@ def _exported(model: nn.Module, **changes: object) -> plan_file.ExportedPlan:
         precision="32-true", optimizer="sgd", seq_len=None, model=model_fingerprint(model, "_Regressor"),
         hardware=plan_file.HardwareFingerprint(gpu=None, gpu_memory_bytes=None, gpus_per_node=1, nodes=1,
                                                device_type="cpu", backend="gloo", nvme_path=None))
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return replace(base, traits=None, **changes)  # type: ignore[arg-type]  # the new strategy's traits
 
 
 def test_a_plan_for_another_model_is_refused_then_forced(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ def _nvme_plan(directory: Path) -> ExportedPlan:
     planned = autoshard.recommend("tiny-gpt2", hardware=autoshard.detect_hardware(gpus=1), batch_size=2, seq_len=16,
                                   precision="32-true", strategies=["deepspeed_stage_3_offload"])
     exported = from_plan(planned)
-    return replace(exported, strategy="deepspeed_stage_3_offload_nvme",
+    return replace(exported, strategy="deepspeed_stage_3_offload_nvme", traits=None,
                    hardware=replace(exported.hardware, nvme_path=str(directory)))
 
 

@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autoshard: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 — the outermost shell reports internal errors without a traceback
+    except Exception as exc:  # the outermost shell reports internal errors without a traceback
         if debug:
             raise
         print(f"autoshard: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)

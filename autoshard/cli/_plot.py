@@ -19,7 +19,8 @@ def plot_memory(plan, path: Path) -> None:  # type: ignore[no-untyped-def]
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise UsageError("--plot needs matplotlib.", hint="pip install 'autoshard[plot]' (or pip install matplotlib).") from exc
+        raise UsageError("--plot needs matplotlib.",
+                         hint="pip install 'autoshard[plot]' (or pip install matplotlib).") from exc
     rows = [e for e in plan.candidates if e.memory is not None]
     kinds = ("parameters", "gradients", "optimizer", "activations", "buffers", "overhead")
     labels = [e.strategy + (" +ckpt" if e.candidate.activation_checkpointing else "") for e in rows]
@@ -28,7 +29,7 @@ def plot_memory(plan, path: Path) -> None:  # type: ignore[no-untyped-def]
     for kind in kinds:
         values = [getattr(e.memory.gpu, kind) / 2**30 for e in rows]
         ax.bar(labels, values, bottom=bottoms, label=kind)
-        bottoms = [b + v for b, v in zip(bottoms, values)]
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
     capacity = (plan.hardware.device_memory_bytes or 0) / 2**30
     ax.axhline(capacity, color="black", linewidth=1, label=f"device memory ({capacity:.0f} GiB)")
     ax.axhline(capacity * (1 - plan.request.safety_margin), color="black", linestyle="--", linewidth=1,

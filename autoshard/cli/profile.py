@@ -145,8 +145,8 @@ def repeated_blocks_line(classes: tuple[str, ...], names: tuple[str, ...]) -> st
     if len(stacks) < 2:
         return line
     shared = [path for path, _ in stacks]
-    head = len(os.path.commonprefix(shared))
-    tail = len(os.path.commonprefix([path[head:][::-1] for path in shared]))
+    head = len(os.path.commonprefix(shared))  # noqa: RUF071 — tuples of names, compared name by name
+    tail = len(os.path.commonprefix([path[head:][::-1] for path in shared]))  # noqa: RUF071
     labels = [".".join(path[head : len(path) - tail]) or ".".join(path) or "(top level)" for path, _ in stacks]
     return line + " (" + ", ".join(f"{label} {n}" for label, (_, n) in zip(labels, stacks, strict=True)) + ")"
 

@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from autoshard.hardware.arguments import add_hardware_arguments
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
-    parser.add_argument("--batch-size", type=int, default=None, help="micro-batch per device (default: largest that fits)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="micro-batch per device (default: largest that fits)")
     parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
     parser.add_argument("--precision", default=Precision.BF16_MIXED.value,

@@ -142,7 +142,8 @@ def from_plan(plan: Plan) -> ExportedPlan:
     nvme = next((d.path for d in hw.node.nvme if d.path.startswith("/")), None)  # profiles say "(local NVMe)"
     return ExportedPlan(
         strategy=rec.strategy, family=rec.family, micro_batch_size=rec.candidate.micro_batch_size,
-        gradient_accumulation=rec.gradient_accumulation, activation_checkpointing=rec.candidate.activation_checkpointing,
+        gradient_accumulation=rec.gradient_accumulation,
+        activation_checkpointing=rec.candidate.activation_checkpointing,
         settings=dict(settings), precision=w.precision.value, optimizer=w.optimizer, seq_len=w.seq_len,
         model=ModelFingerprint(name=w.model, parameter_count=w.parameter_count, block_class=w.block_class,
                                layout_hash=layout_hash(w.parameter_numels, w.block_parameter_counts)),

@@ -87,7 +87,7 @@ def build_model(
     with _no_weight_init() if skip_init else contextlib.nullcontext():
         try:
             module = _from_config(cls, config, attn)
-        except Exception as exc:  # noqa: BLE001 — transformers raises anything (AssertionError, ValueError, ...)
+        except Exception as exc:  # transformers raises anything (AssertionError, ValueError, ...)
             raise _config_error(exc, cls, config, file, config_keys) from exc
     if skip_init:
         module.tie_weights()  # transformers ties weights inside the init that was skipped

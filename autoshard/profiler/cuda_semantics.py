@@ -317,8 +317,8 @@ class _BoundCall:
                 self.values.append(argument.default_value)
 
     def call(self, op: torch._ops.OpOverload, **extra_kwargs: Any) -> Any:
-        positional = [v for a, v in zip(self.arguments, self.values) if not a.kwarg_only]
-        keywords = {a.name: v for a, v in zip(self.arguments, self.values) if a.kwarg_only}
+        positional = [v for a, v in zip(self.arguments, self.values, strict=True) if not a.kwarg_only]
+        keywords = {a.name: v for a, v in zip(self.arguments, self.values, strict=True) if a.kwarg_only}
         return op(*positional, **keywords, **extra_kwargs)
 
     def cast_tensors(self, to_dtype: torch.dtype, lower_dtype: torch.dtype) -> None:
@@ -332,7 +332,7 @@ class _BoundCall:
     def promote_dtype(self, lower_dtype: torch.dtype) -> torch.dtype:
         """``at::autocast::promote_type``: Tensor and Tensor[] arguments count, Tensor? not."""
         current = lower_dtype
-        for argument, value in zip(self.arguments, self.values):
+        for argument, value in zip(self.arguments, self.values, strict=True):
             kind = _argument_kind(argument)
             tensors = [value] if kind == "tensor" else value if kind == "list" else []
             for tensor in tensors:

@@ -252,7 +252,7 @@ def _plan(source: ModelSource) -> _Plan | _Whole:
     if kinds is None or kinds.alike_after_first():
         # A stack of n blocks has the model's first n kinds: copies of SHALLOW_LAYERS blocks, as ever.
         l1, l2 = SHALLOW_LAYERS
-        positions = (tuple(range(l1 - 1)) + (target - 1,), tuple(range(l2 - 1)) + (target - 1,))
+        positions = ((*range(l1 - 1), target - 1), (*range(l2 - 1), target - 1))
         weights = (l2 - target, target - l1)  # copy1 + (target - l1) · (copy2 - copy1), as l2 = l1 + 1
         rebuild = functools.partial(_with_count, with_num_layers)
     elif len(kinds.stacks) > 1:

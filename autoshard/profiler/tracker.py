@@ -155,7 +155,7 @@ class MemoryTracker(TorchDispatchMode):
     # -- registration -------------------------------------------------------------------------------------
     def track(self, tensor: torch.Tensor, category: Category, *, promote: bool = True) -> None:
         """Count ``tensor``'s storage as ``category`` (re-classifying it if it is tracked and promotable)."""
-        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta" and not _is_fake(tensor):
+        if not isinstance(tensor, torch.Tensor) or (tensor.device.type == "meta" and not _is_fake(tensor)):
             return
         storage = tensor.untyped_storage()
         key = id(storage)

@@ -28,7 +28,6 @@ from autoshard.strategies import costs
 from autoshard.strategies.base import Collective
 from autoshard.strategies.fsdp_memory import Layout, Units
 
-
 CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD = 3.0e8
 """``torch.optim.AdamW(foreach=False)`` on fp32 CPU tensors: 3.0e8 parameters/s on one thread, measured with
 torch 2.13.0 on this project's 2-core AMD EPYC build machine (16M parameters in 8 tensors, 5 steps: 53.5 ms per

@@ -35,7 +35,6 @@ from autoshard.strategies.workload import Workload, compute_dtype
 from autoshard.strategies.zero_layout import ZeroSettings, flat_layout, partitioned_layout
 from autoshard.strategies.zero_memory import FP32_BYTES, model_dtype_bytes, state_bytes_per_parameter
 
-
 CPU_ADAM_PARAMETERS_PER_S = 1.0e9
 """``DeepSpeedCPUAdam`` (AVX, fp32) on one thread: 0.4-2.3e9 parameters/s, about 1e9 typical, measured with
 deepspeed 0.19.8 on this project's 2-core AMD EPYC build machine (16M parameters in 8 tensors, 5 steps; noisy,
@@ -148,7 +147,7 @@ def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: Zer
     layout = partitioned_layout(numels, n, settings)
     scope = _scope(hardware)
     padded = [math.ceil(x / n) * n for x in numels]
-    gathered = [p for x, p in zip(numels, padded) if x > settings.param_persistence_threshold]
+    gathered = [p for x, p in zip(numels, padded, strict=True) if x > settings.param_persistence_threshold]
     persistent = sum(padded) - sum(gathered)
     released = max(0, layout.gathered_numel - layout.retained_numel)
     window = max(layout.prefetch_numel, layout.largest_gathered_numel, 1)

@@ -425,7 +425,8 @@ def _write_text(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}.", hint="choose a writable output directory") from exc
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}.",
+                         hint="choose a writable output directory") from exc
 
 
 def write_summary(

@@ -103,7 +103,7 @@ class Backend(abc.ABC):
         """The whole model's state dict on CPU, fp32 where the backend keeps fp32 master weights, on rank 0;
         ``None`` on other ranks (collective)."""
 
-    def close(self) -> None:  # optional hook
+    def close(self) -> None:  # noqa: B027 — an optional hook, a no-op unless overridden
         """Release what the backend holds outside the module (engines, hooks)."""
 
     @property

@@ -119,7 +119,8 @@ class FSDPBackend(Backend):
 
     def _prefetch(self, units: list[FSDPModule]) -> None:
         """Explicit prefetching beyond FSDP2's implicit one-unit backward prefetch."""
-        forward, backward = int(self.settings.get("forward_prefetch", 0)), int(self.settings.get("backward_prefetch", 1))
+        forward = int(self.settings.get("forward_prefetch", 0))
+        backward = int(self.settings.get("backward_prefetch", 1))
         for i, unit in enumerate(units):
             if forward > 0 and units[i + 1:i + 1 + forward]:
                 unit.set_modules_to_forward_prefetch(units[i + 1:i + 1 + forward])

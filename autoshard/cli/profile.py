@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+from typing import TYPE_CHECKING
 
 from autoshard.cli._format import count, flops, gib, print_json
 from autoshard.profiler.options import OPTIMIZERS, Precision
+
+if TYPE_CHECKING:
+    from autoshard.profiler import ModelProfile
 
 NAME = "profile"
 HELP = "Profile one training step of a model: peak memory, its breakdown, FLOPs (nothing is allocated)."
@@ -64,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(p, *, show_blocks: bool) -> None:  # type: ignore[no-untyped-def]
+def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autoshard.cli._format import count, gib, print_json
 from autoshard.hardware.units import format_throughput
 from autoshard.profiler.options import OPTIMIZERS, Precision
+
+if TYPE_CHECKING:
+    from autoshard.planner.plan import Plan
 
 NAME = "recommend"
 HELP = "Recommend DDP, FSDP or a DeepSpeed ZeRO stage for a model on your (or a profiled) machine."
@@ -69,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(plan) -> None:  # type: ignore[no-untyped-def]
+def _print(plan: Plan) -> None:
     from rich.console import Console
     from rich.table import Table
 

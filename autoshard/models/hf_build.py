@@ -18,7 +18,7 @@ import importlib
 import types
 from collections.abc import Iterator, Set
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -90,7 +90,7 @@ def build_model(
         except Exception as exc:  # transformers raises anything (AssertionError, ValueError, ...)
             raise _config_error(exc, cls, config, file, config_keys) from exc
     if skip_init:
-        module.tie_weights()  # transformers ties weights inside the init that was skipped
+        cast(Any, module).tie_weights()  # a PreTrainedModel: transformers ties weights inside the init that was skipped
         if image_token_id is not None:
             _static_placeholders(module, image_token_id)
     return module
@@ -152,7 +152,8 @@ def _static_placeholders(module: nn.Module, image_token_id: int) -> None:
     """
     for part in module.modules():
         if callable(getattr(type(part), "get_placeholder_mask", None)):
-            part.get_placeholder_mask = types.MethodType(  # type: ignore[method-assign]
+            # torch types a Module's attributes Tensor | Module (nn.Module.__getattr__), whatever __setattr__ takes.
+            part.get_placeholder_mask = types.MethodType(  # type: ignore[assignment]
                 _placeholder_mask_fn(image_token_id), part
             )
 

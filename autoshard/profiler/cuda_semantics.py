@@ -53,7 +53,7 @@ import enum
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -147,7 +147,7 @@ class CudaSemantics:
             self._exit_stack = stack.pop_all()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         stack, self._exit_stack = self._exit_stack, None
         if stack is not None:
             stack.__exit__(*exc_info)
@@ -385,8 +385,9 @@ def _autocast_kernel(qualified_name: str, policy: CastPolicy) -> Callable[..., A
                 bound.cast_tensors(bound.promote_dtype(lower_dtype), lower_dtype)
             elif policy is CastPolicy.FP32_SET_OPT_DTYPE:
                 # An explicit dtype is respected; an ineligible first argument leaves the call alone.
-                if _is_eligible(bound.first_tensor()) and bound.values[dtype_index] is None:
-                    bound.values[dtype_index] = torch.float32
+                index = cast(int, dtype_index)  # checked above for this policy
+                if _is_eligible(bound.first_tensor()) and bound.values[index] is None:
+                    bound.values[index] = torch.float32
             elif policy is CastPolicy.FP32_APPEND_DTYPE:
                 first = bound.first_tensor()
                 out_dtype = torch.float32 if _is_eligible(first) else first.dtype

@@ -162,7 +162,8 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
         cls, defaults = type(optimizer), dict(optimizer.defaults)
         return lambda params: cls(params, **defaults)
     if inspect.isclass(optimizer) and issubclass(optimizer, torch.optim.Optimizer):
-        return lambda params: optimizer(params)
+        factory: Callable[..., torch.optim.Optimizer] = optimizer  # a subclass's __init__ need not take defaults
+        return lambda params: factory(params)
     if callable(optimizer):
         return _checked(optimizer)
     raise UsageError(f"optimizer must be a name, an optimizer, its class or a factory, but got "

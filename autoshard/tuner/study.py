@@ -481,6 +481,7 @@ def _finish(study: optuna.Study, space: SearchSpace, plan: Plan, shown: str, out
     best = best_record(records)
     planner = next((t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("origin") == "planner"),
                    None)
+    files: tuple[str, ...]
     best_plan, files = None, ()
     if best is not None and best.config is not None:
         best_plan = exported_plan(plan, best.config)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -176,7 +176,7 @@ class FSDPBackend(Backend):
         )
 
         model_sd, optim_sd = get_state_dict(self._module, self.optimizer)
-        state = {"model": model_sd, "optimizer": optim_sd}
+        state: dict[str, Any] = {"model": model_sd, "optimizer": optim_sd}
         dcp.load(state, checkpoint_id=str(directory / DCP_DIR))
         set_state_dict(self._module, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
@@ -191,7 +191,7 @@ class FSDPBackend(Backend):
         )
 
         full = get_model_state_dict(self._module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return full if self.ctx.is_main else None
+        return cast(dict[str, torch.Tensor], full) if self.ctx.is_main else None  # full_state_dict: all tensors
 
 
 def _broadcast_from_rank0(module: nn.Module, device: torch.device) -> None:

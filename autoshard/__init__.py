@@ -12,6 +12,8 @@ Public API::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0.dev0"
 
 from autoshard.api import profile, recommend
@@ -30,8 +32,16 @@ from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
 from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, ProfileOptions
 
+if TYPE_CHECKING:  # loaded lazily at runtime (see __getattr__), typed here for the caller's type checker
+    from autoshard.export import ExportedPlan, export_plan
+    from autoshard.planner.plan import Plan
+    from autoshard.runtime import FitResult, is_worker
+    from autoshard.runtime.fit import fit  # not from the package: mypy mixes it up with runtime/fit.py
+    from autoshard.tuner import TuneResult, tune
+
 __all__ = [
     "AutoshardError",
+    "ExportedPlan",
     "FitResult",
     "HardwareError",
     "HardwareSpec",
@@ -40,6 +50,7 @@ __all__ = [
     "ModelSource",
     "ModelSourceError",
     "NoFeasiblePlan",
+    "Plan",
     "Precision",
     "ProfileError",
     "ProfileOptions",
@@ -50,6 +61,7 @@ __all__ = [
     "WorkerTimeout",
     "__version__",
     "detect_hardware",
+    "export_plan",
     "fit",
     "is_worker",
     "load_hardware",
@@ -71,4 +83,13 @@ def __getattr__(name: str) -> object:
         from autoshard import tuner
 
         return getattr(tuner, name)
+    # The planner and the exporters load the strategy registry: only when asked for.
+    if name == "Plan":
+        from autoshard.planner.plan import Plan
+
+        return Plan
+    if name in ("ExportedPlan", "export_plan"):
+        from autoshard import export
+
+        return getattr(export, name)
     raise AttributeError(f"module 'autoshard' has no attribute {name!r}")

@@ -60,7 +60,7 @@ def profile(
     options = ProfileOptions(
         batch_size=batch_size,
         seq_len=seq_len,
-        precision=precision,
+        precision=precision,  # type: ignore[arg-type]  # ProfileOptions.__post_init__ parses a name
         optimizer=optimizer,
         activation_checkpointing=activation_checkpointing,
         grad_accumulation=grad_accumulation,

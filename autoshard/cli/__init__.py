@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    except Exception as exc:  # noqa: BLE001 — the outermost shell reports internal errors without a traceback
+    except Exception as exc:  # the outermost shell reports internal errors without a traceback
         if debug:
             raise
         print(f"autoshard: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)

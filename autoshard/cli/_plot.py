@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autoshard.errors import UsageError
 
+if TYPE_CHECKING:
+    from autoshard.planner.plan import Plan
 
-def plot_memory(plan, path: Path) -> None:  # type: ignore[no-untyped-def]
+
+def plot_memory(plan: Plan, path: Path) -> None:
     """Write a PNG: one stacked bar per evaluated candidate, and the usable and total device memory as lines.
 
     Raises:
@@ -19,16 +23,18 @@ def plot_memory(plan, path: Path) -> None:  # type: ignore[no-untyped-def]
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise UsageError("--plot needs matplotlib.", hint="pip install 'autoshard[plot]' (or pip install matplotlib).") from exc
+        raise UsageError("--plot needs matplotlib.",
+                         hint="pip install 'autoshard[plot]' (or pip install matplotlib).") from exc
     rows = [e for e in plan.candidates if e.memory is not None]
+    memories = [e.memory for e in rows if e.memory is not None]
     kinds = ("parameters", "gradients", "optimizer", "activations", "buffers", "overhead")
     labels = [e.strategy + (" +ckpt" if e.candidate.activation_checkpointing else "") for e in rows]
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(rows) + 2), 4.5))
     bottoms = [0.0] * len(rows)
     for kind in kinds:
-        values = [getattr(e.memory.gpu, kind) / 2**30 for e in rows]
+        values = [getattr(m.gpu, kind) / 2**30 for m in memories]
         ax.bar(labels, values, bottom=bottoms, label=kind)
-        bottoms = [b + v for b, v in zip(bottoms, values)]
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
     capacity = (plan.hardware.device_memory_bytes or 0) / 2**30
     ax.axhline(capacity, color="black", linewidth=1, label=f"device memory ({capacity:.0f} GiB)")
     ax.axhline(capacity * (1 - plan.request.safety_margin), color="black", linestyle="--", linewidth=1,

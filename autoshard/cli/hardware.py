@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from autoshard.cli._format import print_json
-from autoshard.errors import UsageError
 from autoshard.cli._hardware_args import add_hardware_arguments, hardware_from_args
+from autoshard.errors import UsageError
 from autoshard.hardware.disk_benchmark import DEFAULT_MAX_SECONDS, DiskBenchmark
 from autoshard.hardware.specs import (
     DTYPES,

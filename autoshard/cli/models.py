@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from autoshard.cli._format import count, print_json
 
@@ -21,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     from autoshard.models import catalog
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in catalog.names():
         source = catalog.get(name)
         with torch.device("meta"):

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+from typing import TYPE_CHECKING
 
 from autoshard.cli._format import count, flops, gib, print_json
 from autoshard.profiler.options import OPTIMIZERS, Precision
+
+if TYPE_CHECKING:
+    from autoshard.profiler import ModelProfile
 
 NAME = "profile"
 HELP = "Profile one training step of a model: peak memory, its breakdown, FLOPs (nothing is allocated)."
@@ -64,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(p, *, show_blocks: bool) -> None:  # type: ignore[no-untyped-def]
+def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -145,8 +149,8 @@ def repeated_blocks_line(classes: tuple[str, ...], names: tuple[str, ...]) -> st
     if len(stacks) < 2:
         return line
     shared = [path for path, _ in stacks]
-    head = len(os.path.commonprefix(shared))
-    tail = len(os.path.commonprefix([path[head:][::-1] for path in shared]))
+    head = len(os.path.commonprefix(shared))  # noqa: RUF071 — tuples of names, compared name by name
+    tail = len(os.path.commonprefix([path[head:][::-1] for path in shared]))  # noqa: RUF071
     labels = [".".join(path[head : len(path) - tail]) or ".".join(path) or "(top level)" for path, _ in stacks]
     return line + " (" + ", ".join(f"{label} {n}" for label, (_, n) in zip(labels, stacks, strict=True)) + ")"
 

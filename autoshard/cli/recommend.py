@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autoshard.cli._format import count, gib, print_json
 from autoshard.hardware.units import format_throughput
 from autoshard.profiler.options import OPTIMIZERS, Precision
+
+if TYPE_CHECKING:
+    from autoshard.planner.plan import Plan
 
 NAME = "recommend"
 HELP = "Recommend DDP, FSDP or a DeepSpeed ZeRO stage for a model on your (or a profiled) machine."
@@ -18,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from autoshard.cli._hardware_args import add_hardware_arguments
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
-    parser.add_argument("--batch-size", type=int, default=None, help="micro-batch per device (default: largest that fits)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="micro-batch per device (default: largest that fits)")
     parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
     parser.add_argument("--precision", default=Precision.BF16_MIXED.value,
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(plan) -> None:  # type: ignore[no-untyped-def]
+def _print(plan: Plan) -> None:
     from rich.console import Console
     from rich.table import Table
 

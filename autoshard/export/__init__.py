@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -37,10 +38,8 @@ def render(exported: ExportedPlan, *, validate: bool = True) -> dict[str, str]:
     files.update(exporter(exported.family).files(exported, validate=validate))
     files["accelerate_config.yaml"] = accelerate.dumps(exported)
     files["lightning_trainer.py"] = lightning.snippet(exported)
-    try:
+    with contextlib.suppress(UsageError):  # a plan the HF Trainer cannot run (FSDP2 hybrid sharding): notes() says so
         files["hf_trainer_args.txt"] = hf_trainer.command_line(exported) + "\n"
-    except UsageError:  # a plan the HF Trainer cannot run (FSDP2 hybrid sharding): notes() says so
-        pass
     files["launch.sh"] = launch.launch_script(exported)
     files["slurm.sbatch"] = launch.sbatch(exported)
     files["README.md"] = _readme(exported, sorted(files))

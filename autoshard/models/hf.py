@@ -153,7 +153,7 @@ def _build_config(transformers: ModuleType, data: Mapping[str, Any], file: Path)
     # so any exception here is the config being rejected.
     try:
         return transformers.AutoConfig.for_model(model_type, **kwargs)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         reason = " ".join(str(exc).split())
         raise ModelSourceError(
             f"{file}: transformers rejects this {model_type} config: {reason}",

@@ -18,7 +18,7 @@ import importlib
 import types
 from collections.abc import Iterator, Set
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -87,10 +87,10 @@ def build_model(
     with _no_weight_init() if skip_init else contextlib.nullcontext():
         try:
             module = _from_config(cls, config, attn)
-        except Exception as exc:  # noqa: BLE001 — transformers raises anything (AssertionError, ValueError, ...)
+        except Exception as exc:  # transformers raises anything (AssertionError, ValueError, ...)
             raise _config_error(exc, cls, config, file, config_keys) from exc
     if skip_init:
-        module.tie_weights()  # transformers ties weights inside the init that was skipped
+        cast(Any, module).tie_weights()  # a PreTrainedModel: transformers ties weights inside the init that was skipped
         if image_token_id is not None:
             _static_placeholders(module, image_token_id)
     return module
@@ -152,7 +152,8 @@ def _static_placeholders(module: nn.Module, image_token_id: int) -> None:
     """
     for part in module.modules():
         if callable(getattr(type(part), "get_placeholder_mask", None)):
-            part.get_placeholder_mask = types.MethodType(  # type: ignore[method-assign]
+            # torch types a Module's attributes Tensor | Module (nn.Module.__getattr__), whatever __setattr__ takes.
+            part.get_placeholder_mask = types.MethodType(  # type: ignore[assignment]
                 _placeholder_mask_fn(image_token_id), part
             )
 

@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 
@@ -352,7 +352,8 @@ def _vision_language_spec(cls: type, config: Any, file: Path, params: Mapping[st
         )
     # LlavaModel.get_image_features drops the first feature (the class token) when the strategy is "default"
     # (transformers 5.23 modeling_llava.py); "full" keeps every feature.
-    image_tokens = (height // patch) * (width // patch) + _CLASS_TOKENS[tower] - (strategy == "default")
+    image_tokens = ((height // patch) * (width // patch) + _CLASS_TOKENS[cast(str, tower)]  # checked above
+                    - (strategy == "default"))
     text = _text_config(config)
     vocab_size = _vocab_size(cls, text, file)
     image_token_id = _image_token_id(config)
@@ -424,7 +425,7 @@ def _vision_language_batch(
 # --- helpers ------------------------------------------------------------------------------------------------
 
 
-def _forward_parameters(cls: type) -> Mapping[str, Any]:
+def _forward_parameters(cls: type[Any]) -> Mapping[str, Any]:
     try:
         return inspect.signature(cls.forward).parameters
     except (TypeError, ValueError):

@@ -133,7 +133,7 @@ def _import(file: Path) -> ModuleType:
                 hint="Move script code (argument parsing, training loops) under `if __name__ == '__main__':`.",
                 location=location,
             ) from exc
-        except Exception as exc:  # noqa: BLE001 — importing user code can raise anything; report it precisely
+        except Exception as exc:  # importing user code can raise anything; report it precisely
             raise _import_error(exc, file) from exc
         finally:
             sys.modules.pop(name, None)

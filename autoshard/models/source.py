@@ -137,7 +137,7 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
         return fn(*args, **kwargs)
     except AutoshardError:
         raise
-    except Exception as exc:  # noqa: BLE001 — user code can raise anything; we report it precisely
+    except Exception as exc:  # user code can raise anything; we report it precisely
         location = user_frame(exc, user_file)
         where = f" at {location}" if location else ""
         if user_file is not None:

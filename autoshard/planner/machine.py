@@ -49,7 +49,7 @@ def default_precision(hardware: HardwareSpec) -> str:
     """
     if hardware.gpu is None:
         return "32-true"
-    return "bf16-mixed" if "bf16" in hardware.gpu.peak_flops else "16-mixed"
+    return "bf16-mixed" if hardware.gpu.peak_tflops.bf16 else "16-mixed"
 
 
 def plan_for(

@@ -164,7 +164,8 @@ def from_plan(plan: Plan) -> ExportedPlan:
     nvme = next((d.path for d in hw.node.nvme if d.path.startswith("/")), None)  # profiles say "(local NVMe)"
     return ExportedPlan(
         strategy=rec.strategy, family=rec.family, traits=rec.traits, micro_batch_size=rec.candidate.micro_batch_size,
-        gradient_accumulation=rec.gradient_accumulation, activation_checkpointing=rec.candidate.activation_checkpointing,
+        gradient_accumulation=rec.gradient_accumulation,
+        activation_checkpointing=rec.candidate.activation_checkpointing,
         settings=dict(settings), precision=w.precision.value, optimizer=w.optimizer, seq_len=w.seq_len,
         model=ModelFingerprint(name=w.model, parameter_count=w.parameter_count, block_class=w.block_class,
                                layout_hash=layout_hash(w.parameter_numels, w.block_parameter_counts)),
@@ -204,8 +205,8 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
     try:
         model = ModelFingerprint(**_fields(data, "model", _MODEL_TYPES, source))
         hardware = HardwareFingerprint(**_fields(data, "hardware", _HARDWARE_TYPES, source))
-        top = _fields({"plan": data}, "plan", _PLAN_TYPES, source, extra_ok=("kind", "schema_version", "model",
-                                                                               "hardware", "global_batch_size", "traits"))
+        top = _fields({"plan": data}, "plan", _PLAN_TYPES, source,
+                      extra_ok=("kind", "schema_version", "model", "hardware", "global_batch_size", "traits"))
         traits = _traits(data, source)
         exported = ExportedPlan(**top, model=model, hardware=hardware, traits=traits)
     except TypeError as e:  # a field missing from the dataclass constructor

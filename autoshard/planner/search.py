@@ -10,7 +10,7 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.hardware.units import format_throughput
 from autoshard.planner.plan import Evaluation, Plan, PlanRequest
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
-from autoshard.strategies.base import Candidate, MemoryEstimate, Strategy
+from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Strategy
 from autoshard.strategies.workload import Workload
 
 MAX_MICRO_BATCH = 1024
@@ -176,7 +176,8 @@ def _accumulation(request: PlanRequest, world: int, micro: int) -> int:
     return max(1, request.global_batch_size // (world * micro))
 
 
-def _with_accumulation(cost, accumulation: int, micro: int, world: int, workload: Workload):  # type: ignore[no-untyped-def]
+def _with_accumulation(cost: CostEstimate, accumulation: int, micro: int, world: int,
+                       workload: Workload) -> CostEstimate:
     """Scale a one-micro-batch step to ``accumulation`` micro-batches: compute repeats, gradient communication
     and the optimizer step happen once per optimizer step (DDP ``no_sync``, DeepSpeed accumulation boundaries)."""
     if accumulation == 1:

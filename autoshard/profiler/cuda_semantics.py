@@ -53,7 +53,7 @@ import enum
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -150,7 +150,7 @@ class CudaSemantics:
             self._exit_stack = stack.pop_all()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         stack, self._exit_stack = self._exit_stack, None
         if stack is not None:
             stack.__exit__(*exc_info)
@@ -320,8 +320,8 @@ class _BoundCall:
                 self.values.append(argument.default_value)
 
     def call(self, op: torch._ops.OpOverload, **extra_kwargs: Any) -> Any:
-        positional = [v for a, v in zip(self.arguments, self.values) if not a.kwarg_only]
-        keywords = {a.name: v for a, v in zip(self.arguments, self.values) if a.kwarg_only}
+        positional = [v for a, v in zip(self.arguments, self.values, strict=True) if not a.kwarg_only]
+        keywords = {a.name: v for a, v in zip(self.arguments, self.values, strict=True) if a.kwarg_only}
         return op(*positional, **keywords, **extra_kwargs)
 
     def cast_tensors(self, to_dtype: torch.dtype, lower_dtype: torch.dtype) -> None:
@@ -335,7 +335,7 @@ class _BoundCall:
     def promote_dtype(self, lower_dtype: torch.dtype) -> torch.dtype:
         """``at::autocast::promote_type``: Tensor and Tensor[] arguments count, Tensor? not."""
         current = lower_dtype
-        for argument, value in zip(self.arguments, self.values):
+        for argument, value in zip(self.arguments, self.values, strict=True):
             kind = _argument_kind(argument)
             tensors = [value] if kind == "tensor" else value if kind == "list" else []
             for tensor in tensors:
@@ -388,8 +388,9 @@ def _autocast_kernel(qualified_name: str, policy: CastPolicy) -> Callable[..., A
                 bound.cast_tensors(bound.promote_dtype(lower_dtype), lower_dtype)
             elif policy is CastPolicy.FP32_SET_OPT_DTYPE:
                 # An explicit dtype is respected; an ineligible first argument leaves the call alone.
-                if _is_eligible(bound.first_tensor()) and bound.values[dtype_index] is None:
-                    bound.values[dtype_index] = torch.float32
+                index = cast(int, dtype_index)  # checked above for this policy
+                if _is_eligible(bound.first_tensor()) and bound.values[index] is None:
+                    bound.values[index] = torch.float32
             elif policy is CastPolicy.FP32_APPEND_DTYPE:
                 first = bound.first_tensor()
                 out_dtype = torch.float32 if _is_eligible(first) else first.dtype

@@ -104,9 +104,10 @@ def mark_backward(output: Any, module: str, tracker: MemoryTracker) -> None:
     """
     for t in tree_iter(output):
         node = t.grad_fn if isinstance(t, torch.Tensor) else None
-        if node is None or _MARK in node.metadata:
+        # torch declares Node.metadata a method (torch/autograd/graph.py, 2.13); at runtime it is a dict property.
+        if node is None or _MARK in node.metadata:  # type: ignore[operator]
             continue
-        node.metadata[_MARK] = module
+        node.metadata[_MARK] = module  # type: ignore[index]
         node.register_prehook(_Enter(tracker, module))
 
 

@@ -14,6 +14,8 @@ tensors alike.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -51,7 +53,8 @@ def cast_floating_tensors(module: nn.Module, dtype: torch.dtype) -> int:
     converted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     with torch.no_grad():
         for owner in module.modules():
-            for slots in (owner._parameters, owner._buffers):
+            slot_dicts: tuple[dict[str, Any], ...] = (owner._parameters, owner._buffers)  # _converted keeps Parameters
+            for slots in slot_dicts:
                 for name, tensor in slots.items():
                     if tensor is None or not tensor.is_floating_point() or tensor.dtype == dtype:
                         continue

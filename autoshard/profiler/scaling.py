@@ -39,6 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -126,8 +127,8 @@ class DepthTimelines:
             event = per_trace[-1][phase, place][1]  # the first of equal heights, in step order
             if phase not in best or (breakdown.total, -event) > (best[phase][0].total, -best[phase][1]):
                 best[phase] = (breakdown, event)
-            here = sum(w * p[phase, place][2] for w, p in zip(self.weights, per_trace, strict=True))
-            non_state[phase] = max(here, non_state.get(phase, here))
+            weighted = sum(w * p[phase, place][2] for w, p in zip(self.weights, per_trace, strict=True))
+            non_state[phase] = max(weighted, non_state.get(phase, weighted))
         return {phase: (breakdown, non_state[phase]) for phase, (breakdown, _) in best.items()}
 
 
@@ -256,7 +257,7 @@ def _plan(source: ModelSource) -> _Plan | _Whole:
     if kinds is None or kinds.alike_after_first():
         # A stack of n blocks has the model's first n kinds: copies of SHALLOW_LAYERS blocks, as ever.
         l1, l2 = SHALLOW_LAYERS
-        positions = (tuple(range(l1 - 1)) + (target - 1,), tuple(range(l2 - 1)) + (target - 1,))
+        positions = ((*range(l1 - 1), target - 1), (*range(l2 - 1), target - 1))
         weights = (l2 - target, target - l1)  # copy1 + (target - l1) · (copy2 - copy1), as l2 = l1 + 1
         rebuild = functools.partial(_with_count, with_num_layers)
     elif len(kinds.stacks) > 1:
@@ -449,7 +450,7 @@ def _place(stack: str, kept: tuple[int, ...], block: str) -> Hashable:
     return block
 
 
-def _placed(plan: _Plan) -> dict[str, object]:
+def _placed(plan: _Plan) -> dict[str, Any]:
     """The :class:`DepthTimelines` fields that let phase peaks be extrapolated place by place (mixed blocks)."""
     if not plan.mixed or plan.kinds is None:
         return {}

@@ -268,7 +268,7 @@ def _run_steps(
                             guard(loss.backward, source, tracker, "backward")
                         tracker.backward_module = None
                         del loss
-                    if count:
+                    if flops_fwd is not None and flops_total is not None:  # they exist exactly when count
                         facts.forward_flops = flops_fwd.get_total_flops()
                         facts.total_flops = flops_total.get_total_flops()
                         facts.block_forward_flops = _flops_by_module(flops_fwd, model)
@@ -383,7 +383,7 @@ def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.
             run = _inner if semantics is None else semantics.recomputable(_inner)
             return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
-        block.forward = forward  # type: ignore[method-assign]
+        block.forward = forward
 
 
 @contextlib.contextmanager

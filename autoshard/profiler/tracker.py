@@ -155,7 +155,7 @@ class MemoryTracker(TorchDispatchMode):
     # -- registration -------------------------------------------------------------------------------------
     def track(self, tensor: torch.Tensor, category: Category, *, promote: bool = True) -> None:
         """Count ``tensor``'s storage as ``category`` (re-classifying it if it is tracked and promotable)."""
-        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta" and not _is_fake(tensor):
+        if not isinstance(tensor, torch.Tensor) or (tensor.device.type == "meta" and not _is_fake(tensor)):
             return
         storage = tensor.untyped_storage()
         key = id(storage)
@@ -226,7 +226,8 @@ class MemoryTracker(TorchDispatchMode):
     def _module_name(self) -> str:
         return self.module_stack[-1] if self.module_stack else ""
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         if func is torch.ops.aten._local_scalar_dense.default and self.stand_in_scalars and _is_fake(args[0]):
             # A fake tensor has no value to read. Optimizers read scalars (step counts, norms) that never
             # change what they allocate, so a stand-in value lets e.g. Adafactor be traced.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from torch.utils.data import (
     DataLoader,
@@ -65,8 +65,9 @@ class DataFeed:
 
     def _distributed_loader(self, dataset: Any, batch_size: int, seed: int, *, shuffle: bool,
                             like: DataLoader[Any] | None) -> DataLoader[Any]:
-        sampler = DistributedSampler(dataset, num_replicas=self.ctx.world_size, rank=self.ctx.rank,
-                                     shuffle=shuffle, seed=seed, drop_last=True)
+        sampler: DistributedSampler[Any] = DistributedSampler(dataset, num_replicas=self.ctx.world_size,
+                                                              rank=self.ctx.rank, shuffle=shuffle, seed=seed,
+                                                              drop_last=True)
         self._sampler = sampler
         extra: dict[str, Any] = {}
         if like is not None:
@@ -98,7 +99,7 @@ class DataFeed:
             UsageError: a one-pass iterable is asked for a second epoch.
         """
         if self.endless:
-            synthetic = self._synthetic
+            synthetic = cast(Callable[[], Any], self._synthetic)  # endless: a synthetic batch maker
             return iter(synthetic, object())  # never exhausted: max_steps ends the run
         if self._loader is not None:
             if self._sampler is not None:

@@ -86,7 +86,8 @@ class LaunchInfo:
         local_world = number("LOCAL_WORLD_SIZE") or number("LOCAL_SIZE") or world
         if not 0 <= rank < world:
             raise UsageError(f"RANK={rank} is outside WORLD_SIZE={world}.")
-        return cls(rank=rank, world_size=world, local_rank=rank if local_rank is None else local_rank, local_world_size=local_world,
+        return cls(rank=rank, world_size=world, local_rank=rank if local_rank is None else local_rank,
+                   local_world_size=local_world,
                    master_addr=environ.get("MASTER_ADDR"), master_port=number("MASTER_PORT"))
 
 
@@ -136,7 +137,8 @@ def communication_failure(type_name: str, message: str) -> bool:
     the transport broke — not the fault of the code that called the collective.
 
     Example:
-        >>> communication_failure("RuntimeError", "[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer")
+        >>> communication_failure("RuntimeError",
+        ...                       "[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer")
         True
         >>> communication_failure("RuntimeError", "mat1 and mat2 shapes cannot be multiplied (4x8 and 3x3)")
         False

@@ -198,7 +198,8 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
                          hint=f"See the trials' logs under {result.output_dir}/trials.")
     best = result.best
     planner = next((t for t in result.trials if t.number == result.planner_trial), None)
-    note = (f"Tuned with {len(result.trials)} trial(s) in {result.output_dir}: best trial {best.number if best else '?'}"
+    note = (f"Tuned with {len(result.trials)} trial(s) in {result.output_dir}: "
+            f"best trial {best.number if best else '?'}"
             f" ({result.best_plan.strategy}, micro-batch {result.best_plan.micro_batch_size}) at "
             f"{best.samples_per_s if best and best.samples_per_s else 0:.1f} samples/s")
     if planner is not None and planner.samples_per_s:

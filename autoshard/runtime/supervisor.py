@@ -176,7 +176,8 @@ def write_error(run_dir: Path, rank: int, exc: BaseException) -> None:
     """Record why this rank failed, for the launching process (called in the worker)."""
     import traceback
 
-    record = {"type": type(exc).__name__, "message": getattr(exc, "message", str(exc)), "hint": getattr(exc, "hint", None),
+    record = {"type": type(exc).__name__, "message": getattr(exc, "message", str(exc)),
+              "hint": getattr(exc, "hint", None),
               "autoshard": isinstance(exc, AutoshardError), "time": time.time(),
               "traceback": "".join(traceback.format_exception(exc))[-4000:]}
     path = run_dir / f"error-rank{rank}.json"

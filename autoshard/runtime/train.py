@@ -129,8 +129,8 @@ def _model_init(job: TrainJob, plan: ExportedPlan, notes: list[str]) -> ModelIni
     # or initialise weights after construction without gathering them, so they are built whole on the CPU first.
     if source.kind == "catalog" and callable(getattr(meta, "init_weights", None)):
         return ModelInit(build=source.build, block_names=names)
-    notes.append(f"{source.name} was built whole on the CPU before {plan.strategy} sharded it (only catalog models, which "
-                 "re-initialise themselves with init_weights(), are built sharded).")
+    notes.append(f"{source.name} was built whole on the CPU before {plan.strategy} sharded it (only catalog models, "
+                 "which re-initialise themselves with init_weights(), are built sharded).")
     return ModelInit(module=source.build(), block_names=names)
 
 
@@ -160,7 +160,8 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
         cls, defaults = type(optimizer), dict(optimizer.defaults)
         return lambda params: cls(params, **defaults)
     if inspect.isclass(optimizer) and issubclass(optimizer, torch.optim.Optimizer):
-        return lambda params: optimizer(params)
+        factory: Callable[..., torch.optim.Optimizer] = optimizer  # a subclass's __init__ need not take defaults
+        return lambda params: factory(params)
     if callable(optimizer):
         return _checked(optimizer)
     raise UsageError(f"optimizer must be a name, an optimizer, its class or a factory, but got "

@@ -37,10 +37,10 @@ __all__ = [
     "Candidate",
     "Collective",
     "CostEstimate",
+    "Family",
     "GpuMemory",
     "Knob",
     "MemoryEstimate",
-    "Family",
     "Strategy",
     "Traits",
     "Workload",
@@ -58,4 +58,4 @@ __all__ = [
 ]
 
 # Each family registers itself and its presets, in the order they are listed to users.
-from autoshard.strategies import ddp, fsdp, deepspeed  # noqa: E402, F401, I001
+from autoshard.strategies import ddp, fsdp, deepspeed  # noqa: F401, I001

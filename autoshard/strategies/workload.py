@@ -2,8 +2,8 @@
 
 A workload is built from profiles of the real step (``autoshard.profiler``) at micro-batches 1, 2 and 3 — the
 memory timelines at 2 and 3 give the exact peak of every phase at any larger micro-batch
-(:mod:`autoshard.profiler.timeline`) — for each compute mode the strategies use and with and without activation checkpointing,
-plus the parameter layout (tensor sizes, the repeated block's size) that sharding rules need.
+(:mod:`autoshard.profiler.timeline`) — for each compute mode the strategies use and with and without activation
+checkpointing, plus the parameter layout (tensor sizes, the repeated block's size) that sharding rules need.
 
 Compute modes:
 
@@ -349,7 +349,8 @@ def _tied_around_blocks(module: Any, blocks: Any) -> tuple[int, ...]:
         return ()
     order = {name: i for i, (name, _) in enumerate(module.named_modules())}
     first = order[blocks.names[0]]
-    last_end = max(i for name, i in order.items() if name == blocks.names[-1] or name.startswith(blocks.names[-1] + "."))
+    last = blocks.names[-1]
+    last_end = max(i for name, i in order.items() if name == last or name.startswith(last + "."))
     uses: dict[int, list[int]] = {}
     numel: dict[int, int] = {}
     for mod_name, sub in module.named_modules(remove_duplicate=False):

@@ -34,7 +34,8 @@ def classify_record(record: Mapping[str, Any]) -> FailureClass:
     Example:
         >>> classify_record({"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2 GiB"})
         <FailureClass.OOM: 'oom'>
-        >>> classify_record({"type": "RuntimeError", "message": "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"})
+        >>> classify_record({"type": "RuntimeError",
+        ...                  "message": "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"})
         <FailureClass.COMMUNICATION: 'communication'>
         >>> classify_record({"type": "UserCodeError", "message": "the model failed on the first batch"})
         <FailureClass.USER_CODE: 'user_code'>

@@ -26,13 +26,14 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from autoshard.errors import UsageError
 from autoshard.tuner.result import TrialRecord, TrialState, TuneResult
 
 if TYPE_CHECKING:
     import optuna
+    from matplotlib.figure import Figure
     from rich.console import Console
 
 MISSING = "—"
@@ -398,7 +399,7 @@ def write_plots(study: optuna.study.Study, directory: Path) -> tuple[list[Path],
                 # Optuna draws infeasible trials in grey without a legend entry: name them.
                 ax.scatter([], [], color="#cccccc", label="Infeasible (out of memory, recorded as 0)")
                 ax.legend(bbox_to_anchor=(1.05, 1.0), loc="upper left")  # Optuna's placement, with the entry
-            ax.figure.set_size_inches(9.6, 4.8)  # the legend sits right of the axes: give the axes room
+            cast("Figure", ax.figure).set_size_inches(9.6, 4.8)  # the legend sits right of the axes: give the axes room
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # trial numbers
             _save(ax, directory / HISTORY_PNG)
             written.append(directory / HISTORY_PNG)
@@ -425,7 +426,8 @@ def _write_text(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}.", hint="choose a writable output directory") from exc
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}.",
+                         hint="choose a writable output directory") from exc
 
 
 def write_summary(

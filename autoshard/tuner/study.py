@@ -141,7 +141,8 @@ def tune(
     hw = _hardware(hardware, processes)
     precision = precision or default_precision(hw)
     plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
-                    precision=precision, optimizer=optimizer, strategies=None if strategies is None else list(strategies))
+                    precision=precision, optimizer=optimizer,
+                    strategies=None if strategies is None else list(strategies))
     space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes)
     planned = plan_file.from_plan(plan)
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
@@ -156,7 +157,8 @@ def tune(
         notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
                  for n in storage_mod.fail_stale_trials(study)]
         _enqueue(study, space)
-        cache = ResultCache(None if not use_cache else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
+        cache = ResultCache(None if not use_cache
+                            else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
                             {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
         spec = TrialSpec(model=origin, optimizer=optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
         environ = _worker_environ(os.environ, hw)
@@ -231,7 +233,8 @@ class _Loop:
                               _candidate(config, trial=True))
         predicted = evaluation.memory.gpu.total if evaluation.memory is not None else None
         trial.set_user_attr("predicted_peak_bytes", predicted)
-        trial.set_user_attr("predicted_samples_per_s", None if evaluation.cost is None else evaluation.cost.samples_per_s)
+        trial.set_user_attr("predicted_samples_per_s",
+                            None if evaluation.cost is None else evaluation.cost.samples_per_s)
         if not evaluation.fits:
             self._infeasible(trial, FailureClass.PREDICTED_OOM, "; ".join(evaluation.reasons))
             return "predicted"
@@ -464,7 +467,9 @@ def _finish(study: optuna.Study, space: SearchSpace, plan: Plan, shown: str, out
 
     records = tuple(record(t) for t in study.get_trials(deepcopy=False))
     best = best_record(records)
-    planner = next((t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("origin") == "planner"), None)
+    planner = next((t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("origin") == "planner"),
+                   None)
+    files: tuple[str, ...]
     best_plan, files = None, ()
     if best is not None and best.config is not None:
         best_plan = exported_plan(plan, best.config)

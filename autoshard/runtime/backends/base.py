@@ -63,7 +63,7 @@ class Backend(abc.ABC):
         self.traits = plan.strategy_traits
         """What the plan's strategy does (sharding stage, offload, hybrid): what the backend asks, never the name."""
 
-    @classmethod
+    @classmethod  # noqa: B027 — an optional hook
     def check_dependencies(cls, device_type: str) -> None:
         """Raise a :class:`~autoshard.errors.UsageError` with an install hint when the backend's dependency is
         missing for ``device_type`` (nothing to check by default)."""
@@ -112,7 +112,7 @@ class Backend(abc.ABC):
         """The whole model's state dict on CPU, fp32 where the backend keeps fp32 master weights, on rank 0;
         ``None`` on other ranks (collective)."""
 
-    def close(self) -> None:  # optional hook
+    def close(self) -> None:  # noqa: B027 — an optional hook, a no-op unless overridden
         """Release what the backend holds outside the module (engines, hooks)."""
 
     @property

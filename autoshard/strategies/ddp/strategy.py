@@ -380,7 +380,8 @@ def _hook_memory(s: DdpSettings, layout: _Layout, rnd: Callable[[int], int]) -> 
         pq = sum(2 * rnd(round(p / 2 * layout.element_bytes)) for p, _ in split)
         # Per bucket in flight: input_tensor_cp (a clone of the bucket), the cat of the uncompressed tensors,
         # and the new error (input_tensor_cp - input_tensor) computed while the old one is still held.
-        transient = max(2 * rnd(x) + rnd(round(u * layout.element_bytes)) for x, (_, u) in zip(buckets, split))
+        transient = max(2 * rnd(x) + rnd(round(u * layout.element_bytes))
+                        for x, (_, u) in zip(buckets, split, strict=True))
         return error + pq, transient, (
             f"PowerSGD (rank {rank}), steady state after start_powerSGD_iter: error feedback of every bucket "
             f"({_mib(error)}) and warm-start P/Q ({_mib(pq)}) kept between steps, {_mib(transient)} more while a "

@@ -155,7 +155,7 @@ def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: Zer
     layout = partitioned_layout(numels, n, settings)
     scope = _scope(hardware)
     padded = [math.ceil(x / n) * n for x in numels]
-    gathered = [p for x, p in zip(numels, padded) if x > settings.param_persistence_threshold]
+    gathered = [p for x, p in zip(numels, padded, strict=True) if x > settings.param_persistence_threshold]
     persistent = sum(padded) - sum(gathered)
     released = max(0, layout.gathered_numel - layout.retained_numel)
     window = max(layout.prefetch_numel, layout.largest_gathered_numel, 1)

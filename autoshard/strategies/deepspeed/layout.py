@@ -75,7 +75,7 @@ def flat_layout(numels: Sequence[int], world: int) -> FlatLayout:
         start += n
     for rank in range(world):
         lo, hi = rank * size, (rank + 1) * size
-        worst = max(worst, sum(n for (a, b), n in zip(bounds, numels) if a < hi and b > lo))
+        worst = max(worst, sum(n for (a, b), n in zip(bounds, numels, strict=True) if a < hi and b > lo))
     return FlatLayout(aligned_numel=aligned, partition_numel=size, gradient_partition_numel=worst)
 
 

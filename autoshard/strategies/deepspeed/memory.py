@@ -177,8 +177,8 @@ def model_states(workload: Workload, world: int, settings: ZeroSettings) -> Mode
     frozen_numel = workload.parameter_count - workload.trainable_parameter_count
     offload_opt = settings.offload_optimizer != "none"
     if settings.stage in (1, 2):
-        layout = flat_layout(numels, world)
-        part, total = layout.partition_numel, sum(numels)
+        flat = flat_layout(numels, world)
+        part, total = flat.partition_numel, sum(numels)
         # stage_1_and_2.py::DeepSpeedZeroOptimizer.__init__: bit16_groups_flat holds every trainable parameter
         # (its padding to 2N elements is left out: at most 2N elements, and it would make memory grow with N);
         # single_partition_of_fp32_groups is `.clone().to(fp32)` of the rank's partition, on CPU with offload.
@@ -192,7 +192,7 @@ def model_states(workload: Workload, world: int, settings: ZeroSettings) -> Mode
                                cpu_master_and_state=master + states + FP32_BYTES * part, cpu_16bit=lp * part,
                                cpu_buffers=max(numels) * lp, nvme=0)
         return ModelStates(gpu_parameters=(total + frozen_numel) * lp,
-                           gpu_gradients=layout.gradient_partition_numel * lp, gpu_fp32_gradients=FP32_BYTES * part,
+                           gpu_gradients=flat.gradient_partition_numel * lp, gpu_fp32_gradients=FP32_BYTES * part,
                            gpu_master=master, gpu_optimizer_state=states, cpu_master_and_state=0, cpu_16bit=0,
                            cpu_buffers=0, nvme=0)
     layout = partitioned_layout(numels, world, settings)
@@ -348,13 +348,13 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
         # A GPU staging buffer of the largest parameter for CPU copies (temp_grad_buffer_for_gpu_offload), and an
         # fp32 copy of a gradient slice before it goes to the CPU (async_inplace_copy_grad_to_fp32_buffer_from_gpu).
         staging, convert = largest * lp, largest * FP32_BYTES
-        reducing = staging + bucket + convert
+        reducing_bytes = staging + bucket + convert
         phases["backward"] = max(
             _Phase(parameters=params, gradients=0 if in_hooks else step.backward_gradient_bytes,
-                   activations=act["backward"], buffers=reducing if started else staging),
-            _Phase(parameters=params, activations=step.backward_saved, buffers=reducing),
+                   activations=act["backward"], buffers=reducing_bytes if started else staging),
+            _Phase(parameters=params, activations=step.backward_saved, buffers=reducing_bytes),
             _Phase(parameters=params, gradients=0 if in_hooks else total * lp, activations=step.inputs,
-                   buffers=reducing),
+                   buffers=reducing_bytes),
             key=_Phase.total)
         phases["optimizer"] = _Phase(parameters=params, activations=step.inputs, buffers=staging)
         notes.append(

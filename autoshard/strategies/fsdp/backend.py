@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -120,7 +120,8 @@ class FSDPBackend(Backend):
 
     def _prefetch(self, units: list[FSDPModule]) -> None:
         """Explicit prefetching beyond FSDP2's implicit one-unit backward prefetch."""
-        forward, backward = int(self.settings.get("forward_prefetch", 0)), int(self.settings.get("backward_prefetch", 1))
+        forward = int(self.settings.get("forward_prefetch", 0))
+        backward = int(self.settings.get("backward_prefetch", 1))
         for i, unit in enumerate(units):
             if forward > 0 and units[i + 1:i + 1 + forward]:
                 unit.set_modules_to_forward_prefetch(units[i + 1:i + 1 + forward])
@@ -176,7 +177,7 @@ class FSDPBackend(Backend):
         )
 
         model_sd, optim_sd = get_state_dict(self._module, self.optimizer)
-        state = {"model": model_sd, "optimizer": optim_sd}
+        state: dict[str, Any] = {"model": model_sd, "optimizer": optim_sd}
         dcp.load(state, checkpoint_id=str(directory / DCP_DIR))
         set_state_dict(self._module, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
@@ -191,7 +192,7 @@ class FSDPBackend(Backend):
         )
 
         full = get_model_state_dict(self._module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return full if self.ctx.is_main else None
+        return cast(dict[str, torch.Tensor], full) if self.ctx.is_main else None  # full_state_dict: all tensors
 
 
 def _broadcast_from_rank0(module: nn.Module, device: torch.device) -> None:

@@ -51,6 +51,8 @@ def wrapping_units(workload: Workload, blocks_per_unit: int = 1) -> Units:
     sizes = workload.block_stacks or ((len(counts),) if counts else ())
     stacks = [list(counts[sum(sizes[:k]) : sum(sizes[: k + 1])]) for k in range(len(sizes))]
     found = _match_stacks(numels, stacks) if counts else None
+    blocks_by_stack: list[list[tuple[int, ...]]]
+    before: tuple[int, ...]
     if found is None:
         blocks_by_stack = [[(c,) for c in stack] for stack in stacks]
         root = list(numels)

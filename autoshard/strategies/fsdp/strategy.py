@@ -17,6 +17,7 @@ rules, sources and measurements: ``docs/strategies/fsdp.md``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from autoshard.errors import UsageError
@@ -266,7 +267,7 @@ def _micro_batch(candidate: Candidate) -> int:
     return b
 
 
-def _rounding(workload: Workload):  # type: ignore[no-untyped-def]
+def _rounding(workload: Workload) -> Callable[[int], int]:
     if workload.target != "cuda":
         return lambda n: n
     from autoshard.profiler.gpu import round_allocation_bytes

@@ -1,0 +1,36 @@
+"""Planning for a machine: the default precision and the hardware argument, shared by recommend, fit and tune."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoshard.errors import UsageError
+from autoshard.hardware import detect_hardware, load_hardware
+from autoshard.planner.machine import default_precision, hardware_for
+
+
+@pytest.mark.parametrize(("hardware", "expected"), [
+    ("dgx-h100", "bf16-mixed"),
+    ("dgx-a100", "bf16-mixed"),
+    ("v100-sxm-32gb", "16-mixed"),  # Volta: fp16 tensor cores, no bf16
+    ("t4", "16-mixed"),
+])
+def test_default_precision_follows_the_gpu(hardware: str, expected: str) -> None:
+    assert default_precision(load_hardware(hardware)) == expected
+
+
+def test_default_precision_without_a_gpu_is_full_precision() -> None:
+    assert default_precision(detect_hardware(environ={"CUDA_VISIBLE_DEVICES": ""})) == "32-true"
+
+
+def test_hardware_for_takes_a_spec_a_profile_or_this_machine() -> None:
+    spec = load_hardware("dgx-h100")
+    assert hardware_for(spec) is spec
+    assert hardware_for("dgx-h100") == spec
+    assert hardware_for(None, processes=2).processes_per_node == 2
+
+
+@pytest.mark.parametrize("processes", [0, -1, True, 1.5])
+def test_hardware_for_refuses_a_bad_process_count(processes: object) -> None:
+    with pytest.raises(UsageError, match="processes must be a positive whole number"):
+        hardware_for(None, processes=processes)  # type: ignore[arg-type]

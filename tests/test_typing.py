@@ -1,0 +1,61 @@
+"""A user's script type-checks against autoshard's public API, the lazily loaded names included."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+mypy_api = pytest.importorskip("mypy.api", reason="mypy is not installed (pip install -e '.[dev]' installs it)")
+
+REPO = Path(__file__).resolve().parents[1]
+
+USER_SCRIPT = textwrap.dedent(
+    """
+    import torch
+
+    import autoshard
+
+    model = torch.nn.Linear(4, 4)
+    if autoshard.is_worker():
+        pass
+    result = autoshard.fit(model, None, max_steps=10)
+    tuned = autoshard.tune("model.py", trials=2)
+    plan = autoshard.recommend("tiny-gpt2", hardware="dgx-h100", seq_len=64)
+    written = autoshard.export_plan(plan, "out/")
+    reveal_type(autoshard.fit)
+    reveal_type(autoshard.tune)
+    reveal_type(autoshard.export_plan)
+    reveal_type(result)
+    reveal_type(tuned)
+    reveal_type(plan)
+    reveal_type(written)
+    """
+)
+
+
+def test_user_script_calling_lazy_api_type_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(USER_SCRIPT)
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\n")  # the user's settings, not this project's [tool.mypy]
+    # As a user sees the package: its own errors silenced, its types used; this checkout's source.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MYPYPATH", str(REPO))
+    stdout, stderr, status = mypy_api.run([
+        str(script), "--follow-imports=silent", "--config-file", str(config),
+        "--cache-dir", str(tmp_path / ".mypy_cache"), "--python-version", "3.10",
+    ])
+    assert status == 0, stdout + stderr
+    assert "error:" not in stdout
+    revealed = re.findall(r'Revealed type is "(.*)"', stdout)
+    assert len(revealed) == 7, stdout
+    fit, tune, export_plan, result, tuned, plan, written = revealed
+    for callable_type in (fit, tune, export_plan):
+        assert callable_type.startswith("def ("), callable_type
+    assert result == "autoshard.runtime.result.FitResult"
+    assert tuned == "autoshard.tuner.result.TuneResult"
+    assert plan == "autoshard.planner.plan.Plan"
+    assert written.endswith("list[pathlib.Path]"), written  # "builtins.list[...]" before mypy 2

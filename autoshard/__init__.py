@@ -34,9 +34,9 @@ from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, Profile
 
 if TYPE_CHECKING:  # loaded lazily at runtime (see __getattr__), typed here for the caller's type checker
     from autoshard.export import ExportedPlan, export_plan
+    from autoshard.fitting import fit
     from autoshard.planner.plan import Plan
     from autoshard.runtime import FitResult, is_worker
-    from autoshard.runtime.fit import fit  # not from the package: mypy mixes it up with runtime/fit.py
     from autoshard.tuner import TuneResult, tune
 
 __all__ = [
@@ -75,7 +75,11 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # fit(), its result and is_worker() (through autoshard.runtime) import torch.distributed and the backends:
     # only when asked for.
-    if name in ("fit", "FitResult", "is_worker"):
+    if name == "fit":  # training composed with tuning (autoshard/fitting.py)
+        from autoshard.fitting import fit
+
+        return fit
+    if name in ("FitResult", "is_worker"):
         from autoshard import runtime
 
         return getattr(runtime, name)

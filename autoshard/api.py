@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING
 
 from autoshard.models import ModelSource, load_source
-from autoshard.profiler.options import Precision, ProfileOptions
+from autoshard.profiler.options import Precision, PrecisionName, ProfileOptions
 from autoshard.profiler.result import ModelProfile
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ def profile(
     *,
     batch_size: int,
     seq_len: int | None = None,
-    precision: str | Precision = Precision.BF16_MIXED,
+    precision: PrecisionName | Precision = Precision.BF16_MIXED,
     optimizer: str = "adamw",
     activation_checkpointing: bool = False,
     grad_accumulation: int = 1,
@@ -76,7 +76,7 @@ def recommend(
     batch_size: int | None = None,
     global_batch_size: int | None = None,
     seq_len: int | None = None,
-    precision: str | Precision = Precision.BF16_MIXED,
+    precision: PrecisionName | Precision = Precision.BF16_MIXED,
     optimizer: str = "adamw",
     goal: Goal = "pretrain",
     strategies: list[str] | None = None,

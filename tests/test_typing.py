@@ -59,3 +59,18 @@ def test_user_script_calling_lazy_api_type_checks(tmp_path: Path, monkeypatch: p
     assert tuned == "autoshard.tuner.result.TuneResult"
     assert plan == "autoshard.planner.plan.Plan"
     assert written.endswith("list[pathlib.Path]"), written  # "builtins.list[...]" before mypy 2
+
+
+def test_the_public_fit_takes_every_argument_the_runtime_does_plus_tune() -> None:
+    """``autoshard.fit`` (training composed with tuning) forwards to ``autoshard.runtime.fit.fit``: the two
+    signatures must not drift apart."""
+    import inspect
+
+    import autoshard
+    from autoshard.runtime.fit import fit as runtime_fit
+
+    public = inspect.signature(autoshard.fit).parameters
+    runtime = inspect.signature(runtime_fit).parameters
+    assert [n for n in public if n != "tune"] == list(runtime)
+    for name, p in runtime.items():
+        assert (public[name].kind, public[name].default) == (p.kind, p.default), name

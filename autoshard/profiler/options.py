@@ -5,11 +5,14 @@ from __future__ import annotations
 import difflib
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from autoshard.errors import UsageError
+
+PrecisionName = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]
+"""The precision names, as Lightning's ``Trainer(precision=...)`` spells them (for type checkers)."""
 
 
 class Precision(str, Enum):

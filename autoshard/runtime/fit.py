@@ -56,7 +56,6 @@ def fit(
     log_every: int = 10,
     force: bool = False,
     timeout_s: float | None = None,
-    tune: bool | Mapping[str, Any] = False,
     lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
     keep_last_checkpoints: int | None = None,
 ) -> FitResult:
@@ -98,9 +97,6 @@ def fit(
         log_every: steps between the all-reduces that average the loss over ranks.
         force: train with a ``plan.json`` whose model or GPU fingerprint differs from this run's.
         timeout_s: stop worker processes this starts after this long.
-        tune: tune first (:func:`autoshard.tune`: short real trials on this machine) and train with the fastest
-            configuration; a dict gives ``tune()``'s arguments (e.g. ``{"trials": 8, "output_dir": "tune"}``).
-            Needs a model source (trials rebuild the model in their own processes) and ``plan="auto"``.
         lr_scheduler: a factory ``optimizer -> torch.optim.lr_scheduler.LRScheduler``, called once the backend
             has built its optimizer, with the torch optimizer that backend steps (DeepSpeed's: the one inside
             the engine). Stepped once per optimizer step (not per micro-batch), saved in checkpoints and
@@ -118,6 +114,45 @@ def fit(
         WorkerError: a worker process failed; the others were stopped.
         NoFeasiblePlan: nothing fits this machine.
     """
+    module, source = check_arguments(
+        model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every, log_every=log_every, processes=processes, batch_size=batch_size,
+        keep_last_checkpoints=keep_last_checkpoints, lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm)
+    environ = os.environ  # the edge: the launcher's variables are read here only
+    launch = LaunchInfo.from_environ(environ)
+    job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, optimizer=optimizer,
+                   max_steps=max_steps, epochs=epochs, seed=seed,
+                   checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir),
+                   checkpoint_every=checkpoint_every,
+                   resume=resume if isinstance(resume, bool) else Path(resume), consolidate=consolidate,
+                   log_every=log_every, grad_clip_norm=grad_clip_norm, lr_scheduler=lr_scheduler,
+                   keep_last_checkpoints=keep_last_checkpoints)
+    options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
+                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force)
+    run_dir = environ.get(supervisor.RUN_DIR_VAR)
+    if launch is not None and run_dir is not None:
+        _worker(job, launch, Path(run_dir))  # never returns
+    if launch is not None:
+        return _launched(job, options, launch)
+    exported, notes, job = _resolve(job, options, world_size=None)
+    if exported.hardware.nodes > 1:
+        raise UsageError(f"the plan spans {exported.hardware.nodes} nodes; fit() starts processes on this machine "
+                         "only.", hint="Start it on every node with torchrun or srun (see launch.sh from "
+                                       "`autoshard export`).")
+    if exported.hardware.world_size == 1:
+        return _single(job, exported, notes)
+    return _spawn(job, exported, notes, model, timeout_s)
+
+
+def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | None, epochs: int | None,
+                    checkpoint_dir: Any, checkpoint_every: int | None, log_every: int, processes: int | None,
+                    batch_size: int | None, keep_last_checkpoints: int | None, lr_scheduler: Any,
+                    grad_clip_norm: float | None) -> tuple[nn.Module | None, ModelSource | None]:
+    """:func:`fit`'s checks of its arguments, before anything slow: the module or the loaded source.
+
+    Raises:
+        UsageError: a bad argument or model source.
+    """
     _check_counts(max_steps=max_steps, epochs=epochs, checkpoint_every=checkpoint_every, log_every=log_every,
                   processes=processes, batch_size=batch_size, keep_last_checkpoints=keep_last_checkpoints)
     if keep_last_checkpoints is not None and checkpoint_dir is None:
@@ -133,78 +168,12 @@ def fit(
     module, source = _model(model, loss_fn)
     if data is not None:
         check_data(data)
-    environ = os.environ  # the edge: the launcher's variables are read here only
-    launch = LaunchInfo.from_environ(environ)
-    job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, optimizer=optimizer,
-                   max_steps=max_steps, epochs=epochs, seed=seed,
-                   checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir),
-                   checkpoint_every=checkpoint_every,
-                   resume=resume if isinstance(resume, bool) else Path(resume), consolidate=consolidate,
-                   log_every=log_every, grad_clip_norm=grad_clip_norm, lr_scheduler=lr_scheduler,
-                   keep_last_checkpoints=keep_last_checkpoints)
-    notes_from_tuning: list[str] = []
-    if tune:
-        if launch is not None or environ.get(supervisor.RUN_DIR_VAR) is not None:
-            raise UsageError("fit(tune=True) under a launcher would tune once per rank.",
-                             hint="Run `autoshard tune MODEL` first, then fit(..., plan=\"autoshard-tune/best\").")
-        plan, notes_from_tuning = _tuned(model, plan, tune, strategy=strategy, hardware=hardware,
-                                         processes=processes, precision=precision, batch_size=batch_size,
-                                         seq_len=seq_len, optimizer=optimizer, seed=seed)
-    options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
-                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force)
-    run_dir = environ.get(supervisor.RUN_DIR_VAR)
-    if launch is not None and run_dir is not None:
-        _worker(job, launch, Path(run_dir))  # never returns
-    if launch is not None:
-        return _launched(job, options, launch)
-    exported, notes, job = _resolve(job, options, world_size=None)
-    if tune:
-        notes = notes_from_tuning + notes
-    if exported.hardware.nodes > 1:
-        raise UsageError(f"the plan spans {exported.hardware.nodes} nodes; fit() starts processes on this machine "
-                         "only.", hint="Start it on every node with torchrun or srun (see launch.sh from "
-                                       "`autoshard export`).")
-    if exported.hardware.world_size == 1:
-        return _single(job, exported, notes)
-    return _spawn(job, exported, notes, model, timeout_s)
+    return module, source
 
 
-def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) -> tuple[ExportedPlan, list[str]]:
-    """Run the tuner for ``fit(tune=...)``: its best configuration and a note on what was measured."""
-    from autoshard.tuner import tune as run_tuner
-
-    if not (isinstance(plan, str) and plan == "auto"):
-        raise UsageError("fit(tune=...) chooses the plan itself; it cannot be combined with plan=.",
-                         hint="Drop plan=, or drop tune= to train with the given plan.")
-    if isinstance(model, nn.Module):
-        raise UsageError("fit(tune=True) needs a model source: each trial rebuilds the model in its own processes.",
-                         hint="Pass the model.py path or catalog name (or run `autoshard tune` on a model.py).")
-    kwargs: dict[str, Any] = dict(tune) if isinstance(tune, Mapping) else {}
-    mapping = {"strategy": "strategies", "hardware": "hardware", "processes": "processes",
-               "precision": "precision", "batch_size": "batch_size", "seq_len": "seq_len", "seed": "seed"}
-    for ours, theirs in mapping.items():
-        value = given[ours]
-        if value is not None and theirs not in kwargs:
-            kwargs[theirs] = [value] if ours == "strategy" else value
-    optimizer = given["optimizer"]
-    if isinstance(optimizer, str) and "optimizer" not in kwargs:
-        kwargs["optimizer"] = optimizer
-    try:
-        result = run_tuner(model, **kwargs)
-    except TypeError as e:
-        raise UsageError(f"fit(tune={{...}}) got an argument tune() does not take: {e}.") from e
-    if result.best_plan is None:
-        raise UsageError(f"tuning measured no configuration ({result.counts()}); nothing to train with.",
-                         hint=f"See the trials' logs under {result.output_dir}/trials.")
-    best = result.best
-    planner = next((t for t in result.trials if t.number == result.planner_trial), None)
-    note = (f"Tuned with {len(result.trials)} trial(s) in {result.output_dir}: "
-            f"best trial {best.number if best else '?'}"
-            f" ({result.best_plan.strategy}, micro-batch {result.best_plan.micro_batch_size}) at "
-            f"{best.samples_per_s if best and best.samples_per_s else 0:.1f} samples/s")
-    if planner is not None and planner.samples_per_s:
-        note += f"; the planner's choice measured {planner.samples_per_s:.1f}"
-    return result.best_plan, [note + "."]
+def under_launcher() -> bool:
+    """Whether this process is a rank of a launcher (torchrun, srun) or a worker :func:`fit` started."""
+    return LaunchInfo.from_environ(os.environ) is not None or os.environ.get(supervisor.RUN_DIR_VAR) is not None
 
 
 # -- modes ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,130 @@
+"""``autoshard.fit``: training composed with tuning, above both.
+
+:func:`autoshard.runtime.fit.fit` trains with a plan (planned now, given, or read from ``plan.json``);
+:func:`autoshard.tuner.tune` measures candidates with short real trials, which train through the runtime.
+``fit(tune=...)`` is the two in sequence, so it lives here, above both: the runtime never imports the tuner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from autoshard.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from autoshard.hardware.specs import HardwareSpec
+    from autoshard.models.source import ModelSource
+    from autoshard.planner.plan import Plan
+    from autoshard.planner.plan_file import ExportedPlan
+    from autoshard.profiler.options import PrecisionName
+    from autoshard.runtime.result import FitResult
+
+
+def fit(
+    model: nn.Module | str | os.PathLike[str] | ModelSource,
+    data: Any = None,
+    *,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+    optimizer: Any = None,
+    max_steps: int | None = None,
+    epochs: int | None = None,
+    plan: Plan | ExportedPlan | str | os.PathLike[str] = "auto",
+    strategy: str | None = None,
+    hardware: HardwareSpec | str | os.PathLike[str] | None = None,
+    processes: int | None = None,
+    precision: PrecisionName | None = None,
+    batch_size: int | None = None,
+    seq_len: int | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int | None = None,
+    resume: bool | str | os.PathLike[str] = False,
+    consolidate: bool = True,
+    grad_clip_norm: float | None = None,
+    seed: int = 0,
+    log_every: int = 10,
+    force: bool = False,
+    timeout_s: float | None = None,
+    tune: bool | Mapping[str, Any] = False,
+    lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
+    keep_last_checkpoints: int | None = None,
+) -> FitResult:
+    """Train ``model`` with the recommended (or given) strategy; with ``tune``, measure candidates first.
+
+    Every argument but ``tune`` is :func:`autoshard.runtime.fit.fit`'s (see there).
+
+    Args:
+        tune: tune first (:func:`autoshard.tune`: short real trials on this machine) and train with the fastest
+            configuration; a dict gives ``tune()``'s arguments (e.g. ``{"trials": 8, "output_dir": "tune"}``).
+            Needs a model source (trials rebuild the model in their own processes) and ``plan="auto"``.
+
+    Raises:
+        UsageError: bad arguments (checked before any trial), ``tune`` under a launcher, with ``plan=`` or with a
+            module; and see :func:`autoshard.runtime.fit.fit`.
+    """
+    from autoshard.runtime.fit import check_arguments, under_launcher
+    from autoshard.runtime.fit import fit as train
+
+    given = dict(loss_fn=loss_fn, optimizer=optimizer, max_steps=max_steps, epochs=epochs, strategy=strategy,
+                 hardware=hardware, processes=processes, precision=precision, batch_size=batch_size, seq_len=seq_len,
+                 checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
+                 consolidate=consolidate, grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, force=force,
+                 timeout_s=timeout_s, lr_scheduler=lr_scheduler, keep_last_checkpoints=keep_last_checkpoints)
+    if not tune:
+        return train(model, data, plan=plan, **given)
+    check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpoint_dir=checkpoint_dir,
+                    checkpoint_every=checkpoint_every, log_every=log_every, processes=processes,
+                    batch_size=batch_size, keep_last_checkpoints=keep_last_checkpoints, lr_scheduler=lr_scheduler,
+                    grad_clip_norm=grad_clip_norm)
+    if under_launcher():
+        raise UsageError("fit(tune=True) under a launcher would tune once per rank.",
+                         hint="Run `autoshard tune MODEL` first, then fit(..., plan=\"autoshard-tune/best\").")
+    best, note = _tuned(model, plan, tune, strategy=strategy, hardware=hardware, processes=processes,
+                        precision=precision, batch_size=batch_size, seq_len=seq_len, optimizer=optimizer, seed=seed)
+    result = train(model, data, plan=best, **given)
+    return dataclasses.replace(result, notes=(note, *result.notes))
+
+
+def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) -> tuple[ExportedPlan, str]:
+    """Run the tuner for ``fit(tune=...)``: its best configuration and a note on what was measured."""
+    from torch import nn
+
+    from autoshard.tuner import tune as run_tuner
+
+    if not (isinstance(plan, str) and plan == "auto"):
+        raise UsageError("fit(tune=...) chooses the plan itself; it cannot be combined with plan=.",
+                         hint="Drop plan=, or drop tune= to train with the given plan.")
+    if isinstance(model, nn.Module):
+        raise UsageError("fit(tune=True) needs a model source: each trial rebuilds the model in its own processes.",
+                         hint="Pass the model.py path or catalog name (or run `autoshard tune` on a model.py).")
+    kwargs: dict[str, Any] = dict(tune) if isinstance(tune, Mapping) else {}
+    mapping = {"strategy": "strategies", "hardware": "hardware", "processes": "processes",
+               "precision": "precision", "batch_size": "batch_size", "seq_len": "seq_len", "seed": "seed"}
+    for ours, theirs in mapping.items():
+        value = given[ours]
+        if value is not None and theirs not in kwargs:
+            kwargs[theirs] = [value] if ours == "strategy" else value
+    optimizer = given["optimizer"]
+    if isinstance(optimizer, str) and "optimizer" not in kwargs:
+        kwargs["optimizer"] = optimizer
+    try:
+        result = run_tuner(model, **kwargs)
+    except TypeError as e:
+        raise UsageError(f"fit(tune={{...}}) got an argument tune() does not take: {e}.") from e
+    if result.best_plan is None:
+        raise UsageError(f"tuning measured no configuration ({result.counts()}); nothing to train with.",
+                         hint=f"See the trials' logs under {result.output_dir}/trials.")
+    best = result.best
+    planner = next((t for t in result.trials if t.number == result.planner_trial), None)
+    note = (f"Tuned with {len(result.trials)} trial(s) in {result.output_dir}: "
+            f"best trial {best.number if best else '?'}"
+            f" ({result.best_plan.strategy}, micro-batch {result.best_plan.micro_batch_size}) at "
+            f"{best.samples_per_s if best and best.samples_per_s else 0:.1f} samples/s")
+    if planner is not None and planner.samples_per_s:
+        note += f"; the planner's choice measured {planner.samples_per_s:.1f}"
+    return result.best_plan, note + "."

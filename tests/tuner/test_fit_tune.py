@@ -1,0 +1,35 @@
+"""``fit(tune=...)`` (autoshard/fitting.py) refuses what it cannot do before any trial runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import autoshard
+from autoshard.errors import UsageError
+from autoshard.runtime import supervisor
+
+
+def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(2)]
+
+
+def test_tuning_needs_a_model_source() -> None:
+    with pytest.raises(UsageError, match="needs a model source"):
+        autoshard.fit(torch.nn.Linear(3, 1), _batches(), loss_fn=torch.nn.functional.mse_loss, tune=True)
+
+
+def test_tuning_chooses_the_plan_itself(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UsageError, match="cannot be combined with plan="):
+        autoshard.fit("tiny-gpt2", max_steps=1, plan=tmp_path / "plan.json", tune=True)
+
+
+def test_bad_arguments_are_refused_before_tuning() -> None:
+    with pytest.raises(UsageError, match="max_steps"):
+        autoshard.fit("tiny-gpt2", max_steps=0, tune={"trials": 1})
+
+
+def test_tuning_under_a_launcher_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(supervisor.RUN_DIR_VAR, str(tmp_path))
+    with pytest.raises(UsageError, match="under a launcher would tune once per rank"):
+        autoshard.fit("tiny-gpt2", max_steps=1, tune=True)

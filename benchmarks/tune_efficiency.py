@@ -194,10 +194,10 @@ def trial_plan(plan: Plan, config: TrialConfig) -> ExportedPlan:
     from autoshard.planner import plan_file
     from autoshard.planner.search import evaluate
     from autoshard.strategies import get
-    from autoshard.tuner.study import _candidate
+    from autoshard.tuner.study import trial_candidate
 
     evaluation = evaluate(get(config.strategy), plan.workload, plan.hardware, plan.request,
-                          _candidate(config, trial=True))
+                          trial_candidate(config, trial=True))
     if not evaluation.fits:
         raise ValueError(f"{describe(config)} is predicted not to fit: {'; '.join(evaluation.reasons)}")
     return plan_file.from_plan(dataclasses.replace(plan, recommended=evaluation))
@@ -363,31 +363,26 @@ def tuner_loop(plan: Plan, space: SearchSpace, spec: Any, *, trials: int, seed: 
                environ: dict[str, str], table: Mapping[str, float | None] | None = None) -> list[Any]:
     """The tuner's own loop on ``space``; returns its trials as ``TrialRecord``s, in order.
 
-    ``tune()`` builds its space itself and takes no prebuilt one, so this calls what it calls: ``_study``
-    (TPE with ``seed``, pruning off), ``_enqueue`` (unless ``enqueue`` is false), ``_budget`` and ``_Loop`` (no
-    result cache, no progress bar). With ``table``, ``run_trial`` is replaced by a lookup in it (a replay:
+    The pieces ``tune()`` is made of: ``create_study`` (TPE with ``seed``, pruning off), ``enqueue_defaults``
+    (unless ``enqueue`` is false), ``check_budget`` and ``StudyLoop`` (an in-memory study, no result cache, no
+    progress bar, no summary files). With ``table``, the loop's trial runner is a lookup in it (a replay:
     nothing runs); without, the trials run for real.
 
     Raises:
         ValueError: (replay) the sampler asked for a configuration outside ``table``.
     """
-    from unittest import mock
-
     from autoshard.tuner import study as tuner
     from autoshard.tuner.cache import ResultCache
+    from autoshard.tuner.records import record
 
-    study = tuner._study(f"tune-efficiency-{seed}", optuna.storages.InMemoryStorage(), "memory", {}, space, seed,
-                         False, spec.warmup_steps)
+    study = tuner.create_study(f"tune-efficiency-{seed}", optuna.storages.InMemoryStorage(), "memory", {}, space,
+                               seed, False, spec.warmup_steps)
     if enqueue:
-        tuner._enqueue(study, space)
-    budget = tuner._budget(trials, None, TRIAL_TIMEOUT_S, spec.steps, spec.warmup_steps)
-    loop = tuner._Loop(study, space, plan, spec, ResultCache(None, {}), work_dir, environ, budget, False)
-    if table is None:
-        loop.run()
-    else:
-        with mock.patch.object(tuner, "run_trial", _lookup(space, table)):
-            loop.run()
-    return [tuner.record(t) for t in study.get_trials(deepcopy=False)]
+        tuner.enqueue_defaults(study, space)
+    budget = tuner.check_budget(trials, None, TRIAL_TIMEOUT_S, spec.steps, spec.warmup_steps)
+    runner = tuner.run_trial if table is None else _lookup(space, table)
+    tuner.StudyLoop(study, space, plan, spec, ResultCache(None, {}), work_dir, environ, budget, False, runner).run()
+    return [record(t) for t in study.get_trials(deepcopy=False)]
 
 
 def trial_rows(records: Sequence[Any], table: Mapping[str, float | None], best: float) -> list[dict[str, Any]]:
@@ -892,7 +887,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure the grid, replay the tuner over it, run the tuner live, write the report."""
     from autoshard.planner.plan_file import from_plan
     from autoshard.tuner.runner import TrialSpec
-    from autoshard.tuner.study import _worker_environ
+    from autoshard.tuner.study import worker_environ
 
     args = parse_args(argv)
     if args.from_json is not None:
@@ -910,7 +905,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs = grid_configs(space)
     budget = max(1, math.floor(BUDGET_FRACTION * len(configs)))
     spec = TrialSpec(model=MODEL, optimizer=OPTIMIZER, steps=args.steps, warmup_steps=args.warmup, seed=LIVE_SEED)
-    environ = _worker_environ(os.environ, plan.hardware)
+    environ = worker_environ(os.environ, plan.hardware)
     log(f"{len(configs)} configurations, {args.repeats} run(s) each; planner's pick {plan.recommended.strategy}")
     seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="autoshard-tune-efficiency-") as tmp:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from autoshard.errors import AutoshardError
 from autoshard.planner import plan_file
@@ -65,6 +65,15 @@ class TrialFailed(Exception):  # an outcome, not a bug
         super().__init__(message)
         self.failure = failure
         self.message = message
+
+
+class TrialRunner(Protocol):
+    """What :class:`~autoshard.tuner.study.StudyLoop` calls to measure one configuration: :func:`run_trial`, or a
+    stand-in (a benchmark replaying recorded measurements)."""
+
+    def __call__(self, exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout_s: float,
+                 environ: dict[str, str], on_progress: Progress | None = None,
+                 on_poll: Callable[[], None] | None = None) -> Measurement: ...
 
 
 def run_trial(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout_s: float,

@@ -37,7 +37,7 @@ from autoshard.tuner.result import (
     TrialConfig,
     TuneResult,
 )
-from autoshard.tuner.runner import Measurement, TrialFailed, TrialSpec, run_trial
+from autoshard.tuner.runner import Measurement, TrialFailed, TrialRunner, TrialSpec, run_trial
 from autoshard.tuner.space import SearchSpace, build_space
 
 MAX_PREDICTED_INFEASIBLE = 50
@@ -49,7 +49,7 @@ _Pruned = optuna.TrialPruned
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Budget:
+class Budget:
     trials: int
     timeout_s: float | None
     trial_timeout_s: float
@@ -85,6 +85,8 @@ def tune(
     prune: bool = True,
     seed: int = 0,
     progress: bool = True,
+    space: SearchSpace | None = None,
+    runner: TrialRunner = run_trial,
 ) -> TuneResult:
     """Tune how to train ``model`` on this machine with short real training trials.
 
@@ -116,6 +118,10 @@ def tune(
         prune: stop trials that run at less than half the best throughput.
         seed: the sampler's seed (and the trials' training seed).
         progress: show a progress bar on stderr.
+        space: search this space instead of the one built from the plan (:func:`~autoshard.tuner.space.build_space`);
+            its strategies are checked against the plan's.
+        runner: measures one configuration (default :func:`~autoshard.tuner.runner.run_trial`: real training in
+            its own processes); a stand-in replays recorded measurements.
 
     Returns:
         A :class:`~autoshard.tuner.result.TuneResult`; ``best_plan`` is usable by ``fit(plan=...)``, and its
@@ -127,7 +133,7 @@ def tune(
         UserCodeError: the model's own code fails in the first trial (every trial would).
         NoFeasiblePlan: nothing fits this machine.
     """
-    budget = _budget(trials, timeout_s, trial_timeout_s, steps, warmup_steps)
+    budget = check_budget(trials, timeout_s, trial_timeout_s, steps, warmup_steps)
     if isinstance(model, ModelSource) and model.kind not in ("catalog", "file", "hf-config"):
         raise UsageError("tune() runs each trial in its own processes, which rebuild the model from its source; "
                          "this model has none.", hint="Save the model as a model.py and tune that.")
@@ -143,7 +149,10 @@ def tune(
     plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
                     precision=precision, optimizer=optimizer,
                     strategies=None if strategies is None else list(strategies))
-    space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes)
+    if space is None:
+        space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes)
+    else:
+        _check_space(space, plan)
     planned = plan_file.from_plan(plan)
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
                    "batch": {"global_batch_size": global_batch_size, "precision": precision,
@@ -153,16 +162,16 @@ def tune(
     try:
         store, shown = storage_mod.open_storage(storage, out)
         name = study_name or _default_name(planned)
-        study = _study(name, store, shown, fingerprint, space, seed, prune, warmup_steps)
+        study = create_study(name, store, shown, fingerprint, space, seed, prune, warmup_steps)
         notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
                  for n in storage_mod.fail_stale_trials(study)]
-        _enqueue(study, space)
+        enqueue_defaults(study, space)
         cache = ResultCache(None if not use_cache
                             else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
                             {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
         spec = TrialSpec(model=origin, optimizer=optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
-        environ = _worker_environ(os.environ, hw)
-        loop = _Loop(study, space, plan, spec, cache, out, environ, budget, progress)
+        environ = worker_environ(os.environ, hw)
+        loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, progress, runner)
         loop.run()
         return _finish(study, space, plan, shown, out, notes + loop.notes)
     finally:
@@ -172,14 +181,17 @@ def tune(
 # -- the loop ------------------------------------------------------------------------------------------------
 
 
-class _Loop:
+class StudyLoop:
     """Ask, predict, reuse or run, tell — until the study holds ``trials`` finished trials or time is up."""
 
     def __init__(self, study: optuna.Study, space: SearchSpace, plan: Plan, spec: TrialSpec, cache: ResultCache,
-                 out: Path, environ: dict[str, str], budget: _Budget, progress: bool) -> None:
+                 out: Path, environ: dict[str, str], budget: Budget, progress: bool,
+                 runner: TrialRunner = run_trial) -> None:
         self.study, self.space, self.plan, self.spec, self.cache = study, space, plan, spec, cache
         self.out, self.environ, self.budget = out, environ, budget
         self.progress = progress
+        self.runner = runner
+        """Runs one trial (:func:`~autoshard.tuner.runner.run_trial`; a stand-in replays measurements)."""
         self.me = storage_mod.owner()
         self.notes: list[str] = []
 
@@ -230,7 +242,7 @@ class _Loop:
         """Run or settle one trial; says how: ``predicted`` (not run: predicted not to fit), ``duplicate``
         (answered from an earlier trial of this study), ``cached`` (from the result cache) or ``ran``."""
         evaluation = evaluate(get(config.strategy), self.plan.workload, self.plan.hardware, self.plan.request,
-                              _candidate(config, trial=True))
+                              trial_candidate(config, trial=True))
         predicted = evaluation.memory.gpu.total if evaluation.memory is not None else None
         trial.set_user_attr("predicted_peak_bytes", predicted)
         trial.set_user_attr("predicted_samples_per_s",
@@ -258,7 +270,7 @@ class _Loop:
 
         heartbeat = _Heartbeat(self.study, trial)
         try:
-            measured = run_trial(exported, self.spec, run_dir, timeout_s=timeout_s, environ=self.environ,
+            measured = self.runner(exported, self.spec, run_dir, timeout_s=timeout_s, environ=self.environ,
                                  on_progress=on_progress, on_poll=heartbeat)
             outcome: dict[str, Any] = _measured(measured)
         except TrialFailed as e:
@@ -344,7 +356,13 @@ class _Heartbeat:
 # -- setting up ----------------------------------------------------------------------------------------------
 
 
-def _budget(trials: int, timeout_s: float | None, trial_timeout_s: float, steps: int, warmup_steps: int) -> _Budget:
+def check_budget(trials: int, timeout_s: float | None, trial_timeout_s: float, steps: int, warmup_steps: int
+                 ) -> Budget:
+    """The budget, its clock started now.
+
+    Raises:
+        UsageError: a count or a time out of range.
+    """
     def whole(name: str, value: Any, low: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise UsageError(f"{name} must be a whole number >= {low}, but got {value!r}.")
@@ -362,7 +380,7 @@ def _budget(trials: int, timeout_s: float | None, trial_timeout_s: float, steps:
     if steps < warmup_steps + 2:
         raise UsageError(f"steps ({steps}) must exceed the warm-up steps ({warmup_steps}) by at least 2, so that "
                          "throughput is measured over more than one step.")
-    return _Budget(trials=trials, timeout_s=timeout_s, trial_timeout_s=float(trial_timeout_s),
+    return Budget(trials=trials, timeout_s=timeout_s, trial_timeout_s=float(trial_timeout_s),
                    started=time.monotonic())
 
 
@@ -382,14 +400,34 @@ def _hardware(hardware: Any, processes: int | None) -> Any:
     return hw
 
 
+def _check_space(space: SearchSpace, plan: Plan) -> None:
+    """A given space must search strategies the plan evaluated.
+
+    Raises:
+        UsageError: it names one the plan does not hold.
+    """
+    planned = {e.strategy for e in plan.candidates}
+    unknown = [s.strategy for s in space.strategies if s.strategy not in planned]
+    if unknown or not space.strategies:
+        raise UsageError(f"the search space's strategies ({', '.join(unknown) or 'none'}) are not among the plan's.",
+                         hint="Build it with autoshard.tuner.space.build_space(plan) or pass strategies=.")
+
+
 def _default_name(planned: ExportedPlan) -> str:
     hw = planned.hardware
     device = hw.gpu or "cpu"
     return f"{planned.model.name}-{hw.gpus_per_node}x{device}-{planned.model.layout_hash[:8]}"
 
 
-def _study(name: str, store: optuna.storages.BaseStorage, shown: str, fingerprint: Mapping[str, Any],
-           space: SearchSpace, seed: int, prune: bool, warmup_steps: int) -> optuna.Study:
+def create_study(name: str, store: optuna.storages.BaseStorage, shown: str, fingerprint: Mapping[str, Any],
+                 space: SearchSpace, seed: int, prune: bool, warmup_steps: int) -> optuna.Study:
+    """The study ``tune()`` runs (created, or loaded and checked against ``fingerprint``): TPE seeded with
+    ``seed``, multivariate over the conditional space, with a constant liar for parallel tuners; pruning trials
+    slower than half the best when ``prune``.
+
+    Raises:
+        UsageError: the stored study minimises, or was made for another job.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.TPESampler(
@@ -406,7 +444,7 @@ def _study(name: str, store: optuna.storages.BaseStorage, shown: str, fingerprin
     return study
 
 
-def _enqueue(study: optuna.Study, space: SearchSpace) -> None:
+def enqueue_defaults(study: optuna.Study, space: SearchSpace) -> None:
     """The planner's choice first, then each other strategy with its backend's defaults (once per study)."""
     if any(t.user_attrs.get("origin") == "planner" for t in study.get_trials(deepcopy=False)):
         return
@@ -415,7 +453,9 @@ def _enqueue(study: optuna.Study, space: SearchSpace) -> None:
                             skip_if_exists=True)
 
 
-def _worker_environ(environ: Mapping[str, str], hw: Any) -> dict[str, str]:
+def worker_environ(environ: Mapping[str, str], hw: Any) -> dict[str, str]:
+    """The trials' workers' environment: ``environ``, with one OpenMP thread per process when several CPU
+    processes share the machine."""
     env = dict(environ)
     if hw.device_type == "cpu" and "OMP_NUM_THREADS" not in env and hw.processes_per_node > 1:
         env["OMP_NUM_THREADS"] = "1"  # as torchrun does for several processes per node: no oversubscription
@@ -425,7 +465,9 @@ def _worker_environ(environ: Mapping[str, str], hw: Any) -> dict[str, str]:
 # -- results -------------------------------------------------------------------------------------------------
 
 
-def _candidate(config: TrialConfig, *, trial: bool) -> Any:
+def trial_candidate(config: TrialConfig, *, trial: bool) -> Any:
+    """``config`` as a planner :class:`~autoshard.strategies.base.Candidate`; with ``trial``, with the settings
+    every short trial runs with (:meth:`~autoshard.strategies.base.Strategy.trial_settings`)."""
     from autoshard.strategies.base import Candidate
 
     settings = dict(config.settings)
@@ -456,7 +498,7 @@ def _describe(config: TrialConfig) -> str:
 def exported_plan(plan: Plan, config: TrialConfig) -> ExportedPlan:
     """``config`` as ``plan.json`` holds it (the trial-only settings dropped)."""
     evaluation = evaluate(get(config.strategy), plan.workload, plan.hardware, plan.request,
-                          _candidate(config, trial=False))
+                          trial_candidate(config, trial=False))
     return plan_file.from_plan(dataclasses.replace(plan, recommended=evaluation))
 
 

@@ -20,7 +20,7 @@ from autoshard.tuner.space import SearchSpace, _micro_batches, build_space
 
 NOT_TUNED = frozenset({"find_unused_parameters", "start_powerSGD_iter", "reduce_dtype"})
 """Knobs of correctness or numerics (tuner/space.py's docstring says why each is left out)."""
-from autoshard.tuner.study import _candidate
+from autoshard.tuner.study import trial_candidate
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -70,7 +70,7 @@ def ask_configs(space: SearchSpace, plan: Plan, sampler: optuna.samplers.BaseSam
         trial = study.ask()
         config = space.suggest(trial)
         evaluation = evaluate(get(config.strategy), plan.workload, plan.hardware, plan.request,
-                              _candidate(config, trial=True))
+                              trial_candidate(config, trial=True))
         trial.set_constraint("oom", 0.0 if evaluation.fits else 1.0)
         study.tell(trial, evaluation.cost.samples_per_s if evaluation.fits else 0.0)
         out.append((dict(trial.params), config, evaluation))

@@ -1,0 +1,45 @@
+"""``tune(space=..., runner=...)``: the search space and the trial runner can be given, so a benchmark can replay
+recorded measurements through the real study, sampler, pruner and records without private names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import autoshard
+from autoshard.errors import UsageError
+from autoshard.planner.plan_file import ExportedPlan
+from autoshard.tuner.runner import Measurement, TrialSpec
+from autoshard.tuner.space import SearchSpace, StrategySpace
+
+ARGS: dict[str, Any] = {"processes": 2, "seq_len": 32, "precision": "32-true", "steps": 5, "warmup_steps": 2,
+                        "progress": False, "use_cache": False, "prune": False}
+
+
+def test_a_stand_in_runner_and_a_given_space_drive_the_real_study(tmp_path: Path) -> None:
+    calls: list[ExportedPlan] = []
+
+    def replay(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, **_: Any) -> Measurement:
+        calls.append(exported)
+        rate = 100.0 * exported.micro_batch_size  # larger micro-batches are faster in this recording
+        return Measurement(samples_per_s=rate, tokens_per_s=None, step_time_s=1.0, peak_memory_bytes=None,
+                           peak_memory_kind=None, step_times_s=(1.0,) * 5)
+
+    space = SearchSpace(strategies=(StrategySpace(strategy="ddp", family="ddp", micro_batch_sizes=(1, 2),
+                                                  checkpointing=(False,), knobs=(), default_micro_batch_size=1,
+                                                  default_checkpointing=False),))
+    result = autoshard.tune("tiny-gpt2", trials=2, output_dir=tmp_path, space=space, runner=replay, **ARGS)
+    assert {e.strategy for e in calls} == {"ddp"}
+    assert {e.micro_batch_size for e in calls} == {1, 2}
+    assert result.best_plan is not None and result.best_plan.micro_batch_size == 2
+    assert not (tmp_path / "trials").exists() or not any((tmp_path / "trials").iterdir()), "nothing ran for real"
+
+
+def test_a_space_of_strategies_the_plan_does_not_hold_is_refused(tmp_path: Path) -> None:
+    space = SearchSpace(strategies=(StrategySpace(strategy="nonsense", family="ddp", micro_batch_sizes=(1,),
+                                                  checkpointing=(False,), knobs=(), default_micro_batch_size=1,
+                                                  default_checkpointing=False),))
+    with pytest.raises(UsageError, match="not among the plan's"):
+        autoshard.tune("tiny-gpt2", trials=1, output_dir=tmp_path, space=space, **ARGS)

@@ -31,6 +31,7 @@ def fit(
     data: Any = None,
     *,
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+    training_step: Callable[[Any, Any], torch.Tensor] | None = None,
     optimizer: Any = None,
     max_steps: int | None = None,
     epochs: int | None = None,
@@ -70,11 +71,12 @@ def fit(
     from autoshard.runtime.fit import check_arguments, under_launcher
     from autoshard.runtime.fit import fit as train
 
-    given = dict(loss_fn=loss_fn, optimizer=optimizer, max_steps=max_steps, epochs=epochs, strategy=strategy,
-                 hardware=hardware, processes=processes, precision=precision, batch_size=batch_size, seq_len=seq_len,
-                 checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-                 consolidate=consolidate, grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, force=force,
-                 timeout_s=timeout_s, lr_scheduler=lr_scheduler, keep_last_checkpoints=keep_last_checkpoints)
+    given = dict(loss_fn=loss_fn, training_step=training_step, optimizer=optimizer, max_steps=max_steps,
+                 epochs=epochs, strategy=strategy, hardware=hardware, processes=processes, precision=precision,
+                 batch_size=batch_size, seq_len=seq_len, checkpoint_dir=checkpoint_dir,
+                 checkpoint_every=checkpoint_every, resume=resume, consolidate=consolidate,
+                 grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, force=force, timeout_s=timeout_s,
+                 lr_scheduler=lr_scheduler, keep_last_checkpoints=keep_last_checkpoints)
     if not tune:
         return train(model, data, plan=plan, **given)
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpoint_dir=checkpoint_dir,

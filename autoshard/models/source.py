@@ -25,6 +25,8 @@ Batch = Any
 (``model(**batch)``)."""
 
 LossFn = Callable[[Any, Batch], torch.Tensor]
+CallFn = Callable[[nn.Module, Batch], Any]
+"""``call(model, batch) -> output``: how a batch reaches the (possibly wrapped) model."""
 OptimizerFn = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
@@ -44,6 +46,8 @@ class ModelSource:
     """``batch_fn(batch_size)`` or, when :attr:`accepts_seq_len`, ``batch_fn(batch_size, seq_len=N)``."""
     loss_fn: LossFn | None = None
     """``loss_fn(output, batch) -> scalar``; ``None`` uses :func:`default_loss`."""
+    call_fn: Callable[[nn.Module, Batch], Any] | None = None
+    """``call_fn(model, batch) -> output``; ``None`` uses :func:`call_model` (see :mod:`autoshard.models.step`)."""
     optimizer_fn: OptimizerFn | None = None
     """``optimizer_fn(params) -> Optimizer``; ``None`` lets the caller pick (autoshard's ``--optimizer``)."""
     accepts_seq_len: bool = False
@@ -99,7 +103,7 @@ class ModelSource:
             )
         if self.accepts_seq_len:
             seq_len = seq_len if seq_len is not None else self.default_seq_len
-            kwargs = {} if seq_len is None else {"seq_len": seq_len}
+            kwargs: dict[str, Any] = {} if seq_len is None else {"seq_len": seq_len}
         else:
             kwargs = {}
         result = call_user(self.batch_fn, batch_size, what="batch()", user_file=self.user_file, **kwargs)
@@ -126,10 +130,12 @@ def takes_keyword(fn: Callable[..., Any], name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | None, **kwargs: Any) -> Any:
+def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | None, user_code: bool = False,
+              **kwargs: Any) -> Any:
     """Call user code; turn any exception into a :class:`UserCodeError` naming the user's file and line.
 
-    Errors raised on purpose by autoshard (``AutoshardError``) pass through unchanged.
+    Errors raised on purpose by autoshard (``AutoshardError``) pass through unchanged. ``user_code``: the code
+    is the user's although no file of theirs is known (a module passed to ``fit()``).
     """
     from autoshard.errors import AutoshardError
 
@@ -142,6 +148,8 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
         where = f" at {location}" if location else ""
         if user_file is not None:
             hint = "Fix the error in your model file (run with --debug for the full traceback)."
+        elif user_code:
+            hint = "Your code raised it: check the model, the batch and the loss (see the error above)."
         else:  # a Hugging Face config or a catalog model: the code that raised is not the user's
             hint = "The model's own code raised it; rerun with --debug for the full traceback and report it."
         raise UserCodeError(

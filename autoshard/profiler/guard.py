@@ -52,7 +52,7 @@ def guard(fn: Callable[[], Any], source: ModelSource, tracker: MemoryTracker | N
     )
 
     try:
-        return call_user(fn, what=what, user_file=source.user_file)
+        return call_user(fn, what=what, user_file=source.user_file, user_code=source.kind == "module")
     except UserCodeError as exc:
         cause = exc.__cause__
         where = _where(exc, tracker)

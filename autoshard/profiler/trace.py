@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -64,6 +65,20 @@ def trace(source: ModelSource, options: ProfileOptions, *, fake: bool = True) ->
     return trace_with_phases(source, options, fake=fake)[0]
 
 
+@contextlib.contextmanager
+def _fake_tensor_log_quiet() -> Iterator[None]:
+    """Keep torch's fake-tensor logger from printing a traceback to stderr for an op that fails under fake
+    tensors (``log.exception`` in ``FakeTensorMode._dispatch_impl``, torch 2.13): the failure is raised anyway,
+    and reported once, in the user's terms (:mod:`autoshard.profiler.guard`)."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def trace_with_phases(
     source: ModelSource, options: ProfileOptions, *, fake: bool = True, count_flops: bool = True
 ) -> tuple[ModelProfile, dict[str, PeakSnapshot]]:
@@ -104,7 +119,7 @@ def trace_timeline(
 
         mode = FakeTensorMode(allow_non_fake_inputs=True)
     # fake_ops: shape rules for ops whose meta kernel refuses what the real kernels run (fp32 grouped_mm).
-    with fake_ops.installed() if fake else contextlib.nullcontext(), mode:
+    with fake_ops.installed() if fake else contextlib.nullcontext(), mode, _fake_tensor_log_quiet():
         model = _build(source, options)
         model.train()
         blocks = find_repeated_blocks(model)
@@ -324,7 +339,7 @@ def _forward(
     else:
         context = contextlib.nullcontext()
     with context:
-        output = guard(functools.partial(call_model, model, batch), source, tracker, "forward")
+        output = guard(functools.partial(source.call_fn or call_model, model, batch), source, tracker, "forward")
         if options.fp32_output:
             # The 16-bit output is freed once cast, as after FSDP2's root cast (nothing saves it for backward).
             output = cast_floats(output, torch.float32)

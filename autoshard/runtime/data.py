@@ -120,6 +120,34 @@ class DataFeed:
             yield round_[r]
 
 
+class SampleList(Dataset[Any]):
+    """A list (or tuple) of single samples, read as a map-style dataset: batched at the plan's micro-batch and
+    sharded like any ``Dataset``."""
+
+    def __init__(self, samples: list[Any] | tuple[Any, ...]) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.samples[index]
+
+
+def as_samples(data: Any) -> SampleList | None:
+    """``data`` as a dataset of single samples when it is a non-empty list or tuple whose first element collates
+    into a batch of one, else ``None``."""
+    from torch.utils.data import default_collate
+
+    if type(data) not in (list, tuple) or not data:
+        return None
+    try:
+        default_collate([data[0]])
+    except (TypeError, RuntimeError):
+        return None
+    return SampleList(data)
+
+
 def check(data: Any) -> None:
     """Refuse what is neither a dataset nor an iterable of batches.
 

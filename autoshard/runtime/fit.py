@@ -16,12 +16,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoshard.errors import AutoshardError, UsageError
+from autoshard.errors import AutoshardError, UsageError, UserCodeError
 from autoshard.models import load_source
 from autoshard.models.source import ModelSource
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime import planning, supervisor
+from autoshard.runtime.data import SampleList, as_samples
 from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, join
 from autoshard.runtime.result import FitResult, StepMetrics
@@ -37,6 +38,7 @@ def fit(
     data: Any = None,
     *,
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+    training_step: Callable[[Any, Any], torch.Tensor] | None = None,
     optimizer: Any = None,
     max_steps: int | None = None,
     epochs: int | None = None,
@@ -69,8 +71,12 @@ def fit(
         data: a map-style ``Dataset`` (batched at the plan's micro-batch, sharded with a ``DistributedSampler``),
             a ``DataLoader`` (its batch size kept, re-sharded), any iterable of batches (dealt out to the ranks
             in turn), or ``None`` to train on the model source's example batches (needs ``max_steps``).
-        loss_fn: ``loss_fn(output, batch) -> scalar``; default: the source's loss, else ``output.loss`` / the
-            mean of the output.
+        training_step: ``training_step(model, batch) -> loss`` in place of forward + loss, for anything the batch
+            conventions do not cover (:mod:`autoshard.models.step`); ``model`` is the module as the backend wraps it.
+        loss_fn: how the output is scored. For a module, by the batch's shape (:mod:`autoshard.models.step`):
+            ``(inputs, targets)`` tuples whose forward takes only the inputs give ``loss_fn(output, targets)``
+            (a plain loop's ``F.mse_loss`` works as is); otherwise ``loss_fn(output, batch)``. Default: the
+            source's loss, else ``output.loss`` / the mean of the output.
         optimizer: a factory ``params -> Optimizer``, an optimizer class or instance (its hyper-parameters are
             reused over the sharded parameters), a name (``adamw``, ``adam``, ``sgd``, ``adafactor``), or
             ``None`` for the source's or the plan's.
@@ -120,7 +126,8 @@ def fit(
         keep_last_checkpoints=keep_last_checkpoints, lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm)
     environ = os.environ  # the edge: the launcher's variables are read here only
     launch = LaunchInfo.from_environ(environ)
-    job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, optimizer=optimizer,
+    job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, training_step=training_step,
+                   optimizer=optimizer,
                    max_steps=max_steps, epochs=epochs, seed=seed,
                    checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir),
                    checkpoint_every=checkpoint_every,
@@ -226,7 +233,7 @@ def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitRe
     if ctx.is_main:
         try:
             exported, notes, job = _resolve(job, options, world_size=ctx.world_size)
-            payload = {"plan": exported.to_dict(), "notes": notes}
+            payload = {"plan": exported.to_dict(), "notes": notes, "samples": isinstance(job.data, SampleList)}
         except AutoshardError as e:
             payload = {"error": {"type": type(e).__name__, "message": e.message, "hint": e.hint}}
     payload = broadcast_json(payload, ctx)
@@ -235,6 +242,7 @@ def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitRe
         message = err["message"] if ctx.is_main else f"rank 0 could not plan: {err['message']}"
         raise supervisor.rebuild_error(err["type"], message, err.get("hint"))
     exported = plan_file.loads(json.dumps(payload["plan"]), source="rank 0's plan")
+    job = _as_rank_0_read_it(job, samples=bool(payload.get("samples")))
     result = train(job, exported, ctx, list(payload["notes"]))
     if ctx.owns_group:
         # A gloo group left for interpreter teardown can abort the process after the script's work is done
@@ -255,6 +263,7 @@ def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:
     try:
         exported = plan_file.read(run_dir / "plan.json")
         notes = json.loads((run_dir / "notes.json").read_text(encoding="utf-8"))
+        job = _as_rank_0_read_it(job, samples=(run_dir / SAMPLES_FILE).is_file())
         ctx = join(launch, device_type=exported.hardware.device_type)
         result = train(job, exported, ctx, notes)
         if ctx.is_main:
@@ -275,6 +284,19 @@ def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:
     os._exit(code)
 
 
+SAMPLES_FILE = "data-is-samples"
+"""Present in a run directory when the launching process read a list given as data as single samples."""
+
+
+def _as_rank_0_read_it(job: TrainJob, *, samples: bool) -> TrainJob:
+    """The job with its data read as the planning process read it: a list of single samples as a dataset."""
+    if samples and not isinstance(job.data, SampleList):
+        wrapped = as_samples(job.data)
+        if wrapped is not None:
+            return dataclasses.replace(job, data=wrapped)
+    return job
+
+
 def _spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
            timeout_s: float | None) -> FitResult:
     """Start one worker per rank on this machine, wait, and return rank 0's result."""
@@ -285,6 +307,8 @@ def _spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
     try:
         plan_file.write(exported, run_dir / "plan.json")
         (run_dir / "notes.json").write_text(json.dumps(notes), encoding="utf-8")
+        if isinstance(job.data, SampleList):
+            (run_dir / SAMPLES_FILE).touch()  # the workers read the list as samples too
         if command[1:3] == ["-m", "autoshard.runtime.worker"]:
             (run_dir / JOB_FILE).write_text(json.dumps(_job_spec(job, model)), encoding="utf-8")
         supervisor.run_workers(command, world_size=exported.hardware.world_size, run_dir=run_dir,
@@ -309,7 +333,8 @@ def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) ->
 def _module_worker_command(job: TrainJob, model: Any) -> list[str]:
     spec_ok = isinstance(model, (str, os.PathLike)) or (isinstance(model, ModelSource) and model.kind in (
         "catalog", "file", "hf-config"))
-    if not spec_ok or job.data is not None or job.loss_fn is not None or job.lr_scheduler is not None or not (
+    if not spec_ok or job.data is not None or job.loss_fn is not None or job.training_step is not None or \
+            job.lr_scheduler is not None or not (
             job.optimizer is None or isinstance(job.optimizer, str)):
         raise UsageError("fit() needs to start one worker process per device, and this session cannot be started "
                          "again as a worker (an interactive session, a notebook or pytest).",
@@ -381,10 +406,34 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
             raise UsageError("fit(module) with no data has nothing to train on.",
                              hint="Pass data=, or a model source (a model.py / catalog name) whose batch() is used.")
         job = dataclasses.replace(job, data=data)  # a generator's first batch was put back in front
-        source = planning.module_source(job.module, example, loss_fn=job.loss_fn)  # type: ignore[arg-type]
-    plan = plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
-                    optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
-                    strategies=None if options.strategy is None else [options.strategy])
+        source = planning.module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
+                                        training_step=job.training_step)
+    def planned(source: ModelSource) -> Any:
+        return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
+                        optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
+                        strategies=None if options.strategy is None else [options.strategy])
+
+    try:
+        plan = planned(source)
+    except UserCodeError as first:
+        # A list given as data is read as a list of batches. If its first element fails as a batch and works as
+        # a batch of one sample, the list holds single samples (a Hugging Face-style list of dicts): use it as
+        # a dataset, batched at the planned micro-batch.
+        samples = as_samples(job.data) if job.module is not None and job.source is None else None
+        if samples is None:
+            raise
+        from torch.utils.data import default_collate
+
+        source = planning.module_source(job.module, default_collate([samples[0]]),  # type: ignore[arg-type]
+                                        loss_fn=job.loss_fn, training_step=job.training_step)
+        try:
+            plan = planned(source)
+        except UserCodeError:
+            raise first from None
+        job = dataclasses.replace(job, data=samples)
+        notes.append("data is a list whose elements are single samples (the first, passed to the model as a batch, "
+                     f"failed: {first.message}): it is batched like a Dataset. Pass a DataLoader to batch it "
+                     "yourself, or a list of batches.")
     exported = plan_file.from_plan(plan)
     notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
                  f"{exported.micro_batch_size}, {precision}.")

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from autoshard.errors import UsageError, UserCodeError
+from autoshard.models.step import StepFunctions
 from autoshard.runtime import checkpoint
 from autoshard.runtime.backends import Backend, to_device
 from autoshard.runtime.checkpoint import Position
@@ -25,7 +26,6 @@ from autoshard.runtime.distributed import (
 )
 from autoshard.runtime.result import StepMetrics
 
-LossFn = Callable[[Any, Any], torch.Tensor]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoopConfig:
@@ -86,7 +86,7 @@ def build_scheduler(factory: Any, optimizer: torch.optim.Optimizer, *, checkpoin
     return scheduler
 
 
-def run(backend: Backend, feed: DataFeed, loss_fn: LossFn, config: LoopConfig, start: Position,
+def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: LoopConfig, start: Position,
         scheduler: LRScheduler | None = None) -> LoopOutcome:
     """Train from ``start`` until ``max_steps`` or ``epochs`` is reached or the data runs out on any rank;
     ``scheduler`` (over :attr:`Backend.torch_optimizer`) steps after each optimizer step."""
@@ -136,7 +136,7 @@ def run(backend: Backend, feed: DataFeed, loss_fn: LossFn, config: LoopConfig, s
             consumed += 1
             sync = micro == config.accumulation - 1
             batch = to_device(batch, ctx.device)
-            loss = _loss(backend, loss_fn, batch, sync=sync, checked=not first)
+            loss = _loss(backend, steps_fns, batch, sync=sync, checked=not first)
             backend.backward(loss * scale if scale != 1.0 else loss, sync=sync)
             micro_losses.append(loss.detach())
         first = False
@@ -173,21 +173,21 @@ def _done(position: Position, config: LoopConfig) -> bool:
     return config.max_steps is not None and position.step >= config.max_steps
 
 
-def _loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool, checked: bool) -> torch.Tensor:
+def _loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool, checked: bool) -> torch.Tensor:
     """Forward and loss, both under the backend's autocast; on the first micro-batch, a failure names what
     arrived."""
     with backend.autocast():
         if checked:
-            return loss_fn(backend.forward(batch, sync=sync), batch)
-        return _first_loss(backend, loss_fn, batch, sync=sync)
+            return fns.loss(backend.forward(batch, sync=sync, call=fns.call), batch)
+        return _first_loss(backend, fns, batch, sync=sync)
 
 
-def _first_loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool) -> torch.Tensor:
+def _first_loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool) -> torch.Tensor:
     """Forward and loss of a first step's micro-batch, their errors blamed on the user's code — except running
     out of memory and a lost peer: forward (FSDP2's all-gathers, ZeRO-3's, DDP's buffer broadcast) and a loss
     that all-reduces talk to the other ranks, and another rank dying is not this rank's code's fault."""
     try:
-        output = backend.forward(batch, sync=sync)
+        output = backend.forward(batch, sync=sync, call=fns.call)
     except (torch.OutOfMemoryError, MemoryError):
         raise  # the batch does not fit: not a mismatch between the data and the model
     except Exception as e:
@@ -196,8 +196,8 @@ def _first_loss(backend: Backend, loss_fn: LossFn, batch: Any, *, sync: bool) ->
         raise UserCodeError(f"the model failed on the first batch ({_describe(batch)}): {type(e).__name__}: {e}",
                             hint="Check what your data yields against what the model's forward takes.") from e
     try:
-        loss = loss_fn(output, batch)
-    except UserCodeError:
+        loss = fns.loss(output, batch)
+    except (UserCodeError, UsageError):
         raise
     except Exception as e:
         if lost_peer(e):

@@ -18,6 +18,7 @@ from torch.utils._pytree import tree_map
 
 from autoshard.errors import UsageError
 from autoshard.models.source import ModelSource
+from autoshard.models.step import step_functions
 from autoshard.planner.plan_file import (
     ExportedPlan,
     ModelFingerprint,
@@ -28,7 +29,8 @@ from autoshard.planner.plan_file import (
 from autoshard.strategies.workload import parameter_layout
 
 
-def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None) -> ModelSource:
+def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None, training_step: Any = None
+                  ) -> ModelSource:
     """A :class:`ModelSource` over a module the user already built, for profiling and planning.
 
     ``build_fn`` never copies the weights: under ``FakeTensorMode`` it returns a fake copy, on the ``meta``
@@ -73,8 +75,9 @@ def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None)
 
         return tree_map(repeat, example_batch)
 
+    steps = step_functions(module, loss_fn=loss_fn, training_step=training_step)
     return ModelSource(name=type(module).__name__, kind="module", origin=f"module:{type(module).__qualname__}",
-                       build_fn=build, batch_fn=batch, loss_fn=loss_fn)
+                       build_fn=build, batch_fn=batch, loss_fn=steps.loss, call_fn=steps.call)
 
 
 def model_fingerprint(module: nn.Module, name: str) -> ModelFingerprint:

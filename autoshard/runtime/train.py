@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from autoshard.errors import UsageError, UserCodeError
-from autoshard.models.source import ModelSource, default_loss
+from autoshard.models.source import ModelSource, call_model, default_loss
+from autoshard.models.step import StepFunctions, step_functions
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.blocks import find_repeated_blocks
 from autoshard.runtime import backends, checkpoint, loop
@@ -48,6 +49,8 @@ class TrainJob:
     """Keep only this many newest checkpoints (``None``: all)."""
     on_step: Callable[[int, float], None] | None = None
     """Called on every rank after each optimizer step (step number, seconds): the tuner's progress channel."""
+    training_step: Callable[[Any, Any], torch.Tensor] | None = None
+    """``training_step(model, batch) -> loss`` in place of forward + loss (:mod:`autoshard.models.step`)."""
 
 
 def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) -> FitResult:
@@ -79,7 +82,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                          "optimizer's learning rate is not scheduled from here on.")
     elif job.resume is True:
         notes.append(f"No checkpoint in {job.checkpoint_dir} to resume from: started afresh.")
-    loss_fn = job.loss_fn or (source.loss_fn if source is not None and source.loss_fn is not None else default_loss)
+    fns = step_functions_for(job, backend.module)
     config = loop.LoopConfig(
         accumulation=plan.gradient_accumulation, max_steps=job.max_steps,
         epochs=job.epochs if job.epochs is not None or job.max_steps is not None else 1,
@@ -87,7 +90,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
         checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,
         on_step=job.on_step)
-    outcome = loop.run(backend, feed, loss_fn, config, start, scheduler)
+    outcome = loop.run(backend, feed, fns, config, start, scheduler)
     state = backend.full_state_dict() if job.consolidate else None
     module = backend.module
     backend.close()
@@ -95,6 +98,18 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                      world_size=ctx.world_size, resumed_from=resumed,
                      last_checkpoint=None if outcome.last_checkpoint is None else str(outcome.last_checkpoint),
                      notes=tuple(notes))
+
+
+def step_functions_for(job: TrainJob, module: nn.Module) -> StepFunctions:
+    """How each batch reaches the model and the loss. A module given to ``fit()`` follows the conventions of
+    :mod:`autoshard.models.step`; a model source keeps its own: ``call_fn`` / ``call_model`` and
+    ``loss(output, batch)``, which a ``loss_fn`` given to ``fit()`` replaces."""
+    if job.module is not None or job.training_step is not None:
+        return step_functions(job.module or module, loss_fn=job.loss_fn, training_step=job.training_step)
+    source = job.source
+    own = source.loss_fn if source is not None else None
+    return StepFunctions(call=(source.call_fn if source is not None else None) or call_model,
+                         loss=job.loss_fn or own or default_loss)
 
 
 def _resume_from(job: TrainJob) -> Path | None:

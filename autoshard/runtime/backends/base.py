@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from autoshard.models.source import CallFn, call_model
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime.distributed import RunContext
 from autoshard.runtime.precision import PrecisionRecipe, recipe
@@ -78,9 +79,10 @@ class Backend(abc.ABC):
         """The user's module (unwrapped; sharded in place where the backend shards)."""
 
     @abc.abstractmethod
-    def forward(self, batch: Any, *, sync: bool) -> Any:
+    def forward(self, batch: Any, *, sync: bool, call: CallFn = call_model) -> Any:
         """The model's output for one micro-batch (the caller holds :meth:`autocast`); ``sync`` is false on all
-        but the last micro-batch of an optimizer step (gradients accumulate locally)."""
+        but the last micro-batch of an optimizer step (gradients accumulate locally). ``call(model, batch)``
+        feeds the wrapped model (:mod:`autoshard.models.step`)."""
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The context forward *and* loss run in: ``torch.autocast`` where the backend trains mixed precision

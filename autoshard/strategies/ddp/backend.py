@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from autoshard.models.source import call_model
+from autoshard.models.source import CallFn, call_model
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
 
@@ -71,10 +71,10 @@ class DDPBackend(Backend):
         """The user's module (DDP trains it in place)."""
         return self._module
 
-    def forward(self, batch: Any, *, sync: bool) -> Any:
+    def forward(self, batch: Any, *, sync: bool, call: CallFn = call_model) -> Any:
         """Forward through DDP; with ``sync`` false the reducer skips this micro-batch (as ``no_sync()`` does)."""
         self.ddp.require_backward_grad_sync = sync
-        return call_model(self.ddp, self.precision.cast_batch(batch))
+        return call(self.ddp, self.precision.cast_batch(batch))
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """``torch.autocast`` for ``16-mixed`` / ``bf16-mixed`` (forward and loss), else nothing."""

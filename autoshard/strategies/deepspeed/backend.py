@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from autoshard.errors import UsageError
-from autoshard.models.source import call_model, cast_floats
+from autoshard.models.source import CallFn, call_model, cast_floats
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
 from autoshard.strategies.deepspeed import config as ds_config_mod
@@ -98,10 +98,10 @@ class DeepSpeedBackend(Backend):
         """The user's module as the engine holds it (its parameters are partitioned at stage 3)."""
         return self._module
 
-    def forward(self, batch: Any, *, sync: bool) -> Any:
+    def forward(self, batch: Any, *, sync: bool, call: CallFn = call_model) -> Any:
         """Forward through the engine; floating inputs in the engine's 16-bit dtype (DeepSpeed does not cast)."""
         half = self.precision.half_dtype
-        return call_model(self.engine, batch if half is None else cast_floats(batch, half))
+        return call(self.engine, batch if half is None else cast_floats(batch, half))
 
     def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
         """``engine.backward`` then ``engine.step``: DeepSpeed steps only at its accumulation boundary."""

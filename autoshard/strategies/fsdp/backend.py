@@ -25,7 +25,7 @@ from torch.distributed.fsdp import (
 )
 
 from autoshard.errors import UsageError
-from autoshard.models.source import call_model
+from autoshard.models.source import CallFn, call_model
 from autoshard.profiler.blocks import block_stacks
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
@@ -133,9 +133,9 @@ class FSDPBackend(Backend):
         """The user's module, sharded in place (its parameters are DTensors)."""
         return self._module
 
-    def forward(self, batch: Any, *, sync: bool) -> Any:
+    def forward(self, batch: Any, *, sync: bool, call: CallFn = call_model) -> Any:
         """Forward; the policy casts parameters, ``bf16-true`` casts floating inputs."""
-        return call_model(self._module, self.precision.cast_batch(batch))
+        return call(self._module, self.precision.cast_batch(batch))
 
     def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
         """Backward; without ``sync`` gradients stay unsharded and unreduced until the last micro-batch."""

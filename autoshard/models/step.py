@@ -1,0 +1,141 @@
+"""How a batch reaches the model and the loss: the three conventions people write.
+
+1. **A training step of your own**, ``training_step(model, batch) -> loss``: autoshard calls it with the model as
+   the backend wraps it, and uses what it returns as the loss. Use it for anything the other two do not cover.
+2. **Dictionary batches** (Hugging Face): ``model(**batch)``. The loss is ``loss_fn(output, batch)`` when one is
+   given, else the output's ``loss``.
+3. **Tuple batches**, ``(inputs..., targets...)``, as in a plain PyTorch loop:
+   - When ``forward`` takes fewer positional arguments than the batch has elements, the first ones are the
+     inputs and the rest the targets: ``output = model(x)``, ``loss = loss_fn(output, y)``, so
+     ``loss_fn=torch.nn.functional.mse_loss`` works as written.
+   - When ``forward`` takes every element (or ``*args``), the model gets them all and the loss gets the whole
+     batch: ``loss_fn(model(*batch), batch)``.
+
+A single tensor goes to ``model(batch)``; the loss gets ``loss_fn(output, batch)``. Without ``loss_fn``, the
+output's ``loss`` is used, else the mean of its floating-point tensors (:func:`~autoshard.models.source.default_loss`).
+A tuple batch split into inputs and targets needs ``loss_fn``: a loss that ignored the targets would train on
+nothing.
+
+:func:`step_functions` turns the choice into two functions over the whole batch: ``call(model, batch)`` and
+``loss(output, batch)``. Planning traces them, and ``fit()`` trains with them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoshard.errors import UsageError
+from autoshard.models.source import Batch, CallFn, LossFn, call_model, default_loss
+
+TrainingStep = Callable[[nn.Module, Batch], torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class StepFunctions:
+    """The forward and the loss of one micro-batch, each over the whole batch."""
+
+    call: CallFn
+    loss: LossFn
+
+
+def positional_inputs(module: nn.Module) -> int | None:
+    """How many positional arguments ``module.forward`` requires (``None``: it takes ``*args``, or its signature
+    cannot be read).
+
+    Example:
+        >>> positional_inputs(torch.nn.Linear(2, 2)), positional_inputs(torch.nn.Sequential())
+        (1, 1)
+    """
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return None
+    return sum(1 for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                               inspect.Parameter.POSITIONAL_OR_KEYWORD)
+               and p.default is inspect.Parameter.empty)
+
+
+def step_functions(module: nn.Module, *, loss_fn: LossFn | None = None,
+                   training_step: TrainingStep | None = None) -> StepFunctions:
+    """The forward and loss for batches of ``module`` (see the module docs for the rules).
+
+    ``module`` is the user's own module: the one whose ``forward`` says how many inputs it takes. The returned
+    ``call`` is applied to whatever wraps it (DDP, FSDP2, a DeepSpeed engine).
+
+    Raises:
+        UsageError: both ``loss_fn`` and ``training_step`` are given.
+    """
+    if training_step is not None:
+        if loss_fn is not None:
+            raise UsageError("pass loss_fn or training_step, not both: training_step returns the loss itself.")
+        return StepFunctions(call=training_step, loss=_returned_loss)
+    inputs = positional_inputs(module)
+    return StepFunctions(call=_Call(inputs), loss=_Loss(inputs, loss_fn))
+
+
+def split(batch: Batch, inputs: int | None) -> tuple[tuple[Any, ...], Any] | None:
+    """``(inputs, targets)`` of a tuple batch with more elements than ``forward`` takes, else ``None``.
+
+    Example:
+        >>> split((1, 2), 1), split((1, 2, 3), 1), split((1, 2), 2), split({"a": 1}, 1)
+        (((1,), 2), ((1,), (2, 3)), None, None)
+    """
+    if not isinstance(batch, (tuple, list)) or inputs is None or not 1 <= inputs < len(batch):
+        return None
+    rest = tuple(batch[inputs:])
+    return tuple(batch[:inputs]), rest[0] if len(rest) == 1 else rest
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    inputs: int | None
+
+    def __call__(self, model: nn.Module, batch: Batch) -> Any:
+        parts = split(batch, self.inputs)
+        return call_model(model, batch if parts is None else parts[0])
+
+
+@dataclass(frozen=True, slots=True)
+class _Loss:
+    inputs: int | None
+    loss_fn: LossFn | None
+
+    def __call__(self, output: Any, batch: Batch) -> torch.Tensor:
+        parts = split(batch, self.inputs)
+        if parts is None:
+            return (self.loss_fn or default_loss)(output, batch)
+        if self.loss_fn is None:
+            raise UsageError(
+                f"each batch holds {len(batch)} tensors and the model's forward takes {self.inputs}: the rest are "
+                "targets, and without loss_fn nothing would compare the output with them.",
+                hint="Pass loss_fn=(output, targets) -> scalar, e.g. loss_fn=torch.nn.functional.mse_loss, or "
+                     "training_step=(model, batch) -> loss.")
+        return self.loss_fn(output, parts[1])
+
+
+def _returned_loss(output: Any, batch: Batch) -> torch.Tensor:
+    """``training_step`` returned the loss: it is the output."""
+    return output
+
+
+def describe(module: nn.Module, batch: Batch, *, loss_fn: LossFn | None = None,
+             training_step: TrainingStep | None = None) -> str:
+    """One sentence on how ``batch`` is fed: for error messages and notes."""
+    if training_step is not None:
+        return "training_step(model, batch) returns the loss"
+    if isinstance(batch, Mapping):
+        return "model(**batch)" + (", loss_fn(output, batch)" if loss_fn else ", output.loss")
+    parts = split(batch, positional_inputs(module))
+    if parts is not None:
+        return f"model(*batch[:{len(parts[0])}]), loss_fn(output, the rest of the batch)"
+    if isinstance(batch, (tuple, list)):
+        return "model(*batch)" + (", loss_fn(output, batch)" if loss_fn else "")
+    return "model(batch)" + (", loss_fn(output, batch)" if loss_fn else "")

@@ -1,0 +1,80 @@
+"""Training scripts as people write them, for ``test_fit_conventions.py``: ``python conventions_script.py CASE``.
+
+Each case builds a small model and data the way its convention's users do, calls ``autoshard.fit`` on two CPU
+processes, and prints one line ``RESULT {"strategy": ..., "losses": [...], "notes": [...]}`` from the launching
+process.
+
+* ``plain``: a ``DataLoader(TensorDataset(X, Y))``, an ``nn.Sequential`` and ``loss_fn=F.mse_loss``.
+* ``hf-loader``: a ``LlamaForCausalLM`` from a small ``LlamaConfig``, a ``DataLoader`` over a list of dict samples.
+* ``hf-list``: the same list of dict samples passed as ``data`` directly.
+* ``training-step``: a ``training_step(model, batch) -> loss`` hook.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+import autoshard
+
+
+def _plain() -> dict:
+    torch.manual_seed(0)
+    x = torch.randn(64, 8)
+    y = x @ torch.randn(8, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    return {"model": model, "data": DataLoader(TensorDataset(x, y), batch_size=8), "loss_fn": F.mse_loss}
+
+
+def _llama_samples() -> tuple[torch.nn.Module, list[dict[str, torch.Tensor]]]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(config)
+    pattern = torch.arange(16) % 7  # a repeating sequence the model can learn
+    samples = [{"input_ids": pattern.clone(), "labels": pattern.clone()} for _ in range(32)]
+    return model, samples
+
+
+def _training_step() -> dict:
+    torch.manual_seed(0)
+    x = torch.randn(64, 8)
+    y = (x.sum(dim=1) > 0).long()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+    def training_step(m: torch.nn.Module, batch: list[torch.Tensor]) -> torch.Tensor:
+        inputs, labels = batch
+        return F.cross_entropy(m(inputs), labels)
+
+    return {"model": model, "data": DataLoader(TensorDataset(x, y), batch_size=8), "training_step": training_step}
+
+
+def main(case: str) -> None:
+    if case == "plain":
+        kwargs = _plain()
+    elif case in ("hf-loader", "hf-list"):
+        model, samples = _llama_samples()
+        kwargs = {"model": model, "data": DataLoader(samples, batch_size=4) if case == "hf-loader" else samples}
+        if case == "hf-list":
+            kwargs["batch_size"] = 4
+    elif case == "training-step":
+        kwargs = _training_step()
+    else:
+        raise SystemExit(f"unknown case {case!r}")
+    model = kwargs.pop("model")
+    data = kwargs.pop("data")
+    result = autoshard.fit(model, data, processes=2, max_steps=6, optimizer=lambda p: torch.optim.AdamW(p, lr=1e-2),
+                           **kwargs)
+    if not autoshard.is_worker():
+        print("RESULT " + json.dumps({"strategy": result.plan.strategy, "losses": result.losses,
+                                      "notes": list(result.notes)}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,103 @@
+"""fit() on the training code people write (autoshard/models/step.py): ``(inputs, targets)`` batches with a plain
+loss, Hugging Face dict batches (from a DataLoader or a list of samples), and a ``training_step`` hook — on two
+gloo processes as a user's script runs them — and errors worded for the code the user gave."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autoshard.errors import UsageError, UserCodeError
+from autoshard.models.step import positional_inputs, split, step_functions
+from autoshard.runtime import fit
+
+SCRIPT = Path(__file__).with_name("conventions_script.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(case: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), case], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+@pytest.mark.parametrize("case", ["plain", "hf-loader", "hf-list", "training-step"])
+def test_the_common_training_loops_train_on_two_processes(case: str) -> None:
+    result = _run(case)
+    losses = result["losses"]
+    assert len(losses) == 6 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0], losses
+    if case == "hf-list":
+        assert any("single samples" in n for n in result["notes"]), result["notes"]
+
+
+class _Two(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(3, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # takes the whole (x, y) batch
+        return self.net(x)
+
+
+def test_a_tuple_batch_splits_into_inputs_and_targets_only_when_forward_takes_fewer() -> None:
+    x, y = torch.randn(4, 3), torch.randn(4, 1)
+    seq = torch.nn.Sequential(torch.nn.Linear(3, 1))
+    assert positional_inputs(seq) == 1 and positional_inputs(_Two()) == 2
+    fns = step_functions(seq, loss_fn=F.mse_loss)
+    out = fns.call(seq, (x, y))
+    assert torch.equal(fns.loss(out, (x, y)), F.mse_loss(out, y))
+    whole = step_functions(_Two(), loss_fn=lambda output, batch: F.mse_loss(output, batch[1]))
+    assert whole.loss(whole.call(_Two(), (x, y)), (x, y)).ndim == 0
+    assert split({"input_ids": x}, 1) is None and split(x, 1) is None
+
+
+def test_inputs_and_targets_without_a_loss_is_refused_in_the_users_terms() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 1))
+    batches = [(torch.randn(4, 3), torch.randn(4, 1))] * 2
+    with pytest.raises(UsageError, match="the rest are targets, and without loss_fn") as info:
+        fit(model, batches, max_steps=1, optimizer="sgd")
+    assert "mse_loss" in (info.value.hint or "")
+
+
+def test_a_training_step_replaces_forward_and_loss_in_one_process() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    seen: list[int] = []
+
+    def step(m: torch.nn.Module, batch: Any) -> torch.Tensor:
+        seen.append(len(batch))
+        x, labels = batch
+        return F.cross_entropy(m(x), labels)
+
+    batches = [(torch.randn(4, 3), torch.randint(0, 2, (4,)))] * 4
+    result = fit(model, batches, training_step=step, max_steps=2, optimizer="sgd")
+    assert len(result.steps) == 2 and seen and all(n == 2 for n in seen)
+    with pytest.raises(UsageError, match="loss_fn or training_step, not both"):
+        fit(model, batches, training_step=step, loss_fn=F.mse_loss, max_steps=1)
+
+
+def test_an_error_in_a_module_is_not_blamed_on_a_model_file() -> None:
+    class Broken(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(3, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x.reshape(5, 7))
+
+    with pytest.raises(UserCodeError) as info:
+        fit(Broken(), [(torch.randn(4, 3), torch.randn(4, 1))] * 2, loss_fn=F.mse_loss, max_steps=1)
+    text = f"{info.value.message} {info.value.hint}"
+    assert "model file" not in text and "report it" not in text

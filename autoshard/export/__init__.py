@@ -37,7 +37,8 @@ def render(exported: ExportedPlan, *, validate: bool = True) -> dict[str, str]:
     files = {"plan.json": plan_file.dumps(exported)}
     files.update(exporter(exported.family).files(exported, validate=validate))
     files["accelerate_config.yaml"] = accelerate.dumps(exported)
-    files["lightning_trainer.py"] = lightning.snippet(exported)
+    with contextlib.suppress(UsageError):  # a plan Lightning cannot run (FSDP2 with 16-mixed): notes() says so
+        files["lightning_trainer.py"] = lightning.snippet(exported)
     with contextlib.suppress(UsageError):  # a plan the HF Trainer cannot run (FSDP2 hybrid sharding): notes() says so
         files["hf_trainer_args.txt"] = hf_trainer.command_line(exported) + "\n"
     files["launch.sh"] = launch.launch_script(exported)
@@ -85,8 +86,8 @@ def notes(exported: ExportedPlan) -> list[str]:
     """What the files leave to the user, or could not express, for this plan (one sentence each)."""
     out = [("Your training script builds the model, data loader (batch size "
            f"{exported.micro_batch_size} per device), optimizer ({exported.optimizer}) and learning-rate schedule."),
-           ("Gradient clipping is off everywhere (ds_config.json says gradient_clipping 0.0: DeepSpeed's own default "
-            "would clip at 1.0): set it if you train with it.")]
+           ("Gradient clipping is off in every file, as the plan trains (the HF Trainer arguments say "
+            "--max_grad_norm 0.0; its default would clip at 1.0): set it everywhere if you train with it.")]
     if exported.activation_checkpointing:
         blocks = " and ".join(exported.model.block_classes) or "repeated block"
         out.append(f"The plan checkpoints every {blocks}: enable it in your "

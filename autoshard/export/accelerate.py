@@ -8,10 +8,12 @@ not needed to write it.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import yaml
 
+from autoshard.errors import UsageError
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.strategies import exporter
 
@@ -39,7 +41,23 @@ def accelerate_config(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG
         "debug": False,
     }
     config.update(exporter(exported.family).accelerate(exported, ds_config_file=ds_config_file))
-    return config
+    return {k: v for k, v in config.items() if v is not None}  # None: the family removes a shared key
+
+
+def kwargs_handlers(exported: ExportedPlan) -> list[Any]:
+    """The ``Accelerator(kwargs_handlers=[...])`` carrying what the config file cannot (e.g. DDP's bucket size,
+    static graph, comm hook in ``DistributedDataParallelKwargs``); empty when the file says everything.
+
+    Raises:
+        UsageError: accelerate is not installed.
+    """
+    try:  # import_module: accelerate ships no type information (no py.typed in 1.15.0)
+        utils = importlib.import_module("accelerate.utils")
+    except ImportError as e:
+        raise UsageError("building accelerate's kwargs handlers needs accelerate, which is not installed.",
+                         hint="pip install 'accelerate>=1.0'") from e
+    handlers = exporter(exported.family).accelerate_handlers(exported)
+    return [getattr(utils, name)(**kwargs) for name, kwargs in handlers.items()]
 
 
 def dumps(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE) -> str:

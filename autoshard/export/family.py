@@ -7,9 +7,31 @@ registry (:func:`autoshard.strategies.exporter`), so no exporter tests a strateg
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from autoshard.planner.plan_file import ExportedPlan
+
+GRADIENT_CLIPPING_NORM = 0.0
+"""The gradient-norm clip the shared files write: 0.0, off, as autoshard's plans train (the HF Trainer's
+``--max_grad_norm``, whose own default 1.0 clips). ``ds_config.json``'s ``gradient_clipping`` says the same
+(:mod:`autoshard.strategies.deepspeed.config`, which the runtime imports too, so it does not import this package);
+a test holds the two equal."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LightningPart:
+    """A family's part of the Lightning snippet (:mod:`autoshard.export.lightning`)."""
+
+    imports: list[str]
+    """Import lines."""
+    strategy: str
+    """The ``Trainer(strategy=...)`` expression; it may use names the imports and :attr:`definitions` bind."""
+    definitions: list[str] = field(default_factory=list)
+    """Statements run after the imports (a config dict, a sharding function), before the ``Trainer``."""
+    precision: str | None = None
+    """The ``Trainer(precision=...)`` when it is not the plan's precision name (e.g. FSDP2's mixed precision lives
+    in ``fully_shard``'s policy, so the Trainer runs ``32-true``)."""
 
 
 class FamilyExporter(Protocol):
@@ -20,11 +42,21 @@ class FamilyExporter(Protocol):
         ...
 
     def accelerate(self, exported: ExportedPlan, *, ds_config_file: str) -> dict[str, Any]:
-        """The Accelerate config's ``distributed_type`` and the family's section."""
+        """The Accelerate config's ``distributed_type`` and the family's section; a key mapped to ``None`` removes
+        the shared key of that name (DeepSpeed's precision lives in its own config file)."""
         ...
 
-    def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> tuple[list[str], str]:
-        """Import lines and the ``strategy=`` expression of a Lightning ``Trainer``."""
+    def accelerate_handlers(self, exported: ExportedPlan) -> dict[str, dict[str, Any]]:
+        """Settings the Accelerate config file has no key for, as ``accelerate.utils`` kwargs-handler class name →
+        its keyword arguments (``Accelerator(kwargs_handlers=[...])``); empty when the file says everything."""
+        ...
+
+    def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> LightningPart:
+        """The family's part of a Lightning ``Trainer`` snippet.
+
+        Raises:
+            UsageError: Lightning cannot run this plan (no Lightning file is written then).
+        """
         ...
 
     def hf_trainer(self, exported: ExportedPlan, *, ds_config_file: str, fsdp_config_file: str) -> list[str]:

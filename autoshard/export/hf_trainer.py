@@ -1,18 +1,28 @@
-"""Hugging Face ``Trainer`` arguments for the plan, as command-line flags and an ``fsdp_config.json``.
+"""Hugging Face ``Trainer`` arguments for the plan: command-line flags and an ``fsdp_config.json``, or a
+``TrainingArguments`` object (:func:`training_arguments`).
 
-Flag and key names from transformers 5.23 ``training_args.py``: ``--deepspeed`` (a JSON path), ``--fsdp`` with
-``--fsdp_config`` (a JSON path; keys ``version``, ``reshard_after_forward``, ``auto_wrap_policy``,
-``transformer_layer_cls_to_wrap``, ``activation_checkpointing``, ``cpu_offload``), ``--per_device_train_batch_size``,
-``--gradient_accumulation_steps``, ``--bf16`` / ``--fp16``.
+Flag and key names from transformers 5.23 ``training_args.py``: ``--deepspeed`` (a JSON path or a dict),
+``--fsdp`` with ``--fsdp_config`` (a JSON path or a dict; keys ``version``, ``reshard_after_forward``,
+``auto_wrap_policy``, ``transformer_layer_cls_to_wrap``, ``activation_checkpointing``, ``cpu_offload``),
+``--per_device_train_batch_size``, ``--gradient_accumulation_steps``, ``--bf16`` / ``--fp16`` and
+``--max_grad_norm``, whose default 1.0 clips; with DeepSpeed, ``integrations/deepspeed.py`` refuses a
+``gradient_clipping`` that differs from it, so the plan's (off, 0.0) is written.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
+from typing import TYPE_CHECKING, Any
 
+from autoshard.errors import UsageError
 from autoshard.export.accelerate import DS_CONFIG_FILE
+from autoshard.export.family import GRADIENT_CLIPPING_NORM
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.strategies import exporter
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
 
 FSDP_CONFIG_FILE = "fsdp_config.json"
 
@@ -25,7 +35,8 @@ def arguments(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE,
         UsageError: the Trainer cannot run this plan (FSDP2 hybrid sharding).
     """
     args = ["--per_device_train_batch_size", str(exported.micro_batch_size),
-            "--gradient_accumulation_steps", str(exported.gradient_accumulation)]
+            "--gradient_accumulation_steps", str(exported.gradient_accumulation),
+            "--max_grad_norm", str(GRADIENT_CLIPPING_NORM)]
     if exported.precision in ("bf16-mixed", "bf16-true"):
         args.append("--bf16")
     elif exported.precision == "16-mixed":
@@ -40,3 +51,31 @@ def command_line(exported: ExportedPlan, *, script: str = "train.py") -> str:
     return shlex.join(["python", script, *arguments(exported)])
 
 
+def training_arguments(exported: ExportedPlan, **overrides: Any) -> TrainingArguments:
+    """``transformers.TrainingArguments`` from the same flags as :func:`arguments`, with the family's config
+    files (``ds_config.json``, ``fsdp_config.json``) passed as dicts, so no file needs to exist.
+
+    Args:
+        exported: the plan.
+        **overrides: any other ``TrainingArguments`` field (``output_dir``, ``max_steps``, ``learning_rate``...);
+            they win over the plan's.
+
+    Raises:
+        UsageError: transformers is not installed, or the Trainer cannot run this plan.
+
+    Example:
+        >>> args = training_arguments(read("plan.json"), output_dir="out", max_steps=100)  # doctest: +SKIP
+    """
+    try:
+        from transformers import HfArgumentParser, TrainingArguments
+    except ImportError as e:
+        raise UsageError("building TrainingArguments needs transformers, which is not installed.",
+                         hint="pip install 'transformers>=4.45'") from e
+    files = exporter(exported.family).files(exported, validate=False)
+    # transformers 5.23 types HfArgumentParser's argument as a DataClassType protocol TrainingArguments misses.
+    parser = HfArgumentParser(TrainingArguments)  # type: ignore[arg-type]
+    namespace, rest = parser.parse_known_args(arguments(exported))
+    if rest:  # a flag the installed transformers does not know
+        raise UsageError(f"this transformers does not take {' '.join(rest)}.", hint="pip install -U transformers")
+    values = {k: json.loads(files[v]) if isinstance(v, str) and v in files else v for k, v in vars(namespace).items()}
+    return TrainingArguments(**{**values, **overrides})

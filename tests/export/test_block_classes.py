@@ -49,7 +49,7 @@ def test_t5_plan_wraps_t5block_in_every_export(t5_plan):
     assert config["fsdp_transformer_layer_cls_to_wrap"] == "T5Block"
     assert fsdp_export.trainer_fsdp_config(t5_plan)["transformer_layer_cls_to_wrap"] == ["T5Block"]
     snippet = lightning.snippet(t5_plan)
-    assert "auto_wrap_policy={T5Block}" in snippet and "activation_checkpointing_policy={T5Block}" in snippet
+    assert "BLOCKS = {'T5Block'}" in snippet and "apply_activation_checkpointing(module" in snippet
     assert any("every T5Block" in n for n in notes(t5_plan))
 
 
@@ -102,15 +102,11 @@ def test_hf_trainer_fsdp_config_lists_both_classes_and_parses(tmp_path, monkeypa
     assert parsed.fsdp_config["transformer_layer_cls_to_wrap"] == ["BartEncoderLayer", "BartDecoderLayer"]
 
 
-def test_lightning_snippet_imports_every_class_and_wraps_the_set():
+def test_lightning_snippet_shards_and_checkpoints_every_class_by_name():
     source = lightning.snippet(_bart_plan(_bart()))
     tree = ast.parse(source)
-    imported = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "my_model"
-                for a in node.names}
-    assert imported == {"BartEncoderLayer", "BartDecoderLayer"}
-    strategy = next(node for node in ast.walk(tree) if isinstance(node, ast.Call)
-                    and getattr(node.func, "id", None) == "FSDPStrategy")
-    policies = {k.arg: k.value for k in strategy.keywords}
-    for key in ("auto_wrap_policy", "activation_checkpointing_policy"):  # Lightning takes a set of classes
-        assert isinstance(policies[key], ast.Set)
-        assert {n.id for n in policies[key].elts} == imported
+    blocks = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                  and getattr(node.targets[0], "id", None) == "BLOCKS")
+    assert isinstance(blocks, ast.Set)
+    assert {n.value for n in blocks.elts} == {"BartEncoderLayer", "BartDecoderLayer"}
+    assert "apply_activation_checkpointing(module, check_fn=lambda m: type(m).__name__ in BLOCKS)" in source

@@ -10,7 +10,6 @@ import json
 import pytest
 import yaml
 
-import autoshard
 from autoshard.errors import UsageError
 from autoshard.export import (
     accelerate,
@@ -28,11 +27,6 @@ from autoshard.strategies.deepspeed import export as deepspeed_export
 from autoshard.strategies.fsdp import export as fsdp_export
 
 DS_NAMES = [n for n in names() if n.startswith("deepspeed_stage_")]
-
-
-@pytest.fixture(scope="module")
-def plan():
-    return autoshard.recommend("tiny-gpt2", hardware="dgx-h100", seq_len=64, batch_size=4, strategies=["ddp"])
 
 
 def exported_for(plan, strategy: str, *, nodes: int = 1, precision: str | None = None,

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoshard.export.family import LightningPart
 from autoshard.planner.plan_file import ExportedPlan
 
+_ACCELERATE_HOOKS = {"fp16_compress": "fp16", "bf16_compress": "bf16", "powersgd": "power_sgd"}
+"""autoshard comm hook → accelerate 1.15.0 ``DDPCommunicationHookType`` value (``utils/dataclasses.py``)."""
 _HOOKS = {"fp16_compress": "default_hooks.fp16_compress_hook", "bf16_compress": "default_hooks.bf16_compress_hook"}
 
 
@@ -30,7 +33,7 @@ class DDPExporter:
             return {"distributed_type": "MULTI_CPU"}
         return {"distributed_type": "MULTI_GPU" if hw.world_size > 1 else "NO"}
 
-    def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> tuple[list[str], str]:
+    def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> LightningPart:
         """``DDPStrategy`` with the bucket, gradient-view, static-graph and unused-parameter settings and the
         comm hook (PowerSGD with its state)."""
         s = exported.settings
@@ -46,7 +49,7 @@ class DDPExporter:
             args += [(f"ddp_comm_state=powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank="
                      f"{s['matrix_approximation_rank']!r}, start_powerSGD_iter={s['start_powerSGD_iter']!r})"),
                      "ddp_comm_hook=powerSGD.powerSGD_hook"]
-        return lines, f"DDPStrategy({', '.join(args)})"
+        return LightningPart(imports=lines, strategy=f"DDPStrategy({', '.join(args)})")
 
     def hf_trainer(self, exported: ExportedPlan, *, ds_config_file: str, fsdp_config_file: str) -> list[str]:
         """The bucket size, the unused-parameter search and, with checkpointing, ``--gradient_checkpointing``."""
@@ -57,22 +60,33 @@ class DDPExporter:
             args.append("--gradient_checkpointing")
         return args
 
+    def accelerate_handlers(self, exported: ExportedPlan) -> dict[str, dict[str, Any]]:
+        """``DistributedDataParallelKwargs`` with every DDP setting of the plan: accelerate 1.15.0 reads them only
+        from that handler (``utils/dataclasses.py``), its config file has no key for them."""
+        s = exported.settings
+        kwargs: dict[str, Any] = {k: s[k] for k in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph",
+                                                    "find_unused_parameters") if k in s}
+        hook = s.get("comm_hook", "none")
+        if hook != "none":
+            kwargs["comm_hook"] = _ACCELERATE_HOOKS[hook]
+        if hook == "powersgd":
+            kwargs["comm_state_option"] = {"matrix_approximation_rank": s["matrix_approximation_rank"],
+                                           "start_powerSGD_iter": s["start_powerSGD_iter"]}
+        return {"DistributedDataParallelKwargs": kwargs}
+
     def launchers(self, exported: ExportedPlan, *, script: str) -> list[str]:
         """None besides torchrun."""
         return []
 
     def notes(self, exported: ExportedPlan) -> list[str]:
-        """The comm hook (Lightning only) and the unused-parameter search (no Accelerate config key)."""
-        out = []
+        """What the Accelerate config file cannot say (every DDP setting) and what the HF Trainer drops."""
+        kwargs = self.accelerate_handlers(exported)["DistributedDataParallelKwargs"]
+        text = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        out = [("accelerate_config.yaml has no keys for DDP's settings: pass Accelerator(kwargs_handlers=["
+                f"DistributedDataParallelKwargs({text})]) (or autoshard.export.accelerate.kwargs_handlers(plan)).")]
         if exported.settings.get("comm_hook", "none") != "none":
-            out.append(f"comm_hook={exported.settings['comm_hook']} is in the Lightning snippet only; register it "
-                       "with model.register_comm_hook elsewhere.")
-        if exported.settings.get("find_unused_parameters"):
-            # accelerate 1.15 reads DDP's constructor arguments only from kwargs handlers (utils/dataclasses.py).
-            out.append("The step leaves some parameters without a gradient: the Lightning snippet and HF Trainer "
-                       "arguments set find_unused_parameters; with Accelerate pass kwargs_handlers=["
-                       "DistributedDataParallelKwargs(find_unused_parameters=True)] to Accelerator (the config file "
-                       "has no key for it).")
+            out.append(f"comm_hook={exported.settings['comm_hook']} is not in the HF Trainer arguments; register "
+                       "it with model.register_comm_hook there.")
         return out
 
 

@@ -8,9 +8,11 @@ Launcher options from ``deepspeed.launcher.runner`` (deepspeed 0.19.8: ``--num_n
 
 from __future__ import annotations
 
+import pprint
 from typing import Any
 
 from autoshard.export.accelerate import DS_CONFIG_FILE
+from autoshard.export.family import LightningPart
 from autoshard.export.launch import MASTER_PORT
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.strategies.deepspeed import config
@@ -26,6 +28,13 @@ def launcher(exported: ExportedPlan, *, script: str = "train.py", multi_node: bo
             f"--master_addr=\"$MASTER_ADDR\" --master_port={MASTER_PORT} {script}")
 
 
+def lightning_config(exported: ExportedPlan) -> dict[str, Any]:
+    """The ds_config Lightning's ``DeepSpeedStrategy`` accepts: without ``gradient_accumulation_steps``."""
+    ds = config.ds_config(exported)
+    del ds["gradient_accumulation_steps"]
+    return ds
+
+
 class DeepSpeedExporter:
     """DeepSpeed's part of each file."""
 
@@ -38,17 +47,35 @@ class DeepSpeedExporter:
         return {DS_CONFIG_FILE: config.dumps(exported, check=validate)}
 
     def accelerate(self, exported: ExportedPlan, *, ds_config_file: str) -> dict[str, Any]:
-        """``distributed_type: DEEPSPEED`` pointing at the config file."""
-        # With a config file, accelerate takes zero stage, offload, batch and precision from it (cluster.py).
+        """``distributed_type: DEEPSPEED`` pointing at the config file, and no ``mixed_precision`` key.
+
+        accelerate 1.15.0 takes zero stage, offload, batch and precision from the config file, and refuses a
+        config that also sets them: ``accelerate launch`` lists ``mixed_precision`` as coming from the config
+        whenever the key is there, even as ``no`` (``commands/launch.py``), and ``DeepSpeedPlugin.
+        _deepspeed_config_checks`` (``utils/dataclasses.py``) raises ``ValueError`` for it.
+        """
         section: dict[str, Any] = {"deepspeed_config_file": ds_config_file}
         if exported.hardware.nodes > 1:
             section["deepspeed_multinode_launcher"] = "standard"
-        return {"distributed_type": "DEEPSPEED", "deepspeed_config": section}
+        return {"distributed_type": "DEEPSPEED", "deepspeed_config": section, "mixed_precision": None}
 
-    def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> tuple[list[str], str]:
-        """``DeepSpeedStrategy(config=...)``."""
-        return ["from lightning.pytorch.strategies import DeepSpeedStrategy"], \
-            f"DeepSpeedStrategy(config={ds_config_file!r})"
+    def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> LightningPart:
+        """``DeepSpeedStrategy(config=...)`` with ``ds_config.json``'s content less ``gradient_accumulation_steps``.
+
+        Lightning 2.5.6 sets that key from ``Trainer(accumulate_grad_batches)`` and raises when the config has it
+        (``strategies/deepspeed.py::_format_batch_size_and_grad_accum_config``).
+        """
+        ds = lightning_config(exported)
+        return LightningPart(
+            imports=["from lightning.pytorch.strategies import DeepSpeedStrategy"],
+            definitions=[f"# {ds_config_file} less gradient_accumulation_steps (Lightning sets it from "
+                         "accumulate_grad_batches and refuses it here)",
+                         f"ds_config = {pprint.pformat(ds, sort_dicts=False, width=100)}"],
+            strategy="DeepSpeedStrategy(config=ds_config)")
+
+    def accelerate_handlers(self, exported: ExportedPlan) -> dict[str, dict[str, Any]]:
+        """None: ``ds_config.json`` carries everything."""
+        return {}
 
     def hf_trainer(self, exported: ExportedPlan, *, ds_config_file: str, fsdp_config_file: str) -> list[str]:
         """``--deepspeed`` with the config file and, with checkpointing, ``--gradient_checkpointing``."""
@@ -67,7 +94,9 @@ class DeepSpeedExporter:
     def notes(self, exported: ExportedPlan) -> list[str]:
         """The optimizer under offload, and the NVMe path to fill in."""
         out = ["ds_config.json has no optimizer block: with optimizer offload use "
-               "deepspeed.ops.adam.DeepSpeedCPUAdam (DeepSpeed refuses other client optimizers by default)."]
+               "deepspeed.ops.adam.DeepSpeedCPUAdam (DeepSpeed refuses other client optimizers by default).",
+               ("ds_config.json says gradient_clipping 0.0 (DeepSpeed's own default would clip at 1.0); the "
+                "Lightning snippet carries its content inline, so an edit to one is not seen by the other.")]
         if exported.strategy_traits.offload == "nvme" and exported.hardware.nvme_path is None:
             out.append(f"Replace nvme_path {config.NVME_PATH_PLACEHOLDER} in ds_config.json with a directory on "
                        "a local NVMe drive of every node.")

@@ -1,10 +1,10 @@
 """FSDP2's part of the hand-off files (:class:`~autoshard.export.family.FamilyExporter`): the Accelerate
-``fsdp_config`` block, Lightning's ``FSDPStrategy``, the HF Trainer's ``--fsdp`` flags and ``fsdp_config.json``.
+``fsdp_config`` block, Lightning's ``ModelParallelStrategy``, the HF Trainer's ``--fsdp`` flags and
+``fsdp_config.json``.
 
-Key names: accelerate 1.15 (``commands/config/cluster.py`` ``fsdp_*`` keys, ``utils/constants.py::
-FSDP_AUTO_WRAP_POLICY``); Lightning 2.5 ``FSDPStrategy(cpu_offload, auto_wrap_policy,
-activation_checkpointing_policy, sharding_strategy)``
-(https://lightning.ai/docs/pytorch/stable/api/lightning.pytorch.strategies.FSDPStrategy.html), which runs FSDP1;
+Key names: accelerate 1.15 (``commands/config/cluster.py`` ``fsdp_*`` and ``parallelism_config_*`` keys,
+``utils/constants.py::FSDP_AUTO_WRAP_POLICY``); Lightning 2.5.6 ``ModelParallelStrategy`` (FSDP2; its
+``FSDPStrategy`` runs FSDP1, which is not what the plan models) and ``fully_shard`` in ``configure_model()``;
 transformers 5.23 ``training_args.py`` (``--fsdp``, ``--fsdp_config`` keys ``version``, ``reshard_after_forward``,
 ``auto_wrap_policy``, ``transformer_layer_cls_to_wrap``, ``activation_checkpointing``, ``cpu_offload``).
 """
@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from autoshard.errors import UsageError
+from autoshard.export.family import LightningPart
 from autoshard.export.hf_trainer import FSDP_CONFIG_FILE
 from autoshard.planner.plan_file import ExportedPlan
 
@@ -66,12 +67,80 @@ def trainer_fsdp_config(exported: ExportedPlan) -> dict[str, Any]:
     return config
 
 
-def lightning_sharding_strategy(exported: ExportedPlan) -> str:
-    """FSDP1's ``sharding_strategy`` name for the plan's traits."""
+_TORCH_DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16"}
+
+
+def accelerate_parallelism_config(exported: ExportedPlan) -> dict[str, int]:
+    """Accelerate's ``parallelism_config`` for a hybrid plan: replicate across nodes, shard within each.
+
+    Keys as ``accelerate config`` writes them (accelerate 1.15.0 ``commands/config/cluster.py``;
+    ``accelerate launch`` copies them onto its ``--parallelism_config_*`` options, ``commands/launch.py``).
+    """
+    hw = exported.hardware
+    return {"parallelism_config_dp_replicate_size": hw.nodes, "parallelism_config_dp_shard_size": hw.gpus_per_node}
+
+
+def lightning_part(exported: ExportedPlan) -> LightningPart:
+    """Lightning's ``ModelParallelStrategy`` (FSDP2) and a ``shard(module, device_mesh)`` function applying
+    ``fully_shard`` as planned: the block classes (matched by name), ``reshard_after_forward`` (a partial int too),
+    the mixed-precision policy with the plan's ``reduce_dtype``, CPU offload, activation checkpointing, and for
+    hybrid plans a ``(nodes, ranks per node)`` mesh (FSDP2 replicates over the first dimension).
+
+    Lightning's own mesh stays one flat data-parallel dimension over every rank, so its distributed sampler gives
+    each rank its own batches (``ModelParallelStrategy.distributed_sampler_kwargs`` splits over ``data_parallel``).
+
+    Raises:
+        UsageError: ``16-mixed``: ``ModelParallelStrategy`` refuses it (Lightning 2.5.6
+            ``accelerator_connector.py``), and the policy alone would run fp16 without loss scaling.
+    """
+    if exported.precision == "16-mixed":
+        raise UsageError("Lightning's ModelParallelStrategy (FSDP2) has no 16-mixed precision.",
+                         hint="Plan with precision='bf16-mixed', or train this plan with autoshard.fit().")
+    s = exported.settings
+    hw = exported.hardware
     traits = exported.strategy_traits
+    policy = exported.precision == "bf16-mixed"  # bf16-true casts the model and runs without a policy
+    kwargs = ["mesh=mesh"]
+    if policy:
+        reduce = _TORCH_DTYPES[str(s.get("reduce_dtype", "fp32"))]
+        kwargs.append(f"mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype={reduce})")
+    if traits.offload_parameters:
+        # Pinning needs an accelerator (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, torch 2.13).
+        pin = bool(s.get("pin_memory", True)) and hw.device_type == "cuda"
+        kwargs.append(f"offload_policy=CPUOffloadPolicy(pin_memory={pin!r})")
     if traits.hybrid:
-        return "HYBRID_SHARD"
-    return "FULL_SHARD" if traits.shards_parameters else "SHARD_GRAD_OP"
+        mesh = (f"init_device_mesh(device_mesh.device_type, ({hw.nodes}, {hw.gpus_per_node}), "
+                "mesh_dim_names=('replicate', 'shard'))  # hybrid: replicate across nodes, shard within")
+    else:
+        mesh = "device_mesh['data_parallel']"
+    body = [
+        f"BLOCKS = {set(exported.model.block_classes)!r}  # the plan's repeated block classes, by name",
+        "",
+        "",
+        "def shard(module, device_mesh):",
+        '    """FSDP2 as planned. Call it in your LightningModule: def configure_model(self): '
+        'shard(self.model, self.device_mesh)."""',
+        f"    mesh = {mesh}",
+    ]
+    if exported.activation_checkpointing:
+        body.append("    apply_activation_checkpointing(module, check_fn=lambda m: type(m).__name__ in BLOCKS)")
+    body += [
+        f"    kwargs = dict({', '.join(kwargs)})",
+        "    for block in [m for m in module.modules() if type(m).__name__ in BLOCKS]:",
+        f"        fully_shard(block, reshard_after_forward={s.get('reshard_after_forward', True)!r}, **kwargs)",
+        "    fully_shard(module, **kwargs)",
+    ]
+    imports = ["import torch", "from lightning.pytorch.strategies import ModelParallelStrategy"]
+    names = ["fully_shard"] + (["MixedPrecisionPolicy"] if policy else []) + \
+        (["CPUOffloadPolicy"] if traits.offload_parameters else [])
+    imports.append(f"from torch.distributed.fsdp import {', '.join(sorted(names))}")
+    if traits.hybrid:
+        imports.append("from torch.distributed.device_mesh import init_device_mesh")
+    if exported.activation_checkpointing:
+        imports.append("from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import "
+                       "apply_activation_checkpointing")
+    return LightningPart(imports=imports, definitions=body, precision="32-true" if policy else None,
+                         strategy=f"ModelParallelStrategy(data_parallel_size={hw.world_size}, tensor_parallel_size=1)")
 
 
 class FSDPExporter:
@@ -84,22 +153,19 @@ class FSDPExporter:
         return {FSDP_CONFIG_FILE: json.dumps(trainer_fsdp_config(exported), indent=2) + "\n"}
 
     def accelerate(self, exported: ExportedPlan, *, ds_config_file: str) -> dict[str, Any]:
-        """``distributed_type: FSDP`` and the ``fsdp_config`` block."""
-        return {"distributed_type": "FSDP", "fsdp_config": accelerate_fsdp_config(exported)}
+        """``distributed_type: FSDP``, the ``fsdp_config`` block and, for hybrid plans, ``parallelism_config``."""
+        out: dict[str, Any] = {"distributed_type": "FSDP", "fsdp_config": accelerate_fsdp_config(exported)}
+        if exported.strategy_traits.hybrid:
+            out["parallelism_config"] = accelerate_parallelism_config(exported)
+        return out
 
-    def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> tuple[list[str], str]:
-        """``FSDPStrategy`` wrapping (and, with checkpointing, checkpointing) every block class."""
-        lines = ["from lightning.pytorch.strategies import FSDPStrategy"]
-        classes = ", ".join(exported.model.block_classes)
-        args = [f"sharding_strategy={lightning_sharding_strategy(exported)!r}"]
-        if classes:
-            lines.append(f"from my_model import {classes}  # replace my_model with the module defining them")
-            args.append(f"auto_wrap_policy={{{classes}}}")
-            if exported.activation_checkpointing:
-                args.append(f"activation_checkpointing_policy={{{classes}}}")
-        if exported.strategy_traits.offload_parameters:
-            args.append("cpu_offload=True")
-        return lines, f"FSDPStrategy({', '.join(args)})"
+    def accelerate_handlers(self, exported: ExportedPlan) -> dict[str, dict[str, Any]]:
+        """None (the knobs the file cannot hold have no handler either: :meth:`notes` lists them)."""
+        return {}
+
+    def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> LightningPart:
+        """See :func:`lightning_part`."""
+        return lightning_part(exported)
 
     def hf_trainer(self, exported: ExportedPlan, *, ds_config_file: str, fsdp_config_file: str) -> list[str]:
         """``--fsdp`` options and ``--fsdp_config``; checkpointing is in the config file.
@@ -127,12 +193,16 @@ class FSDPExporter:
             out.append(f"reshard_after_forward={raf} (a partial shard) is written as True: Accelerate, Lightning and "
                        "the HF Trainer take only a bool.")
         out.append("forward_prefetch, backward_prefetch, reduce_dtype, blocks_per_unit and foreach are not "
-                   "expressible in these configs; set them in your own fully_shard code if they differ from the "
-                   "defaults.")
-        out.append("Lightning's FSDPStrategy runs FSDP1; autoshard's estimates are for FSDP2.")
+                   "expressible in the Accelerate and HF Trainer configs; the Lightning snippet sets reduce_dtype "
+                   "(and a partial reshard_after_forward), set the rest in your own fully_shard code if they differ "
+                   "from the defaults.")
+        out.append("Lightning runs FSDP2 through ModelParallelStrategy: call the snippet's shard(self.model, "
+                   "self.device_mesh) in your LightningModule's configure_model().")
+        if exported.precision == "16-mixed":
+            out.append("Lightning's ModelParallelStrategy has no 16-mixed precision: no Lightning file is written.")
         if exported.strategy_traits.hybrid:
-            out.append("Hybrid sharding: the HF Trainer cannot run it with FSDP2 (no file written); with Accelerate "
-                       "add a parallelism config (dp_replicate = nodes, dp_shard = GPUs per node).")
+            out.append("Hybrid sharding: the HF Trainer cannot run it with FSDP2 (no file written); the Accelerate "
+                       "config's parallelism_config replicates across nodes and shards within each.")
         return out
 
 

@@ -1,0 +1,211 @@
+"""The exported files run in their consumers on CPU: Lightning ``Trainer.fit``, ``accelerate launch``,
+``transformers.Trainer.train`` and ``deepspeed.initialize``, each for two steps on a tiny model, no mocks.
+
+Subprocesses where the consumer starts ranks or a process group (the scripts are in ``consumers/``); rank 0 prints
+``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoshard.errors import UsageError
+from autoshard.export import hf_trainer, lightning, notes, render
+
+from .conftest import cpu_plan
+
+SCRIPTS = Path(__file__).parent / "consumers"
+REPO = Path(__file__).parents[2]
+
+
+def write(exported, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in render(exported).items():
+        (directory / name).write_text(text)
+    return directory
+
+
+def run(command: list[str], cwd: Path, timeout_s: int = 240) -> dict:
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, f"exit {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}"
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def accelerate_launch(directory: Path, check: str) -> dict:
+    return run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", "accelerate_config.yaml",
+                str(SCRIPTS / "accelerate_train.py"), check], directory)
+
+
+# Lightning
+
+
+def test_lightning_fits_an_fsdp_plan_with_fsdp2_and_the_plans_reduce_dtype(plan, tmp_path):
+    pytest.importorskip("lightning")
+    e = cpu_plan(plan, "fsdp", ranks=1, precision="bf16-mixed", accumulation=2, reduce_dtype="fp32")
+    got = run([sys.executable, str(SCRIPTS / "lightning_fit.py"), "2"], write(e, tmp_path))
+    assert got == {"strategy": "ModelParallelStrategy", "steps": 2, "reduce_dtype": "torch.float32"}
+
+
+@pytest.mark.slow
+def test_lightning_fits_a_ddp_plan(plan, tmp_path):
+    pytest.importorskip("lightning")
+    e = cpu_plan(plan, "ddp", ranks=1, accumulation=2)
+    got = run([sys.executable, str(SCRIPTS / "lightning_fit.py"), "2"], write(e, tmp_path))
+    assert got == {"strategy": "DDPStrategy", "steps": 2, "reduce_dtype": None}
+
+
+def test_lightning_deepspeed_config_passes_lightnings_setup(plan, tmp_path, monkeypatch):
+    """Lightning 2.5.6 runs DeepSpeed only on CUDA (``setup_environment``), so this runs the config step of its
+    ``DeepSpeedStrategy.setup`` (``_format_config``), which refuses ``gradient_accumulation_steps``."""
+    pytest.importorskip("lightning")
+    pytest.importorskip("deepspeed")
+    import lightning.pytorch as pl
+
+    monkeypatch.chdir(write(cpu_plan(plan, "deepspeed_stage_2", ranks=1, accumulation=2), tmp_path))
+    namespace: dict = {}
+    exec((tmp_path / "lightning_trainer.py").read_text(), namespace)
+    trainer = namespace["trainer"]
+    module = pl.LightningModule()
+    module.trainer = trainer
+    trainer.strategy.connect(module)
+    trainer.strategy._format_config()
+    assert trainer.strategy.config["gradient_accumulation_steps"] == 2  # set by Lightning from the Trainer
+    assert trainer.strategy.config["gradient_clipping"] == 0.0
+
+
+def test_lightning_strategy_objects_are_the_snippets(plan):
+    pytest.importorskip("lightning")
+    from lightning.pytorch.strategies import DDPStrategy, ModelParallelStrategy
+
+    ddp = cpu_plan(plan, "ddp", ranks=2, bucket_cap_mb=7.0)
+    assert isinstance(lightning.strategy(ddp), DDPStrategy)
+    assert lightning.strategy(ddp)._ddp_kwargs["bucket_cap_mb"] == 7.0
+    with pytest.raises(UsageError, match="needs no sharding"):
+        lightning.sharding(ddp)
+    fsdp = cpu_plan(plan, "fsdp_hybrid", ranks=2, nodes=2, precision="bf16-mixed", reduce_dtype="bf16")
+    assert isinstance(lightning.strategy(fsdp), ModelParallelStrategy)
+    assert lightning.trainer_precision(fsdp) == "32-true"  # the bf16 policy is fully_shard's, not autocast
+    assert callable(lightning.sharding(fsdp))
+    assert "reduce_dtype=torch.bfloat16" in lightning.snippet(fsdp)
+    assert "init_device_mesh(device_mesh.device_type, (2, 2)" in lightning.snippet(fsdp)
+    sixteen = cpu_plan(plan, "fsdp", ranks=2, precision="16-mixed")
+    assert "lightning_trainer.py" not in render(sixteen, validate=False)
+    assert any("no 16-mixed" in n for n in notes(sixteen))
+
+
+# accelerate
+
+
+def test_accelerate_launch_runs_a_deepspeed_export(plan, tmp_path):
+    pytest.importorskip("accelerate")
+    pytest.importorskip("deepspeed")
+    got = accelerate_launch(write(cpu_plan(plan, "deepspeed_stage_2", ranks=2), tmp_path), "deepspeed")
+    assert got == {"world": 2, "train_batch_size": 4, "gradient_clipping": 0.0}
+
+
+def test_accelerate_launch_hands_a_hybrid_plans_mesh_to_the_ranks(plan, tmp_path):
+    pytest.importorskip("accelerate")
+    e = cpu_plan(plan, "fsdp_hybrid", ranks=1, nodes=2)
+    directory = write(e, tmp_path)
+    # Two "nodes" of one rank each, started on this one machine.
+    config = directory / "accelerate_config.yaml"
+    config.write_text(config.read_text().replace("num_machines: 2", "num_machines: 1"))
+    got = accelerate_launch(directory, "hybrid")
+    # accelerate leaves size-1 dimensions out of the mesh: the two ranks are replicas, as the plan's two nodes.
+    assert got == {"enabled": "true", "dp_replicate": 2, "dp_shard": 1, "mesh": ["dp_replicate"], "shape": [2]}
+
+
+def test_ddp_settings_the_accelerate_file_cannot_hold_are_named_with_their_handler(plan):
+    e = cpu_plan(plan, "ddp", ranks=2, bucket_cap_mb=7.0, static_graph=True, comm_hook="fp16_compress")
+    note = next(n for n in notes(e) if "accelerate_config.yaml" in n)
+    assert "DistributedDataParallelKwargs(" in note
+    for text in ("bucket_cap_mb=7.0", "static_graph=True", "comm_hook='fp16'"):
+        assert text in note
+    pytest.importorskip("accelerate")
+    from autoshard.export import accelerate
+
+    (handler,) = accelerate.kwargs_handlers(e)
+    assert (handler.bucket_cap_mb, handler.static_graph, str(handler.comm_hook)) == (7.0, True, "fp16")
+
+
+# Hugging Face Trainer
+
+
+class _Regression:  # a tiny model the Trainer can train: forward(x, labels) -> {"loss": ...}
+    @staticmethod
+    def build():
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(8, 1)
+
+            def forward(self, x, labels):
+                return {"loss": torch.nn.functional.mse_loss(self.linear(x), labels)}
+
+        data = [{"x": torch.randn(8), "labels": torch.randn(1)} for _ in range(16)]
+        return Model(), data
+
+
+def test_hf_trainer_trains_from_the_exported_flags_without_clipping(plan, tmp_path):
+    pytest.importorskip("transformers")
+    from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+    e = cpu_plan(plan, "ddp", ranks=1, accumulation=2)
+    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--max_steps", "2", "--use_cpu", "--report_to", "none",
+         "--save_strategy", "no", *hf_trainer.arguments(e)])
+    assert args.max_grad_norm == 0.0
+    model, data = _Regression.build()
+    result = Trainer(model=model, args=args, train_dataset=data).train()
+    assert result.global_step == 2
+
+
+def test_hf_training_arguments_built_from_a_plan(plan, tmp_path):
+    pytest.importorskip("transformers")
+    e = cpu_plan(plan, "fsdp", ranks=1, accumulation=2)
+    args = hf_trainer.training_arguments(e, output_dir=str(tmp_path), max_steps=2, use_cpu=True)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, 2)
+    assert args.max_grad_norm == 0.0 and args.fsdp_config["version"] == 2  # fsdp_config.json's content, no file
+
+
+@pytest.mark.slow
+def test_hf_trainer_trains_a_deepspeed_plan(plan, tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("deepspeed")
+    directory = write(cpu_plan(plan, "deepspeed_stage_2", ranks=1, accumulation=2), tmp_path)
+    got = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+               str(SCRIPTS / "hf_train.py")], directory)
+    assert got == {"steps": 2, "max_grad_norm": 0.0}
+
+
+# DeepSpeed
+
+
+def test_deepspeed_initialize_takes_ds_config_and_steps(plan, tmp_path):
+    pytest.importorskip("deepspeed")
+    directory = write(cpu_plan(plan, "deepspeed_stage_2", ranks=1, accumulation=2), tmp_path)
+    got = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+               str(SCRIPTS / "deepspeed_step.py")], directory)
+    assert got == {"steps": 2, "stage": 2, "gradient_clipping": 0.0}
+
+
+# README
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "fsdp_hybrid", "deepspeed_stage_2"])
+def test_readme_names_only_files_the_export_has(plan, strategy):
+    files = render(cpu_plan(plan, strategy, ranks=2), validate=False)
+    named = set(re.findall(r"[\w.-]+\.(?:json|yaml|py|txt|sh|sbatch)\b", files["README.md"]))
+    assert named <= set(files), named - set(files)

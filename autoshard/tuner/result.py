@@ -17,7 +17,8 @@ class TrialState(str, Enum):
     INFEASIBLE = "infeasible"
     """Ran out of memory (or was predicted to): recorded as an Optuna constraint violation, throughput 0."""
     FAILED = "failed"
-    """Timed out, crashed, lost communication, or the user's code raised."""
+    """Timed out, crashed, lost communication, the user's code raised, or the tuner was stopped during it
+    (``interrupted``, ``stale``: run again on resume)."""
     PRUNED = "pruned"
     """Stopped early: clearly slower than the best so far."""
     RUNNING = "running"
@@ -41,6 +42,8 @@ class FailureClass(str, Enum):
     """The model, its loss or its optimizer raised: the study stops, every trial would fail the same way."""
     STALE = "stale"
     """Found RUNNING with its process gone (a killed tuner): marked failed on resume."""
+    INTERRUPTED = "interrupted"
+    """Stopped by Ctrl-C (SIGINT to the tuner): not counted, and run again first when the study is resumed."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

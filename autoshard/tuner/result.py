@@ -133,6 +133,25 @@ class TrialRecord:
         }
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialEstimate:
+    """What one trial is predicted to cost, and what the prediction rests on."""
+
+    seconds: float
+    """Start-up plus ``steps`` × ``step_s``."""
+    startup_s: float
+    step_s: float
+    """One optimizer step of the configuration the study runs first (the planner's)."""
+    steps: int
+    micro_batch_size: int
+    basis: str
+    """What the step time was derived from, in words."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TuneResult:
     """The outcome of :func:`autoshard.tune`."""
@@ -152,6 +171,8 @@ class TuneResult:
     exported: tuple[str, ...] = ()
     """Files written for the best configuration (plan.json, ds_config.json, ...)."""
     notes: tuple[str, ...] = ()
+    trial_estimate: TrialEstimate | None = None
+    """What one trial was predicted to cost before the study started (:mod:`autoshard.tuner.estimate`)."""
 
     def counts(self) -> dict[str, int]:
         """Trials by state."""
@@ -173,4 +194,5 @@ class TuneResult:
             "exported": list(self.exported),
             "trials": [t.to_dict() for t in self.trials],
             "notes": list(self.notes),
+            "trial_estimate": None if self.trial_estimate is None else self.trial_estimate.to_dict(),
         }

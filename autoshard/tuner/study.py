@@ -30,11 +30,13 @@ from autoshard.planner.search import evaluate
 from autoshard.strategies import get
 from autoshard.tuner import storage as storage_mod
 from autoshard.tuner.cache import ResultCache, default_dir
+from autoshard.tuner.estimate import cpu_flops_per_s, cpu_micro_batch_cap, describe, trial_estimate
 from autoshard.tuner.pruner import SlowerThanBestPruner
 from autoshard.tuner.records import best_record, record
 from autoshard.tuner.result import (
     FailureClass,
     TrialConfig,
+    TrialEstimate,
     TuneResult,
 )
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialRunner, TrialSpec, run_trial
@@ -155,10 +157,15 @@ def tune(
     plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
                     precision=precision, optimizer=optimizer,
                     strategies=None if strategies is None else list(strategies))
+    environ = worker_environ(os.environ, hw)
+    flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
     if space is None:
-        space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes)
+        cap = None if flops_per_s is None else cpu_micro_batch_cap(plan, steps, flops_per_s)
+        space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes, max_micro_batch_size=cap)
     else:
         _check_space(space, plan)
+    estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
+                              flops_per_s)
     planned = plan_file.from_plan(plan)
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
                    "batch": {"global_batch_size": global_batch_size, "precision": precision,
@@ -178,10 +185,10 @@ def tune(
                             else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
                             {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
         spec = TrialSpec(model=origin, optimizer=optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
-        environ = worker_environ(os.environ, hw)
-        loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, progress, runner)
+        loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, progress, runner, estimate=estimate)
         loop.run()
-        return _finish(study, space, plan, shown, out, notes + loop.notes)
+        result = _finish(study, space, plan, shown, out, notes + loop.notes)
+        return dataclasses.replace(result, trial_estimate=estimate)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
@@ -194,7 +201,7 @@ class StudyLoop:
 
     def __init__(self, study: optuna.Study, space: SearchSpace, plan: Plan, spec: TrialSpec, cache: ResultCache,
                  out: Path, environ: dict[str, str], budget: Budget, progress: bool,
-                 runner: TrialRunner = run_trial) -> None:
+                 runner: TrialRunner = run_trial, *, estimate: TrialEstimate | None = None) -> None:
         self.study, self.space, self.plan, self.spec, self.cache = study, space, plan, spec, cache
         self.out, self.environ, self.budget = out, environ, budget
         self.progress = progress
@@ -202,6 +209,8 @@ class StudyLoop:
         """Runs one trial (:func:`~autoshard.tuner.runner.run_trial`; a stand-in replays measurements)."""
         self.me = storage_mod.owner()
         self.notes: list[str] = []
+        self.estimate = estimate
+        """What a trial is predicted to cost; said before the first trial starts."""
 
     def run(self) -> None:
         from autoshard.tuner.progress import ProgressDisplay
@@ -209,6 +218,8 @@ class StudyLoop:
         with ProgressDisplay(total=self.budget.trials, enabled=self.progress) as display:
             predicted_in_a_row = duplicates_in_a_row = 0
             display.advance_to(self._counted())
+            if self.estimate is not None and self._counted() < self.budget.trials:
+                display.say(describe(self.estimate, self.budget.trials - self._counted()))
             while self._counted() < self.budget.trials:
                 remaining = self.budget.remaining_s()
                 if remaining is not None and remaining <= 0:
@@ -491,6 +502,15 @@ def enqueue_defaults(study: optuna.Study, space: SearchSpace) -> None:
     for i, s in enumerate(space.strategies):
         study.enqueue_trial(space.params(space.defaults(s)), user_attrs={"origin": "planner" if i == 0 else "default"},
                             skip_if_exists=True)
+
+
+def worker_threads(environ: Mapping[str, str], hw: Any) -> int:
+    """Threads one CPU trial worker computes with: ``OMP_NUM_THREADS`` of its environment, else the cores shared
+    by the workers."""
+    value = environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return max(1, (os.cpu_count() or 1) // max(1, hw.processes_per_node))
 
 
 def enqueue_reruns(study: optuna.Study, space: SearchSpace) -> list[tuple[int, str]]:

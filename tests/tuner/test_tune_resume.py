@@ -108,13 +108,13 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
             first.kill()
             first.wait()
     assert first.returncode == 130, stderr[-3000:]
-    assert [line for line in stderr.splitlines() if line.strip()] == [
-        f"autoshard: interrupted; the same command resumes the study in {out} (the interrupted trial runs again "
-        "first)."]
     assert not leftover_workers(out)  # stopped by process group before the tuner exited
     seen = {t.number: t for t in optuna.load_study(study_name=None, storage=f"sqlite:///{out / 'study.db'}").trials}
     assert seen[interrupted].state == optuna.trial.TrialState.FAIL
     assert seen[interrupted].user_attrs["failure"] == "interrupted"
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        f"autoshard: interrupted; the same command resumes the study in {out} (the interrupted trial runs again "
+        "first)."]
     config = seen[interrupted].user_attrs["config"]
 
     resumed_at = datetime.datetime.now()  # optuna's clock: local, naive

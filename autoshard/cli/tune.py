@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt:  # the running trial's workers are stopped; it is recorded as interrupted
         print(f"autoshard: interrupted; the same command resumes the study in {args.output_dir} "
-              "(the interrupted trial runs again first).", file=sys.stderr)
+              "(a trial it was running runs again first).", file=sys.stderr)
         return 130
     if args.json:
         print_json(result.to_dict())

@@ -113,7 +113,7 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
     assert seen[interrupted].state == optuna.trial.TrialState.FAIL
     assert seen[interrupted].user_attrs["failure"] == "interrupted"
     assert [line for line in stderr.splitlines() if line.strip()] == [
-        f"autoshard: interrupted; the same command resumes the study in {out} (the interrupted trial runs again "
+        f"autoshard: interrupted; the same command resumes the study in {out} (a trial it was running runs again "
         "first)."]
     config = seen[interrupted].user_attrs["config"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from autoshard.cli._format import print_json
@@ -54,14 +55,20 @@ def run(args: argparse.Namespace) -> int:
     from autoshard.tuner.report import print_summary
 
     hardware = hardware_from_args(args)
-    result = tune(
-        args.model, hardware=hardware, strategies=args.strategies, top_strategies=args.top,
-        batch_size=args.batch_size, micro_batch_sizes=args.batch_sizes, global_batch_size=args.global_batch_size,
-        seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, trials=args.trials,
-        timeout_s=args.timeout, trial_timeout_s=args.trial_timeout, steps=args.steps, warmup_steps=args.warmup_steps,
-        storage=args.storage, study_name=args.study_name, output_dir=args.output_dir, cache_dir=args.cache_dir,
-        use_cache=not args.no_cache, prune=not args.no_prune, seed=args.seed, progress=not args.json,
-    )
+    try:
+        result = tune(
+            args.model, hardware=hardware, strategies=args.strategies, top_strategies=args.top,
+            batch_size=args.batch_size, micro_batch_sizes=args.batch_sizes, global_batch_size=args.global_batch_size,
+            seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, trials=args.trials,
+            timeout_s=args.timeout, trial_timeout_s=args.trial_timeout, steps=args.steps,
+            warmup_steps=args.warmup_steps, storage=args.storage, study_name=args.study_name,
+            output_dir=args.output_dir, cache_dir=args.cache_dir, use_cache=not args.no_cache,
+            prune=not args.no_prune, seed=args.seed, progress=not args.json,
+        )
+    except KeyboardInterrupt:  # the running trial's workers are stopped; it is recorded as interrupted
+        print(f"autoshard: interrupted; the same command resumes the study in {args.output_dir} "
+              "(a trial it was running runs again first).", file=sys.stderr)
+        return 130
     if args.json:
         print_json(result.to_dict())
         return 0 if result.best is not None else 1

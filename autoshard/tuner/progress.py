@@ -47,6 +47,11 @@ class ProgressDisplay:
         if self._progress is not None:
             self._progress.update(self._task, completed=min(done, self._total))
 
+    def say(self, line: str) -> None:
+        """One line above the bar (the study's cost estimate before it starts)."""
+        if self._console is not None:
+            self._console.print(line, highlight=False)
+
     def start_trial(self, number: int, what: str) -> None:
         """A trial starts."""
         self._what = f"trial {number}: {what}"

@@ -17,7 +17,8 @@ class TrialState(str, Enum):
     INFEASIBLE = "infeasible"
     """Ran out of memory (or was predicted to): recorded as an Optuna constraint violation, throughput 0."""
     FAILED = "failed"
-    """Timed out, crashed, lost communication, or the user's code raised."""
+    """Timed out, crashed, lost communication, the user's code raised, or the tuner was stopped during it
+    (``interrupted``, ``stale``: run again on resume)."""
     PRUNED = "pruned"
     """Stopped early: clearly slower than the best so far."""
     RUNNING = "running"
@@ -41,6 +42,8 @@ class FailureClass(str, Enum):
     """The model, its loss or its optimizer raised: the study stops, every trial would fail the same way."""
     STALE = "stale"
     """Found RUNNING with its process gone (a killed tuner): marked failed on resume."""
+    INTERRUPTED = "interrupted"
+    """Stopped by Ctrl-C (SIGINT to the tuner): not counted, and run again first when the study is resumed."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,6 +133,25 @@ class TrialRecord:
         }
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialEstimate:
+    """What one trial is predicted to cost, and what the prediction rests on."""
+
+    seconds: float
+    """Start-up plus ``steps`` × ``step_s``."""
+    startup_s: float
+    step_s: float
+    """One optimizer step of the configuration the study runs first (the planner's)."""
+    steps: int
+    micro_batch_size: int
+    basis: str
+    """What the step time was derived from, in words."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TuneResult:
     """The outcome of :func:`autoshard.tune`."""
@@ -149,6 +171,8 @@ class TuneResult:
     exported: tuple[str, ...] = ()
     """Files written for the best configuration (plan.json, ds_config.json, ...)."""
     notes: tuple[str, ...] = ()
+    trial_estimate: TrialEstimate | None = None
+    """What one trial was predicted to cost before the study started (:mod:`autoshard.tuner.estimate`)."""
 
     def counts(self) -> dict[str, int]:
         """Trials by state."""
@@ -170,4 +194,5 @@ class TuneResult:
             "exported": list(self.exported),
             "trials": [t.to_dict() for t in self.trials],
             "notes": list(self.notes),
+            "trial_estimate": None if self.trial_estimate is None else self.trial_estimate.to_dict(),
         }

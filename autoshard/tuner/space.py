@@ -124,7 +124,7 @@ class SearchSpace:
 
 
 def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | None = None,
-                tune_checkpointing: bool = True) -> SearchSpace:
+                tune_checkpointing: bool = True, max_micro_batch_size: int | None = None) -> SearchSpace:
     """The space for ``plan``: its ``top`` best-scoring fitting strategies (the recommendation first).
 
     Args:
@@ -134,6 +134,8 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
             of two below it, :data:`MAX_MICRO_BATCH_CHOICES` in all; a fixed ``batch_size`` in the request
             allows only itself).
         tune_checkpointing: offer activation checkpointing on and off where the model has repeated blocks.
+        max_micro_batch_size: a cap on the default micro-batches besides memory (on a CPU machine, so that trials
+            finish in seconds: :func:`autoshard.tuner.estimate.cpu_micro_batch_cap`).
 
     Raises:
         UsageError: ``top`` < 1 or a micro-batch below 1.
@@ -162,6 +164,8 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
         best = evaluations[0]
         strategy = get(name)
         largest = max(e.max_micro_batch_size for e in evaluations) or best.candidate.micro_batch_size
+        if max_micro_batch_size is not None:
+            largest = max(1, min(largest, max_micro_batch_size))
         if micro_batch_sizes is not None:
             micro = tuple(sorted(set(micro_batch_sizes)))
         elif plan.request.micro_batch_size is not None:

@@ -145,9 +145,12 @@ def fail_stale_trials(study: optuna.Study) -> list[int]:
 
 
 def _alive(who: Mapping[str, Any]) -> bool:
+    """Whether the recorded tuner process still runs. A killed process its parent has not yet reaped (a zombie:
+    a script that ran ``Popen.kill()`` without ``wait()``) still has its pid and start time, but runs nothing."""
     try:
         proc = psutil.Process(int(who["pid"]))
-        return abs(proc.create_time() - float(who["started"])) < 1.0  # not a recycled pid
+        return (abs(proc.create_time() - float(who["started"])) < 1.0  # not a recycled pid
+                and proc.status() != psutil.STATUS_ZOMBIE)
     except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, ValueError, TypeError):
         return False
 

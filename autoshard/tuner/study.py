@@ -30,11 +30,13 @@ from autoshard.planner.search import evaluate
 from autoshard.strategies import get
 from autoshard.tuner import storage as storage_mod
 from autoshard.tuner.cache import ResultCache, default_dir
+from autoshard.tuner.estimate import cpu_flops_per_s, cpu_micro_batch_cap, describe, trial_estimate
 from autoshard.tuner.pruner import SlowerThanBestPruner
 from autoshard.tuner.records import best_record, record
 from autoshard.tuner.result import (
     FailureClass,
     TrialConfig,
+    TrialEstimate,
     TuneResult,
 )
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialRunner, TrialSpec, run_trial
@@ -45,6 +47,12 @@ MAX_PREDICTED_INFEASIBLE = 50
 MAX_DUPLICATES = 10
 """Consecutive configurations this study had already measured after which it stops: the sampler has converged
 (a repeated configuration is answered from the study at no cost and does not use up the budget)."""
+RERUN_ATTR = "rerun_of"
+"""On a trial queued to run again the configuration of a trial an earlier tuner left unfinished: its number."""
+_RERUN = (FailureClass.INTERRUPTED.value, FailureClass.STALE.value)
+"""Trials that say nothing about their configuration: their tuner stopped while they ran."""
+_NOT_COUNTED = (FailureClass.PREDICTED_OOM.value, *_RERUN)
+"""Finished trials that do not use up the budget (repeats, ``duplicate_of``, neither)."""
 _Pruned = optuna.TrialPruned
 
 
@@ -149,10 +157,15 @@ def tune(
     plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
                     precision=precision, optimizer=optimizer,
                     strategies=None if strategies is None else list(strategies))
+    environ = worker_environ(os.environ, hw)
+    flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
     if space is None:
-        space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes)
+        cap = None if flops_per_s is None else cpu_micro_batch_cap(plan, steps, flops_per_s)
+        space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes, max_micro_batch_size=cap)
     else:
         _check_space(space, plan)
+    estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
+                              flops_per_s)
     planned = plan_file.from_plan(plan)
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
                    "batch": {"global_batch_size": global_batch_size, "precision": precision,
@@ -166,14 +179,16 @@ def tune(
         notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
                  for n in storage_mod.fail_stale_trials(study)]
         enqueue_defaults(study, space)
+        notes += [f"Trial {n} was stopped before it finished ({why}): its configuration runs again first."
+                  for n, why in enqueue_reruns(study, space)]
         cache = ResultCache(None if not use_cache
                             else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
                             {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
         spec = TrialSpec(model=origin, optimizer=optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
-        environ = worker_environ(os.environ, hw)
-        loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, progress, runner)
+        loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, progress, runner, estimate=estimate)
         loop.run()
-        return _finish(study, space, plan, shown, out, notes + loop.notes)
+        result = _finish(study, space, plan, shown, out, notes + loop.notes)
+        return dataclasses.replace(result, trial_estimate=estimate)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
@@ -186,7 +201,7 @@ class StudyLoop:
 
     def __init__(self, study: optuna.Study, space: SearchSpace, plan: Plan, spec: TrialSpec, cache: ResultCache,
                  out: Path, environ: dict[str, str], budget: Budget, progress: bool,
-                 runner: TrialRunner = run_trial) -> None:
+                 runner: TrialRunner = run_trial, *, estimate: TrialEstimate | None = None) -> None:
         self.study, self.space, self.plan, self.spec, self.cache = study, space, plan, spec, cache
         self.out, self.environ, self.budget = out, environ, budget
         self.progress = progress
@@ -194,6 +209,8 @@ class StudyLoop:
         """Runs one trial (:func:`~autoshard.tuner.runner.run_trial`; a stand-in replays measurements)."""
         self.me = storage_mod.owner()
         self.notes: list[str] = []
+        self.estimate = estimate
+        """What a trial is predicted to cost; said before the first trial starts."""
 
     def run(self) -> None:
         from autoshard.tuner.progress import ProgressDisplay
@@ -201,18 +218,26 @@ class StudyLoop:
         with ProgressDisplay(total=self.budget.trials, enabled=self.progress) as display:
             predicted_in_a_row = duplicates_in_a_row = 0
             display.advance_to(self._counted())
+            if self.estimate is not None and self._counted() < self.budget.trials:
+                display.say(describe(self.estimate, self.budget.trials - self._counted()))
             while self._counted() < self.budget.trials:
                 remaining = self.budget.remaining_s()
                 if remaining is not None and remaining <= 0:
                     break
-                with warnings.catch_warnings():  # heartbeats are recorded by this loop (_Heartbeat), not optimize()
-                    warnings.filterwarnings("ignore", message="Heartbeat of storage")
-                    trial = self.study.ask()
-                trial.set_user_attr(storage_mod.OWNER_ATTR, self.me)
-                config = self.space.suggest(trial)
-                trial.set_user_attr("config", config.to_dict())
-                how = self._trial(trial, config, display,
-                                  min(self.budget.trial_timeout_s, remaining or self.budget.trial_timeout_s))
+                # A tuner of this host killed while this one runs leaves a trial RUNNING: fail it now, not at the
+                # next resume (it would otherwise count as running elsewhere and stay so in the summary).
+                self.notes += [f"Trial {n} was left running by a tuner that is gone: marked failed."
+                               for n in storage_mod.fail_stale_trials(self.study)]
+                trial = self._ask()
+                try:
+                    trial.set_user_attr(storage_mod.OWNER_ATTR, self.me)
+                    config = self.space.suggest(trial)
+                    trial.set_user_attr("config", config.to_dict())
+                    how = self._trial(trial, config, display,
+                                      min(self.budget.trial_timeout_s, remaining or self.budget.trial_timeout_s))
+                except BaseException as e:
+                    self._abandon(trial, e)
+                    raise
                 predicted_in_a_row = predicted_in_a_row + 1 if how == "predicted" else 0
                 duplicates_in_a_row = duplicates_in_a_row + 1 if how == "duplicate" else 0
                 if predicted_in_a_row >= MAX_PREDICTED_INFEASIBLE:
@@ -234,9 +259,40 @@ class StudyLoop:
             elif t.state.is_finished():
                 # Predicted-infeasible and repeated configurations cost nothing, and a trial whose tuner was killed
                 # says nothing about its configuration: none of them uses up the budget.
-                n += (t.user_attrs.get("failure") not in (FailureClass.PREDICTED_OOM.value, FailureClass.STALE.value)
-                      and "duplicate_of" not in t.user_attrs)
+                n += (t.user_attrs.get("failure") not in _NOT_COUNTED and "duplicate_of" not in t.user_attrs)
         return n
+
+    def _ask(self) -> optuna.Trial:
+        """The next trial: a rerun of a trial an earlier tuner left unfinished (:func:`enqueue_reruns`) first,
+        ahead of the trials queued before it; else Optuna's (its queue, then its sampler)."""
+        storage = self.study._storage  # optuna's ask() pops its queue in trial order and has no way to pick one
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            if RERUN_ATTR not in t.user_attrs:
+                continue
+            try:  # as Study.ask() claims a queued trial: False when another tuner claimed it first
+                claimed = storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.RUNNING)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                claimed = False
+            if claimed:
+                return optuna.Trial(self.study, t._trial_id)
+        with warnings.catch_warnings():  # heartbeats are recorded by this loop (_Heartbeat), not optimize()
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            return self.study.ask()
+
+    def _abandon(self, trial: optuna.Trial, error: BaseException) -> None:
+        """Settle ``trial`` when this tuner leaves it unfinished (its workers are already stopped): Ctrl-C makes
+        it ``interrupted`` (not counted; run again when the study is resumed); anything else a ``crash``."""
+        if trial.number not in {t.number for t in self.study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}:
+            return  # told already (e.g. the user-code error raised after its trial was recorded)
+        if isinstance(error, KeyboardInterrupt):
+            failure, message = FailureClass.INTERRUPTED, ("stopped by Ctrl-C (SIGINT to the tuner); it runs again "
+                                                          "when the study is resumed")
+        else:
+            failure, message = FailureClass.CRASH, f"the tuner failed during this trial: {type(error).__name__}"
+        trial.set_user_attr("failure", failure.value)
+        trial.set_user_attr("message", message)
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
     def _trial(self, trial: optuna.Trial, config: TrialConfig, display: Any, timeout_s: float) -> str:
         """Run or settle one trial; says how: ``predicted`` (not run: predicted not to fit), ``duplicate``
@@ -277,11 +333,6 @@ class StudyLoop:
             outcome = {"failure": e.failure.value, "message": e.message}
         except _Pruned as e:
             outcome = {"pruned": True, "message": str(e)}
-        except BaseException:
-            trial.set_user_attr("failure", FailureClass.CRASH.value)
-            trial.set_user_attr("message", "the tuner was interrupted during this trial")
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            raise
         outcome["duration_s"] = time.monotonic() - started
         self._settle(trial, config, outcome, cache=True)
         display.end_trial(trial.number, outcome)
@@ -453,6 +504,41 @@ def enqueue_defaults(study: optuna.Study, space: SearchSpace) -> None:
                             skip_if_exists=True)
 
 
+def worker_threads(environ: Mapping[str, str], hw: Any) -> int:
+    """Threads one CPU trial worker computes with: ``OMP_NUM_THREADS`` of its environment, else the cores shared
+    by the workers."""
+    value = environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return max(1, (os.cpu_count() or 1) // max(1, hw.processes_per_node))
+
+
+def enqueue_reruns(study: optuna.Study, space: SearchSpace) -> list[tuple[int, str]]:
+    """Queue again, once each, the configurations of trials whose tuner stopped while they ran (Ctrl-C:
+    ``interrupted``; killed: ``stale``), where ``space`` still holds them; :meth:`StudyLoop._ask` runs them first.
+
+    Returns:
+        ``(trial number, its failure class)`` of each trial queued again.
+    """
+    trials = study.get_trials(deepcopy=False)
+    done = {t.user_attrs[RERUN_ATTR] for t in trials if RERUN_ATTR in t.user_attrs}
+    queued = []
+    for t in trials:
+        failure = t.user_attrs.get("failure")
+        if t.state != optuna.trial.TrialState.FAIL or failure not in _RERUN or t.number in done:
+            continue
+        try:
+            config = space.suggest(optuna.trial.FixedTrial(t.params))
+        except (ValueError, UsageError):  # a parameter missing or outside this space (other --batch-sizes, --top)
+            continue
+        if config.to_dict() != t.user_attrs.get("config"):  # (== : a stored 25 is the parameter's 25.0)
+            continue
+        attrs = {RERUN_ATTR: t.number, **({"origin": t.user_attrs["origin"]} if "origin" in t.user_attrs else {})}
+        study.enqueue_trial(t.params, user_attrs=attrs)
+        queued.append((t.number, str(failure)))
+    return queued
+
+
 def worker_environ(environ: Mapping[str, str], hw: Any) -> dict[str, str]:
     """The trials' workers' environment: ``environ``, with one OpenMP thread per process when several CPU
     processes share the machine."""
@@ -509,8 +595,9 @@ def _finish(study: optuna.Study, space: SearchSpace, plan: Plan, shown: str, out
 
     records = tuple(record(t) for t in study.get_trials(deepcopy=False))
     best = best_record(records)
-    planner = next((t.number for t in study.get_trials(deepcopy=False) if t.user_attrs.get("origin") == "planner"),
-                   None)
+    planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("origin") == "planner"]
+    measured = [t for t in planned if t.user_attrs.get("failure") not in _RERUN]  # not its interrupted run
+    planner = next((t.number for t in measured or planned), None)
     files: tuple[str, ...]
     best_plan, files = None, ()
     if best is not None and best.config is not None:

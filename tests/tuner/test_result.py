@@ -100,19 +100,19 @@ def test_config_key_tells_configs_apart() -> None:
 
 
 def test_the_budget_counts_only_trials_that_cost_a_run() -> None:
-    # Predicted-infeasible, repeated and stale trials cost no run: they do not use up --trials.
+    # Predicted-infeasible, repeated, stale and interrupted trials cost no run: they do not use up --trials.
     import optuna
 
-    from autoshard.tuner.study import StudyLoop as _Loop
+    from autoshard.tuner.study import StudyLoop
 
     study = optuna.create_study(direction="maximize")
     for attrs in ({}, {"failure": "predicted_oom"}, {"duplicate_of": 0}, {"failure": "stale"}, {"failure": "oom"},
-                  {"cached": True}):
+                  {"cached": True}, {"failure": "interrupted"}):
         trial = study.ask()
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         study.tell(trial, 1.0)
-    loop = _Loop.__new__(_Loop)  # only the study and the owner are needed to count
+    loop = StudyLoop.__new__(StudyLoop)  # only the study and the owner are needed to count
     loop.study, loop.me = study, {"host": "here", "pid": 1, "started": 0.0}
     assert loop._counted() == 3
     other = study.ask()  # a trial another tuner is running counts; one of this tuner's own does not

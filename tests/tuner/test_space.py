@@ -16,6 +16,7 @@ from autoshard.planner.plan import Plan
 from autoshard.planner.search import evaluate
 from autoshard.strategies import get
 from autoshard.strategies import names as strategy_names
+from autoshard.tuner import estimate
 from autoshard.tuner.space import SearchSpace, _micro_batches, build_space
 
 NOT_TUNED = frozenset({"find_unused_parameters", "start_powerSGD_iter", "reduce_dtype"})
@@ -248,3 +249,17 @@ def test_asking_for_a_strategy_outside_the_space_names_the_tuned_ones(plans: dic
     space = build_space(plans["cpu"], top=2)
     with pytest.raises(UsageError, match="not among the tuned strategies.*ddp"):
         space.space_of("fsdp_cpu_offload")
+
+
+def test_on_a_cpu_the_default_micro_batches_are_capped_so_a_trial_takes_seconds(plans: dict[str, Plan]) -> None:
+    """The memory model alone offers tiny-gpt2 micro-batches up to 1024 on a CPU (a 3-trial study took 349 s)."""
+    plan = plans["cpu"]
+    assert max(build_space(plan, top=2).strategies[0].micro_batch_sizes) == 1024  # memory is no limit here
+    rate = 34e9  # this project's 2-core VM, one thread per worker (cpu_flops_per_s)
+    cap = estimate.cpu_micro_batch_cap(plan, 10, rate)
+    space = build_space(plan, top=2, max_micro_batch_size=cap)
+    for s in space.strategies:
+        assert max(s.micro_batch_sizes) == cap == s.default_micro_batch_size
+        assert 10 * estimate.cpu_step_s(plan, cap, 1, False, rate) <= estimate.CPU_TRIAL_STEPS_S
+        assert 10 * estimate.cpu_step_s(plan, cap * 2, 1, False, rate) > estimate.CPU_TRIAL_STEPS_S
+    assert cap == 128

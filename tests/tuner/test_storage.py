@@ -170,6 +170,24 @@ def test_only_a_trial_of_a_dead_process_on_this_host_is_failed(tmp_path: Path, d
     assert storage.fail_stale_trials(study) == []  # nothing left to fail on a second resume
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_a_trial_of_a_killed_tuner_not_yet_reaped_is_failed(tmp_path: Path) -> None:
+    """A SIGKILLed tuner whose parent has not called wait() is a zombie: same pid and start time, nothing running."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        zombie = {"host": socket.gethostname(), "pid": proc.pid, "started": psutil.Process(proc.pid).create_time()}
+        proc.kill()
+        end = time.monotonic() + 10
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < end:
+            time.sleep(0.05)
+        backend, _ = storage.open_storage(None, tmp_path)
+        study = optuna.create_study(study_name="s", storage=backend, direction="maximize")
+        n = running_trial(study, zombie)
+        assert storage.fail_stale_trials(study) == [n]
+    finally:
+        proc.wait()
+
+
 def test_owner_describes_this_process() -> None:
     me = storage.owner()
     assert me["host"] == socket.gethostname()

@@ -1,29 +1,38 @@
-"""Killing the tuner mid-study and running the same command again: nothing finished is lost, the trial the
-killed tuner was running is marked failed, its workers are gone, and the study goes on to its budget."""
+"""Stopping the tuner mid-study and running the same command again: nothing finished is lost, the trial it was
+running is marked failed (``stale`` when killed, ``interrupted`` on Ctrl-C) without using up the budget, its
+workers are gone, its configuration runs again first, and the study goes on to its budget."""
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
+import psutil
+import pytest
 
 from tests.tuner.test_tune_study import leftover_workers
 
 TRIALS = 4
 
 
-def command(out: Path) -> list[str]:
+def command(out: Path, trials: int = TRIALS, steps: int = 200) -> list[str]:
     return [sys.executable, "-m", "autoshard", "tune", "tiny-gpt2", "--gpus", "2", "--seq-len", "32",
-            "--batch-sizes", "2", "4", "--top", "2", "--steps", "200", "--warmup-steps", "2", "--trials", str(TRIALS),
-            "--precision", "32-true", "--no-prune", "--no-cache", "--output-dir", str(out), "--json"]
+            "--batch-sizes", "2", "4", "--top", "2", "--steps", str(steps), "--warmup-steps", "2", "--trials",
+            str(trials), "--precision", "32-true", "--no-prune", "--no-cache", "--output-dir", str(out), "--json"]
 
 
-def wait_for_running_trial(db: Path, tuner: subprocess.Popen[bytes], deadline_s: float) -> None:
-    """Poll the study until at least one trial is complete and another is running with its workers started."""
+def wait_for_running_trial(db: Path, tuner: subprocess.Popen[Any], deadline_s: float, *,
+                           after_complete: bool = True) -> int:
+    """Poll the study until a trial is running with its workers started (and, with ``after_complete``, another
+    is complete); returns the running trial's number."""
     end = time.monotonic() + deadline_s
     storage = f"sqlite:///{db}"
     while time.monotonic() < end:
@@ -38,8 +47,8 @@ def wait_for_running_trial(db: Path, tuner: subprocess.Popen[bytes], deadline_s:
             trials = []
         complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
         running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING and "config" in t.user_attrs]
-        if complete and running and leftover_workers(db.parent):  # its workers have started (seconds to go)
-            return
+        if (complete or not after_complete) and running and leftover_workers(db.parent):  # workers started
+            return running[0].number
         time.sleep(0.2)
     raise AssertionError("the tuner never had a completed and a running trial at once")
 
@@ -51,10 +60,15 @@ def test_sigkilled_tuner_resumes_with_its_finished_trials(tmp_path: Path) -> Non
     try:
         wait_for_running_trial(out / "study.db", first, deadline_s=300)
         first.kill()  # SIGKILL: no chance to clean up
-        first.wait(timeout=30)
-    finally:
-        if first.poll() is None:
-            first.kill()
+        # Not reaped until the end: a killed tuner is a zombie until its parent waits for it (a script that calls
+        # Popen.kill() and goes on), and the resumed tuner must see it as gone all the same.
+        end = time.monotonic() + 30
+        while psutil.Process(first.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < end:
+            time.sleep(0.1)
+    except BaseException:
+        first.kill()
+        first.wait()
+        raise
     # The killed tuner's workers notice their parent is gone and leave.
     end = time.monotonic() + 20
     while leftover_workers(out) and time.monotonic() < end:
@@ -76,4 +90,47 @@ def test_sigkilled_tuner_resumes_with_its_finished_trials(tmp_path: Path) -> Non
     counted = [t for t in payload["trials"] if t["failure"] not in ("stale", "predicted_oom")]
     assert len(counted) == TRIALS and len([t for t in counted if t["state"] == "complete"]) > len(before)
     assert any("marked failed" in note for note in payload["notes"])
+    assert not leftover_workers(out)
+    first.wait(timeout=5)
+
+
+@pytest.mark.slow
+def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_again_first(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = subprocess.Popen(command(out, trials=2, steps=20), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        interrupted = wait_for_running_trial(out / "study.db", first, deadline_s=300, after_complete=False)
+        os.killpg(first.pid, signal.SIGINT)  # Ctrl-C: the terminal's process group (the workers have their own)
+        _, stderr = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 130, stderr[-3000:]
+    assert not leftover_workers(out)  # stopped by process group before the tuner exited
+    seen = {t.number: t for t in optuna.load_study(study_name=None, storage=f"sqlite:///{out / 'study.db'}").trials}
+    assert seen[interrupted].state == optuna.trial.TrialState.FAIL
+    assert seen[interrupted].user_attrs["failure"] == "interrupted"
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        f"autoshard: interrupted; the same command resumes the study in {out} (a trial it was running runs again "
+        "first)."]
+    config = seen[interrupted].user_attrs["config"]
+
+    resumed_at = datetime.datetime.now()  # optuna's clock: local, naive
+    again = subprocess.run(command(out, trials=2, steps=20), capture_output=True, text=True, timeout=600,
+                           check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    payload = json.loads(again.stdout)
+    trials = {t["number"]: t for t in payload["trials"]}
+    assert trials[interrupted]["state"] == "failed" and trials[interrupted]["failure"] == "interrupted"
+    counted = [t for t in payload["trials"] if t["failure"] not in ("interrupted", "stale", "predicted_oom")]
+    assert len(counted) == 2, payload["trials"]  # the interrupted trial used up none of the budget
+    ran = sorted((t for t in optuna.load_study(study_name=None, storage=f"sqlite:///{out / 'study.db'}").trials
+                  if t.datetime_start is not None and t.datetime_start >= resumed_at), key=lambda t: t.datetime_start)
+    rerun = ran[0]  # the first trial the resumed tuner ran, ahead of the ones queued before it
+    assert rerun.user_attrs.get("rerun_of") == interrupted and rerun.user_attrs["config"] == config
+    assert trials[rerun.number]["state"] == "complete"
+    assert [t for t in payload["trials"] if t["config"] == config and t["state"] == "complete"]
+    assert any(f"Trial {interrupted} was stopped before it finished" in note for note in payload["notes"])
     assert not leftover_workers(out)

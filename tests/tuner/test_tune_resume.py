@@ -29,6 +29,11 @@ def command(out: Path, trials: int = TRIALS, steps: int = 200) -> list[str]:
             str(trials), "--precision", "32-true", "--no-prune", "--no-cache", "--output-dir", str(out), "--json"]
 
 
+def _stderr_tail(out: Path) -> str:
+    log = out.parent / "tuner.stderr"
+    return log.read_text(encoding="utf-8", errors="replace")[-1500:] if log.is_file() else "(no stderr kept)"
+
+
 def wait_for_running_trial(db: Path, tuner: subprocess.Popen[Any], deadline_s: float, *,
                            after_complete: bool = True) -> int:
     """Poll the study until a trial is running with its workers started (and, with ``after_complete``, another
@@ -37,8 +42,12 @@ def wait_for_running_trial(db: Path, tuner: subprocess.Popen[Any], deadline_s: f
     storage = f"sqlite:///{db}"
     while time.monotonic() < end:
         if tuner.poll() is not None:
-            raise AssertionError(f"the tuner finished (exit code {tuner.returncode}) before it could be killed")
-        if not db.is_file():
+            raise AssertionError(f"the tuner finished (exit code {tuner.returncode}) before it could be killed: "
+                                 f"{_stderr_tail(db.parent)}")
+        # Open the study only once a trial has started: opening an SQLite storage creates its tables, and doing
+        # that while the tuner creates them too can fail the tuner's own open (exit 2, seen under load).
+        trials_dir = db.parent / "trials"
+        if not db.is_file() or not trials_dir.is_dir() or not any(trials_dir.iterdir()):
             time.sleep(0.5)
             continue
         try:
@@ -55,8 +64,8 @@ def wait_for_running_trial(db: Path, tuner: subprocess.Popen[Any], deadline_s: f
 
 def test_sigkilled_tuner_resumes_with_its_finished_trials(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    first = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    with (tmp_path / "tuner.stderr").open("wb") as err:
+        first = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         wait_for_running_trial(out / "study.db", first, deadline_s=300)
         first.kill()  # SIGKILL: no chance to clean up

@@ -1,10 +1,17 @@
-"""Shared display helpers for the CLI (sizes, counts, JSON)."""
+"""Shared display helpers for the CLI (sizes, counts, JSON) and the names its help lists."""
 
 from __future__ import annotations
 
 import json
 import sys
 from typing import Any
+
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
+"""``autoshard.profiler.options.Precision``'s values, written out so that ``--help`` imports no torch (a test keeps
+the two equal)."""
+
+OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor")
+"""``autoshard.profiler.options.OPTIMIZERS``, for the same reason."""
 
 
 def gib(nbytes: int | float) -> str:

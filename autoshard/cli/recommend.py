@@ -6,9 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autoshard.cli._format import count, gib, print_json
-from autoshard.hardware.units import format_throughput
-from autoshard.profiler.options import OPTIMIZERS, Precision
+from autoshard.cli._format import OPTIMIZERS, PRECISIONS, count, gib, print_json
 
 if TYPE_CHECKING:
     from autoshard.planner.plan import Plan
@@ -26,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="micro-batch per device (default: largest that fits)")
     parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
-    parser.add_argument("--precision", default=Precision.BF16_MIXED.value,
-                        help=f"one of {', '.join(p.value for p in Precision)} (default bf16-mixed)")
+    parser.add_argument("--precision", default="bf16-mixed",
+                        help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed)")
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",
                         help="pretrain: throughput, least communication; finetune: memory headroom")
@@ -76,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
 def _print(plan: Plan) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from autoshard.hardware.units import format_throughput
 
     console = Console()
     if not console.is_terminal:

@@ -67,6 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     debug = bool(getattr(args, "debug", False))
     try:
+        if getattr(args, "json", False):
+            from autoshard.cli._format import json_only_stdout
+
+            with json_only_stdout():
+                return int(args._run(args) or 0)
         return int(args._run(args) or 0)
     except AutoshardError as exc:
         if debug:

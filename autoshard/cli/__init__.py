@@ -57,6 +57,22 @@ def _command(argv: Sequence[str]) -> str | None:
     return word if word in SUBCOMMANDS else None
 
 
+_FLAGS = {"force=True": "--force"}
+"""Python arguments the library's hints name, and the flag that says the same on the command line."""
+
+
+def _in_flags(hint: str) -> str:
+    """A library hint in the command line's terms.
+
+    Example:
+        >>> _in_flags("Pass force=True to replace them.")
+        'Pass --force to replace them.'
+    """
+    for argument, flag in _FLAGS.items():
+        hint = hint.replace(argument, flag)
+    return hint
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoshard`` console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -78,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"autoshard: error: {exc.message}", file=sys.stderr)
         if exc.hint:
-            print(f"  {exc.hint}", file=sys.stderr)
+            print(f"  {_in_flags(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("autoshard: interrupted", file=sys.stderr)

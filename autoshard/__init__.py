@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0.dev0"
 
-from autoshard.api import profile, recommend
 from autoshard.errors import (
     AutoshardError,
     HardwareError,
@@ -28,14 +27,15 @@ from autoshard.errors import (
     WorkerError,
     WorkerTimeout,
 )
-from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
-from autoshard.models import ModelSource, load_source
-from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, ProfileOptions
 
 if TYPE_CHECKING:  # loaded lazily at runtime (see __getattr__), typed here for the caller's type checker
+    from autoshard.api import profile, recommend
     from autoshard.export import ExportedPlan, export_plan
     from autoshard.fitting import fit
+    from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
+    from autoshard.models import ModelSource, load_source
     from autoshard.planner.plan import Plan
+    from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, ProfileOptions
     from autoshard.runtime import FitResult, is_worker
     from autoshard.tuner import TuneResult, tune
 
@@ -72,28 +72,41 @@ __all__ = [
 ]
 
 
+_LAZY = {
+    # Everything but the errors imports torch (or the planner, the runtime, the tuner): only when asked for, so
+    # that `import autoshard` and `autoshard --version` stay cheap.
+    "profile": "autoshard.api",
+    "recommend": "autoshard.api",
+    "HardwareSpec": "autoshard.hardware",
+    "detect_hardware": "autoshard.hardware",
+    "load_hardware": "autoshard.hardware",
+    "ModelSource": "autoshard.models",
+    "load_source": "autoshard.models",
+    "MemoryBreakdown": "autoshard.profiler",
+    "ModelProfile": "autoshard.profiler",
+    "Precision": "autoshard.profiler",
+    "ProfileOptions": "autoshard.profiler",
+    "Plan": "autoshard.planner.plan",
+    "ExportedPlan": "autoshard.export",
+    "export_plan": "autoshard.export",
+    "fit": "autoshard.fitting",  # training composed with tuning
+    "FitResult": "autoshard.runtime",
+    "is_worker": "autoshard.runtime",
+    "tune": "autoshard.tuner",
+    "TuneResult": "autoshard.tuner",
+}
+
+
 def __getattr__(name: str) -> object:
-    # fit(), its result and is_worker() (through autoshard.runtime) import torch.distributed and the backends:
-    # only when asked for.
-    if name == "fit":  # training composed with tuning (autoshard/fitting.py)
-        from autoshard.fitting import fit
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'autoshard' has no attribute {name!r}")
+    import importlib
 
-        return fit
-    if name in ("FitResult", "is_worker"):
-        from autoshard import runtime
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
 
-        return getattr(runtime, name)
-    if name in ("tune", "TuneResult"):
-        from autoshard import tuner
 
-        return getattr(tuner, name)
-    # The planner and the exporters load the strategy registry: only when asked for.
-    if name == "Plan":
-        from autoshard.planner.plan import Plan
-
-        return Plan
-    if name in ("ExportedPlan", "export_plan"):
-        from autoshard import export
-
-        return getattr(export, name)
-    raise AttributeError(f"module 'autoshard' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

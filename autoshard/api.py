@@ -5,15 +5,32 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from autoshard.errors import UsageError
 from autoshard.models import ModelSource, load_source
 from autoshard.profiler.options import Precision, PrecisionName, ProfileOptions
 from autoshard.profiler.result import ModelProfile
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.planner.machine import Goal
     from autoshard.planner.plan import Plan
 
+
+def _check_source(source: object, function: str) -> None:
+    """``source`` is something :func:`load_source` takes; a module instance gets a hint, not a ``TypeError``."""
+    if isinstance(source, (str, os.PathLike, ModelSource)):
+        return
+    from torch import nn
+
+    if isinstance(source, nn.Module):
+        raise UsageError(f"{function}() takes a model source, not a built {type(source).__name__} module: it builds "
+                         "the model itself, without allocating it.",
+                         hint="Pass a model.py path (docs/models.md), a config.json path or a catalog name, or a "
+                              "ModelSource whose build_fn makes the module.")
+    raise UsageError(f"{function}() takes a model.py path, a config.json path, a catalog name or a ModelSource, "
+                     f"but got {type(source).__name__}.")
 
 
 def profile(
@@ -47,6 +64,7 @@ def profile(
         A frozen, JSON-serialisable :class:`ModelProfile`.
 
     Raises:
+        UsageError: ``source`` is not a model source (e.g. a built ``nn.Module``), or out-of-range options.
         AutoshardError: bad input (see :mod:`autoshard.errors`).
 
     Example:
@@ -57,6 +75,7 @@ def profile(
     """
     from autoshard.profiler.scaling import profile_source
 
+    _check_source(source, "profile")
     options = ProfileOptions(
         batch_size=batch_size,
         seq_len=seq_len,
@@ -81,6 +100,7 @@ def recommend(
     goal: Goal = "pretrain",
     strategies: list[str] | None = None,
     safety_margin: float = 0.10,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -95,16 +115,19 @@ def recommend(
         goal: ``pretrain`` (throughput, least communication) or ``finetune`` (memory headroom).
         strategies: restrict to these strategy names.
         safety_margin: fraction of device memory kept free (CUDA context, fragmentation, model error).
+        progress: called as ``progress(done, total)`` after each of the model's traces (10-60 s in all for
+            a large model), e.g. to show a progress bar.
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
 
     Raises:
-        UsageError: contradictory or out-of-range arguments.
+        UsageError: contradictory or out-of-range arguments, or a source or hardware of the wrong kind.
         NoFeasiblePlan: nothing fits (exit code 3 in the CLI).
     """
     from autoshard.planner.machine import hardware_for, plan_for
 
+    _check_source(source, "recommend")
     return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
-                    safety_margin=safety_margin)
+                    safety_margin=safety_margin, progress=progress)

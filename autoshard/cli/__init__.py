@@ -8,6 +8,7 @@ anything else is reported as an internal error. ``--debug`` shows full traceback
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -15,15 +16,22 @@ from types import ModuleType
 
 from autoshard.errors import AutoshardError
 
-
-def _subcommands() -> list[ModuleType]:
-    from autoshard.cli import export, hardware, models, profile, recommend, tune
-
-    return [recommend, profile, tune, hardware, models, export]
+SUBCOMMANDS = ("recommend", "profile", "tune", "hardware", "models", "export")
+"""The subcommands, in the order ``--help`` lists them; each is the module ``autoshard.cli.<name>``."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (exposed for docs and tests)."""
+def _subcommand(name: str) -> ModuleType:
+    return importlib.import_module(f"autoshard.cli.{name}")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser (exposed for docs and tests).
+
+    Args:
+        command: add only this subcommand's flags (the others are listed with their help line). A subcommand's
+            flags may import what they describe (hardware profiles, precisions), so ``main`` builds only the
+            one it runs, and ``autoshard --version`` / ``--help`` import neither torch nor the planner.
+    """
     from autoshard import __version__
 
     parser = argparse.ArgumentParser(
@@ -33,30 +41,60 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"autoshard {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _subcommands():
+    for name in SUBCOMMANDS:
+        module = _subcommand(name)
         sp = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks")
-        module.add_arguments(sp)
+        if command is None or command == name:
+            module.add_arguments(sp)
         sp.set_defaults(_run=module.run)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not a flag (the top-level flags take no value)."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in SUBCOMMANDS else None
+
+
+_FLAGS = {"force=True": "--force"}
+"""Python arguments the library's hints name, and the flag that says the same on the command line."""
+
+
+def _in_flags(hint: str) -> str:
+    """A library hint in the command line's terms.
+
+    Example:
+        >>> _in_flags("Pass force=True to replace them.")
+        'Pass --force to replace them.'
+    """
+    for argument, flag in _FLAGS.items():
+        hint = hint.replace(argument, flag)
+    return hint
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoshard`` console script; returns the exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(argv) or "")
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2
     debug = bool(getattr(args, "debug", False))
     try:
+        if getattr(args, "json", False):
+            from autoshard.cli._format import json_only_stdout
+
+            with json_only_stdout():
+                return int(args._run(args) or 0)
         return int(args._run(args) or 0)
     except AutoshardError as exc:
         if debug:
             raise
         print(f"autoshard: error: {exc.message}", file=sys.stderr)
         if exc.hint:
-            print(f"  {exc.hint}", file=sys.stderr)
+            print(f"  {_in_flags(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("autoshard: interrupted", file=sys.stderr)

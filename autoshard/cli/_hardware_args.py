@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from autoshard.hardware.selection import HardwareOverrides, select_hardware
-from autoshard.hardware.specs import HardwareSpec
+if TYPE_CHECKING:
+    from autoshard.hardware.selection import HardwareOverrides
+    from autoshard.hardware.specs import HardwareSpec
 
 
 def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +40,8 @@ def overrides_from_args(args: argparse.Namespace) -> HardwareOverrides:
     Raises:
         UsageError: a value is malformed, zero or negative.
     """
+    from autoshard.hardware.selection import HardwareOverrides
+
     return HardwareOverrides.parse(
         gpus=args.gpus,
         nodes=args.nodes,
@@ -58,6 +62,8 @@ def hardware_from_args(args: argparse.Namespace, *, environ: Mapping[str, str] |
         HardwareError: unknown or invalid profile, NVML failure.
         UsageError: malformed or contradictory flags.
     """
+    from autoshard.hardware.selection import select_hardware
+
     return select_hardware(
         args.hardware, overrides_from_args(args), environ=os.environ if environ is None else environ
     )

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from autoshard.cli._format import print_json
 from autoshard.cli._hardware_args import add_hardware_arguments, hardware_from_args
 from autoshard.errors import UsageError
-from autoshard.hardware.disk_benchmark import DEFAULT_MAX_SECONDS, DiskBenchmark
-from autoshard.hardware.specs import (
-    DTYPES,
-    GPUDevice,
-    GpuTopology,
-    HardwareSpec,
-    NodeSpec,
-)
-from autoshard.hardware.units import format_bytes, format_rate, parse_bytes
+
+if TYPE_CHECKING:  # the hardware package and rich load when the command runs (``autoshard --help`` stays cheap)
+    from rich.table import Table
+
+    from autoshard.hardware.disk_benchmark import DiskBenchmark
+    from autoshard.hardware.specs import GPUDevice, GpuTopology, HardwareSpec, NodeSpec
 
 NAME = "hardware"
 HELP = "Show the hardware autoshard plans for: GPUs, links, CPU, RAM, NVMe (detected, or a profile)."
@@ -27,6 +21,8 @@ HELP = "Show the hardware autoshard plans for: GPUs, links, CPU, RAM, NVMe (dete
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``hardware`` flags."""
+    from autoshard.hardware.disk_benchmark import DEFAULT_MAX_SECONDS
+
     add_hardware_arguments(parser)
     parser.add_argument("--list", action="store_true", help="list the shipped hardware profiles")
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/hardware.md)")
@@ -73,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 def _benchmark(args: argparse.Namespace, hw: HardwareSpec) -> tuple[DiskBenchmark, HardwareSpec]:
     from autoshard.hardware.disk_benchmark import benchmark_disk
     from autoshard.hardware.selection import attach_disk_benchmark
+    from autoshard.hardware.units import parse_bytes
 
     try:
         size = parse_bytes(args.benchmark_size, what="--benchmark-size")
@@ -85,6 +82,9 @@ def _benchmark(args: argparse.Namespace, hw: HardwareSpec) -> tuple[DiskBenchmar
 
 
 def _list(*, as_json: bool) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from autoshard.hardware.profiles import list_profiles
 
     entries = list_profiles()
@@ -111,6 +111,11 @@ def _pcie(device: GPUDevice) -> str:
 
 
 def _summary(hw: HardwareSpec) -> Table:
+    from rich.table import Table
+
+    from autoshard.hardware.specs import DTYPES
+    from autoshard.hardware.units import format_bytes, format_rate
+
     node, gpu, cpu = hw.node, hw.node.gpu, hw.node.cpu
     rows: list[tuple[str, str]] = []
     if gpu is not None:
@@ -155,6 +160,10 @@ def _summary(hw: HardwareSpec) -> Table:
 
 
 def _gpu_table(node: NodeSpec) -> Table:
+    from rich.table import Table
+
+    from autoshard.hardware.units import format_bytes
+
     table = Table(title="GPUs (CUDA order)", title_justify="left")
     for column in ("#", "name", "memory", "free", "cc", "PCIe (now)", "NVLink", "bus id"):
         table.add_column(column, no_wrap=True)
@@ -173,6 +182,8 @@ def _gpu_table(node: NodeSpec) -> Table:
 
 
 def _topology_table(node: NodeSpec, topology: GpuTopology) -> Table:
+    from rich.table import Table
+
     table = Table(title="GPU topology", title_justify="left")
     table.add_column("")
     for d in node.devices:
@@ -183,6 +194,10 @@ def _topology_table(node: NodeSpec, topology: GpuTopology) -> Table:
 
 
 def _disk_table(node: NodeSpec) -> Table:
+    from rich.table import Table
+
+    from autoshard.hardware.units import format_bytes, format_rate
+
     table = Table(title="Local fast disks (offload targets)", title_justify="left")
     for column in ("path", "device", "free", "total", "read", "write", "from"):
         table.add_column(column)
@@ -193,6 +208,10 @@ def _disk_table(node: NodeSpec) -> Table:
 
 
 def _render(hw: HardwareSpec, result: DiskBenchmark | None) -> None:
+    from rich.console import Console
+
+    from autoshard.hardware.units import format_bytes, format_rate
+
     console = Console()
     node = hw.node
     what = f"{node.gpus} × {node.gpu.display_name}" if node.gpu else "CPU only"

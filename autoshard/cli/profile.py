@@ -7,8 +7,7 @@ import itertools
 import os
 from typing import TYPE_CHECKING
 
-from autoshard.cli._format import count, flops, gib, print_json
-from autoshard.profiler.options import OPTIMIZERS, Precision
+from autoshard.cli._format import OPTIMIZERS, PRECISIONS, count, flops, gib, print_json
 
 if TYPE_CHECKING:
     from autoshard.profiler import ModelProfile
@@ -38,8 +37,8 @@ def add_step_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
     parser.add_argument(
         "--precision",
-        default=Precision.BF16_MIXED.value,
-        help=f"one of {', '.join(p.value for p in Precision)} (default bf16-mixed)",
+        default="bf16-mixed",
+        help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed)",
     )
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing of each block")

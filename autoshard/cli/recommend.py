@@ -6,9 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autoshard.cli._format import count, gib, print_json
-from autoshard.hardware.units import format_throughput
-from autoshard.profiler.options import OPTIMIZERS, Precision
+from autoshard.cli._format import OPTIMIZERS, PRECISIONS, count, gib, print_json
 
 if TYPE_CHECKING:
     from autoshard.planner.plan import Plan
@@ -26,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="micro-batch per device (default: largest that fits)")
     parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
-    parser.add_argument("--precision", default=Precision.BF16_MIXED.value,
-                        help=f"one of {', '.join(p.value for p in Precision)} (default bf16-mixed)")
+    parser.add_argument("--precision", default="bf16-mixed",
+                        help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed)")
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",
                         help="pretrain: throughput, least communication; finetune: memory headroom")
@@ -45,14 +43,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard recommend``."""
     from autoshard.api import recommend
+    from autoshard.cli._checks import check_output_dir, check_plot_path
     from autoshard.cli._hardware_args import hardware_from_args
+    from autoshard.cli._progress import tracing_progress
 
+    if args.output_dir is not None:  # before the traces: they take 10-60 s
+        check_output_dir(args.output_dir)
+    if args.plot is not None:
+        check_plot_path(args.plot)
     hardware = hardware_from_args(args)
-    plan = recommend(
-        args.model, hardware=hardware, batch_size=args.batch_size, global_batch_size=args.global_batch_size,
-        seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
-        strategies=args.strategies, safety_margin=args.safety_margin,
-    )
+    with tracing_progress(enabled=not args.json) as progress:
+        plan = recommend(
+            args.model, hardware=hardware, batch_size=args.batch_size, global_batch_size=args.global_batch_size,
+            seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
+            strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
+        )
     if args.plot is not None:
         from autoshard.cli._plot import plot_memory
 
@@ -75,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(plan: Plan) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    from autoshard.hardware.units import format_throughput
 
     console = Console()
     if not console.is_terminal:
@@ -83,11 +91,11 @@ def _print(plan: Plan) -> None:
     hw = plan.hardware
     device = hw.gpu.display_name if hw.gpu is not None else "CPU process"
     w = plan.workload
-    console.print(f"[bold]{w.model}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}, "
+    console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}, "
                   f"{w.optimizer}" + (f", seq {w.seq_len}" if w.seq_len else "")
                   + f" on {hw.nodes} × {hw.processes_per_node} × {device} ({plan.request.goal})")
     for note in hw.notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(f"[dim]{escape(note)}[/dim]")
     table = Table(title_justify="left", pad_edge=False)
     for col in ("strategy", "ckpt", "fits", "micro", "GPU/device", "CPU/node", "NVMe/node", "max micro",
                 "step s", "samples/s", "tokens/s"):
@@ -95,7 +103,7 @@ def _print(plan: Plan) -> None:
     for e in plan.candidates:
         m, c = e.memory, e.cost
         table.add_row(
-            ("[bold green]" + e.strategy + "[/]") if e is plan.recommended else e.strategy,
+            ("[bold green]" + escape(e.strategy) + "[/]") if e is plan.recommended else escape(e.strategy),
             "yes" if e.candidate.activation_checkpointing else "",
             "yes" if e.fits else "[red]no[/]",
             str(e.candidate.micro_batch_size) + (f"×{e.gradient_accumulation}" if e.gradient_accumulation > 1 else ""),
@@ -108,12 +116,12 @@ def _print(plan: Plan) -> None:
             f"{c.tokens_per_s:,.0f}" if c and c.tokens_per_s else "",
         )
     console.print(table)
-    console.print("[bold]Recommendation:[/bold] " + plan.explanation[0])
+    console.print("[bold]Recommendation:[/bold] " + escape(plan.explanation[0]))
     for line in plan.explanation[1:]:
-        console.print("  • " + line)
+        console.print("  • " + escape(line))
     rejected = [e for e in plan.candidates if not e.fits]
     if rejected:
         console.print("[bold]Rejected:[/bold]")
         for e in rejected:
             tag = e.strategy + (" + checkpointing" if e.candidate.activation_checkpointing else "")
-            console.print(f"  • {tag}: {e.reasons[0] if e.reasons else 'does not fit'}")
+            console.print(escape(f"  • {tag}: {e.reasons[0] if e.reasons else 'does not fit'}"))

@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autoshard.cli._format import print_json
-from autoshard.profiler.options import OPTIMIZERS, Precision
+from autoshard.cli._format import OPTIMIZERS, PRECISIONS, print_json
 
 NAME = "tune"
 HELP = "Tune the strategy and its knobs with short real training trials on this machine (Optuna)."
@@ -38,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
     parser.add_argument("--precision", default=None,
-                        help=f"one of {', '.join(p.value for p in Precision)} (default: bf16-mixed on GPUs "
+                        help=f"one of {', '.join(PRECISIONS)} (default: bf16-mixed on GPUs "
                              "that have it, else 32-true)")
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="result cache (default ~/.cache/autoshard/tune)")

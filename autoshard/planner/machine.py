@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Literal
 
 from autoshard.errors import UsageError
 from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
 from autoshard.planner.plan import Plan, PlanRequest
-from autoshard.planner.search import plan
+from autoshard.planner.search import check_request, plan
 from autoshard.profiler.options import Precision
 
 Goal = Literal["pretrain", "finetune"]
@@ -27,7 +28,8 @@ def hardware_for(hardware: HardwareSpec | str | os.PathLike[str] | None, *, proc
     processes without a GPU), a profile by name or YAML path, or the spec given.
 
     Raises:
-        UsageError: ``processes`` is not a positive whole number, or the profile is unknown.
+        UsageError: ``hardware`` is of another kind (e.g. a dict), ``processes`` is not a positive whole number,
+            or the profile is unknown.
         HardwareError: detection failed.
     """
     if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
@@ -36,6 +38,11 @@ def hardware_for(hardware: HardwareSpec | str | os.PathLike[str] | None, *, proc
         return detect_hardware(gpus=processes)
     if isinstance(hardware, (str, os.PathLike)):
         return load_hardware(hardware)
+    if not isinstance(hardware, HardwareSpec):
+        raise UsageError(f"hardware must be a HardwareSpec, a profile name, a YAML path or None, but got "
+                         f"{type(hardware).__name__}.",
+                         hint="Write the fields to a YAML file (docs/hardware.md) and pass its path, or pass "
+                              "autoshard.load_hardware(...) or autoshard.detect_hardware().")
     return hardware
 
 
@@ -64,10 +71,12 @@ def plan_for(
     goal: Goal = "pretrain",
     strategies: list[str] | tuple[str, ...] | None = None,
     safety_margin: float = 0.10,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
-    ``precision=None`` takes :func:`default_precision` of the hardware.
+    ``precision=None`` takes :func:`default_precision` of the hardware; ``progress(done, total)`` is called after
+    each trace.
 
     Raises:
         UsageError: contradictory or out-of-range arguments, checked before anything is traced.
@@ -83,10 +92,11 @@ def plan_for(
         if value is not None and (not isinstance(value, int) or value < 1):
             raise UsageError(f"{name} must be a positive integer, but got {value!r}.")
     chosen = [get(n) for n in (strategies or names())]
-    workload = build_workload(
-        load_source(source), precision=precision or default_precision(hardware), optimizer=optimizer,
-        seq_len=seq_len, target="cuda" if hardware.gpu is not None else "cpu",
-    )
     request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
                           safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies))
+    check_request(request, hardware.world_size)
+    workload = build_workload(
+        load_source(source), precision=precision or default_precision(hardware), optimizer=optimizer,
+        seq_len=seq_len, target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
+    )
     return plan(workload, hardware, request, chosen)

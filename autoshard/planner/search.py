@@ -35,20 +35,7 @@ def plan(
         UsageError: contradictory request (e.g. global batch not divisible by the devices).
         NoFeasiblePlan: nothing fits; the message gives the smallest requirement and what would make it fit.
     """
-    world = hardware.world_size
-    if request.global_batch_size is not None and request.global_batch_size % world:
-        raise UsageError(
-            f"global batch size {request.global_batch_size} is not divisible by the {world} devices.",
-            hint=f"Use a multiple of {world}, e.g. {world * max(1, request.global_batch_size // world)}.",
-        )
-    if request.global_batch_size is not None and request.micro_batch_size is not None:
-        if (request.global_batch_size // world) % request.micro_batch_size:
-            raise UsageError(
-                f"global batch {request.global_batch_size} over {world} devices is "
-                f"{request.global_batch_size // world} per device, not a multiple of micro-batch "
-                f"{request.micro_batch_size}.",
-                hint="Pick a micro-batch that divides the per-device batch, or drop one of the two flags.",
-            )
+    check_request(request, hardware.world_size)
     evaluations: list[Evaluation] = []
     for strategy in strategies:
         evaluations.extend(_evaluate(strategy, workload, hardware, request))
@@ -65,9 +52,30 @@ def plan(
         ranked.append(dataclasses.replace(e, score=e.cost.samples_per_s * factor, reasons=e.reasons + tuple(sentences)))
     ranked.sort(key=lambda e: (not e.fits, -e.score))
     best = ranked[0]
-    explanation = _explain(best, ranked)
+    explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)])
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
+
+
+def check_request(request: PlanRequest, world: int) -> None:
+    """The batch settings agree with the ``world`` devices (checked before anything is traced).
+
+    Raises:
+        UsageError: the global batch is not divisible by the devices, or the per-device batch by the micro-batch.
+    """
+    if request.global_batch_size is not None and request.global_batch_size % world:
+        raise UsageError(
+            f"global batch size {request.global_batch_size} is not divisible by the {world} devices.",
+            hint=f"Use a multiple of {world}, e.g. {world * max(1, request.global_batch_size // world)}.",
+        )
+    if request.global_batch_size is not None and request.micro_batch_size is not None:
+        if (request.global_batch_size // world) % request.micro_batch_size:
+            raise UsageError(
+                f"global batch {request.global_batch_size} over {world} devices is "
+                f"{request.global_batch_size // world} per device, not a multiple of micro-batch "
+                f"{request.micro_batch_size}.",
+                hint="Pick a micro-batch that divides the per-device batch, or drop one of the two flags.",
+            )
 
 
 def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest) -> list[Evaluation]:
@@ -189,7 +197,12 @@ def _with_accumulation(cost: CostEstimate, accumulation: int, micro: int, world:
                                compute_s=accumulation * cost.compute_s)
 
 
-def _explain(best: Evaluation, ranked: list[Evaluation]) -> tuple[str, ...]:
+def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule]) -> tuple[str, ...]:
+    """Why ``best``: its numbers, the rules that favour it and the runner-up.
+
+    A rule that discounted ``best`` argues for another kind of strategy: its sentence stays in the candidate's
+    reasons (the table, the JSON), and the explanation says only that ``best`` leads in spite of it.
+    """
     c = best.candidate
     lines = [
         f"{best.strategy} with micro-batch {c.micro_batch_size}"
@@ -199,7 +212,15 @@ def _explain(best: Evaluation, ranked: list[Evaluation]) -> tuple[str, ...]:
         + (f", {_gib(best.memory.gpu.total)} per device" if best.memory else "")
         + "."
     ]
-    lines.extend(r for r in best.reasons)
+    against = tuple(f"[{rule.name}]" for rule in discounts)
+    lines.extend(r for r in best.reasons if not r.startswith(against))
+    if discounts:
+        factor = 1.0
+        for rule in discounts:
+            factor *= rule.factor
+        names = ", ".join(rule.name for rule in discounts)
+        lines.append(f"It leads even after the {names} discount (score ×{factor:.2f}): its predicted throughput "
+                     "outweighs what the rule weighs against it.")
     runner_up = next((e for e in ranked[1:] if e.fits and e.strategy != best.strategy), None)
     if runner_up is not None and runner_up.cost is not None and best.cost is not None:
         rate = format_throughput(runner_up.cost.samples_per_s)
@@ -224,9 +245,25 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
             f"{_gib(usable)}")
     return NoFeasiblePlan(
         f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
-        hint=f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), offload "
-        "(install deepspeed for ZeRO offload; --nvme PATH for NVMe), or a shorter --seq-len.",
+        hint=f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), "
+        f"{_offload_hint(evaluations, hardware)}or a shorter --seq-len.",
     )
+
+
+def _offload_hint(evaluations: list[Evaluation], hardware: HardwareSpec) -> str:
+    """What offloading would take, from what was evaluated: an install only when an offloading strategy could
+    not run, NVMe only when no fast disk is known."""
+    offloading = [e for e in evaluations if e.traits.offloads]
+    missing = sorted({e.reasons[0].rstrip(".") for e in offloading
+                      if e.memory is None and e.reasons and e.traits.offload != "nvme"})
+    parts = []
+    if missing:
+        parts.append(f"offload ({'; '.join(missing)})")
+    elif not offloading:
+        parts.append("an offloading strategy (deepspeed_stage_3_offload, fsdp_cpu_offload)")
+    if not hardware.node.nvme:
+        parts.append("NVMe offload (--nvme PATH)")
+    return "".join(p + ", " for p in parts)
 
 
 def _device(hardware: HardwareSpec) -> str:

@@ -28,6 +28,8 @@ from autoshard.profiler.scaling import DepthTimelines
 from autoshard.profiler.timeline import non_state_peaks, phase_peaks
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from torch import nn
 
     from autoshard.profiler.blocks import RepeatedBlocks
@@ -275,6 +277,7 @@ def build_workload(
     seq_len: int | None = None,
     checkpointing: tuple[bool, ...] = (False, True),
     target: str = "cuda",
+    progress: Callable[[int, int], None] | None = None,
 ) -> Workload:
     """Trace what the strategies need: for each mode and checkpointing choice, micro-batches 1, 2 and 3.
 
@@ -285,6 +288,7 @@ def build_workload(
         seq_len: sequence length (token models).
         checkpointing: which checkpointing choices to trace (``True`` is skipped when nothing repeats).
         target: ``"cuda"`` for GPU answers; ``"cpu"`` to predict CPU (gloo) runs, as the tests measure them.
+        progress: called as ``progress(done, total)`` after each trace (the CLI shows it while it waits).
     """
     import torch
 
@@ -297,6 +301,7 @@ def build_workload(
     if precision is Precision.FP16_MIXED:
         modes["half_fp32_output"] = (half_precision(precision), True)
     cache: dict[tuple[Precision, bool, bool, int], tuple[ModelProfile, DepthTimelines]] = {}
+    total = len(modes) * len(checkpointing) * 3  # known once the first trace says whether blocks repeat
 
     def traced(p: Precision, fp32_output: bool, ckpt: bool, batch: int) -> tuple[ModelProfile, DepthTimelines]:
         key = (p, fp32_output, ckpt, batch)
@@ -305,6 +310,8 @@ def build_workload(
                                   activation_checkpointing=ckpt, target=target, fp32_output=fp32_output)
             # FLOPs are exactly proportional to the micro-batch; count them at micro-batch 1 only.
             cache[key] = profile_with_timelines(source, opts, count_flops=batch == 1)
+            if progress is not None:
+                progress(len(cache), total)
         return cache[key]
 
     def step_trace(mode: str, p: Precision, fp32_output: bool, ckpt: bool) -> StepTrace:
@@ -314,6 +321,7 @@ def build_workload(
 
     base = traced(precision, False, False, 1)[0]
     choices = [c for c in checkpointing if not c or base.block_class is not None]
+    total = len(modes) * len(choices) * 3
     traces = tuple(step_trace(mode, p, out, ckpt) for mode, (p, out) in modes.items() for ckpt in choices)
     # Parameter layout from a meta build (no allocation), unique tensors only.
     with torch.device("meta"):

@@ -68,6 +68,12 @@ def open_storage(url: str | None, output_dir: Path) -> tuple[optuna.storages.Bas
         raise UsageError(f"cannot open the study storage {shown}: its database driver is missing ({e}).",
                          hint="Install it, e.g. pip install \"psycopg[binary]\" for PostgreSQL.") from e
     except Exception as e:  # SQLAlchemy's errors (OperationalError, ArgumentError, ...) vary by driver
+        import sqlalchemy.exc
+
+        if isinstance(e, sqlalchemy.exc.ArgumentError):  # the URL itself: malformed, or an unknown scheme
+            raise UsageError(f"--storage {shown} is not a database URL SQLAlchemy can open: {_reason(e)}.",
+                             hint="Use e.g. postgresql://user:password@host/db, mysql://user:password@host/db, "
+                                  "sqlite:///path/study.db, or a path ending in .log for a journal file.") from e
         raise UsageError(f"cannot open the study storage {shown}: {_reason(e)}.",
                          hint="Check that the server is running and reachable from this machine, and the URL's "
                               "user, password and database.") from e

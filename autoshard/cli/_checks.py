@@ -1,0 +1,68 @@
+"""Checks of the paths a command will write, made before anything is traced (planning takes 10-60 s)."""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from pathlib import Path
+
+from autoshard.errors import UsageError
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in (path, *path.parents):
+        if parent.exists():
+            return parent
+    return Path.cwd()
+
+
+def _writable(folder: Path) -> str | None:
+    """``None`` when a file can be made in ``folder``, else why not (a real try: permissions, read-only mounts
+    and root's rights all answer as they will when the file is written)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def check_output_dir(path: Path, flag: str = "--output-dir") -> None:
+    """``path`` is a directory that exists or can be made, and can be written to.
+
+    Raises:
+        UsageError: it is a file, or it (or the closest folder that exists above it) cannot be written.
+    """
+    existing = _nearest_existing(path.absolute())
+    if not existing.is_dir():
+        raise UsageError(f"{flag} {path}: {existing} exists and is not a directory.")
+    why = _writable(existing)
+    if why is not None:
+        where = "" if existing == path.absolute() else f" ({existing})"
+        raise UsageError(f"{flag} {path} cannot be written{where}: {why}.", hint=f"Choose another {flag}.")
+
+
+def check_plot_path(path: Path) -> None:
+    """``--plot FILE`` can be written: matplotlib is installed, knows the format and the folder is writable.
+
+    Raises:
+        UsageError: matplotlib is missing, the suffix is no format it writes, the path is a directory, or its
+            folder does not exist or cannot be written.
+    """
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib.", hint="pip install 'autoshard[plot]' (or pip install matplotlib).")
+    if path.is_dir():
+        raise UsageError(f"--plot {path} is a directory; give a file name such as memory.png.")
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        if suffix not in formats:
+            raise UsageError(f"--plot {path}: matplotlib cannot write .{suffix} files.",
+                             hint=f"Use one of {', '.join('.' + f for f in sorted(formats))}.")
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        raise UsageError(f"--plot {path}: the folder {folder} does not exist.")
+    why = _writable(folder)
+    if why is not None:
+        raise UsageError(f"--plot {path} cannot be written ({folder}): {why}.")

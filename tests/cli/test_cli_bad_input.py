@@ -1,0 +1,108 @@
+"""Bad input is answered before anything is traced, in the user's terms (flags on the command line, types in
+Python), and the table shows the rule names."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import torch
+
+import autoshard
+from autoshard.cli import main
+from autoshard.errors import UsageError
+
+RECOMMEND = ["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--seq-len", "32"]
+
+
+@pytest.fixture
+def no_tracing(monkeypatch):
+    def traced(*args, **kwargs):
+        raise AssertionError("the model was traced before the input was checked")
+
+    monkeypatch.setattr("autoshard.strategies.build_workload", traced)
+
+
+def _a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "file"
+    path.write_text("")
+    return path
+
+
+EARLY = [
+    (["--output-dir", "{file}/out"], "is not a directory"),
+    (["--output-dir", "/proc/autoshard-out"], "cannot be written"),
+    (["--plot", "{tmp}/no-such-folder/memory.png"], "does not exist"),
+    (["--plot", "{tmp}/memory.xyz"], "cannot write .xyz"),
+    (["--plot", "{tmp}"], "is a directory"),
+    (["--global-batch-size", "12"], "not divisible by the 8 devices"),
+]
+
+
+@pytest.mark.parametrize(("flags", "message"), EARLY, ids=[m for _, m in EARLY])
+def test_bad_paths_and_batches_are_refused_before_tracing(flags, message, tmp_path, no_tracing, capsys):
+    flags = [f.format(tmp=tmp_path, file=_a_file(tmp_path)) for f in flags]
+    assert main([*RECOMMEND, *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "internal error" not in err
+
+
+def test_profile_of_a_built_module_is_a_usage_error_with_a_hint():
+    with pytest.raises(UsageError, match="not a built Linear module") as info:
+        autoshard.profile(torch.nn.Linear(2, 2), batch_size=1)
+    assert "model.py" in (info.value.hint or "")
+
+
+def test_recommend_with_a_hardware_dict_is_a_usage_error(no_tracing):
+    with pytest.raises(UsageError, match="hardware must be a HardwareSpec, a profile name, a YAML path or None"):
+        autoshard.recommend("tiny-gpt2", hardware={"gpus": 8})
+
+
+def test_the_hint_names_the_flag_not_the_python_argument(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "README.md").write_text("mine\n")
+    assert main([*RECOMMEND, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--force" in err and "force=True" not in err
+
+
+def test_an_unknown_storage_scheme_is_not_blamed_on_a_server(tmp_path):
+    from autoshard.tuner.storage import open_storage
+
+    with pytest.raises(UsageError) as info:
+        open_storage("foo://bar", tmp_path)
+    assert "server is running" not in (info.value.hint or "")
+    assert "not a database URL" in info.value.message
+
+
+def test_the_table_shows_rule_names_rich_would_take_for_markup(capsys):
+    assert main(RECOMMEND) == 0  # 8 devices and a small model: the small-model-ddp rule speaks
+    assert "[small-model-ddp]" in capsys.readouterr().out
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_recommend_reports_each_trace_to_the_progress_callback():
+    calls: list[tuple[int, int]] = []
+    autoshard.recommend("tiny-gpt2", hardware="dgx-h100", seq_len=32, progress=lambda d, t: calls.append((d, t)))
+    assert calls and calls[-1][0] == calls[-1][1] > 1
+    assert [d for d, _ in calls] == list(range(1, len(calls) + 1))
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_only_and_never_under_json():
+    from autoshard.cli._progress import tracing_progress
+
+    with tracing_progress(stream=io.StringIO()) as progress:  # a pipe or a log file
+        assert progress is None
+    with tracing_progress(enabled=False, stream=_Terminal()) as progress:  # --json
+        assert progress is None
+    terminal = _Terminal()
+    with tracing_progress(stream=terminal) as progress:
+        assert progress is not None
+        progress(3, 12)
+    assert "Tracing" in terminal.getvalue()

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from autoshard.errors import ModelSourceError
-from autoshard.models.hf_inputs import (
+from autoshard.models.hf_spec import (
     InputSpec,
     LabelKind,
     _check_positive,

@@ -19,52 +19,28 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
 
 from autoshard.errors import ModelSourceError, UsageError
+from autoshard.models.hf_audio import audio_features_spec, waveform_spec
+from autoshard.models.hf_spec import (
+    InputSpec,
+    LabelKind,
+    _check_positive,
+    _num_labels,
+    _seq_bounds,
+    _text_config,
+    _vocab_size,
+)
 from autoshard.models.source import Batch
 
 __all__ = ["InputSpec", "input_spec", "label_kind"]
 
-Modality = Literal["text", "image", "audio-features", "audio-waveform", "image-text", "vision-language"]
-LabelKind = Literal["tokens", "per_token", "per_sequence", "spans", "none"]
-
-DEFAULT_SEQ_LEN = 512
-"""Sequence length of text models whose config gives no maximum."""
-MAX_DEFAULT_SEQ_LEN = 2048
-"""Cap on the default sequence length, so a 128k-context config does not default to a 128k trace."""
 DEFAULT_IMAGE_SIZE = 224
 """Image side of vision models whose config gives no ``image_size`` (the ImageNet convention, e.g. ResNet)."""
-_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_target_positions")
-
-# Config attributes whose presence means rotary/relative positions: no learned table bounds the sequence.
-_UNBOUNDED_POSITION_KEYS = (
-    "rope_theta",
-    "rope_scaling",
-    "rope_parameters",
-    "rotary_dim",
-    "rotary_pct",
-    "rotary_emb_base",
-    "partial_rotary_factor",
-)
-
-# RoBERTa-style embeddings number positions from padding_idx + 1 (transformers'
-# create_position_ids_from_input_ids), so max_position_embeddings = 514 allows 512 tokens.
-_PADDING_OFFSET_POSITIONS = frozenset(
-    {
-        "roberta",
-        "xlm-roberta",
-        "xlm-roberta-xl",
-        "camembert",
-        "data2vec-text",
-        "roberta-prelayernorm",
-        "ibert",
-    }
-)
 
 # Class tokens a vision tower puts before its patch features: CLIPVisionEmbeddings prepends class_embedding,
 # SiglipVisionEmbeddings has none (transformers 5.23 modeling_clip.py / modeling_siglip.py). Towers not listed
@@ -74,34 +50,6 @@ _CLASS_TOKENS = {"clip_vision_model": 1, "siglip_vision_model": 0}
 # Inputs that give a vision-language model the geometry of its images (tiles, grids, masks); a model that
 # takes one of them needs more than pixel_values and placeholders to see its images.
 _IMAGE_GEOMETRY_CONFIG_KEYS = ("image_grid_pinpoints", "spatial_merge_size", "mm_tokens_per_image")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class InputSpec:
-    """How to make a model's example batch, and how long its text may be."""
-
-    batch_fn: Callable[..., Batch]
-    """``batch_fn(batch_size)``, or ``batch_fn(batch_size, seq_len=N)`` when :attr:`accepts_seq_len`."""
-    modality: Modality
-    """Which maker: text, image, audio features or waveform, image + text, vision-language."""
-    accepts_seq_len: bool = False
-    """Whether the batch has a text length to set (``--seq-len``)."""
-    default_seq_len: int | None = None
-    """The text length used when the user gives none."""
-    max_seq_len: int | None = None
-    """The longest text the model supports (learned positions), if bounded."""
-    image_tokens: int | None = None
-    """Image placeholder tokens in each sequence (vision-language LMs), counted in the sequence length."""
-    image_token_id: int | None = None
-    """The placeholder token of those images (vision-language LMs)."""
-
-    def seq_fields(self) -> dict[str, Any]:
-        """The :class:`~autoshard.models.source.ModelSource` fields about sequence length."""
-        return {
-            "accepts_seq_len": self.accepts_seq_len,
-            "default_seq_len": self.default_seq_len,
-            "max_seq_len": self.max_seq_len,
-        }
 
 
 def input_spec(cls: type, config: Any, file: Path) -> InputSpec:
@@ -155,10 +103,6 @@ def input_spec(cls: type, config: Any, file: Path) -> InputSpec:
             hint="Write a model.py whose batch() returns this model's inputs (see docs/models.md).",
         )
     if main in ("input_features", "input_values"):
-        from autoshard.models.hf_audio import (  # imports this module
-            audio_features_spec,
-            waveform_spec,
-        )
 
         if main == "input_features":
             return audio_features_spec(cls, config, file, params, labels)
@@ -230,22 +174,7 @@ def _text_batch(
     return batch
 
 
-def _seq_bounds(text_config: Any) -> dict[str, Any]:
-    """Default and maximum text length from the positions the (text) config declares."""
-    positions = next(
-        (getattr(text_config, k) for k in _POSITION_KEYS if isinstance(getattr(text_config, k, None), int)),
-        None,
-    )
-    if positions is None:
-        return {"accepts_seq_len": True, "default_seq_len": DEFAULT_SEQ_LEN, "max_seq_len": None}
-    unbounded = any(getattr(text_config, key, None) is not None for key in _UNBOUNDED_POSITION_KEYS)
-    max_seq_len = None
-    if not unbounded:
-        max_seq_len = positions
-        if getattr(text_config, "model_type", None) in _PADDING_OFFSET_POSITIONS:
-            max_seq_len -= (getattr(text_config, "pad_token_id", None) or 0) + 1
-    default = min(positions, MAX_DEFAULT_SEQ_LEN, max_seq_len or positions)
-    return {"accepts_seq_len": True, "default_seq_len": default, "max_seq_len": max_seq_len}
+
 
 
 # --- images -------------------------------------------------------------------------------------------------
@@ -432,35 +361,9 @@ def _forward_parameters(cls: type[Any]) -> Mapping[str, Any]:
         return {}
 
 
-def _text_config(config: Any) -> Any:
-    """The config of the text part (``text_config`` of multimodal models; the config itself otherwise)."""
-    get = getattr(config, "get_text_config", None)
-    return get() if callable(get) else config
-
-
 def _image_token_id(config: Any) -> int | None:
     for key in ("image_token_id", "image_token_index"):
         value = getattr(config, key, None)
         if value is not None:
             return value
     return None
-
-
-def _vocab_size(cls: type, config: Any, file: Path) -> int:
-    vocab_size = getattr(config, "vocab_size", None)
-    if not isinstance(vocab_size, int) or vocab_size < 1:
-        raise ModelSourceError(
-            f"{file}: the {cls.__name__} config has no vocab_size, so autoshard cannot make token ids.",
-            hint='Add "vocab_size" to the config.json, or write a model.py (docs/models.md).',
-        )
-    return vocab_size
-
-
-def _num_labels(config: Any) -> int:
-    return getattr(config, "num_labels", 2)
-
-
-def _check_positive(**values: int) -> None:
-    for key, value in values.items():
-        if value < 1:
-            raise UsageError(f"{key} must be at least 1, but got {key}={value}.")

@@ -1,0 +1,119 @@
+"""What every Hugging Face input maker shares: :class:`InputSpec`, the label kinds, and reading sequence
+bounds, the text config, the vocabulary and the label count from a config (:mod:`autoshard.models.hf_inputs` and
+:mod:`autoshard.models.hf_audio` both build on it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from autoshard.errors import ModelSourceError, UsageError
+from autoshard.models.source import Batch
+
+Modality = Literal["text", "image", "audio-features", "audio-waveform", "image-text", "vision-language"]
+LabelKind = Literal["tokens", "per_token", "per_sequence", "spans", "none"]
+
+DEFAULT_SEQ_LEN = 512
+"""Sequence length of text models whose config gives no maximum."""
+MAX_DEFAULT_SEQ_LEN = 2048
+"""Cap on the default sequence length, so a 128k-context config does not default to a 128k trace."""
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_target_positions")
+
+# Config attributes whose presence means rotary/relative positions: no learned table bounds the sequence.
+_UNBOUNDED_POSITION_KEYS = (
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "rotary_dim",
+    "rotary_pct",
+    "rotary_emb_base",
+    "partial_rotary_factor",
+)
+
+# RoBERTa-style embeddings number positions from padding_idx + 1 (transformers'
+# create_position_ids_from_input_ids), so max_position_embeddings = 514 allows 512 tokens.
+_PADDING_OFFSET_POSITIONS = frozenset(
+    {
+        "roberta",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "camembert",
+        "data2vec-text",
+        "roberta-prelayernorm",
+        "ibert",
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InputSpec:
+    """How to make a model's example batch, and how long its text may be."""
+
+    batch_fn: Callable[..., Batch]
+    """``batch_fn(batch_size)``, or ``batch_fn(batch_size, seq_len=N)`` when :attr:`accepts_seq_len`."""
+    modality: Modality
+    """Which maker: text, image, audio features or waveform, image + text, vision-language."""
+    accepts_seq_len: bool = False
+    """Whether the batch has a text length to set (``--seq-len``)."""
+    default_seq_len: int | None = None
+    """The text length used when the user gives none."""
+    max_seq_len: int | None = None
+    """The longest text the model supports (learned positions), if bounded."""
+    image_tokens: int | None = None
+    """Image placeholder tokens in each sequence (vision-language LMs), counted in the sequence length."""
+    image_token_id: int | None = None
+    """The placeholder token of those images (vision-language LMs)."""
+
+    def seq_fields(self) -> dict[str, Any]:
+        """The :class:`~autoshard.models.source.ModelSource` fields about sequence length."""
+        return {
+            "accepts_seq_len": self.accepts_seq_len,
+            "default_seq_len": self.default_seq_len,
+            "max_seq_len": self.max_seq_len,
+        }
+
+
+def _seq_bounds(text_config: Any) -> dict[str, Any]:
+    """Default and maximum text length from the positions the (text) config declares."""
+    positions = next(
+        (getattr(text_config, k) for k in _POSITION_KEYS if isinstance(getattr(text_config, k, None), int)),
+        None,
+    )
+    if positions is None:
+        return {"accepts_seq_len": True, "default_seq_len": DEFAULT_SEQ_LEN, "max_seq_len": None}
+    unbounded = any(getattr(text_config, key, None) is not None for key in _UNBOUNDED_POSITION_KEYS)
+    max_seq_len = None
+    if not unbounded:
+        max_seq_len = positions
+        if getattr(text_config, "model_type", None) in _PADDING_OFFSET_POSITIONS:
+            max_seq_len -= (getattr(text_config, "pad_token_id", None) or 0) + 1
+    default = min(positions, MAX_DEFAULT_SEQ_LEN, max_seq_len or positions)
+    return {"accepts_seq_len": True, "default_seq_len": default, "max_seq_len": max_seq_len}
+
+
+def _text_config(config: Any) -> Any:
+    """The config of the text part (``text_config`` of multimodal models; the config itself otherwise)."""
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config
+
+
+def _vocab_size(cls: type, config: Any, file: Path) -> int:
+    vocab_size = getattr(config, "vocab_size", None)
+    if not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ModelSourceError(
+            f"{file}: the {cls.__name__} config has no vocab_size, so autoshard cannot make token ids.",
+            hint='Add "vocab_size" to the config.json, or write a model.py (docs/models.md).',
+        )
+    return vocab_size
+
+
+def _num_labels(config: Any) -> int:
+    return getattr(config, "num_labels", 2)
+
+
+def _check_positive(**values: int) -> None:
+    for key, value in values.items():
+        if value < 1:
+            raise UsageError(f"{key} must be at least 1, but got {key}={value}.")

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import torch
@@ -234,6 +234,11 @@ class MemoryTracker(TorchDispatchMode):
         self.op_count += 1
         if self.on_ops is not None and self.op_count % OPS_PER_CHECK == 0:
             self.on_ops()
+        if _writes_lists_in_place(func) and _all_fake(args):
+            # A fake in-place foreach op (the optimizer's `_foreach_mul_`...) allocates nothing and returns
+            # nothing: its fake kernel only runs a meta kernel per tensor to check shapes, a third of a GPU
+            # trace's optimizer step. Version counters are bumped above this mode, as without it.
+            return None
         try:
             out = func(*args, **(kwargs or {}))
         except Exception:
@@ -296,6 +301,28 @@ _NORM_OPS = {
     torch.ops.aten._native_batch_norm_legit_functional.default,
 }
 """Normalisations whose outputs 1 and 2 are the saved statistics (mean, inverse std)."""
+
+
+@cache
+def _writes_lists_in_place(func: torch._ops.OpOverload) -> bool:
+    """Whether ``func`` is an ATen foreach op that writes its first tensor list in place and returns nothing
+    (``_foreach_add_.List(Tensor(a!)[] self, Tensor[] other, *, Scalar alpha=1) -> ()``)."""
+    schema = func._schema
+    if func.namespace != "aten" or not schema.name.startswith("aten::_foreach_") or schema.returns:
+        return False
+    first = schema.arguments[0] if schema.arguments else None
+    return first is not None and first.alias_info is not None and first.alias_info.is_write
+
+
+def _all_fake(args: tuple[Any, ...]) -> bool:
+    """Whether every tensor in ``args`` (tensors and lists of tensors) is fake."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for arg in args:
+        for t in arg if isinstance(arg, (list, tuple)) else (arg,):
+            if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor):
+                return False
+    return True
 
 
 def _stand_in(dtype: torch.dtype) -> bool | int | float:

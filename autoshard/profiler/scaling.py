@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable
@@ -45,7 +46,13 @@ import torch
 from autoshard.errors import AutoshardError
 from autoshard.models.hf_layers import LayerKinds, layer_kinds
 from autoshard.models.source import ModelSource
-from autoshard.profiler.depth_names import full_depth_blocks, mixed_full_depth_blocks, remap_module
+from autoshard.profiler.depth_names import (
+    Layout,
+    as_layout,
+    full_depth_blocks,
+    mixed_full_depth_blocks,
+    remap_module,
+)
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.result import (
     DepthRecord,
@@ -78,8 +85,9 @@ class DepthTimelines:
     weights: tuple[int, ...] = ()
     """The value at :attr:`target` is ``Σ weights[i] · value[i]`` over the traces (empty for a full trace)."""
 
-    stack: str = ""
-    """The stack whose blocks are of several kinds (``""`` when its blocks are alike, or for a full trace)."""
+    stack: str | Layout = ""
+    """The stack whose blocks are of several kinds (``""`` when its blocks are alike, or for a full trace), or
+    per stack its name and full-depth positions (a composite model's towers, see :meth:`LayerKinds.layout`)."""
     positions: tuple[tuple[int, ...], ...] = ()
     """With :attr:`stack`: per trace, the full-depth position of each of its blocks in order. Phase peaks are
     then extrapolated place by place (:meth:`located`)."""
@@ -143,8 +151,8 @@ class _Plan:
 
     @property
     def mixed(self) -> bool:
-        """Whether the blocks past the first are of several kinds."""
-        return self.kinds is not None and not self.kinds.alike_after_first()
+        """Whether the blocks past the first are of several kinds (always for a composite model's towers)."""
+        return self.kinds is not None and (bool(self.kinds.towers) or not self.kinds.alike_after_first())
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,19 +277,19 @@ def _new_plan(source: ModelSource) -> _Plan | _Whole:
     rebuild: Callable[[tuple[int, ...]], ModelSource]
     positions: tuple[tuple[int, ...], ...]
     weights: tuple[int, ...]
-    if kinds is None or kinds.alike_after_first():
+    if kinds is None or (kinds.alike_after_first() and not kinds.towers):
         # A stack of n blocks has the model's first n kinds: copies of SHALLOW_LAYERS blocks, as ever.
         l1, l2 = SHALLOW_LAYERS
         positions = (tuple(range(l1 - 1)) + (target - 1,), tuple(range(l2 - 1)) + (target - 1,))
         weights = (l2 - target, target - l1)  # copy1 + (target - l1) · (copy2 - copy1), as l2 = l1 + 1
         rebuild = functools.partial(_with_count, with_num_layers)
-    elif len(kinds.stacks) > 1:
+    elif len(kinds.stacks) > 1 and not kinds.towers:
         return _Whole(f"its blocks are of {len(kinds.labels)} kinds in {len(kinds.stacks)} stacks", kinds)
     elif source.with_layers is None:
         return _Whole(f"its blocks are of {len(kinds.labels)} kinds and {source.kind} sources cannot be "
                       "rebuilt with a chosen mix of them", kinds)
     else:
-        positions, weights = _mix(kinds.kinds[0])
+        positions, weights = _mix(kinds.flat(), tuple(len(k) for k in kinds.kinds) if kinds.towers else ())
         rebuild = source.with_layers
         if max(len(p) for p in positions) >= target:
             return _Whole(f"its {len(kinds.labels)} kinds of block leave no copy shallower than it", kinds)
@@ -302,27 +310,42 @@ def _with_count(with_num_layers: Callable[[int], ModelSource], kept: tuple[int, 
     return with_num_layers(len(kept))
 
 
-def _mix(kinds: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """The blocks each shallow copy keeps, and the weights that combine the copies into the whole stack.
+def _mix(
+    kinds: tuple[int, ...], sizes: tuple[int, ...] = ()
+) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """The blocks each shallow copy keeps, and the weights that combine the copies into the whole stack (or
+    into stacks of ``sizes`` blocks numbered one after the other: a composite model's towers).
 
-    The reference copy keeps the first block, the last, and the first block of each kind, so every copy
-    starts each kind where the model does; each further copy adds the next block of one kind the model has
-    more of (an interior block that is not the first of its kind), the most numerous kind last.
+    The reference copy keeps the first block, the last (of each stack), and the first block of each kind, so
+    every copy starts each kind where the model does; each further copy adds the next block of one kind the
+    model has more of (an interior block that is not the first of its kind), the most numerous kind last;
+    with towers, one block of each kind the model has as many more of.
 
     Example:
         >>> _mix((0, 0, 0, 1, 1, 1, 1, 1))  # 3 dense layers, then 5 MoE layers
         (((0, 3, 7), (0, 1, 3, 7), (0, 3, 4, 7)), (-4, 2, 3))
+        >>> _mix((0, 0, 0, 0, 1, 1, 1), (4, 3))  # towers of 4 and 3 blocks
+        (((0, 3, 4, 6), (0, 3, 4, 5, 6), (0, 1, 3, 4, 6)), (-2, 1, 2))
+        >>> _mix((0, 0, 0, 0, 1, 1, 1, 1), (4, 4))  # towers of 4 blocks each: one copy adds to both
+        (((0, 3, 4, 7), (0, 1, 3, 4, 5, 7)), (-1, 2))
     """
-    base = {0, len(kinds) - 1, *(kinds.index(kind) for kind in set(kinds))}
+    ends = list(itertools.accumulate(sizes or (len(kinds),)))
+    edges = {i for end, size in zip(ends, sizes or (len(kinds),), strict=True) for i in (end - size, end - 1)}
+    base = {*edges, *(kinds.index(kind) for kind in set(kinds))}
     reference = tuple(sorted(base))
     more = Counter(kinds)
     more.subtract(kinds[i] for i in reference)
     positions, weights = [reference], [1]
-    for kind in sorted((k for k in more if more[k] > 0), key=lambda k: (more[k], kinds.index(k))):
-        extra = next(i for i, k in enumerate(kinds) if k == kind and i not in base)
-        positions.append(tuple(sorted((*reference, extra))))
-        weights.append(more[kind])
-        weights[0] -= more[kind]
+    pending = sorted((k for k in more if more[k] > 0), key=lambda k: (more[k], kinds.index(k)))
+    # Towers' kinds of which the model has as many more each can be added together, in one copy: every
+    # quantity is the reference's plus, per kind, its count times its increment.
+    groups = [list(g) for _, g in itertools.groupby(pending, key=lambda k: more[k])] if sizes else [
+        [k] for k in pending]
+    for group in groups:
+        extras = (next(i for i, k in enumerate(kinds) if k == kind and i not in base) for kind in group)
+        positions.append(tuple(sorted((*reference, *extras))))
+        weights.append(more[group[0]])
+        weights[0] -= more[group[0]]
     return tuple(positions), tuple(weights)
 
 
@@ -330,16 +353,18 @@ def _wrong_kinds(copy: ModelSource, kinds: LayerKinds, kept: tuple[int, ...]) ->
     """Why ``copy`` does not have the kinds of the blocks it keeps, or ``None`` when it does."""
     with torch.device("meta"):
         model = copy.build()
-    found = kinds.match(model, len(kept))
-    expected = tuple(tuple(stack[i] for i in kept) for stack in kinds.kinds)
+    local = kinds.local(kept)
+    found = kinds.match(model, tuple(map(len, local)) if kinds.towers else len(kept))
+    expected = tuple(tuple(stack[i] for i in here) for stack, here in zip(kinds.kinds, local, strict=True))
     if found == expected:
         return None
     if found is None:
         return f"a copy with {len(kept)} of its blocks does not have its stacks ({', '.join(kinds.stacks)})"
-    bad = next(j for j, (f, e) in enumerate(zip(found[0], expected[0], strict=True)) if f != e)
-    got = "a block of no kind it has" if found[0][bad] < 0 else kinds.labels[found[0][bad]]
-    return (f"rebuilt with {len(kept)} blocks, its block {kept[bad]} ({kinds.labels[expected[0][bad]]}) "
-            f"becomes {got}")
+    s, bad = next((s, j) for s, (fs, es) in enumerate(zip(found, expected, strict=True))
+                  for j, (f, e) in enumerate(zip(fs, es, strict=True)) if f != e)
+    got = "a block of no kind it has" if found[s][bad] < 0 else kinds.labels[found[s][bad]]
+    return (f"rebuilt with {len(kept)} blocks, its block {kinds.stacks[s]}.{local[s][bad]} "
+            f"({kinds.labels[expected[s][bad]]}) becomes {got}")
 
 
 def _combine(
@@ -350,7 +375,7 @@ def _combine(
     why the copies cannot be combined."""
     profiles = [p for p, _ in traced]
     last, last_phases = traced[-1]
-    stacks = plan.kinds.stacks if plan.kinds is not None else None
+    stacks = plan.kinds.layout() if plan.kinds is not None else None
 
     def total(values: list[int]) -> int:
         return sum(w * v for w, v in zip(plan.weights, values, strict=True))
@@ -363,7 +388,7 @@ def _combine(
         group = [phases[phase] for _, phases in traced if phase in phases]
         if len(group) != len(traced):
             continue
-        stack = plan.kinds.stacks[0] if plan.mixed and plan.kinds is not None else None
+        stack = plan.kinds.layout() if plan.mixed and plan.kinds is not None else None
         snapshot = _phase_peak(group, plan.weights, plan.positions, stack, target, stacks)
         if isinstance(snapshot, str):
             return snapshot
@@ -405,8 +430,8 @@ def _combine(
 
 
 def _phase_peak(
-    group: list[PeakSnapshot], weights: tuple[int, ...], positions: tuple[tuple[int, ...], ...], stack: str | None,
-    target: int, stacks: tuple[str, ...] | None,
+    group: list[PeakSnapshot], weights: tuple[int, ...], positions: tuple[tuple[int, ...], ...],
+    stack: str | Layout | None, target: int, stacks: tuple[str, ...] | Layout | None,
 ) -> PeakSnapshot | str:
     """One phase's peak at full depth from its peak in each copy: ``Σ weights[i] · copy[i]``, or with ``stack``
     (blocks of several kinds) the highest of those extrapolated place by place (see the module docstring). A
@@ -454,14 +479,16 @@ def _phase_peak(
     return max(candidates, key=lambda c: (c.total_bytes, c.step, -c.order))
 
 
-def _place(stack: str, kept: tuple[int, ...], block: str) -> Hashable:
-    """Where a traced block stands in the model: for a block of ``stack`` in a copy that keeps the blocks at
-    ``kept``, its position at full depth; any other block (e.g. of a vision tower, the same in every copy) by
-    its name; ``""`` outside every block."""
-    if block.startswith(stack + "."):
-        index = block[len(stack) + 1:].partition(".")[0]
-        if index.isdigit() and int(index) < len(kept):
-            return kept[int(index)]
+def _place(stack: str | Layout, kept: tuple[int, ...], block: str) -> Hashable:
+    """Where a traced block stands in the model: for a block of ``stack`` (or of a stack of a layout) in a copy
+    that keeps the blocks at ``kept``, its position at full depth; any other block (e.g. of a vision tower, the
+    same in every copy) by its name; ``""`` outside every block."""
+    for name, start, end in as_layout(stack):
+        if block.startswith(name + "."):
+            index = block[len(name) + 1:].partition(".")[0]
+            here = [p for p in kept if start <= p < end]
+            if index.isdigit() and int(index) < len(here):
+                return here[int(index)]
     return block
 
 
@@ -469,12 +496,13 @@ def _placed(plan: _Plan) -> dict[str, object]:
     """The :class:`DepthTimelines` fields that let phase peaks be extrapolated place by place (mixed blocks)."""
     if not plan.mixed or plan.kinds is None:
         return {}
-    return {"stack": plan.kinds.stacks[0], "positions": plan.positions}
+    return {"stack": plan.kinds.layout(), "positions": plan.positions}
 
 
 def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthRecord:
     counts = kinds.counts()
-    traced = tuple(tuple(sum(1 for i in kept if kinds.kinds[0][i] == k) for k in range(len(counts)))
+    flat = kinds.flat()
+    traced = tuple(tuple(sum(1 for i in kept if flat[i] == k) for k in range(len(counts)))
                    for kept in positions)
     mix = ", ".join(f"{label} × {n}" for label, n in zip(kinds.labels, counts, strict=True))
     copies = ", ".join("+".join(map(str, c)) for c in traced)

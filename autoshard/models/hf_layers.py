@@ -69,6 +69,10 @@ class LayerKinds:
     """Per stack, the sub-config holding it (``"vision_config"``) when the stacks are a composite config's
     towers, their blocks numbered one stack after the other (:func:`towers`); empty otherwise, every stack then
     having all the model's blocks."""
+    last_used: tuple[int, ...] = ()
+    """Full-depth positions of towers' last blocks that run when the blocks after them are unused (LLaVA's
+    ``vision_feature_layer=-2`` leaves the vision tower's last block unused): every copy keeps them as it
+    keeps each stack's first and last block, since a phase may peak there."""
 
     def flat(self) -> tuple[int, ...]:
         """Each block's kind by full-depth position: the first stack's (towers: every stack's, in order)."""
@@ -171,6 +175,7 @@ def layer_kinds(model: nn.Module, num_layers: int) -> LayerKinds | None:
         signatures=tuple(signatures),
         varying=frozen,
         towers=tower_keys,
+        last_used=_last_used(model.config, tower_keys) if tower_keys else (),
     )
 
 
@@ -184,6 +189,23 @@ def towers(config: Any) -> tuple[str, ...]:
                  if isinstance(getattr(getattr(config, key, None), "num_hidden_layers", None), int)
                  and not isinstance(getattr(config, key).num_hidden_layers, bool))
     return keys if len(keys) >= 2 else ()
+
+
+def _last_used(config: Any, keys: tuple[str, ...]) -> tuple[int, ...]:
+    """:attr:`LayerKinds.last_used` for towers ``keys``: the vision tower's last block feeding
+    ``vision_feature_layer`` (an index into its hidden states: the embeddings, then each block's output) when
+    blocks after it are unused."""
+    out = []
+    start = 0
+    for key in keys:
+        depth = getattr(config, key).num_hidden_layers
+        layer = getattr(config, "vision_feature_layer", None) if key == "vision_config" else None
+        if isinstance(layer, int) and not isinstance(layer, bool) and -depth - 1 <= layer <= depth:
+            used = layer % (depth + 1)  # blocks before `used` feed the features
+            if 1 <= used < depth:
+                out.append(start + used - 1)
+        start += depth
+    return tuple(out)
 
 
 def keep_layers(data: Mapping[str, Any], config: Any, positions: Sequence[int]) -> dict[str, Any]:

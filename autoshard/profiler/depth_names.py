@@ -11,7 +11,7 @@ from collections import Counter
 from autoshard.models.hf_layers import LayerKinds
 from autoshard.profiler.result import BlockProfile, ModelProfile
 
-__all__ = ["Layout", "as_layout", "full_depth_blocks", "mixed_full_depth_blocks", "remap_module"]
+__all__ = ["Layout", "as_layout", "full_depth_blocks", "is_towers", "mixed_full_depth_blocks", "remap_module"]
 
 Layout = tuple[tuple[str, int, int], ...]
 """Per stack, its name and the full-depth positions ``[start, end)`` of its blocks (:meth:`LayerKinds.layout`)."""
@@ -21,6 +21,11 @@ def as_layout(stacks: str | tuple[str, ...] | Layout) -> Layout:
     """Stack names (each holding every full-depth position) or a layout, as a layout."""
     names = (stacks,) if isinstance(stacks, str) else stacks
     return tuple(s if isinstance(s, tuple) else (s, 0, sys.maxsize) for s in names)
+
+
+def is_towers(layout: Layout) -> bool:
+    """Whether the stacks are a composite model's towers, their blocks numbered one stack after the other."""
+    return any(end != sys.maxsize for _, _, end in layout)
 
 
 def full_depth_blocks(

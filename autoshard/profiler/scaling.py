@@ -35,24 +35,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import time
-from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 
-import torch
-
-from autoshard.errors import AutoshardError
-from autoshard.models.hf_layers import LayerKinds, layer_kinds
+from autoshard.models.hf_layers import LayerKinds
 from autoshard.models.source import ModelSource
 from autoshard.profiler.depth_names import (
     Layout,
     as_layout,
     full_depth_blocks,
+    is_towers,
     mixed_full_depth_blocks,
     remap_module,
 )
+from autoshard.profiler.depth_plan import SHALLOW_LAYERS, Plan, Whole, plan_copies
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.result import (
     DepthRecord,
@@ -62,11 +59,6 @@ from autoshard.profiler.result import (
 from autoshard.profiler.timeline import Timeline, located_peaks
 from autoshard.profiler.trace import trace_timeline, trace_with_phases
 from autoshard.profiler.tracker import Category, PeakSnapshot
-
-SHALLOW_LAYERS = (2, 3)
-"""Block counts traced when extrapolating. Two and three (not one and two): the first and the last block may
-differ from the others in what they save (e.g. the first block's input is the embedding output, T5 computes its
-shared position bias there); from two blocks on, each added block is an interior one."""
 
 AUTO_MIN_LAYERS = 12
 """Extrapolate automatically from this many blocks up: below it a full trace is as fast."""
@@ -135,34 +127,6 @@ class DepthTimelines:
         return {phase: (breakdown, non_state[phase]) for phase, (breakdown, _) in best.items()}
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """Shallow copies to trace, and how to combine them into the model at full depth."""
-
-    sources: tuple[ModelSource, ...]
-    positions: tuple[tuple[int, ...], ...]
-    """Per copy, the full-depth positions of the blocks it keeps (one stack; the same in every stack)."""
-    weights: tuple[int, ...]
-    """The model is ``Σ weights[i] · copy[i]`` in every quantity."""
-    kinds: LayerKinds | None
-    """The model's kinds of block (``None`` when its stacks were not found)."""
-    parameter_count: int
-    """Unique parameters of the model built at full depth on the meta device."""
-
-    @property
-    def mixed(self) -> bool:
-        """Whether the blocks past the first are of several kinds (always for a composite model's towers)."""
-        return self.kinds is not None and (bool(self.kinds.towers) or not self.kinds.alike_after_first())
-
-
-@dataclass(frozen=True, slots=True)
-class _Whole:
-    """Why every block must be traced."""
-
-    reason: str
-    kinds: LayerKinds | None
-
-
 def profile_with_timelines(
     source: ModelSource, options: ProfileOptions, *, extrapolate: bool | None = None, count_flops: bool = True
 ) -> tuple[ModelProfile, DepthTimelines]:
@@ -217,14 +181,14 @@ def _extrapolated(
     if source.with_num_layers is None or source.num_layers is None:
         raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
     started = time.perf_counter()
-    plan = _plan(source)
-    if isinstance(plan, _Whole):
+    plan = plan_copies(source)
+    if isinstance(plan, Whole):
         return _traced_whole(source, options, plan, started, count_flops=count_flops, record=record)
     traced = [trace_timeline(s, options, count_flops=count_flops, record=record) for s in plan.sources]
     depths = ", ".join(str(len(p)) for p in plan.positions)
     combined = _combine(source.name, source.num_layers, plan, [(p, phases) for p, phases, _ in traced])
     if isinstance(combined, str):
-        return _traced_whole(source, options, _Whole(combined, plan.kinds), started, count_flops=count_flops,
+        return _traced_whole(source, options, Whole(combined, plan.kinds), started, count_flops=count_flops,
                              record=record)
     profile = combined
     reason = None
@@ -235,7 +199,7 @@ def _extrapolated(
         reason = (f"extrapolating from copies of {depths} blocks gives {profile.unused_parameter_count:,} unused "
                   f"parameters of {profile.trainable_parameter_count:,} trainable")
     if reason is not None:
-        return _traced_whole(source, options, _Whole(reason, plan.kinds), started, count_flops=count_flops,
+        return _traced_whole(source, options, Whole(reason, plan.kinds), started, count_flops=count_flops,
                              record=record)
     timelines = DepthTimelines(depths=tuple(len(p) for p in plan.positions),
                                timelines=tuple(t for _, _, t in traced), target=source.num_layers,
@@ -243,132 +207,8 @@ def _extrapolated(
     return dataclasses.replace(profile, trace_seconds=time.perf_counter() - started), timelines
 
 
-_PLANS_KEPT = 4
-"""Sources whose plan :func:`_plan` keeps: a recommendation profiles one source a dozen times (modes,
-checkpointing, micro-batches), and the plan depends on the source alone."""
-_plans: dict[int, tuple[ModelSource, _Plan | _Whole]] = {}
-
-
-def _plan(source: ModelSource) -> _Plan | _Whole:
-    """:func:`_new_plan`, kept for the last few sources (by identity: a source is an immutable recipe, and
-    the entry holds it, so its id is not reused while kept). DeepSeek-V3's full-depth meta build and checks
-    take about 0.2 s of each of the 12 profiles of a recommendation."""
-    kept = _plans.get(id(source))
-    if kept is not None and kept[0] is source:
-        return kept[1]
-    plan = _new_plan(source)
-    while len(_plans) >= _PLANS_KEPT:
-        del _plans[next(iter(_plans))]
-    _plans[id(source)] = (source, plan)
-    return plan
-
-
-def _new_plan(source: ModelSource) -> _Plan | _Whole:
-    """Choose the shallow copies, from the model built at full depth on the meta device (seconds even for
-    671B parameters: nothing is allocated), and check that each copy has the kinds of block it stands for."""
-    target, with_num_layers = source.num_layers, source.with_num_layers
-    if target is None or with_num_layers is None:
-        raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
-    with torch.device("meta"):
-        model = source.build()
-    parameter_count = sum(p.numel() for p in model.parameters())  # parameters() yields a tied tensor once
-    kinds = layer_kinds(model, target)
-    del model
-    rebuild: Callable[[tuple[int, ...]], ModelSource]
-    positions: tuple[tuple[int, ...], ...]
-    weights: tuple[int, ...]
-    if kinds is None or (kinds.alike_after_first() and not kinds.towers):
-        # A stack of n blocks has the model's first n kinds: copies of SHALLOW_LAYERS blocks, as ever.
-        l1, l2 = SHALLOW_LAYERS
-        positions = (tuple(range(l1 - 1)) + (target - 1,), tuple(range(l2 - 1)) + (target - 1,))
-        weights = (l2 - target, target - l1)  # copy1 + (target - l1) · (copy2 - copy1), as l2 = l1 + 1
-        rebuild = functools.partial(_with_count, with_num_layers)
-    elif len(kinds.stacks) > 1 and not kinds.towers:
-        return _Whole(f"its blocks are of {len(kinds.labels)} kinds in {len(kinds.stacks)} stacks", kinds)
-    elif source.with_layers is None:
-        return _Whole(f"its blocks are of {len(kinds.labels)} kinds and {source.kind} sources cannot be "
-                      "rebuilt with a chosen mix of them", kinds)
-    else:
-        positions, weights = _mix(kinds.flat(), tuple(len(k) for k in kinds.kinds) if kinds.towers else ())
-        rebuild = source.with_layers
-        if max(len(p) for p in positions) >= target:
-            return _Whole(f"its {len(kinds.labels)} kinds of block leave no copy shallower than it", kinds)
-    sources = []
-    for kept in positions:
-        try:
-            copy = rebuild(kept)
-            wrong = None if kinds is None else _wrong_kinds(copy, kinds, kept)
-        except AutoshardError as exc:
-            return _Whole(f"a copy with {len(kept)} of its blocks cannot be built ({exc.message})", kinds)
-        if wrong is not None:
-            return _Whole(wrong, kinds)
-        sources.append(copy)
-    return _Plan(tuple(sources), positions, weights, kinds, parameter_count)
-
-
-def _with_count(with_num_layers: Callable[[int], ModelSource], kept: tuple[int, ...]) -> ModelSource:
-    return with_num_layers(len(kept))
-
-
-def _mix(
-    kinds: tuple[int, ...], sizes: tuple[int, ...] = ()
-) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """The blocks each shallow copy keeps, and the weights that combine the copies into the whole stack (or
-    into stacks of ``sizes`` blocks numbered one after the other: a composite model's towers).
-
-    The reference copy keeps the first block, the last (of each stack), and the first block of each kind, so
-    every copy starts each kind where the model does; each further copy adds the next block of one kind the
-    model has more of (an interior block that is not the first of its kind), the most numerous kind last;
-    with towers, one block of each kind the model has as many more of.
-
-    Example:
-        >>> _mix((0, 0, 0, 1, 1, 1, 1, 1))  # 3 dense layers, then 5 MoE layers
-        (((0, 3, 7), (0, 1, 3, 7), (0, 3, 4, 7)), (-4, 2, 3))
-        >>> _mix((0, 0, 0, 0, 1, 1, 1), (4, 3))  # towers of 4 and 3 blocks
-        (((0, 3, 4, 6), (0, 3, 4, 5, 6), (0, 1, 3, 4, 6)), (-2, 1, 2))
-        >>> _mix((0, 0, 0, 0, 1, 1, 1, 1), (4, 4))  # towers of 4 blocks each: one copy adds to both
-        (((0, 3, 4, 7), (0, 1, 3, 4, 5, 7)), (-1, 2))
-    """
-    ends = list(itertools.accumulate(sizes or (len(kinds),)))
-    edges = {i for end, size in zip(ends, sizes or (len(kinds),), strict=True) for i in (end - size, end - 1)}
-    base = {*edges, *(kinds.index(kind) for kind in set(kinds))}
-    reference = tuple(sorted(base))
-    more = Counter(kinds)
-    more.subtract(kinds[i] for i in reference)
-    positions, weights = [reference], [1]
-    pending = sorted((k for k in more if more[k] > 0), key=lambda k: (more[k], kinds.index(k)))
-    # Towers' kinds of which the model has as many more each can be added together, in one copy: every
-    # quantity is the reference's plus, per kind, its count times its increment.
-    groups = [list(g) for _, g in itertools.groupby(pending, key=lambda k: more[k])] if sizes else [
-        [k] for k in pending]
-    for group in groups:
-        extras = (next(i for i, k in enumerate(kinds) if k == kind and i not in base) for kind in group)
-        positions.append(tuple(sorted((*reference, *extras))))
-        weights.append(more[group[0]])
-        weights[0] -= more[group[0]]
-    return tuple(positions), tuple(weights)
-
-
-def _wrong_kinds(copy: ModelSource, kinds: LayerKinds, kept: tuple[int, ...]) -> str | None:
-    """Why ``copy`` does not have the kinds of the blocks it keeps, or ``None`` when it does."""
-    with torch.device("meta"):
-        model = copy.build()
-    local = kinds.local(kept)
-    found = kinds.match(model, tuple(map(len, local)) if kinds.towers else len(kept))
-    expected = tuple(tuple(stack[i] for i in here) for stack, here in zip(kinds.kinds, local, strict=True))
-    if found == expected:
-        return None
-    if found is None:
-        return f"a copy with {len(kept)} of its blocks does not have its stacks ({', '.join(kinds.stacks)})"
-    s, bad = next((s, j) for s, (fs, es) in enumerate(zip(found, expected, strict=True))
-                  for j, (f, e) in enumerate(zip(fs, es, strict=True)) if f != e)
-    got = "a block of no kind it has" if found[s][bad] < 0 else kinds.labels[found[s][bad]]
-    return (f"rebuilt with {len(kept)} blocks, its block {kinds.stacks[s]}.{local[s][bad]} "
-            f"({kinds.labels[expected[s][bad]]}) becomes {got}")
-
-
 def _combine(
-    name: str, target: int, plan: _Plan, traced: list[tuple[ModelProfile, dict[str, PeakSnapshot]]]
+    name: str, target: int, plan: Plan, traced: list[tuple[ModelProfile, dict[str, PeakSnapshot]]]
 ) -> ModelProfile | str:
     """The profile at full depth: every quantity is ``Σ weights[i] · copy[i]`` (exact integers); with blocks
     of several kinds each phase's peak is the highest of its extrapolated peaks place by place. A string says
@@ -467,8 +307,7 @@ def _phase_peak(
 
     if stack is None:
         return combined(group)
-    by_place = [{_place(stack, kept, block): peak for block, peak in s.within.items()}
-                for s, kept in zip(group, positions, strict=True)]
+    by_place = [_by_place(stack, kept, s.within) for s, kept in zip(group, positions, strict=True)]
     common = [place for place in by_place[0] if all(place in p for p in by_place)]
     for s, p, kept in zip(group, by_place, positions, strict=True):
         if not any(p[place] is s for place in common):
@@ -479,10 +318,31 @@ def _phase_peak(
     return max(candidates, key=lambda c: (c.total_bytes, c.step, -c.order))
 
 
+def _by_place(
+    stack: str | Layout, kept: tuple[int, ...], within: dict[str, PeakSnapshot]
+) -> dict[Hashable, PeakSnapshot]:
+    """A copy's highest points by :func:`_place`: where several labels make one place, the highest, the first
+    of equal heights (as :class:`~autoshard.profiler.tracker.MemoryTracker` keeps them)."""
+    out: dict[Hashable, PeakSnapshot] = {}
+    for block, peak in within.items():
+        key = _place(stack, kept, block)
+        best = out.get(key)
+        if best is None or (peak.total_bytes, peak.step, -peak.order) > (best.total_bytes, best.step, -best.order):
+            out[key] = peak
+    return out
+
+
 def _place(stack: str | Layout, kept: tuple[int, ...], block: str) -> Hashable:
     """Where a traced block stands in the model: for a block of ``stack`` (or of a stack of a layout) in a copy
     that keeps the blocks at ``kept``, its position at full depth; any other block (e.g. of a vision tower, the
-    same in every copy) by its name; ``""`` outside every block."""
+    same in every copy) by its name; ``""`` outside every block.
+
+    Outside every block, towers (:func:`~autoshard.profiler.depth_names.is_towers`) tell apart the stretches
+    after each block (:meth:`~autoshard.profiler.tracker.MemoryTracker.place`): LLaVA's backward peaks
+    outside its blocks at the start (the logits' gradient) in shallow copies and at the end (every gradient)
+    at full depth. One stack keeps them one place, as it always has."""
+    if block.startswith("@"):
+        return ("after", _place(stack, kept, block[1:])) if is_towers(as_layout(stack)) else ""
     for name, start, end in as_layout(stack):
         if block.startswith(name + "."):
             index = block[len(name) + 1:].partition(".")[0]
@@ -492,7 +352,7 @@ def _place(stack: str | Layout, kept: tuple[int, ...], block: str) -> Hashable:
     return block
 
 
-def _placed(plan: _Plan) -> dict[str, object]:
+def _placed(plan: Plan) -> dict[str, object]:
     """The :class:`DepthTimelines` fields that let phase peaks be extrapolated place by place (mixed blocks)."""
     if not plan.mixed or plan.kinds is None:
         return {}
@@ -512,7 +372,7 @@ def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthR
 
 
 def _traced_whole(
-    source: ModelSource, options: ProfileOptions, whole: _Whole, started: float, *, count_flops: bool,
+    source: ModelSource, options: ProfileOptions, whole: Whole, started: float, *, count_flops: bool,
     record: bool
 ) -> tuple[ModelProfile, DepthTimelines]:
     """Trace every block, saying why in :attr:`ModelProfile.depth`."""

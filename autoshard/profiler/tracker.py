@@ -68,8 +68,9 @@ class PeakSnapshot:
     order: int = 0
     """The tracker's op count when taken: which of two snapshots of the same step came first."""
     within: dict[str, PeakSnapshot] = field(default_factory=dict)
-    """For a phase's peak: the highest point of the phase inside each repeated block, by block name (``""``:
-    outside every block). One dict shared by the phase's snapshots, filled as the phase runs."""
+    """For a phase's peak: the highest point of the phase inside each repeated block, by block name, and
+    outside every block by :meth:`MemoryTracker.place` (``""`` before the phase's first block, ``"@name"``
+    after block ``name``). One dict shared by the phase's snapshots, filled as the phase runs."""
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -104,6 +105,8 @@ class MemoryTracker(TorchDispatchMode):
         self._scope: str | None = None
         self._blocks: set[str] = set()
         self._block_of: dict[str, str] = {}
+        self._last_block: tuple[str, int, str] = ("", -1, "")
+        """The phase, step and block of the last point inside a block (:meth:`place`)."""
         self.measuring = True
         """Peaks and events are only taken while set (the tracer clears it for the warm-up step)."""
         self.stand_in_scalars = False
@@ -131,6 +134,18 @@ class MemoryTracker(TorchDispatchMode):
         if name is not None and name not in self._blocks:
             self._blocks.add(name)
             self._block_of.clear()
+
+    def place(self) -> str:
+        """:meth:`block`, or outside every block ``"@"`` and the block the phase last ran in (``""`` before its
+        first): a phase's points outside its blocks fall before, between and after them (the start and the end
+        of backward), and each such stretch is a place of its own whose height depends on the blocks around it
+        (:func:`autoshard.profiler.scaling._place`)."""
+        block = self.block()
+        if block:
+            self._last_block = (self.phase, self.step, block)
+            return block
+        phase, step, last = self._last_block
+        return f"@{last}" if (phase, step) == (self.phase, self.step) else ""
 
     def block(self) -> str:
         """The repeated block the step is in (``""``: outside every block): :attr:`scope` in forward and in
@@ -196,7 +211,7 @@ class MemoryTracker(TorchDispatchMode):
             self.total_bytes -= entry.nbytes
 
     def _record(self) -> None:
-        self.events.append((self.phase, tuple(self.totals[c] for c in Category), self.block()))
+        self.events.append((self.phase, tuple(self.totals[c] for c in Category), self.place()))
 
     def _maybe_peak(self) -> None:
         if not self.measuring:
@@ -205,7 +220,7 @@ class MemoryTracker(TorchDispatchMode):
             self._record()
         phase_peak = self.phase_peaks.get(self.phase)
         within: dict[str, PeakSnapshot] = {} if phase_peak is None else phase_peak.within
-        block = self.block()
+        block = self.place()
         block_peak = within.get(block)
         if block_peak is None or self._higher(block_peak):
             snapshot = PeakSnapshot(self.total_bytes, dict(self.totals), self.phase, self._module_name(), self.step,

@@ -37,7 +37,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autoshard.models.hf_layers import LayerKinds
 from autoshard.models.source import ModelSource
@@ -83,6 +83,11 @@ class DepthTimelines:
     positions: tuple[tuple[int, ...], ...] = ()
     """With :attr:`stack`: per trace, the full-depth position of each of its blocks in order. Phase peaks are
     then extrapolated place by place (:meth:`located`)."""
+    _located: dict[int, tuple[DepthTimelines, dict[str, tuple[MemoryBreakdown, int]] | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """:meth:`located`'s answers by micro-batch, with the ``later`` timelines each is for: a plan asks for
+    the same micro-batches thousands of times (each strategy's memory rules, each candidate micro-batch), and
+    each answer scans every event of every trace."""
 
     def extrapolate(self, values: list[dict[str, int]]) -> dict[str, int]:
         """Combine one value per trace into the value at :attr:`target` (linear in each kind's count)."""
@@ -102,6 +107,13 @@ class DepthTimelines:
             ``None`` when in some trace a phase's peak, or its highest activations + temporaries + inputs, is
             in a block that not every trace keeps: it cannot be extrapolated.
         """
+        kept = self._located.get(micro_batch)
+        if kept is None or kept[0] is not later:
+            kept = (later, self._locate(later, micro_batch))
+            self._located[micro_batch] = kept
+        return kept[1]
+
+    def _locate(self, later: DepthTimelines, micro_batch: int) -> dict[str, tuple[MemoryBreakdown, int]] | None:
         per_trace = [located_peaks(a, b, micro_batch, functools.partial(_place, self.stack, kept))
                      for a, b, kept in zip(self.timelines, later.timelines, self.positions, strict=True)]
         common = [key for key in per_trace[0] if all(key in p for p in per_trace)]

@@ -180,18 +180,24 @@ def _num_layers(config: Any) -> int | None:
         value = getattr(config, key, None)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    return None
+    towers = hf_layers.towers(config)  # a composite config (CLIP, SigLIP, LLaVA): its towers' blocks in all
+    return sum(getattr(config, key).num_hidden_layers for key in towers) if towers else None
 
 
 def _with_num_layers(
     data: Mapping[str, Any], config: Any, file: Path, num_layers: int | tuple[int, ...]
 ) -> ModelSource:
     """The same config with ``num_layers`` blocks (in both stacks of an encoder-decoder), or, given a tuple of
-    full-depth block positions, with the blocks at those positions (:func:`hf_layers.keep_layers`)."""
+    full-depth block positions, with the blocks at those positions (:func:`hf_layers.keep_layers`; the only
+    form for a composite config, whose positions run tower after tower)."""
     positions = num_layers if isinstance(num_layers, tuple) else None
     depth = len(num_layers) if isinstance(num_layers, tuple) else num_layers
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise UsageError(f"with_num_layers needs a positive number of layers, but got {num_layers=}.")
+    if hf_layers.towers(config):  # blocks numbered tower after tower: only chosen positions say how many of each
+        if positions is None:
+            raise UsageError(f"{config.model_type} has a stack per sub-config: give block positions, not a depth.")
+        return _source_from_data(hf_layers.keep_layers(data, config, positions), file)
     changed = dict(data)
     keys = [config.attribute_map.get("num_hidden_layers", "num_hidden_layers")]
     keys += [key for key in ("num_decoder_layers", "decoder_layers") if isinstance(getattr(config, key, None), int)]

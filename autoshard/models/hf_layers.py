@@ -14,10 +14,18 @@ model's blocks (``sliding_window``, ``layer_type``, ``use_rope``...), per-block 
 left out. :func:`keep_layers` rewrites a config so that its blocks are the model's blocks at chosen positions;
 the caller checks what it built with :meth:`LayerKinds.match`, so a config this module cannot rewrite is
 detected rather than mis-profiled.
+
+A composite config (CLIP and SigLIP: ``text_config`` + ``vision_config``; LLaVA: ``vision_config`` +
+``text_config``) has no depth of its own but one stack per sub-config (:func:`towers`). Its blocks are then
+numbered one tower after the other, in the order of ``config.sub_configs``, the depth being their sum; a tower's
+blocks are never of a kind of another tower's (they run on other inputs), and :func:`keep_layers` maps the
+chosen positions to each tower's depth.
 """
 
 from __future__ import annotations
 
+import itertools
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +34,7 @@ from torch import nn
 
 from autoshard.errors import UsageError
 
-__all__ = ["LayerKinds", "keep_layers", "layer_kinds"]
+__all__ = ["LayerKinds", "keep_layers", "layer_kinds", "towers"]
 
 _ABSENT = "<absent>"
 """Stands for an attribute or submodule that one block has and another lacks."""
@@ -57,6 +65,31 @@ class LayerKinds:
     """Per kind, what defines it (compared by :meth:`match`)."""
     varying: frozenset[tuple[str, str]]
     """The scalar attributes, as ``(path, name)``, whose values tell kinds apart."""
+    towers: tuple[str, ...] = ()
+    """Per stack, the sub-config holding it (``"vision_config"``) when the stacks are a composite config's
+    towers, their blocks numbered one stack after the other (:func:`towers`); empty otherwise, every stack then
+    having all the model's blocks."""
+    last_used: tuple[int, ...] = ()
+    """Full-depth positions of towers' last blocks that run when the blocks after them are unused (LLaVA's
+    ``vision_feature_layer=-2`` leaves the vision tower's last block unused): every copy keeps them as it
+    keeps each stack's first and last block, since a phase may peak there."""
+
+    def flat(self) -> tuple[int, ...]:
+        """Each block's kind by full-depth position: the first stack's (towers: every stack's, in order)."""
+        return tuple(k for kinds in self.kinds for k in kinds) if self.towers else self.kinds[0]
+
+    def layout(self) -> tuple[tuple[str, int, int], ...]:
+        """Per stack, its name and the full-depth positions ``[start, end)`` of its blocks (every position but
+        for towers)."""
+        if not self.towers:
+            return tuple((name, 0, sys.maxsize) for name in self.stacks)
+        ends = list(itertools.accumulate(len(kinds) for kinds in self.kinds))
+        return tuple((name, end - len(kinds), end) for name, kinds, end in zip(self.stacks, self.kinds, ends,
+                                                                               strict=True))
+
+    def local(self, positions: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+        """Per stack, the positions inside it of the blocks at full-depth ``positions``."""
+        return tuple(tuple(p - start for p in positions if start <= p < end) for _, start, end in self.layout())
 
     def alike_after_first(self) -> bool:
         """Whether in every stack all blocks but the first are of one kind (the first may differ, e.g. T5's
@@ -68,17 +101,20 @@ class LayerKinds:
         flat = [k for kinds in self.kinds for k in kinds]
         return tuple(flat.count(k) for k in range(len(self.labels)))
 
-    def match(self, model: nn.Module, num_layers: int) -> tuple[tuple[int, ...], ...] | None:
-        """The kinds of the blocks of ``model`` (a shallow copy with ``num_layers`` blocks per stack), as
-        indices into :attr:`labels` (``-1`` for a block of no kind of the full model); ``None`` when
-        ``model`` does not have the same stacks."""
-        found = dict(_stacks(model, num_layers))
+    def match(self, model: nn.Module, num_layers: int | tuple[int, ...]) -> tuple[tuple[int, ...], ...] | None:
+        """The kinds of the blocks of ``model`` (a shallow copy with ``num_layers`` blocks per stack, or per
+        tower when a tuple), as indices into :attr:`labels` (``-1`` for a block of no kind of the full model);
+        ``None`` when ``model`` does not have the same stacks."""
+        if isinstance(num_layers, tuple):
+            found = dict(_tower_stacks(model, self.towers, num_layers) or [])
+        else:
+            found = dict(_stacks(model, num_layers))
         if tuple(found) != self.stacks:
             return None
         known = {s: i for i, s in enumerate(self.signatures)}
         return tuple(
-            tuple(known.get(_signature(*_features(block), self.varying), -1) for block in found[name])
-            for name in self.stacks
+            tuple(known.get(_signature(*_features(block), self.varying, tower), -1) for block in found[name])
+            for name, tower in zip(self.stacks, self.towers or ("",) * len(self.stacks), strict=True)
         )
 
 
@@ -105,8 +141,14 @@ def layer_kinds(model: nn.Module, num_layers: int) -> LayerKinds | None:
         (((0, 1, 1, 1),), ('Block[mlp.out_features=8]', 'Block[mlp.out_features=16]'))
     """
     stacks = _stacks(model, num_layers)
+    tower_keys: tuple[str, ...] = ()
     if not stacks:
-        return None
+        config = getattr(model, "config", None)
+        tower_keys = towers(config) if config is not None else ()
+        depths = tuple(getattr(config, key).num_hidden_layers for key in tower_keys)
+        stacks = (_tower_stacks(model, tower_keys, depths) or []) if sum(depths) == num_layers else []
+        if not stacks:
+            return None
     features = [[_features(block) for block in blocks] for _, blocks in stacks]
     varying: set[tuple[str, str]] = set()
     for per_block in features:
@@ -118,10 +160,10 @@ def layer_kinds(model: nn.Module, num_layers: int) -> LayerKinds | None:
     frozen = frozenset(varying)
     signatures: list[tuple[Any, ...]] = []
     kinds = []
-    for per_block in features:
+    for per_block, tower in zip(features, tower_keys or ("",) * len(features), strict=True):
         stack_kinds = []
         for structure, attrs in per_block:
-            signature = _signature(structure, attrs, frozen)
+            signature = _signature(structure, attrs, frozen, tower)
             if signature not in signatures:
                 signatures.append(signature)
             stack_kinds.append(signatures.index(signature))
@@ -132,7 +174,38 @@ def layer_kinds(model: nn.Module, num_layers: int) -> LayerKinds | None:
         labels=_labels(signatures),
         signatures=tuple(signatures),
         varying=frozen,
+        towers=tower_keys,
+        last_used=_last_used(model.config, tower_keys) if tower_keys else (),
     )
+
+
+def towers(config: Any) -> tuple[str, ...]:
+    """The sub-configs of a composite config that has no depth of its own, each with a depth
+    (``num_hidden_layers``), in the order of ``config.sub_configs``: ``("vision_config", "text_config")`` for
+    CLIP, SigLIP and LLaVA; empty for any other config."""
+    if any(isinstance(getattr(config, key, None), int) for key in ("num_hidden_layers", "n_layer", "num_layers")):
+        return ()
+    keys = tuple(key for key in getattr(config, "sub_configs", None) or {}
+                 if isinstance(getattr(getattr(config, key, None), "num_hidden_layers", None), int)
+                 and not isinstance(getattr(config, key).num_hidden_layers, bool))
+    return keys if len(keys) >= 2 else ()
+
+
+def _last_used(config: Any, keys: tuple[str, ...]) -> tuple[int, ...]:
+    """:attr:`LayerKinds.last_used` for towers ``keys``: the vision tower's last block feeding
+    ``vision_feature_layer`` (an index into its hidden states: the embeddings, then each block's output) when
+    blocks after it are unused."""
+    out = []
+    start = 0
+    for key in keys:
+        depth = getattr(config, key).num_hidden_layers
+        layer = getattr(config, "vision_feature_layer", None) if key == "vision_config" else None
+        if isinstance(layer, int) and not isinstance(layer, bool) and -depth - 1 <= layer <= depth:
+            used = layer % (depth + 1)  # blocks before `used` feed the features
+            if 1 <= used < depth:
+                out.append(start + used - 1)
+        start += depth
+    return tuple(out)
 
 
 def keep_layers(data: Mapping[str, Any], config: Any, positions: Sequence[int]) -> dict[str, Any]:
@@ -157,6 +230,63 @@ def keep_layers(data: Mapping[str, Any], config: Any, positions: Sequence[int]) 
     Raises:
         UsageError: ``positions`` is empty, not increasing, or out of range.
     """
+    keys = towers(config)
+    if keys:
+        return _keep_tower_layers(data, config, keys, positions)
+    return _keep(data, config, positions)
+
+
+def _keep_tower_layers(data: Mapping[str, Any], config: Any, keys: tuple[str, ...],
+                       positions: Sequence[int]) -> dict[str, Any]:
+    """:func:`keep_layers` for a composite config: each tower keeps its blocks among ``positions`` (numbered
+    tower after tower), at least one."""
+    depths = [getattr(config, key).num_hidden_layers for key in keys]
+    total = sum(depths)
+    if (
+        not positions
+        or any(not isinstance(p, int) or isinstance(p, bool) for p in positions)
+        or list(positions) != sorted(set(positions))
+        or positions[0] < 0
+        or positions[-1] >= total
+    ):
+        raise UsageError(f"keep_layers needs increasing block positions below {total}, but got {positions=}.")
+    changed = dict(data)
+    start = 0
+    for key, depth in zip(keys, depths, strict=True):
+        kept = [p - start for p in positions if start <= p < start + depth]
+        start += depth
+        if not kept:
+            raise UsageError(f"keep_layers keeps no block of {key}: {positions=}.")
+        sub = getattr(config, key)
+        given = data.get(key)
+        base = dict(given) if isinstance(given, Mapping) else sub.to_dict()
+        base["num_hidden_layers"] = len(kept)
+        changed[key] = _keep(base, sub, kept)
+        if key == "vision_config" and "vision_feature_layer" in config.to_dict():
+            changed["vision_feature_layer"] = _feature_layer(config.vision_feature_layer, depth, kept)
+    return changed
+
+
+def _feature_layer(layer: Any, depth: int, kept: list[int]) -> int:
+    """LLaVA's ``vision_feature_layer`` (an index into the vision tower's hidden states: the embeddings, then
+    each block's output) for a tower keeping the blocks at ``kept`` of ``depth``, so that the same blocks feed
+    the features and the same are unused.
+
+    Raises:
+        UsageError: the blocks it leaves unused are not all kept (their count would not extrapolate), or it is
+            not one index.
+    """
+    if isinstance(layer, bool) or not isinstance(layer, int) or not -depth - 1 <= layer <= depth:
+        raise UsageError(f"vision_feature_layer={layer!r} is not one hidden-state index of {depth} blocks.")
+    used = layer % (depth + 1)  # hidden states 0..used: the blocks before `used` feed the features
+    if not set(range(used, depth)) <= set(kept):
+        raise UsageError(f"vision_feature_layer={layer} leaves blocks {used}..{depth - 1} unused, and a copy "
+                         "keeping fewer of them would count the others as used.")
+    used_kept = sum(1 for p in kept if p < used)
+    return used_kept - len(kept) - 1 if layer < 0 else used_kept
+
+
+def _keep(data: Mapping[str, Any], config: Any, positions: Sequence[int]) -> dict[str, Any]:
     full = config.to_dict()
     depth = getattr(config, "num_hidden_layers", None)
     if (
@@ -201,6 +331,40 @@ def _stacks(model: nn.Module, num_layers: int) -> list[tuple[str, nn.ModuleList]
     return out
 
 
+def _tower_stacks(model: nn.Module, keys: tuple[str, ...],
+                  depths: tuple[int, ...]) -> list[tuple[str, nn.ModuleList]] | None:
+    """Per tower (sub-config ``keys`` of ``model.config``), its stack: the ``nn.ModuleList`` of ``depths``
+    blocks inside the submodule built from that sub-config; ``None`` unless each tower has exactly one."""
+    config = getattr(model, "config", None)
+    if not keys or len(keys) != len(depths) or config is None:
+        return None
+    types = [type(getattr(config, key, None)) for key in keys]
+    if len(set(types)) != len(types):
+        return None
+    modules = dict(model.named_modules())
+    found: dict[str, list[tuple[str, nn.ModuleList]]] = {key: [] for key in keys}
+    for name, module in modules.items():
+        if not isinstance(module, nn.ModuleList) or not name:
+            continue
+        owner = next((type(getattr(modules[prefix], "config", None)) for prefix in _prefixes(name)
+                      if type(getattr(modules[prefix], "config", None)) in types), None)
+        if owner is None:
+            continue
+        key = keys[types.index(owner)]
+        if (len(module) == depths[keys.index(key)] and all(any(True for _ in b.children()) for b in module)
+                and not any(name.startswith(outer + ".") for outer, _ in found[key])):
+            found[key].append((name, module))
+    if any(len(stacks) != 1 for stacks in found.values()):
+        return None
+    return [found[key][0] for key in keys]
+
+
+def _prefixes(name: str) -> list[str]:
+    """The module names enclosing ``name``, innermost first (``a.b.c`` → ``a.b``, ``a``)."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
 def _features(block: nn.Module) -> tuple[tuple[tuple[Any, ...], ...], dict[tuple[str, str], Any]]:
     """What a block is made of (submodule classes, parameter and buffer shapes and dtypes) and its scalar
     attributes by ``(submodule path, name)``."""
@@ -235,8 +399,10 @@ def _signature(
     structure: tuple[tuple[Any, ...], ...],
     attrs: dict[tuple[str, str], Any],
     varying: frozenset[tuple[str, str]],
+    tower: str = "",
 ) -> tuple[Any, ...]:
-    return structure, tuple((key, repr(attrs.get(key, _ABSENT))) for key in sorted(varying))
+    signature = structure, tuple((key, repr(attrs.get(key, _ABSENT))) for key in sorted(varying))
+    return (*signature, tower) if tower else signature
 
 
 def _labels(signatures: list[tuple[Any, ...]]) -> tuple[str, ...]:
@@ -265,8 +431,10 @@ def _labels(signatures: list[tuple[Any, ...]]) -> tuple[str, ...]:
 
 def _describe(signature: tuple[Any, ...]) -> dict[Feature, str]:
     """A kind's features, keyed for sorting: ``0module`` < ``1attr`` < ``2tensor``."""
-    structure, attrs = signature
+    structure, attrs = signature[:2]
     out: dict[Feature, str] = {}
+    if len(signature) > 2:  # a tower's blocks (see towers)
+        out[("0module", "", "tower")] = signature[2]
     for item in structure:
         if item[0] == "module":
             out[("0module", item[1], "")] = item[2]

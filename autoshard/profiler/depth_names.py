@@ -5,12 +5,27 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
 from collections import Counter
 
 from autoshard.models.hf_layers import LayerKinds
 from autoshard.profiler.result import BlockProfile, ModelProfile
 
-__all__ = ["full_depth_blocks", "mixed_full_depth_blocks", "remap_module"]
+__all__ = ["Layout", "as_layout", "full_depth_blocks", "is_towers", "mixed_full_depth_blocks", "remap_module"]
+
+Layout = tuple[tuple[str, int, int], ...]
+"""Per stack, its name and the full-depth positions ``[start, end)`` of its blocks (:meth:`LayerKinds.layout`)."""
+
+
+def as_layout(stacks: str | tuple[str, ...] | Layout) -> Layout:
+    """Stack names (each holding every full-depth position) or a layout, as a layout."""
+    names = (stacks,) if isinstance(stacks, str) else stacks
+    return tuple(s if isinstance(s, tuple) else (s, 0, sys.maxsize) for s in names)
+
+
+def is_towers(layout: Layout) -> bool:
+    """Whether the stacks are a composite model's towers, their blocks numbered one stack after the other."""
+    return any(end != sys.maxsize for _, _, end in layout)
 
 
 def full_depth_blocks(
@@ -47,28 +62,31 @@ def mixed_full_depth_blocks(
     its kind, first or last in the stack or not, first of its kind or not, after a block of the same kind
     (what a block saves can depend on these, e.g. the first global-attention layer saves the shared rotary
     tables); the last copy that has such a block gives it. Blocks outside the model's stack stay as traced."""
-    stack, kinds = found.stacks[0], found.kinds[0]
-    per_copy = [[b for b in p.blocks if b.name.rpartition(".")[0] == stack] for p in profiles]
-    if any([b.name for b in blocks] != [f"{stack}.{j}" for j in range(len(kept))]
-           for blocks, kept in zip(per_copy, positions, strict=True)):
-        return profiles[-1].blocks  # the blocks found are not the stack's (see profiler.blocks): as traced
-    traced: dict[tuple[object, ...], BlockProfile] = {}
-    for blocks, kept in zip(per_copy, positions, strict=True):
-        copy_kinds = tuple(kinds[i] for i in kept)
-        for j, block in enumerate(blocks):
-            for context in _contexts(copy_kinds, j):
-                traced[context] = block
-    whole = []
-    for i in range(len(kinds)):
-        block = next(traced[c] for c in _contexts(kinds, i) if c in traced)
-        whole.append(dataclasses.replace(block, name=f"{stack}.{i}"))
+    stacks = found.stacks if found.towers else found.stacks[:1]
+    wholes: dict[str, list[BlockProfile]] = {}
+    for s, stack in enumerate(stacks):
+        kinds = found.kinds[s]
+        local = [found.local(kept)[s] for kept in positions]
+        per_copy = [[b for b in p.blocks if b.name.rpartition(".")[0] == stack] for p in profiles]
+        if any([b.name for b in blocks] != [f"{stack}.{j}" for j in range(len(here))]
+               for blocks, here in zip(per_copy, local, strict=True)):
+            return profiles[-1].blocks  # the blocks found are not the stack's (see profiler.blocks): as traced
+        traced: dict[tuple[object, ...], BlockProfile] = {}
+        for blocks, here in zip(per_copy, local, strict=True):
+            copy_kinds = tuple(kinds[i] for i in here)
+            for j, block in enumerate(blocks):
+                for context in _contexts(copy_kinds, j):
+                    traced[context] = block
+        wholes[stack] = [dataclasses.replace(next(traced[c] for c in _contexts(kinds, i) if c in traced),
+                                             name=f"{stack}.{i}") for i in range(len(kinds))]
     out: list[BlockProfile] = []
     for traced_block in profiles[-1].blocks:  # other stacks (e.g. a vision tower) keep their place
-        if traced_block.name.rpartition(".")[0] != stack:
+        stack = traced_block.name.rpartition(".")[0]
+        if stack not in wholes:
             out.append(traced_block)
-        elif whole:
-            out += whole
-            whole = []
+        elif wholes[stack]:
+            out += wholes[stack]
+            wholes[stack] = []
     return tuple(out)
 
 
@@ -81,7 +99,7 @@ def _contexts(kinds: tuple[int, ...], j: int) -> tuple[tuple[object, ...], ...]:
     return ((kind, *ends, first_of_kind, after), (kind, *ends, first_of_kind), (kind, *ends), (kind,))
 
 
-def remap_module(module: str, kept: tuple[int, ...], target: int, stacks: tuple[str, ...] | None) -> str:
+def remap_module(module: str, kept: tuple[int, ...], target: int, stacks: tuple[str, ...] | Layout | None) -> str:
     """Rename a block of the last copy (``stack.j...``) to the full-depth block it stands for."""
     if stacks is None:  # stacks unknown: only the last traced block is renamed, to the last real one
         parts = module.split(".")
@@ -90,9 +108,10 @@ def remap_module(module: str, kept: tuple[int, ...], target: int, stacks: tuple[
                 parts[i] = str(target - 1)
                 return ".".join(parts)
         return module
-    for stack in stacks:
+    for stack, start, end in as_layout(stacks):
         if module.startswith(stack + "."):
             index, dot, rest = module[len(stack) + 1:].partition(".")
-            if index.isdigit() and int(index) < len(kept):
-                return f"{stack}.{kept[int(index)]}{dot}{rest}"
+            here = [p - start for p in kept if start <= p < end]
+            if index.isdigit() and int(index) < len(here):
+                return f"{stack}.{here[int(index)]}{dot}{rest}"
     return module

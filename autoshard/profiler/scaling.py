@@ -36,21 +36,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections import Counter
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from collections.abc import Hashable
+from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-from autoshard.errors import AutoshardError
-from autoshard.models.hf_layers import LayerKinds, layer_kinds
+from autoshard.models.hf_layers import LayerKinds
 from autoshard.models.source import ModelSource
 from autoshard.profiler.depth_names import (
+    Layout,
+    as_layout,
     full_depth_blocks,
+    is_towers,
     mixed_full_depth_blocks,
     remap_module,
 )
+from autoshard.profiler.depth_plan import SHALLOW_LAYERS, Plan, Whole, plan_copies
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.result import (
     DepthRecord,
@@ -60,11 +60,6 @@ from autoshard.profiler.result import (
 from autoshard.profiler.timeline import Timeline, located_peaks
 from autoshard.profiler.trace import trace_timeline, trace_with_phases
 from autoshard.profiler.tracker import Category, PeakSnapshot
-
-SHALLOW_LAYERS = (2, 3)
-"""Block counts traced when extrapolating. Two and three (not one and two): the first and the last block may
-differ from the others in what they save (e.g. the first block's input is the embedding output, T5 computes its
-shared position bias there); from two blocks on, each added block is an interior one."""
 
 AUTO_MIN_LAYERS = 12
 """Extrapolate automatically from this many blocks up: below it a full trace is as fast."""
@@ -83,11 +78,17 @@ class DepthTimelines:
     weights: tuple[int, ...] = ()
     """The value at :attr:`target` is ``Σ weights[i] · value[i]`` over the traces (empty for a full trace)."""
 
-    stack: str = ""
-    """The stack whose blocks are of several kinds (``""`` when its blocks are alike, or for a full trace)."""
+    stack: str | Layout = ""
+    """The stack whose blocks are of several kinds (``""`` when its blocks are alike, or for a full trace), or
+    per stack its name and full-depth positions (a composite model's towers, see :meth:`LayerKinds.layout`)."""
     positions: tuple[tuple[int, ...], ...] = ()
     """With :attr:`stack`: per trace, the full-depth position of each of its blocks in order. Phase peaks are
     then extrapolated place by place (:meth:`located`)."""
+    _located: dict[int, tuple[DepthTimelines, dict[str, tuple[MemoryBreakdown, int]] | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """:meth:`located`'s answers by micro-batch, with the ``later`` timelines each is for: a plan asks for
+    the same micro-batches thousands of times (each strategy's memory rules, each candidate micro-batch), and
+    each answer scans every event of every trace."""
 
     def extrapolate(self, values: list[dict[str, int]]) -> dict[str, int]:
         """Combine one value per trace into the value at :attr:`target` (linear in each kind's count)."""
@@ -107,6 +108,13 @@ class DepthTimelines:
             ``None`` when in some trace a phase's peak, or its highest activations + temporaries + inputs, is
             in a block that not every trace keeps: it cannot be extrapolated.
         """
+        kept = self._located.get(micro_batch)
+        if kept is None or kept[0] is not later:
+            kept = (later, self._locate(later, micro_batch))
+            self._located[micro_batch] = kept
+        return kept[1]
+
+    def _locate(self, later: DepthTimelines, micro_batch: int) -> dict[str, tuple[MemoryBreakdown, int]] | None:
         per_trace = [located_peaks(a, b, micro_batch, functools.partial(_place, self.stack, kept))
                      for a, b, kept in zip(self.timelines, later.timelines, self.positions, strict=True)]
         common = [key for key in per_trace[0] if all(key in p for p in per_trace)]
@@ -130,34 +138,6 @@ class DepthTimelines:
             weighted = sum(w * p[phase, place][2] for w, p in zip(self.weights, per_trace, strict=True))
             non_state[phase] = max(weighted, non_state.get(phase, weighted))
         return {phase: (breakdown, non_state[phase]) for phase, (breakdown, _) in best.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """Shallow copies to trace, and how to combine them into the model at full depth."""
-
-    sources: tuple[ModelSource, ...]
-    positions: tuple[tuple[int, ...], ...]
-    """Per copy, the full-depth positions of the blocks it keeps (one stack; the same in every stack)."""
-    weights: tuple[int, ...]
-    """The model is ``Σ weights[i] · copy[i]`` in every quantity."""
-    kinds: LayerKinds | None
-    """The model's kinds of block (``None`` when its stacks were not found)."""
-    parameter_count: int
-    """Unique parameters of the model built at full depth on the meta device."""
-
-    @property
-    def mixed(self) -> bool:
-        """Whether the blocks past the first are of several kinds."""
-        return self.kinds is not None and not self.kinds.alike_after_first()
-
-
-@dataclass(frozen=True, slots=True)
-class _Whole:
-    """Why every block must be traced."""
-
-    reason: str
-    kinds: LayerKinds | None
 
 
 def profile_with_timelines(
@@ -214,14 +194,14 @@ def _extrapolated(
     if source.with_num_layers is None or source.num_layers is None:
         raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
     started = time.perf_counter()
-    plan = _plan(source)
-    if isinstance(plan, _Whole):
+    plan = plan_copies(source)
+    if isinstance(plan, Whole):
         return _traced_whole(source, options, plan, started, count_flops=count_flops, record=record)
     traced = [trace_timeline(s, options, count_flops=count_flops, record=record) for s in plan.sources]
     depths = ", ".join(str(len(p)) for p in plan.positions)
     combined = _combine(source.name, source.num_layers, plan, [(p, phases) for p, phases, _ in traced])
     if isinstance(combined, str):
-        return _traced_whole(source, options, _Whole(combined, plan.kinds), started, count_flops=count_flops,
+        return _traced_whole(source, options, Whole(combined, plan.kinds), started, count_flops=count_flops,
                              record=record)
     profile = combined
     reason = None
@@ -232,7 +212,7 @@ def _extrapolated(
         reason = (f"extrapolating from copies of {depths} blocks gives {profile.unused_parameter_count:,} unused "
                   f"parameters of {profile.trainable_parameter_count:,} trainable")
     if reason is not None:
-        return _traced_whole(source, options, _Whole(reason, plan.kinds), started, count_flops=count_flops,
+        return _traced_whole(source, options, Whole(reason, plan.kinds), started, count_flops=count_flops,
                              record=record)
     timelines = DepthTimelines(depths=tuple(len(p) for p in plan.positions),
                                timelines=tuple(t for _, _, t in traced), target=source.num_layers,
@@ -240,102 +220,15 @@ def _extrapolated(
     return dataclasses.replace(profile, trace_seconds=time.perf_counter() - started), timelines
 
 
-def _plan(source: ModelSource) -> _Plan | _Whole:
-    """Choose the shallow copies, from the model built at full depth on the meta device (seconds even for
-    671B parameters: nothing is allocated), and check that each copy has the kinds of block it stands for."""
-    target, with_num_layers = source.num_layers, source.with_num_layers
-    if target is None or with_num_layers is None:
-        raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
-    with torch.device("meta"):
-        model = source.build()
-    parameter_count = sum(p.numel() for p in model.parameters())  # parameters() yields a tied tensor once
-    kinds = layer_kinds(model, target)
-    del model
-    rebuild: Callable[[tuple[int, ...]], ModelSource]
-    positions: tuple[tuple[int, ...], ...]
-    weights: tuple[int, ...]
-    if kinds is None or kinds.alike_after_first():
-        # A stack of n blocks has the model's first n kinds: copies of SHALLOW_LAYERS blocks, as ever.
-        l1, l2 = SHALLOW_LAYERS
-        positions = ((*range(l1 - 1), target - 1), (*range(l2 - 1), target - 1))
-        weights = (l2 - target, target - l1)  # copy1 + (target - l1) · (copy2 - copy1), as l2 = l1 + 1
-        rebuild = functools.partial(_with_count, with_num_layers)
-    elif len(kinds.stacks) > 1:
-        return _Whole(f"its blocks are of {len(kinds.labels)} kinds in {len(kinds.stacks)} stacks", kinds)
-    elif source.with_layers is None:
-        return _Whole(f"its blocks are of {len(kinds.labels)} kinds and {source.kind} sources cannot be "
-                      "rebuilt with a chosen mix of them", kinds)
-    else:
-        positions, weights = _mix(kinds.kinds[0])
-        rebuild = source.with_layers
-        if max(len(p) for p in positions) >= target:
-            return _Whole(f"its {len(kinds.labels)} kinds of block leave no copy shallower than it", kinds)
-    sources = []
-    for kept in positions:
-        try:
-            copy = rebuild(kept)
-            wrong = None if kinds is None else _wrong_kinds(copy, kinds, kept)
-        except AutoshardError as exc:
-            return _Whole(f"a copy with {len(kept)} of its blocks cannot be built ({exc.message})", kinds)
-        if wrong is not None:
-            return _Whole(wrong, kinds)
-        sources.append(copy)
-    return _Plan(tuple(sources), positions, weights, kinds, parameter_count)
-
-
-def _with_count(with_num_layers: Callable[[int], ModelSource], kept: tuple[int, ...]) -> ModelSource:
-    return with_num_layers(len(kept))
-
-
-def _mix(kinds: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """The blocks each shallow copy keeps, and the weights that combine the copies into the whole stack.
-
-    The reference copy keeps the first block, the last, and the first block of each kind, so every copy
-    starts each kind where the model does; each further copy adds the next block of one kind the model has
-    more of (an interior block that is not the first of its kind), the most numerous kind last.
-
-    Example:
-        >>> _mix((0, 0, 0, 1, 1, 1, 1, 1))  # 3 dense layers, then 5 MoE layers
-        (((0, 3, 7), (0, 1, 3, 7), (0, 3, 4, 7)), (-4, 2, 3))
-    """
-    base = {0, len(kinds) - 1, *(kinds.index(kind) for kind in set(kinds))}
-    reference = tuple(sorted(base))
-    more = Counter(kinds)
-    more.subtract(kinds[i] for i in reference)
-    positions, weights = [reference], [1]
-    for kind in sorted((k for k in more if more[k] > 0), key=lambda k: (more[k], kinds.index(k))):
-        extra = next(i for i, k in enumerate(kinds) if k == kind and i not in base)
-        positions.append(tuple(sorted((*reference, extra))))
-        weights.append(more[kind])
-        weights[0] -= more[kind]
-    return tuple(positions), tuple(weights)
-
-
-def _wrong_kinds(copy: ModelSource, kinds: LayerKinds, kept: tuple[int, ...]) -> str | None:
-    """Why ``copy`` does not have the kinds of the blocks it keeps, or ``None`` when it does."""
-    with torch.device("meta"):
-        model = copy.build()
-    found = kinds.match(model, len(kept))
-    expected = tuple(tuple(stack[i] for i in kept) for stack in kinds.kinds)
-    if found == expected:
-        return None
-    if found is None:
-        return f"a copy with {len(kept)} of its blocks does not have its stacks ({', '.join(kinds.stacks)})"
-    bad = next(j for j, (f, e) in enumerate(zip(found[0], expected[0], strict=True)) if f != e)
-    got = "a block of no kind it has" if found[0][bad] < 0 else kinds.labels[found[0][bad]]
-    return (f"rebuilt with {len(kept)} blocks, its block {kept[bad]} ({kinds.labels[expected[0][bad]]}) "
-            f"becomes {got}")
-
-
 def _combine(
-    name: str, target: int, plan: _Plan, traced: list[tuple[ModelProfile, dict[str, PeakSnapshot]]]
+    name: str, target: int, plan: Plan, traced: list[tuple[ModelProfile, dict[str, PeakSnapshot]]]
 ) -> ModelProfile | str:
     """The profile at full depth: every quantity is ``Σ weights[i] · copy[i]`` (exact integers); with blocks
     of several kinds each phase's peak is the highest of its extrapolated peaks place by place. A string says
     why the copies cannot be combined."""
     profiles = [p for p, _ in traced]
     last, last_phases = traced[-1]
-    stacks = plan.kinds.stacks if plan.kinds is not None else None
+    stacks = plan.kinds.layout() if plan.kinds is not None else None
 
     def total(values: list[int]) -> int:
         return sum(w * v for w, v in zip(plan.weights, values, strict=True))
@@ -348,7 +241,7 @@ def _combine(
         group = [phases[phase] for _, phases in traced if phase in phases]
         if len(group) != len(traced):
             continue
-        stack = plan.kinds.stacks[0] if plan.mixed and plan.kinds is not None else None
+        stack = plan.kinds.layout() if plan.mixed and plan.kinds is not None else None
         snapshot = _phase_peak(group, plan.weights, plan.positions, stack, target, stacks)
         if isinstance(snapshot, str):
             return snapshot
@@ -390,8 +283,8 @@ def _combine(
 
 
 def _phase_peak(
-    group: list[PeakSnapshot], weights: tuple[int, ...], positions: tuple[tuple[int, ...], ...], stack: str | None,
-    target: int, stacks: tuple[str, ...] | None,
+    group: list[PeakSnapshot], weights: tuple[int, ...], positions: tuple[tuple[int, ...], ...],
+    stack: str | Layout | None, target: int, stacks: tuple[str, ...] | Layout | None,
 ) -> PeakSnapshot | str:
     """One phase's peak at full depth from its peak in each copy: ``Σ weights[i] · copy[i]``, or with ``stack``
     (blocks of several kinds) the highest of those extrapolated place by place (see the module docstring). A
@@ -427,8 +320,7 @@ def _phase_peak(
 
     if stack is None:
         return combined(group)
-    by_place = [{_place(stack, kept, block): peak for block, peak in s.within.items()}
-                for s, kept in zip(group, positions, strict=True)]
+    by_place = [_by_place(stack, kept, s.within) for s, kept in zip(group, positions, strict=True)]
     common = [place for place in by_place[0] if all(place in p for p in by_place)]
     for s, p, kept in zip(group, by_place, positions, strict=True):
         if not any(p[place] is s for place in common):
@@ -439,27 +331,51 @@ def _phase_peak(
     return max(candidates, key=lambda c: (c.total_bytes, c.step, -c.order))
 
 
-def _place(stack: str, kept: tuple[int, ...], block: str) -> Hashable:
-    """Where a traced block stands in the model: for a block of ``stack`` in a copy that keeps the blocks at
-    ``kept``, its position at full depth; any other block (e.g. of a vision tower, the same in every copy) by
-    its name; ``""`` outside every block."""
-    if block.startswith(stack + "."):
-        index = block[len(stack) + 1:].partition(".")[0]
-        if index.isdigit() and int(index) < len(kept):
-            return kept[int(index)]
+def _by_place(
+    stack: str | Layout, kept: tuple[int, ...], within: dict[str, PeakSnapshot]
+) -> dict[Hashable, PeakSnapshot]:
+    """A copy's highest points by :func:`_place`: where several labels make one place, the highest, the first
+    of equal heights (as :class:`~autoshard.profiler.tracker.MemoryTracker` keeps them)."""
+    out: dict[Hashable, PeakSnapshot] = {}
+    for block, peak in within.items():
+        key = _place(stack, kept, block)
+        best = out.get(key)
+        if best is None or (peak.total_bytes, peak.step, -peak.order) > (best.total_bytes, best.step, -best.order):
+            out[key] = peak
+    return out
+
+
+def _place(stack: str | Layout, kept: tuple[int, ...], block: str) -> Hashable:
+    """Where a traced block stands in the model: for a block of ``stack`` (or of a stack of a layout) in a copy
+    that keeps the blocks at ``kept``, its position at full depth; any other block (e.g. of a vision tower, the
+    same in every copy) by its name; ``""`` outside every block.
+
+    Outside every block, towers (:func:`~autoshard.profiler.depth_names.is_towers`) tell apart the stretches
+    after each block (:meth:`~autoshard.profiler.tracker.MemoryTracker.place`): LLaVA's backward peaks
+    outside its blocks at the start (the logits' gradient) in shallow copies and at the end (every gradient)
+    at full depth. One stack keeps them one place, as it always has."""
+    if block.startswith("@"):
+        return ("after", _place(stack, kept, block[1:])) if is_towers(as_layout(stack)) else ""
+    for name, start, end in as_layout(stack):
+        if block.startswith(name + "."):
+            index = block[len(name) + 1:].partition(".")[0]
+            here = [p for p in kept if start <= p < end]
+            if index.isdigit() and int(index) < len(here):
+                return here[int(index)]
     return block
 
 
-def _placed(plan: _Plan) -> dict[str, Any]:
+def _placed(plan: Plan) -> dict[str, Any]:
     """The :class:`DepthTimelines` fields that let phase peaks be extrapolated place by place (mixed blocks)."""
     if not plan.mixed or plan.kinds is None:
         return {}
-    return {"stack": plan.kinds.stacks[0], "positions": plan.positions}
+    return {"stack": plan.kinds.layout(), "positions": plan.positions}
 
 
 def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthRecord:
     counts = kinds.counts()
-    traced = tuple(tuple(sum(1 for i in kept if kinds.kinds[0][i] == k) for k in range(len(counts)))
+    flat = kinds.flat()
+    traced = tuple(tuple(sum(1 for i in kept if flat[i] == k) for k in range(len(counts)))
                    for kept in positions)
     mix = ", ".join(f"{label} × {n}" for label, n in zip(kinds.labels, counts, strict=True))
     copies = ", ".join("+".join(map(str, c)) for c in traced)
@@ -469,7 +385,7 @@ def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthR
 
 
 def _traced_whole(
-    source: ModelSource, options: ProfileOptions, whole: _Whole, started: float, *, count_flops: bool,
+    source: ModelSource, options: ProfileOptions, whole: Whole, started: float, *, count_flops: bool,
     record: bool
 ) -> tuple[ModelProfile, DepthTimelines]:
     """Trace every block, saying why in :attr:`ModelProfile.depth`."""

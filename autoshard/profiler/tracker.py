@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import torch
@@ -68,8 +68,9 @@ class PeakSnapshot:
     order: int = 0
     """The tracker's op count when taken: which of two snapshots of the same step came first."""
     within: dict[str, PeakSnapshot] = field(default_factory=dict)
-    """For a phase's peak: the highest point of the phase inside each repeated block, by block name (``""``:
-    outside every block). One dict shared by the phase's snapshots, filled as the phase runs."""
+    """For a phase's peak: the highest point of the phase inside each repeated block, by block name, and
+    outside every block by :meth:`MemoryTracker.place` (``""`` before the phase's first block, ``"@name"``
+    after block ``name``). One dict shared by the phase's snapshots, filled as the phase runs."""
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -104,6 +105,8 @@ class MemoryTracker(TorchDispatchMode):
         self._scope: str | None = None
         self._blocks: set[str] = set()
         self._block_of: dict[str, str] = {}
+        self._last_block: tuple[str, int, str] = ("", -1, "")
+        """The phase, step and block of the last point inside a block (:meth:`place`)."""
         self.measuring = True
         """Peaks and events are only taken while set (the tracer clears it for the warm-up step)."""
         self.stand_in_scalars = False
@@ -131,6 +134,18 @@ class MemoryTracker(TorchDispatchMode):
         if name is not None and name not in self._blocks:
             self._blocks.add(name)
             self._block_of.clear()
+
+    def place(self) -> str:
+        """:meth:`block`, or outside every block ``"@"`` and the block the phase last ran in (``""`` before its
+        first): a phase's points outside its blocks fall before, between and after them (the start and the end
+        of backward), and each such stretch is a place of its own whose height depends on the blocks around it
+        (:func:`autoshard.profiler.scaling._place`)."""
+        block = self.block()
+        if block:
+            self._last_block = (self.phase, self.step, block)
+            return block
+        phase, step, last = self._last_block
+        return f"@{last}" if (phase, step) == (self.phase, self.step) else ""
 
     def block(self) -> str:
         """The repeated block the step is in (``""``: outside every block): :attr:`scope` in forward and in
@@ -196,7 +211,7 @@ class MemoryTracker(TorchDispatchMode):
             self.total_bytes -= entry.nbytes
 
     def _record(self) -> None:
-        self.events.append((self.phase, tuple(self.totals[c] for c in Category), self.block()))
+        self.events.append((self.phase, tuple(self.totals[c] for c in Category), self.place()))
 
     def _maybe_peak(self) -> None:
         if not self.measuring:
@@ -205,7 +220,7 @@ class MemoryTracker(TorchDispatchMode):
             self._record()
         phase_peak = self.phase_peaks.get(self.phase)
         within: dict[str, PeakSnapshot] = {} if phase_peak is None else phase_peak.within
-        block = self.block()
+        block = self.place()
         block_peak = within.get(block)
         if block_peak is None or self._higher(block_peak):
             snapshot = PeakSnapshot(self.total_bytes, dict(self.totals), self.phase, self._module_name(), self.step,
@@ -235,6 +250,11 @@ class MemoryTracker(TorchDispatchMode):
         self.op_count += 1
         if self.on_ops is not None and self.op_count % OPS_PER_CHECK == 0:
             self.on_ops()
+        if _writes_lists_in_place(func) and _all_fake(args):
+            # A fake in-place foreach op (the optimizer's `_foreach_mul_`...) allocates nothing and returns
+            # nothing: its fake kernel only runs a meta kernel per tensor to check shapes, a third of a GPU
+            # trace's optimizer step. Version counters are bumped above this mode, as without it.
+            return None
         try:
             out = func(*args, **(kwargs or {}))
         except Exception:
@@ -297,6 +317,28 @@ _NORM_OPS = {
     torch.ops.aten._native_batch_norm_legit_functional.default,
 }
 """Normalisations whose outputs 1 and 2 are the saved statistics (mean, inverse std)."""
+
+
+@cache
+def _writes_lists_in_place(func: torch._ops.OpOverload) -> bool:
+    """Whether ``func`` is an ATen foreach op that writes its first tensor list in place and returns nothing
+    (``_foreach_add_.List(Tensor(a!)[] self, Tensor[] other, *, Scalar alpha=1) -> ()``)."""
+    schema = func._schema
+    if func.namespace != "aten" or not schema.name.startswith("aten::_foreach_") or schema.returns:
+        return False
+    first = schema.arguments[0] if schema.arguments else None
+    return first is not None and first.alias_info is not None and first.alias_info.is_write
+
+
+def _all_fake(args: tuple[Any, ...]) -> bool:
+    """Whether every tensor in ``args`` (tensors and lists of tensors) is fake."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for arg in args:
+        for t in arg if isinstance(arg, (list, tuple)) else (arg,):
+            if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor):
+                return False
+    return True
 
 
 def _stand_in(dtype: torch.dtype) -> bool | int | float:

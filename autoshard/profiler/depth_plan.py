@@ -1,0 +1,177 @@
+"""Which shallow copies a deep model is profiled from, and how they combine into it (used by
+:mod:`autoshard.profiler.scaling`, whose docstring says why this is exact)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from autoshard.errors import AutoshardError
+from autoshard.models.hf_layers import LayerKinds, layer_kinds
+from autoshard.models.source import ModelSource
+
+__all__ = ["SHALLOW_LAYERS", "Plan", "Whole", "plan_copies"]
+
+SHALLOW_LAYERS = (2, 3)
+"""Block counts traced when extrapolating. Two and three (not one and two): the first and the last block may
+differ from the others in what they save (e.g. the first block's input is the embedding output, T5 computes its
+shared position bias there); from two blocks on, each added block is an interior one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Shallow copies to trace, and how to combine them into the model at full depth."""
+
+    sources: tuple[ModelSource, ...]
+    positions: tuple[tuple[int, ...], ...]
+    """Per copy, the full-depth positions of the blocks it keeps (one stack; the same in every stack)."""
+    weights: tuple[int, ...]
+    """The model is ``Σ weights[i] · copy[i]`` in every quantity."""
+    kinds: LayerKinds | None
+    """The model's kinds of block (``None`` when its stacks were not found)."""
+    parameter_count: int
+    """Unique parameters of the model built at full depth on the meta device."""
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the blocks past the first are of several kinds (always for a composite model's towers)."""
+        return self.kinds is not None and (bool(self.kinds.towers) or not self.kinds.alike_after_first())
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """Why every block must be traced."""
+
+    reason: str
+    kinds: LayerKinds | None
+
+
+PLANS_KEPT = 4
+"""Sources whose plan :func:`plan_copies` keeps: a recommendation profiles one source a dozen times (modes,
+checkpointing, micro-batches), and the plan depends on the source alone."""
+_kept: dict[int, tuple[ModelSource, Plan | Whole]] = {}
+
+
+def plan_copies(source: ModelSource) -> Plan | Whole:
+    """:func:`_new_plan`, kept for the last few sources (by identity: a source is an immutable recipe, and
+    the entry holds it, so its id is not reused while kept). DeepSeek-V3's full-depth meta build and checks
+    take about 0.2 s of each of the 12 profiles of a recommendation."""
+    kept = _kept.get(id(source))
+    if kept is not None and kept[0] is source:
+        return kept[1]
+    plan = _new_plan(source)
+    while len(_kept) >= PLANS_KEPT:
+        del _kept[next(iter(_kept))]
+    _kept[id(source)] = (source, plan)
+    return plan
+
+
+def _new_plan(source: ModelSource) -> Plan | Whole:
+    """Choose the shallow copies, from the model built at full depth on the meta device (seconds even for
+    671B parameters: nothing is allocated), and check that each copy has the kinds of block it stands for."""
+    target, with_num_layers = source.num_layers, source.with_num_layers
+    if target is None or with_num_layers is None:
+        raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
+    with torch.device("meta"):
+        model = source.build()
+    parameter_count = sum(p.numel() for p in model.parameters())  # parameters() yields a tied tensor once
+    kinds = layer_kinds(model, target)
+    del model
+    rebuild: Callable[[tuple[int, ...]], ModelSource]
+    positions: tuple[tuple[int, ...], ...]
+    weights: tuple[int, ...]
+    if kinds is None or (kinds.alike_after_first() and not kinds.towers):
+        # A stack of n blocks has the model's first n kinds: copies of SHALLOW_LAYERS blocks, as ever.
+        l1, l2 = SHALLOW_LAYERS
+        positions = ((*range(l1 - 1), target - 1), (*range(l2 - 1), target - 1))
+        weights = (l2 - target, target - l1)  # copy1 + (target - l1) · (copy2 - copy1), as l2 = l1 + 1
+        rebuild = functools.partial(_with_count, with_num_layers)
+    elif len(kinds.stacks) > 1 and not kinds.towers:
+        return Whole(f"its blocks are of {len(kinds.labels)} kinds in {len(kinds.stacks)} stacks", kinds)
+    elif source.with_layers is None:
+        return Whole(f"its blocks are of {len(kinds.labels)} kinds and {source.kind} sources cannot be "
+                      "rebuilt with a chosen mix of them", kinds)
+    else:
+        positions, weights = _mix(kinds.flat(), tuple(len(k) for k in kinds.kinds) if kinds.towers else (),
+                                  kinds.last_used)
+        rebuild = source.with_layers
+        if max(len(p) for p in positions) >= target:
+            return Whole(f"its {len(kinds.labels)} kinds of block leave no copy shallower than it", kinds)
+    sources = []
+    for kept in positions:
+        try:
+            copy = rebuild(kept)
+            wrong = None if kinds is None else _wrong_kinds(copy, kinds, kept)
+        except AutoshardError as exc:
+            return Whole(f"a copy with {len(kept)} of its blocks cannot be built ({exc.message})", kinds)
+        if wrong is not None:
+            return Whole(wrong, kinds)
+        sources.append(copy)
+    return Plan(tuple(sources), positions, weights, kinds, parameter_count)
+
+
+def _with_count(with_num_layers: Callable[[int], ModelSource], kept: tuple[int, ...]) -> ModelSource:
+    return with_num_layers(len(kept))
+
+
+def _mix(
+    kinds: tuple[int, ...], sizes: tuple[int, ...] = (), last_used: tuple[int, ...] = ()
+) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """The blocks each shallow copy keeps, and the weights that combine the copies into the whole stack (or
+    into stacks of ``sizes`` blocks numbered one after the other: a composite model's towers).
+
+    The reference copy keeps the first block, the last (of each stack, and ``last_used``: a tower's last block
+    that runs), and the first block of each kind, so every copy starts each kind where the model does; each
+    further copy adds the next block of one kind the model has more of (an interior block that is not the
+    first of its kind), the most numerous kind last; with towers, one block of each kind the model has as
+    many more of.
+
+    Example:
+        >>> _mix((0, 0, 0, 1, 1, 1, 1, 1))  # 3 dense layers, then 5 MoE layers
+        (((0, 3, 7), (0, 1, 3, 7), (0, 3, 4, 7)), (-4, 2, 3))
+        >>> _mix((0, 0, 0, 0, 1, 1, 1), (4, 3))  # towers of 4 and 3 blocks
+        (((0, 3, 4, 6), (0, 3, 4, 5, 6), (0, 1, 3, 4, 6)), (-2, 1, 2))
+        >>> _mix((0, 0, 0, 0, 1, 1, 1, 1), (4, 4))  # towers of 4 blocks each: one copy adds to both
+        (((0, 3, 4, 7), (0, 1, 3, 4, 5, 7)), (-1, 2))
+    """
+    ends = list(itertools.accumulate(sizes or (len(kinds),)))
+    edges = {i for end, size in zip(ends, sizes or (len(kinds),), strict=True) for i in (end - size, end - 1)}
+    base = {*edges, *last_used, *(kinds.index(kind) for kind in set(kinds))}
+    reference = tuple(sorted(base))
+    more = Counter(kinds)
+    more.subtract(kinds[i] for i in reference)
+    positions, weights = [reference], [1]
+    pending = sorted((k for k in more if more[k] > 0), key=lambda k: (more[k], kinds.index(k)))
+    # Towers' kinds of which the model has as many more each can be added together, in one copy: every
+    # quantity is the reference's plus, per kind, its count times its increment.
+    groups = [list(g) for _, g in itertools.groupby(pending, key=lambda k: more[k])] if sizes else [
+        [k] for k in pending]
+    for group in groups:
+        extras = (next(i for i, k in enumerate(kinds) if k == kind and i not in base) for kind in group)
+        positions.append(tuple(sorted((*reference, *extras))))
+        weights.append(more[group[0]])
+        weights[0] -= more[group[0]]
+    return tuple(positions), tuple(weights)
+
+
+def _wrong_kinds(copy: ModelSource, kinds: LayerKinds, kept: tuple[int, ...]) -> str | None:
+    """Why ``copy`` does not have the kinds of the blocks it keeps, or ``None`` when it does."""
+    with torch.device("meta"):
+        model = copy.build()
+    local = kinds.local(kept)
+    found = kinds.match(model, tuple(map(len, local)) if kinds.towers else len(kept))
+    expected = tuple(tuple(stack[i] for i in here) for stack, here in zip(kinds.kinds, local, strict=True))
+    if found == expected:
+        return None
+    if found is None:
+        return f"a copy with {len(kept)} of its blocks does not have its stacks ({', '.join(kinds.stacks)})"
+    s, bad = next((s, j) for s, (fs, es) in enumerate(zip(found, expected, strict=True))
+                  for j, (f, e) in enumerate(zip(fs, es, strict=True)) if f != e)
+    got = "a block of no kind it has" if found[s][bad] < 0 else kinds.labels[found[s][bad]]
+    return (f"rebuilt with {len(kept)} blocks, its block {kinds.stacks[s]}.{local[s][bad]} "
+            f"({kinds.labels[expected[s][bad]]}) becomes {got}")

@@ -19,6 +19,15 @@ def big_model_plan():
     return plan(workload(70_000_000_000), H100x8, request(micro_batch_size=2), strategies)
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """memory_figure() draws with pyplot: close what each test opened, so later tests start with none."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def _figure(p):
     from autoshard.cli._plot import memory_figure
 

@@ -331,12 +331,17 @@ def _writes_lists_in_place(func: torch._ops.OpOverload) -> bool:
 
 
 def _all_fake(args: tuple[Any, ...]) -> bool:
-    """Whether every tensor in ``args`` (tensors and lists of tensors) is fake."""
+    """Whether every tensor in ``args`` (tensors and lists of tensors) is fake and carries no constant.
+
+    A fake tensor made from a Python number (an optimizer's ``step`` counter) keeps its value as a constant, which
+    the fake kernel updates: ``_foreach_add_(state_steps, 1)`` must run, or Adam's bias correction divides by
+    ``1 - beta1 ** 0 = 0``.
+    """
     from torch._subclasses.fake_tensor import FakeTensor
 
     for arg in args:
         for t in arg if isinstance(arg, (list, tuple)) else (arg,):
-            if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor):
+            if isinstance(t, torch.Tensor) and (not isinstance(t, FakeTensor) or t.constant is not None):
                 return False
     return True
 

@@ -125,7 +125,8 @@ class ExportedPlan:
     @property
     def strategy_traits(self) -> Traits:
         """:attr:`traits`, never ``None`` once constructed."""
-        assert self.traits is not None  # set in __post_init__
+        if self.traits is None:  # __post_init__ fills it in: only a bypassed constructor gets here
+            raise RuntimeError("ExportedPlan.traits was not filled in")
         return self.traits
 
     @property

@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -144,3 +146,17 @@ def time_limit(source: ModelSource, tracker: MemoryTracker, limit_s: float) -> C
         )
 
     return check
+
+
+@contextlib.contextmanager
+def fake_tensor_log_quiet() -> Iterator[None]:
+    """Keep torch's fake-tensor logger from printing a traceback to stderr for an op that fails under fake
+    tensors (``log.exception`` in ``FakeTensorMode._dispatch_impl``, torch 2.13): the failure is raised anyway,
+    and reported once, in the user's terms (:func:`guard`)."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from autoshard.models.source import (
 )
 from autoshard.profiler import fake_ops, flops, gpu
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
-from autoshard.profiler.guard import TIME_LIMIT_S, guard, mark_backward, time_limit
+from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
 from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.precision_cast import cast_floating_tensors
@@ -63,20 +62,6 @@ class _StepFacts:
 def trace(source: ModelSource, options: ProfileOptions, *, fake: bool = True) -> ModelProfile:
     """Trace :data:`STEPS` training steps of ``source`` and return its profile (see :func:`trace_with_phases`)."""
     return trace_with_phases(source, options, fake=fake)[0]
-
-
-@contextlib.contextmanager
-def _fake_tensor_log_quiet() -> Iterator[None]:
-    """Keep torch's fake-tensor logger from printing a traceback to stderr for an op that fails under fake
-    tensors (``log.exception`` in ``FakeTensorMode._dispatch_impl``, torch 2.13): the failure is raised anyway,
-    and reported once, in the user's terms (:mod:`autoshard.profiler.guard`)."""
-    logger = logging.getLogger("torch._subclasses.fake_tensor")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def trace_with_phases(
@@ -119,7 +104,7 @@ def trace_timeline(
 
         mode = FakeTensorMode(allow_non_fake_inputs=True)
     # fake_ops: shape rules for ops whose meta kernel refuses what the real kernels run (fp32 grouped_mm).
-    with fake_ops.installed() if fake else contextlib.nullcontext(), mode, _fake_tensor_log_quiet():
+    with fake_ops.installed() if fake else contextlib.nullcontext(), mode, fake_tensor_log_quiet():
         model = _build(source, options)
         model.train()
         blocks = find_repeated_blocks(model)

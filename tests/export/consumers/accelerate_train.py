@@ -44,3 +44,10 @@ else:
     mesh = config.build_device_mesh("cpu")
     result(enabled=os.environ.get("ACCELERATE_USE_PARALLELISM_CONFIG"), dp_replicate=config.dp_replicate_size,
            dp_shard=config.dp_shard_size, mesh=list(mesh.mesh_dim_names or ()), shape=list(mesh.shape))
+
+# Leave without interpreter teardown once every rank is done: a gloo group left to it can abort the process after
+# the work ("terminate called without an active exception", pytorch#65231), as autoshard's own workers avoid.
+torch.distributed.barrier()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)

@@ -1,5 +1,7 @@
 """``deepspeed.initialize(config="ds_config.json")`` and two optimizer steps, under torchrun (DS_ACCELERATOR=cpu)."""
 import json
+import os
+import sys
 
 import deepspeed
 import torch
@@ -14,3 +16,10 @@ for _ in range(2 * engine.gradient_accumulation_steps()):
     engine.step()
 print("RESULT " + json.dumps({"steps": engine.global_steps, "stage": engine.zero_optimization_stage(),
                               "gradient_clipping": engine.gradient_clipping()}), flush=True)
+
+# Leave without interpreter teardown once every rank is done: a gloo group left to it can abort the process after
+# the work ("terminate called without an active exception", pytorch#65231), as autoshard's own workers avoid.
+torch.distributed.barrier()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)

@@ -1,0 +1,465 @@
+"""autoshard's predictions held against published GPU measurements (issue #16).
+
+``benchmarks/published_points.yaml`` lists training runs that others measured on GPUs and published (torchtitan,
+llm-foundry, DeepSpeedExamples, the ZeRO-Offload paper), each with its source, its settings and the figure as
+published. For each point this script asks the planner what it predicts for that configuration, through the
+public planning path (``build_workload`` → ``planner.search.evaluate`` with a ``Candidate``, as ``recommend`` does
+for every candidate), and writes per-point signed errors and the summary rows to
+``docs/benchmarks/published.{md,json}``.
+
+A point whose settings autoshard cannot express (selective activation checkpointing, ``torch.compile``, a memory
+metric it does not predict) is listed as "not expressible" with what is missing, and counted, never compared.
+
+Run from the repository root::
+
+    python benchmarks/published.py                     # every point (a few minutes on 2 cores)
+    python benchmarks/published.py --only ID [ID ...]  # a subset
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import cpu_model  # noqa: E402
+
+SCRIPT = Path(__file__).resolve()
+POINTS_FILE = SCRIPT.with_name("published_points.yaml")
+PROFILES_GPUS = SCRIPT.parents[1] / "profiles" / "gpus"
+
+METRICS: dict[str, str] = {
+    "peak_allocated_gib": "peak torch.cuda.max_memory_allocated() per GPU, GiB",
+    "peak_reserved_gib": "peak torch.cuda.max_memory_reserved() per GPU, GiB",
+    "nvidia_smi_gib": "memory nvidia-smi shows per GPU (reserved + CUDA context), GiB",
+    "tokens_per_s_per_gpu": "training tokens per second per GPU",
+    "samples_per_s": "training samples per second, all GPUs",
+    "mfu_percent": "model FLOPs utilisation, %, by the source's formula",
+    "tflops_per_gpu": "TFLOP/s per GPU, by the source's count",
+    "max_micro_batch": "largest micro-batch that runs (0: not even 1)",
+}
+MEMORY_METRICS = ("peak_allocated_gib",)
+THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu")
+NOT_PREDICTED = {
+    "peak_reserved_gib": "reserved memory (autoshard predicts allocated memory only; the caching allocator's "
+                         "segments are not modelled, autoshard/profiler/cuda_allocator.py)",
+    "nvidia_smi_gib": "an nvidia-smi total (autoshard predicts allocated memory only: no reserved segments, "
+                      "no CUDA context)",
+    "mfu_percent": "MFU by the source's own FLOP formula (compare its tokens/s instead)",
+}
+CHECKPOINTING = ("none", "full", "selective-op", "selective-layer")
+HALVES = ("fit", "held_out")
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
+
+
+# ------------------------------------------------------------------------------------------------ the data file
+
+
+class PointsError(ValueError):
+    """The points file is malformed (the message names the point and the field)."""
+
+
+def load_points(path: Path = POINTS_FILE) -> dict[str, Any]:
+    """The points file, validated.
+
+    Raises:
+        PointsError: unreadable, or a point lacks a field or has one out of range (every problem listed).
+    """
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise PointsError(f"cannot read {path}: {exc}") from None
+    problems = validate(data)
+    if problems:
+        raise PointsError(f"{path}: " + "; ".join(problems))
+    return data  # type: ignore[no-any-return]
+
+
+def validate(data: Any) -> list[str]:
+    """Every problem with the points file's content (an empty list when it is valid)."""
+    if not isinstance(data, dict) or not {"sources", "models", "points"} <= set(data):
+        return ["the file must be a mapping with sources, models and points"]
+    sources, models, points = data["sources"], data["models"], data["points"]
+    problems: list[str] = []
+    for key, source in sources.items():
+        if not source.get("url") or not source.get("title"):
+            problems.append(f"source {key}: needs a title and a url")
+        if not (source.get("paper") or all(source.get(k) for k in ("repository", "path", "commit"))):
+            problems.append(f"source {key}: needs repository, path and commit, or paper")
+    gpus = {p.stem for p in PROFILES_GPUS.glob("*.yaml")}
+    seen: set[str] = set()
+    for i, point in enumerate(points):
+        pid = point.get("id") or f"#{i}"
+        problems += [f"{pid}: {p}" for p in _point_problems(point, sources, models, gpus)]
+        if pid in seen:
+            problems.append(f"{pid}: id used twice")
+        seen.add(pid)
+    return problems
+
+
+def _point_problems(point: dict[str, Any], sources: dict[str, Any], models: dict[str, Any],
+                    gpus: set[str]) -> list[str]:
+    problems = []
+    for key in ("id", "half", "source", "where", "quote", "hardware", "model", "seq_len", "micro_batch",
+                "global_batch", "grad_accumulation", "precision", "optimizer", "strategy", "published", "loose"):
+        if key not in point:
+            problems.append(f"missing {key}")
+    if problems:
+        return problems
+    hw, strategy, published = point["hardware"], point["strategy"], point["published"]
+    checks = [
+        (point["half"] in HALVES, f"half must be one of {HALVES}"),
+        (point["source"] in sources, f"unknown source {point['source']!r}"),
+        (hw.get("gpu") in gpus, f"GPU {hw.get('gpu')!r} is not a profile in profiles/gpus"),
+        (_positive(hw.get("gpus_per_node")) and _positive(hw.get("nodes")), "gpus_per_node and nodes must be >= 1"),
+        (hw.get("nodes") == 1 or bool(hw.get("network")), "several nodes need a network"),
+        (("catalog" in point["model"]) != ("hf" in point["model"]), "model needs catalog or hf"),
+        ("hf" not in point["model"] or point["model"]["hf"] in models, "unknown hf model"),
+        (point["precision"] in PRECISIONS, f"precision must be one of {PRECISIONS}"),
+        (strategy.get("activation_checkpointing") in CHECKPOINTING, f"activation_checkpointing in {CHECKPOINTING}"),
+        (published.get("metric") in METRICS, f"metric must be one of {tuple(METRICS)}"),
+        (isinstance(published.get("value"), (int, float)) and bool(published.get("unit")), "published value/unit"),
+        (all(_positive(point[k]) for k in ("micro_batch", "global_batch", "grad_accumulation")), "batch sizes >= 1"),
+        (point["global_batch"] == point["micro_batch"] * point["grad_accumulation"] * hw.get("gpus_per_node", 0)
+         * hw.get("nodes", 0), "global_batch must be micro_batch x grad_accumulation x GPUs"),
+        (isinstance(point["loose"], list), "loose must be a list"),
+    ]
+    return problems + [message for ok, message in checks if not ok]
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+# ------------------------------------------------------------------------------------------------ predicting
+
+
+def not_expressible(point: dict[str, Any]) -> list[str]:
+    """What autoshard cannot express of ``point`` (empty: it can be compared)."""
+    strategy = point["strategy"]
+    missing = []
+    if strategy.get("autoshard") is None:
+        missing.append(f"the strategy ({strategy.get('as_published')})")
+    if strategy["activation_checkpointing"].startswith("selective"):
+        missing.append(f"{strategy['activation_checkpointing']} activation checkpointing (autoshard checkpoints "
+                       "whole blocks or nothing)")
+    missing += list(strategy.get("unmodelled") or [])
+    metric = point["published"]["metric"]
+    if metric in NOT_PREDICTED:
+        missing.append(NOT_PREDICTED[metric])
+    return missing
+
+
+class Predictor:
+    """Builds each point's workload and hardware (workloads cached: points often share a model and precision)."""
+
+    def __init__(self, data: dict[str, Any], folder: Path) -> None:
+        self.data = data
+        self.folder = folder
+        self._workloads: dict[str, Any] = {}
+
+    def workload(self, point: dict[str, Any]) -> Any:
+        from autoshard.models import load_source
+        from autoshard.strategies import build_workload
+
+        ckpt = point["strategy"]["activation_checkpointing"] == "full"
+        key = json.dumps([point["model"], point["seq_len"], point["precision"], point["optimizer"]["name"], ckpt])
+        if key not in self._workloads:
+            self._workloads[key] = build_workload(
+                load_source(self.model_source(point)), precision=point["precision"],
+                optimizer=point["optimizer"]["name"], seq_len=point["seq_len"], checkpointing=(ckpt,), target="cuda")
+        return self._workloads[key]
+
+    def model_source(self, point: dict[str, Any]) -> str:
+        """A catalog name, or a folder holding the ``config.json`` built from the model's config class."""
+        if "catalog" in point["model"]:
+            return str(point["model"]["catalog"])
+        import transformers
+
+        name = point["model"]["hf"]
+        spec = self.data["models"][name]
+        kwargs = {**spec["config"], "architectures": [spec["architecture"]]}
+        if spec.get("positions_key"):
+            kwargs[spec["positions_key"]] = point["seq_len"]
+        folder = self.folder / f"{name}-{point['seq_len']}"
+        if not (folder / "config.json").is_file():
+            getattr(transformers, spec["config_class"])(**kwargs).save_pretrained(folder)
+        return str(folder)
+
+    def hardware(self, point: dict[str, Any]) -> Any:
+        """One node of the GPU profile, or a cluster file with the point's network between its nodes."""
+        from autoshard.hardware import load_hardware
+
+        hw = point["hardware"]
+        if hw["nodes"] == 1:
+            return load_hardware(hw["gpu"], gpus=hw["gpus_per_node"])
+        path = self.folder / f"{point['id']}-cluster.yaml"
+        cluster = {"kind": "cluster", "name": point["id"], "nodes": hw["nodes"],
+                   "node": {"name": f"{hw['gpus_per_node']} x {hw['gpu']}", "gpu": hw["gpu"],
+                            "gpus_per_node": hw["gpus_per_node"], "network": hw["network"]}}
+        path.write_text(yaml.safe_dump(cluster), encoding="utf-8")
+        return load_hardware(path)
+
+    def predict(self, point: dict[str, Any]) -> dict[str, Any]:
+        """autoshard's figures for ``point``: memory, throughput, whether it fits, the largest micro-batch."""
+        from autoshard.planner.plan import PlanRequest
+        from autoshard.planner.search import evaluate
+        from autoshard.strategies import get
+        from autoshard.strategies.base import Candidate
+
+        workload, hardware = self.workload(point), self.hardware(point)
+        strategy = get(point["strategy"]["autoshard"])
+        ckpt = point["strategy"]["activation_checkpointing"] == "full"
+        knobs = {k.name for k in strategy.knobs(hardware)}
+        settings = {k: point["strategy"][k] for k in ("reduce_dtype",) if k in knobs and point["strategy"].get(k)}
+        # No safety margin: the published run had the whole GPU.
+        request = PlanRequest(micro_batch_size=point["micro_batch"], global_batch_size=point["global_batch"],
+                              goal="pretrain", safety_margin=0.0, strategies=None)
+
+        def at(micro: int) -> Any:
+            candidate = Candidate(strategy=strategy.name, micro_batch_size=micro, activation_checkpointing=ckpt,
+                                  settings=settings)
+            return evaluate(strategy, workload, hardware, request, candidate)
+
+        e = at(point["micro_batch"])
+        world = hardware.world_size
+        flops = workload.trace("amp", ckpt).flops_per_sample()
+        out = {
+            "parameters": workload.parameter_count,
+            "world_size": world,
+            "fits": e.fits,
+            "gradient_accumulation": e.gradient_accumulation,
+            "peak_allocated_gib": e.memory.gpu.total / 2**30,
+            "samples_per_s": e.cost.samples_per_s,
+            "tokens_per_s_per_gpu": None if e.cost.tokens_per_s is None else e.cost.tokens_per_s / world,
+            "tflops_per_gpu": flops * e.cost.samples_per_s / world / 1e12,
+            "step_time_s": e.cost.step_time_s,
+        }
+        if point["published"]["metric"] == "max_micro_batch":
+            out["max_micro_batch"] = largest_micro_batch(lambda mb: at(mb).fits)
+        return out
+
+
+def largest_micro_batch(fits: Any, limit: int = 1024) -> int:
+    """The largest micro-batch ``fits(mb)`` accepts (memory grows with the micro-batch): doubling, then bisection.
+
+    Example:
+        >>> largest_micro_batch(lambda mb: mb <= 37)
+        37
+        >>> largest_micro_batch(lambda mb: False)
+        0
+    """
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= limit and fits(high):
+        low, high = high, high * 2
+    high = min(high, limit + 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def signed_error(metric: str, predicted: float, published: float) -> float:
+    """Predicted minus published: in micro-batches for ``max_micro_batch``, else in % of the published figure.
+
+    Example:
+        >>> signed_error("tokens_per_s_per_gpu", 90.0, 100.0)
+        -10.0
+        >>> signed_error("max_micro_batch", 3, 4)
+        -1.0
+    """
+    if metric == "max_micro_batch":
+        return float(predicted - published)
+    return (predicted - published) / published * 100
+
+
+def run_point(point: dict[str, Any], predictor: Predictor) -> dict[str, Any]:
+    """One row: the point, what autoshard predicts, the error, or why there is none."""
+    metric, value = point["published"]["metric"], point["published"]["value"]
+    row = {"id": point["id"], "half": point["half"], "source": point["source"], "metric": metric,
+           "published": value, "unit": point["published"]["unit"], "predicted": None, "error": None,
+           "status": "compared", "reason": None, "prediction": None, "wall_s": None}
+    missing = not_expressible(point)
+    if missing:
+        return {**row, "status": "not expressible", "reason": "; ".join(missing)}
+    start = time.perf_counter()
+    try:
+        prediction = predictor.predict(point)
+    except Exception as exc:  # a failing point is reported in its row; the others still run
+        return {**row, "status": "failed", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
+                "wall_s": round(time.perf_counter() - start, 2)}
+    predicted = prediction[metric]
+    return {**row, "predicted": predicted, "error": signed_error(metric, predicted, value), "prediction": prediction,
+            "wall_s": round(time.perf_counter() - start, 2)}
+
+
+# ------------------------------------------------------------------------------------------------ the report
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and max |error| for memory and for throughput, and micro-batches within one, per half."""
+    out: dict[str, Any] = {}
+    for half in (*HALVES, "all"):
+        mine = [r for r in rows if half in ("all", r["half"])]
+        compared = [r for r in mine if r["status"] == "compared"]
+        entry: dict[str, Any] = {
+            "points": len(mine),
+            "compared": len(compared),
+            "not_expressible": sum(r["status"] == "not expressible" for r in mine),
+            "failed": sum(r["status"] == "failed" for r in mine),
+            "published_run_predicted_not_to_fit": sum(not r["prediction"]["fits"] for r in compared
+                                                      if r["metric"] != "max_micro_batch"),
+        }
+        for kind, metrics in (("memory", MEMORY_METRICS), ("throughput", THROUGHPUT_METRICS)):
+            errors = [abs(r["error"]) for r in compared if r["metric"] in metrics]
+            entry[kind] = {"n": len(errors),
+                           "median_abs_error_pct": statistics.median(errors) if errors else None,
+                           "max_abs_error_pct": max(errors) if errors else None}
+        steps = [abs(r["error"]) for r in compared if r["metric"] == "max_micro_batch"]
+        entry["max_micro_batch"] = {"n": len(steps), "within_one": sum(s <= 1 for s in steps)}
+        out[half] = entry
+    return out
+
+
+def environment(argv: Sequence[str]) -> dict[str, Any]:
+    """Date, machine, versions and the benchmark's command line."""
+    import deepspeed
+    import torch
+    import transformers
+
+    import autoshard
+
+    try:
+        script = str(SCRIPT.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        script = str(SCRIPT)
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "deepspeed": deepspeed.__version__, "autoshard": autoshard.__version__,
+            "command": shlex.join(["python", script, *argv])}
+
+
+def _fmt(value: Any, metric: str) -> str:
+    if value is None:
+        return "—"
+    if metric == "max_micro_batch":
+        return str(int(value))
+    return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def _summary_lines(summary: dict[str, Any]) -> list[str]:
+    lines = ["| half | points | compared | not expressible | failed | memory n | memory median \\|err\\| | "
+             "memory max \\|err\\| | throughput n | throughput median \\|err\\| | throughput max \\|err\\| | "
+             "largest micro-batch within one | published run predicted not to fit |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for half, s in summary.items():
+        pct = [("—" if v is None else f"{v:.1f} %") for v in (
+            s["memory"]["median_abs_error_pct"], s["memory"]["max_abs_error_pct"],
+            s["throughput"]["median_abs_error_pct"], s["throughput"]["max_abs_error_pct"])]
+        mb = s["max_micro_batch"]
+        lines.append(f"| {half} | {s['points']} | {s['compared']} | {s['not_expressible']} | {s['failed']} | "
+                     f"{s['memory']['n']} | {pct[0]} | {pct[1]} | {s['throughput']['n']} | {pct[2]} | {pct[3]} | "
+                     f"{mb['within_one']} of {mb['n']} | {s['published_run_predicted_not_to_fit']} |")
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report: header, summary, one row per point."""
+    meta = report["meta"]
+    lines = [
+        "# autoshard against published GPU measurements", "",
+        f"{meta['date']}, {meta['machine']}, {meta['cpu_count']} cores, Python {meta['python']}, torch "
+        f"{meta['torch']}, transformers {meta['transformers']}, DeepSpeed {meta['deepspeed']}, autoshard "
+        f"{meta['autoshard']}.", "",
+        f"Benchmark: `{meta['command']}`", "",
+        "**What is compared.** Each published figure (`benchmarks/published_points.yaml`: source, settings, quote, "
+        "and what the source leaves open) against autoshard's prediction for the same configuration: the traced "
+        "workload (`autoshard.strategies.build_workload`) evaluated as one candidate (`planner.search.evaluate`: "
+        "strategy, micro-batch, checkpointing, global batch) on the GPU profile, with no safety margin. "
+        "Throughput figures are compared with the step-time model's `tokens_per_s / GPUs` (tokens/s per GPU), "
+        "`samples_per_s` (samples/s) or autoshard's traced FLOPs of the step (recomputation included) times "
+        "samples/s per GPU (TFLOP/s); memory figures with the per-GPU peak `memory.gpu.total` (allocated bytes); "
+        "the largest micro-batch by bisection over `evaluate(...).fits`. Error = (predicted − published) / "
+        "published; for the largest micro-batch, predicted − published micro-batches. A point autoshard cannot "
+        "express is listed with what it lacks and not compared. \"Fits\" is autoshard's verdict on the published "
+        "configuration, which ran: \"no\" is a memory over-prediction even where no memory figure was published.",
+        "", "## Summary", "", *_summary_lines(report["summary"]), "",
+        "## Points", "",
+        "| id | half | metric | published | predicted | error | fits | note |",
+        "|---|---|---|---:|---:|---:|---|---|",
+    ]
+    for r in report["rows"]:
+        unit = "" if r["metric"] == "max_micro_batch" else " %"
+        error = "—" if r["error"] is None else f"{r['error']:+.1f}{unit}"
+        fits = "—" if r["prediction"] is None else ("yes" if r["prediction"]["fits"] else "no")
+        note = "" if r["status"] == "compared" else f"{r['status']}: {r['reason']}"
+        lines.append(f"| {r['id']} | {r['half']} | {r['metric']} | {_fmt(r['published'], r['metric'])} | "
+                     f"{_fmt(r['predicted'], r['metric'])} | {error} | {fits} | {note} |")
+    lines += ["", "Sources: " + "; ".join(f"**{k}**: {v['title']}, {v['url']}"
+                                           for k, v in report["sources"].items()), ""]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="ID", help="run only these points")
+    parser.add_argument("--points", type=Path, default=POINTS_FILE, help="the points file")
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="where to write the report")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; 0 on success, 2 on bad input (one line on stderr)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    try:
+        data = load_points(args.points)
+    except PointsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    points = data["points"]
+    if args.only:
+        unknown = sorted(set(args.only) - {p["id"] for p in points})
+        if unknown:
+            print(f"error: no point {', '.join(unknown)} in {args.points}.", file=sys.stderr)
+            return 2
+        points = [p for p in points if p["id"] in args.only]
+    meta = environment(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="published-") as tmp:
+        predictor = Predictor(data, Path(tmp))
+        for point in points:
+            row = run_point(point, predictor)
+            rows.append(row)
+            shown = row["error"] if row["error"] is None else f"{row['error']:+.1f}"
+            print(f"{row['id']}: {row['status']} {shown if row['status'] == 'compared' else row['reason']}",
+                  flush=True)
+    report = {"meta": meta, "sources": data["sources"], "summary": summarise(rows), "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "published.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    text = markdown(report)
+    (args.out / "published.md").write_text(text, encoding="utf-8")
+    print("\n".join(_summary_lines(report["summary"])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

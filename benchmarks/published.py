@@ -44,6 +44,7 @@ PROFILES_GPUS = SCRIPT.parents[1] / "profiles" / "gpus"
 
 METRICS: dict[str, str] = {
     "peak_allocated_gib": "peak torch.cuda.max_memory_allocated() per GPU, GiB",
+    "peak_active_gib": "peak active bytes per GPU (memory_stats active_bytes.all.peak), GiB",
     "peak_reserved_gib": "peak torch.cuda.max_memory_reserved() per GPU, GiB",
     "nvidia_smi_gib": "memory nvidia-smi shows per GPU (reserved + CUDA context), GiB",
     "tokens_per_s_per_gpu": "training tokens per second per GPU",
@@ -52,7 +53,10 @@ METRICS: dict[str, str] = {
     "tflops_per_gpu": "TFLOP/s per GPU, by the source's count",
     "max_micro_batch": "largest micro-batch that runs (0: not even 1)",
 }
-MEMORY_METRICS = ("peak_allocated_gib",)
+MEMORY_METRICS = ("peak_allocated_gib", "peak_active_gib")
+"""Compared with the predicted allocated peak. Active bytes are the allocated blocks' sizes: at least the
+allocated bytes, more by the unused tail of a block the caching allocator hands out unsplit (at most 1 MiB a
+block in the large pool, ``should_split`` in c10/cuda/CUDACachingAllocator.cpp)."""
 THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu")
 NOT_PREDICTED = {
     "peak_reserved_gib": "reserved memory (autoshard predicts allocated memory only; the caching allocator's "
@@ -244,6 +248,7 @@ class Predictor:
             "fits": e.fits,
             "gradient_accumulation": e.gradient_accumulation,
             "peak_allocated_gib": e.memory.gpu.total / 2**30,
+            "peak_active_gib": e.memory.gpu.total / 2**30,
             "samples_per_s": e.cost.samples_per_s,
             "tokens_per_s_per_gpu": None if e.cost.tokens_per_s is None else e.cost.tokens_per_s / world,
             "tflops_per_gpu": flops * e.cost.samples_per_s / world / 1e12,

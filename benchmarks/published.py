@@ -34,9 +34,8 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import cpu_model  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
+from _common import cpu_model
 
 SCRIPT = Path(__file__).resolve()
 POINTS_FILE = SCRIPT.with_name("published_points.yaml")
@@ -90,7 +89,7 @@ def load_points(path: Path = POINTS_FILE) -> dict[str, Any]:
     problems = validate(data)
     if problems:
         raise PointsError(f"{path}: " + "; ".join(problems))
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 def validate(data: Any) -> list[str]:
@@ -303,10 +302,12 @@ def run_point(point: dict[str, Any], predictor: Predictor) -> dict[str, Any]:
     missing = not_expressible(point)
     if missing:
         return {**row, "status": "not expressible", "reason": "; ".join(missing)}
+    from autoshard.errors import AutoshardError
+
     start = time.perf_counter()
     try:
         prediction = predictor.predict(point)
-    except Exception as exc:  # a failing point is reported in its row; the others still run
+    except AutoshardError as exc:  # autoshard refused the point: reported in its row, the others still run
         return {**row, "status": "failed", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
                 "wall_s": round(time.perf_counter() - start, 2)}
     predicted = prediction[metric]

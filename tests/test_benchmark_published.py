@@ -1,0 +1,159 @@
+"""benchmarks/published.py: the published GPU points validate, and the benchmark runs end to end on cheap points.
+
+The data-file tests check what every point must carry (a source with a commit or a paper, a GPU profile that
+exists, a metric from the allowed set, a half, consistent batch sizes); the end-to-end test runs ``main`` with
+``--only`` on two GPT-2 points (one compared, one not expressible) and checks the rows and the report it writes,
+never the predicted values.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.benchmark_scripts import load
+
+CHEAP = ["dse-gpt2-ddp-mb8", "torchtitan-h100-llama31-8b-g8-memory"]
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load("published")
+
+
+@pytest.fixture(scope="module")
+def data(bench: ModuleType) -> dict[str, Any]:
+    return bench.load_points()
+
+
+def test_points_file_validates_with_at_least_25_points_in_both_halves(bench: ModuleType,
+                                                                      data: dict[str, Any]) -> None:
+    points = data["points"]
+    assert bench.validate(data) == []
+    assert len(points) >= 25
+    assert {p["half"] for p in points} == {"fit", "held_out"}
+    assert len({p["id"] for p in points}) == len(points)
+
+
+def test_every_point_quotes_a_source_with_a_commit_or_a_paper(data: dict[str, Any]) -> None:
+    for point in data["points"]:
+        source = data["sources"][point["source"]]
+        assert source["url"].startswith("https://"), point["id"]
+        assert source.get("paper") or len(source["commit"]) == 40, point["id"]
+        assert point["quote"] and point["where"], point["id"]
+
+
+def test_each_source_lies_in_one_half(data: dict[str, Any]) -> None:
+    halves: dict[str, set[str]] = {}
+    for point in data["points"]:
+        halves.setdefault(point["source"], set()).add(point["half"])
+    assert all(len(h) == 1 for h in halves.values()), halves
+
+
+def test_both_halves_hold_points_autoshard_can_compare(bench: ModuleType, data: dict[str, Any]) -> None:
+    for half in ("fit", "held_out"):
+        assert any(not bench.not_expressible(p) for p in data["points"] if p["half"] == half), half
+
+
+@pytest.mark.parametrize(("path", "value", "problem"), [
+    (("hardware", "gpu"), "h100-sxm-96gb", "is not a profile in profiles/gpus"),
+    (("published", "metric"), "tokens_per_s", "metric must be one of"),
+    (("half",), "train", "half must be one of"),
+    (("source",), "no-such-source", "unknown source"),
+    (("global_batch",), 7, "global_batch must be micro_batch x grad_accumulation x GPUs"),
+    (("strategy", "activation_checkpointing"), "partial", "activation_checkpointing in"),
+    (("hardware", "nodes"), 2, "several nodes need a network"),
+])
+def test_a_bad_point_is_reported_by_id_and_field(bench: ModuleType, data: dict[str, Any], path: tuple[str, ...],
+                                                 value: Any, problem: str) -> None:
+    broken = copy.deepcopy(data)
+    point = next(p for p in broken["points"] if p["id"] == "dse-gpt2-ddp-mb8")
+    target = point
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    problems = bench.validate(broken)
+    assert any(p.startswith("dse-gpt2-ddp-mb8: ") and problem in p for p in problems), problems
+
+
+def test_a_duplicate_id_is_reported(bench: ModuleType, data: dict[str, Any]) -> None:
+    broken = copy.deepcopy(data)
+    broken["points"].append(copy.deepcopy(broken["points"][0]))
+    assert f"{broken['points'][0]['id']}: id used twice" in bench.validate(broken)
+
+
+@pytest.mark.parametrize(("checkpointing", "metric", "unmodelled", "expected"), [
+    ("full", "tokens_per_s_per_gpu", [], []),
+    ("selective-op", "tokens_per_s_per_gpu", [], ["selective-op activation checkpointing"]),
+    ("none", "peak_reserved_gib", [], ["reserved memory"]),
+    ("none", "nvidia_smi_gib", ["torch.compile"], ["torch.compile", "an nvidia-smi total"]),
+])
+def test_what_autoshard_cannot_express_is_named(bench: ModuleType, data: dict[str, Any], checkpointing: str,
+                                                metric: str, unmodelled: list[str], expected: list[str]) -> None:
+    point = copy.deepcopy(data["points"][0])
+    point["strategy"].update(activation_checkpointing=checkpointing, unmodelled=unmodelled)
+    point["published"]["metric"] = metric
+    missing = bench.not_expressible(point)
+    assert len(missing) == len(expected)
+    assert all(any(m.startswith(e) for m in missing) for e in expected), missing
+
+
+def test_summary_separates_halves_and_memory_from_throughput(bench: ModuleType) -> None:
+    def row(half: str, metric: str, error: float | None, status: str = "compared") -> dict[str, Any]:
+        return {"half": half, "metric": metric, "error": error, "status": status,
+                "prediction": None if error is None else {"fits": error < 50}}
+
+    rows = [row("fit", "tokens_per_s_per_gpu", -10.0), row("fit", "tokens_per_s_per_gpu", 30.0),
+            row("fit", "peak_active_gib", 5.0), row("held_out", "samples_per_s", 200.0),
+            row("held_out", "max_micro_batch", -1.0), row("held_out", "peak_reserved_gib", None, "not expressible")]
+    summary = bench.summarise(rows)
+    assert summary["fit"]["throughput"] == {"n": 2, "median_abs_error_pct": 20.0, "max_abs_error_pct": 30.0}
+    assert summary["fit"]["memory"]["n"] == 1 and summary["held_out"]["memory"]["n"] == 0
+    assert summary["held_out"]["max_micro_batch"] == {"n": 1, "within_one": 1}
+    assert summary["held_out"]["not_expressible"] == 1
+    assert summary["held_out"]["published_run_predicted_not_to_fit"] == 1
+    assert summary["all"]["points"] == 6
+
+
+@pytest.fixture(scope="module")
+def report(bench: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    out = tmp_path_factory.mktemp("published")
+    assert bench.main(["--only", *CHEAP, "--out", str(out)]) == 0
+    return (json.loads((out / "published.json").read_text(encoding="utf-8")),
+            (out / "published.md").read_text(encoding="utf-8"))
+
+
+def test_cheap_points_run_end_to_end_and_write_the_table(report: tuple[dict[str, Any], str]) -> None:
+    data, md = report
+    rows = {r["id"]: r for r in data["rows"]}
+    assert set(rows) == set(CHEAP)
+    compared = rows["dse-gpt2-ddp-mb8"]
+    assert compared["status"] == "compared" and compared["predicted"] > 0
+    assert compared["error"] == pytest.approx((compared["predicted"] - 284.142) / 284.142 * 100)
+    assert compared["prediction"]["world_size"] == 16 and compared["prediction"]["parameters"] == 124_439_808
+    skipped = rows["torchtitan-h100-llama31-8b-g8-memory"]
+    assert skipped["status"] == "not expressible" and skipped["error"] is None
+    assert "reserved memory" in skipped["reason"] and "selective-op" in skipped["reason"]
+    assert data["summary"]["held_out"]["throughput"]["n"] == 1
+    assert data["summary"]["fit"]["not_expressible"] == 1
+    assert "published.py --only dse-gpt2-ddp-mb8" in data["meta"]["command"]
+    assert data["meta"]["torch"] and data["meta"]["deepspeed"] and data["meta"]["transformers"]
+    assert "| dse-gpt2-ddp-mb8 | held_out | samples_per_s | 284.1 |" in md
+    assert "not expressible: " in md and "## Summary" in md
+
+
+def test_unknown_id_and_bad_file_exit_2_with_one_line(bench: ModuleType, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--only", "no-such-point", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: no point no-such-point in {bench.POINTS_FILE}."
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("points: []\n", encoding="utf-8")
+    assert bench.main(["--points", str(bad), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sources, models and points" in err
+    assert not (tmp_path / "published.json").exists()

@@ -85,7 +85,7 @@ def load_points(path: Path = POINTS_FILE) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise PointsError(f"cannot read {path}: {exc}") from None
+        raise PointsError(f"cannot read {path}: {' '.join(str(exc).split())}") from None
     problems = validate(data)
     if problems:
         raise PointsError(f"{path}: " + "; ".join(problems))
@@ -97,6 +97,9 @@ def validate(data: Any) -> list[str]:
     if not isinstance(data, dict) or not {"sources", "models", "points"} <= set(data):
         return ["the file must be a mapping with sources, models and points"]
     sources, models, points = data["sources"], data["models"], data["points"]
+    if not (isinstance(sources, dict) and isinstance(models, dict) and isinstance(points, list)
+            and all(isinstance(v, dict) for v in (*sources.values(), *models.values(), *points))):
+        return ["sources and models must map names to mappings, and points must be a list of mappings"]
     problems: list[str] = []
     for key, source in sources.items():
         if not source.get("url") or not source.get("title"):
@@ -121,6 +124,8 @@ def _point_problems(point: dict[str, Any], sources: dict[str, Any], models: dict
                 "global_batch", "grad_accumulation", "precision", "optimizer", "strategy", "published", "loose"):
         if key not in point:
             problems.append(f"missing {key}")
+        elif key in ("hardware", "model", "optimizer", "strategy", "published") and not isinstance(point[key], dict):
+            problems.append(f"{key} must be a mapping")
     if problems:
         return problems
     hw, strategy, published = point["hardware"], point["strategy"], point["published"]

@@ -147,13 +147,23 @@ def test_cheap_points_run_end_to_end_and_write_the_table(report: tuple[dict[str,
     assert "not expressible: " in md and "## Summary" in md
 
 
-def test_unknown_id_and_bad_file_exit_2_with_one_line(bench: ModuleType, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_id_exits_2_with_one_line(bench: ModuleType, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--only", "no-such-point", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"error: no point no-such-point in {bench.POINTS_FILE}."
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("points: []\n", "sources, models and points"),
+    ("sources: {}\nmodels: {}\npoints: [3]\n", "points must be a list of mappings"),
+    ("sources: {}\nmodels: {}\npoints: [{id: a, hardware: h100}]\n", "a: missing half"),
+    ("sources: [\n", "cannot read"),
+])
+def test_a_bad_points_file_exits_2_with_one_line(bench: ModuleType, tmp_path: Path, text: str, message: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("points: []\n", encoding="utf-8")
+    bad.write_text(text, encoding="utf-8")
     assert bench.main(["--points", str(bad), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "sources, models and points" in err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "published.json").exists()

@@ -348,6 +348,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def by_source(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per source: its half, its points, and the median signed and absolute throughput error of those compared
+    (a source's bias shows in the signed median)."""
+    out: dict[str, Any] = {}
+    for source in dict.fromkeys(r["source"] for r in rows):
+        mine = [r for r in rows if r["source"] == source]
+        errors = [r["error"] for r in mine if r["status"] == "compared" and r["metric"] in THROUGHPUT_METRICS]
+        out[source] = {"half": mine[0]["half"], "points": len(mine),
+                       "not_expressible": sum(r["status"] == "not expressible" for r in mine),
+                       "throughput_n": len(errors),
+                       "throughput_median_error_pct": statistics.median(errors) if errors else None,
+                       "throughput_median_abs_error_pct": statistics.median(map(abs, errors)) if errors else None}
+    return out
+
+
 def environment(argv: Sequence[str]) -> dict[str, Any]:
     """Date, machine, versions and the benchmark's command line."""
     import deepspeed
@@ -375,13 +390,19 @@ def _fmt(value: Any, metric: str) -> str:
     return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
+def _pct(value: float | None, *, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    return f"{value:+.1f} %" if signed else f"{value:.1f} %"
+
+
 def _summary_lines(summary: dict[str, Any]) -> list[str]:
     lines = ["| half | points | compared | not expressible | failed | memory n | memory median \\|err\\| | "
              "memory max \\|err\\| | throughput n | throughput median \\|err\\| | throughput max \\|err\\| | "
              "largest micro-batch within one | published run predicted not to fit |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for half, s in summary.items():
-        pct = [("—" if v is None else f"{v:.1f} %") for v in (
+        pct = [_pct(v) for v in (
             s["memory"]["median_abs_error_pct"], s["memory"]["max_abs_error_pct"],
             s["throughput"]["median_abs_error_pct"], s["throughput"]["max_abs_error_pct"])]
         mb = s["max_micro_batch"]
@@ -412,19 +433,27 @@ def markdown(report: dict[str, Any]) -> str:
         "express is listed with what it lacks and not compared. \"Fits\" is autoshard's verdict on the published "
         "configuration, which ran: \"no\" is a memory over-prediction even where no memory figure was published.",
         "", "## Summary", "", *_summary_lines(report["summary"]), "",
+        "By source (throughput only; the signed median shows a source's bias):", "",
+        "| source | half | points | not expressible | throughput n | median error | median \\|error\\| |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *[f"| {k} | {s['half']} | {s['points']} | {s['not_expressible']} | {s['throughput_n']} | "
+          f"{_pct(s['throughput_median_error_pct'], signed=True)} | {_pct(s['throughput_median_abs_error_pct'])} |"
+          for k, s in report["by_source"].items()], "",
         "## Points", "",
-        "| id | half | metric | published | predicted | error | fits | note |",
-        "|---|---|---|---:|---:|---:|---|---|",
+        "| id | half | metric | published | predicted | error | fits | parameters | note |",
+        "|---|---|---|---:|---:|---:|---|---:|---|",
     ]
     for r in report["rows"]:
         unit = "" if r["metric"] == "max_micro_batch" else " %"
         error = "—" if r["error"] is None else f"{r['error']:+.1f}{unit}"
         fits = "—" if r["prediction"] is None else ("yes" if r["prediction"]["fits"] else "no")
+        parameters = "—" if r["prediction"] is None else f"{r['prediction']['parameters'] / 1e9:.2f}B"
         note = "" if r["status"] == "compared" else f"{r['status']}: {r['reason']}"
         lines.append(f"| {r['id']} | {r['half']} | {r['metric']} | {_fmt(r['published'], r['metric'])} | "
-                     f"{_fmt(r['predicted'], r['metric'])} | {error} | {fits} | {note} |")
-    lines += ["", "Sources: " + "; ".join(f"**{k}**: {v['title']}, {v['url']}"
-                                           for k, v in report["sources"].items()), ""]
+                     f"{_fmt(r['predicted'], r['metric'])} | {error} | {fits} | {parameters} | {note} |")
+    lines += ["", "## Sources", "", *[f"- **{k}**: {v['title']}, {v['url']}" for k, v in report["sources"].items()],
+              "", "Each point's settings, the source's own words (`quote`) and what the source leaves open (`loose`) "
+              "are in `benchmarks/published_points.yaml`.", ""]
     return "\n".join(lines)
 
 
@@ -463,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shown = row["error"] if row["error"] is None else f"{row['error']:+.1f}"
             print(f"{row['id']}: {row['status']} {shown if row['status'] == 'compared' else row['reason']}",
                   flush=True)
-    report = {"meta": meta, "sources": data["sources"], "summary": summarise(rows), "rows": rows}
+    report = {"meta": meta, "sources": data["sources"], "summary": summarise(rows), "by_source": by_source(rows),
+              "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "published.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     text = markdown(report)

@@ -30,9 +30,16 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from autoshard.hardware.specs import HardwareSpec
+    from autoshard.planner.plan import Evaluation
+    from autoshard.strategies.workload import Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
 from _common import cpu_model
@@ -178,9 +185,10 @@ class Predictor:
     def __init__(self, data: dict[str, Any], folder: Path) -> None:
         self.data = data
         self.folder = folder
-        self._workloads: dict[str, Any] = {}
+        self._workloads: dict[str, Workload] = {}
 
-    def workload(self, point: dict[str, Any]) -> Any:
+    def workload(self, point: dict[str, Any]) -> Workload:
+        """The traced step of the point's model at its sequence length, precision, optimizer and checkpointing."""
         from autoshard.models import load_source
         from autoshard.strategies import build_workload
 
@@ -208,7 +216,7 @@ class Predictor:
             getattr(transformers, spec["config_class"])(**kwargs).save_pretrained(folder)
         return str(folder)
 
-    def hardware(self, point: dict[str, Any]) -> Any:
+    def hardware(self, point: dict[str, Any]) -> HardwareSpec:
         """One node of the GPU profile, or a cluster file with the point's network between its nodes."""
         from autoshard.hardware import load_hardware
 
@@ -238,12 +246,15 @@ class Predictor:
         request = PlanRequest(micro_batch_size=point["micro_batch"], global_batch_size=point["global_batch"],
                               goal="pretrain", safety_margin=0.0, strategies=None)
 
-        def at(micro: int) -> Any:
+        def at(micro: int) -> Evaluation:
             candidate = Candidate(strategy=strategy.name, micro_batch_size=micro, activation_checkpointing=ckpt,
                                   settings=settings)
             return evaluate(strategy, workload, hardware, request, candidate)
 
         e = at(point["micro_batch"])
+        memory, cost = e.memory, e.cost
+        if memory is None or cost is None:  # evaluate() always estimates both; only an unsupported strategy has none
+            raise ValueError(f"{point['id']}: autoshard gave no estimate for {strategy.name}")
         world = hardware.world_size
         flops = workload.trace("amp", ckpt).flops_per_sample()
         out = {
@@ -251,19 +262,19 @@ class Predictor:
             "world_size": world,
             "fits": e.fits,
             "gradient_accumulation": e.gradient_accumulation,
-            "peak_allocated_gib": e.memory.gpu.total / 2**30,
-            "peak_active_gib": e.memory.gpu.total / 2**30,
-            "samples_per_s": e.cost.samples_per_s,
-            "tokens_per_s_per_gpu": None if e.cost.tokens_per_s is None else e.cost.tokens_per_s / world,
-            "tflops_per_gpu": flops * e.cost.samples_per_s / world / 1e12,
-            "step_time_s": e.cost.step_time_s,
+            "peak_allocated_gib": memory.gpu.total / 2**30,
+            "peak_active_gib": memory.gpu.total / 2**30,
+            "samples_per_s": cost.samples_per_s,
+            "tokens_per_s_per_gpu": None if cost.tokens_per_s is None else cost.tokens_per_s / world,
+            "tflops_per_gpu": flops * cost.samples_per_s / world / 1e12,
+            "step_time_s": cost.step_time_s,
         }
         if point["published"]["metric"] == "max_micro_batch":
             out["max_micro_batch"] = largest_micro_batch(lambda mb: at(mb).fits)
         return out
 
 
-def largest_micro_batch(fits: Any, limit: int = 1024) -> int:
+def largest_micro_batch(fits: Callable[[int], bool], limit: int = 1024) -> int:
     """The largest micro-batch ``fits(mb)`` accepts (memory grows with the micro-batch): doubling, then bisection.
 
     Example:

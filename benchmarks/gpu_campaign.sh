@@ -7,32 +7,34 @@
 # (carried along: no network there). Steps, each under its own `timeout` and with its own log, in this order:
 #
 #   setup           install the carried wheels the machine lacks (pip --no-index --no-deps --target SITE);
-#                   record GPU, driver, CUDA, torch, DeepSpeed, Optuna, transformers versions (always runs)
+#                   record GPU, driver, CUDA, NCCL, torch, DeepSpeed, Optuna, transformers versions (always runs)
 #   pytest          python -m pytest -m gpu tests: NCCL at one rank, a GPT step's max_memory_allocated against
 #                   `autoshard profile --target cuda`, DDP + bf16_compress_hook, a 1-rank FSDP2 step
-#   memory-single   python benchmarks/memory_accuracy.py --grid full, its one-device cases
-#   memory-sharded  the same grid's FSDP2 cases (rank 0 of 8, fake process group)
+#   memory-single   python benchmarks/memory_accuracy.py --grid full, its one-device cases, one model at a time
+#   memory-sharded  the same grid's FSDP2 cases (rank 0 of 8 on a fake process group), one model at a time
 #   published       python benchmarks/published.py --measure-on-gpu, only if that script exists
 #   ops             build DeepSpeed's CPU Adam once (the offload strategies need it), so that no strategy run
 #                   is stopped half-way through a compile (a stopped compile leaves a lock that blocks the next)
 #   strategies      python benchmarks/gpu_strategies.py: every strategy that fits, measured vs predicted
+#                   (--models LIST: only these of gpt2, llama-1.1b, gpt2-xl)
 #
-# A failed or timed-out step is recorded and the campaign goes on. The limits add up to 24.75 minutes for all
-# steps (setup counted three times); one device call may run 10 minutes at most, so run it in three calls:
+# A failed or timed-out step is recorded and the campaign goes on. The limits add up to 25 minutes (setup
+# counted three times); one device call runs 10 minutes at most, so on the device run it as three calls:
 #
-#   --steps pytest,memory-single          45 + 120 + 330 s
-#   --steps memory-sharded,published      45 + 180 + 240 s
-#   --steps ops,strategies                45 + 120 + 360 s
+#   --steps pytest,memory-single          40 + 120 + 400 s
+#   --steps memory-sharded,published      40 + 150 + 180 s
+#   --steps ops,strategies                40 + 150 + 380 s
 #
 # Results go under DIR (default: $OUT when set — the device machine's return folder — else ./gpu-campaign-out):
-#   DIR/summary.md            versions, then one line per step: status, seconds, limit, log
-#   DIR/gpu_campaign.tar.gz   everything below, refreshed after every step
-#   DIR/campaign/             versions.{txt,json}, logs/NN-step.log, docs/benchmarks/gpu_*.{md,json}
-# When DIR is $OUT the tree is kept in a temporary folder instead and only summary.md, versions.txt and the
-# archive are written there (the device returns at most 8 files). Copy docs/benchmarks/gpu_*.{md,json} from the
-# archive into docs/benchmarks/.
+#   DIR/summary.md            one line per step (status, seconds, limit, log), then the versions
+#   DIR/gpu_campaign.tar.gz   the tree below, refreshed after every step
+#   campaign/                 versions.{txt,json}, steps.md, logs/NN-step.log, runs/ (each run's own files),
+#                             docs/benchmarks/gpu_*.{md,json} (copy these into docs/benchmarks/)
+# The tree is DIR/campaign, except when DIR is $OUT: then it is kept in a temporary folder and only summary.md,
+# versions.txt and the archive are written to DIR (the device returns at most 8 files).
 #
-# --dry-run checks all of this on a CPU machine in about two minutes: tiny models, gloo, a few seconds a step.
+# --dry-run checks all of this on a CPU machine in a few minutes: tiny models, gloo, a few seconds a step; the
+# ops step then only asks DeepSpeed whether CPU Adam could be built.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,7 +45,7 @@ OUT_DIR=""
 STEPS="pytest,memory-single,memory-sharded,published,ops,strategies"
 MODELS=""
 SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
 fail() { echo "gpu_campaign.sh: $1" >&2; exit 2; }
 while (($#)); do
     case "$1" in
@@ -81,13 +83,13 @@ export PYTHONUNBUFFERED=1
 if ((DRY)); then
     export CUDA_VISIBLE_DEVICES=""
 else  # a compile of DeepSpeed's ops stopped half-way leaves a lock that blocks every later load: our own folder
-    export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$SITE/torch_extensions}"
+    export TORCH_EXTENSIONS_DIR="$SITE/torch_extensions"
 fi
 
 # Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
-declare -A LIMIT=([setup]=45 [pytest]=120 [memory-single]=330 [memory-sharded]=180 [published]=240 [ops]=120
-                  [strategies]=360)
-if ((DRY)); then LIMIT=([setup]=60 [pytest]=120 [memory-single]=120 [memory-sharded]=120 [published]=60 [ops]=300
+declare -A LIMIT=([setup]=40 [pytest]=120 [memory-single]=400 [memory-sharded]=150 [published]=180 [ops]=150
+                  [strategies]=380)
+if ((DRY)); then LIMIT=([setup]=60 [pytest]=120 [memory-single]=120 [memory-sharded]=120 [published]=60 [ops]=60
                         [strategies]=240); fi
 STARTED=$(date +%s)
 N=0
@@ -195,29 +197,52 @@ step_pytest() {
     "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider --junitxml="$DOCS/gpu_pytest.xml" tests
 }
 
-memory_report() {  # DIR NAME: memory_accuracy.{md,json} in DIR -> docs/benchmarks/gpu_NAME.{md,json}
-    for ext in md json; do
-        if [[ -f "$1/memory_accuracy.$ext" ]]; then cp "$1/memory_accuracy.$ext" "$DOCS/gpu_$2.$ext"; fi
-    done
-}
+memory_by_model() {  # NAME ARGS... -- MODEL...: memory_accuracy.py once per model (a limit then stops one model,
+    # not the grid), the reports so far merged after each into docs/benchmarks/gpu_NAME.{md,json}.
+    local name="$1"; shift
+    local args=() models=() rc=0 i=0 m
+    while [[ $1 != -- ]]; do args+=("$1"); shift; done
+    shift
+    models=("$@")
+    for m in "${models[@]}"; do
+        i=$((i + 1))
+        "$PY" benchmarks/memory_accuracy.py "${args[@]}" --models "$m" \
+            --out "$TREE/runs/$name/$(printf '%02d' $i)-$m" || rc=$?
+        "$PY" - "$TREE/runs/$name" "$DOCS/gpu_$name" \
+            "python benchmarks/memory_accuracy.py ${args[*]} --models M, for each M of: ${models[*]}" <<'EOF' || rc=1
+import json, shutil, sys, tempfile
+from pathlib import Path
 
-step_memory_single() {
-    local dir="$TREE/runs/memory-single"
-    if ((DRY)); then
-        "$PY" benchmarks/memory_accuracy.py --device cpu --grid single --models tiny-gpt2 --strategies single \
-            --out "$dir"
-    else
-        "$PY" benchmarks/memory_accuracy.py --device cuda --grid full --strategies single --out "$dir"
-    fi
-    local rc=$?
-    memory_report "$dir" memory_accuracy_single
+sys.path.insert(0, "benchmarks")
+import memory_accuracy as m
+
+runs, target, command = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+reports = [json.loads(p.read_text()) for p in sorted(runs.glob("*/memory_accuracy.json"))]
+if reports:
+    rows = [row for report in reports for row in report["rows"]]
+    meta = dict(reports[0]["meta"], command=command, seconds=round(sum(r["meta"]["seconds"] for r in reports), 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        m.write_report(Path(tmp), meta, m.summarize(rows), rows)
+        for ext in ("md", "json"):
+            shutil.copy(Path(tmp) / f"memory_accuracy.{ext}", target.with_name(f"{target.name}.{ext}"))
+EOF
+    done
     return $rc
 }
 
+step_memory_single() {
+    if ((DRY)); then
+        memory_by_model memory_accuracy_single --device cpu --grid single --strategies single -- tiny-gpt2 tiny-llama
+    else
+        memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- gpt2 gpt2-medium \
+            bert-base-uncased t5-small vit-b-16 resnet50 llama-2-7b mistral-7b llama-3-8b
+    fi
+}
+
 step_memory_sharded() {
-    local dir="$TREE/runs/memory-sharded"
     if ((DRY)); then  # the full grid's sharded cases in miniature: FSDP2 as rank 0 of 8, fake process group
-        "$PY" - "$dir" <<'EOF'
+        local dir="$TREE/runs/memory_accuracy_sharded/01-tiny-gpt2" rc=0 ext
+        "$PY" - "$dir" <<'EOF' || rc=$?
 import sys
 sys.path.insert(0, "benchmarks")
 import memory_accuracy as m
@@ -226,13 +251,11 @@ cases = [m.Case("tiny-gpt2", 4, 64, "32-true", False, strategy=s, world_size=8, 
          for s in ("fsdp", "fsdp_shard_grad_op")]
 raise SystemExit(m.main(["--device", "cpu", "--out", sys.argv[1]], cases=cases))
 EOF
-    else
-        "$PY" benchmarks/memory_accuracy.py --device cuda --grid full --strategies fsdp fsdp_shard_grad_op \
-            --out "$dir"
+        for ext in md json; do cp "$dir/memory_accuracy.$ext" "$DOCS/gpu_memory_accuracy_sharded.$ext" || rc=1; done
+        return $rc
     fi
-    local rc=$?
-    memory_report "$dir" memory_accuracy_sharded
-    return $rc
+    memory_by_model memory_accuracy_sharded --device cuda --grid full --strategies fsdp fsdp_shard_grad_op \
+        -- gpt2 llama-2-7b
 }
 
 step_published() {
@@ -253,17 +276,27 @@ step_published() {
 
 step_ops() {
     # DeepSpeed's CPU Adam (optimizer offload) compiles just in time on first use: once here, under this limit.
-    "$PY" -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load(); print('cpu_adam ok')"
+    # The dry run only asks whether it could: a compile on a 2-core machine takes minutes, and one stopped by a
+    # limit would leave its lock in the shared ~/.cache/torch_extensions.
+    if ((DRY)); then
+        "$PY" -c "from deepspeed.ops.op_builder import CPUAdamBuilder as B; assert B().is_compatible(verbose=True)
+print('cpu_adam can be built here (not built: dry run)')"
+    else
+        "$PY" -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load(); print('cpu_adam ok')"
+    fi
 }
 
 step_strategies() {
     local args=(--out "$DOCS" --runs "$TREE/runs/strategies")
+    # An ops build stopped by its limit leaves its lock (nothing is compiling now: `timeout` ends the whole
+    # process group); a run that needs the op then builds it itself, within its own limit.
+    ((DRY)) || rm -f "$TORCH_EXTENSIONS_DIR"/*/lock
     ((DRY)) && args+=(--dry-run)
     [[ -n "$MODELS" ]] && args+=(--models ${MODELS//,/ })
     # Start no run later than 30 s before the step's limit, so the table is complete when the step ends.
     "$PY" benchmarks/gpu_strategies.py "${args[@]}" --budget-s "$((STEP_LIMIT - 30))"
 }
-export -f step_setup step_pytest memory_report step_memory_single step_memory_sharded step_published step_ops \
+export -f step_setup step_pytest memory_by_model step_memory_single step_memory_sharded step_published step_ops \
     step_strategies
 
 # run_step NAME: run step_NAME under `timeout`, log to logs/NN-NAME.log, record its status; never stops the campaign.

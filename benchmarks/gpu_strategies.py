@@ -76,13 +76,13 @@ GPU_MODELS = (
 )
 DRY_MODELS = (
     ModelCase("tiny-gpt2", "tiny-gpt2", 2, 64, "32-true"),
-    ModelCase("llama-tiny", "llama:" + json.dumps({"vocab_size": 512, "hidden_size": 64, "intermediate_size": 176,
-                                                   "num_layers": 2, "num_heads": 4, "num_kv_heads": 2}),
-              2, 64, "32-true"),
+    ModelCase("llama-tiny", "llama:" + json.dumps({"vocab_size": 512, "hidden_size": 64,
+                                                   "intermediate_size": 176, "num_layers": 2, "num_heads": 4,
+                                                   "num_kv_heads": 2}), 2, 64, "32-true"),
 )
 DRY_STRATEGIES = ("ddp", "fsdp", "deepspeed_stage_2")
 
-LLAMA_FILE = '''"""A Llama of a given shape, written by benchmarks/gpu_strategies.py (autoshard's model-file convention)."""
+LLAMA_FILE = '''"""A Llama of a given shape, written by benchmarks/gpu_strategies.py (a model file)."""
 from autoshard.models.catalog._common import token_batch, token_loss
 from autoshard.models.catalog.llama import LlamaConfig, LlamaForCausalLM
 
@@ -157,8 +157,7 @@ def summarize_steps(steps: list[dict], warmup: int) -> dict[str, Any]:
     return {"step_time_s": median_s, "samples_per_s": timed[0]["samples_per_s"] * timed[0]["step_time_s"] / median_s,
             "tokens_per_s": None if tokens is None else tokens * timed[0]["step_time_s"] / median_s,
             "peak_bytes": max(peaks) if peaks else None, "timed_steps": len(timed),
-            "loss_first": steps[0]["loss"] if "loss" in steps[0] else None,
-            "loss_last": steps[-1]["loss"] if "loss" in steps[-1] else None}
+            "loss_first": steps[0].get("loss"), "loss_last": steps[-1].get("loss")}
 
 
 def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -200,7 +199,7 @@ def run_model(case: ModelCase, hardware: Any, args: argparse.Namespace, runs: Pa
         entry["error"] = f"{type(exc).__name__}: {exc}"
         write_report(out, report)
         return
-    entry["parameters"] = plan.workload.to_dict().get("parameter_count")
+    entry["parameters"] = plan.workload.parameter_count
     for evaluation in per_strategy(plan, args.strategies):
         row: dict[str, Any] = {
             "strategy": evaluation.strategy, "recommended": evaluation.strategy == plan.recommended.strategy,
@@ -213,7 +212,7 @@ def run_model(case: ModelCase, hardware: Any, args: argparse.Namespace, runs: Pa
         entry["rows"].append(row)
         left = deadline - time.monotonic()
         if left < 10:
-            row["error"] = "skipped: the --budget-s ran out"
+            row["error"] = "skipped: this model's share of --budget-s ran out"
             continue
         started = time.monotonic()
         try:
@@ -255,7 +254,8 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
         f"Command: `{meta['command']}`" + (f" — took {meta['seconds']:.0f} s." if meta.get("seconds") else ""), "",
     ]
     for entry in report["models"]:
-        lines.append(f"## {entry['model']} — micro-batch {entry['batch_size']}, sequence {entry['seq_len']}, "
+        params = f"{entry['parameters'] / 1e6:,.1f}M parameters, " if entry.get("parameters") else ""
+        lines.append(f"## {entry['model']} — {params}micro-batch {entry['batch_size']}, sequence {entry['seq_len']}, "
                      f"{entry['precision']}")
         lines.append("")
         if entry["error"]:
@@ -267,8 +267,9 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
                       f"reaches {v['ratio']:.1%} of the fastest's throughput: **"
                       + ("yes" if v["ok"] else "no") + f"** (within {WITHIN_FRACTION:.0%}).", ""]
         lines += ["| strategy | rec. | micro-batch × accum. | ckpt | predicted step (s) | measured step (s) | "
-                  "measured tokens/s | predicted peak (GiB) | measured peak (GiB) | peak error | note |",
-                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+                  "measured / predicted | measured tokens/s | predicted peak (GiB) | measured peak (GiB) | "
+                  "peak error | note |",
+                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in entry["rows"]:
             p, mm = r["predicted"], r["measured"] or {}
             err = None
@@ -279,6 +280,7 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
                 f"| {r['strategy']} | {'✓' if r['recommended'] else ''} | {r['micro_batch_size']} × "
                 f"{r['gradient_accumulation']} | {'on' if r['activation_checkpointing'] else 'off'} | "
                 f"{_fmt(p['step_time_s'], '.4f')} | {_fmt(mm.get('step_time_s'), '.4f')} | "
+                f"{_fmt(mm['step_time_s'] / p['step_time_s'] if mm.get('step_time_s') else None, '.2f')} | "
                 f"{_fmt(mm.get('tokens_per_s'), ',.0f')} | {_gib(p['peak_bytes'])} | {_gib(mm.get('peak_bytes'))} | "
                 f"{_fmt(err, '+.1f')}{' %' if err is not None else ''} | {note} |")
         lines.append("")
@@ -306,10 +308,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup-steps", type=positive, default=None, help="default 3 (dry run: 1)")
     parser.add_argument("--timed-steps", type=positive, default=None, help="default 5 (dry run: 2)")
     parser.add_argument("--run-timeout-s", type=float, default=None,
-                        help="limit per strategy run (default 240 s, dry run 90 s; the first CPU-offload run "
-                             "compiles DeepSpeed's CPU Adam)")
+                        help="limit per strategy run (default 180 s, dry run 90 s)")
     parser.add_argument("--budget-s", type=float, default=None,
-                        help="start no run after this many seconds (default: none); its rows say 'skipped'")
+                        help="start no run after this many seconds, each model getting an equal share of what is "
+                             "left (default: no limit); the rows not run say 'skipped'")
     parser.add_argument("--worker", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
@@ -334,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.strategies = list(DRY_STRATEGIES)
     args.warmup_steps = args.warmup_steps or (1 if args.dry_run else 3)
     args.timed_steps = args.timed_steps or (2 if args.dry_run else 5)
-    args.run_timeout_s = args.run_timeout_s or (90.0 if args.dry_run else 240.0)
+    args.run_timeout_s = args.run_timeout_s or (90.0 if args.dry_run else 180.0)
     from autoshard.hardware import detect_hardware
 
     hardware = (detect_hardware(gpus=1, environ={"CUDA_VISIBLE_DEVICES": ""}) if args.dry_run
@@ -354,8 +356,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = args.runs or Path(tempfile.mkdtemp(prefix="autoshard-gpu-strategies-"))
     runs.mkdir(parents=True, exist_ok=True)
     try:
-        for case in models:
-            run_model(case, hardware, args, runs, deadline, args.out, report)
+        for i, case in enumerate(models):
+            # Each model may use an equal share of the time left, so a slow one cannot starve the next.
+            share = (deadline - time.monotonic()) / (len(models) - i)
+            run_model(case, hardware, args, runs, time.monotonic() + share, args.out, report)
     finally:
         report["meta"]["seconds"] = round(time.monotonic() - started, 1)
         write_report(args.out, report)

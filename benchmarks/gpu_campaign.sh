@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# The GPU campaign: every GPU measurement autoshard needs, in one command, on a lent H100 / H200 (issue #16).
+#
+#   bash benchmarks/gpu_campaign.sh [--dry-run] [--out DIR] [--steps LIST] [--models LIST] [--site DIR]
+#
+# Run from the repository root on the GPU machine, with the wheels benchmarks/gpu_wheels.sh built in .whl/
+# (carried along: no network there). Steps, each under its own `timeout` and with its own log, in this order:
+#
+#   setup           install the carried wheels the machine lacks (pip --no-index --no-deps --target SITE);
+#                   record GPU, driver, CUDA, NCCL, torch, DeepSpeed, Optuna, transformers versions (always runs)
+#   pytest          python -m pytest -m gpu tests: NCCL at one rank, a GPT step's max_memory_allocated against
+#                   `autoshard profile --target cuda`, DDP + bf16_compress_hook, a 1-rank FSDP2 step
+#   memory-single   python benchmarks/memory_accuracy.py --grid full, its one-device cases, one model at a time
+#   memory-sharded  the same grid's FSDP2 cases (rank 0 of 8 on a fake process group), one model at a time
+#   published       python benchmarks/published.py --measure-on-gpu, only if that script exists
+#   ops             build DeepSpeed's CPU Adam once (the offload strategies need it), so that no strategy run
+#                   is stopped half-way through a compile (a stopped compile leaves a lock that blocks the next)
+#   strategies      python benchmarks/gpu_strategies.py: every strategy that fits, measured vs predicted
+#                   (--models LIST: only these of gpt2, llama-1.1b, gpt2-xl)
+#
+# A failed or timed-out step is recorded and the campaign goes on. The limits add up to 25 minutes (setup
+# counted three times); one device call runs 10 minutes at most, so on the device run it as three calls:
+#
+#   --steps pytest,memory-single          40 + 120 + 400 s
+#   --steps memory-sharded,published      40 + 150 + 180 s
+#   --steps ops,strategies                40 + 150 + 380 s
+#
+# Results go under DIR (default: $OUT when set — the device machine's return folder — else ./gpu-campaign-out):
+#   DIR/summary.md            one line per step (status, seconds, limit, log), then the versions
+#   DIR/gpu_campaign.tar.gz   the tree below, refreshed after every step
+#   campaign/                 versions.{txt,json}, steps.md, logs/NN-step.log, runs/ (each run's own files),
+#                             docs/benchmarks/gpu_*.{md,json} (copy these into docs/benchmarks/)
+# The tree is DIR/campaign, except when DIR is $OUT: then it is kept in a temporary folder and only summary.md,
+# versions.txt and the archive are written to DIR (the device returns at most 8 files).
+#
+# --dry-run checks all of this on a CPU machine in a few minutes: tiny models, gloo, a few seconds a step; the
+# ops step then only asks DeepSpeed whether CPU Adam could be built.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+ARGS="$*"
+DRY=0
+OUT_DIR=""
+STEPS="pytest,memory-single,memory-sharded,published,ops,strategies"
+MODELS=""
+SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
+fail() { echo "gpu_campaign.sh: $1" >&2; exit 2; }
+while (($#)); do
+    case "$1" in
+        --dry-run) DRY=1; shift ;;
+        --out) [[ $# -ge 2 ]] || fail "--out needs a directory."; OUT_DIR="$2"; shift 2 ;;
+        --steps) [[ $# -ge 2 ]] || fail "--steps needs a comma-separated list."; STEPS="$2"; shift 2 ;;
+        --models) [[ $# -ge 2 ]] || fail "--models needs a comma-separated list."; MODELS="$2"; shift 2 ;;
+        --site) [[ $# -ge 2 ]] || fail "--site needs a directory."; SITE="$2"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) fail "unknown argument '$1' (see --help)." ;;
+    esac
+done
+KNOWN="pytest memory-single memory-sharded published ops strategies"
+IFS=',' read -r -a WANTED <<< "$STEPS"
+for s in "${WANTED[@]}"; do
+    [[ " $KNOWN " == *" $s "* ]] || fail "--steps: unknown step '$s'; known: ${KNOWN// /, } (setup always runs)."
+done
+wanted() { [[ ",$STEPS," == *",$1,"* ]]; }
+
+PY="${PYTHON:-python3}"
+command -v "$PY" >/dev/null || PY=python
+PACK=0
+if [[ -z "$OUT_DIR" ]]; then
+    if [[ -n "${OUT:-}" ]]; then OUT_DIR="$OUT"; PACK=1; else OUT_DIR="$ROOT/gpu-campaign-out"; fi
+fi
+mkdir -p "$OUT_DIR" || fail "cannot create $OUT_DIR."
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+if ((PACK)); then TREE="$(mktemp -d)/campaign"; else TREE="$OUT_DIR/campaign"; fi
+rm -rf "$TREE"
+mkdir -p "$TREE/logs" "$TREE/docs/benchmarks" "$TREE/runs"
+DOCS="$TREE/docs/benchmarks"
+SUMMARY="$OUT_DIR/summary.md"
+STEPS_TABLE="$TREE/steps.md"
+export PYTHONUNBUFFERED=1
+if ((DRY)); then
+    export CUDA_VISIBLE_DEVICES=""
+else  # a compile of DeepSpeed's ops stopped half-way leaves a lock that blocks every later load: our own folder
+    export TORCH_EXTENSIONS_DIR="$SITE/torch_extensions"
+fi
+
+# Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
+declare -A LIMIT=([setup]=40 [pytest]=120 [memory-single]=400 [memory-sharded]=150 [published]=180 [ops]=150
+                  [strategies]=380)
+# The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
+if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [memory-single]=240 [memory-sharded]=240 [published]=60 [ops]=60
+                        [strategies]=300); fi
+STARTED=$(date +%s)
+N=0
+{
+    echo "# GPU campaign $(date -u +%Y-%m-%dT%H:%M:%SZ)$( ((DRY)) && echo ' — DRY RUN (CPU, tiny sizes)')"
+    echo
+    echo "Command: \`bash benchmarks/gpu_campaign.sh $ARGS\`"
+    echo
+    echo "| step | status | seconds | limit (s) | log |"
+    echo "|---|---|---:|---:|---|"
+} > "$STEPS_TABLE"
+
+pack() {
+    if ((PACK)); then
+        tar -czf "$OUT_DIR/gpu_campaign.tar.gz" -C "$(dirname "$TREE")" campaign
+        [[ -f "$TREE/versions.txt" ]] && cp "$TREE/versions.txt" "$OUT_DIR/versions.txt"
+    else
+        tar -czf "$OUT_DIR/gpu_campaign.tar.gz" --exclude=./gpu_campaign.tar.gz -C "$OUT_DIR" campaign
+    fi
+    {
+        cat "$STEPS_TABLE"
+        if [[ -f "$TREE/versions.txt" ]]; then echo; echo '```'; cat "$TREE/versions.txt"; echo '```'; fi
+    } > "$SUMMARY"
+}
+
+# ---------------------------------------------------------------------------------------------------- steps
+# Each step is a function run as `timeout LIMIT bash -c NAME` (exported), so `timeout` can stop all of it.
+export ROOT TREE DOCS SITE PY DRY MODELS
+
+step_setup() {
+    set -e
+    if compgen -G ".whl/*.whl" > /dev/null; then
+        # Install a carried wheel only where the machine lacks its distribution or has an older one.
+        mapfile -t carry < <("$PY" - .whl/*.whl <<'EOF'
+import importlib.metadata as md, sys
+from packaging.version import Version
+for path in sys.argv[1:]:
+    name, version = path.rsplit("/", 1)[-1].split("-")[:2]
+    try:
+        have = md.version(name)
+    except md.PackageNotFoundError:
+        have = None
+    if name == "autoshard" or have is None or Version(have) < Version(version):
+        print(path)
+    else:
+        print(f"have {name} {have}, carried {version}: kept", file=sys.stderr)
+EOF
+        )
+        if [[ -f "$SITE/.installed" ]] && cmp -s <(ls -l .whl) "$SITE/.installed"; then
+            echo "already installed into $SITE"
+        else
+            "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+                "${carry[@]}"
+            ls -l .whl > "$SITE/.installed"
+            echo "installed into $SITE: ${carry[*]}"
+        fi
+    elif ((DRY)); then
+        echo "no .whl/ (benchmarks/gpu_wheels.sh builds it): this environment as it is"
+    else
+        echo "no .whl/: run benchmarks/gpu_wheels.sh where there is network, and carry .whl" >&2
+        exit 1
+    fi
+    "$PY" - "$TREE" <<'EOF'
+import importlib.metadata as md, json, os, platform, subprocess, sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+info = {"python": platform.python_version(), "cpus": os.cpu_count()}
+for dist in ("torch", "deepspeed", "optuna", "transformers", "accelerate", "lightning", "autoshard"):
+    try:
+        info[dist] = md.version(dist)
+    except md.PackageNotFoundError:
+        info[dist] = "not installed"
+import torch
+
+info["torch.version.cuda"] = torch.version.cuda
+info["cuda available"] = torch.cuda.is_available()
+if torch.cuda.is_available():
+    info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    info["gpu memory bytes"] = torch.cuda.get_device_properties(0).total_memory
+    info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    info["cudnn"] = torch.backends.cudnn.version()
+try:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=30)
+    info["nvidia-smi"] = smi.stdout.strip() or smi.stderr.strip()
+except (OSError, subprocess.TimeoutExpired) as e:
+    info["nvidia-smi"] = f"unavailable: {e}"
+import autoshard
+import deepspeed
+
+info["autoshard from"] = str(Path(autoshard.__file__).parent)
+info["deepspeed from"] = str(Path(deepspeed.__file__).parent)
+info["deepspeed accelerator"] = deepspeed.get_accelerator()._name
+build = Path(".whl/BUILD_INFO")
+info["wheels"] = build.read_text().splitlines()[:2] if build.is_file() else "none"
+(out / "versions.json").write_text(json.dumps(info, indent=2) + "\n")
+(out / "versions.txt").write_text("".join(f"{k}: {v}\n" for k, v in info.items()))
+print((out / "versions.txt").read_text(), end="")
+EOF
+}
+
+step_pytest() {
+    # -m gpu selects the GPU tests wherever they are; without CUDA they skip with their reason (-rs shows it).
+    # The dry run collects tests/gpu only: the whole suite's collection alone takes a minute on 2 busy cores.
+    "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider --junitxml="$DOCS/gpu_pytest.xml" \
+        "$( ((DRY)) && echo tests/gpu || echo tests)"
+}
+
+memory_by_model() {  # NAME ARGS... -- MODEL...: memory_accuracy.py once per model (a limit then stops one model,
+    # not the grid), the reports so far merged after each into docs/benchmarks/gpu_NAME.{md,json}.
+    local name="$1"; shift
+    local args=() models=() rc=0 i=0 m
+    while [[ $1 != -- ]]; do args+=("$1"); shift; done
+    shift
+    models=("$@")
+    for m in "${models[@]}"; do
+        i=$((i + 1))
+        local dir
+        dir="$TREE/runs/$name/$(printf '%02d' $i)-$m"
+        if ((DRY)); then  # two of the model's one-device cases, not eight: a few seconds
+            "$PY" - "$m" "$dir" <<'EOF' || rc=$?
+import sys
+sys.path.insert(0, "benchmarks")
+import memory_accuracy as m
+
+model, out = sys.argv[1:]
+cases = [m.Case(model, 2, 32, "32-true", False), m.Case(model, 2, 32, "bf16-mixed", True)]
+raise SystemExit(m.main(["--device", "cpu", "--out", out], cases=cases))
+EOF
+        else
+            "$PY" benchmarks/memory_accuracy.py "${args[@]}" --models "$m" --out "$dir" || rc=$?
+        fi
+        "$PY" - "$TREE/runs/$name" "$DOCS/gpu_$name" \
+            "python benchmarks/memory_accuracy.py ${args[*]} --models M, for each M of: ${models[*]}" <<'EOF' || rc=1
+import json, shutil, sys, tempfile
+from pathlib import Path
+
+sys.path.insert(0, "benchmarks")
+import memory_accuracy as m
+
+runs, target, command = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+reports = [json.loads(p.read_text()) for p in sorted(runs.glob("*/memory_accuracy.json"))]
+if reports:
+    rows = [row for report in reports for row in report["rows"]]
+    meta = dict(reports[0]["meta"], command=command, seconds=round(sum(r["meta"]["seconds"] for r in reports), 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        m.write_report(Path(tmp), meta, m.summarize(rows), rows)
+        for ext in ("md", "json"):
+            shutil.copy(Path(tmp) / f"memory_accuracy.{ext}", target.with_name(f"{target.name}.{ext}"))
+EOF
+    done
+    return $rc
+}
+
+step_memory_single() {
+    if ((DRY)); then
+        memory_by_model memory_accuracy_single --device cpu --grid single --strategies single -- tiny-gpt2 tiny-llama
+    else
+        memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- gpt2 gpt2-medium \
+            bert-base-uncased t5-small vit-b-16 resnet50 llama-2-7b mistral-7b llama-3-8b
+    fi
+}
+
+step_memory_sharded() {
+    if ((DRY)); then  # the full grid's sharded cases in miniature: FSDP2 as rank 0 of 8, fake process group
+        local dir="$TREE/runs/memory_accuracy_sharded/01-tiny-gpt2" rc=0 ext
+        "$PY" - "$dir" <<'EOF' || rc=$?
+import sys
+sys.path.insert(0, "benchmarks")
+import memory_accuracy as m
+
+cases = [m.Case("tiny-gpt2", 4, 64, "32-true", False, strategy=s, world_size=8, process_group="fake")
+         for s in ("fsdp", "fsdp_shard_grad_op")]
+raise SystemExit(m.main(["--device", "cpu", "--out", sys.argv[1]], cases=cases))
+EOF
+        for ext in md json; do cp "$dir/memory_accuracy.$ext" "$DOCS/gpu_memory_accuracy_sharded.$ext" || rc=1; done
+        return $rc
+    fi
+    memory_by_model memory_accuracy_sharded --device cuda --grid full --strategies fsdp fsdp_shard_grad_op \
+        -- gpt2 llama-2-7b
+}
+
+step_published() {
+    local marker="$TREE/runs/published.started"
+    touch "$marker"
+    if ((DRY)); then
+        "$PY" benchmarks/published.py --help | grep -q -- --measure-on-gpu || {
+            echo "benchmarks/published.py has no --measure-on-gpu" >&2; return 1; }
+        echo "dry run: benchmarks/published.py loads and offers --measure-on-gpu (not run without a GPU)"
+        return 0
+    fi
+    "$PY" benchmarks/published.py --measure-on-gpu
+    local rc=$?
+    # It writes where it writes (docs/benchmarks by default): collect what it wrote during this step.
+    find docs/benchmarks -maxdepth 1 -type f -newer "$marker" -exec cp {} "$DOCS/" \;
+    return $rc
+}
+
+step_ops() {
+    # DeepSpeed's CPU Adam (optimizer offload) compiles just in time on first use: once here, under this limit.
+    # The dry run only asks whether it could: a compile on a 2-core machine takes minutes, and one stopped by a
+    # limit would leave its lock in the shared ~/.cache/torch_extensions.
+    if ((DRY)); then
+        "$PY" -c "from deepspeed.ops.op_builder import CPUAdamBuilder as B; assert B().is_compatible(verbose=True)
+print('cpu_adam can be built here (not built: dry run)')"
+    else
+        "$PY" -c "from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load(); print('cpu_adam ok')"
+    fi
+}
+
+step_strategies() {
+    local args=(--out "$DOCS" --runs "$TREE/runs/strategies")
+    # An ops build stopped by its limit leaves its lock (nothing is compiling now: `timeout` ends the whole
+    # process group); a run that needs the op then builds it itself, within its own limit.
+    ((DRY)) || rm -f "$TORCH_EXTENSIONS_DIR"/*/lock
+    ((DRY)) && args+=(--dry-run)
+    [[ -n "$MODELS" ]] && args+=(--models ${MODELS//,/ })
+    # Start no run later than 30 s before the step's limit, so the table is complete when the step ends.
+    "$PY" benchmarks/gpu_strategies.py "${args[@]}" --budget-s "$((STEP_LIMIT - 30))"
+}
+export -f step_setup step_pytest memory_by_model step_memory_single step_memory_sharded step_published step_ops \
+    step_strategies
+
+# run_step NAME: run step_NAME under `timeout`, log to logs/NN-NAME.log, record its status; never stops the campaign.
+run_step() {
+    local name="$1"
+    N=$((N + 1))
+    local log limit t0 rc status took
+    log="logs/$(printf '%02d' "$N")-$name.log"
+    limit="${LIMIT[$name]}"
+    t0=$(date +%s)
+    echo "== [$name] limit ${limit}s" | tee "$TREE/$log"
+    STEP_LIMIT="$limit" timeout --kill-after=10 "$limit" bash -c "step_${name//-/_}" >> "$TREE/$log" 2>&1
+    rc=$?
+    case $rc in
+        0) status="ok" ;;
+        124|137) status="TIMED OUT" ;;
+        *) status="failed (exit $rc)" ;;
+    esac
+    took=$(( $(date +%s) - t0 ))
+    echo "== [$name] $status after ${took}s" >> "$TREE/$log"
+    tail -n 4 "$TREE/$log" | sed 's/^/   /'
+    echo "| $name | $status | $took | $limit | $log |" >> "$STEPS_TABLE"
+    pack
+}
+
+skip_step() {  # NAME REASON
+    N=$((N + 1))
+    echo "== [$1] skipped: $2"
+    echo "| $1 | skipped: $2 | — | ${LIMIT[$1]} | — |" >> "$STEPS_TABLE"
+}
+
+if compgen -G ".whl/*.whl" > /dev/null || ((! DRY)); then
+    export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"  # this checkout first: the wheel may be older
+else
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+fi
+run_step setup
+for step in pytest memory-single memory-sharded published ops strategies; do
+    wanted "$step" || continue
+    if [[ $step == published && ! -f benchmarks/published.py ]]; then
+        skip_step published "benchmarks/published.py is not in this checkout"
+        continue
+    fi
+    run_step "$step"
+done
+took=$(( $(date +%s) - STARTED ))
+echo "| total | | $took | | |" >> "$STEPS_TABLE"
+pack
+echo "gpu_campaign.sh: done in ${took}s; $SUMMARY, $OUT_DIR/gpu_campaign.tar.gz"

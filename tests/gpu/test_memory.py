@@ -1,0 +1,51 @@
+"""A real GPT training step's ``torch.cuda.max_memory_allocated()`` against ``autoshard profile --target cuda``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+import autoshard
+from autoshard.profiler.options import ProfileOptions
+from tests.benchmark_scripts import load
+
+pytestmark = pytest.mark.gpu
+
+TOLERANCE = 0.08
+"""|predicted − measured| / measured at most this: issue "Proof"'s bound for any single case (median ≤ 3 %)."""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load("memory_accuracy")
+
+
+def _predicted_peak_bytes(model: str, batch_size: int, seq_len: int, precision: str, checkpointing: bool) -> int:
+    """What ``autoshard profile MODEL --target cuda --json`` says, from the command line."""
+    command = [sys.executable, "-m", "autoshard", "profile", model, "--target", "cuda", "--json",
+               "--batch-size", str(batch_size), "--seq-len", str(seq_len), "--precision", precision]
+    if checkpointing:
+        command.append("--checkpointing")
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return int(json.loads(done.stdout)["peak_bytes"])
+
+
+@pytest.mark.parametrize(("precision", "checkpointing"), [("32-true", False), ("bf16-mixed", True)])
+def test_gpt2_step_peak_is_within_tolerance_of_the_cuda_prediction(bench: ModuleType, cuda: torch.device,
+                                                                     precision: str, checkpointing: bool) -> None:
+    batch_size, seq_len = 4, 512
+    predicted = _predicted_peak_bytes("gpt2", batch_size, seq_len, precision, checkpointing)
+    options = ProfileOptions(batch_size=batch_size, seq_len=seq_len, precision=precision,
+                             activation_checkpointing=checkpointing, target="cuda")
+    measured = bench.measure_peak(autoshard.load_source("gpt2"), options, cuda)["allocated"]
+    error = (predicted - measured) / measured
+    assert abs(error) <= TOLERANCE, (f"predicted {predicted:,} B, measured {measured:,} B: {error:+.2%} "
+                                     f"(tolerance ±{TOLERANCE:.0%})")

@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # loaded lazily at runtime (see __getattr__), typed here for 
     from autoshard.planner.plan import Plan
     from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, ProfileOptions
     from autoshard.runtime import FitResult, is_worker
-    from autoshard.tuner import TuneResult, tune
+    from autoshard.tuner import TuneResult
+    from autoshard.tuning import tune
 
 __all__ = [
     "AutoshardError",
@@ -92,7 +93,7 @@ _LAZY = {
     "fit": "autoshard.fitting",  # training composed with tuning
     "FitResult": "autoshard.runtime",
     "is_worker": "autoshard.runtime",
-    "tune": "autoshard.tuner",
+    "tune": "autoshard.tuning",  # the tuner composed with its report
     "TuneResult": "autoshard.tuner",
 }
 

@@ -1,7 +1,7 @@
 """``autoshard.fit``: training composed with tuning, above both.
 
 :func:`autoshard.runtime.fit.fit` trains with a plan (planned now, given, or read from ``plan.json``);
-:func:`autoshard.tuner.tune` measures candidates with short real trials, which train through the runtime.
+:func:`autoshard.tune` measures candidates with short real trials, which train through the runtime.
 ``fit(tune=...)`` is the two in sequence, so it lives here, above both: the runtime never imports the tuner.
 """
 
@@ -96,7 +96,7 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
     """Run the tuner for ``fit(tune=...)``: its best configuration and a note on what was measured."""
     from torch import nn
 
-    from autoshard.tuner import tune as run_tuner
+    from autoshard.tuning import tune as run_tuner
 
     if not (isinstance(plan, str) and plan == "auto"):
         raise UsageError("fit(tune=...) chooses the plan itself; it cannot be combined with plan=.",

@@ -381,7 +381,7 @@ def tuner_loop(plan: Plan, space: SearchSpace, spec: Any, *, trials: int, seed: 
         tuner.enqueue_defaults(study, space)
     budget = tuner.check_budget(trials, None, TRIAL_TIMEOUT_S, spec.steps, spec.warmup_steps)
     runner = tuner.run_trial if table is None else _lookup(space, table)
-    tuner.StudyLoop(study, space, plan, spec, ResultCache(None, {}), work_dir, environ, budget, False, runner).run()
+    tuner.StudyLoop(study, space, plan, spec, ResultCache(None, {}), work_dir, environ, budget, runner).run()
     return [record(t) for t in study.get_trials(deepcopy=False)]
 
 

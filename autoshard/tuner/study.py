@@ -16,7 +16,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -31,6 +31,7 @@ from autoshard.strategies import get
 from autoshard.tuner import storage as storage_mod
 from autoshard.tuner.cache import ResultCache, default_dir
 from autoshard.tuner.estimate import cpu_flops_per_s, cpu_micro_batch_cap, describe, trial_estimate
+from autoshard.tuner.observer import Observers, TuneObserver
 from autoshard.tuner.pruner import SlowerThanBestPruner
 from autoshard.tuner.records import best_record, record
 from autoshard.tuner.result import (
@@ -41,6 +42,10 @@ from autoshard.tuner.result import (
 )
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialRunner, TrialSpec, run_trial
 from autoshard.tuner.space import SearchSpace, build_space
+
+if TYPE_CHECKING:
+    from autoshard.hardware.specs import HardwareSpec
+    from autoshard.profiler.options import PrecisionName
 
 MAX_PREDICTED_INFEASIBLE = 50
 """Consecutive configurations predicted not to fit after which the study stops asking."""
@@ -67,10 +72,10 @@ class Budget:
         return None if self.timeout_s is None else self.timeout_s - (time.monotonic() - self.started)
 
 
-def tune(
+def run_study(
     model: str | os.PathLike[str] | ModelSource,
     *,
-    hardware: Any = None,
+    hardware: HardwareSpec | str | os.PathLike[str] | None = None,
     processes: int | None = None,
     strategies: Sequence[str] | None = None,
     top_strategies: int = 3,
@@ -78,7 +83,7 @@ def tune(
     micro_batch_sizes: Sequence[int] | None = None,
     global_batch_size: int | None = None,
     seq_len: int | None = None,
-    precision: str | None = None,
+    precision: PrecisionName | None = None,
     optimizer: str = "adamw",
     trials: int = 12,
     timeout_s: float | None = None,
@@ -92,54 +97,24 @@ def tune(
     use_cache: bool = True,
     prune: bool = True,
     seed: int = 0,
-    progress: bool = True,
     space: SearchSpace | None = None,
     runner: TrialRunner = run_trial,
+    observers: Sequence[TuneObserver] = (),
 ) -> TuneResult:
-    """Tune how to train ``model`` on this machine with short real training trials.
+    """Tune how to train ``model`` on this machine with short real training trials, rendering nothing.
+
+    :func:`autoshard.tune` is this with a progress bar and the summary files (:mod:`autoshard.report`) as
+    ``observers``; the arguments they share are documented there.
 
     Args:
-        model: a ``model.py`` path, a Hugging Face ``config.json`` path, a catalog name, or a loaded source
-            (trials run it in their own processes, so an ``nn.Module`` cannot be tuned: save it as a model.py).
-        hardware: a profile name / path / ``HardwareSpec`` describing this machine (default: detected).
-        processes: GPUs to use, or on a CPU machine the number of gloo processes.
-        strategies: consider only these strategies.
-        top_strategies: compare this many of the planner's best strategies (1: tune only the recommended one).
-        batch_size: a fixed micro-batch (not tuned).
-        micro_batch_sizes: the micro-batches to try (default: the largest that fits and powers of two below).
-        global_batch_size: samples per optimizer step over all ranks (fixes the accumulation per micro-batch).
-        seq_len: sequence length of token models.
-        precision: as ``fit()``'s (default ``bf16-mixed`` on GPUs that have it, else ``32-true``).
-        optimizer: ``adamw``, ``adam``, ``sgd`` or ``adafactor``.
-        trials: trials the study should hold when done (a resumed study counts its earlier ones; configurations
-            predicted not to fit are recorded but not counted).
-        timeout_s: stop starting trials after this long (``None``: no limit).
-        trial_timeout_s: a trial running longer, process start-up included, is stopped and recorded as timed out.
-        steps: optimizer steps per trial, ``warmup_steps`` of them untimed.
-        warmup_steps: steps dropped before timing.
-        storage: an Optuna storage URL (e.g. ``postgresql://...`` shared by several nodes) or a journal file
-            ``*.log``; default ``sqlite:///<output_dir>/study.db``.
-        study_name: default: ``<model>-<strategy family list>`` made from the model and machine.
-        output_dir: where the study file, the trials' logs, the summary, the plots and the best plan's files go.
-        cache_dir: the result cache (default ``~/.cache/autoshard/tune``).
-        use_cache: reuse measurements of the same job and configuration from the cache.
-        prune: stop trials that run at less than half the best throughput.
-        seed: the sampler's seed (and the trials' training seed).
-        progress: show a progress bar on stderr.
-        space: search this space instead of the one built from the plan (:func:`~autoshard.tuner.space.build_space`);
-            its strategies are checked against the plan's.
-        runner: measures one configuration (default :func:`~autoshard.tuner.runner.run_trial`: real training in
-            its own processes); a stand-in replays recorded measurements.
+        observers: told what the study does as it runs (:class:`~autoshard.tuner.observer.TuneObserver`): a
+            progress bar, the summary files; the notes they return at the end join the result's.
 
     Returns:
-        A :class:`~autoshard.tuner.result.TuneResult`; ``best_plan`` is usable by ``fit(plan=...)``, and its
-        files are in ``<output_dir>/best``.
+        A :class:`~autoshard.tuner.result.TuneResult`, as :func:`autoshard.tune`'s.
 
     Raises:
-        UsageError: bad arguments, an unwritable output directory, an unreachable storage, a study made for
-            another job.
-        UserCodeError: the model's own code fails in the first trial (every trial would).
-        NoFeasiblePlan: nothing fits this machine.
+        UsageError, UserCodeError, NoFeasiblePlan: as :func:`autoshard.tune`.
     """
     budget = check_budget(trials, timeout_s, trial_timeout_s, steps, warmup_steps)
     if isinstance(model, ModelSource) and model.kind not in ("catalog", "file", "hf-config"):
@@ -153,9 +128,9 @@ def tune(
     source = load_source(model)
     origin = source.origin.removeprefix("catalog:")
     hw = _hardware(hardware, processes)
-    precision = precision or default_precision(hw)
+    chosen = precision or default_precision(hw)
     plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
-                    precision=precision, optimizer=optimizer,
+                    precision=chosen, optimizer=optimizer,
                     strategies=None if strategies is None else list(strategies))
     environ = worker_environ(os.environ, hw)
     flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
@@ -168,7 +143,7 @@ def tune(
                               flops_per_s)
     planned = plan_file.from_plan(plan)
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
-                   "batch": {"global_batch_size": global_batch_size, "precision": precision,
+                   "batch": {"global_batch_size": global_batch_size, "precision": chosen,
                              "optimizer": optimizer, "seq_len": planned.seq_len}}
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
@@ -185,9 +160,11 @@ def tune(
                             else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
                             {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
         spec = TrialSpec(model=origin, optimizer=optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
-        loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, progress, runner, estimate=estimate)
+        observer = Observers(observers)
+        loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, runner, observer=observer,
+                         estimate=estimate)
         loop.run()
-        result = _finish(study, space, plan, shown, out, notes + loop.notes)
+        result = _finish(study, plan, shown, out, notes + loop.notes, observer)
         return dataclasses.replace(result, trial_estimate=estimate)
     finally:
         optuna.logging.set_verbosity(verbosity)
@@ -200,11 +177,12 @@ class StudyLoop:
     """Ask, predict, reuse or run, tell — until the study holds ``trials`` finished trials or time is up."""
 
     def __init__(self, study: optuna.Study, space: SearchSpace, plan: Plan, spec: TrialSpec, cache: ResultCache,
-                 out: Path, environ: dict[str, str], budget: Budget, progress: bool,
-                 runner: TrialRunner = run_trial, *, estimate: TrialEstimate | None = None) -> None:
+                 out: Path, environ: dict[str, str], budget: Budget, runner: TrialRunner = run_trial, *,
+                 observer: TuneObserver | None = None, estimate: TrialEstimate | None = None) -> None:
         self.study, self.space, self.plan, self.spec, self.cache = study, space, plan, spec, cache
         self.out, self.environ, self.budget = out, environ, budget
-        self.progress = progress
+        self.observer = observer or TuneObserver()
+        """Told what the loop does (a progress bar draws it); by default nobody."""
         self.runner = runner
         """Runs one trial (:func:`~autoshard.tuner.runner.run_trial`; a stand-in replays measurements)."""
         self.me = storage_mod.owner()
@@ -213,11 +191,11 @@ class StudyLoop:
         """What a trial is predicted to cost; said before the first trial starts."""
 
     def run(self) -> None:
-        from autoshard.tuner.progress import ProgressDisplay
-
-        with ProgressDisplay(total=self.budget.trials, enabled=self.progress) as display:
+        display = self.observer
+        display.study_started(budget=self.budget.trials)
+        try:
             predicted_in_a_row = duplicates_in_a_row = 0
-            display.advance_to(self._counted())
+            display.trials_done(self._counted())
             if self.estimate is not None and self._counted() < self.budget.trials:
                 display.say(describe(self.estimate, self.budget.trials - self._counted()))
             while self._counted() < self.budget.trials:
@@ -248,7 +226,9 @@ class StudyLoop:
                     self.notes.append(f"Stopped early: the sampler proposed {MAX_DUPLICATES} configurations in a row "
                                       "that the study had already measured (it has converged).")
                     break
-                display.advance_to(self._counted())
+                display.trials_done(self._counted())
+        finally:
+            display.study_ended()
 
     def _counted(self) -> int:
         """Finished trials (not predicted infeasible) plus trials other tuners are running now."""
@@ -294,7 +274,7 @@ class StudyLoop:
         trial.set_user_attr("message", message)
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
-    def _trial(self, trial: optuna.Trial, config: TrialConfig, display: Any, timeout_s: float) -> str:
+    def _trial(self, trial: optuna.Trial, config: TrialConfig, display: TuneObserver, timeout_s: float) -> str:
         """Run or settle one trial; says how: ``predicted`` (not run: predicted not to fit), ``duplicate``
         (answered from an earlier trial of this study), ``cached`` (from the result cache) or ``ran``."""
         evaluation = evaluate(get(config.strategy), self.plan.workload, self.plan.hardware, self.plan.request,
@@ -315,11 +295,11 @@ class StudyLoop:
             return "cached" if earlier is None else "duplicate"
         exported = plan_file.from_plan(dataclasses.replace(self.plan, recommended=evaluation))
         run_dir = self.out / "trials" / f"{trial.number:04d}"
-        display.start_trial(trial.number, _describe(config))
+        display.trial_started(trial.number, _describe(config))
         started = time.monotonic()
 
         def on_progress(step: int, rate: float) -> None:
-            display.update(step, self.spec.steps, rate)
+            display.trial_step(step, self.spec.steps, rate)
             trial.report(rate, step)
             if trial.should_prune():
                 raise _Pruned(f"{rate:.1f} samples/s at step {step}, below half the best so far")
@@ -335,7 +315,7 @@ class StudyLoop:
             outcome = {"pruned": True, "message": str(e)}
         outcome["duration_s"] = time.monotonic() - started
         self._settle(trial, config, outcome, cache=True)
-        display.end_trial(trial.number, outcome)
+        display.trial_ended(trial.number, outcome)
         return "ran"
 
     def _reuse(self, config: TrialConfig) -> tuple[dict[str, Any] | None, int | None]:
@@ -588,10 +568,9 @@ def exported_plan(plan: Plan, config: TrialConfig) -> ExportedPlan:
     return plan_file.from_plan(dataclasses.replace(plan, recommended=evaluation))
 
 
-def _finish(study: optuna.Study, space: SearchSpace, plan: Plan, shown: str, out: Path,
-            notes: list[str]) -> TuneResult:
+def _finish(study: optuna.Study, plan: Plan, shown: str, out: Path, notes: list[str],
+            observer: TuneObserver) -> TuneResult:
     from autoshard.export import export_plan
-    from autoshard.tuner import report
 
     records = tuple(record(t) for t in study.get_trials(deepcopy=False))
     best = best_record(records)
@@ -607,5 +586,5 @@ def _finish(study: optuna.Study, space: SearchSpace, plan: Plan, shown: str, out
         notes.append("No trial completed: nothing to export.")
     result = TuneResult(study_name=study.study_name, storage=shown, output_dir=str(out), trials=records, best=best,
                         best_plan=best_plan, planner_trial=planner, exported=files, notes=tuple(notes))
-    _, more = report.write_summary(result, study, out)
+    more = tuple(observer.study_finished(result, study))
     return dataclasses.replace(result, notes=result.notes + tuple(more)) if more else result

@@ -1,8 +1,8 @@
 """``autoshard.tune``: the tuner's study with its report, above both.
 
-:func:`autoshard.tuner.study.run_study` runs the study and renders nothing; :mod:`autoshard.report` draws the
-progress bar and writes ``summary.md``, ``summary.json`` and the plots. ``tune()`` hands the second to the first
-as observers, so the tuner imports neither rich nor matplotlib.
+:func:`autoshard.tuner.study.run_study` runs the study and renders nothing; :mod:`autoshard.report` draws
+the progress bar and writes ``summary.md``, ``summary.json`` and the plots. ``tune()`` hands the second to the
+first as observers, so the tuner imports neither rich nor matplotlib.
 """
 
 from __future__ import annotations

@@ -36,11 +36,13 @@ if TYPE_CHECKING:  # loaded lazily at runtime (see __getattr__), typed here for 
     from autoshard.models import ModelSource, load_source
     from autoshard.planner.plan import Plan
     from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, ProfileOptions
-    from autoshard.runtime import FitResult, is_worker
-    from autoshard.tuner import TuneResult, tune
+    from autoshard.runtime import Checkpointing, FitResult, is_worker
+    from autoshard.tuner import TuneResult
+    from autoshard.tuning import tune
 
 __all__ = [
     "AutoshardError",
+    "Checkpointing",
     "ExportedPlan",
     "FitResult",
     "HardwareError",
@@ -91,8 +93,9 @@ _LAZY = {
     "export_plan": "autoshard.export",
     "fit": "autoshard.fitting",  # training composed with tuning
     "FitResult": "autoshard.runtime",
+    "Checkpointing": "autoshard.runtime",
     "is_worker": "autoshard.runtime",
-    "tune": "autoshard.tuner",
+    "tune": "autoshard.tuning",  # the tuner composed with its report
     "TuneResult": "autoshard.tuner",
 }
 

@@ -1,7 +1,7 @@
 """``autoshard.fit``: training composed with tuning, above both.
 
 :func:`autoshard.runtime.fit.fit` trains with a plan (planned now, given, or read from ``plan.json``);
-:func:`autoshard.tuner.tune` measures candidates with short real trials, which train through the runtime.
+:func:`autoshard.tune` measures candidates with short real trials, which train through the runtime.
 ``fit(tune=...)`` is the two in sequence, so it lives here, above both: the runtime never imports the tuner.
 """
 
@@ -23,16 +23,17 @@ if TYPE_CHECKING:
     from autoshard.planner.plan import Plan
     from autoshard.planner.plan_file import ExportedPlan
     from autoshard.profiler.options import PrecisionName
+    from autoshard.runtime.options import Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
     from autoshard.runtime.result import FitResult
 
 
 def fit(
     model: nn.Module | str | os.PathLike[str] | ModelSource,
-    data: Any = None,
+    data: DataSpec = None,
     *,
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
     training_step: Callable[[Any, Any], torch.Tensor] | None = None,
-    optimizer: Any = None,
+    optimizer: OptimizerSpec = None,
     max_steps: int | None = None,
     epochs: int | None = None,
     plan: Plan | ExportedPlan | str | os.PathLike[str] = "auto",
@@ -42,9 +43,7 @@ def fit(
     precision: PrecisionName | None = None,
     batch_size: int | None = None,
     seq_len: int | None = None,
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    checkpoint_every: int | None = None,
-    resume: bool | str | os.PathLike[str] = False,
+    checkpointing: Checkpointing | None = None,
     consolidate: bool = True,
     grad_clip_norm: float | None = None,
     seed: int = 0,
@@ -52,8 +51,7 @@ def fit(
     force: bool = False,
     timeout_s: float | None = None,
     tune: bool | Mapping[str, Any] = False,
-    lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
-    keep_last_checkpoints: int | None = None,
+    lr_scheduler: LrSchedulerFactory | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy; with ``tune``, measure candidates first.
 
@@ -71,17 +69,15 @@ def fit(
     from autoshard.runtime.fit import check_arguments, under_launcher
     from autoshard.runtime.fit import fit as train
 
-    given = dict(loss_fn=loss_fn, training_step=training_step, optimizer=optimizer, max_steps=max_steps,
-                 epochs=epochs, strategy=strategy, hardware=hardware, processes=processes, precision=precision,
-                 batch_size=batch_size, seq_len=seq_len, checkpoint_dir=checkpoint_dir,
-                 checkpoint_every=checkpoint_every, resume=resume, consolidate=consolidate,
-                 grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, force=force, timeout_s=timeout_s,
-                 lr_scheduler=lr_scheduler, keep_last_checkpoints=keep_last_checkpoints)
+    given: dict[str, Any] = dict(
+        loss_fn=loss_fn, training_step=training_step, optimizer=optimizer, max_steps=max_steps, epochs=epochs,
+        strategy=strategy, hardware=hardware, processes=processes, precision=precision, batch_size=batch_size,
+        seq_len=seq_len, checkpointing=checkpointing, consolidate=consolidate, grad_clip_norm=grad_clip_norm,
+        seed=seed, log_every=log_every, force=force, timeout_s=timeout_s, lr_scheduler=lr_scheduler)
     if not tune:
         return train(model, data, plan=plan, **given)
-    check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpoint_dir=checkpoint_dir,
-                    checkpoint_every=checkpoint_every, log_every=log_every, processes=processes,
-                    batch_size=batch_size, keep_last_checkpoints=keep_last_checkpoints, lr_scheduler=lr_scheduler,
+    check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
+                    log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,
                     grad_clip_norm=grad_clip_norm)
     if under_launcher():
         raise UsageError("fit(tune=True) under a launcher would tune once per rank.",
@@ -96,7 +92,7 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
     """Run the tuner for ``fit(tune=...)``: its best configuration and a note on what was measured."""
     from torch import nn
 
-    from autoshard.tuner import tune as run_tuner
+    from autoshard.tuning import tune as run_tuner
 
     if not (isinstance(plan, str) and plan == "auto"):
         raise UsageError("fit(tune=...) chooses the plan itself; it cannot be combined with plan=.",

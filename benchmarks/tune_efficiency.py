@@ -194,7 +194,7 @@ def trial_plan(plan: Plan, config: TrialConfig) -> ExportedPlan:
     from autoshard.planner import plan_file
     from autoshard.planner.search import evaluate
     from autoshard.strategies import get
-    from autoshard.tuner.study import trial_candidate
+    from autoshard.tuner.candidate import trial_candidate
 
     evaluation = evaluate(get(config.strategy), plan.workload, plan.hardware, plan.request,
                           trial_candidate(config, trial=True))
@@ -371,17 +371,20 @@ def tuner_loop(plan: Plan, space: SearchSpace, spec: Any, *, trials: int, seed: 
     Raises:
         ValueError: (replay) the sampler asked for a configuration outside ``table``.
     """
+    from autoshard.tuner import runner as trial_runner
     from autoshard.tuner import study as tuner
+    from autoshard.tuner.budget import check_budget
     from autoshard.tuner.cache import ResultCache
+    from autoshard.tuner.loop import StudyLoop
     from autoshard.tuner.records import record
 
     study = tuner.create_study(f"tune-efficiency-{seed}", optuna.storages.InMemoryStorage(), "memory", {}, space,
                                seed, False, spec.warmup_steps)
     if enqueue:
         tuner.enqueue_defaults(study, space)
-    budget = tuner.check_budget(trials, None, TRIAL_TIMEOUT_S, spec.steps, spec.warmup_steps)
-    runner = tuner.run_trial if table is None else _lookup(space, table)
-    tuner.StudyLoop(study, space, plan, spec, ResultCache(None, {}), work_dir, environ, budget, False, runner).run()
+    budget = check_budget(trials, None, TRIAL_TIMEOUT_S, spec.steps, spec.warmup_steps)
+    runner = trial_runner.run_trial if table is None else _lookup(space, table)
+    StudyLoop(study, space, plan, spec, ResultCache(None, {}), work_dir, environ, budget, runner).run()
     return [record(t) for t in study.get_trials(deepcopy=False)]
 
 
@@ -546,7 +549,7 @@ def random_search(n: int, k: int, q: float) -> dict[str, float]:
 def live_summary(records: Sequence[Any], table: Mapping[str, float | None], *, threshold: float) -> dict[str, Any]:
     """The live trials next to the grid: the budget trial that first ran a configuration within the threshold of
     the grid's best by its grid median, and the one whose live measurement first reached it."""
-    from autoshard.tuner.study import best_record
+    from autoshard.tuner.records import best_record
 
     best = max(v for v in table.values() if v is not None)
     rows = trial_rows(records, table, best)
@@ -886,8 +889,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure the grid, replay the tuner over it, run the tuner live, write the report."""
     from autoshard.planner.plan_file import from_plan
+    from autoshard.tuner.machine import worker_environ
     from autoshard.tuner.runner import TrialSpec
-    from autoshard.tuner.study import worker_environ
 
     args = parse_args(argv)
     if args.from_json is not None:

@@ -32,7 +32,8 @@ def main() -> None:
     torch.manual_seed(1)
     data = [source.batch(4, seq_len=64) for _ in range(4)]  # a small fixed set: the loss visibly falls
     result = autoshard.fit(model, data, loss_fn=source.loss_fn, processes=args.processes, strategy=args.strategy,
-                           max_steps=args.steps, batch_size=4, checkpoint_dir=args.checkpoint_dir,
+                           max_steps=args.steps, batch_size=4,
+                           checkpointing=autoshard.Checkpointing(dir=args.checkpoint_dir),
                            optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3))
     if result.rank == 0:
         print(f"{result.plan.strategy} on {result.world_size} process(es), micro-batch {result.plan.micro_batch_size}")

@@ -218,7 +218,7 @@ def test_replay_study_counts_budget_trials_and_asks_per_seed(bench: ModuleType, 
 
 def test_live_loop_asks_what_the_replay_asks_when_trials_measure_the_table(
         bench: ModuleType, plan: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autoshard.tuner import study as tuner
+    from autoshard.tuner import runner as tuner
     from autoshard.tuner.runner import Measurement, TrialSpec
 
     space = bench.grid_space(plan, bench.FULL_GRID)

@@ -74,3 +74,20 @@ def test_the_public_fit_takes_every_argument_the_runtime_does_plus_tune() -> Non
     assert [n for n in public if n != "tune"] == list(runtime)
     for name, p in runtime.items():
         assert (public[name].kind, public[name].default) == (p.kind, p.default), name
+
+
+def test_the_public_tune_takes_every_argument_the_study_does_with_progress_for_observers() -> None:
+    """``autoshard.tune`` (the study composed with its report) forwards to
+    ``autoshard.tuner.study.run_study``: the two signatures must not drift apart."""
+    import inspect
+
+    import autoshard
+    from autoshard.tuner.study import run_study
+
+    public = inspect.signature(autoshard.tune).parameters
+    study = inspect.signature(run_study).parameters
+    assert [n for n in public if n != "progress"] == [n for n in study if n != "observers"]
+    for name, p in study.items():
+        if name != "observers":
+            assert (public[name].kind, public[name].default, public[name].annotation) == (
+                p.kind, p.default, p.annotation), name

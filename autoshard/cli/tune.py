@@ -50,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard tune``."""
     from autoshard.cli._hardware_args import hardware_from_args
-    from autoshard.tuner import tune
-    from autoshard.tuner.report import print_summary
+    from autoshard.report import print_summary
+    from autoshard.tuning import tune
 
     hardware = hardware_from_args(args)
     try:

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -25,6 +25,7 @@ from autoshard.runtime import planning, supervisor
 from autoshard.runtime.data import SampleList, as_samples
 from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, join
+from autoshard.runtime.options import Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
 from autoshard.runtime.result import FitResult, StepMetrics
 from autoshard.runtime.train import TrainJob, train
 
@@ -32,34 +33,36 @@ RESULT_FILE = "result.json"
 WEIGHTS_FILE = "model.pt"
 JOB_FILE = "job.json"
 
+if TYPE_CHECKING:
+    from autoshard.hardware.specs import HardwareSpec
+    from autoshard.planner.plan import Plan
+    from autoshard.profiler.options import PrecisionName
+
 
 def fit(
     model: nn.Module | str | os.PathLike[str] | ModelSource,
-    data: Any = None,
+    data: DataSpec = None,
     *,
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
     training_step: Callable[[Any, Any], torch.Tensor] | None = None,
-    optimizer: Any = None,
+    optimizer: OptimizerSpec = None,
     max_steps: int | None = None,
     epochs: int | None = None,
-    plan: Any = "auto",
+    plan: Plan | ExportedPlan | str | os.PathLike[str] = "auto",
     strategy: str | None = None,
-    hardware: Any = None,
+    hardware: HardwareSpec | str | os.PathLike[str] | None = None,
     processes: int | None = None,
-    precision: str | None = None,
+    precision: PrecisionName | None = None,
     batch_size: int | None = None,
     seq_len: int | None = None,
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    checkpoint_every: int | None = None,
-    resume: bool | str | os.PathLike[str] = False,
+    checkpointing: Checkpointing | None = None,
     consolidate: bool = True,
     grad_clip_norm: float | None = None,
     seed: int = 0,
     log_every: int = 10,
     force: bool = False,
     timeout_s: float | None = None,
-    lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
-    keep_last_checkpoints: int | None = None,
+    lr_scheduler: LrSchedulerFactory | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
     worker processes it starts itself.
@@ -92,10 +95,8 @@ def fit(
             that support it, else ``32-true``.
         batch_size: micro-batch per device (default: the loader's, else the planner's choice).
         seq_len: sequence length of a source's example batches.
-        checkpoint_dir: where to save checkpoints (always at the end; also every ``checkpoint_every`` steps).
-        checkpoint_every: steps between checkpoints.
-        resume: ``True`` continues from the newest checkpoint in ``checkpoint_dir`` (if any), a path from that
-            checkpoint.
+        checkpointing: where to save checkpoints, how often, how many to keep, and where to resume
+            (:class:`~autoshard.runtime.options.Checkpointing`; ``None``: no checkpoints).
         consolidate: gather the whole model's weights into :attr:`FitResult.state_dict` at the end.
         grad_clip_norm: clip the gradients' global 2-norm before each step, the same way in every backend
             (``None``: no clipping — also for DeepSpeed, whose own default clips at 1.0).
@@ -108,8 +109,6 @@ def fit(
             the engine). Stepped once per optimizer step (not per micro-batch), saved in checkpoints and
             restored on resume; each step's learning rate is in :attr:`StepMetrics.lr`. ``ReduceLROnPlateau``
             (it needs a metric) is refused.
-        keep_last_checkpoints: keep only the newest N checkpoints in ``checkpoint_dir``: once a new one is
-            complete, rank 0 removes older ones (``None``: keep all).
 
     Returns:
         A :class:`FitResult`: per-step metrics, the plan, the trained module and its consolidated weights.
@@ -121,19 +120,20 @@ def fit(
         NoFeasiblePlan: nothing fits this machine.
     """
     module, source = check_arguments(
-        model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpoint_dir=checkpoint_dir,
-        checkpoint_every=checkpoint_every, log_every=log_every, processes=processes, batch_size=batch_size,
-        keep_last_checkpoints=keep_last_checkpoints, lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm)
+        model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
+        log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,
+        grad_clip_norm=grad_clip_norm)
     environ = os.environ  # the edge: the launcher's variables are read here only
     launch = LaunchInfo.from_environ(environ)
+    ckpt = checkpointing or Checkpointing()
     job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, training_step=training_step,
                    optimizer=optimizer,
                    max_steps=max_steps, epochs=epochs, seed=seed,
-                   checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir),
-                   checkpoint_every=checkpoint_every,
-                   resume=resume if isinstance(resume, bool) else Path(resume), consolidate=consolidate,
-                   log_every=log_every, grad_clip_norm=grad_clip_norm, lr_scheduler=lr_scheduler,
-                   keep_last_checkpoints=keep_last_checkpoints)
+                   checkpoint_dir=None if ckpt.dir is None else Path(ckpt.dir),
+                   checkpoint_every=ckpt.every,
+                   resume=ckpt.resume if isinstance(ckpt.resume, bool) else Path(ckpt.resume),
+                   consolidate=consolidate, log_every=log_every, grad_clip_norm=grad_clip_norm,
+                   lr_scheduler=lr_scheduler, keep_last_checkpoints=ckpt.keep_last)
     options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
                            precision=precision, batch_size=batch_size, seq_len=seq_len, force=force)
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
@@ -152,18 +152,16 @@ def fit(
 
 
 def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | None, epochs: int | None,
-                    checkpoint_dir: Any, checkpoint_every: int | None, log_every: int, processes: int | None,
-                    batch_size: int | None, keep_last_checkpoints: int | None, lr_scheduler: Any,
-                    grad_clip_norm: float | None) -> tuple[nn.Module | None, ModelSource | None]:
+                    checkpointing: Any, log_every: int, processes: int | None, batch_size: int | None,
+                    lr_scheduler: Any, grad_clip_norm: float | None) -> tuple[nn.Module | None, ModelSource | None]:
     """:func:`fit`'s checks of its arguments, before anything slow: the module or the loaded source.
 
     Raises:
         UsageError: a bad argument or model source.
     """
-    _check_counts(max_steps=max_steps, epochs=epochs, checkpoint_every=checkpoint_every, log_every=log_every,
-                  processes=processes, batch_size=batch_size, keep_last_checkpoints=keep_last_checkpoints)
-    if keep_last_checkpoints is not None and checkpoint_dir is None:
-        raise UsageError("keep_last_checkpoints needs checkpoint_dir.", hint="Pass checkpoint_dir= as well.")
+    _check_counts(max_steps=max_steps, epochs=epochs, log_every=log_every, processes=processes,
+                  batch_size=batch_size)
+    _check_checkpointing(checkpointing)
     if lr_scheduler is not None and not callable(lr_scheduler):
         raise UsageError(f"lr_scheduler must be a factory optimizer -> LRScheduler, but got "
                          f"{type(lr_scheduler).__name__}.",
@@ -472,6 +470,22 @@ def _model(model: Any, loss_fn: Any) -> tuple[nn.Module | None, ModelSource | No
         return None, load_source(model)
     raise UsageError(f"model must be a torch.nn.Module or a model source (a model.py path, a config.json path or "
                      f"a catalog name), but got {type(model).__name__}.")
+
+
+def _check_checkpointing(checkpointing: Any) -> None:
+    """Refuse ``checkpointing`` that is not a :class:`Checkpointing`, or whose values cannot work."""
+    if checkpointing is None:
+        return
+    if not isinstance(checkpointing, Checkpointing):
+        raise UsageError(f"checkpointing must be an autoshard.Checkpointing, but got {type(checkpointing).__name__}.",
+                         hint="Pass e.g. checkpointing=autoshard.Checkpointing(dir=\"runs/1\", every=200).")
+    _check_counts(**{"checkpointing.every": checkpointing.every, "checkpointing.keep_last": checkpointing.keep_last})
+    if checkpointing.keep_last is not None and checkpointing.dir is None:
+        raise UsageError("checkpointing.keep_last needs checkpointing.dir.",
+                         hint="Pass Checkpointing(dir=..., keep_last=...).")
+    if checkpointing.resume is True and checkpointing.dir is None:
+        raise UsageError("checkpointing.resume=True needs checkpointing.dir.",
+                         hint="Pass Checkpointing(dir=the run's directory, resume=True), or resume= a checkpoint path.")
 
 
 def _check_counts(**values: int | None) -> None:

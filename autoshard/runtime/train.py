@@ -117,7 +117,8 @@ def _resume_from(job: TrainJob) -> Path | None:
         return None
     if job.resume is True:
         if job.checkpoint_dir is None:
-            raise UsageError("resume=True needs checkpoint_dir.", hint="Pass checkpoint_dir=the run's directory.")
+            raise UsageError("checkpointing.resume=True needs checkpointing.dir.",
+                             hint="Pass Checkpointing(dir=the run's directory, resume=True).")
         return checkpoint.latest(job.checkpoint_dir)
     path = Path(job.resume)
     if not path.is_dir():

@@ -8,7 +8,7 @@ JSON-ready; sizes are bytes, times seconds.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, cast
 
@@ -311,3 +311,27 @@ class Strategy(abc.ABC):
     def workload_settings(self, workload: Workload) -> dict[str, Any]:
         """Knob values this model's step needs in place of the defaults (none unless a strategy says so)."""
         return {}
+
+
+def checked_micro_batch(candidate: Candidate) -> int:
+    """``candidate.micro_batch_size``, checked before a memory or cost model uses it.
+
+    Raises:
+        UsageError: it is not a positive whole number.
+    """
+    b = candidate.micro_batch_size
+    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        from autoshard.errors import UsageError
+
+        raise UsageError(f"micro_batch_size must be a positive whole number, but got {b!r}.")
+    return b
+
+
+def allocation_rounding(workload: Workload) -> Callable[[int], int]:
+    """Bytes a tensor of ``n`` bytes occupies: the CUDA caching allocator's rounding for a CUDA workload
+    (:func:`autoshard.profiler.gpu.round_allocation_bytes`), else ``n``."""
+    if workload.target != "cuda":
+        return lambda n: n
+    from autoshard.profiler.gpu import round_allocation_bytes
+
+    return round_allocation_bytes

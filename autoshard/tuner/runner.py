@@ -68,7 +68,7 @@ class TrialFailed(Exception):  # an outcome, not a bug
 
 
 class TrialRunner(Protocol):
-    """What :class:`~autoshard.tuner.study.StudyLoop` calls to measure one configuration: :func:`run_trial`, or a
+    """What :class:`~autoshard.tuner.loop.StudyLoop` calls to measure one configuration: :func:`run_trial`, or a
     stand-in (a benchmark replaying recorded measurements)."""
 
     def __call__(self, exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout_s: float,

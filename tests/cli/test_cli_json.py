@@ -40,7 +40,7 @@ def test_tune_json_stdout_is_json_alone_when_the_library_prints(monkeypatch, cap
         os.write(1, b"written by C code or a child process\n")
         return types.SimpleNamespace(to_dict=lambda: {"best": {"strategy": "ddp"}}, best=object())
 
-    monkeypatch.setattr("autoshard.tuner.tune", noisy_tune)
+    monkeypatch.setattr("autoshard.tuning.tune", noisy_tune)
     code = main(["tune", "tiny-gpt2", "--hardware", "dgx-h100", "--output-dir", str(tmp_path), "--json"])
     out, err = capfd.readouterr()
     assert code == 0

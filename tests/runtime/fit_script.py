@@ -2,7 +2,8 @@
 
 It builds tiny-gpt2 with a fixed seed and no dropout, trains on a fixed list of batches (three distinct batches repeated, so
 the loss falls), and prints one JSON line: ``RESULT {...}``. Options (all optional): ``strategy``,
-``processes``, ``max_steps``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``, ``precision``,
+``processes``, ``max_steps``, ``checkpoint_dir``, ``checkpoint_every``, ``resume`` (passed as
+``Checkpointing(dir=, every=, resume=)``), ``precision``,
 ``fail`` (``{"rank": r, "step": s, "how": "raise" | "kill"}``),
 ``plan`` (a plan.json path), ``force``, ``checkpointing`` (the strategy's plan with activation checkpointing),
 ``plan_for`` (``{"strategy": s, "precision": p, "nodes": n}``: a plan built by hand for ``processes`` ranks over
@@ -16,11 +17,12 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
 import torch
 
 from autoshard.models import load_source
-from autoshard.runtime import fit
+from autoshard.runtime import Checkpointing, fit
 
 
 def _optimizer(name: str):  # type: ignore[no-untyped-def]
@@ -103,8 +105,12 @@ def main() -> None:
     if options.get("plan_for"):
         options["plan"] = _plan_for(model, options["plan_for"], options.get("processes") or int(
             os.environ.get("WORLD_SIZE", "1")))
-    kwargs = {k: options[k] for k in ("strategy", "processes", "checkpoint_dir", "checkpoint_every", "resume",
-                                      "precision", "plan", "force") if k in options}
+    kwargs: dict[str, Any] = {k: options[k] for k in ("strategy", "processes", "precision", "plan", "force")
+                              if k in options}
+    if "checkpoint_dir" in options or "resume" in options:
+        kwargs["checkpointing"] = Checkpointing(dir=options.get("checkpoint_dir"),
+                                                every=options.get("checkpoint_every"),
+                                                resume=options.get("resume", False))
     result = fit(model, data, loss_fn=loss_fn, max_steps=options.get("max_steps", 4), batch_size=2, log_every=2,
                  optimizer=_optimizer(options.get("optimizer", "adamw")), **kwargs)
     digest = None

@@ -26,7 +26,7 @@ from torch import nn
 import autoshard
 from autoshard.errors import UsageError, UserCodeError
 from autoshard.planner import plan_file
-from autoshard.runtime import checkpoint, fit, supervisor
+from autoshard.runtime import Checkpointing, checkpoint, fit, supervisor
 from autoshard.runtime.loop import lost_peer
 from tests.runtime.regression import batches as _batches
 from tests.runtime.regression import mse as _mse
@@ -106,10 +106,11 @@ def test_resume_continues_the_schedule_of_the_uninterrupted_run(strategy: str, t
     model = _Regressor()
     plan = _plan(model, strategy=strategy, accumulation=2)
     kwargs: dict[str, Any] = {"loss_fn": _mse, "optimizer": _sgd, "plan": plan, "lr_scheduler": _lambda(FACTORS),
-                              "max_steps": 6, "checkpoint_dir": tmp_path, "checkpoint_every": 2}
-    full = fit(model, _batches(12), **kwargs)
+                              "max_steps": 6}
+    full = fit(model, _batches(12), checkpointing=Checkpointing(dir=tmp_path, every=2), **kwargs)
     assert [s.lr for s in full.steps] == pytest.approx([BASE_LR * f for f in FACTORS])
-    resumed = fit(_Regressor(), _batches(12), resume=tmp_path / "step-00000002", **kwargs)
+    resumed = fit(_Regressor(), _batches(12), **kwargs,
+                  checkpointing=Checkpointing(dir=tmp_path, every=2, resume=tmp_path / "step-00000002"))
     assert [s.step for s in resumed.steps] == [3, 4, 5, 6]
     # Restarted, the schedule would begin again at 0.1; the lr restored without the scheduler's state would stay.
     assert [s.lr for s in resumed.steps] == pytest.approx([s.lr for s in full.steps[2:]], rel=1e-12)
@@ -118,10 +119,11 @@ def test_resume_continues_the_schedule_of_the_uninterrupted_run(strategy: str, t
 
 def test_resuming_with_a_scheduler_from_a_checkpoint_without_one_is_refused(tmp_path: Path) -> None:
     model = _Regressor()
-    fit(model, _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=1, checkpoint_dir=tmp_path)
+    fit(model, _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=1,
+        checkpointing=Checkpointing(dir=tmp_path))
     with pytest.raises(UsageError, match="saved without a learning-rate scheduler"):
         fit(_Regressor(), _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=2,
-            checkpoint_dir=tmp_path, resume=True, lr_scheduler=_lambda(FACTORS))
+            checkpointing=Checkpointing(dir=tmp_path, resume=True), lr_scheduler=_lambda(FACTORS))
 
 
 class _Schedule:
@@ -148,7 +150,7 @@ def test_a_bad_scheduler_factory_gets_one_clear_error(scheduler: Any, checkpoint
     model = _Regressor()
     with pytest.raises(error, match=message):
         fit(model, _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=1,
-            lr_scheduler=scheduler, checkpoint_dir=tmp_path if checkpointed else None)
+            lr_scheduler=scheduler, checkpointing=Checkpointing(dir=tmp_path) if checkpointed else None)
     assert not torch.distributed.is_initialized()
 
 
@@ -164,8 +166,7 @@ def test_a_bad_scheduler_factory_gets_one_clear_error(scheduler: Any, checkpoint
 def test_keep_last_checkpoints_leaves_the_newest(keep: int | None, left: list[int], tmp_path: Path) -> None:
     model = _Regressor()
     result = fit(model, _batches(5), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=5,
-                 checkpoint_dir=tmp_path, checkpoint_every=1, keep_last_checkpoints=keep,
-                 lr_scheduler=_lambda(FACTORS))
+                 checkpointing=Checkpointing(dir=tmp_path, every=1, keep_last=keep), lr_scheduler=_lambda(FACTORS))
     assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint.step_dir(tmp_path, s).name for s in left]
     assert result.last_checkpoint == str(checkpoint.step_dir(tmp_path, 5))
     assert all((checkpoint.step_dir(tmp_path, s) / checkpoint.SCHEDULER_FILE).is_file() for s in left)
@@ -177,7 +178,7 @@ def test_a_failed_save_prunes_nothing(tmp_path: Path) -> None:
     model = _Regressor()
     with pytest.raises(FileExistsError):
         fit(model, _batches(4), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=4,
-            checkpoint_dir=tmp_path, checkpoint_every=2, keep_last_checkpoints=1)
+            checkpointing=Checkpointing(dir=tmp_path, every=2, keep_last=1))
     assert checkpoint.latest(tmp_path) == checkpoint.step_dir(tmp_path, 2)
 
 
@@ -199,15 +200,24 @@ def test_prune_removes_only_complete_older_checkpoints(complete: list[int], newe
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"keep_last_checkpoints": 0}, "keep_last_checkpoints must be a positive whole number, but got 0"),
-    ({"keep_last_checkpoints": True}, "keep_last_checkpoints must be a positive whole number, but got True"),
-    ({"keep_last_checkpoints": 2, "checkpoint_dir": None}, "keep_last_checkpoints needs checkpoint_dir"),
+    ({"keep_last": 0}, r"checkpointing\.keep_last must be a positive whole number, but got 0"),
+    ({"keep_last": True}, r"checkpointing\.keep_last must be a positive whole number, but got True"),
+    ({"keep_last": 2, "dir": None}, r"checkpointing\.keep_last needs checkpointing\.dir"),
+    ({"every": 0}, r"checkpointing\.every must be a positive whole number, but got 0"),
+    ({"resume": True, "dir": None}, r"checkpointing\.resume=True needs checkpointing\.dir"),
 ])
-def test_bad_keep_last_checkpoints_is_refused_before_anything_runs(kwargs: dict[str, Any], message: str,
-                                                                   tmp_path: Path) -> None:
-    args = {"checkpoint_dir": tmp_path, **kwargs}
+def test_bad_checkpointing_is_refused_before_anything_runs(kwargs: dict[str, Any], message: str,
+                                                           tmp_path: Path) -> None:
+    args = {"dir": tmp_path, **kwargs}
     with pytest.raises(UsageError, match=message):
-        fit(_Regressor(), _batches(2), loss_fn=_mse, max_steps=1, **args)
+        fit(_Regressor(), _batches(2), loss_fn=_mse, max_steps=1, checkpointing=Checkpointing(**args))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_checkpointing_that_is_not_a_checkpointing_is_refused_naming_the_argument(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"checkpointing must be an autoshard\.Checkpointing, but got dict"):
+        fit(_Regressor(), _batches(2), loss_fn=_mse, max_steps=1,
+            checkpointing={"dir": tmp_path})  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -103,7 +103,7 @@ def test_the_budget_counts_only_trials_that_cost_a_run() -> None:
     # Predicted-infeasible, repeated, stale and interrupted trials cost no run: they do not use up --trials.
     import optuna
 
-    from autoshard.tuner.study import StudyLoop
+    from autoshard.tuner.loop import StudyLoop
 
     study = optuna.create_study(direction="maximize")
     for attrs in ({}, {"failure": "predicted_oom"}, {"duplicate_of": 0}, {"failure": "stale"}, {"failure": "oom"},

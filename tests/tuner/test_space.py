@@ -21,7 +21,7 @@ from autoshard.tuner.space import SearchSpace, _micro_batches, build_space
 
 NOT_TUNED = frozenset({"find_unused_parameters", "start_powerSGD_iter", "reduce_dtype"})
 """Knobs of correctness or numerics (tuner/space.py's docstring says why each is left out)."""
-from autoshard.tuner.study import trial_candidate
+from autoshard.tuner.candidate import trial_candidate
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -51,6 +51,8 @@ class Backend(abc.ABC):
     """Training with one family of strategies (``ddp``, ``fsdp``, ``deepspeed``)."""
 
     family: ClassVar[str] = ""
+    scaler: torch.amp.GradScaler | None = None
+    """The loss scaler of a backend that trains ``16-mixed`` with a torch optimizer (:meth:`grad_scaler`)."""
     reshards_checkpoints: ClassVar[bool] = False
     """Its checkpoints load into a run with another number of ranks (FSDP2's DCP reshards them)."""
 
@@ -137,6 +139,34 @@ class Backend(abc.ABC):
     def loss_scale_for(self, accumulation: int) -> float:
         """Factor applied to each micro-batch loss before backward so accumulated gradients are a mean."""
         return 1.0 / accumulation
+
+    def grad_scaler(self) -> torch.amp.GradScaler | None:
+        """A ``GradScaler`` on this rank's device where the precision scales the loss (``16-mixed``), else
+        ``None``: what a backend with a torch optimizer keeps as :attr:`scaler`."""
+        return torch.amp.GradScaler(self.ctx.device.type) if self.precision.loss_scaling else None
+
+    def scaled_backward(self, loss: torch.Tensor) -> None:
+        """Backward of ``loss``, multiplied by the scale first when there is a :attr:`scaler`."""
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def scaled_step(self, optimizer: torch.optim.Optimizer, parameters: Iterable[nn.Parameter]) -> None:
+        """Step ``optimizer`` through the :attr:`scaler`, then zero the gradients.
+
+        As PyTorch's AMP recipe ("Working with unscaled gradients", ``docs/source/notes/amp_examples.rst``):
+        with ``grad_clip_norm``, the gradients are unscaled first and their global 2-norm over ``parameters``
+        clipped (``clip_grad_norm_`` handles DTensor shards); ``scaler.step`` skips a step whose gradients
+        overflowed, and ``scaler.update`` adjusts the scale.
+        """
+        if self.grad_clip_norm is not None:
+            if self.scaler is not None:
+                self.scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip_norm)
+        if self.scaler is None:
+            optimizer.step()
+        else:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+        optimizer.zero_grad(set_to_none=True)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

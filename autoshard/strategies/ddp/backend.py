@@ -44,7 +44,7 @@ class DDPBackend(Backend):
         )
         self._register_hook(str(s.get("comm_hook", "none")))
         self.optimizer = make_optimizer(self.ddp.parameters())
-        self.scaler = torch.amp.GradScaler(self.ctx.device.type) if self.precision.loss_scaling else None
+        self.scaler = self.grad_scaler()
 
     def _register_hook(self, hook: str) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks import (
@@ -82,20 +82,11 @@ class DDPBackend(Backend):
 
     def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
         """Backward, through the loss scaler for ``16-mixed``."""
-        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        self.scaled_backward(loss)
 
     def step(self) -> None:
         """Optimizer step (skipped by the scaler on overflow), then zero the gradients."""
-        if self.grad_clip_norm is not None:
-            if self.scaler is not None:
-                self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self._module.parameters(), self.grad_clip_norm)
-        if self.scaler is None:
-            self.optimizer.step()
-        else:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.scaled_step(self.optimizer, self._module.parameters())
 
     def save(self, directory: Path) -> None:
         """Rank 0 writes model, optimizer and scaler state (identical on every rank) to one file."""

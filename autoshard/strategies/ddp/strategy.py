@@ -28,6 +28,8 @@ from autoshard.strategies.base import (
     MemoryEstimate,
     Strategy,
     Traits,
+    allocation_rounding,
+    checked_micro_batch,
 )
 from autoshard.strategies.workload import StepTrace, Workload, compute_dtype
 
@@ -237,9 +239,9 @@ class DDPStrategy(Strategy):
     def memory(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> MemoryEstimate:
         """Per-rank peak: the step's own memory plus DDP's buckets and comm-hook state (see module docs)."""
         s = self.resolve(hardware, candidate, workload)
-        b = _micro_batch(candidate)
+        b = checked_micro_batch(candidate)
         trace = workload.trace("amp", candidate.activation_checkpointing)
-        rnd = _rounding(workload)
+        rnd = allocation_rounding(workload)
         phases = trace.phases(b)
         # Model states as the trace holds them (the allocator's rounding included on CUDA), whole on every rank.
         param_bytes = max(br.parameters for br in phases.values())
@@ -294,7 +296,7 @@ class DDPStrategy(Strategy):
     def cost(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> CostEstimate:
         """Compute at MFU plus the gradient all-reduce, overlapped with backward except for the last bucket."""
         s = self.resolve(hardware, candidate, workload)
-        b = _micro_batch(candidate)
+        b = checked_micro_batch(candidate)
         trace = workload.trace("amp", candidate.activation_checkpointing)
         notes: list[str] = []
         flops = trace.flops_per_sample() * b
@@ -342,21 +344,6 @@ class DDPStrategy(Strategy):
 def _nccl(hardware: HardwareSpec) -> bool:
     return hardware.device_type == "cuda" and hardware.backend == "nccl"
 
-
-def _micro_batch(candidate: Candidate) -> int:
-    b = candidate.micro_batch_size
-    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-        raise UsageError(f"micro_batch_size must be a positive whole number, but got {b!r}.")
-    return b
-
-
-def _rounding(workload: Workload) -> Callable[[int], int]:
-    """Bytes a tensor occupies: the CUDA caching allocator's rounding for a CUDA workload."""
-    if workload.target != "cuda":
-        return lambda n: n
-    from autoshard.profiler.gpu import round_allocation_bytes
-
-    return round_allocation_bytes
 
 
 def _hook_memory(s: DdpSettings, layout: _Layout, rnd: Callable[[int], int]) -> tuple[int, int, str]:

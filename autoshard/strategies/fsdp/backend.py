@@ -71,7 +71,7 @@ class FSDPBackend(Backend):
         # torch/distributed/tensor/_dispatch.py), so every rank skips an overflowing step together (hybrid: the
         # replicas' gradients are equal after their all-reduce). ShardedGradScaler (torch/distributed/fsdp/
         # sharded_grad_scaler.py) was written for FSDP1's plain-tensor shards; here it would all-reduce again.
-        self.scaler = torch.amp.GradScaler(self.ctx.device.type) if self.precision.loss_scaling else None
+        self.scaler = self.grad_scaler()
 
     def _mesh(self) -> DeviceMesh:
         """1-D over the world; hybrid: ``(nodes, ranks per node)``, replicas across nodes, shards within one."""
@@ -142,21 +142,12 @@ class FSDPBackend(Backend):
         if sync != self._sync:  # the setter walks every submodule: call it only on a change
             self._module.set_requires_gradient_sync(sync)  # type: ignore[operator]
             self._sync = sync
-        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+        self.scaled_backward(loss)
 
     def step(self) -> None:
         """Optimizer step on the shards (after clipping the global norm; skipped on every rank by the scaler
         when a gradient overflowed), then zero the gradients."""
-        if self.grad_clip_norm is not None:
-            if self.scaler is not None:
-                self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self._module.parameters(), self.grad_clip_norm)  # DTensor-aware
-        if self.scaler is None:
-            self.optimizer.step()
-        else:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.scaled_step(self.optimizer, self._module.parameters())  # clip_grad_norm_ is DTensor-aware
 
     def save(self, directory: Path) -> None:
         """A sharded DCP checkpoint: each rank writes its shards."""

@@ -17,7 +17,6 @@ rules, sources and measurements: ``docs/strategies/fsdp.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from autoshard.errors import UsageError
@@ -32,6 +31,8 @@ from autoshard.strategies.base import (
     MemoryEstimate,
     Strategy,
     Traits,
+    allocation_rounding,
+    checked_micro_batch,
 )
 from autoshard.strategies.fsdp.cost import communication, cpu_offload
 from autoshard.strategies.fsdp.memory import (
@@ -143,7 +144,7 @@ class FSDPStrategy(Strategy):
             shard_size=n, hybrid=self.hybrid, reshard_after_forward=raf, offload=self.offload,
             orig_bytes=orig, gather_bytes=gather, reduce_bytes=reduce,
             forward_prefetch=values["forward_prefetch"], backward_prefetch=values["backward_prefetch"],
-            round_bytes=_rounding(workload), optimizer=workload.optimizer, foreach=bool(values["foreach"]),
+            round_bytes=allocation_rounding(workload), optimizer=workload.optimizer, foreach=bool(values["foreach"]),
             reduce_scatter_copies_input=hardware.backend == "gloo",
         ), values
 
@@ -181,7 +182,7 @@ class FSDPStrategy(Strategy):
         ckpt = candidate.activation_checkpointing
         acts = StepActivations.from_traces(
             workload.trace(fsdp_half_mode(workload.precision), ckpt), workload.trace("amp", ckpt),
-            _micro_batch(candidate), units,
+            checked_micro_batch(candidate), units,
             values["blocks_per_unit"], unchecked=_unchecked(workload) if ckpt else None)
         return layout, units, acts
 
@@ -189,7 +190,7 @@ class FSDPStrategy(Strategy):
     def cost(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> CostEstimate:
         """Compute at MFU, per-unit collectives with one-unit-ahead overlap, and CPU offload's work."""
         layout, values = self.layout(workload, hardware, candidate)
-        b = _micro_batch(candidate)
+        b = checked_micro_batch(candidate)
         trace = workload.trace(fsdp_half_mode(workload.precision), candidate.activation_checkpointing)
         units = wrapping_units(workload, values["blocks_per_unit"])
         notes: list[str] = []
@@ -259,18 +260,4 @@ def _unchecked(workload: Workload) -> StepTrace | None:
     except LookupError:
         return None
 
-
-def _micro_batch(candidate: Candidate) -> int:
-    b = candidate.micro_batch_size
-    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-        raise UsageError(f"micro_batch_size must be a positive whole number, but got {b!r}.")
-    return b
-
-
-def _rounding(workload: Workload) -> Callable[[int], int]:
-    if workload.target != "cuda":
-        return lambda n: n
-    from autoshard.profiler.gpu import round_allocation_bytes
-
-    return round_allocation_bytes
 

@@ -13,7 +13,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from rich.console import Console
 
 from autoshard.errors import UsageError
-from autoshard.tuner.report import (
+from autoshard.report import (
     print_summary,
     summary_markdown,
     write_plots,
@@ -69,7 +69,7 @@ def table_row(markdown: str, number: int) -> dict[str, str]:
         cells = split(line)
         if cells[0].split()[0] == str(number):
             assert len(cells) == len(headers), line
-            return dict(zip(headers, cells))
+            return dict(zip(headers, cells, strict=True))
     raise AssertionError(f"no row for trial {number}")
 
 

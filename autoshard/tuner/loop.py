@@ -1,0 +1,275 @@
+"""The study loop: Optuna's ask-and-tell over short real training trials.
+
+Ask for a configuration, predict its memory with the planner's models (a configuration predicted not to fit is
+recorded as infeasible without running and does not count against the budget), reuse an earlier measurement of
+the same configuration if there is one, else run it (:mod:`autoshard.tuner.runner`) and tell Optuna the measured
+throughput. Out-of-memory trials are told as COMPLETE with throughput 0 and a violated constraint
+(``trial.set_constraint``), so TPE learns to avoid their region; other failures are FAIL with their class;
+clearly slower trials are pruned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autoshard.errors import UserCodeError
+from autoshard.planner import plan_file
+from autoshard.planner.plan import Plan
+from autoshard.planner.search import evaluate
+from autoshard.strategies import get
+from autoshard.tuner import storage as storage_mod
+from autoshard.tuner.budget import Budget
+from autoshard.tuner.cache import ResultCache
+from autoshard.tuner.candidate import trial_candidate
+from autoshard.tuner.estimate import describe
+from autoshard.tuner.observer import TuneObserver
+from autoshard.tuner.result import FailureClass, TrialConfig, TrialEstimate
+from autoshard.tuner.resume import RERUN, RERUN_ATTR
+from autoshard.tuner.runner import Measurement, TrialFailed, TrialRunner, TrialSpec, run_trial
+from autoshard.tuner.space import SearchSpace
+
+MAX_PREDICTED_INFEASIBLE = 50
+"""Consecutive configurations predicted not to fit after which the study stops asking."""
+MAX_DUPLICATES = 10
+"""Consecutive configurations this study had already measured after which it stops: the sampler has converged
+(a repeated configuration is answered from the study at no cost and does not use up the budget)."""
+_NOT_COUNTED = (FailureClass.PREDICTED_OOM.value, *RERUN)
+"""Finished trials that do not use up the budget (repeats, ``duplicate_of``, neither)."""
+_Pruned = optuna.TrialPruned
+
+
+class StudyLoop:
+    """Ask, predict, reuse or run, tell — until the study holds ``trials`` finished trials or time is up."""
+
+    def __init__(self, study: optuna.Study, space: SearchSpace, plan: Plan, spec: TrialSpec, cache: ResultCache,
+                 out: Path, environ: dict[str, str], budget: Budget, runner: TrialRunner = run_trial, *,
+                 observer: TuneObserver | None = None, estimate: TrialEstimate | None = None) -> None:
+        self.study, self.space, self.plan, self.spec, self.cache = study, space, plan, spec, cache
+        self.out, self.environ, self.budget = out, environ, budget
+        self.observer = observer or TuneObserver()
+        """Told what the loop does (a progress bar draws it); by default nobody."""
+        self.runner = runner
+        """Runs one trial (:func:`~autoshard.tuner.runner.run_trial`; a stand-in replays measurements)."""
+        self.me = storage_mod.owner()
+        self.notes: list[str] = []
+        self.estimate = estimate
+        """What a trial is predicted to cost; said before the first trial starts."""
+
+    def run(self) -> None:
+        display = self.observer
+        display.study_started(budget=self.budget.trials)
+        try:
+            predicted_in_a_row = duplicates_in_a_row = 0
+            display.trials_done(self._counted())
+            if self.estimate is not None and self._counted() < self.budget.trials:
+                display.say(describe(self.estimate, self.budget.trials - self._counted()))
+            while self._counted() < self.budget.trials:
+                remaining = self.budget.remaining_s()
+                if remaining is not None and remaining <= 0:
+                    break
+                # A tuner of this host killed while this one runs leaves a trial RUNNING: fail it now, not at the
+                # next resume (it would otherwise count as running elsewhere and stay so in the summary).
+                self.notes += [f"Trial {n} was left running by a tuner that is gone: marked failed."
+                               for n in storage_mod.fail_stale_trials(self.study)]
+                trial = self._ask()
+                try:
+                    trial.set_user_attr(storage_mod.OWNER_ATTR, self.me)
+                    config = self.space.suggest(trial)
+                    trial.set_user_attr("config", config.to_dict())
+                    how = self._trial(trial, config, display,
+                                      min(self.budget.trial_timeout_s, remaining or self.budget.trial_timeout_s))
+                except BaseException as e:
+                    self._abandon(trial, e)
+                    raise
+                predicted_in_a_row = predicted_in_a_row + 1 if how == "predicted" else 0
+                duplicates_in_a_row = duplicates_in_a_row + 1 if how == "duplicate" else 0
+                if predicted_in_a_row >= MAX_PREDICTED_INFEASIBLE:
+                    self.notes.append(f"Stopped early: the last {MAX_PREDICTED_INFEASIBLE} configurations asked for "
+                                      "were all predicted not to fit.")
+                    break
+                if duplicates_in_a_row >= MAX_DUPLICATES:
+                    self.notes.append(f"Stopped early: the sampler proposed {MAX_DUPLICATES} configurations in a row "
+                                      "that the study had already measured (it has converged).")
+                    break
+                display.trials_done(self._counted())
+        finally:
+            display.study_ended()
+
+    def _counted(self) -> int:
+        """Finished trials (not predicted infeasible) plus trials other tuners are running now."""
+        n = 0
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state == optuna.trial.TrialState.RUNNING:
+                n += t.user_attrs.get(storage_mod.OWNER_ATTR) != self.me
+            elif t.state.is_finished():
+                # Predicted-infeasible and repeated configurations cost nothing, and a trial whose tuner was killed
+                # says nothing about its configuration: none of them uses up the budget.
+                n += (t.user_attrs.get("failure") not in _NOT_COUNTED and "duplicate_of" not in t.user_attrs)
+        return n
+
+    def _ask(self) -> optuna.Trial:
+        """The next trial: a rerun of a trial an earlier tuner left unfinished
+        (:func:`~autoshard.tuner.resume.enqueue_reruns`) first, ahead of the trials queued before it; else
+        Optuna's (its queue, then its sampler)."""
+        storage = self.study._storage  # optuna's ask() pops its queue in trial order and has no way to pick one
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            if RERUN_ATTR not in t.user_attrs:
+                continue
+            try:  # as Study.ask() claims a queued trial: False when another tuner claimed it first
+                claimed = storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.RUNNING)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                claimed = False
+            if claimed:
+                return optuna.Trial(self.study, t._trial_id)
+        with warnings.catch_warnings():  # heartbeats are recorded by this loop (_Heartbeat), not optimize()
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            return self.study.ask()
+
+    def _abandon(self, trial: optuna.Trial, error: BaseException) -> None:
+        """Settle ``trial`` when this tuner leaves it unfinished (its workers are already stopped): Ctrl-C makes
+        it ``interrupted`` (not counted; run again when the study is resumed); anything else a ``crash``."""
+        if trial.number not in {t.number for t in self.study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}:
+            return  # told already (e.g. the user-code error raised after its trial was recorded)
+        if isinstance(error, KeyboardInterrupt):
+            failure, message = FailureClass.INTERRUPTED, ("stopped by Ctrl-C (SIGINT to the tuner); it runs again "
+                                                          "when the study is resumed")
+        else:
+            failure, message = FailureClass.CRASH, f"the tuner failed during this trial: {type(error).__name__}"
+        trial.set_user_attr("failure", failure.value)
+        trial.set_user_attr("message", message)
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    def _trial(self, trial: optuna.Trial, config: TrialConfig, display: TuneObserver, timeout_s: float) -> str:
+        """Run or settle one trial; says how: ``predicted`` (not run: predicted not to fit), ``duplicate``
+        (answered from an earlier trial of this study), ``cached`` (from the result cache) or ``ran``."""
+        evaluation = evaluate(get(config.strategy), self.plan.workload, self.plan.hardware, self.plan.request,
+                              trial_candidate(config, trial=True))
+        predicted = evaluation.memory.gpu.total if evaluation.memory is not None else None
+        trial.set_user_attr("predicted_peak_bytes", predicted)
+        trial.set_user_attr("predicted_samples_per_s",
+                            None if evaluation.cost is None else evaluation.cost.samples_per_s)
+        if not evaluation.fits:
+            self._infeasible(trial, FailureClass.PREDICTED_OOM, "; ".join(evaluation.reasons))
+            return "predicted"
+        reused, earlier = self._reuse(config)
+        if reused is not None:
+            trial.set_user_attr("cached", True)
+            if earlier is not None:
+                trial.set_user_attr("duplicate_of", earlier)
+            self._settle(trial, config, reused, cache=False)
+            return "cached" if earlier is None else "duplicate"
+        exported = plan_file.from_plan(dataclasses.replace(self.plan, recommended=evaluation))
+        run_dir = self.out / "trials" / f"{trial.number:04d}"
+        display.trial_started(trial.number, _describe(config))
+        started = time.monotonic()
+
+        def on_progress(step: int, rate: float) -> None:
+            display.trial_step(step, self.spec.steps, rate)
+            trial.report(rate, step)
+            if trial.should_prune():
+                raise _Pruned(f"{rate:.1f} samples/s at step {step}, below half the best so far")
+
+        heartbeat = _Heartbeat(self.study, trial)
+        try:
+            measured = self.runner(exported, self.spec, run_dir, timeout_s=timeout_s, environ=self.environ,
+                                 on_progress=on_progress, on_poll=heartbeat)
+            outcome: dict[str, Any] = _measured(measured)
+        except TrialFailed as e:
+            outcome = {"failure": e.failure.value, "message": e.message}
+        except _Pruned as e:
+            outcome = {"pruned": True, "message": str(e)}
+        outcome["duration_s"] = time.monotonic() - started
+        self._settle(trial, config, outcome, cache=True)
+        display.trial_ended(trial.number, outcome)
+        return "ran"
+
+    def _reuse(self, config: TrialConfig) -> tuple[dict[str, Any] | None, int | None]:
+        """An earlier outcome of the same configuration and the study trial it came from: in this study, else
+        in the result cache (trial ``None``)."""
+        key = config.key()
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            if t.user_attrs.get("config") is None or t.user_attrs.get("failure") == FailureClass.PREDICTED_OOM.value:
+                continue
+            if TrialConfig(**t.user_attrs["config"]).key() == key and "outcome" in t.user_attrs:
+                return dict(t.user_attrs["outcome"]), int(t.user_attrs.get("duplicate_of", t.number))
+        return self.cache.get(config), None
+
+    def _settle(self, trial: optuna.Trial, config: TrialConfig, outcome: Mapping[str, Any], *, cache: bool) -> None:
+        for key in ("samples_per_s", "tokens_per_s", "step_time_s", "peak_memory_bytes", "peak_memory_kind",
+                    "message", "duration_s"):
+            if key in outcome:
+                trial.set_user_attr(key, outcome[key])
+        if outcome.get("pruned"):
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            return
+        failure = outcome.get("failure")
+        if failure == FailureClass.OOM.value:
+            self._infeasible(trial, FailureClass.OOM, str(outcome.get("message", "")), outcome=outcome)
+            if cache:
+                self.cache.put(config, outcome)
+            return
+        if failure is not None:
+            trial.set_user_attr("failure", failure)
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            if failure == FailureClass.USER_CODE.value and _measured_any(self.study) is False:
+                raise UserCodeError(f"the first trial failed in your code: {outcome.get('message')}",
+                                    hint=f"Every trial would fail the same way; its logs are in "
+                                         f"{self.out / 'trials' / f'{trial.number:04d}'}.")
+            return
+        trial.set_user_attr("outcome", dict(outcome))
+        trial.set_constraint("oom", 0.0)
+        self.study.tell(trial, float(outcome["samples_per_s"]))
+        if cache:
+            self.cache.put(config, outcome)
+
+    def _infeasible(self, trial: optuna.Trial, failure: FailureClass, message: str,
+                    outcome: Mapping[str, Any] | None = None) -> None:
+        trial.set_user_attr("failure", failure.value)
+        trial.set_user_attr("message", message)
+        if outcome is not None:
+            trial.set_user_attr("outcome", dict(outcome))
+        trial.set_constraint("oom", 1.0)
+        self.study.tell(trial, 0.0)
+
+
+class _Heartbeat:
+    """Records the running trial's heartbeat every few seconds (database storages), so that a tuner on another
+    node can tell a live trial from a dead one."""
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        storage = study._storage  # heartbeats are a storage feature optuna drives from optimize()
+        self._storage = storage if isinstance(storage, optuna.storages.RDBStorage) else None
+        self._trial_id = trial._trial_id
+        self._last = 0.0
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if self._storage is not None and now - self._last >= storage_mod.HEARTBEAT_INTERVAL_S:
+            self._storage.record_heartbeat(self._trial_id)
+            self._last = now
+
+
+def _measured(m: Measurement) -> dict[str, Any]:
+    return {"samples_per_s": m.samples_per_s, "tokens_per_s": m.tokens_per_s, "step_time_s": m.step_time_s,
+            "peak_memory_bytes": m.peak_memory_bytes, "peak_memory_kind": m.peak_memory_kind,
+            "step_times_s": list(m.step_times_s)}
+
+
+def _measured_any(study: optuna.Study) -> bool:
+    return any(t.user_attrs.get("failure") is None and t.value is not None
+               for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def _describe(config: TrialConfig) -> str:
+    parts = [config.strategy, f"mb={config.micro_batch_size}"]
+    if config.activation_checkpointing:
+        parts.append("ckpt")
+    return " ".join(parts)

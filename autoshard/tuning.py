@@ -1,0 +1,109 @@
+"""``autoshard.tune``: the tuner's study with its report, above both.
+
+:func:`autoshard.tuner.study.run_study` runs the study and renders nothing; :mod:`autoshard.report` draws
+the progress bar and writes ``summary.md``, ``summary.json`` and the plots. ``tune()`` hands the second to the
+first as observers, so the tuner imports neither rich nor matplotlib.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from autoshard.tuner.runner import TrialRunner, run_trial
+
+if TYPE_CHECKING:
+    from autoshard.hardware.specs import HardwareSpec
+    from autoshard.models.source import ModelSource
+    from autoshard.profiler.options import PrecisionName
+    from autoshard.tuner.result import TuneResult
+    from autoshard.tuner.space import SearchSpace
+
+
+def tune(
+    model: str | os.PathLike[str] | ModelSource,
+    *,
+    hardware: HardwareSpec | str | os.PathLike[str] | None = None,
+    processes: int | None = None,
+    strategies: Sequence[str] | None = None,
+    top_strategies: int = 3,
+    batch_size: int | None = None,
+    micro_batch_sizes: Sequence[int] | None = None,
+    global_batch_size: int | None = None,
+    seq_len: int | None = None,
+    precision: PrecisionName | None = None,
+    optimizer: str = "adamw",
+    trials: int = 12,
+    timeout_s: float | None = None,
+    trial_timeout_s: float = 300.0,
+    steps: int = 10,
+    warmup_steps: int = 3,
+    storage: str | None = None,
+    study_name: str | None = None,
+    output_dir: str | os.PathLike[str] = "autoshard-tune",
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+    prune: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+    space: SearchSpace | None = None,
+    runner: TrialRunner = run_trial,
+) -> TuneResult:
+    """Tune how to train ``model`` on this machine with short real training trials.
+
+    Args:
+        model: a ``model.py`` path, a Hugging Face ``config.json`` path, a catalog name, or a loaded source
+            (trials run it in their own processes, so an ``nn.Module`` cannot be tuned: save it as a model.py).
+        hardware: a profile name / path / ``HardwareSpec`` describing this machine (default: detected).
+        processes: GPUs to use, or on a CPU machine the number of gloo processes.
+        strategies: consider only these strategies.
+        top_strategies: compare this many of the planner's best strategies (1: tune only the recommended one).
+        batch_size: a fixed micro-batch (not tuned).
+        micro_batch_sizes: the micro-batches to try (default: the largest that fits and powers of two below).
+        global_batch_size: samples per optimizer step over all ranks (fixes the accumulation per micro-batch).
+        seq_len: sequence length of token models.
+        precision: as ``fit()``'s (default ``bf16-mixed`` on GPUs that have it, else ``32-true``).
+        optimizer: ``adamw``, ``adam``, ``sgd`` or ``adafactor``.
+        trials: trials the study should hold when done (a resumed study counts its earlier ones; configurations
+            predicted not to fit are recorded but not counted).
+        timeout_s: stop starting trials after this long (``None``: no limit).
+        trial_timeout_s: a trial running longer, process start-up included, is stopped and recorded as timed out.
+        steps: optimizer steps per trial, ``warmup_steps`` of them untimed.
+        warmup_steps: steps dropped before timing.
+        storage: an Optuna storage URL (e.g. ``postgresql://...`` shared by several nodes) or a journal file
+            ``*.log``; default ``sqlite:///<output_dir>/study.db``.
+        study_name: default: ``<model>-<strategy family list>`` made from the model and machine.
+        output_dir: where the study file, the trials' logs, the summary, the plots and the best plan's files go.
+        cache_dir: the result cache (default ``~/.cache/autoshard/tune``).
+        use_cache: reuse measurements of the same job and configuration from the cache.
+        prune: stop trials that run at less than half the best throughput.
+        seed: the sampler's seed (and the trials' training seed).
+        progress: show a progress bar on stderr.
+        space: search this space instead of the one built from the plan (:func:`~autoshard.tuner.space.build_space`);
+            its strategies are checked against the plan's.
+        runner: measures one configuration (default :func:`~autoshard.tuner.runner.run_trial`: real training in
+            its own processes); a stand-in replays recorded measurements.
+
+    Returns:
+        A :class:`~autoshard.tuner.result.TuneResult`; ``best_plan`` is usable by ``fit(plan=...)``, and its
+        files are in ``<output_dir>/best``.
+
+    Raises:
+        UsageError: bad arguments, an unwritable output directory, an unreachable storage, a study made for
+            another job.
+        UserCodeError: the model's own code fails in the first trial (every trial would).
+        NoFeasiblePlan: nothing fits this machine.
+    """
+    from autoshard.report import ProgressDisplay, SummaryWriter
+    from autoshard.tuner.study import run_study
+
+    observers = [SummaryWriter(), *([ProgressDisplay()] if progress else [])]
+    return run_study(
+        model, hardware=hardware, processes=processes, strategies=strategies, top_strategies=top_strategies,
+        batch_size=batch_size, micro_batch_sizes=micro_batch_sizes, global_batch_size=global_batch_size,
+        seq_len=seq_len, precision=precision, optimizer=optimizer, trials=trials, timeout_s=timeout_s,
+        trial_timeout_s=trial_timeout_s, steps=steps, warmup_steps=warmup_steps, storage=storage,
+        study_name=study_name, output_dir=output_dir, cache_dir=cache_dir, use_cache=use_cache, prune=prune,
+        seed=seed, space=space, runner=runner, observers=observers,
+    )

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from autoshard.errors import UsageError
 from autoshard.models import ModelSource, load_source
-from autoshard.profiler.options import Precision, PrecisionName, ProfileOptions
+from autoshard.profiler.options import OptimizerImpl, Precision, PrecisionName, ProfileOptions
 from autoshard.profiler.result import ModelProfile
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ def profile(
     grad_accumulation: int = 1,
     target: str = "cuda",
     extrapolate: bool | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
 ) -> ModelProfile:
     """Profile one training step of a model on one device holding the whole model, without allocating it.
 
@@ -59,6 +60,8 @@ def profile(
         target: ``"cuda"`` (default) answers for a CUDA GPU; ``"cpu"`` for a CPU run.
         extrapolate: trace fewer repeated blocks and extrapolate linearly (``None``: automatically for deep
             catalog / HF models, where this is exact — see ``docs/profile.md``).
+        optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"``: how the optimizer steps, which sets the
+            optimizer step's temporaries (``None``: torch's default on ``target``, foreach on CUDA).
 
     Returns:
         A frozen, JSON-serialisable :class:`ModelProfile`.
@@ -84,6 +87,7 @@ def profile(
         activation_checkpointing=activation_checkpointing,
         grad_accumulation=grad_accumulation,
         target=target,
+        optimizer_impl=optimizer_impl,
     )
     return profile_source(load_source(source), options, extrapolate=extrapolate)
 
@@ -101,6 +105,7 @@ def recommend(
     strategies: list[str] | None = None,
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -117,6 +122,8 @@ def recommend(
         safety_margin: fraction of device memory kept free (CUDA context, fragmentation, model error).
         progress: called as ``progress(done, total)`` after each of the model's traces (10-60 s in all for
             a large model), e.g. to show a progress bar.
+        optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"`` (``None``: torch's default, foreach on
+            CUDA). DeepSpeed's optimizer offload steps its own CPU Adam whatever this says.
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
@@ -130,4 +137,4 @@ def recommend(
     _check_source(source, "recommend")
     return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
-                    safety_margin=safety_margin, progress=progress)
+                    safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl)

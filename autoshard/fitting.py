@@ -54,6 +54,7 @@ def fit(
     tune: bool | Mapping[str, Any] = False,
     lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
     keep_last_checkpoints: int | None = None,
+    optimizer_impl: str | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy; with ``tune``, measure candidates first.
 
@@ -76,7 +77,8 @@ def fit(
                  batch_size=batch_size, seq_len=seq_len, checkpoint_dir=checkpoint_dir,
                  checkpoint_every=checkpoint_every, resume=resume, consolidate=consolidate,
                  grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, force=force, timeout_s=timeout_s,
-                 lr_scheduler=lr_scheduler, keep_last_checkpoints=keep_last_checkpoints)
+                 lr_scheduler=lr_scheduler, keep_last_checkpoints=keep_last_checkpoints,
+                 optimizer_impl=optimizer_impl)
     if not tune:
         return train(model, data, plan=plan, **given)
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpoint_dir=checkpoint_dir,

@@ -7,7 +7,7 @@ import itertools
 import os
 from typing import TYPE_CHECKING
 
-from autoshard.cli._format import OPTIMIZERS, PRECISIONS, count, flops, gib, print_json
+from autoshard.cli._format import OPTIMIZER_IMPLS, OPTIMIZERS, PRECISIONS, count, flops, gib, print_json
 
 if TYPE_CHECKING:
     from autoshard.profiler import ModelProfile
@@ -41,8 +41,16 @@ def add_step_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed)",
     )
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
+    add_optimizer_impl_argument(parser)
     parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing of each block")
     parser.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
+
+
+def add_optimizer_impl_argument(parser: argparse.ArgumentParser) -> None:
+    """``--optimizer-impl``, shared with ``recommend``."""
+    parser.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS, default=None,
+                        help="how the optimizer steps: foreach (torch's default on CUDA: list-sized temporaries), "
+                             "for-loop (one parameter at a time) or fused (no temporaries)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         grad_accumulation=args.grad_accumulation,
         target=args.target,
         extrapolate=args.extrapolate,
+        optimizer_impl=args.optimizer_impl,
     )
     if args.json:
         print_json(result.to_dict())
@@ -78,7 +87,7 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     console.print(
         f"[bold]{p.model}[/bold] ({p.source_kind}) — {count(p.parameter_count)} parameters "
         f"({count(p.trainable_parameter_count)} trainable), micro-batch {o.batch_size}{seq}, "
-        f"{o.precision.value}, {o.optimizer}"
+        f"{o.precision.value}, {o.optimizer} ({o.optimizer_impl})"
         + (", activation checkpointing" if o.activation_checkpointing else "")
         + (f", {o.grad_accumulation} accumulation steps" if o.grad_accumulation > 1 else "")
     )

@@ -88,6 +88,11 @@ def notes(exported: ExportedPlan) -> list[str]:
            f"{exported.micro_batch_size} per device), optimizer ({exported.optimizer}) and learning-rate schedule."),
            ("Gradient clipping is off in every file, as the plan trains (the HF Trainer arguments say "
             "--max_grad_norm 0.0; its default would clip at 1.0): set it everywhere if you train with it.")]
+    if exported.optimizer_impl is not None:
+        how = {"foreach": "foreach=True", "for-loop": "foreach=False", "fused": "fused=True"}[exported.optimizer_impl]
+        out.append(f"The plan steps the optimizer {exported.optimizer_impl} ({how} in torch.optim): build it so"
+                   + (" (the HF Trainer flags say --optim)." if exported.optimizer == "adamw"
+                      and exported.optimizer_impl != "for-loop" else "."))
     if exported.activation_checkpointing:
         blocks = " and ".join(exported.model.block_classes) or "repeated block"
         out.append(f"The plan checkpoints every {blocks}: enable it in your "

@@ -16,7 +16,7 @@ from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
 from autoshard.planner.plan import Plan, PlanRequest
 from autoshard.planner.search import check_request, plan
-from autoshard.profiler.options import Precision
+from autoshard.profiler.options import OptimizerImpl, Precision, parse_optimizer, parse_optimizer_impl
 
 Goal = Literal["pretrain", "finetune"]
 GOALS: tuple[Goal, ...] = ("pretrain", "finetune")
@@ -72,11 +72,12 @@ def plan_for(
     strategies: list[str] | tuple[str, ...] | None = None,
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
     ``precision=None`` takes :func:`default_precision` of the hardware; ``progress(done, total)`` is called after
-    each trace.
+    each trace. ``optimizer_impl`` names the optimizer implementation (``None``: torch's default).
 
     Raises:
         UsageError: contradictory or out-of-range arguments, checked before anything is traced.
@@ -91,6 +92,8 @@ def plan_for(
     for name, value in (("batch size", batch_size), ("global batch size", global_batch_size)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise UsageError(f"{name} must be a positive integer, but got {value!r}.")
+    if optimizer_impl is not None:
+        optimizer_impl = parse_optimizer_impl(optimizer_impl, parse_optimizer(optimizer))
     chosen = [get(n) for n in (strategies or names())]
     request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
                           safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies))
@@ -98,5 +101,6 @@ def plan_for(
     workload = build_workload(
         load_source(source), precision=precision or default_precision(hardware), optimizer=optimizer,
         seq_len=seq_len, target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
+        optimizer_impl=optimizer_impl,
     )
     return plan(workload, hardware, request, chosen)

@@ -107,6 +107,9 @@ class ExportedPlan:
     seq_len: int | None
     model: ModelFingerprint
     hardware: HardwareFingerprint
+    optimizer_impl: str | None = None
+    """``foreach``, ``for-loop`` or ``fused`` when the plan was made for that optimizer implementation;
+    ``None``: torch's default (plan files written before the setting)."""
     traits: Traits | None = None
     """What the strategy does (sharding stage, offload, hybrid): what the backends and exporters ask. Always the
     registered strategy's: left out (plan.json files written before traits) it is filled in, and other traits are
@@ -168,6 +171,7 @@ def from_plan(plan: Plan) -> ExportedPlan:
         gradient_accumulation=rec.gradient_accumulation,
         activation_checkpointing=rec.candidate.activation_checkpointing,
         settings=dict(settings), precision=w.precision.value, optimizer=w.optimizer, seq_len=w.seq_len,
+        optimizer_impl=w.optimizer_impl,
         model=ModelFingerprint(name=w.model, parameter_count=w.parameter_count, block_class=w.block_class,
                                layout_hash=layout_hash(w.parameter_numels, w.block_parameter_counts)),
         hardware=HardwareFingerprint(
@@ -207,7 +211,8 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
         model = ModelFingerprint(**_fields(data, "model", _MODEL_TYPES, source))
         hardware = HardwareFingerprint(**_fields(data, "hardware", _HARDWARE_TYPES, source))
         top = _fields({"plan": data}, "plan", _PLAN_TYPES, source,
-                      extra_ok=("kind", "schema_version", "model", "hardware", "global_batch_size", "traits"))
+                      extra_ok=("kind", "schema_version", "model", "hardware", "global_batch_size", "traits"),
+                      optional=_OPTIONAL_PLAN_TYPES)
         traits = _traits(data, source)
         exported = ExportedPlan(**top, model=model, hardware=hardware, traits=traits)
     except TypeError as e:  # a field missing from the dataclass constructor
@@ -264,19 +269,25 @@ _HARDWARE_TYPES = {"gpu": _OPT_STR, "gpu_memory_bytes": _OPT_INT, "gpus_per_node
 _PLAN_TYPES = {"strategy": str, "family": str, "micro_batch_size": int, "gradient_accumulation": int,
                "activation_checkpointing": bool, "settings": dict, "precision": str, "optimizer": str,
                "seq_len": _OPT_INT}
+_OPTIONAL_PLAN_TYPES = {"optimizer_impl": _OPT_STR}
+"""Fields later versions added: a file without them is read with the dataclass's default."""
 
 
 def _fields(data: dict[str, Any], key: str, types: dict[str, Any], source: str,
-            extra_ok: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``data[key]``'s fields, each checked against ``types``; unknown keys are refused."""
+            extra_ok: tuple[str, ...] = (), optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``data[key]``'s fields, each checked against ``types`` (``optional``: may be missing); unknown keys are
+    refused."""
+    optional = optional or {}
     obj = data.get(key)
     if not isinstance(obj, dict):
         raise UsageError(f"{source}: \"{key}\" must be an object, but got {type(obj).__name__}.")
-    unknown = set(obj) - set(types) - set(extra_ok)
+    unknown = set(obj) - set(types) - set(optional) - set(extra_ok)
     if unknown:
         raise UsageError(f"{source}: unknown field(s) {', '.join(sorted(unknown))} in \"{key}\".")
     out = {}
-    for name, kind in types.items():
+    for name, kind in {**types, **optional}.items():
+        if name not in obj and name in optional:
+            continue
         if name not in obj:
             raise UsageError(f"{source}: \"{key}\" lacks the field \"{name}\".")
         value = obj[name]

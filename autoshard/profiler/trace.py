@@ -356,17 +356,16 @@ def _make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Modu
             f"{source.name} has no trainable parameters: there is no training step to profile.",
             hint="Check that model() returns the module to train and that its parameters require grad.",
         )
-    foreach = True if options.target == "cuda" else None
     if source.optimizer_fn is None:
-        return build_optimizer(options.optimizer, model.parameters(), foreach=foreach)
+        return build_optimizer(options.optimizer, model.parameters(), impl=options.optimizer_impl)
     optimizer = call_user(source.optimizer_fn, model.parameters(), what="optimizer()", user_file=source.user_file)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise UserCodeError(
             f"optimizer() in {source.origin} returned {type(optimizer).__name__}, expected a torch.optim.Optimizer.",
             hint="Return e.g. `torch.optim.AdamW(params, lr=1e-4)`.",
         )
-    if options.target == "cuda":
-        force_foreach_default(optimizer)
+    if options.optimizer_impl != "fused":  # fused is the constructor's choice; it cannot be switched on later
+        force_foreach_default(optimizer, options.optimizer_impl == "foreach")
     return optimizer
 
 

@@ -21,6 +21,7 @@ from autoshard.models import load_source
 from autoshard.models.source import ModelSource
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
+from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
 from autoshard.runtime import planning, supervisor
 from autoshard.runtime.data import SampleList, as_samples
 from autoshard.runtime.data import check as check_data
@@ -60,6 +61,7 @@ def fit(
     timeout_s: float | None = None,
     lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
     keep_last_checkpoints: int | None = None,
+    optimizer_impl: str | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
     worker processes it starts itself.
@@ -110,6 +112,10 @@ def fit(
             (it needs a metric) is refused.
         keep_last_checkpoints: keep only the newest N checkpoints in ``checkpoint_dir``: once a new one is
             complete, rank 0 removes older ones (``None``: keep all).
+        optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"``: how an optimizer given by name (or the
+            plan's) steps; planned with it under ``plan="auto"``, and it replaces a given plan's. ``None``: the
+            plan's, else torch's default (foreach on CUDA). DeepSpeed with optimizer offload steps its own
+            ``DeepSpeedCPUAdam`` whatever this says.
 
     Returns:
         A :class:`FitResult`: per-step metrics, the plan, the trained module and its consolidated weights.
@@ -135,7 +141,8 @@ def fit(
                    log_every=log_every, grad_clip_norm=grad_clip_norm, lr_scheduler=lr_scheduler,
                    keep_last_checkpoints=keep_last_checkpoints)
     options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
-                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force)
+                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force,
+                           optimizer_impl=_optimizer_impl(optimizer_impl, optimizer))
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         _worker(job, launch, Path(run_dir))  # never returns
@@ -369,6 +376,14 @@ class _PlanOptions:
     batch_size: int | None
     seq_len: int | None
     force: bool
+    optimizer_impl: OptimizerImpl | None = None
+
+
+def _optimizer_impl(impl: str | None, optimizer: Any) -> OptimizerImpl | None:
+    """``impl`` checked against the optimizer named (AdamW when it is not a name)."""
+    if impl is None:
+        return None
+    return parse_optimizer_impl(impl, optimizer if isinstance(optimizer, str) else "adamw")
 
 
 def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
@@ -386,6 +401,8 @@ def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
                                 gpu=None)
         for difference in planning.check(exported, fingerprint, run, source=where, force=options.force):
             notes.append(f"force=True: trained although {difference}.")
+        if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
+            exported = dataclasses.replace(exported, optimizer_impl=options.optimizer_impl)
         return exported, notes, job
     exported, job = _auto(job, options, notes)
     return exported, notes, job
@@ -411,6 +428,7 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
     def planned(source: ModelSource) -> Any:
         return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
                         optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
+                        optimizer_impl=options.optimizer_impl,
                         strategies=None if options.strategy is None else [options.strategy])
 
     try:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autoshard.models.source import ModelSource
-from autoshard.profiler.options import Precision, ProfileOptions
+from autoshard.profiler.options import OptimizerImpl, Precision, ProfileOptions
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
 from autoshard.profiler.timeline import non_state_peaks, phase_peaks
@@ -181,6 +181,8 @@ class Workload:
     DDP must search the autograd graph for them every step."""
     unused_modules: tuple[str, ...] = ()
     """A few of them by module, for explanations (:attr:`ModelProfile.unused_modules`)."""
+    optimizer_impl: OptimizerImpl | None = None
+    """The optimizer implementation the user named (``None``: torch's default, which the traces model)."""
 
     @property
     def block_class(self) -> str | None:
@@ -218,6 +220,7 @@ class Workload:
             "model": self.model,
             "precision": self.precision.value,
             "optimizer": self.optimizer,
+            "optimizer_impl": self.optimizer_impl,
             "seq_len": self.seq_len,
             "parameter_count": self.parameter_count,
             "trainable_parameter_count": self.trainable_parameter_count,
@@ -278,6 +281,7 @@ def build_workload(
     checkpointing: tuple[bool, ...] = (False, True),
     target: str = "cuda",
     progress: Callable[[int, int], None] | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
 ) -> Workload:
     """Trace what the strategies need: for each mode and checkpointing choice, micro-batches 1, 2 and 3.
 
@@ -289,6 +293,7 @@ def build_workload(
         checkpointing: which checkpointing choices to trace (``True`` is skipped when nothing repeats).
         target: ``"cuda"`` for GPU answers; ``"cpu"`` to predict CPU (gloo) runs, as the tests measure them.
         progress: called as ``progress(done, total)`` after each trace (the CLI shows it while it waits).
+        optimizer_impl: the optimizer implementation (``None``: torch's default on ``target``).
     """
     import torch
 
@@ -307,7 +312,8 @@ def build_workload(
         key = (p, fp32_output, ckpt, batch)
         if key not in cache:
             opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
-                                  activation_checkpointing=ckpt, target=target, fp32_output=fp32_output)
+                                  activation_checkpointing=ckpt, target=target, fp32_output=fp32_output,
+                                  optimizer_impl=optimizer_impl)
             # FLOPs are exactly proportional to the micro-batch; count them at micro-batch 1 only.
             cache[key] = profile_with_timelines(source, opts, count_flops=batch == 1)
             if progress is not None:
@@ -347,6 +353,7 @@ def build_workload(
         traces=traces,
         unused_parameter_count=base.unused_parameter_count,
         unused_modules=base.unused_modules,
+        optimizer_impl=optimizer_impl,
     )
 
 

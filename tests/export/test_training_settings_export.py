@@ -1,0 +1,24 @@
+"""The settings published runs use (issue #16) in the files a plan exports, read back by their consumers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autoshard.export import hf_trainer, notes
+from tests.planner.test_plan_file_settings import PLAN
+
+
+@pytest.mark.parametrize(("impl", "optim"), [("fused", "adamw_torch_fused"), ("foreach", "adamw_torch")])
+def test_hf_trainer_runs_the_plans_adamw_implementation(impl: str, optim: str) -> None:
+    pytest.importorskip("transformers")
+    exported = dataclasses.replace(PLAN, optimizer_impl=impl)
+    args = hf_trainer.training_arguments(exported, output_dir="out", use_cpu=True)
+    assert args.optim == optim
+
+
+def test_an_implementation_the_trainer_cannot_name_is_left_to_the_script() -> None:
+    exported = dataclasses.replace(PLAN, optimizer_impl="for-loop")
+    assert "--optim" not in hf_trainer.arguments(exported)
+    assert any("foreach=False" in n for n in notes(exported))

@@ -42,8 +42,15 @@ def add_step_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     add_optimizer_impl_argument(parser)
-    parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing of each block")
+    add_checkpointing_argument(parser, default="none")
     parser.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
+
+
+def add_checkpointing_argument(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+    """``--checkpointing [none|full|op|every-N]``; the bare flag is ``full``, as before the choice existed."""
+    parser.add_argument("--checkpointing", nargs="?", const="full", default=default, metavar="MODE",
+                        help="what to recompute in backward: none, full (every block; the bare flag), op "
+                             "(torchtitan's op-selective policy) or every-N (every N-th block)")
 
 
 def add_optimizer_impl_argument(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +88,8 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from autoshard.profiler.trace import checkpointing_of
+
     console = Console()
     o = p.options
     seq = f", seq {p.seq_len}" if p.seq_len is not None else ""
@@ -88,7 +97,7 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
         f"[bold]{p.model}[/bold] ({p.source_kind}) — {count(p.parameter_count)} parameters "
         f"({count(p.trainable_parameter_count)} trainable), micro-batch {o.batch_size}{seq}, "
         f"{o.precision.value}, {o.optimizer} ({o.optimizer_impl})"
-        + (", activation checkpointing" if o.activation_checkpointing else "")
+        + (f", {checkpointing_of(o).label}" if o.activation_checkpointing else "")
         + (f", {o.grad_accumulation} accumulation steps" if o.grad_accumulation > 1 else "")
     )
     target = "one CUDA GPU" if o.target == "cuda" else "CPU"

@@ -18,7 +18,7 @@ HELP = "Recommend DDP, FSDP or a DeepSpeed ZeRO stage for a model on your (or a 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``recommend`` flags."""
     from autoshard.cli._hardware_args import add_hardware_arguments
-    from autoshard.cli.profile import add_optimizer_impl_argument
+    from autoshard.cli.profile import add_checkpointing_argument, add_optimizer_impl_argument
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
     parser.add_argument("--batch-size", type=int, default=None,
@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed)")
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     add_optimizer_impl_argument(parser)
+    add_checkpointing_argument(parser, default=None)
     parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",
                         help="pretrain: throughput, least communication; finetune: memory headroom")
     parser.add_argument("--strategies", nargs="+", metavar="NAME", help="consider only these strategies")
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             args.model, hardware=hardware, batch_size=args.batch_size, global_batch_size=args.global_batch_size,
             seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
             strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
-            optimizer_impl=args.optimizer_impl,
+            optimizer_impl=args.optimizer_impl, checkpointing=args.checkpointing,
         )
     if args.plot is not None:
         from autoshard.cli._plot import plot_memory
@@ -108,7 +109,7 @@ def _print(plan: Plan) -> None:
         m, c = e.memory, e.cost
         table.add_row(
             ("[bold green]" + escape(e.strategy) + "[/]") if e is plan.recommended else escape(e.strategy),
-            "yes" if e.candidate.activation_checkpointing else "",
+            str(w.checkpoint_mode) if e.candidate.activation_checkpointing else "",
             "yes" if e.fits else "[red]no[/]",
             str(e.candidate.micro_batch_size) + (f"×{e.gradient_accumulation}" if e.gradient_accumulation > 1 else ""),
             gib(m.gpu.total) if m else "—",

@@ -16,6 +16,7 @@ from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
 from autoshard.planner.plan import Plan, PlanRequest
 from autoshard.planner.search import check_request, plan
+from autoshard.profiler.checkpointing import FULL, Checkpointing, parse_checkpointing
 from autoshard.profiler.options import OptimizerImpl, Precision, parse_optimizer, parse_optimizer_impl
 
 Goal = Literal["pretrain", "finetune"]
@@ -73,11 +74,14 @@ def plan_for(
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
+    checkpointing: str | bool | Checkpointing | None = None,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
     ``precision=None`` takes :func:`default_precision` of the hardware; ``progress(done, total)`` is called after
     each trace. ``optimizer_impl`` names the optimizer implementation (``None``: torch's default).
+    ``checkpointing`` (``none``, ``full``, ``op``, ``every-N``) makes every candidate use that choice; ``None``
+    weighs no checkpointing against full checkpointing (each further mode costs its own traces).
 
     Raises:
         UsageError: contradictory or out-of-range arguments, checked before anything is traced.
@@ -94,6 +98,8 @@ def plan_for(
             raise UsageError(f"{name} must be a positive integer, but got {value!r}.")
     if optimizer_impl is not None:
         optimizer_impl = parse_optimizer_impl(optimizer_impl, parse_optimizer(optimizer))
+    choice = None if checkpointing is None else parse_checkpointing(checkpointing)
+    choices, mode = ((False, True), FULL) if choice is None else ((bool(choice),), choice if choice else FULL)
     chosen = [get(n) for n in (strategies or names())]
     request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
                           safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies))
@@ -101,6 +107,6 @@ def plan_for(
     workload = build_workload(
         load_source(source), precision=precision or default_precision(hardware), optimizer=optimizer,
         seq_len=seq_len, target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
-        optimizer_impl=optimizer_impl,
+        optimizer_impl=optimizer_impl, checkpointing=choices, checkpoint_mode=mode,
     )
     return plan(workload, hardware, request, chosen)

@@ -29,6 +29,7 @@ from typing import Any
 
 from autoshard.errors import UsageError
 from autoshard.planner.plan import Plan
+from autoshard.profiler.checkpointing import FULL, NONE, Checkpointing, parse_checkpointing
 from autoshard.strategies import get
 from autoshard.strategies.base import Traits
 
@@ -107,6 +108,9 @@ class ExportedPlan:
     seq_len: int | None
     model: ModelFingerprint
     hardware: HardwareFingerprint
+    checkpointing: str | None = None
+    """What the checkpointed blocks recompute when :attr:`activation_checkpointing`: ``full``, ``op`` or
+    ``every-N`` (:mod:`autoshard.profiler.checkpointing`); ``None`` is ``full`` (plan files written before)."""
     optimizer_impl: str | None = None
     """``foreach``, ``for-loop`` or ``fused`` when the plan was made for that optimizer implementation;
     ``None``: torch's default (plan files written before the setting)."""
@@ -116,6 +120,8 @@ class ExportedPlan:
     refused."""
 
     def __post_init__(self) -> None:
+        if self.checkpointing is not None:
+            parse_checkpointing(self.checkpointing)  # a UsageError naming the valid choices
         registered = get(self.strategy).traits
         if self.traits is None:
             object.__setattr__(self, "traits", registered)
@@ -131,6 +137,20 @@ class ExportedPlan:
         if self.traits is None:  # __post_init__ fills it in: only a bypassed constructor gets here
             raise RuntimeError("ExportedPlan.traits was not filled in")
         return self.traits
+
+    @property
+    def checkpointing_choice(self) -> Checkpointing:
+        """What the plan recomputes, typed: ``none`` unless :attr:`activation_checkpointing`."""
+        if not self.activation_checkpointing:
+            return NONE
+        choice = parse_checkpointing(self.checkpointing or "full")
+        return choice or FULL
+
+    @property
+    def checkpoints_every_block(self) -> bool:
+        """Whether the plan recomputes every block whole: what accelerate's, Lightning's and the HF Trainer's
+        single checkpointing switch does."""
+        return self.checkpointing_choice == FULL
 
     @property
     def global_batch_size(self) -> int:
@@ -172,6 +192,7 @@ def from_plan(plan: Plan) -> ExportedPlan:
         activation_checkpointing=rec.candidate.activation_checkpointing,
         settings=dict(settings), precision=w.precision.value, optimizer=w.optimizer, seq_len=w.seq_len,
         optimizer_impl=w.optimizer_impl,
+        checkpointing=str(w.checkpoint_mode) if rec.candidate.activation_checkpointing else None,
         model=ModelFingerprint(name=w.model, parameter_count=w.parameter_count, block_class=w.block_class,
                                layout_hash=layout_hash(w.parameter_numels, w.block_parameter_counts)),
         hardware=HardwareFingerprint(
@@ -269,7 +290,7 @@ _HARDWARE_TYPES = {"gpu": _OPT_STR, "gpu_memory_bytes": _OPT_INT, "gpus_per_node
 _PLAN_TYPES = {"strategy": str, "family": str, "micro_batch_size": int, "gradient_accumulation": int,
                "activation_checkpointing": bool, "settings": dict, "precision": str, "optimizer": str,
                "seq_len": _OPT_INT}
-_OPTIONAL_PLAN_TYPES = {"optimizer_impl": _OPT_STR}
+_OPTIONAL_PLAN_TYPES = {"optimizer_impl": _OPT_STR, "checkpointing": _OPT_STR}
 """Fields later versions added: a file without them is read with the dataclass's default."""
 
 

@@ -80,7 +80,7 @@ def check_request(request: PlanRequest, world: int) -> None:
 
 def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest) -> list[Evaluation]:
     reason = strategy.unsupported(hardware)
-    checkpointing = (False, True) if workload.block_class is not None else (False,)
+    checkpointing = workload.checkpointing_choices if workload.block_class is not None else (False,)
     if reason is not None:
         return [
             Evaluation(candidate=Candidate(strategy=strategy.name, micro_batch_size=request.micro_batch_size or 1,

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import torch
 
 from autoshard.errors import UsageError
+from autoshard.profiler.checkpointing import Checkpointing, parse_checkpointing
 
 PrecisionName = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]
 """The precision names, as Lightning's ``Trainer(precision=...)`` spells them (for type checkers)."""
@@ -152,7 +153,12 @@ class ProfileOptions:
     (:func:`default_optimizer_impl`: ``foreach`` on CUDA). A model source's own optimizer keeps the flags it
     was built with; only groups that left ``foreach`` to torch get ``foreach`` / ``for-loop`` from here."""
     activation_checkpointing: bool = False
-    """Recompute each repeated block's activations in backward instead of saving them."""
+    """Recompute repeated blocks' activations in backward instead of saving them (``True``: every block,
+    unless :attr:`checkpointing` says how); always ``bool(checkpointing)`` once constructed."""
+    checkpointing: Checkpointing | str | None = None
+    """What is recomputed: ``none``, ``full``, ``every-N`` or ``op`` (:mod:`autoshard.profiler.checkpointing`);
+    ``None`` follows :attr:`activation_checkpointing` (``full`` or ``none``). A :class:`Checkpointing` once
+    constructed."""
     grad_accumulation: int = 1
     """Micro-batches per optimizer step."""
     target: str = "cuda"
@@ -173,6 +179,12 @@ class ProfileOptions:
             raise UsageError(f"target must be 'cuda' or 'cpu', but got {self.target!r}.")
         object.__setattr__(self, "precision", parse_precision(self.precision))
         object.__setattr__(self, "optimizer", parse_optimizer(self.optimizer))
+        ckpt = parse_checkpointing(self.activation_checkpointing if self.checkpointing is None
+                                   else self.checkpointing)
+        if self.activation_checkpointing is True and not ckpt:
+            raise UsageError(f"activation_checkpointing=True contradicts checkpointing={self.checkpointing!r}.")
+        object.__setattr__(self, "checkpointing", ckpt)
+        object.__setattr__(self, "activation_checkpointing", bool(ckpt))
         impl = default_optimizer_impl(self.target) if self.optimizer_impl is None else self.optimizer_impl
         object.__setattr__(self, "optimizer_impl", parse_optimizer_impl(impl, self.optimizer))
 
@@ -180,4 +192,5 @@ class ProfileOptions:
         """JSON-ready dict."""
         d = asdict(self)
         d["precision"] = self.precision.value
+        d["checkpointing"] = str(self.checkpointing)
         return d

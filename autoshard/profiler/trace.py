@@ -29,6 +29,7 @@ from autoshard.models.source import (
 )
 from autoshard.profiler import fake_ops, flops, gpu
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
+from autoshard.profiler.checkpointing import FULL, Checkpointing, op_selective_context, parse_checkpointing
 from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
 from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
 from autoshard.profiler.options import Precision, ProfileOptions
@@ -201,7 +202,7 @@ def _run_steps(
     block_names = set(blocks.names) if blocks else set()
     semantics = gpu.semantics(options) if options.target == "cuda" else None
     if options.activation_checkpointing and blocks is not None:
-        _checkpoint_blocks(model, blocks, semantics)
+        _checkpoint_blocks(model, blocks, semantics, checkpointing_of(options), tracker)
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         tracker.track(t, Category.ACTIVATIONS)
@@ -369,18 +370,34 @@ def _make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Modu
     return optimizer
 
 
-def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.CudaSemanticsLike | None) -> None:
-    """Recompute each block in backward (non-reentrant ``torch.utils.checkpoint``), keeping module names."""
+def checkpointing_of(options: ProfileOptions) -> Checkpointing:
+    """``options.checkpointing``, typed (``ProfileOptions`` makes it a :class:`Checkpointing`)."""
+    return parse_checkpointing(options.checkpointing)
+
+
+def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.CudaSemanticsLike | None,
+                       choice: Checkpointing = FULL, tracker: MemoryTracker | None = None) -> None:
+    """Recompute the blocks ``choice`` names in backward (non-reentrant ``torch.utils.checkpoint``), keeping
+    module names; under ``op``, with torchtitan's selective policy, whose saved outputs ``tracker`` counts as
+    activations of the block."""
     from torch.utils.checkpoint import checkpoint
 
     _warm_up_checkpoint()
-    for name in blocks.names:
+    extra: dict[str, Any] = {}
+    if choice.mode == "op":
+        def saved(output: Any) -> None:
+            for t in tree_iter(output):
+                if tracker is not None and isinstance(t, torch.Tensor):
+                    tracker.track(t, Category.ACTIVATIONS)
+
+        extra["context_fn"] = op_selective_context(saved)
+    for name in choice.checkpointed(blocks.names):
         block = model.get_submodule(name)
         inner = block.forward
 
         def forward(*args: Any, _inner: Callable[..., Any] = inner, **kwargs: Any) -> Any:
             run = _inner if semantics is None else semantics.recomputable(_inner)
-            return checkpoint(run, *args, use_reentrant=False, **kwargs)
+            return checkpoint(run, *args, use_reentrant=False, **extra, **kwargs)
 
         block.forward = forward
 

@@ -21,6 +21,7 @@ from autoshard.models import load_source
 from autoshard.models.source import ModelSource
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
+from autoshard.profiler.checkpointing import Checkpointing, parse_checkpointing
 from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
 from autoshard.runtime import planning, supervisor
 from autoshard.runtime.data import SampleList, as_samples
@@ -62,6 +63,7 @@ def fit(
     lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
     keep_last_checkpoints: int | None = None,
     optimizer_impl: str | None = None,
+    checkpointing: str | bool | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
     worker processes it starts itself.
@@ -116,6 +118,10 @@ def fit(
             plan's) steps; planned with it under ``plan="auto"``, and it replaces a given plan's. ``None``: the
             plan's, else torch's default (foreach on CUDA). DeepSpeed with optimizer offload steps its own
             ``DeepSpeedCPUAdam`` whatever this says.
+        checkpointing: what to recompute in backward: ``"none"`` (or ``False``), ``"full"`` (or ``True``: every
+            repeated block), ``"every-N"`` (every N-th block) or ``"op"`` (torchtitan's op-selective policy in
+            every block). Planned with under ``plan="auto"`` (``None``: the planner weighs none against full) and
+            replaces a given plan's.
 
     Returns:
         A :class:`FitResult`: per-step metrics, the plan, the trained module and its consolidated weights.
@@ -142,7 +148,8 @@ def fit(
                    keep_last_checkpoints=keep_last_checkpoints)
     options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
                            precision=precision, batch_size=batch_size, seq_len=seq_len, force=force,
-                           optimizer_impl=_optimizer_impl(optimizer_impl, optimizer))
+                           optimizer_impl=_optimizer_impl(optimizer_impl, optimizer),
+                           checkpointing=None if checkpointing is None else parse_checkpointing(checkpointing))
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         _worker(job, launch, Path(run_dir))  # never returns
@@ -377,6 +384,7 @@ class _PlanOptions:
     seq_len: int | None
     force: bool
     optimizer_impl: OptimizerImpl | None = None
+    checkpointing: Checkpointing | None = None
 
 
 def _optimizer_impl(impl: str | None, optimizer: Any) -> OptimizerImpl | None:
@@ -403,6 +411,11 @@ def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
             notes.append(f"force=True: trained although {difference}.")
         if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
             exported = dataclasses.replace(exported, optimizer_impl=options.optimizer_impl)
+        if options.checkpointing is not None and options.checkpointing != exported.checkpointing_choice:
+            exported = dataclasses.replace(exported, activation_checkpointing=bool(options.checkpointing),
+                                           checkpointing=str(options.checkpointing) if options.checkpointing
+                                           else None)
+            notes.append(f"Trained with {options.checkpointing.label}, as asked, in place of the plan's.")
         return exported, notes, job
     exported, job = _auto(job, options, notes)
     return exported, notes, job
@@ -428,7 +441,7 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
     def planned(source: ModelSource) -> Any:
         return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
                         optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
-                        optimizer_impl=options.optimizer_impl,
+                        optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
                         strategies=None if options.strategy is None else [options.strategy])
 
     try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autoshard.models.source import ModelSource
+from autoshard.profiler.checkpointing import FULL, NONE, Checkpointing
 from autoshard.profiler.options import OptimizerImpl, Precision, ProfileOptions
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
@@ -183,6 +184,14 @@ class Workload:
     """A few of them by module, for explanations (:attr:`ModelProfile.unused_modules`)."""
     optimizer_impl: OptimizerImpl | None = None
     """The optimizer implementation the user named (``None``: torch's default, which the traces model)."""
+    checkpoint_mode: Checkpointing = FULL
+    """What the traces with ``checkpointing=True`` recompute (``full``, ``every-N`` or ``op``)."""
+
+    @property
+    def checkpointing_choices(self) -> tuple[bool, ...]:
+        """The checkpointing choices traced (``False`` / ``True``, in that order): the candidates to weigh."""
+        traced = {t.checkpointing for t in self.traces}
+        return tuple(c for c in (False, True) if c in traced)
 
     @property
     def block_class(self) -> str | None:
@@ -221,6 +230,7 @@ class Workload:
             "precision": self.precision.value,
             "optimizer": self.optimizer,
             "optimizer_impl": self.optimizer_impl,
+            "checkpointing": str(self.checkpoint_mode),
             "seq_len": self.seq_len,
             "parameter_count": self.parameter_count,
             "trainable_parameter_count": self.trainable_parameter_count,
@@ -282,6 +292,7 @@ def build_workload(
     target: str = "cuda",
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
+    checkpoint_mode: Checkpointing = FULL,
 ) -> Workload:
     """Trace what the strategies need: for each mode and checkpointing choice, micro-batches 1, 2 and 3.
 
@@ -294,6 +305,7 @@ def build_workload(
         target: ``"cuda"`` for GPU answers; ``"cpu"`` to predict CPU (gloo) runs, as the tests measure them.
         progress: called as ``progress(done, total)`` after each trace (the CLI shows it while it waits).
         optimizer_impl: the optimizer implementation (``None``: torch's default on ``target``).
+        checkpoint_mode: what ``True`` in ``checkpointing`` recomputes (``full``, ``every-N`` or ``op``).
     """
     import torch
 
@@ -312,8 +324,8 @@ def build_workload(
         key = (p, fp32_output, ckpt, batch)
         if key not in cache:
             opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
-                                  activation_checkpointing=ckpt, target=target, fp32_output=fp32_output,
-                                  optimizer_impl=optimizer_impl)
+                                  checkpointing=checkpoint_mode if ckpt else NONE, target=target,
+                                  fp32_output=fp32_output, optimizer_impl=optimizer_impl)
             # FLOPs are exactly proportional to the micro-batch; count them at micro-batch 1 only.
             cache[key] = profile_with_timelines(source, opts, count_flops=batch == 1)
             if progress is not None:
@@ -325,8 +337,8 @@ def build_workload(
         return StepTrace(mode=mode, checkpointing=ckpt, precision=p, at_1=one, at_2=two, timelines_2=t2,
                          timelines_3=t3)
 
-    base = traced(precision, False, False, 1)[0]
-    choices = [c for c in checkpointing if not c or base.block_class is not None]
+    base = traced(precision, False, checkpointing[0], 1)[0]
+    choices = [c for c in checkpointing if not c or base.block_class is not None] or [False]
     total = len(modes) * len(choices) * 3
     traces = tuple(step_trace(mode, p, out, ckpt) for mode, (p, out) in modes.items() for ckpt in choices)
     # Parameter layout from a meta build (no allocation), unique tensors only.
@@ -354,6 +366,7 @@ def build_workload(
         unused_parameter_count=base.unused_parameter_count,
         unused_modules=base.unused_modules,
         optimizer_impl=optimizer_impl,
+        checkpoint_mode=checkpoint_mode,
     )
 
 

@@ -43,3 +43,28 @@ def test_fused_adafactor_is_refused_without_a_traceback(capsys: pytest.CaptureFi
     assert main(["profile", "tiny-gpt2", "--optimizer", "adafactor", "--optimizer-impl", "fused"]) != 0
     err = capsys.readouterr().err
     assert "no fused adafactor" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("flags", "expected"), [([], "none"), (["--checkpointing"], "full"),
+                                                 (["--checkpointing", "every-2"], "every-2"),
+                                                 (["--checkpointing", "op"], "op")])
+def test_profile_checkpointing_flag_keeps_the_bare_form(flags: list[str], expected: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "tiny-llama", "--batch-size", "2", "--seq-len", "16", *flags, "--json"]) == 0
+    options = json.loads(capsys.readouterr().out)["options"]
+    assert options["checkpointing"] == expected
+    assert options["activation_checkpointing"] is (expected != "none")
+
+
+def test_recommend_plans_only_the_checkpointing_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recommend", "tiny-llama", "--hardware", "dgx-h100", "--gpus", "2", "--seq-len", "32",
+                 "--batch-size", "2", "--strategies", "ddp", "--checkpointing", "every-2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"]["checkpointing"] == "every-2"
+    assert all(c["activation_checkpointing"] for c in out["candidates"])
+
+
+def test_an_unknown_checkpointing_is_refused_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "tiny-llama", "--checkpointing", "sometimes"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown activation checkpointing 'sometimes'" in err and "Traceback" not in err

@@ -43,3 +43,36 @@ def test_fit_replaces_a_given_plans_implementation() -> None:
 def test_fit_refuses_a_fused_optimizer_torch_does_not_have() -> None:
     with pytest.raises(UsageError, match="no fused adafactor"):
         fit("tiny-gpt2", max_steps=1, seq_len=16, optimizer="adafactor", optimizer_impl="fused")
+
+
+@pytest.mark.parametrize(("mode", "wrapped", "prefix"), [("op", 2, "OpCheckpointed"), ("every-2", 1, "Checkpointed"),
+                                                          ("full", 2, "Checkpointed")])
+def test_fit_plans_and_trains_the_named_checkpointing(mode: str, wrapped: int, prefix: str) -> None:
+    result = fit("tiny-llama", max_steps=2, seq_len=16, batch_size=2, checkpointing=mode)
+    assert result.plan.activation_checkpointing and result.plan.checkpointing == mode
+    assert str(result.plan.checkpointing_choice) == mode
+    classes = [type(m).__name__ for m in result.model.modules()]
+    assert sum(c.startswith(prefix) for c in classes) == wrapped
+    assert all(s.loss == s.loss for s in result.steps)  # finite: recomputation replayed the saved outputs
+
+
+def test_fit_without_checkpointing_asked_keeps_it_off_for_a_small_model() -> None:
+    result = fit("tiny-llama", max_steps=1, seq_len=16, batch_size=2, checkpointing="none")
+    assert not result.plan.activation_checkpointing and result.plan.checkpointing is None
+    assert not any(type(m).__name__.startswith(("Checkpointed", "OpCheckpointed")) for m in result.model.modules())
+
+
+def test_fit_refuses_an_unknown_checkpointing_before_planning() -> None:
+    with pytest.raises(UsageError, match="unknown activation checkpointing"):
+        fit("tiny-llama", max_steps=1, checkpointing="sometimes")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed_stage_3"])
+def test_op_selective_checkpointing_trains_under_sharding_hooks(strategy: str) -> None:
+    """FSDP2 unshards in its pre-backward hook and ZeRO-3 gathers again in its pre-forward hook while a block
+    recomputes: both must replay the op policy's cache without a mismatch."""
+    result = fit("tiny-llama", max_steps=2, seq_len=16, batch_size=2, checkpointing="op", strategy=strategy,
+                 processes=2)
+    assert result.plan.checkpointing == "op" and len(result.steps) == 2
+    assert all(s.loss == s.loss for s in result.steps)

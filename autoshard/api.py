@@ -111,6 +111,7 @@ def recommend(
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
     checkpointing: str | bool | None = None,
+    reduce_dtype: str | None = None,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -131,6 +132,8 @@ def recommend(
             CUDA). DeepSpeed's optimizer offload steps its own CPU Adam whatever this says.
         checkpointing: ``"none"``, ``"full"``, ``"every-N"`` or ``"op"``: every candidate uses it. ``None``
             (default) weighs no checkpointing against full checkpointing only.
+        reduce_dtype: FSDP2's gradient reduce-scatter dtype, ``"fp32"`` (default) or ``"bf16"``
+            (``MixedPrecisionPolicy.reduce_dtype``); other strategies have no such setting.
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
@@ -145,4 +148,4 @@ def recommend(
     return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
                     safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl,
-                    checkpointing=checkpointing)
+                    checkpointing=checkpointing, reduce_dtype=reduce_dtype)

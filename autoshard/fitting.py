@@ -56,6 +56,7 @@ def fit(
     keep_last_checkpoints: int | None = None,
     optimizer_impl: str | None = None,
     checkpointing: str | bool | None = None,
+    reduce_dtype: str | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy; with ``tune``, measure candidates first.
 
@@ -79,7 +80,8 @@ def fit(
                  checkpoint_every=checkpoint_every, resume=resume, consolidate=consolidate,
                  grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, force=force, timeout_s=timeout_s,
                  lr_scheduler=lr_scheduler, keep_last_checkpoints=keep_last_checkpoints,
-                 optimizer_impl=optimizer_impl, checkpointing=checkpointing)
+                 optimizer_impl=optimizer_impl, checkpointing=checkpointing,
+                 reduce_dtype=reduce_dtype)
     if not tune:
         return train(model, data, plan=plan, **given)
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpoint_dir=checkpoint_dir,

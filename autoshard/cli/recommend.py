@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     add_optimizer_impl_argument(parser)
     add_checkpointing_argument(parser, default=None)
+    parser.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default=None,
+                        help="FSDP2's gradient reduce-scatter dtype (MixedPrecisionPolicy.reduce_dtype; default fp32)")
     parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",
                         help="pretrain: throughput, least communication; finetune: memory headroom")
     parser.add_argument("--strategies", nargs="+", metavar="NAME", help="consider only these strategies")
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             args.model, hardware=hardware, batch_size=args.batch_size, global_batch_size=args.global_batch_size,
             seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
             strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
-            optimizer_impl=args.optimizer_impl, checkpointing=args.checkpointing,
+            optimizer_impl=args.optimizer_impl, checkpointing=args.checkpointing, reduce_dtype=args.reduce_dtype,
         )
     if args.plot is not None:
         from autoshard.cli._plot import plot_memory

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from autoshard.hardware.specs import HardwareSpec
@@ -24,6 +25,8 @@ class PlanRequest:
     """Fraction of each GPU's memory kept free for the CUDA context, allocator fragmentation and error."""
     strategies: tuple[str, ...] | None = None
     """Restrict to these strategy names (``None``: all)."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Knob values every candidate takes whose strategy has the knob (e.g. FSDP's ``reduce_dtype``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -33,6 +36,7 @@ class PlanRequest:
             "goal": self.goal,
             "safety_margin": self.safety_margin,
             "strategies": None if self.strategies is None else list(self.strategies),
+            "settings": dict(self.settings),
         }
 
 

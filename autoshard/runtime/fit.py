@@ -64,6 +64,7 @@ def fit(
     keep_last_checkpoints: int | None = None,
     optimizer_impl: str | None = None,
     checkpointing: str | bool | None = None,
+    reduce_dtype: str | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
     worker processes it starts itself.
@@ -122,6 +123,8 @@ def fit(
             repeated block), ``"every-N"`` (every N-th block) or ``"op"`` (torchtitan's op-selective policy in
             every block). Planned with under ``plan="auto"`` (``None``: the planner weighs none against full) and
             replaces a given plan's.
+        reduce_dtype: FSDP2's gradient reduce-scatter dtype, ``"fp32"`` or ``"bf16"``: planned with under
+            ``plan="auto"`` and replaces a given FSDP plan's (``None``: the plan's, else fp32).
 
     Returns:
         A :class:`FitResult`: per-step metrics, the plan, the trained module and its consolidated weights.
@@ -136,6 +139,8 @@ def fit(
         model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpoint_dir=checkpoint_dir,
         checkpoint_every=checkpoint_every, log_every=log_every, processes=processes, batch_size=batch_size,
         keep_last_checkpoints=keep_last_checkpoints, lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm)
+    from autoshard.planner.machine import parse_reduce_dtype
+
     environ = os.environ  # the edge: the launcher's variables are read here only
     launch = LaunchInfo.from_environ(environ)
     job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, training_step=training_step,
@@ -149,7 +154,8 @@ def fit(
     options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
                            precision=precision, batch_size=batch_size, seq_len=seq_len, force=force,
                            optimizer_impl=_optimizer_impl(optimizer_impl, optimizer),
-                           checkpointing=None if checkpointing is None else parse_checkpointing(checkpointing))
+                           checkpointing=None if checkpointing is None else parse_checkpointing(checkpointing),
+                           reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype))
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         _worker(job, launch, Path(run_dir))  # never returns
@@ -385,6 +391,7 @@ class _PlanOptions:
     force: bool
     optimizer_impl: OptimizerImpl | None = None
     checkpointing: Checkpointing | None = None
+    reduce_dtype: str | None = None
 
 
 def _optimizer_impl(impl: str | None, optimizer: Any) -> OptimizerImpl | None:
@@ -416,6 +423,9 @@ def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
                                            checkpointing=str(options.checkpointing) if options.checkpointing
                                            else None)
             notes.append(f"Trained with {options.checkpointing.label}, as asked, in place of the plan's.")
+        if options.reduce_dtype is not None and "reduce_dtype" in exported.settings:
+            exported = dataclasses.replace(exported, settings={**exported.settings,
+                                                               "reduce_dtype": options.reduce_dtype})
         return exported, notes, job
     exported, job = _auto(job, options, notes)
     return exported, notes, job
@@ -442,6 +452,7 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
         return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
                         optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
                         optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
+                        reduce_dtype=options.reduce_dtype,
                         strategies=None if options.strategy is None else [options.strategy])
 
     try:

@@ -76,3 +76,11 @@ def test_op_selective_checkpointing_trains_under_sharding_hooks(strategy: str) -
                  processes=2)
     assert result.plan.checkpointing == "op" and len(result.steps) == 2
     assert all(s.loss == s.loss for s in result.steps)
+
+
+@pytest.mark.slow
+def test_fit_trains_fsdp_with_a_bf16_reduce() -> None:
+    result = fit("tiny-llama", max_steps=2, seq_len=16, batch_size=2, strategy="fsdp", processes=2,
+                 reduce_dtype="bf16", precision="bf16-mixed")
+    assert result.plan.settings["reduce_dtype"] == "bf16"
+    assert all(s.loss == s.loss for s in result.steps)

@@ -113,9 +113,12 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
         if ov.in_allocator:
             table.add_row(ov.name, gib(ov.bytes), "")
     table.add_row("[bold]peak allocated[/bold]", f"[bold]{gib(p.peak_bytes)}[/bold]", "")
-    for ov in p.overheads:
-        if not ov.in_allocator:
-            table.add_row(f"+ {ov.name} (outside allocator)", gib(ov.bytes), "")
+    if p.overheads:  # a CUDA answer: what nvidia-smi would show besides the allocated peak
+        table.add_row("+ allocator reserve (segment rounding, at least)", gib(p.reserve_bytes), "")
+        for ov in p.overheads:
+            if not ov.in_allocator:
+                table.add_row(f"+ {ov.name} (outside allocator)", gib(ov.bytes), "")
+        table.add_row("[bold]nvidia-smi total (estimate)[/bold]", f"[bold]{gib(p.device_total_bytes)}[/bold]", "")
     console.print(table)
     where = f"{p.peak_phase}" + (f" in {p.peak_module}" if p.peak_module else "")
     console.print(f"Peak during: {where}")

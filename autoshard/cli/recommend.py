@@ -126,6 +126,11 @@ def _print(plan: Plan) -> None:
     console.print("[bold]Recommendation:[/bold] " + escape(plan.explanation[0]))
     for line in plan.explanation[1:]:
         console.print("  • " + escape(line))
+    on_gpu = plan.device_memory(plan.recommended)
+    if on_gpu is not None:
+        console.print(f"On each GPU, as nvidia-smi counts: {gib(on_gpu['nvidia_smi_total'])} = "
+                      f"{gib(on_gpu['allocated'])} allocated + at least {gib(on_gpu['reserve'])} allocator "
+                      f"reserve + {gib(on_gpu['cuda_context'])} CUDA context (outside the allocator).")
     rejected = [e for e in plan.candidates if not e.fits]
     if rejected:
         console.print("[bold]Rejected:[/bold]")

@@ -170,6 +170,8 @@ class Workload:
     """``cuda`` or ``cpu``: what the traces model."""
     cuda_overhead_bytes: int
     """Fixed allocator-side overheads per process on CUDA (cuBLAS workspaces)."""
+    cuda_context_bytes: int = 0
+    """Device memory per process outside the allocator on CUDA (the CUDA context); 0 for CPU answers."""
     traces: tuple[StepTrace, ...]
     tied_parameter_numels: tuple[int, ...] = ()
     """Element counts of parameters used both before and after the repeated blocks (a tied embedding and LM
@@ -362,6 +364,7 @@ def build_workload(
         buffer_bytes=base.buffer_bytes,
         target=target,
         cuda_overhead_bytes=sum(o.bytes for o in base.overheads if o.in_allocator),
+        cuda_context_bytes=sum(o.bytes for o in base.overheads if not o.in_allocator),
         traces=traces,
         unused_parameter_count=base.unused_parameter_count,
         unused_modules=base.unused_modules,

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from autoshard.errors import UsageError
 from autoshard.models import ModelSource, load_source
-from autoshard.profiler.options import Precision, PrecisionName, ProfileOptions
+from autoshard.profiler.checkpointing import parse_checkpointing
+from autoshard.profiler.options import OptimizerImpl, Precision, PrecisionName, ProfileOptions
 from autoshard.profiler.result import ModelProfile
 
 if TYPE_CHECKING:
@@ -40,10 +41,11 @@ def profile(
     seq_len: int | None = None,
     precision: PrecisionName | Precision = Precision.BF16_MIXED,
     optimizer: str = "adamw",
-    activation_checkpointing: bool = False,
+    activation_checkpointing: bool | str = False,
     grad_accumulation: int = 1,
     target: str = "cuda",
     extrapolate: bool | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
 ) -> ModelProfile:
     """Profile one training step of a model on one device holding the whole model, without allocating it.
 
@@ -54,11 +56,16 @@ def profile(
         precision: ``"32-true"``, ``"16-mixed"``, ``"bf16-mixed"`` (default) or ``"bf16-true"``.
         optimizer: ``"adamw"`` (default), ``"adam"``, ``"sgd"`` or ``"adafactor"``; ignored when the model
             file defines ``optimizer(params)``.
-        activation_checkpointing: recompute each repeated block in backward.
+        activation_checkpointing: what to recompute in backward: ``False`` / ``"none"``, ``True`` / ``"full"``
+            (every repeated block), ``"every-N"`` (every N-th block) or ``"op"`` (torchtitan's op-selective
+            policy in every block); the trace runs the real checkpoint wrappers, so memory and recomputed FLOPs
+            are measured.
         grad_accumulation: micro-batches per optimizer step.
         target: ``"cuda"`` (default) answers for a CUDA GPU; ``"cpu"`` for a CPU run.
         extrapolate: trace fewer repeated blocks and extrapolate linearly (``None``: automatically for deep
             catalog / HF models, where this is exact — see ``docs/profile.md``).
+        optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"``: how the optimizer steps, which sets the
+            optimizer step's temporaries (``None``: torch's default on ``target``, foreach on CUDA).
 
     Returns:
         A frozen, JSON-serialisable :class:`ModelProfile`.
@@ -81,9 +88,10 @@ def profile(
         seq_len=seq_len,
         precision=precision,  # type: ignore[arg-type]  # ProfileOptions.__post_init__ parses a name
         optimizer=optimizer,
-        activation_checkpointing=activation_checkpointing,
+        checkpointing=parse_checkpointing(activation_checkpointing),
         grad_accumulation=grad_accumulation,
         target=target,
+        optimizer_impl=optimizer_impl,
     )
     return profile_source(load_source(source), options, extrapolate=extrapolate)
 
@@ -101,6 +109,9 @@ def recommend(
     strategies: list[str] | None = None,
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
+    activation_checkpointing: str | bool | None = None,
+    reduce_dtype: str | None = None,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -117,6 +128,12 @@ def recommend(
         safety_margin: fraction of device memory kept free (CUDA context, fragmentation, model error).
         progress: called as ``progress(done, total)`` after each of the model's traces (10-60 s in all for
             a large model), e.g. to show a progress bar.
+        optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"`` (``None``: torch's default, foreach on
+            CUDA). DeepSpeed's optimizer offload steps its own CPU Adam whatever this says.
+        activation_checkpointing: ``"none"``, ``"full"``, ``"every-N"`` or ``"op"``: every candidate uses it. ``None``
+            (default) weighs no checkpointing against full checkpointing only.
+        reduce_dtype: FSDP2's gradient reduce-scatter dtype, ``"fp32"`` (default) or ``"bf16"``
+            (``MixedPrecisionPolicy.reduce_dtype``); other strategies have no such setting.
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
@@ -130,4 +147,5 @@ def recommend(
     _check_source(source, "recommend")
     return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
-                    safety_margin=safety_margin, progress=progress)
+                    safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl,
+                    checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype)

@@ -52,6 +52,9 @@ def fit(
     timeout_s: float | None = None,
     tune: bool | Mapping[str, Any] = False,
     lr_scheduler: LrSchedulerFactory | None = None,
+    optimizer_impl: str | None = None,
+    activation_checkpointing: str | bool | None = None,
+    reduce_dtype: str | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy; with ``tune``, measure candidates first.
 
@@ -73,7 +76,8 @@ def fit(
         loss_fn=loss_fn, training_step=training_step, optimizer=optimizer, max_steps=max_steps, epochs=epochs,
         strategy=strategy, hardware=hardware, processes=processes, precision=precision, batch_size=batch_size,
         seq_len=seq_len, checkpointing=checkpointing, consolidate=consolidate, grad_clip_norm=grad_clip_norm,
-        seed=seed, log_every=log_every, force=force, timeout_s=timeout_s, lr_scheduler=lr_scheduler)
+        seed=seed, log_every=log_every, force=force, timeout_s=timeout_s, lr_scheduler=lr_scheduler,
+        optimizer_impl=optimizer_impl, activation_checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype)
     if not tune:
         return train(model, data, plan=plan, **given)
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,

@@ -61,10 +61,11 @@ from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.trace import (
     STEPS,
     _build,
-    _checkpoint_blocks,
     _gc_paused,
     _make_optimizer,
+    _warm_up_checkpoint,
 )
+from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 
 SKIP_ABOVE_FRACTION = 0.90
 """A case whose prediction exceeds this fraction of the device's memory is skipped, not run."""
@@ -215,8 +216,9 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
                              batch)
         batch = tree_map(lambda x: x.to(device) if torch.is_tensor(x) else x, batch)
         optimizer = _make_optimizer(source, options, model)
-        if options.activation_checkpointing and blocks is not None:
-            _checkpoint_blocks(model, blocks, None)
+        if options.activation_checkpointing and blocks is not None:  # as fit() does: all, every N-th, or op
+            _warm_up_checkpoint()
+            checkpoint_blocks(model, blocks.names, options.checkpointing)
         loss_fn = source.loss_fn or default_loss
         autocast_dtype = options.precision.autocast_dtype
         with _gc_paused():

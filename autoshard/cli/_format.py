@@ -17,6 +17,9 @@ the two equal)."""
 OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor")
 """``autoshard.profiler.options.OPTIMIZERS``, for the same reason."""
 
+OPTIMIZER_IMPLS = ("foreach", "for-loop", "fused")
+"""``autoshard.profiler.options.OPTIMIZER_IMPLS``, for the same reason."""
+
 
 def gib(nbytes: int | float) -> str:
     """``1.23 GiB``-style size (binary units; bytes below 1 KiB)."""

@@ -7,7 +7,7 @@ import itertools
 import os
 from typing import TYPE_CHECKING
 
-from autoshard.cli._format import OPTIMIZERS, PRECISIONS, count, flops, gib, print_json
+from autoshard.cli._format import OPTIMIZER_IMPLS, OPTIMIZERS, PRECISIONS, count, flops, gib, print_json
 
 if TYPE_CHECKING:
     from autoshard.profiler import ModelProfile
@@ -41,8 +41,23 @@ def add_step_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed)",
     )
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
-    parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing of each block")
+    add_optimizer_impl_argument(parser)
+    add_checkpointing_argument(parser, default="none")
     parser.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
+
+
+def add_checkpointing_argument(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+    """``--checkpointing [none|full|op|every-N]``; the bare flag is ``full``, as before the choice existed."""
+    parser.add_argument("--checkpointing", nargs="?", const="full", default=default, metavar="MODE",
+                        help="what to recompute in backward: none, full (every block; the bare flag), op "
+                             "(torchtitan's op-selective policy) or every-N (every N-th block)")
+
+
+def add_optimizer_impl_argument(parser: argparse.ArgumentParser) -> None:
+    """``--optimizer-impl``, shared with ``recommend``."""
+    parser.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS, default=None,
+                        help="how the optimizer steps: foreach (torch's default on CUDA: list-sized temporaries), "
+                             "for-loop (one parameter at a time) or fused (no temporaries)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         grad_accumulation=args.grad_accumulation,
         target=args.target,
         extrapolate=args.extrapolate,
+        optimizer_impl=args.optimizer_impl,
     )
     if args.json:
         print_json(result.to_dict())
@@ -72,14 +88,16 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from autoshard.profiler.trace import checkpointing_of
+
     console = Console()
     o = p.options
     seq = f", seq {p.seq_len}" if p.seq_len is not None else ""
     console.print(
         f"[bold]{p.model}[/bold] ({p.source_kind}) — {count(p.parameter_count)} parameters "
         f"({count(p.trainable_parameter_count)} trainable), micro-batch {o.batch_size}{seq}, "
-        f"{o.precision.value}, {o.optimizer}"
-        + (", activation checkpointing" if o.activation_checkpointing else "")
+        f"{o.precision.value}, {o.optimizer} ({o.optimizer_impl})"
+        + (f", {checkpointing_of(o).label}" if o.activation_checkpointing else "")
         + (f", {o.grad_accumulation} accumulation steps" if o.grad_accumulation > 1 else "")
     )
     target = "one CUDA GPU" if o.target == "cuda" else "CPU"
@@ -95,9 +113,12 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
         if ov.in_allocator:
             table.add_row(ov.name, gib(ov.bytes), "")
     table.add_row("[bold]peak allocated[/bold]", f"[bold]{gib(p.peak_bytes)}[/bold]", "")
-    for ov in p.overheads:
-        if not ov.in_allocator:
-            table.add_row(f"+ {ov.name} (outside allocator)", gib(ov.bytes), "")
+    if p.overheads:  # a CUDA answer: what nvidia-smi would show besides the allocated peak
+        table.add_row("+ allocator reserve (segment rounding, at least)", gib(p.reserve_bytes), "")
+        for ov in p.overheads:
+            if not ov.in_allocator:
+                table.add_row(f"+ {ov.name} (outside allocator)", gib(ov.bytes), "")
+        table.add_row("[bold]nvidia-smi total (estimate)[/bold]", f"[bold]{gib(p.device_total_bytes)}[/bold]", "")
     console.print(table)
     where = f"{p.peak_phase}" + (f" in {p.peak_module}" if p.peak_module else "")
     console.print(f"Peak during: {where}")

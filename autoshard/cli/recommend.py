@@ -18,6 +18,7 @@ HELP = "Recommend DDP, FSDP or a DeepSpeed ZeRO stage for a model on your (or a 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``recommend`` flags."""
     from autoshard.cli._hardware_args import add_hardware_arguments
+    from autoshard.cli.profile import add_checkpointing_argument, add_optimizer_impl_argument
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
     parser.add_argument("--batch-size", type=int, default=None,
@@ -27,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", default="bf16-mixed",
                         help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed)")
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
+    add_optimizer_impl_argument(parser)
+    add_checkpointing_argument(parser, default=None)
+    parser.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default=None,
+                        help="FSDP2's gradient reduce-scatter dtype (MixedPrecisionPolicy.reduce_dtype; default fp32)")
     parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",
                         help="pretrain: throughput, least communication; finetune: memory headroom")
     parser.add_argument("--strategies", nargs="+", metavar="NAME", help="consider only these strategies")
@@ -57,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
             args.model, hardware=hardware, batch_size=args.batch_size, global_batch_size=args.global_batch_size,
             seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
             strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
+            optimizer_impl=args.optimizer_impl, checkpointing=args.checkpointing, reduce_dtype=args.reduce_dtype,
         )
     if args.plot is not None:
         from autoshard.cli._plot import plot_memory
@@ -92,7 +98,8 @@ def _print(plan: Plan) -> None:
     device = hw.gpu.display_name if hw.gpu is not None else "CPU process"
     w = plan.workload
     console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}, "
-                  f"{w.optimizer}" + (f", seq {w.seq_len}" if w.seq_len else "")
+                  f"{w.optimizer}" + (f" ({w.optimizer_impl})" if w.optimizer_impl else "")
+                  + (f", seq {w.seq_len}" if w.seq_len else "")
                   + f" on {hw.nodes} × {hw.processes_per_node} × {device} ({plan.request.goal})")
     for note in hw.notes:
         console.print(f"[dim]{escape(note)}[/dim]")
@@ -104,7 +111,7 @@ def _print(plan: Plan) -> None:
         m, c = e.memory, e.cost
         table.add_row(
             ("[bold green]" + escape(e.strategy) + "[/]") if e is plan.recommended else escape(e.strategy),
-            "yes" if e.candidate.activation_checkpointing else "",
+            str(w.checkpoint_mode) if e.candidate.activation_checkpointing else "",
             "yes" if e.fits else "[red]no[/]",
             str(e.candidate.micro_batch_size) + (f"×{e.gradient_accumulation}" if e.gradient_accumulation > 1 else ""),
             gib(m.gpu.total) if m else "—",
@@ -119,6 +126,11 @@ def _print(plan: Plan) -> None:
     console.print("[bold]Recommendation:[/bold] " + escape(plan.explanation[0]))
     for line in plan.explanation[1:]:
         console.print("  • " + escape(line))
+    on_gpu = plan.device_memory(plan.recommended)
+    if on_gpu is not None:
+        console.print(f"On each GPU, as nvidia-smi counts: {gib(on_gpu['nvidia_smi_total'])} = "
+                      f"{gib(on_gpu['allocated'])} allocated + at least {gib(on_gpu['reserve'])} allocator "
+                      f"reserve + {gib(on_gpu['cuda_context'])} CUDA context (outside the allocator).")
     rejected = [e for e in plan.candidates if not e.fits]
     if rejected:
         console.print("[bold]Rejected:[/bold]")

@@ -88,10 +88,21 @@ def notes(exported: ExportedPlan) -> list[str]:
            f"{exported.micro_batch_size} per device), optimizer ({exported.optimizer}) and learning-rate schedule."),
            ("Gradient clipping is off in every file, as the plan trains (the HF Trainer arguments say "
             "--max_grad_norm 0.0; its default would clip at 1.0): set it everywhere if you train with it.")]
-    if exported.activation_checkpointing:
+    if exported.optimizer_impl is not None:
+        how = {"foreach": "foreach=True", "for-loop": "foreach=False", "fused": "fused=True"}[exported.optimizer_impl]
+        out.append(f"The plan steps the optimizer {exported.optimizer_impl} ({how} in torch.optim): build it so"
+                   + (" (the HF Trainer flags say --optim)." if exported.optimizer == "adamw"
+                      and exported.optimizer_impl != "for-loop" else "."))
+    if exported.checkpoints_every_block:
         blocks = " and ".join(exported.model.block_classes) or "repeated block"
         out.append(f"The plan checkpoints every {blocks}: enable it in your "
                    "model (FSDP configs here do it for you; DeepSpeed and DDP do not).")
+    elif exported.activation_checkpointing:
+        choice = exported.checkpointing_choice
+        out.append(f"The plan uses {choice.label} ({choice}, torchtitan's selective modes), which the "
+                   "checkpointing switches of these files cannot express (they are off): apply it in your script "
+                   "with autoshard.runtime.activation_checkpointing.checkpoint_blocks(model, block_names, "
+                   f"\"{choice}\").")
     out += exporter(exported.family).notes(exported)
     if exported.hardware.nodes > 1:
         out.append("Multi-node: set MASTER_ADDR and JOB_ID in launch.sh; accelerate launch also needs "

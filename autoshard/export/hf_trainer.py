@@ -5,7 +5,9 @@ Flag and key names from transformers 5.23 ``training_args.py``: ``--deepspeed`` 
 ``--fsdp`` with ``--fsdp_config`` (a JSON path or a dict; keys ``version``, ``reshard_after_forward``,
 ``auto_wrap_policy``, ``transformer_layer_cls_to_wrap``, ``activation_checkpointing``, ``cpu_offload``),
 ``--per_device_train_batch_size``, ``--gradient_accumulation_steps``, ``--bf16`` / ``--fp16`` and
-``--max_grad_norm``, whose default 1.0 clips; with DeepSpeed, ``integrations/deepspeed.py`` refuses a
+``--max_grad_norm``, whose default 1.0 clips; ``--optim`` (``adamw_torch``: ``torch.optim.AdamW`` with torch's
+foreach default; ``adamw_torch_fused``: ``fused=True``, ``trainer_optimizer.py::_get_adamw_torch``; the default
+is ``adamw_torch_fused`` on torch >= 2.8); with DeepSpeed, ``integrations/deepspeed.py`` refuses a
 ``gradient_clipping`` that differs from it, so the plan's (off, 0.0) is written.
 """
 
@@ -41,9 +43,28 @@ def arguments(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE,
         args.append("--bf16")
     elif exported.precision == "16-mixed":
         args.append("--fp16")
+    args += optimizer_arguments(exported)
     args += exporter(exported.family).hf_trainer(exported, ds_config_file=ds_config_file,
                                                  fsdp_config_file=fsdp_config_file)
     return args
+
+
+_HF_ADAMW = {"foreach": "adamw_torch", "fused": "adamw_torch_fused"}
+"""The Trainer's ``--optim`` for AdamW by implementation; the for-loop has none (``optim_args`` is not read for
+``adamw_torch``, transformers 5.23)."""
+
+
+def optimizer_arguments(exported: ExportedPlan) -> list[str]:
+    """``["--optim", ...]`` when the plan names an AdamW implementation the Trainer can run, else nothing.
+
+    Example:
+        >>> import dataclasses
+        >>> optimizer_arguments(dataclasses.replace(read("plan.json"), optimizer_impl="fused"))  # doctest: +SKIP
+        ['--optim', 'adamw_torch_fused']
+    """
+    if exported.optimizer != "adamw" or exported.optimizer_impl not in _HF_ADAMW:
+        return []
+    return ["--optim", _HF_ADAMW[exported.optimizer_impl]]
 
 
 def command_line(exported: ExportedPlan, *, script: str = "train.py") -> str:

@@ -16,7 +16,8 @@ from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
 from autoshard.planner.plan import Plan, PlanRequest
 from autoshard.planner.search import check_request, plan
-from autoshard.profiler.options import Precision
+from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, parse_checkpointing
+from autoshard.profiler.options import OptimizerImpl, Precision, parse_optimizer, parse_optimizer_impl
 
 Goal = Literal["pretrain", "finetune"]
 GOALS: tuple[Goal, ...] = ("pretrain", "finetune")
@@ -59,6 +60,28 @@ def default_precision(hardware: HardwareSpec) -> str:
     return "bf16-mixed" if hardware.gpu.peak_tflops.bf16 else "16-mixed"
 
 
+REDUCE_DTYPES = ("fp32", "bf16")
+"""FSDP2 reduce-scatter dtypes autoshard plans (``MixedPrecisionPolicy.reduce_dtype``): fp32, autoshard's default
+and torchtitan's (``training.mixed_precision_reduce: Literal["float32"] = "float32"`` in
+``torchtitan/config/job_config.py``), and bf16, half the reduce-scatter's bytes, for runs that reduce in bf16."""
+
+
+def parse_reduce_dtype(value: str) -> str:
+    """``fp32`` or ``bf16`` (``float32`` / ``bfloat16`` accepted).
+
+    Raises:
+        UsageError: anything else.
+
+    Example:
+        >>> parse_reduce_dtype("bfloat16")
+        'bf16'
+    """
+    key = {"float32": "fp32", "bfloat16": "bf16"}.get(str(value).strip().lower(), str(value).strip().lower())
+    if key not in REDUCE_DTYPES:
+        raise UsageError(f"reduce dtype must be one of {', '.join(REDUCE_DTYPES)}, but got {value!r}.")
+    return key
+
+
 def plan_for(
     source: str | os.PathLike[str] | ModelSource,
     hardware: HardwareSpec,
@@ -72,11 +95,18 @@ def plan_for(
     strategies: list[str] | tuple[str, ...] | None = None,
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
+    checkpointing: str | bool | ActivationCheckpointing | None = None,
+    reduce_dtype: str | None = None,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
     ``precision=None`` takes :func:`default_precision` of the hardware; ``progress(done, total)`` is called after
-    each trace.
+    each trace. ``optimizer_impl`` names the optimizer implementation (``None``: torch's default).
+    ``checkpointing`` (``none``, ``full``, ``op``, ``every-N``) makes every candidate use that choice; ``None``
+    weighs no checkpointing against full checkpointing (each further mode costs its own traces).
+    ``reduce_dtype`` (``fp32`` or ``bf16``) sets FSDP2's gradient reduce-scatter dtype
+    (``MixedPrecisionPolicy.reduce_dtype``; ``None``: fp32, as autoshard's FSDP knob defaults).
 
     Raises:
         UsageError: contradictory or out-of-range arguments, checked before anything is traced.
@@ -91,12 +121,19 @@ def plan_for(
     for name, value in (("batch size", batch_size), ("global batch size", global_batch_size)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise UsageError(f"{name} must be a positive integer, but got {value!r}.")
+    if optimizer_impl is not None:
+        optimizer_impl = parse_optimizer_impl(optimizer_impl, parse_optimizer(optimizer))
+    choice = None if checkpointing is None else parse_checkpointing(checkpointing)
+    choices, mode = ((False, True), FULL) if choice is None else ((bool(choice),), choice if choice else FULL)
     chosen = [get(n) for n in (strategies or names())]
+    settings = {} if reduce_dtype is None else {"reduce_dtype": parse_reduce_dtype(reduce_dtype)}
     request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
-                          safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies))
+                          safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies),
+                          settings=settings)
     check_request(request, hardware.world_size)
     workload = build_workload(
         load_source(source), precision=precision or default_precision(hardware), optimizer=optimizer,
         seq_len=seq_len, target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
+        optimizer_impl=optimizer_impl, checkpointing=choices, checkpoint_mode=mode,
     )
     return plan(workload, hardware, request, chosen)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from autoshard.hardware.specs import HardwareSpec
@@ -24,6 +25,8 @@ class PlanRequest:
     """Fraction of each GPU's memory kept free for the CUDA context, allocator fragmentation and error."""
     strategies: tuple[str, ...] | None = None
     """Restrict to these strategy names (``None``: all)."""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """Knob values every candidate takes whose strategy has the knob (e.g. FSDP's ``reduce_dtype``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -33,6 +36,7 @@ class PlanRequest:
             "goal": self.goal,
             "safety_margin": self.safety_margin,
             "strategies": None if self.strategies is None else list(self.strategies),
+            "settings": dict(self.settings),
         }
 
 
@@ -101,13 +105,32 @@ class Plan:
     hardware: HardwareSpec
     request: PlanRequest
 
+    def device_memory(self, evaluation: Evaluation) -> dict[str, int] | None:
+        """What ``nvidia-smi`` would show for ``evaluation`` on each GPU: its allocated peak, the caching
+        allocator's reserve (segment rounding, at least) and the CUDA context; ``None`` without a GPU answer."""
+        if evaluation.memory is None or not self.workload.cuda_context_bytes:
+            return None
+        from autoshard.profiler.cuda_context import reserve_lower_bound_bytes
+
+        allocated = evaluation.memory.gpu.total
+        reserve = reserve_lower_bound_bytes(allocated)
+        context = self.workload.cuda_context_bytes
+        return {"allocated": allocated, "reserve": reserve, "cuda_context": context,
+                "nvidia_smi_total": allocated + reserve + context}
+
+    def _with_device_memory(self, e: Evaluation) -> dict[str, Any]:
+        d = e.to_dict()
+        if d["memory"] is not None:
+            d["memory"]["device"] = self.device_memory(e)
+        return d
+
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON form (docs/recommend.md); sizes in bytes."""
-        rec = self.recommended.to_dict()
+        rec = self._with_device_memory(self.recommended)
         return {
             "recommended": rec,
             "explanation": list(self.explanation),
-            "candidates": [c.to_dict() for c in self.candidates],
+            "candidates": [self._with_device_memory(c) for c in self.candidates],
             "model": self.workload.to_dict(),
             "hardware": self.hardware.to_dict(),
             "request": self.request.to_dict(),

@@ -29,6 +29,7 @@ from typing import Any
 
 from autoshard.errors import UsageError
 from autoshard.planner.plan import Plan
+from autoshard.profiler.checkpointing import FULL, NONE, ActivationCheckpointing, parse_checkpointing
 from autoshard.strategies import get
 from autoshard.strategies.base import Traits
 
@@ -107,12 +108,20 @@ class ExportedPlan:
     seq_len: int | None
     model: ModelFingerprint
     hardware: HardwareFingerprint
+    checkpointing: str | None = None
+    """What the checkpointed blocks recompute when :attr:`activation_checkpointing`: ``full``, ``op`` or
+    ``every-N`` (:mod:`autoshard.profiler.checkpointing`); ``None`` is ``full`` (plan files written before)."""
+    optimizer_impl: str | None = None
+    """``foreach``, ``for-loop`` or ``fused`` when the plan was made for that optimizer implementation;
+    ``None``: torch's default (plan files written before the setting)."""
     traits: Traits | None = None
     """What the strategy does (sharding stage, offload, hybrid): what the backends and exporters ask. Always the
     registered strategy's: left out (plan.json files written before traits) it is filled in, and other traits are
     refused."""
 
     def __post_init__(self) -> None:
+        if self.checkpointing is not None:
+            parse_checkpointing(self.checkpointing)  # a UsageError naming the valid choices
         registered = get(self.strategy).traits
         if self.traits is None:
             object.__setattr__(self, "traits", registered)
@@ -128,6 +137,20 @@ class ExportedPlan:
         if self.traits is None:  # __post_init__ fills it in: only a bypassed constructor gets here
             raise RuntimeError("ExportedPlan.traits was not filled in")
         return self.traits
+
+    @property
+    def checkpointing_choice(self) -> ActivationCheckpointing:
+        """What the plan recomputes, typed: ``none`` unless :attr:`activation_checkpointing`."""
+        if not self.activation_checkpointing:
+            return NONE
+        choice = parse_checkpointing(self.checkpointing or "full")
+        return choice or FULL
+
+    @property
+    def checkpoints_every_block(self) -> bool:
+        """Whether the plan recomputes every block whole: what accelerate's, Lightning's and the HF Trainer's
+        single checkpointing switch does."""
+        return self.checkpointing_choice == FULL
 
     @property
     def global_batch_size(self) -> int:
@@ -168,6 +191,8 @@ def from_plan(plan: Plan) -> ExportedPlan:
         gradient_accumulation=rec.gradient_accumulation,
         activation_checkpointing=rec.candidate.activation_checkpointing,
         settings=dict(settings), precision=w.precision.value, optimizer=w.optimizer, seq_len=w.seq_len,
+        optimizer_impl=w.optimizer_impl,
+        checkpointing=str(w.checkpoint_mode) if rec.candidate.activation_checkpointing else None,
         model=ModelFingerprint(name=w.model, parameter_count=w.parameter_count, block_class=w.block_class,
                                layout_hash=layout_hash(w.parameter_numels, w.block_parameter_counts)),
         hardware=HardwareFingerprint(
@@ -207,7 +232,8 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
         model = ModelFingerprint(**_fields(data, "model", _MODEL_TYPES, source))
         hardware = HardwareFingerprint(**_fields(data, "hardware", _HARDWARE_TYPES, source))
         top = _fields({"plan": data}, "plan", _PLAN_TYPES, source,
-                      extra_ok=("kind", "schema_version", "model", "hardware", "global_batch_size", "traits"))
+                      extra_ok=("kind", "schema_version", "model", "hardware", "global_batch_size", "traits"),
+                      optional=_OPTIONAL_PLAN_TYPES)
         traits = _traits(data, source)
         exported = ExportedPlan(**top, model=model, hardware=hardware, traits=traits)
     except TypeError as e:  # a field missing from the dataclass constructor
@@ -264,19 +290,25 @@ _HARDWARE_TYPES = {"gpu": _OPT_STR, "gpu_memory_bytes": _OPT_INT, "gpus_per_node
 _PLAN_TYPES = {"strategy": str, "family": str, "micro_batch_size": int, "gradient_accumulation": int,
                "activation_checkpointing": bool, "settings": dict, "precision": str, "optimizer": str,
                "seq_len": _OPT_INT}
+_OPTIONAL_PLAN_TYPES = {"optimizer_impl": _OPT_STR, "checkpointing": _OPT_STR}
+"""Fields later versions added: a file without them is read with the dataclass's default."""
 
 
 def _fields(data: dict[str, Any], key: str, types: dict[str, Any], source: str,
-            extra_ok: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``data[key]``'s fields, each checked against ``types``; unknown keys are refused."""
+            extra_ok: tuple[str, ...] = (), optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``data[key]``'s fields, each checked against ``types`` (``optional``: may be missing); unknown keys are
+    refused."""
+    optional = optional or {}
     obj = data.get(key)
     if not isinstance(obj, dict):
         raise UsageError(f"{source}: \"{key}\" must be an object, but got {type(obj).__name__}.")
-    unknown = set(obj) - set(types) - set(extra_ok)
+    unknown = set(obj) - set(types) - set(optional) - set(extra_ok)
     if unknown:
         raise UsageError(f"{source}: unknown field(s) {', '.join(sorted(unknown))} in \"{key}\".")
     out = {}
-    for name, kind in types.items():
+    for name, kind in {**types, **optional}.items():
+        if name not in obj and name in optional:
+            continue
         if name not in obj:
             raise UsageError(f"{source}: \"{key}\" lacks the field \"{name}\".")
         value = obj[name]

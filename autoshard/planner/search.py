@@ -80,7 +80,7 @@ def check_request(request: PlanRequest, world: int) -> None:
 
 def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest) -> list[Evaluation]:
     reason = strategy.unsupported(hardware)
-    checkpointing = (False, True) if workload.block_class is not None else (False,)
+    checkpointing = workload.checkpointing_choices if workload.block_class is not None else (False,)
     if reason is not None:
         return [
             Evaluation(candidate=Candidate(strategy=strategy.name, micro_batch_size=request.micro_batch_size or 1,
@@ -92,9 +92,17 @@ def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, re
     for ckpt in checkpointing:
         largest = _max_micro_batch(strategy, workload, hardware, request, ckpt)
         micro = _choose_micro_batch(request, hardware.world_size, largest)
-        candidate = Candidate(strategy=strategy.name, micro_batch_size=micro, activation_checkpointing=ckpt)
+        candidate = _candidate(strategy, hardware, request, micro, ckpt)
         out.append(evaluate(strategy, workload, hardware, request, candidate, max_micro_batch_size=largest))
     return out
+
+
+def _candidate(strategy: Strategy, hardware: HardwareSpec, request: PlanRequest, micro_batch_size: int,
+               ckpt: bool) -> Candidate:
+    """A candidate with the request's settings that ``strategy`` has as knobs."""
+    knobs = {k.name for k in strategy.knobs(hardware)} if request.settings else set()
+    return Candidate(strategy=strategy.name, micro_batch_size=micro_batch_size, activation_checkpointing=ckpt,
+                     settings={k: v for k, v in request.settings.items() if k in knobs})
 
 
 def evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest,
@@ -151,7 +159,7 @@ def _max_micro_batch(strategy: Strategy, workload: Workload, hardware: HardwareS
     """Largest micro-batch that fits (memory is non-decreasing in the micro-batch): doubling, then bisection."""
 
     def fits(mb: int) -> bool:
-        candidate = Candidate(strategy=strategy.name, micro_batch_size=mb, activation_checkpointing=ckpt)
+        candidate = _candidate(strategy, hardware, request, mb, ckpt)
         return _does_not_fit(strategy.memory(workload, hardware, candidate), hardware, request) is None
 
     if not fits(1):

@@ -1,20 +1,36 @@
-"""Building an optimizer by name, the way the target device's defaults would."""
+"""Building an optimizer by name, with the implementation (for-loop, foreach, fused) the run would use."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
 
-from autoshard.profiler.options import parse_optimizer
+from autoshard.profiler.options import OptimizerImpl, parse_optimizer, parse_optimizer_impl
 
 # Learning rates do not change memory; these are the usual fine-tuning defaults.
 _LR = 1e-4
 
 
-def build_optimizer(name: str, params: Iterable[nn.Parameter], *, foreach: bool | None) -> torch.optim.Optimizer:
+def impl_flags(impl: OptimizerImpl | None) -> dict[str, bool | None]:
+    """The ``foreach=`` / ``fused=`` keywords a ``torch.optim`` constructor takes for ``impl``.
+
+    ``None`` leaves both to torch (``_default_to_fused_or_foreach`` decides from the parameters' device).
+
+    Example:
+        >>> impl_flags("fused"), impl_flags("for-loop"), impl_flags(None)
+        ({'foreach': False, 'fused': True}, {'foreach': False, 'fused': None}, {'foreach': None, 'fused': None})
+    """
+    if impl is None:
+        return {"foreach": None, "fused": None}
+    return {"foreach": impl == "foreach", "fused": True if impl == "fused" else None}
+
+
+def build_optimizer(name: str, params: Iterable[nn.Parameter], *, foreach: bool | None = None,
+                    impl: OptimizerImpl | None = None) -> torch.optim.Optimizer:
     """Build ``name`` over ``params``.
 
     Args:
@@ -23,31 +39,40 @@ def build_optimizer(name: str, params: Iterable[nn.Parameter], *, foreach: bool 
         foreach: force the multi-tensor (``foreach``) implementation on or off; ``None`` keeps torch's default
             for the parameters' device. On CUDA, torch defaults to ``foreach=True``
             (``torch/optim/optimizer.py::_default_to_fused_or_foreach``, torch 2.x), which allocates list-sized
-            temporaries during ``step()`` — a GPU trace must force it to be faithful.
+            temporaries during ``step()`` — a GPU trace must force it to be faithful. Ignored when ``impl`` is
+            given.
+        impl: the implementation (:data:`~autoshard.profiler.options.OptimizerImpl`); ``None`` uses ``foreach``.
 
     Returns:
         The optimizer.
+
+    Raises:
+        UsageError: an unknown name, or ``fused`` for an optimizer without a fused kernel.
     """
     key = parse_optimizer(name)
+    flags: dict[str, Any] = impl_flags(parse_optimizer_impl(impl, key)) if impl is not None else {"foreach": foreach}
+    if flags.get("fused") is None:
+        flags.pop("fused", None)
     params = [p for p in params if p.requires_grad]
     if key == "adamw":
-        return torch.optim.AdamW(params, lr=_LR, foreach=foreach)
+        return torch.optim.AdamW(params, lr=_LR, **flags)
     if key == "adam":
-        return torch.optim.Adam(params, lr=_LR, foreach=foreach)
+        return torch.optim.Adam(params, lr=_LR, **flags)
     if key == "sgd":
-        return torch.optim.SGD(params, lr=_LR, momentum=0.9, foreach=foreach)
+        return torch.optim.SGD(params, lr=_LR, momentum=0.9, **flags)
     # Adafactor (torch.optim.Adafactor, torch >= 2.5): factored second moments, no first moment.
-    return torch.optim.Adafactor(params, lr=1e-2, foreach=foreach)
+    return torch.optim.Adafactor(params, lr=1e-2, **flags)
 
 
-def force_foreach_default(optimizer: torch.optim.Optimizer) -> None:
-    """Make an optimizer built on CPU tensors behave as it would on CUDA: ``foreach=None`` → ``True``.
+def force_foreach_default(optimizer: torch.optim.Optimizer, foreach: bool = True) -> None:
+    """Make groups that left ``foreach`` to torch run ``foreach`` (or the for-loop, ``foreach=False``).
 
-    Only groups that left ``foreach`` to the default and do not use ``fused`` are changed, and only for
-    optimizers whose constructor has a ``foreach`` argument.
+    On CPU tensors torch would pick the for-loop; this makes an optimizer built there behave as it would on
+    CUDA (``foreach=None`` → ``True``). Only groups that left ``foreach`` to the default and do not use
+    ``fused`` are changed, and only for optimizers whose constructor has a ``foreach`` argument.
     """
     if "foreach" not in inspect.signature(type(optimizer).__init__).parameters:
         return
     for group in optimizer.param_groups:
         if group.get("foreach") is None and not group.get("fused"):
-            group["foreach"] = True
+            group["foreach"] = foreach

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import torch
 
 from autoshard.errors import UsageError
+from autoshard.profiler.checkpointing import ActivationCheckpointing, parse_checkpointing
 
 PrecisionName = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]
 """The precision names, as Lightning's ``Trainer(precision=...)`` spells them (for type checkers)."""
@@ -56,6 +57,22 @@ _PRECISION_ALIASES = {
 OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor")
 """Optimizers autoshard can build by name (``sgd`` is SGD with momentum 0.9)."""
 
+OptimizerImpl = Literal["foreach", "for-loop", "fused"]
+"""How ``torch.optim`` runs a step (``torch/optim/adam.py``, torch 2.13):
+
+* ``"for-loop"`` (``foreach=False``): ``_single_tensor_adam``, one parameter at a time; its temporaries are one
+  parameter's (``exp_avg_sq.sqrt() / bias_correction2_sqrt``). Torch's default on CPU, and the shape of the
+  per-parameter AdamW the Hugging Face Trainer used to default to (issue #16).
+* ``"foreach"`` (``foreach=True``): ``_multi_tensor_adam``, one list per device and dtype;
+  ``torch._foreach_sqrt(exp_avg_sqs)`` allocates a temporary the size of every parameter of the list at once.
+  Torch's default for CUDA tensors (``torch/optim/optimizer.py::_default_to_fused_or_foreach`` picks foreach,
+  never fused, unless asked).
+* ``"fused"`` (``fused=True``): ``torch._fused_adam_``, one kernel that updates in place with no temporaries.
+"""
+OPTIMIZER_IMPLS: tuple[OptimizerImpl, ...] = ("foreach", "for-loop", "fused")
+_FUSED_OPTIMIZERS = ("adamw", "adam", "sgd")
+"""Optimizers with a ``fused=`` implementation in torch 2.13 (Adafactor has none)."""
+
 
 def parse_precision(value: str | Precision) -> Precision:
     """Parse a precision name such as ``"bf16-mixed"`` or ``"32"``.
@@ -72,6 +89,37 @@ def parse_precision(value: str | Precision) -> Precision:
             hint=f"Use one of: {', '.join(p.value for p in Precision)}.",
         )
     return _PRECISION_ALIASES[key]
+
+
+def default_optimizer_impl(target: str) -> OptimizerImpl:
+    """What torch picks when neither ``foreach`` nor ``fused`` is given: ``foreach`` for CUDA tensors, the
+    ``for-loop`` elsewhere (``_default_to_fused_or_foreach``: CPU is not a foreach-kernel device).
+
+    Example:
+        >>> default_optimizer_impl("cuda"), default_optimizer_impl("cpu")
+        ('foreach', 'for-loop')
+    """
+    return "foreach" if target == "cuda" else "for-loop"
+
+
+def parse_optimizer_impl(value: str, optimizer: str = "adamw") -> OptimizerImpl:
+    """Validate an optimizer implementation name for ``optimizer`` (``foreach``, ``for-loop``, ``fused``).
+
+    ``forloop``, ``for_loop`` and ``single`` are accepted for ``for-loop``.
+
+    Raises:
+        UsageError: unknown name, or ``fused`` for an optimizer torch has no fused kernel for.
+    """
+    key = str(value).strip().lower().replace("_", "-")
+    key = {"forloop": "for-loop", "single": "for-loop", "single-tensor": "for-loop", "multi-tensor": "foreach"
+           }.get(key, key)
+    if key not in OPTIMIZER_IMPLS:
+        raise UsageError(f"unknown optimizer implementation {value!r}.",
+                         hint=f"Use one of: {', '.join(OPTIMIZER_IMPLS)}.")
+    if key == "fused" and optimizer not in _FUSED_OPTIMIZERS:
+        raise UsageError(f"torch has no fused {optimizer} (fused=True exists for {', '.join(_FUSED_OPTIMIZERS)}).",
+                         hint="Use --optimizer-impl foreach or for-loop.")
+    return key
 
 
 def parse_optimizer(value: str) -> str:
@@ -100,8 +148,17 @@ class ProfileOptions:
     """Training precision."""
     optimizer: str = "adamw"
     """Optimizer name (one of :data:`OPTIMIZERS`), used unless the model source defines its own."""
+    optimizer_impl: OptimizerImpl | None = None
+    """How the optimizer steps (:data:`OptimizerImpl`); ``None`` takes torch's default on ``target``
+    (:func:`default_optimizer_impl`: ``foreach`` on CUDA). A model source's own optimizer keeps the flags it
+    was built with; only groups that left ``foreach`` to torch get ``foreach`` / ``for-loop`` from here."""
     activation_checkpointing: bool = False
-    """Recompute each repeated block's activations in backward instead of saving them."""
+    """Recompute repeated blocks' activations in backward instead of saving them (``True``: every block,
+    unless :attr:`checkpointing` says how); always ``bool(checkpointing)`` once constructed."""
+    checkpointing: ActivationCheckpointing | str | None = None
+    """What is recomputed: ``none``, ``full``, ``every-N`` or ``op`` (:mod:`autoshard.profiler.checkpointing`);
+    ``None`` follows :attr:`activation_checkpointing` (``full`` or ``none``). An :class:`ActivationCheckpointing` once
+    constructed."""
     grad_accumulation: int = 1
     """Micro-batches per optimizer step."""
     target: str = "cuda"
@@ -122,9 +179,18 @@ class ProfileOptions:
             raise UsageError(f"target must be 'cuda' or 'cpu', but got {self.target!r}.")
         object.__setattr__(self, "precision", parse_precision(self.precision))
         object.__setattr__(self, "optimizer", parse_optimizer(self.optimizer))
+        ckpt = parse_checkpointing(self.activation_checkpointing if self.checkpointing is None
+                                   else self.checkpointing)
+        if self.activation_checkpointing is True and not ckpt:
+            raise UsageError(f"activation_checkpointing=True contradicts checkpointing={self.checkpointing!r}.")
+        object.__setattr__(self, "checkpointing", ckpt)
+        object.__setattr__(self, "activation_checkpointing", bool(ckpt))
+        impl = default_optimizer_impl(self.target) if self.optimizer_impl is None else self.optimizer_impl
+        object.__setattr__(self, "optimizer_impl", parse_optimizer_impl(impl, self.optimizer))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         d = asdict(self)
         d["precision"] = self.precision.value
+        d["checkpointing"] = str(self.checkpointing)
         return d

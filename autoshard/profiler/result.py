@@ -193,6 +193,22 @@ class ModelProfile:
         """Peak bytes on the device, overheads outside the allocator (CUDA context) included."""
         return self.peak_bytes + sum(o.bytes for o in self.overheads if not o.in_allocator)
 
+    @property
+    def reserve_bytes(self) -> int:
+        """What the CUDA caching allocator holds beyond :attr:`peak_bytes` at the peak, at least: the rounding up
+        to whole segments (fragmentation is not predicted); 0 for a CPU profile."""
+        if not self.overheads:  # a CPU profile: no caching allocator
+            return 0
+        from autoshard.profiler.cuda_context import reserve_lower_bound_bytes
+
+        return reserve_lower_bound_bytes(self.peak_bytes)
+
+    @property
+    def device_total_bytes(self) -> int:
+        """An ``nvidia-smi``-style total: allocated peak + the allocator's reserve (:attr:`reserve_bytes`) +
+        overheads outside the allocator (the CUDA context)."""
+        return self.peak_with_overheads_bytes + self.reserve_bytes
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (sizes in bytes); documented in ``docs/profile.md``."""
         return {
@@ -209,6 +225,8 @@ class ModelProfile:
             "model_state_bytes": self.model_state_bytes,
             "peak_bytes": self.peak_bytes,
             "peak_with_overheads_bytes": self.peak_with_overheads_bytes,
+            "reserve_bytes": self.reserve_bytes,
+            "device_total_bytes": self.device_total_bytes,
             "peak_phase": self.peak_phase,
             "peak_module": self.peak_module,
             "peak_breakdown": self.peak_breakdown.to_dict(),

@@ -29,6 +29,7 @@ from autoshard.models.source import (
 )
 from autoshard.profiler import fake_ops, flops, gpu
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
+from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
 from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
 from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
 from autoshard.profiler.options import Precision, ProfileOptions
@@ -201,7 +202,7 @@ def _run_steps(
     block_names = set(blocks.names) if blocks else set()
     semantics = gpu.semantics(options) if options.target == "cuda" else None
     if options.activation_checkpointing and blocks is not None:
-        _checkpoint_blocks(model, blocks, semantics)
+        _checkpoint_blocks(model, blocks, semantics, checkpointing_of(options), tracker)
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         tracker.track(t, Category.ACTIVATIONS)
@@ -356,32 +357,47 @@ def _make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Modu
             f"{source.name} has no trainable parameters: there is no training step to profile.",
             hint="Check that model() returns the module to train and that its parameters require grad.",
         )
-    foreach = True if options.target == "cuda" else None
     if source.optimizer_fn is None:
-        return build_optimizer(options.optimizer, model.parameters(), foreach=foreach)
+        return build_optimizer(options.optimizer, model.parameters(), impl=options.optimizer_impl)
     optimizer = call_user(source.optimizer_fn, model.parameters(), what="optimizer()", user_file=source.user_file)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise UserCodeError(
             f"optimizer() in {source.origin} returned {type(optimizer).__name__}, expected a torch.optim.Optimizer.",
             hint="Return e.g. `torch.optim.AdamW(params, lr=1e-4)`.",
         )
-    if options.target == "cuda":
-        force_foreach_default(optimizer)
+    if options.optimizer_impl != "fused":  # fused is the constructor's choice; it cannot be switched on later
+        force_foreach_default(optimizer, options.optimizer_impl == "foreach")
     return optimizer
 
 
-def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.CudaSemanticsLike | None) -> None:
-    """Recompute each block in backward (non-reentrant ``torch.utils.checkpoint``), keeping module names."""
+def checkpointing_of(options: ProfileOptions) -> ActivationCheckpointing:
+    """``options.checkpointing``, typed (``ProfileOptions`` makes it a :class:`ActivationCheckpointing`)."""
+    return parse_checkpointing(options.checkpointing)
+
+
+def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.CudaSemanticsLike | None,
+                       choice: ActivationCheckpointing = FULL, tracker: MemoryTracker | None = None) -> None:
+    """Recompute the blocks ``choice`` names in backward (non-reentrant ``torch.utils.checkpoint``), keeping
+    module names; under ``op``, with torchtitan's selective policy, whose saved outputs ``tracker`` counts as
+    activations of the block."""
     from torch.utils.checkpoint import checkpoint
 
     _warm_up_checkpoint()
-    for name in blocks.names:
+    extra: dict[str, Any] = {}
+    if choice.mode == "op":
+        def saved(output: Any) -> None:
+            for t in tree_iter(output):
+                if tracker is not None and isinstance(t, torch.Tensor):
+                    tracker.track(t, Category.ACTIVATIONS)
+
+        extra["context_fn"] = op_selective_context(saved)
+    for name in choice.checkpointed(blocks.names):
         block = model.get_submodule(name)
         inner = block.forward
 
         def forward(*args: Any, _inner: Callable[..., Any] = inner, **kwargs: Any) -> Any:
             run = _inner if semantics is None else semantics.recomputable(_inner)
-            return checkpoint(run, *args, use_reentrant=False, **kwargs)
+            return checkpoint(run, *args, use_reentrant=False, **extra, **kwargs)
 
         block.forward = forward
 

@@ -21,6 +21,8 @@ from autoshard.models import load_source
 from autoshard.models.source import ModelSource
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
+from autoshard.profiler.checkpointing import ActivationCheckpointing, parse_checkpointing
+from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
 from autoshard.runtime import planning, supervisor
 from autoshard.runtime.data import SampleList, as_samples
 from autoshard.runtime.data import check as check_data
@@ -63,6 +65,9 @@ def fit(
     force: bool = False,
     timeout_s: float | None = None,
     lr_scheduler: LrSchedulerFactory | None = None,
+    optimizer_impl: str | None = None,
+    activation_checkpointing: str | bool | None = None,
+    reduce_dtype: str | None = None,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
     worker processes it starts itself.
@@ -109,6 +114,16 @@ def fit(
             the engine). Stepped once per optimizer step (not per micro-batch), saved in checkpoints and
             restored on resume; each step's learning rate is in :attr:`StepMetrics.lr`. ``ReduceLROnPlateau``
             (it needs a metric) is refused.
+        optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"``: how an optimizer given by name (or the
+            plan's) steps; planned with it under ``plan="auto"``, and it replaces a given plan's. ``None``: the
+            plan's, else torch's default (foreach on CUDA). DeepSpeed with optimizer offload steps its own
+            ``DeepSpeedCPUAdam`` whatever this says.
+        activation_checkpointing: what to recompute in backward: ``"none"`` (or ``False``), ``"full"`` (or ``True``: every
+            repeated block), ``"every-N"`` (every N-th block) or ``"op"`` (torchtitan's op-selective policy in
+            every block). Planned with under ``plan="auto"`` (``None``: the planner weighs none against full) and
+            replaces a given plan's.
+        reduce_dtype: FSDP2's gradient reduce-scatter dtype, ``"fp32"`` or ``"bf16"``: planned with under
+            ``plan="auto"`` and replaces a given FSDP plan's (``None``: the plan's, else fp32).
 
     Returns:
         A :class:`FitResult`: per-step metrics, the plan, the trained module and its consolidated weights.
@@ -123,6 +138,8 @@ def fit(
         model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
         log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,
         grad_clip_norm=grad_clip_norm)
+    from autoshard.planner.machine import parse_reduce_dtype
+
     environ = os.environ  # the edge: the launcher's variables are read here only
     launch = LaunchInfo.from_environ(environ)
     ckpt = checkpointing or Checkpointing()
@@ -135,7 +152,11 @@ def fit(
                    consolidate=consolidate, log_every=log_every, grad_clip_norm=grad_clip_norm,
                    lr_scheduler=lr_scheduler, keep_last_checkpoints=ckpt.keep_last)
     options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
-                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force)
+                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force,
+                           optimizer_impl=_optimizer_impl(optimizer_impl, optimizer),
+                           checkpointing=None if activation_checkpointing is None
+                           else parse_checkpointing(activation_checkpointing),
+                           reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype))
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         _worker(job, launch, Path(run_dir))  # never returns
@@ -367,6 +388,16 @@ class _PlanOptions:
     batch_size: int | None
     seq_len: int | None
     force: bool
+    optimizer_impl: OptimizerImpl | None = None
+    checkpointing: ActivationCheckpointing | None = None
+    reduce_dtype: str | None = None
+
+
+def _optimizer_impl(impl: str | None, optimizer: Any) -> OptimizerImpl | None:
+    """``impl`` checked against the optimizer named (AdamW when it is not a name)."""
+    if impl is None:
+        return None
+    return parse_optimizer_impl(impl, optimizer if isinstance(optimizer, str) else "adamw")
 
 
 def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
@@ -384,6 +415,16 @@ def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
                                 gpu=None)
         for difference in planning.check(exported, fingerprint, run, source=where, force=options.force):
             notes.append(f"force=True: trained although {difference}.")
+        if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
+            exported = dataclasses.replace(exported, optimizer_impl=options.optimizer_impl)
+        if options.checkpointing is not None and options.checkpointing != exported.checkpointing_choice:
+            exported = dataclasses.replace(exported, activation_checkpointing=bool(options.checkpointing),
+                                           checkpointing=str(options.checkpointing) if options.checkpointing
+                                           else None)
+            notes.append(f"Trained with {options.checkpointing.label}, as asked, in place of the plan's.")
+        if options.reduce_dtype is not None and "reduce_dtype" in exported.settings:
+            exported = dataclasses.replace(exported, settings={**exported.settings,
+                                                               "reduce_dtype": options.reduce_dtype})
         return exported, notes, job
     exported, job = _auto(job, options, notes)
     return exported, notes, job
@@ -409,6 +450,8 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
     def planned(source: ModelSource) -> Any:
         return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
                         optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
+                        optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
+                        reduce_dtype=options.reduce_dtype,
                         strategies=None if options.strategy is None else [options.strategy])
 
     try:
@@ -476,6 +519,10 @@ def _check_checkpointing(checkpointing: Any) -> None:
     """Refuse ``checkpointing`` that is not a :class:`Checkpointing`, or whose values cannot work."""
     if checkpointing is None:
         return
+    if isinstance(checkpointing, (str, bool)):
+        raise UsageError(f"checkpointing= saves training state; got {checkpointing!r}.",
+                         hint="Recomputing activations in backward is activation_checkpointing="
+                              f"{checkpointing!r}; saving is checkpointing=autoshard.Checkpointing(dir=...).")
     if not isinstance(checkpointing, Checkpointing):
         raise UsageError(f"checkpointing must be an autoshard.Checkpointing, but got {type(checkpointing).__name__}.",
                          hint="Pass e.g. checkpointing=autoshard.Checkpointing(dir=\"runs/1\", every=200).")

@@ -164,11 +164,13 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
     from autoshard.profiler.optimizers import build_optimizer
 
     foreach = plan.settings.get("foreach")  # an FSDP knob; other families leave torch's default
+    # The plan's implementation, where it names one; FSDP's own foreach knob (which follows it) wins but for fused.
+    impl = plan.optimizer_impl if foreach is None or plan.optimizer_impl == "fused" else None
     if optimizer is None and source is not None and source.optimizer_fn is not None:
         return _checked(source.optimizer_fn)
     if optimizer is None or isinstance(optimizer, str):
         name = optimizer or plan.optimizer
-        return lambda params: build_optimizer(name, params, foreach=foreach)
+        return lambda params: build_optimizer(name, params, foreach=foreach, impl=impl)  # type: ignore[arg-type]
     if isinstance(optimizer, torch.optim.Optimizer):
         if len(optimizer.param_groups) != 1:
             raise UsageError("an optimizer instance with several parameter groups cannot be rebuilt over the "

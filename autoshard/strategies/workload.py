@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autoshard.models.source import ModelSource
-from autoshard.profiler.options import Precision, ProfileOptions
+from autoshard.profiler.checkpointing import FULL, NONE, ActivationCheckpointing
+from autoshard.profiler.options import OptimizerImpl, Precision, ProfileOptions
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
 from autoshard.profiler.timeline import non_state_peaks, phase_peaks
@@ -169,6 +170,8 @@ class Workload:
     """``cuda`` or ``cpu``: what the traces model."""
     cuda_overhead_bytes: int
     """Fixed allocator-side overheads per process on CUDA (cuBLAS workspaces)."""
+    cuda_context_bytes: int = 0
+    """Device memory per process outside the allocator on CUDA (the CUDA context); 0 for CPU answers."""
     traces: tuple[StepTrace, ...]
     tied_parameter_numels: tuple[int, ...] = ()
     """Element counts of parameters used both before and after the repeated blocks (a tied embedding and LM
@@ -181,6 +184,16 @@ class Workload:
     DDP must search the autograd graph for them every step."""
     unused_modules: tuple[str, ...] = ()
     """A few of them by module, for explanations (:attr:`ModelProfile.unused_modules`)."""
+    optimizer_impl: OptimizerImpl | None = None
+    """The optimizer implementation the user named (``None``: torch's default, which the traces model)."""
+    checkpoint_mode: ActivationCheckpointing = FULL
+    """What the traces with ``checkpointing=True`` recompute (``full``, ``every-N`` or ``op``)."""
+
+    @property
+    def checkpointing_choices(self) -> tuple[bool, ...]:
+        """The checkpointing choices traced (``False`` / ``True``, in that order): the candidates to weigh."""
+        traced = {t.checkpointing for t in self.traces}
+        return tuple(c for c in (False, True) if c in traced)
 
     @property
     def block_class(self) -> str | None:
@@ -218,6 +231,8 @@ class Workload:
             "model": self.model,
             "precision": self.precision.value,
             "optimizer": self.optimizer,
+            "optimizer_impl": self.optimizer_impl,
+            "checkpointing": str(self.checkpoint_mode),
             "seq_len": self.seq_len,
             "parameter_count": self.parameter_count,
             "trainable_parameter_count": self.trainable_parameter_count,
@@ -278,6 +293,8 @@ def build_workload(
     checkpointing: tuple[bool, ...] = (False, True),
     target: str = "cuda",
     progress: Callable[[int, int], None] | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
+    checkpoint_mode: ActivationCheckpointing = FULL,
 ) -> Workload:
     """Trace what the strategies need: for each mode and checkpointing choice, micro-batches 1, 2 and 3.
 
@@ -289,6 +306,8 @@ def build_workload(
         checkpointing: which checkpointing choices to trace (``True`` is skipped when nothing repeats).
         target: ``"cuda"`` for GPU answers; ``"cpu"`` to predict CPU (gloo) runs, as the tests measure them.
         progress: called as ``progress(done, total)`` after each trace (the CLI shows it while it waits).
+        optimizer_impl: the optimizer implementation (``None``: torch's default on ``target``).
+        checkpoint_mode: what ``True`` in ``checkpointing`` recomputes (``full``, ``every-N`` or ``op``).
     """
     import torch
 
@@ -307,7 +326,8 @@ def build_workload(
         key = (p, fp32_output, ckpt, batch)
         if key not in cache:
             opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
-                                  activation_checkpointing=ckpt, target=target, fp32_output=fp32_output)
+                                  checkpointing=checkpoint_mode if ckpt else NONE, target=target,
+                                  fp32_output=fp32_output, optimizer_impl=optimizer_impl)
             # FLOPs are exactly proportional to the micro-batch; count them at micro-batch 1 only.
             cache[key] = profile_with_timelines(source, opts, count_flops=batch == 1)
             if progress is not None:
@@ -319,8 +339,8 @@ def build_workload(
         return StepTrace(mode=mode, checkpointing=ckpt, precision=p, at_1=one, at_2=two, timelines_2=t2,
                          timelines_3=t3)
 
-    base = traced(precision, False, False, 1)[0]
-    choices = [c for c in checkpointing if not c or base.block_class is not None]
+    base = traced(precision, False, checkpointing[0], 1)[0]
+    choices = [c for c in checkpointing if not c or base.block_class is not None] or [False]
     total = len(modes) * len(choices) * 3
     traces = tuple(step_trace(mode, p, out, ckpt) for mode, (p, out) in modes.items() for ckpt in choices)
     # Parameter layout from a meta build (no allocation), unique tensors only.
@@ -344,9 +364,12 @@ def build_workload(
         buffer_bytes=base.buffer_bytes,
         target=target,
         cuda_overhead_bytes=sum(o.bytes for o in base.overheads if o.in_allocator),
+        cuda_context_bytes=sum(o.bytes for o in base.overheads if not o.in_allocator),
         traces=traces,
         unused_parameter_count=base.unused_parameter_count,
         unused_modules=base.unused_modules,
+        optimizer_impl=optimizer_impl,
+        checkpoint_mode=checkpoint_mode,
     )
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from autoshard.cli._format import OPTIMIZERS, PRECISIONS
+from autoshard.cli._format import OPTIMIZER_IMPLS, OPTIMIZERS, PRECISIONS
 
 SCRIPT = """
 import json, sys
@@ -42,8 +42,10 @@ def test_import_autoshard_imports_no_torch_until_the_api_is_used():
 
 
 def test_help_lists_the_profilers_precisions_and_optimizers():
+    from autoshard.profiler.options import OPTIMIZER_IMPLS as PROFILER_IMPLS
     from autoshard.profiler.options import OPTIMIZERS as PROFILER_OPTIMIZERS
     from autoshard.profiler.options import Precision
 
     assert tuple(p.value for p in Precision) == PRECISIONS
     assert PROFILER_OPTIMIZERS == OPTIMIZERS
+    assert PROFILER_IMPLS == OPTIMIZER_IMPLS

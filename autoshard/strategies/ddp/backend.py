@@ -31,7 +31,7 @@ class DDPBackend(Backend):
             module.to(self.precision.param_dtype)
         module.to(self.ctx.device)
         if self.plan.activation_checkpointing and model.block_names:
-            checkpoint_blocks(module, model.block_names)
+            checkpoint_blocks(module, model.block_names, self.plan.checkpointing_choice)
         s = self.settings
         self._module = module
         self.ddp = DistributedDataParallel(

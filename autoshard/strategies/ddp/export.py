@@ -56,7 +56,7 @@ class DDPExporter:
         s = exported.settings
         args = ["--ddp_bucket_cap_mb", str(int(s["bucket_cap_mb"])),
                 "--ddp_find_unused_parameters", str(bool(s["find_unused_parameters"])).lower()]
-        if exported.activation_checkpointing:
+        if exported.checkpoints_every_block:
             args.append("--gradient_checkpointing")
         return args
 

@@ -67,7 +67,7 @@ class DeepSpeedBackend(Backend):
         else:
             module = model.materialise()
         if self.plan.activation_checkpointing and model.block_names:
-            checkpoint_blocks(module, model.block_names)
+            checkpoint_blocks(module, model.block_names, self.plan.checkpointing_choice)
         optimizer = make_optimizer(p for p in module.parameters() if p.requires_grad)
         if "offload_optimizer" in zero:
             optimizer = _cpu_adam_like(optimizer)

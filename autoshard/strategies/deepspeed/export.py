@@ -80,7 +80,7 @@ class DeepSpeedExporter:
     def hf_trainer(self, exported: ExportedPlan, *, ds_config_file: str, fsdp_config_file: str) -> list[str]:
         """``--deepspeed`` with the config file and, with checkpointing, ``--gradient_checkpointing``."""
         args = ["--deepspeed", ds_config_file]
-        if exported.activation_checkpointing:
+        if exported.checkpoints_every_block:
             args.append("--gradient_checkpointing")
         return args
 

@@ -55,7 +55,7 @@ class FSDPBackend(Backend):
         if self.precision.param_dtype is not None:
             module.to(self.precision.param_dtype)
         if self.plan.activation_checkpointing and model.block_names:
-            checkpoint_blocks(module, model.block_names)
+            checkpoint_blocks(module, model.block_names, self.plan.checkpointing_choice)
         self.mesh = self._mesh()
         units = self._shard(module, model.block_names)
         if on_meta:

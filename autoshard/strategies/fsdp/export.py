@@ -38,7 +38,7 @@ def accelerate_fsdp_config(exported: ExportedPlan) -> dict[str, Any]:
         "fsdp_version": 2,
         "fsdp_reshard_after_forward": exported.settings.get("reshard_after_forward", True) is not False,
         **wrap,
-        "fsdp_activation_checkpointing": exported.activation_checkpointing,
+        "fsdp_activation_checkpointing": exported.checkpoints_every_block,
         "fsdp_offload_params": exported.strategy_traits.offload_parameters,
         "fsdp_state_dict_type": "SHARDED_STATE_DICT",
     }
@@ -58,7 +58,7 @@ def trainer_fsdp_config(exported: ExportedPlan) -> dict[str, Any]:
     config: dict[str, Any] = {
         "version": 2,
         "reshard_after_forward": exported.settings.get("reshard_after_forward", True) is not False,
-        "activation_checkpointing": exported.activation_checkpointing,
+        "activation_checkpointing": exported.checkpoints_every_block,
         "cpu_offload": exported.strategy_traits.offload_parameters,
     }
     if classes:
@@ -122,7 +122,7 @@ def lightning_part(exported: ExportedPlan) -> LightningPart:
         'shard(self.model, self.device_mesh)."""',
         f"    mesh = {mesh}",
     ]
-    if exported.activation_checkpointing:
+    if exported.checkpoints_every_block:
         body.append("    apply_activation_checkpointing(module, check_fn=lambda m: type(m).__name__ in BLOCKS)")
     body += [
         f"    kwargs = dict({', '.join(kwargs)})",
@@ -136,7 +136,7 @@ def lightning_part(exported: ExportedPlan) -> LightningPart:
     imports.append(f"from torch.distributed.fsdp import {', '.join(sorted(names))}")
     if traits.hybrid:
         imports.append("from torch.distributed.device_mesh import init_device_mesh")
-    if exported.activation_checkpointing:
+    if exported.checkpoints_every_block:
         imports.append("from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import "
                        "apply_activation_checkpointing")
     return LightningPart(imports=imports, definitions=body, precision="32-true" if policy else None,

@@ -115,13 +115,20 @@ class FSDPStrategy(Strategy):
                               description="CPUOffloadPolicy.pin_memory: pinned host copies that overlap compute."))
         return tuple(knobs)
 
+    def workload_settings(self, workload: Workload) -> dict[str, bool]:
+        """``foreach`` as the optimizer implementation the user named (``--optimizer-impl``); fused keeps the
+        for-loop's scratch (an upper bound: the fused kernel allocates none)."""
+        if workload.optimizer_impl is None:
+            return {}
+        return {"foreach": workload.optimizer_impl == "foreach"}
+
     def layout(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> tuple[Layout, dict[str, Any]]:
         """The candidate's settings as a :class:`~autoshard.strategies.fsdp.memory.Layout`.
 
         Raises:
             UsageError: an unknown setting or a value out of range.
         """
-        values = self.settings(hardware, candidate)
+        values = self.settings(hardware, candidate, workload)
         n = self._shard_size(hardware)
         raf = values["reshard_after_forward"]
         if not isinstance(raf, bool):

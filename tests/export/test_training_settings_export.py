@@ -1,0 +1,41 @@
+"""The settings published runs use (issue #16) in the files a plan exports, read back by their consumers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autoshard.export import hf_trainer, notes
+from tests.planner.test_plan_file_settings import PLAN
+
+
+@pytest.mark.parametrize(("impl", "optim"), [("fused", "adamw_torch_fused"), ("foreach", "adamw_torch")])
+def test_hf_trainer_runs_the_plans_adamw_implementation(impl: str, optim: str) -> None:
+    pytest.importorskip("transformers")
+    exported = dataclasses.replace(PLAN, optimizer_impl=impl)
+    args = hf_trainer.training_arguments(exported, output_dir="out", use_cpu=True)
+    assert args.optim == optim
+
+
+def test_an_implementation_the_trainer_cannot_name_is_left_to_the_script() -> None:
+    exported = dataclasses.replace(PLAN, optimizer_impl="for-loop")
+    assert "--optim" not in hf_trainer.arguments(exported)
+    assert any("foreach=False" in n for n in notes(exported))
+
+
+@pytest.mark.parametrize(("mode", "switch"), [(None, True), ("full", True), ("op", False), ("every-2", False)])
+def test_only_full_checkpointing_turns_on_the_trainers_switch(mode: str | None, switch: bool) -> None:
+    exported = dataclasses.replace(PLAN, activation_checkpointing=True, checkpointing=mode)
+    assert ("--gradient_checkpointing" in hf_trainer.arguments(exported)) is switch
+    selective = [n for n in notes(exported) if "cannot express" in n]
+    assert bool(selective) is not switch
+    if selective:
+        assert f'checkpoint_blocks(model, block_names, "{mode}")' in selective[0]
+
+
+def test_a_plan_with_an_unknown_checkpointing_is_refused() -> None:
+    from autoshard.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown activation checkpointing"):
+        dataclasses.replace(PLAN, activation_checkpointing=True, checkpointing="sometimes")

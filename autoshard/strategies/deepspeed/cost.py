@@ -1,5 +1,5 @@
-"""Step time of DeepSpeed ZeRO stages 1-3: compute at MFU, the collectives deepspeed 0.19.8 issues, their
-overlap, and offload traffic.
+"""Step time of DeepSpeed ZeRO stages 1-3: compute (:mod:`autoshard.strategies.step_time`), the collectives
+deepspeed 0.19.8 issues, their overlap, and offload traffic.
 
 Collectives per step, per rank (payload in the model dtype, which is also the communication dtype:
 ``engine.py::DeepSpeedEngine.communication_data_type``):
@@ -71,12 +71,11 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
     """
     trace = workload.trace("half", candidate.activation_checkpointing)
     b = candidate.micro_batch_size
-    total_flops = trace.flops_per_sample() * b
     # Forward's share of the step's FLOPs, from the micro-batch-1 trace (the one that always counts FLOPs).
     one = trace.at_1
     forward_share = one.forward_flops / max(one.forward_flops + one.backward_flops, 1)
     notes: list[str] = []
-    compute_s, note = costs.step_compute_seconds(total_flops, hardware, compute_dtype(workload.precision))
+    compute_s, note = costs.step_compute_seconds(trace, b, hardware, compute_dtype(workload.precision))
     notes.append(note)
     forward_s = compute_s * forward_share
     backward_s = compute_s - forward_s

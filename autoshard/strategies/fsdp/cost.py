@@ -1,4 +1,5 @@
-"""FSDP2 step time: compute at MFU, the per-unit collectives, their overlap, and CPU offload.
+"""FSDP2 step time: compute (:mod:`autoshard.strategies.step_time`), the per-unit collectives, their overlap,
+and CPU offload.
 
 Collectives per step, per rank (torch 2.13.0, ``torch/distributed/fsdp/_fully_shard/``):
 

@@ -379,7 +379,7 @@ def _load_nvme(item: Doc) -> NVMeDevice:
 def _load_node(doc: Doc, root: Path) -> Profile:
     doc.check_keys(
         ["name", "gpu", "gpus_per_node"],
-        [*_COMMON, "intra_node_link", "cpu_cores", "cpu_memory", "nvme", "network"],
+        [*_COMMON, "intra_node_link", "cpu_cores", "cpu_memory", "cpu_memory_bandwidth", "nvme", "network"],
     )
     gpus = doc.quantity("gpus_per_node", positive_int, "a positive number of GPUs")
     node = node_from_gpu(
@@ -395,6 +395,7 @@ def _load_node(doc: Doc, root: Path) -> Profile:
             physical_cores=doc.optional_quantity("cpu_cores", positive_int, "a positive number of cores"),
             memory_total_bytes=cpu_memory,
             memory_available_bytes=cpu_memory,
+            memory_bandwidth_bytes_per_s=doc.optional_quantity("cpu_memory_bandwidth", parse_rate, _RATE),
         ),
         nvme=tuple(_load_nvme(item) for item in doc.items("nvme")),
         network=_network(doc, "network", root),

@@ -234,6 +234,9 @@ class CPUSpec:
     """Total RAM, capped by a container's memory limit when there is one."""
     memory_available_bytes: int | None = None
     """RAM available to new allocations now (equal to the total for profiles)."""
+    memory_bandwidth_bytes_per_s: float | None = None
+    """Peak DRAM bandwidth of the host, all sockets (channels × transfer rate × 8 bytes), when a profile gives it:
+    what bounds a CPU optimizer step (``autoshard.strategies.deepspeed.cost``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

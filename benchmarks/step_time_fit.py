@@ -47,8 +47,12 @@ class Fit:
 
     gpu: str
     scale: float
+    """1 when the GPU model has no ``fit`` points (its sourced constants are kept)."""
     fit_errors_pct: tuple[float, ...]
     held_out_errors_pct: tuple[float, ...]
+    sourced_fit_errors_pct: tuple[float, ...]
+    """The errors with the profile's sourced constants (factor 1), for comparison."""
+    sourced_held_out_errors_pct: tuple[float, ...]
 
 
 def log_error(predicted: float, published: float) -> float:
@@ -163,14 +167,18 @@ def fit_all(module: ModuleType, data: dict[str, Any], folder: Path) -> list[Fit]
                 out.append(log_error(predicted, p["published"]["value"]))
         return out or [math.inf]
 
+    def pct(group: list[dict[str, Any]], gpu: str, scale: float) -> tuple[float, ...]:
+        return tuple(100 * (math.exp(e) - 1) for e in errors(group, gpu, scale) if math.isfinite(e)) if group else ()
+
     fits = []
-    for gpu in sorted({gpu_profile(p) for p in points if p["half"] == "fit"}):
+    for gpu in sorted({gpu_profile(p) for p in points}):
         fit_group = [p for p in points if gpu_profile(p) == gpu and p["half"] == "fit"]
         held = [p for p in points if gpu_profile(p) == gpu and p["half"] == "held_out"]
-        scale = best_scale(lambda s, g=fit_group, name=gpu: errors(g, name, s))
-        pct = [100 * (math.exp(e) - 1) for e in errors(fit_group, gpu, scale)]
-        held_pct = [100 * (math.exp(e) - 1) for e in errors(held, gpu, scale)] if held else []
-        fits.append(Fit(gpu=gpu, scale=scale, fit_errors_pct=tuple(pct), held_out_errors_pct=tuple(held_pct)))
+        scale = best_scale(lambda s, g=fit_group, name=gpu: errors(g, name, s)) if fit_group else 1.0
+        fits.append(Fit(gpu=gpu, scale=scale, fit_errors_pct=pct(fit_group, gpu, scale),
+                        held_out_errors_pct=pct(held, gpu, scale),
+                        sourced_fit_errors_pct=pct(fit_group, gpu, 1.0),
+                        sourced_held_out_errors_pct=pct(held, gpu, 1.0)))
     return fits
 
 
@@ -190,9 +198,14 @@ def report(fits: Sequence[Fit]) -> str:
         base = load_profile(f.gpu).spec.achievable or GENERIC  # type: ignore[union-attr]
         lines.append(f"{f.gpu}: x{f.scale:g} -> matmul {min(1.0, base.matmul * f.scale):.3f}, attention "
                      f"{min(1.0, base.attention * f.scale):.3f} (memory {base.memory:g} kept)")
+        if not f.fit_errors_pct:
+            lines[-1] += ": no fit points, the sourced constants kept"
         lines.append(f"    fit half:      {summary(f.fit_errors_pct)}")
         lines.append(f"    held-out half: {summary(f.held_out_errors_pct)}")
-    return "\n".join(lines) or "no GPU model has throughput points in the fit half"
+        lines.append(f"    sourced constants (x1): fit {summary(f.sourced_fit_errors_pct)}; held-out "
+                     f"{summary(f.sourced_held_out_errors_pct)}; signed: "
+                     + ", ".join(f"{e:+.0f} %" for e in (*f.sourced_fit_errors_pct, *f.sourced_held_out_errors_pct)))
+    return "\n".join(lines) or "no GPU model has throughput points"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

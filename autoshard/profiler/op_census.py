@@ -182,10 +182,12 @@ def _min_dim(kind: str, packet: Any, args: tuple[Any, ...], out: Any) -> int:
             grad_out, weight = (out[0] if isinstance(out, (tuple, list)) else out), t[1]
         m = grad_out.shape[0] * math.prod(grad_out.shape[2:])
         return int(min(m, weight.shape[0], math.prod(weight.shape[1:])))
+    # mm / bmm / _grouped_mm (a, b, ...): (…, M, K) × (…, K, N); addmm / baddbmm (bias, a, b, ...).
     a, b = (t[1], t[2]) if packet in (aten.addmm, aten.baddbmm) and len(t) >= 3 else (t[0], t[1])
-    if kind == "grouped":
-        return int(min(a.shape[-2], a.shape[-1], b.shape[-1]))
-    return int(min(a.shape[-2], a.shape[-1], b.shape[-1]))
+    m = a.shape[-2]
+    if kind == "grouped" and a.dim() == 2 and b.dim() == 3:  # rows spread over G experts: M / G each on average
+        m = max(1, m // b.shape[0])
+    return int(min(m, a.shape[-1], b.shape[-1]))
 
 
 class CensusCounter(FlopCounterMode):

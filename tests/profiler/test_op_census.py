@@ -71,3 +71,15 @@ def test_no_census_without_flop_counting():
     uncounted = profile_source(models.mlp_source(), ProfileOptions(batch_size=2, target="cpu"), count_flops=False)
     assert profile.census is not None and uncounted.census is None
     assert profile.to_dict()["census"]["matmul_flops"] == profile.census.matmul_flops
+
+
+def test_a_grouped_matmul_is_classed_by_the_rows_each_expert_gets():
+    from autoshard.profiler import fake_ops
+
+    with fake_ops.installed(), FakeTensorMode(), flops.counter(census=True) as counter:
+        tokens = torch.empty(64, 128, dtype=torch.bfloat16)
+        experts = torch.empty(4, 128, 256, dtype=torch.bfloat16)
+        torch._grouped_mm(tokens, experts, offs=torch.tensor([16, 32, 48, 64], dtype=torch.int32))
+    assert isinstance(counter, CensusCounter)
+    (grouped,) = counter.census().matmuls
+    assert (grouped.kind, grouped.min_dim, grouped.flops) == ("grouped", 16, 2 * 64 * 128 * 256)

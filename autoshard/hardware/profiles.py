@@ -32,6 +32,7 @@ from autoshard.hardware.schema import (
 from autoshard.hardware.specs import (
     DTYPES,
     LINK_KINDS,
+    Achievable,
     CPUSpec,
     GPUSpec,
     LinkSpec,
@@ -271,7 +272,8 @@ def _load_interconnect(doc: Doc, root: Path) -> Profile:
 def _load_gpu(doc: Doc, root: Path) -> Profile:
     doc.check_keys(
         ["name", "display_name", "memory", "peak_tflops"],
-        [*_COMMON, "nvml_names", "compute_capability", "memory_bandwidth", "form_factor", "host_link", "nvlink"],
+        [*_COMMON, "nvml_names", "compute_capability", "memory_bandwidth", "form_factor", "host_link", "nvlink",
+         "achievable", "power_limit"],
     )
     peak_doc = doc.mapping("peak_tflops")
     peak_doc.check_keys([], DTYPES)
@@ -297,9 +299,29 @@ def _load_gpu(doc: Doc, root: Path) -> Profile:
         host_link=_link(doc, "host_link", root),
         nvlink=nvlink,
         nvml_names=doc.string_list("nvml_names"),
+        achievable=_achievable(doc),
+        power_limit_w=doc.optional_quantity("power_limit", positive_float, "a positive number of watts"),
         profile_path=doc.file,
     )
     return Profile(kind="gpu", name=spec.name, path=doc.file, spec=spec)
+
+
+def _fraction(value: Any) -> float:
+    number = positive_float(value)
+    if number > 1:
+        raise ValueError(f"a fraction is at most 1, got {number}")
+    return number
+
+
+def _achievable(doc: Doc) -> Achievable | None:
+    """The optional ``achievable:`` mapping: ``matmul``, ``attention`` and ``memory``, each a fraction in (0, 1]."""
+    if doc.data.get("achievable") is None:
+        return None
+    sub = doc.mapping("achievable")
+    keys = ("matmul", "attention", "memory")
+    sub.check_keys(keys)
+    values = {k: sub.quantity(k, _fraction, "a fraction in (0, 1]") for k in keys}
+    return Achievable(**values)
 
 
 def default_intra_node_link(gpu: GPUSpec) -> LinkSpec | None:
@@ -357,7 +379,7 @@ def _load_nvme(item: Doc) -> NVMeDevice:
 def _load_node(doc: Doc, root: Path) -> Profile:
     doc.check_keys(
         ["name", "gpu", "gpus_per_node"],
-        [*_COMMON, "intra_node_link", "cpu_cores", "cpu_memory", "nvme", "network"],
+        [*_COMMON, "intra_node_link", "cpu_cores", "cpu_memory", "cpu_memory_bandwidth", "nvme", "network"],
     )
     gpus = doc.quantity("gpus_per_node", positive_int, "a positive number of GPUs")
     node = node_from_gpu(
@@ -373,6 +395,7 @@ def _load_node(doc: Doc, root: Path) -> Profile:
             physical_cores=doc.optional_quantity("cpu_cores", positive_int, "a positive number of cores"),
             memory_total_bytes=cpu_memory,
             memory_available_bytes=cpu_memory,
+            memory_bandwidth_bytes_per_s=doc.optional_quantity("cpu_memory_bandwidth", parse_rate, _RATE),
         ),
         nvme=tuple(_load_nvme(item) for item in doc.items("nvme")),
         network=_network(doc, "network", root),

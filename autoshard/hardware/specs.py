@@ -65,6 +65,23 @@ class PeakTflops:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Achievable:
+    """Fractions of a GPU model's datasheet rates that training kernels reach: the step-time model's constants
+    (:mod:`autoshard.strategies.step_time`). Each comes from a published measurement, cited in the profile."""
+
+    matmul: float
+    """Large GEMMs, of the dense peak (cuBLAS at its best shapes: the "maximum achievable matmul FLOPS")."""
+    attention: float
+    """Fused attention (the flash kernel PyTorch's SDPA runs), forward + backward, of the dense peak."""
+    memory: float
+    """Streaming (memory-bound) kernels, of the memory bandwidth."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return _fields_dict(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class LinkSpec:
     """An interconnect: NVLink, PCIe, InfiniBand or Ethernet."""
 
@@ -136,6 +153,11 @@ class GPUSpec:
     nvml_names: tuple[str, ...] = ()
     """Names NVML reports for this GPU (matched ignoring case, spaces and an ``NVIDIA``/``Tesla``/``GeForce``
     prefix)."""
+    achievable: Achievable | None = None
+    """What training kernels reach of the peaks on this GPU model; ``None``: not measured (generic fractions)."""
+    power_limit_w: float | None = None
+    """The board power limit the profile describes, when it is not the datasheet's default (a power-capped
+    variant)."""
     profile_path: str | None = None
     """The profile file this spec came from; ``None`` when only NVML described it."""
 
@@ -212,6 +234,9 @@ class CPUSpec:
     """Total RAM, capped by a container's memory limit when there is one."""
     memory_available_bytes: int | None = None
     """RAM available to new allocations now (equal to the total for profiles)."""
+    memory_bandwidth_bytes_per_s: float | None = None
+    """Peak DRAM bandwidth of the host, all sockets (channels × transfer rate × 8 bytes), when a profile gives it:
+    what bounds a CPU optimizer step (``autoshard.strategies.deepspeed.cost``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -88,6 +88,11 @@ FLOP_FORMULAS: dict[Any, Callable[..., int]] = {
 """Formulas added to torch's, by op (``FlopCounterMode(custom_mapping=...)``; they receive shapes)."""
 
 
-def counter() -> FlopCounterMode:
-    """A ``FlopCounterMode`` (no display) that also counts :data:`FLOP_FORMULAS`' ops."""
+def counter(*, census: bool = False) -> FlopCounterMode:
+    """A ``FlopCounterMode`` (no display) that also counts :data:`FLOP_FORMULAS`' ops; with ``census``, a
+    :class:`~autoshard.profiler.op_census.CensusCounter` that also takes the step's op census."""
+    if census:
+        from autoshard.profiler.op_census import CensusCounter
+
+        return CensusCounter(display=False, custom_mapping=FLOP_FORMULAS)
     return FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)

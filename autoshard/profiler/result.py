@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from autoshard.profiler.op_census import OpCensus
 from autoshard.profiler.options import ProfileOptions
 
 
@@ -176,6 +177,9 @@ class ModelProfile:
     unused_modules: tuple[str, ...] = ()
     """A few of them for display, in module order: the outermost modules whose trainable parameters are all
     unused, else the parameters themselves."""
+    census: OpCensus | None = None
+    """The kernels of one micro-batch's forward + backward by class (:mod:`autoshard.profiler.op_census`), what
+    the step-time model prices; ``None`` when FLOPs were not counted."""
 
     @property
     def block_class(self) -> str | None:
@@ -251,4 +255,5 @@ class ModelProfile:
             "unused_parameter_count": self.unused_parameter_count,
             "unused_parameter_bytes": self.unused_parameter_bytes,
             "unused_modules": list(self.unused_modules),
+            "census": None if self.census is None else self.census.to_dict(),
         }

@@ -51,6 +51,7 @@ from autoshard.profiler.depth_names import (
     remap_module,
 )
 from autoshard.profiler.depth_plan import SHALLOW_LAYERS, Plan, Whole, plan_copies
+from autoshard.profiler.op_census import OpCensus
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.result import (
     DepthRecord,
@@ -270,6 +271,7 @@ def _combine(
         forward_flops=field("forward_flops"),
         backward_flops=field("backward_flops"),
         flops_per_step=field("flops_per_step"),
+        census=_combined_census(plan.weights, profiles),
         blocks=blocks,
         extrapolated_from_layers=tuple(len(p) for p in plan.positions),
         depth=_record(plan.kinds, plan.positions) if plan.mixed and plan.kinds is not None else None,
@@ -280,6 +282,14 @@ def _combine(
         unused_modules=tuple(dict.fromkeys(remap_module(m, plan.positions[-1], target, stacks)
                                            for m in last.unused_modules)),
     )
+
+
+def _combined_census(weights: tuple[int, ...], profiles: list[ModelProfile]) -> OpCensus | None:
+    """The op census at full depth, combined with the FLOPs' weights; ``None`` unless every copy has one."""
+    censuses = [p.census for p in profiles]
+    if any(c is None for c in censuses):
+        return None
+    return OpCensus.combine(weights, [c for c in censuses if c is not None])
 
 
 def _phase_peak(

@@ -31,6 +31,7 @@ from autoshard.profiler import fake_ops, flops, gpu
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
 from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
+from autoshard.profiler.op_census import CensusCounter, OpCensus
 from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.precision_cast import cast_floating_tensors
@@ -56,6 +57,7 @@ class _StepFacts:
     block_activation_bytes: dict[str, int] = field(default_factory=dict)
     block_forward_flops: dict[str, int] = field(default_factory=dict)
     block_total_flops: dict[str, int] = field(default_factory=dict)
+    census: OpCensus | None = None
     unused: dict[str, nn.Parameter] = field(default_factory=dict)
     """Trainable parameters, by name, still without a gradient after the last step's backward."""
 
@@ -157,6 +159,7 @@ def trace_timeline(
         trace_seconds=time.perf_counter() - started,
         torch_version=torch.__version__,
         autoshard_version=autoshard.__version__,
+        census=facts.census,
         unused_parameter_count=sum(p.numel() for p in facts.unused.values()),
         unused_parameter_bytes=sum(p.numel() * p.element_size() for p in facts.unused.values()),
         unused_modules=unused_modules(model, set(facts.unused))[:UNUSED_NAMES_SHOWN],
@@ -252,7 +255,7 @@ def _run_steps(
                 first_forward = True
                 for micro in range(accumulation):
                     count = count_flops and step == 0 and micro == 0
-                    flops_total = flops.counter() if count else None
+                    flops_total = flops.counter(census=True) if count else None
                     with flops_total or contextlib.nullcontext():
                         flops_fwd = flops.counter() if count else None
                         tracker.phase = "forward"
@@ -272,6 +275,8 @@ def _run_steps(
                     if flops_fwd is not None and flops_total is not None:  # they exist exactly when count
                         facts.forward_flops = flops_fwd.get_total_flops()
                         facts.total_flops = flops_total.get_total_flops()
+                        if isinstance(flops_total, CensusCounter):
+                            facts.census = flops_total.census()
                         facts.block_forward_flops = _flops_by_module(flops_fwd, model)
                         facts.block_total_flops = _flops_by_module(flops_total, model)
                 facts.gradient_bytes = tracker.totals[Category.GRADIENTS]

@@ -9,14 +9,20 @@ traffic over the bus bandwidth of the slowest link the ring crosses, plus a late
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from autoshard.hardware.specs import HardwareSpec
+from autoshard.strategies import step_time
 from autoshard.strategies.base import Collective
 
+if TYPE_CHECKING:
+    from autoshard.strategies.workload import StepTrace
+
 MFU = 0.40
-"""Assumed fraction of the GPU's dense peak a training step achieves (model FLOPs utilisation). Large
-transformer training reports 40–55 % (PaLM, Chowdhery et al. 2022, Table 3: 46.2 %; Megatron-LM, Narayanan et
-al. 2021: 52 % of peak on A100). 0.40 is a conservative default; the tuner measures the real one."""
+"""Fallback only, for a profile without an op census (:mod:`autoshard.strategies.step_time` prices the traced
+ops otherwise): an assumed fraction of the GPU's dense peak (model FLOPs utilisation). Large transformer
+training reports 40–55 % (PaLM, Chowdhery et al. 2022, Table 3: 46.2 %; Megatron-LM, Narayanan et al. 2021:
+52 % of peak on A100)."""
 
 LINK_EFFICIENCY = 0.80
 """Assumed fraction of a link's nominal bandwidth NCCL reaches as bus bandwidth on large messages (an
@@ -91,16 +97,28 @@ def exposed(communication_s: float, overlappable_compute_s: float) -> float:
     return max(0.0, communication_s - overlappable_compute_s)
 
 
-def step_compute_seconds(flops: float, hardware: HardwareSpec, dtype: str) -> tuple[float, str]:
-    """Compute time of ``flops`` on one device and the note explaining it: MFU × the GPU's dense ``dtype`` peak,
-    or :data:`CPU_PLACEHOLDER_FLOPS_PER_S` when the peak is unknown."""
+def step_compute_seconds(trace: StepTrace, micro_batch: int, hardware: HardwareSpec,
+                         dtype: str) -> tuple[float, str]:
+    """Compute time of ``micro_batch`` samples' forward + backward on one device, and the note explaining it.
+
+    On a GPU, the traced step's op census priced by :func:`autoshard.strategies.step_time.estimate` (matmuls at
+    the GPU model's achievable tensor-core rate, memory-bound ops at its achievable bandwidth, a launch floor
+    per kernel). Without a census, MFU × the GPU's dense ``dtype`` peak; without a GPU peak,
+    :data:`CPU_PLACEHOLDER_FLOPS_PER_S`.
+    """
+    census = trace.at_1.census
+    if hardware.gpu is not None and census is not None:
+        estimate = step_time.estimate(census, micro_batch, hardware.gpu)
+        if estimate is not None:
+            return estimate.seconds, estimate.note
+    flops = trace.flops_per_sample() * micro_batch
     seconds = compute_seconds(flops, hardware, dtype)
     if seconds is None:
         return flops / CPU_PLACEHOLDER_FLOPS_PER_S, (
             "compute speed unknown (no GPU peak for this hardware): a placeholder of "
             f"{CPU_PLACEHOLDER_FLOPS_PER_S / 1e9:g} GFLOP/s is assumed, for ranking only"
         )
-    return seconds, f"compute at MFU {MFU:g} of the GPU's dense {dtype} peak"
+    return seconds, f"compute at MFU {MFU:g} of the GPU's dense {dtype} peak (the profile has no op census)"
 
 
 def host_link_bytes_per_s(hardware: HardwareSpec) -> tuple[float, list[str]]:

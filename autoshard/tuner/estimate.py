@@ -1,10 +1,10 @@
 """What a trial will cost before it runs, and micro-batches whose trials finish in seconds on a CPU machine.
 
-On a GPU the planner's cost model (MFU × the GPU's dense peak) predicts a step. On a CPU it has no peak to go
-on (its placeholder rate is for ranking only), and the memory model alone lets micro-batches grow to whatever
-the host memory holds (1024 for tiny-gpt2), which made trials take minutes. So on a CPU a step is predicted
-from the model's FLOPs per sample and this CPU's float32 matmul rate, measured here for a fraction of a second
-with the threads one worker gets, times :data:`CPU_TRAINING_EFFICIENCY`; and the micro-batches offered are
+On a GPU the planner's cost model (the traced ops at the GPU's achievable rates) predicts a step. On a CPU it has
+no peak to go on (its placeholder rate is for ranking only), and the memory model alone lets micro-batches grow to
+whatever the host memory holds (1024 for tiny-gpt2), which made trials take minutes. So on a CPU a step is
+predicted from the model's FLOPs per sample and this CPU's float32 matmul rate, measured here for a fraction of a
+second with the threads one worker gets, times :data:`CPU_TRAINING_EFFICIENCY`; and the micro-batches offered are
 capped so that one trial's steps take at most :data:`CPU_TRIAL_STEPS_S`.
 """
 
@@ -86,7 +86,7 @@ def trial_estimate(plan: Plan, candidate: Candidate, steps: int, flops_per_s: fl
                  f"worker × {CPU_TRAINING_EFFICIENCY:g} training efficiency")
     elif evaluation.cost is not None:
         step_s = evaluation.cost.step_time_s
-        basis = "the planner's cost model (MFU × the GPU's dense peak, and its communication model)"
+        basis = "the planner's cost model (the traced ops at the GPU's achievable rates, and its communication model)"
     else:
         step_s, basis = 0.0, "no step-time model for this hardware: start-up only"
     return TrialEstimate(seconds=TRIAL_STARTUP_S + steps * step_s, startup_s=TRIAL_STARTUP_S, step_s=step_s,

@@ -26,7 +26,8 @@ def test_every_shipped_profile_loads_validates_and_cites_its_numbers(path: Path)
     assert profile.kind == KIND_OF_DIRECTORY[path.parent.name]
     if isinstance(profile.spec, GPUSpec):
         gpu = profile.spec
-        assert gpu.nvml_names and gpu.compute_capability and gpu.memory_bandwidth_bytes_per_s
+        # A power-capped variant has no NVML names of its own (NVML names the board, not its cap): chosen by name.
+        assert (gpu.nvml_names or gpu.power_limit_w) and gpu.compute_capability and gpu.memory_bandwidth_bytes_per_s
         assert gpu.host_link is not None and gpu.host_link.kind == "pcie"
         assert gpu.peak_tflops.fp32 and (gpu.peak_tflops.bf16 or gpu.peak_tflops.fp16)
         assert gpu.memory_bytes % 2**30 == 0

@@ -294,13 +294,13 @@ class DDPStrategy(Strategy):
 
     # -- cost -------------------------------------------------------------------------------------------------
     def cost(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> CostEstimate:
-        """Compute at MFU plus the gradient all-reduce, overlapped with backward except for the last bucket."""
+        """Compute from the traced ops (:mod:`~autoshard.strategies.step_time`) plus the gradient all-reduce,
+        overlapped with backward except for the last bucket."""
         s = self.resolve(hardware, candidate, workload)
         b = checked_micro_batch(candidate)
         trace = workload.trace("amp", candidate.activation_checkpointing)
         notes: list[str] = []
-        flops = trace.flops_per_sample() * b
-        compute_s, note = costs.step_compute_seconds(flops, hardware, compute_dtype(workload.precision))
+        compute_s, note = costs.step_compute_seconds(trace, b, hardware, compute_dtype(workload.precision))
         notes.append(note)
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         backward_s = compute_s * (bwd / (fwd + bwd) if fwd + bwd else 2 / 3)

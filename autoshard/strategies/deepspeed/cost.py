@@ -1,5 +1,5 @@
-"""Step time of DeepSpeed ZeRO stages 1-3: compute at MFU, the collectives deepspeed 0.19.8 issues, their
-overlap, and offload traffic.
+"""Step time of DeepSpeed ZeRO stages 1-3: compute (:mod:`autoshard.strategies.step_time`), the collectives
+deepspeed 0.19.8 issues, their overlap, and offload traffic.
 
 Collectives per step, per rank (payload in the model dtype, which is also the communication dtype:
 ``engine.py::DeepSpeedEngine.communication_data_type``):
@@ -48,7 +48,17 @@ CPU_ADAM_PARAMETERS_PER_S = 1.0e9
 deepspeed 0.19.8 on this project's 2-core AMD EPYC build machine (16M parameters in 8 tensors, 5 steps; noisy,
 shared host), 6-9x ``torch.optim.AdamW(foreach=False)`` in the same runs — in line with the "5x to 7x" of its
 docstring (``deepspeed/ops/adam/cpu_adam.py``) and the CPU-Adam speed-ups of the ZeRO-Offload paper (Ren et al.
-2021, sec. 5.1). An assumption per rank; the tuner measures the real step."""
+2021, sec. 5.1). Per thread; :func:`cpu_adam_parameters_per_s` scales it with the host's cores."""
+
+CPU_ADAM_BYTES_PER_PARAMETER = 28
+"""Host memory traffic of one parameter's update in ``Step_AVX`` (deepspeed 0.19.8,
+``csrc/includes/cpu_adam.h``): the fp32 gradient, parameter, ``exp_avg`` and ``exp_avg_sq`` loaded (16 bytes),
+the parameter and both moments stored (12 bytes). The loop is memory-bound once enough threads run it."""
+
+HOST_MEMORY_EFFICIENCY = 0.8
+"""Fraction of the host's peak DRAM bandwidth a streaming loop reaches on a two-socket server (STREAM triad
+typically reaches 75-85 %; J. McCalpin, STREAM benchmark, https://www.cs.virginia.edu/stream/). An assumption
+that ``benchmarks/step_time_fit.py`` can refit."""
 
 NVME_DEFAULT_BYTES_PER_S = 2.0e9
 """Sequential NVMe bandwidth assumed when the hardware does not give one (a single PCIe 4.0 SSD is 2-7 GB/s;
@@ -71,12 +81,11 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
     """
     trace = workload.trace("half", candidate.activation_checkpointing)
     b = candidate.micro_batch_size
-    total_flops = trace.flops_per_sample() * b
     # Forward's share of the step's FLOPs, from the micro-batch-1 trace (the one that always counts FLOPs).
     one = trace.at_1
     forward_share = one.forward_flops / max(one.forward_flops + one.backward_flops, 1)
     notes: list[str] = []
-    compute_s, note = costs.step_compute_seconds(total_flops, hardware, compute_dtype(workload.precision))
+    compute_s, note = costs.step_compute_seconds(trace, b, hardware, compute_dtype(workload.precision))
     notes.append(note)
     forward_s = compute_s * forward_share
     backward_s = compute_s - forward_s
@@ -191,6 +200,34 @@ def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: Zer
     return [fwd, bwd, rs, post], fwd_overlap, bwd_overlap, fixed, notes
 
 
+def cpu_adam_parameters_per_s(hardware: HardwareSpec) -> tuple[float, str]:
+    """Parameters per second one rank's ``DeepSpeedCPUAdam`` step updates, and how that was priced.
+
+    The step is an OpenMP loop over the rank's partition (``#pragma omp parallel for`` in ``cpu_adam.h``). The
+    ``deepspeed`` launcher leaves ``OMP_NUM_THREADS`` unset (it sets it to the cores per rank only with
+    ``--bind_cores_to_rank``; ``launcher/launch.py``, 0.19.8), so every rank's loop may use every core, and the
+    node's ranks, which step together after backward, share them: ``cores / ranks`` threads each, at
+    :data:`CPU_ADAM_PARAMETERS_PER_S` per thread, and at most the node's DRAM bandwidth over
+    :data:`CPU_ADAM_BYTES_PER_PARAMETER`, shared by the ranks.
+    """
+    ranks = max(1, hardware.processes_per_node)
+    cpu = hardware.node.cpu
+    cores = cpu.usable_cores or cpu.physical_cores
+    if cores is None:
+        return CPU_ADAM_PARAMETERS_PER_S, (f"{CPU_ADAM_PARAMETERS_PER_S:.2g} parameters/s per rank (one thread: the "
+                                           "host's cores are unknown)")
+    threads = max(1, cores // ranks)
+    rate = threads * CPU_ADAM_PARAMETERS_PER_S
+    how = f"{threads} thread(s) per rank ({cores} cores / {ranks} ranks) at {CPU_ADAM_PARAMETERS_PER_S:.2g}/s each"
+    bandwidth = cpu.memory_bandwidth_bytes_per_s
+    if bandwidth is not None:
+        bound = bandwidth * HOST_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAMETER / ranks
+        if bound < rate:
+            rate, how = bound, (f"bound by host memory: {bandwidth / 1e9:.4g} GB/s x {HOST_MEMORY_EFFICIENCY:g} / "
+                                f"{CPU_ADAM_BYTES_PER_PARAMETER} bytes per parameter / {ranks} ranks")
+    return rate, f"{rate:.3g} parameters/s per rank, {how}"
+
+
 def _offload(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings,
              backward_s: float) -> tuple[float, list[str]]:
     """Host-link traffic, the CPU optimizer step and NVMe swapping of one step, per rank (exposed seconds)."""
@@ -218,11 +255,11 @@ def _offload(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings,
             down, up_grads, up_params = FP32_BYTES * part, 0, lp * part
         hidden += (down + up_grads) / bandwidth if settings.overlap_comm else 0.0
         exposed += up_params / bandwidth + (0.0 if settings.overlap_comm else (down + up_grads) / bandwidth)
-        optimizer_s = part / CPU_ADAM_PARAMETERS_PER_S
+        adam_rate, adam_note = cpu_adam_parameters_per_s(hardware)
+        optimizer_s = part / adam_rate
         notes.append(f"optimizer offload: {down / 2**20:.4g} MiB gradients down, {(up_grads + up_params) / 2**20:.4g}"
                      f" MiB up per rank over the host link at {costs.LINK_EFFICIENCY:g} of nominal; DeepSpeedCPUAdam "
-                     f"at {CPU_ADAM_PARAMETERS_PER_S:.2g} parameters/s per rank (measured; an assumption), after "
-                     "backward, on the critical path")
+                     f"at {adam_note}, after backward, on the critical path")
     if settings.offload_param != "none" and settings.stage == 3:
         layout = partitioned_layout(numels, n, settings)
         share = layout.gathered_numel / max(sum(numels), 1)

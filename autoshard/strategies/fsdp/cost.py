@@ -1,4 +1,5 @@
-"""FSDP2 step time: compute at MFU, the per-unit collectives, their overlap, and CPU offload.
+"""FSDP2 step time: compute (:mod:`autoshard.strategies.step_time`), the per-unit collectives, their overlap,
+and CPU offload.
 
 Collectives per step, per rank (torch 2.13.0, ``torch/distributed/fsdp/_fully_shard/``):
 
@@ -132,18 +133,20 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
     n, o = layout.shard_size, layout.orig_bytes
     all_units = (units.root, *units.blocks)
     elements = sum(_shard(u, n) for u in all_units)
-    gathers_up = elements + (sum(_shard(u, n) for u in units.blocks) if layout.reshard_after_forward is True else 0)
-    up, down = gathers_up * o, elements * o
+    backward_up = sum(_shard(u, n) for u in units.blocks) if layout.reshard_after_forward is True else 0
+    up, down = (elements + backward_up) * o, elements * o
     bandwidth, notes = costs.host_link_bytes_per_s(hardware)
-    transfer_s = (up + down) / bandwidth
+    # PCIe is full duplex and the bandwidth is per direction: in backward the re-gathered parameters go up while
+    # the gradients go down (the copies run on FSDP's all-gather and reduce-scatter streams).
+    transfer_s = elements * o / bandwidth + max(backward_up * o, down) / bandwidth
     optimizer_s = elements / (CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD * CPU_OPTIMIZER_THREADS)
     # Pinned memory lets the non_blocking copies overlap compute (_fsdp_api.py CPUOffloadPolicy); pageable copies
     # are synchronous. The optimizer step runs on the CPU after backward, on the critical path.
     exposed_transfer = costs.exposed(transfer_s, compute_s) if pin_memory else transfer_s
     notes += [
         f"CPU offload: sharded parameters copied up for each all-gather ({up / 2**20:.4g} MiB), gradients down "
-        f"once ({down / 2**20:.4g} MiB) over the host link at {costs.LINK_EFFICIENCY:g} of nominal "
-        "(FSDPParam.all_gather_inputs, foreach_reduce; torch 2.13.0)",
+        f"once ({down / 2**20:.4g} MiB) over the host link at {costs.LINK_EFFICIENCY:g} of nominal per direction, "
+        "up and down at once in backward (FSDPParam.all_gather_inputs, foreach_reduce; torch 2.13.0)",
         f"CPU AdamW: {CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD:.2g} parameters/s per thread (measured, torch 2.13.0) "
         f"on {CPU_OPTIMIZER_THREADS} thread per rank (torchrun's OMP_NUM_THREADS=1)",
     ]

@@ -195,15 +195,15 @@ class FSDPStrategy(Strategy):
 
     # -- cost -------------------------------------------------------------------------------------------------
     def cost(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> CostEstimate:
-        """Compute at MFU, per-unit collectives with one-unit-ahead overlap, and CPU offload's work."""
+        """Compute from the traced ops (:mod:`~autoshard.strategies.step_time`), per-unit collectives with
+        one-unit-ahead overlap, and CPU offload's work."""
         layout, values = self.layout(workload, hardware, candidate)
         b = checked_micro_batch(candidate)
         trace = workload.trace(fsdp_half_mode(workload.precision), candidate.activation_checkpointing)
         units = wrapping_units(workload, values["blocks_per_unit"])
         notes: list[str] = []
-        flops = trace.flops_per_sample() * b
         dtype = compute_dtype(workload.precision)
-        compute_s, note = costs.step_compute_seconds(flops, hardware, dtype)
+        compute_s, note = costs.step_compute_seconds(trace, b, hardware, dtype)
         notes.append(note)
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         forward_s = compute_s * (fwd / (fwd + bwd) if fwd + bwd else 1 / 3)

@@ -1,0 +1,258 @@
+"""A compact census of the kernels one traced training step runs: what a step-time model needs, not one MFU.
+
+Recorded while FLOPs are counted (forward and backward of the first step, :mod:`autoshard.profiler.trace`), by
+:class:`CensusCounter`, a ``FlopCounterMode`` that also files every op it sees:
+
+* **matmul-class ops** (everything torch's FLOP table or :data:`autoshard.profiler.flops.FLOP_FORMULAS` counts:
+  ``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_grouped_mm``, convolutions, the SDPA / flash kernels) by kind, dtype
+  and **shape class**: the smallest of the GEMM's ``M``, ``N``, ``K`` rounded down to a power of two (for
+  attention, the head dimension). A GEMM's arithmetic intensity is about its smallest dimension (``2MNK`` FLOPs
+  over ``2(MK + KN + MN)`` bytes in 16 bits), so the class also says which side of a GPU's roofline it falls on
+  (Williams et al. 2009, "Roofline", CACM 52(4)); each class keeps its FLOPs, the bytes its kernels read and
+  write, and how many kernels it took;
+* **memory-bound ops** (every other op that launches a kernel): the bytes their tensors read and write, by the
+  size of one kernel's traffic (a power of two), with their kernel count;
+* the **kernel count** of the step, for a launch floor.
+
+Views and allocations (no kernel) are left out. The census is exact for the trace and small (tens of classes),
+so a profile carries it as data (``ModelProfile.census``) and depth extrapolation combines it like the FLOPs
+(:meth:`OpCensus.combine`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+__all__ = ["CensusCounter", "MatmulClass", "MemoryClass", "OpCensus", "dtype_name"]
+
+aten = torch.ops.aten
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64",
+           torch.float8_e4m3fn: "fp8", torch.float8_e5m2: "fp8"}
+
+_NO_KERNEL = frozenset({
+    aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided, aten._unsafe_view,
+    aten.lift_fresh, aten.detach, aten.alias, aten.set_, aten.resize_, aten._local_scalar_dense,
+    aten.sym_size, aten.sym_stride, aten.sym_numel, aten.sym_storage_offset, aten.is_same_size,
+})
+"""Ops that launch no kernel although their schema does not say they alias (allocations, metadata)."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The hardware-spec name of a tensor dtype (``bf16``, ``fp16``, ``fp32``, ``fp8``); others by torch's name."""
+    return _DTYPES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def _bucket(value: int) -> int:
+    """``value`` rounded down to a power of two (0 for 0)."""
+    return 0 if value <= 0 else 1 << (int(value).bit_length() - 1)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MatmulClass:
+    """Matmul-class kernels of one kind, dtype and shape class."""
+
+    kind: str
+    """``gemm`` (mm / addmm / bmm / baddbmm), ``grouped`` (``_grouped_mm``), ``conv`` or ``attention``."""
+    dtype: str
+    """Input dtype, as :func:`dtype_name` names it."""
+    min_dim: int
+    """The smallest of ``M``, ``N``, ``K`` (attention: the head dimension), rounded down to a power of two."""
+    flops: int
+    bytes: int
+    """Bytes the kernels read (operands) and write (result)."""
+    kernels: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"kind": self.kind, "dtype": self.dtype, "min_dim": self.min_dim, "flops": self.flops,
+                "bytes": self.bytes, "kernels": self.kernels}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryClass:
+    """Memory-bound kernels whose traffic (reads + writes) per kernel lies in ``[size_bytes, 2·size_bytes)``."""
+
+    size_bytes: int
+    bytes: int
+    kernels: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"size_bytes": self.size_bytes, "bytes": self.bytes, "kernels": self.kernels}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OpCensus:
+    """The kernels of one traced forward + backward (one micro-batch), grouped as the module docstring says."""
+
+    matmuls: tuple[MatmulClass, ...] = ()
+    memory: tuple[MemoryClass, ...] = ()
+
+    @property
+    def matmul_flops(self) -> int:
+        """FLOPs of every matmul-class kernel (equal to what ``FlopCounterMode`` counts)."""
+        return sum(c.flops for c in self.matmuls)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes read and written by the memory-bound kernels."""
+        return sum(c.bytes for c in self.memory)
+
+    @property
+    def kernels(self) -> int:
+        """Kernels launched."""
+        return sum(c.kernels for c in self.matmuls) + sum(c.kernels for c in self.memory)
+
+    @classmethod
+    def combine(cls, weights: Sequence[int], censuses: Sequence[OpCensus]) -> OpCensus:
+        """``Σ weights[i] · censuses[i]`` class by class: the census at full depth from shallow traces, with the
+        weights FLOPs are extrapolated with (:mod:`autoshard.profiler.scaling`). Classes that cancel out are
+        dropped; a class left negative (the copies disagree) is clamped at zero.
+
+        Example:
+            >>> two = OpCensus(memory=(MemoryClass(size_bytes=1024, bytes=2000, kernels=2),))
+            >>> three = OpCensus(memory=(MemoryClass(size_bytes=1024, bytes=3000, kernels=3),))
+            >>> OpCensus.combine((-30, 31), (two, three)).memory[0].kernels  # 32 blocks from 2 and 3
+            33
+        """
+        mm: dict[tuple[str, str, int], list[int]] = {}
+        mem: dict[int, list[int]] = {}
+        for w, census in zip(weights, censuses, strict=True):
+            for m in census.matmuls:
+                acc = mm.setdefault((m.kind, m.dtype, m.min_dim), [0, 0, 0])
+                acc[0] += w * m.flops
+                acc[1] += w * m.bytes
+                acc[2] += w * m.kernels
+            for c in census.memory:
+                acc = mem.setdefault(c.size_bytes, [0, 0])
+                acc[0] += w * c.bytes
+                acc[1] += w * c.kernels
+        return cls(
+            matmuls=tuple(MatmulClass(kind=k, dtype=d, min_dim=n, flops=max(0, f), bytes=max(0, b),
+                                      kernels=max(0, c))
+                          for (k, d, n), (f, b, c) in sorted(mm.items()) if c > 0),
+            memory=tuple(MemoryClass(size_bytes=s, bytes=max(0, b), kernels=max(0, c))
+                         for s, (b, c) in sorted(mem.items()) if c > 0),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict, with the totals."""
+        return {"matmuls": [m.to_dict() for m in self.matmuls], "memory": [c.to_dict() for c in self.memory],
+                "matmul_flops": self.matmul_flops, "memory_bytes": self.memory_bytes, "kernels": self.kernels}
+
+
+def _tensors(values: Iterable[Any]) -> Iterable[torch.Tensor]:
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from (t for t in v if isinstance(t, torch.Tensor))
+
+
+def _nbytes(values: Iterable[Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in _tensors(values))
+
+
+def _kind(packet: Any) -> str:
+    name = packet.__name__
+    if "attention" in name:
+        return "attention"
+    if "conv" in name:
+        return "conv"
+    return "grouped" if "grouped" in name else "gemm"
+
+
+def _min_dim(kind: str, packet: Any, args: tuple[Any, ...], out: Any) -> int:
+    """The smallest GEMM dimension of a matmul-class op (attention: the head dimension)."""
+    t = [a for a in args if isinstance(a, torch.Tensor)]
+    if kind == "attention":
+        q = t[1] if "backward" in packet.__name__ and len(t) > 1 else t[0]  # backward: (grad_out, q, k, v, ...)
+        return int(q.shape[-1])
+    if kind == "conv":
+        if "backward" in packet.__name__:  # convolution_backward(grad_out, input, weight, ...)
+            grad_out, weight = t[0], t[2]
+        else:
+            grad_out, weight = (out[0] if isinstance(out, (tuple, list)) else out), t[1]
+        m = grad_out.shape[0] * math.prod(grad_out.shape[2:])
+        return int(min(m, weight.shape[0], math.prod(weight.shape[1:])))
+    # mm / bmm / _grouped_mm (a, b, ...): (…, M, K) × (…, K, N); addmm / baddbmm (bias, a, b, ...).
+    a, b = (t[1], t[2]) if packet in (aten.addmm, aten.baddbmm) and len(t) >= 3 else (t[0], t[1])
+    m = a.shape[-2]
+    if kind == "grouped" and a.dim() == 2 and b.dim() == 3:  # rows spread over G experts: M / G each on average
+        m = max(1, m // b.shape[0])
+    return int(min(m, a.shape[-1], b.shape[-1]))
+
+
+class CensusCounter(FlopCounterMode):
+    """``FlopCounterMode`` that also takes the census of every op it runs (:meth:`census`).
+
+    FLOPs are counted exactly as the base class does (the same table, the same per-module totals); the census
+    adds one dictionary update per op.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._mm: dict[tuple[str, str, int], list[int]] = {}
+        self._mem: dict[int, list[int]] = {}
+        self._no_kernel: dict[Any, bool] = {}
+
+    def _count_flops(self, func_packet: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        formula = self.flop_registry.get(func_packet)
+        if formula is not None:
+            flops = formula(*args, **kwargs, out_val=out)
+            for parent in set(self.mod_tracker.parents):
+                self.flop_counts[parent][func_packet] += flops
+            kind = _kind(func_packet)
+            first = next(iter(_tensors(args)), None)
+            dtype = dtype_name(first.dtype) if first is not None else "unknown"
+            key = (kind, dtype, _bucket(_min_dim(kind, func_packet, args, out)))
+            acc = self._mm.setdefault(key, [0, 0, 0])
+            acc[0] += flops
+            acc[1] += _nbytes(args) + _nbytes((out,))
+            acc[2] += 1
+            return out
+        if self._launches_no_kernel(func_packet):
+            return out
+        traffic = _nbytes(args) + _nbytes(kwargs.values()) + _nbytes((out,))
+        acc = self._mem.setdefault(_bucket(traffic), [0, 0])
+        acc[0] += traffic
+        acc[1] += 1
+        return out
+
+    def _launches_no_kernel(self, packet: Any) -> bool:
+        known = self._no_kernel.get(packet)
+        if known is None:
+            known = packet in _NO_KERNEL or _is_view(packet)
+            self._no_kernel[packet] = known
+        return known
+
+    def census(self) -> OpCensus:
+        """The census of everything run under this counter so far."""
+        return OpCensus(
+            matmuls=tuple(MatmulClass(kind=k, dtype=d, min_dim=n, flops=f, bytes=b, kernels=c)
+                          for (k, d, n), (f, b, c) in sorted(self._mm.items())),
+            memory=tuple(MemoryClass(size_bytes=s, bytes=b, kernels=c) for s, (b, c) in sorted(self._mem.items())),
+        )
+
+
+def _is_view(packet: Any) -> bool:
+    """Whether ``packet`` launches no kernel: a ``prim`` op (metadata), or an op whose tensor-returning
+    overloads return aliases of an input they do not write (a view: ``slice``, ``t``, ``split``, ...)."""
+    if getattr(packet, "_qualified_op_name", "").startswith("prim::"):
+        return True
+    try:
+        schemas = [getattr(packet, name)._schema for name in packet.overloads()]
+    except (AttributeError, RuntimeError):
+        return False
+    for schema in schemas:
+        returns = schema.returns
+        if returns and all("Tensor" in str(r.type) for r in returns):
+            return all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+    return False

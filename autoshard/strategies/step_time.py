@@ -1,0 +1,130 @@
+"""Compute time of one step on one GPU from the traced step's op census, not from one MFU for every model.
+
+The model (compute, memory bandwidth and overhead: the three regimes of H. He, "Making Deep Learning Go Brrrr
+From First Principles", 2022, https://horace.io/brrr_intro.html), per class of the census
+(:mod:`autoshard.profiler.op_census`), at micro-batch ``b`` (FLOPs and bytes scale with ``b``, the kernel count
+does not):
+
+* **matmul-class kernels** (GEMMs, grouped GEMMs, convolutions): a roofline per class (Williams et al. 2009):
+  ``max(FLOPs / (peak[dtype] · matmul), bytes / (bandwidth · memory), kernels · floor)``. ``matmul`` is the
+  fraction of the dense peak large GEMMs reach on this GPU model; the memory term is what makes small-``M``
+  GEMMs (arithmetic intensity about their smallest dimension, below the GPU's ridge point) slower per FLOP;
+* **attention** (the fused SDPA kernels): the same with ``attention``, the fraction flash attention reaches;
+* **memory-bound kernels** (elementwise, norms, softmax, casts, copies): ``max(bytes / (bandwidth · memory),
+  kernels · floor)`` per size class;
+* kernels run one after another on one stream, so the GPU's time is the **sum** over classes; the host must
+  also launch every kernel, so the step takes ``max(GPU time, kernels · launch)``: with small kernels, the
+  launch overhead is the floor.
+
+``matmul``, ``attention`` and ``memory`` are per-GPU-model constants in ``profiles/gpus/*.yaml``
+(:class:`autoshard.hardware.specs.Achievable`), each with its source; a GPU without them gets
+:data:`GENERIC`, and the note says so. The census is taken at micro-batch 1, so its shape classes are those of
+micro-batch 1: a larger batch only makes the batch-sized GEMM dimension larger, so the estimate errs slow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoshard.hardware.specs import DTYPES, Achievable, GPUSpec
+from autoshard.profiler.op_census import OpCensus
+
+GENERIC = Achievable(matmul=0.80, attention=0.35, memory=0.88)
+"""Fractions for a GPU model whose profile has none: the lowest NVIDIA data-centre entry of the maximum
+achievable matmul FLOPS table (H100 SXM, 80.3 %: S. Bekman, Machine Learning Engineering,
+``compute/accelerator/README.md``), FlashAttention-2's 35 % on H100 (Shah et al. 2024, arXiv 2407.08608), and
+88 % of the memory bandwidth (1.80 of 2.04 TB/s measured on an A100, NVIDIA developer forums, 2025)."""
+
+KERNEL_FLOOR_S = 3e-6
+"""Shortest time a kernel occupies the GPU, launch latency included: short kernels launched back to back take
+about 3-4 µs each (A. Gray, "Getting Started with CUDA Graphs", NVIDIA technical blog, 2019)."""
+
+LAUNCH_S = 10e-6
+"""Host time to dispatch and launch one op in PyTorch eager mode (Python, the dispatcher, the CUDA launch): of
+the order of 10 µs (the "overhead" regime of He 2022, above). An assumption that
+``benchmarks/step_time_fit.py`` can refit."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepTime:
+    """Compute time of one micro-batch's forward + backward on one GPU, by part."""
+
+    seconds: float
+    """The step's compute time: ``max(gpu_s, launch_s)``."""
+    matmul_s: float
+    attention_s: float
+    memory_s: float
+    gpu_s: float
+    """``matmul_s + attention_s + memory_s``: the GPU's busy time."""
+    launch_s: float
+    """The host's time to launch every kernel."""
+    flops: int
+    note: str
+
+    @property
+    def achieved_tflops(self) -> float:
+        """FLOPs over the step's compute time, in TFLOP/s."""
+        return self.flops / self.seconds / 1e12 if self.seconds > 0 else 0.0
+
+
+def _peak_flops(gpu: GPUSpec, dtype: str) -> float | None:
+    key = dtype if dtype in DTYPES else "fp32"
+    peak = gpu.peak_tflops.for_dtype(key)
+    return None if peak is None else peak * 1e12
+
+
+def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float = KERNEL_FLOOR_S,
+             launch_s: float = LAUNCH_S) -> StepTime | None:
+    """Compute time of ``micro_batch`` samples' forward + backward on ``gpu`` under the module's model.
+
+    Args:
+        census: the op census of one sample (micro-batch 1).
+        micro_batch: samples per step.
+        gpu: the GPU model (peaks, memory bandwidth, achievable fractions).
+        floor_s: shortest time of one kernel.
+        launch_s: host time to launch one kernel.
+
+    Returns:
+        The time by part, or ``None`` when the GPU's peak for a dtype the step computes in is unknown.
+
+    Example:
+        >>> from autoshard.hardware.specs import PeakTflops
+        >>> from autoshard.profiler.op_census import MatmulClass
+        >>> gpu = GPUSpec(name="x", display_name="X", memory_bytes=1, memory_bandwidth_bytes_per_s=1e12,
+        ...               peak_tflops=PeakTflops(bf16=100.0), achievable=Achievable(matmul=0.5, attention=0.5,
+        ...                                                                          memory=1.0))
+        >>> gemm = MatmulClass(kind="gemm", dtype="bf16", min_dim=4096, flops=10**12, bytes=10**8, kernels=1)
+        >>> round(estimate(OpCensus(matmuls=(gemm,)), 1, gpu).seconds, 3)  # 1 TFLOP at 50 TFLOP/s
+        0.02
+    """
+    b = max(1, micro_batch)
+    fractions = gpu.achievable or GENERIC
+    bandwidth = gpu.memory_bandwidth_bytes_per_s
+    hbm = None if bandwidth is None else bandwidth * fractions.memory
+    matmul_s = attention_s = memory_s = 0.0
+    for c in census.matmuls:
+        peak = _peak_flops(gpu, c.dtype)
+        if peak is None:
+            return None
+        rate = peak * (fractions.attention if c.kind == "attention" else fractions.matmul)
+        t = max(c.flops * b / rate, 0.0 if hbm is None else c.bytes * b / hbm, c.kernels * floor_s)
+        if c.kind == "attention":
+            attention_s += t
+        else:
+            matmul_s += t
+    for m in census.memory:
+        memory_s += max(0.0 if hbm is None else m.bytes * b / hbm, m.kernels * floor_s)
+    gpu_s = matmul_s + attention_s + memory_s
+    host_s = census.kernels * launch_s
+    seconds = max(gpu_s, host_s)
+    flops = census.matmul_flops * b
+    where = "the profile's" if gpu.achievable is not None else "generic (no measurements in the profile)"
+    bound = "launch-bound" if host_s > gpu_s else f"{(matmul_s + attention_s) / max(gpu_s, 1e-30):.0%} matmul"
+    note = (f"compute from the traced ops: matmuls at {fractions.matmul:g} and attention at {fractions.attention:g}"
+            f" of the dense peak, memory-bound ops at {fractions.memory:g} of the memory bandwidth ({where} "
+            f"fractions), {census.kernels:,} kernels ({floor_s * 1e6:g} µs floor, {launch_s * 1e6:g} µs to launch "
+            f"each); {bound}, {flops / seconds / 1e12 if seconds else 0:.0f} TFLOP/s")
+    if hbm is None:
+        note += "; memory bandwidth unknown: memory-bound ops priced at the kernel floor only"
+    return StepTime(seconds=seconds, matmul_s=matmul_s, attention_s=attention_s, memory_s=memory_s, gpu_s=gpu_s,
+                    launch_s=host_s, flops=flops, note=note)

@@ -1,0 +1,132 @@
+"""Properties of the step-time model (autoshard.strategies.step_time) and of CPU-offload pricing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from autoshard.hardware.profiles import load_profile
+from autoshard.hardware.selection import load_hardware
+from autoshard.hardware.specs import CPUSpec, GPUSpec, HardwareSpec
+from autoshard.profiler import flops
+from autoshard.profiler.op_census import CensusCounter, MatmulClass, MemoryClass, OpCensus
+from autoshard.strategies import step_time
+from autoshard.strategies.deepspeed.cost import (
+    CPU_ADAM_BYTES_PER_PARAMETER,
+    CPU_ADAM_PARAMETERS_PER_S,
+    HOST_MEMORY_EFFICIENCY,
+    cpu_adam_parameters_per_s,
+)
+
+
+def _gpu(name: str = "h100-sxm-80gb") -> GPUSpec:
+    spec = load_profile(name).spec
+    assert isinstance(spec, GPUSpec)
+    return spec
+
+
+def _matmuls(*shapes: tuple[int, int, int]) -> OpCensus:
+    """The census of bf16 matmuls of these ``(M, K, N)`` shapes, traced on fake tensors."""
+    with FakeTensorMode(), flops.counter(census=True) as counter:
+        for m, k, n in shapes:
+            torch.empty(m, k, dtype=torch.bfloat16) @ torch.empty(k, n, dtype=torch.bfloat16)
+    assert isinstance(counter, CensusCounter)
+    return counter.census()
+
+
+def _seconds(census: OpCensus, gpu: GPUSpec, micro_batch: int = 1) -> float:
+    estimate = step_time.estimate(census, micro_batch, gpu)
+    assert estimate is not None
+    return estimate.seconds
+
+
+def test_more_flops_take_more_time():
+    gpu = _gpu()
+    small, large = _matmuls((4096, 4096, 4096)), _matmuls((4096, 4096, 4096), (4096, 4096, 4096))
+    assert _seconds(large, gpu) > _seconds(small, gpu)
+    assert _seconds(small, gpu, micro_batch=4) > _seconds(small, gpu, micro_batch=2)
+
+
+def test_a_large_gemm_runs_at_the_profiles_achievable_matmul_rate():
+    gpu = _gpu()
+    census = _matmuls((8192, 8192, 8192))
+    assert gpu.achievable is not None and gpu.peak_tflops.bf16 is not None
+    expected = 2 * 8192**3 / (gpu.peak_tflops.bf16 * 1e12 * gpu.achievable.matmul)
+    assert _seconds(census, gpu) == pytest.approx(expected)
+
+
+def test_a_500w_profile_is_slower_than_the_700w_one():
+    census = _matmuls((8192, 8192, 8192))
+    assert _seconds(census, _gpu("h100-sxm-80gb-500w")) > _seconds(census, _gpu("h100-sxm-80gb"))
+
+
+def test_small_matmuls_reach_fewer_flops_per_second():
+    gpu = _gpu()
+    # The same FLOPs: a skinny GEMM (M = 16, under the H100's ridge point) and a square one.
+    skinny, square = _matmuls((16, 8192, 8192)), _matmuls((1024, 1024, 1024))
+    assert skinny.matmul_flops == square.matmul_flops
+    assert skinny.matmuls[0].min_dim == 16 and square.matmuls[0].min_dim == 1024
+    assert _seconds(skinny, gpu) > 2 * _seconds(square, gpu)
+
+
+@pytest.mark.parametrize("size_bytes", [2**26, 2**28])
+def test_bandwidth_bound_ops_are_priced_by_their_bytes(size_bytes):
+    gpu = _gpu()
+    assert gpu.achievable is not None and gpu.memory_bandwidth_bytes_per_s is not None
+    one = OpCensus(memory=(MemoryClass(size_bytes=size_bytes, bytes=size_bytes, kernels=1),))
+    two = OpCensus(memory=(MemoryClass(size_bytes=size_bytes, bytes=2 * size_bytes, kernels=1),))
+    hbm = gpu.memory_bandwidth_bytes_per_s * gpu.achievable.memory
+    assert _seconds(one, gpu) == pytest.approx(size_bytes / hbm)
+    assert _seconds(two, gpu) == pytest.approx(2 * _seconds(one, gpu))
+
+
+def test_many_tiny_kernels_are_bound_by_their_launches():
+    census = OpCensus(memory=(MemoryClass(size_bytes=1024, bytes=1024 * 10_000, kernels=10_000),))
+    estimate = step_time.estimate(census, 1, _gpu())
+    assert estimate is not None
+    assert estimate.seconds == pytest.approx(10_000 * step_time.LAUNCH_S)
+    assert "launch-bound" in estimate.note
+
+
+def test_a_gpu_without_measurements_gets_the_generic_fractions_and_says_so():
+    gpu = dataclasses.replace(_gpu(), achievable=None)
+    gemm = MatmulClass(kind="gemm", dtype="bf16", min_dim=8192, flops=10**15, bytes=10**9, kernels=1)
+    estimate = step_time.estimate(OpCensus(matmuls=(gemm,)), 1, gpu)
+    assert estimate is not None and "generic" in estimate.note
+    assert estimate.seconds == pytest.approx(10**15 / (989.5e12 * step_time.GENERIC.matmul))
+
+
+def test_an_unknown_peak_for_the_steps_dtype_gives_no_estimate():
+    v100 = _gpu("v100-sxm-32gb")
+    gemm = MatmulClass(kind="gemm", dtype="bf16", min_dim=8192, flops=10**15, bytes=10**9, kernels=1)
+    assert v100.peak_tflops.bf16 is None
+    assert step_time.estimate(OpCensus(matmuls=(gemm,)), 1, v100) is None
+
+
+def _with_cpu(hw: HardwareSpec, cores: int, bandwidth: float | None) -> HardwareSpec:
+    cpu = CPUSpec(physical_cores=cores, memory_bandwidth_bytes_per_s=bandwidth)
+    return dataclasses.replace(hw, node=dataclasses.replace(hw.node, cpu=cpu))
+
+
+def test_cpu_adam_scales_with_the_hosts_cores_per_rank():
+    hw = load_hardware("h100-sxm-80gb", gpus=8)
+    slow, _ = cpu_adam_parameters_per_s(_with_cpu(hw, 16, None))
+    fast, note = cpu_adam_parameters_per_s(_with_cpu(hw, 64, None))
+    assert slow == 2 * CPU_ADAM_PARAMETERS_PER_S  # 16 cores over 8 ranks
+    assert fast == 4 * slow and "8 thread(s) per rank" in note
+
+
+def test_cpu_adam_is_bounded_by_host_memory_bandwidth():
+    hw = load_hardware("h100-sxm-80gb", gpus=8)
+    rate, note = cpu_adam_parameters_per_s(_with_cpu(hw, 224, 400e9))
+    assert rate == pytest.approx(400e9 * HOST_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAMETER / 8)
+    assert "host memory" in note
+
+
+def test_cpu_adam_without_known_cores_runs_one_thread_per_rank():
+    hw = load_hardware("h100-sxm-80gb", gpus=8)
+    rate, note = cpu_adam_parameters_per_s(dataclasses.replace(hw, node=dataclasses.replace(hw.node, cpu=CPUSpec())))
+    assert rate == CPU_ADAM_PARAMETERS_PER_S and "unknown" in note

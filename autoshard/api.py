@@ -101,6 +101,7 @@ def recommend(
     strategies: list[str] | None = None,
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
+    cache: bool = True,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -117,6 +118,10 @@ def recommend(
         safety_margin: fraction of device memory kept free (CUDA context, fragmentation, model error).
         progress: called as ``progress(done, total)`` after each of the model's traces (10-60 s in all for
             a large model), e.g. to show a progress bar.
+        cache: reuse the model's traced step from the workload cache when it holds one for the same model and
+            options (any hardware), and keep it there after tracing (``~/.cache/autoshard/workloads``, see
+            :mod:`autoshard.cache`); ``False`` neither reads nor writes it. :attr:`Plan.cached_workload` names the
+            entry used.
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
@@ -130,4 +135,4 @@ def recommend(
     _check_source(source, "recommend")
     return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
-                    safety_margin=safety_margin, progress=progress)
+                    safety_margin=safety_margin, progress=progress, cache=cache)

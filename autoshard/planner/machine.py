@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Literal
@@ -72,17 +73,22 @@ def plan_for(
     strategies: list[str] | tuple[str, ...] | None = None,
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
+    cache: bool = True,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
     ``precision=None`` takes :func:`default_precision` of the hardware; ``progress(done, total)`` is called after
-    each trace.
+    each trace. ``cache``: read the traced step from the workload cache, and write it there after tracing
+    (:mod:`autoshard.planner.workload_cache`; the directory is :func:`autoshard.cache.workloads_dir` of the
+    environment); :attr:`Plan.cached_workload` says whether it was read.
 
     Raises:
         UsageError: contradictory or out-of-range arguments, checked before anything is traced.
         NoFeasiblePlan: nothing fits.
     """
-    from autoshard.strategies import build_workload, get, names
+    from autoshard.cache import workloads_dir
+    from autoshard.planner.workload_cache import cached_workload
+    from autoshard.strategies import get, names
 
     if goal not in GOALS:
         raise UsageError(f"goal must be one of {', '.join(GOALS)}, but got {goal!r}.")
@@ -95,8 +101,10 @@ def plan_for(
     request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
                           safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies))
     check_request(request, hardware.world_size)
-    workload = build_workload(
-        load_source(source), precision=precision or default_precision(hardware), optimizer=optimizer,
-        seq_len=seq_len, target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
+    workload, entry = cached_workload(
+        load_source(source), directory=workloads_dir(os.environ) if cache else None,
+        precision=precision or default_precision(hardware), optimizer=optimizer, seq_len=seq_len,
+        target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
     )
-    return plan(workload, hardware, request, chosen)
+    planned = plan(workload, hardware, request, chosen)
+    return planned if entry is None else dataclasses.replace(planned, cached_workload=str(entry))

@@ -100,6 +100,9 @@ class Plan:
     workload: Workload
     hardware: HardwareSpec
     request: PlanRequest
+    cached_workload: str | None = None
+    """The workload cache entry the traced step was read from (:mod:`autoshard.planner.workload_cache`), or
+    ``None`` when it was traced for this plan."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON form (docs/recommend.md); sizes in bytes."""
@@ -111,4 +114,5 @@ class Plan:
             "model": self.workload.to_dict(),
             "hardware": self.hardware.to_dict(),
             "request": self.request.to_dict(),
+            "cached_workload": self.cached_workload,
         }

@@ -60,6 +60,7 @@ def fit(
     timeout_s: float | None = None,
     lr_scheduler: Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler] | None = None,
     keep_last_checkpoints: int | None = None,
+    cache: bool = True,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
     worker processes it starts itself.
@@ -110,6 +111,9 @@ def fit(
             (it needs a metric) is refused.
         keep_last_checkpoints: keep only the newest N checkpoints in ``checkpoint_dir``: once a new one is
             complete, rank 0 removes older ones (``None``: keep all).
+        cache: with ``plan="auto"``, reuse the model's traced step from the workload cache and keep it there
+            (:mod:`autoshard.planner.workload_cache`; a note says when it was used); ``False`` traces again and
+            writes nothing.
 
     Returns:
         A :class:`FitResult`: per-step metrics, the plan, the trained module and its consolidated weights.
@@ -135,7 +139,7 @@ def fit(
                    log_every=log_every, grad_clip_norm=grad_clip_norm, lr_scheduler=lr_scheduler,
                    keep_last_checkpoints=keep_last_checkpoints)
     options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
-                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force)
+                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force, cache=cache)
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         _worker(job, launch, Path(run_dir))  # never returns
@@ -369,6 +373,7 @@ class _PlanOptions:
     batch_size: int | None
     seq_len: int | None
     force: bool
+    cache: bool = True
 
 
 def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
@@ -411,7 +416,7 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
     def planned(source: ModelSource) -> Any:
         return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
                         optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
-                        strategies=None if options.strategy is None else [options.strategy])
+                        strategies=None if options.strategy is None else [options.strategy], cache=options.cache)
 
     try:
         plan = planned(source)
@@ -435,6 +440,8 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
                      f"failed: {first.message}): it is batched like a Dataset. Pass a DataLoader to batch it "
                      "yourself, or a list of batches.")
     exported = plan_file.from_plan(plan)
+    if plan.cached_workload is not None:
+        notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")
     notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
                  f"{exported.micro_batch_size}, {precision}.")
     return exported, job

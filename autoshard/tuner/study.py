@@ -122,7 +122,9 @@ def tune(
         study_name: default: ``<model>-<strategy family list>`` made from the model and machine.
         output_dir: where the study file, the trials' logs, the summary, the plots and the best plan's files go.
         cache_dir: the result cache (default ``~/.cache/autoshard/tune``).
-        use_cache: reuse measurements of the same job and configuration from the cache.
+        use_cache: reuse measurements of the same job and configuration from the cache, and the model's traced
+            step from the workload cache (:mod:`autoshard.planner.workload_cache`); ``False`` measures and traces
+            again.
         prune: stop trials that run at less than half the best throughput.
         seed: the sampler's seed (and the trials' training seed).
         progress: show a progress bar on stderr.
@@ -156,7 +158,7 @@ def tune(
     precision = precision or default_precision(hw)
     plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
                     precision=precision, optimizer=optimizer,
-                    strategies=None if strategies is None else list(strategies))
+                    strategies=None if strategies is None else list(strategies), cache=use_cache)
     environ = worker_environ(os.environ, hw)
     flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
     if space is None:

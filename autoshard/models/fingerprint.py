@@ -1,4 +1,4 @@
-"""What a model source was made from, as a digest: :attr:`ModelSource.fingerprint <autoshard.models.source.ModelSource.fingerprint>`.
+"""What a model source was made from, as a digest: :attr:`autoshard.models.source.ModelSource.fingerprint`.
 
 Two sources with the same fingerprint build the same module with the same batch, loss and optimizer, so what
 is traced from one holds for the other (the workload cache, :mod:`autoshard.planner.workload_cache`, is keyed

@@ -125,7 +125,7 @@ def load(path: Path, key: WorkloadKey) -> Workload | None:
         problem = _problem(data, key)
     if problem is None:
         try:
-            return decode(data["workload"], Workload)  # type: ignore[no-any-return]
+            return decode(data["workload"], Workload)
         except SchemaError as exc:
             problem = f"wrong schema: {exc}"
         except Exception as exc:  # noqa: BLE001 — a class's own checks may raise anything on foreign values

@@ -70,7 +70,7 @@ def read_json(path: Path) -> tuple[Any, str | None]:
     """
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None, None
     except (OSError, UnicodeDecodeError) as exc:
         return None, f"cannot read it: {exc}"

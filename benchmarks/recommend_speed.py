@@ -309,19 +309,22 @@ def measure_speed(args: argparse.Namespace, work_dir: Path) -> list[dict[str, An
          args.hf_size == "published" and (hw, nodes, args.seq_len) == (TARGET_HARDWARE, TARGET_NODES, TARGET_SEQ_LEN)),
         ("autoshard --help", help_runs, "help", True),
     ]
-    out = []
-    for what, runs, target, applies in rows:
-        row: dict[str, Any] = {"what": what, **runs.to_dict(), "limit_s": None, "met": None}
-        if target is not None:
-            row["limit_s"] = SPEED_TARGETS_S[target]
-            if not applies:
-                row["note"] = "not judged: not the target's model, size or setup"
-            elif runs.median_s is None:
-                row["note"] = f"not judged: {runs.error}"
-            else:
-                row["met"] = runs.median_s <= SPEED_TARGETS_S[target]
-        out.append(row)
-    return out
+    return [speed_row(what, runs, target, applies=applies) for what, runs, target, applies in rows]
+
+
+def speed_row(what: str, runs: Runs, target: str | None, *, applies: bool | None) -> dict[str, Any]:
+    """One row of the speed table: the runs, and whether their median met ``target``'s limit (``met`` is ``None``
+    without a target, when the setup is not the target's, or when the command failed)."""
+    row: dict[str, Any] = {"what": what, **runs.to_dict(), "limit_s": None, "met": None}
+    if target is not None:
+        row["limit_s"] = SPEED_TARGETS_S[target]
+        if not applies:
+            row["note"] = "not judged: not the target's model, size or setup"
+        elif runs.median_s is None:
+            row["note"] = f"not judged: {runs.error}"
+        else:
+            row["met"] = runs.median_s <= SPEED_TARGETS_S[target]
+    return row
 
 
 # -- report --------------------------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def test_target_verdict_compares_the_llama_2_70b_recommend_median(bench: ModuleT
     assert bench.target_verdict(rows, argparse.Namespace(hardware="dgx-h100", nodes=2, seq_len=4096))["met"] is None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module")  # about 30 s on a quiet machine: ten fresh processes, four of them planning
 def speed(bench: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     out = tmp_path_factory.mktemp("recommend_speed_cache")
     assert bench.main(["--sections", "speed", "--cache-model", "tiny-gpt2", "--seq-len", "32", "--hf-size", "tiny",
@@ -105,6 +105,7 @@ def speed(bench: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> tuple[
             (out / "recommend_speed.md").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_speed_section_times_the_floor_cold_cached_hf_and_help_runs(speed: tuple[dict[str, Any], str]) -> None:
     data, md = speed
     rows = {row["what"]: row for row in data["speed"]}
@@ -133,3 +134,21 @@ def test_a_cached_run_that_traced_is_a_failure_not_a_time(bench: ModuleType) -> 
                         stdout='{"cached_workload": null}', error=None)
     assert bench._used_the_cache(traced).error == "the workload cache was not used"
     assert bench._used_the_cache(traced).median_s is None
+
+
+@pytest.mark.parametrize(("median_s", "target", "applies", "met"), [
+    (2.4, "cached", True, True),
+    (2.5, "cached", True, True),
+    (2.51, "cached", True, False),
+    (4.0, "cold", False, None),  # another model or setup than the issue's: shown, not judged
+    (0.2, None, None, None),  # the torch floor has no target
+])
+def test_speed_rows_are_judged_on_the_median_against_the_issues_limits(bench: ModuleType, median_s: float,
+                                                                      target: str | None, applies: bool | None,
+                                                                      met: bool | None) -> None:
+    runs = bench.Runs(command="c", seconds=[median_s - 1, median_s, median_s + 5], foreign_cores=[None] * 3,
+                      exit_code=0, stdout="{}", error=None)
+    row = bench.speed_row("w", runs, target, applies=applies)
+    assert row["met"] is met and (row["min_s"], row["median_s"], row["max_s"]) == (
+        round(median_s - 1, 3), median_s, round(median_s + 5, 3))
+    assert row["limit_s"] == (None if target is None else bench.SPEED_TARGETS_S[target])

@@ -202,3 +202,14 @@ def test_write_json_reports_an_unwritable_directory(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("", encoding="utf-8")
     assert write_json(blocker / "entry.json", {}) is not None
+
+
+def test_fit_plans_from_the_cache_with_a_note_and_cache_false_neither_reads_nor_writes(workloads):
+    def notes(**options: Any) -> list[str]:
+        result = autoshard.fit("tiny-gpt2", max_steps=1, seq_len=16, batch_size=2, **options)
+        return [n for n in result.notes if "cached" in n]
+
+    assert notes(cache=False) == [] and _entries(workloads) == []
+    assert notes() == [] and len(_entries(workloads)) == 1
+    [note] = notes()
+    assert note.startswith(f"Planned from the traced step cached in {_entries(workloads)[0]}")

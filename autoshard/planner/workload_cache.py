@@ -138,8 +138,8 @@ def store(path: Path, key: WorkloadKey, workload: Workload) -> bool:
     """Write ``workload`` for ``key`` at ``path`` atomically; ``False`` (with a note) when it cannot be written.
 
     Raises:
-        SchemaError: the workload holds a field of a type :mod:`autoshard._jsonable` does not store (a bug:
-            caught by the round-trip tests).
+        SchemaError: the workload holds a field of a type :mod:`autoshard._jsonable` does not store (a bug the
+            round-trip tests catch; :func:`cached_workload` notes it and plans on).
     """
     entry = {"kind": KIND, "format": FORMAT_VERSION, "key": key.to_dict(), "workload": encode(workload, Workload)}
     problem = write_json(path, entry)
@@ -177,8 +177,13 @@ def cached_workload(
     Returns:
         The workload, and the entry it was read from (``None`` when it was traced now).
     """
-    key = None if directory is None else workload_key(source, precision=precision, optimizer=optimizer,
-                                                      seq_len=seq_len, checkpointing=checkpointing, target=target)
+    key = None
+    if directory is not None:
+        try:
+            key = workload_key(source, precision=precision, optimizer=optimizer, seq_len=seq_len,
+                               checkpointing=checkpointing, target=target)
+        except SchemaError as exc:  # a stored class's field types cannot be resolved: plan without the cache
+            note(f"the workload cache is off: {exc}.")
     path = None if directory is None or key is None else entry_path(directory, key)
     if path is not None and key is not None:
         found = load(path, key)
@@ -187,7 +192,10 @@ def cached_workload(
     workload = build_workload(source, precision=precision, optimizer=optimizer, seq_len=seq_len,
                               checkpointing=checkpointing, target=target, progress=progress)
     if path is not None and key is not None:
-        store(path, key, workload)
+        try:
+            store(path, key, workload)
+        except SchemaError as exc:  # a field of a type the cache does not store: the plan goes on without it
+            note(f"could not store the workload ({exc}); please report this.")
     return workload, None
 
 

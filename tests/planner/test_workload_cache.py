@@ -7,6 +7,7 @@ Every test has an empty cache of its own (``AUTOSHARD_CACHE_DIR``, set in ``test
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -213,3 +214,19 @@ def test_fit_plans_from_the_cache_with_a_note_and_cache_false_neither_reads_nor_
     assert notes() == [] and len(_entries(workloads)) == 1
     [note] = notes()
     assert note.startswith(f"Planned from the traced step cached in {_entries(workloads)[0]}")
+
+
+def test_a_workload_holding_a_value_of_another_type_is_refused_before_anything_is_written(tmp_path):
+    from autoshard._jsonable import SchemaError
+    from autoshard.planner.workload_cache import entry_path, store, workload_key
+    from tests.planner.test_planner import workload
+
+    key = workload_key(load_source("tiny-gpt2"), precision="bf16-mixed", optimizer="adamw", seq_len=None,
+                       checkpointing=(False,), target="cuda")
+    assert key is not None
+    bad = dataclasses.replace(workload(), parameter_numels=[1, 2])  # a list where the class declares a tuple
+    path = entry_path(tmp_path, key)
+    with pytest.raises(SchemaError, match=r"Workload\.parameter_numels: expected tuple, got list"):
+        store(path, key, bad)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+    assert store(path, key, workload()) and read_json(path)[0]["key"] == key.to_dict()

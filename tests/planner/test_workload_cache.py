@@ -205,6 +205,7 @@ def test_write_json_reports_an_unwritable_directory(tmp_path):
     assert write_json(blocker / "entry.json", {}) is not None
 
 
+@pytest.mark.slow  # three fit() runs, each planning and training a step
 def test_fit_plans_from_the_cache_with_a_note_and_cache_false_neither_reads_nor_writes(workloads):
     def notes(**options: Any) -> list[str]:
         result = autoshard.fit("tiny-gpt2", max_steps=1, seq_len=16, batch_size=2, **options)

@@ -112,6 +112,7 @@ def recommend(
     optimizer_impl: OptimizerImpl | None = None,
     activation_checkpointing: str | bool | None = None,
     reduce_dtype: str | None = None,
+    cache: bool = True,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -134,6 +135,10 @@ def recommend(
             (default) weighs no checkpointing against full checkpointing only.
         reduce_dtype: FSDP2's gradient reduce-scatter dtype, ``"fp32"`` (default) or ``"bf16"``
             (``MixedPrecisionPolicy.reduce_dtype``); other strategies have no such setting.
+        cache: reuse the model's traced step from the workload cache when it holds one for the same model and
+            options (any hardware), and keep it there after tracing (``~/.cache/autoshard/workloads``, see
+            :mod:`autoshard.cache`); ``False`` neither reads nor writes it. :attr:`Plan.cached_workload` names the
+            entry used.
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
@@ -148,4 +153,4 @@ def recommend(
     return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
                     safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl,
-                    checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype)
+                    checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache)

@@ -55,6 +55,7 @@ def fit(
     optimizer_impl: str | None = None,
     activation_checkpointing: str | bool | None = None,
     reduce_dtype: str | None = None,
+    cache: bool = True,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy; with ``tune``, measure candidates first.
 
@@ -64,6 +65,8 @@ def fit(
         tune: tune first (:func:`autoshard.tune`: short real trials on this machine) and train with the fastest
             configuration; a dict gives ``tune()``'s arguments (e.g. ``{"trials": 8, "output_dir": "tune"}``).
             Needs a model source (trials rebuild the model in their own processes) and ``plan="auto"``.
+        cache: ``False`` uses no cache: the model is traced again (the workload cache) and, with ``tune``, every
+            trial is measured again (``tune(use_cache=False)`` unless the ``tune`` dict says otherwise).
 
     Raises:
         UsageError: bad arguments (checked before any trial), ``tune`` under a launcher, with ``plan=`` or with a
@@ -77,7 +80,8 @@ def fit(
         strategy=strategy, hardware=hardware, processes=processes, precision=precision, batch_size=batch_size,
         seq_len=seq_len, checkpointing=checkpointing, consolidate=consolidate, grad_clip_norm=grad_clip_norm,
         seed=seed, log_every=log_every, force=force, timeout_s=timeout_s, lr_scheduler=lr_scheduler,
-        optimizer_impl=optimizer_impl, activation_checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype)
+        optimizer_impl=optimizer_impl, activation_checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype,
+        cache=cache)
     if not tune:
         return train(model, data, plan=plan, **given)
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
@@ -87,7 +91,8 @@ def fit(
         raise UsageError("fit(tune=True) under a launcher would tune once per rank.",
                          hint="Run `autoshard tune MODEL` first, then fit(..., plan=\"autoshard-tune/best\").")
     best, note = _tuned(model, plan, tune, strategy=strategy, hardware=hardware, processes=processes,
-                        precision=precision, batch_size=batch_size, seq_len=seq_len, optimizer=optimizer, seed=seed)
+                        precision=precision, batch_size=batch_size, seq_len=seq_len, optimizer=optimizer, seed=seed,
+                        cache=cache)
     result = train(model, data, plan=best, **given)
     return dataclasses.replace(result, notes=(note, *result.notes))
 
@@ -111,6 +116,8 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
         value = given[ours]
         if value is not None and theirs not in kwargs:
             kwargs[theirs] = [value] if ours == "strategy" else value
+    if not given["cache"]:
+        kwargs.setdefault("use_cache", False)
     optimizer = given["optimizer"]
     if isinstance(optimizer, str) and "optimizer" not in kwargs:
         kwargs["optimizer"] = optimizer

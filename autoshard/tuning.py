@@ -76,7 +76,9 @@ def tune(
         study_name: default: ``<model>-<strategy family list>`` made from the model and machine.
         output_dir: where the study file, the trials' logs, the summary, the plots and the best plan's files go.
         cache_dir: the result cache (default ``~/.cache/autoshard/tune``).
-        use_cache: reuse measurements of the same job and configuration from the cache.
+        use_cache: reuse measurements of the same job and configuration from the cache, and the model's traced
+            step from the workload cache (:mod:`autoshard.planner.workload_cache`); ``False`` measures and traces
+            again.
         prune: stop trials that run at less than half the best throughput.
         seed: the sampler's seed (and the trials' training seed).
         progress: show a progress bar on stderr.

@@ -16,7 +16,7 @@ from types import ModuleType
 
 from autoshard.errors import AutoshardError
 
-SUBCOMMANDS = ("recommend", "profile", "tune", "hardware", "models", "export")
+SUBCOMMANDS = ("recommend", "profile", "tune", "hardware", "models", "export", "cache")
 """The subcommands, in the order ``--help`` lists them; each is the module ``autoshard.cli.<name>``."""
 
 

@@ -18,17 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard models``."""
-    import torch
+    from autoshard.models.catalog.listing import LISTING  # data: no torch, no model built
 
-    from autoshard.models import catalog
-
-    rows: list[dict[str, Any]] = []
-    for name in catalog.names():
-        source = catalog.get(name)
-        with torch.device("meta"):
-            n = sum(p.numel() for p in source.build().parameters())
-        rows.append({"name": name, "parameters": n, "default_seq_len": source.default_seq_len,
-                     "reference": source.metadata.get("reference")})
+    rows: list[dict[str, Any]] = [entry.to_dict() for entry in LISTING]
     if args.json:
         print_json(rows)
         return 0

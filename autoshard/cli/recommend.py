@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", type=Path, metavar="DIR",
                         help="write plan.json and the configs for the recommendation (docs/export.md)")
     parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="trace the model again: neither read nor write the workload cache (autoshard cache)")
     add_hardware_arguments(parser)
 
 
@@ -63,7 +66,11 @@ def run(args: argparse.Namespace) -> int:
             seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
             strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
             optimizer_impl=args.optimizer_impl, checkpointing=args.checkpointing, reduce_dtype=args.reduce_dtype,
+            cache=not args.no_cache,
         )
+    if plan.cached_workload is not None and not args.json:  # --json says it in "cached_workload"
+        print(f"autoshard: note: the traced step came from the workload cache ({plan.cached_workload}); "
+              "--no-cache traces again.", file=sys.stderr)
     if args.plot is not None:
         from autoshard.cli._plot import plot_memory
 

@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "that have it, else 32-true)")
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="result cache (default ~/.cache/autoshard/tune)")
-    parser.add_argument("--no-cache", action="store_true", help="measure again what the cache holds")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="measure and trace again: use neither the result cache nor the workload cache")
     parser.add_argument("--no-prune", action="store_true", help="run every trial to the end")
     parser.add_argument("--seed", type=int, default=0, help="sampler and training seed (default 0)")
     add_hardware_arguments(parser)

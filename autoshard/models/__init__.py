@@ -1,14 +1,33 @@
-"""Turning a model source (``model.py``, HF ``config.json``, catalog name) into a :class:`ModelSource`."""
+"""Turning a model source (``model.py``, HF ``config.json``, catalog name) into a :class:`ModelSource`.
+
+The names from :mod:`autoshard.models.source` load on first use, so that the catalog's listing
+(:mod:`autoshard.models.catalog.listing`, ``autoshard models``) imports no torch.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autoshard.errors import ModelSourceError
-from autoshard.models.source import Batch, ModelSource, call_model, default_loss
+
+if TYPE_CHECKING:  # loaded lazily at runtime (see __getattr__), typed here for type checkers
+    from autoshard.models.source import Batch, ModelSource, call_model, default_loss
 
 __all__ = ["Batch", "ModelSource", "call_model", "default_loss", "load_source"]
+
+_FROM_SOURCE = ("Batch", "ModelSource", "call_model", "default_loss")
+
+
+def __getattr__(name: str) -> object:
+    if name not in _FROM_SOURCE:
+        raise AttributeError(f"module 'autoshard.models' has no attribute {name!r}")
+    from autoshard.models import source
+
+    value = getattr(source, name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
 
 
 def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
@@ -28,6 +47,8 @@ def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
             in the local cache, or the name is not in the catalog.
         UserCodeError: the user's ``model.py`` failed to import.
     """
+    from autoshard.models.source import ModelSource
+
     if isinstance(spec, ModelSource):
         return spec
     text = os.fspath(spec)

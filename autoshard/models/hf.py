@@ -24,6 +24,7 @@ from typing import Any
 
 from autoshard.errors import ModelSourceError, UsageError
 from autoshard.models import hf_layers
+from autoshard.models.fingerprint import config_fingerprint
 from autoshard.models.hf_build import build_model, training_config
 from autoshard.models.hf_classes import check_traceable, model_class
 from autoshard.models.hf_inputs import input_spec
@@ -124,6 +125,7 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         with_num_layers=None if num_layers is None else functools.partial(_with_num_layers, data, config, file),
         with_layers=None if num_layers is None else functools.partial(_with_num_layers, data, config, file),
         metadata=metadata,
+        fingerprint=config_fingerprint(data),
         **inputs.seq_fields(),
     )
 

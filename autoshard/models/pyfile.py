@@ -30,6 +30,7 @@ from typing import Any
 from torch import nn
 
 from autoshard.errors import ModelSourceError, UserCodeError
+from autoshard.models.fingerprint import file_fingerprint
 from autoshard.models.source import ModelSource, takes_keyword, user_frame
 
 __all__ = ["load_file"]
@@ -100,6 +101,7 @@ def load_file(path: str | os.PathLike[str]) -> ModelSource:
         default_seq_len=default_seq_len,
         max_seq_len=max_seq_len,
         user_file=str(file),
+        fingerprint=file_fingerprint(file),
     )
 
 

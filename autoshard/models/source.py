@@ -69,6 +69,10 @@ class ModelSource:
     of the kind it is at full depth, when the source can (HF configs; used to scale traces of models whose
     blocks differ, e.g. dense and MoE layers). Callers check what it built
     (:mod:`autoshard.models.hf_layers`)."""
+    fingerprint: str | None = None
+    """A digest of what the source was loaded from (:mod:`autoshard.models.fingerprint`): the file and the
+    siblings it imports, the config's content, the catalog entry's definition. ``None`` for a source made in
+    code, which nothing is cached for. :meth:`replace` drops it unless it is given."""
 
     def build(self) -> nn.Module:
         """Build the module, turning exceptions from user code into :class:`UserCodeError`.
@@ -117,8 +121,9 @@ class ModelSource:
         return seq_len if seq_len is not None else self.default_seq_len
 
     def replace(self, **changes: Any) -> ModelSource:
-        """A copy with some fields changed."""
-        return replace(self, **changes)
+        """A copy with some fields changed; without a :attr:`fingerprint` unless ``fingerprint=`` is given (the
+        copy is no longer what was loaded)."""
+        return replace(self, **{"fingerprint": None, **changes})
 
 
 def takes_keyword(fn: Callable[..., Any], name: str) -> bool:

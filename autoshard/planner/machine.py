@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Literal
@@ -98,6 +99,7 @@ def plan_for(
     optimizer_impl: OptimizerImpl | None = None,
     checkpointing: str | bool | ActivationCheckpointing | None = None,
     reduce_dtype: str | None = None,
+    cache: bool = True,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
@@ -107,12 +109,17 @@ def plan_for(
     weighs no checkpointing against full checkpointing (each further mode costs its own traces).
     ``reduce_dtype`` (``fp32`` or ``bf16``) sets FSDP2's gradient reduce-scatter dtype
     (``MixedPrecisionPolicy.reduce_dtype``; ``None``: fp32, as autoshard's FSDP knob defaults).
+    ``cache``: read the traced step from the workload cache, and write it there after tracing
+    (:mod:`autoshard.planner.workload_cache`; the directory is :func:`autoshard.cache.workloads_dir` of the
+    environment); :attr:`Plan.cached_workload` says whether it was read.
 
     Raises:
         UsageError: contradictory or out-of-range arguments, checked before anything is traced.
         NoFeasiblePlan: nothing fits.
     """
-    from autoshard.strategies import build_workload, get, names
+    from autoshard.cache import workloads_dir
+    from autoshard.planner.workload_cache import cached_workload
+    from autoshard.strategies import get, names
 
     if goal not in GOALS:
         raise UsageError(f"goal must be one of {', '.join(GOALS)}, but got {goal!r}.")
@@ -131,9 +138,11 @@ def plan_for(
                           safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies),
                           settings=settings)
     check_request(request, hardware.world_size)
-    workload = build_workload(
-        load_source(source), precision=precision or default_precision(hardware), optimizer=optimizer,
-        seq_len=seq_len, target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
+    workload, entry = cached_workload(
+        load_source(source), directory=workloads_dir(os.environ) if cache else None,
+        precision=precision or default_precision(hardware), optimizer=optimizer, seq_len=seq_len,
+        target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
         optimizer_impl=optimizer_impl, checkpointing=choices, checkpoint_mode=mode,
     )
-    return plan(workload, hardware, request, chosen)
+    planned = plan(workload, hardware, request, chosen)
+    return planned if entry is None else dataclasses.replace(planned, cached_workload=str(entry))

@@ -104,6 +104,9 @@ class Plan:
     workload: Workload
     hardware: HardwareSpec
     request: PlanRequest
+    cached_workload: str | None = None
+    """The workload cache entry the traced step was read from (:mod:`autoshard.planner.workload_cache`), or
+    ``None`` when it was traced for this plan."""
 
     def device_memory(self, evaluation: Evaluation) -> dict[str, int] | None:
         """What ``nvidia-smi`` would show for ``evaluation`` on each GPU: its allocated peak, the caching
@@ -134,4 +137,5 @@ class Plan:
             "model": self.workload.to_dict(),
             "hardware": self.hardware.to_dict(),
             "request": self.request.to_dict(),
+            "cached_workload": self.cached_workload,
         }

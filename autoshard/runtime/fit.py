@@ -68,6 +68,7 @@ def fit(
     optimizer_impl: str | None = None,
     activation_checkpointing: str | bool | None = None,
     reduce_dtype: str | None = None,
+    cache: bool = True,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
     worker processes it starts itself.
@@ -124,6 +125,9 @@ def fit(
             replaces a given plan's.
         reduce_dtype: FSDP2's gradient reduce-scatter dtype, ``"fp32"`` or ``"bf16"``: planned with under
             ``plan="auto"`` and replaces a given FSDP plan's (``None``: the plan's, else fp32).
+        cache: with ``plan="auto"``, reuse the model's traced step from the workload cache and keep it there
+            (:mod:`autoshard.planner.workload_cache`; a note says when it was used); ``False`` traces again and
+            writes nothing.
 
     Returns:
         A :class:`FitResult`: per-step metrics, the plan, the trained module and its consolidated weights.
@@ -156,7 +160,8 @@ def fit(
                            optimizer_impl=_optimizer_impl(optimizer_impl, optimizer),
                            checkpointing=None if activation_checkpointing is None
                            else parse_checkpointing(activation_checkpointing),
-                           reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype))
+                           reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype),
+                           cache=cache)
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         _worker(job, launch, Path(run_dir))  # never returns
@@ -391,6 +396,7 @@ class _PlanOptions:
     optimizer_impl: OptimizerImpl | None = None
     checkpointing: ActivationCheckpointing | None = None
     reduce_dtype: str | None = None
+    cache: bool = True
 
 
 def _optimizer_impl(impl: str | None, optimizer: Any) -> OptimizerImpl | None:
@@ -452,7 +458,7 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
                         optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
                         optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
                         reduce_dtype=options.reduce_dtype,
-                        strategies=None if options.strategy is None else [options.strategy])
+                        strategies=None if options.strategy is None else [options.strategy], cache=options.cache)
 
     try:
         plan = planned(source)
@@ -476,6 +482,8 @@ def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[Expor
                      f"failed: {first.message}): it is batched like a Dataset. Pass a DataLoader to batch it "
                      "yourself, or a list of batches.")
     exported = plan_file.from_plan(plan)
+    if plan.cached_workload is not None:
+        notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")
     notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
                  f"{exported.micro_batch_size}, {precision}.")
     return exported, job

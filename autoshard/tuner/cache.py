@@ -16,15 +16,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autoshard.cache import cache_root
 from autoshard.tuner.result import TrialConfig
 
 VERSION = 1
 
 
 def default_dir(environ: Mapping[str, str]) -> Path:
-    """``$XDG_CACHE_HOME/autoshard/tune``, else ``~/.cache/autoshard/tune``."""
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "autoshard" / "tune"
+    """``<cache root>/tune`` (:func:`autoshard.cache.cache_root`): ``$AUTOSHARD_CACHE_DIR/tune``, else
+    ``$XDG_CACHE_HOME/autoshard/tune``, else ``~/.cache/autoshard/tune``."""
+    return cache_root(environ) / "tune"
 
 
 class ResultCache:

@@ -22,6 +22,7 @@ def no_tracing(monkeypatch):
         raise AssertionError("the model was traced before the input was checked")
 
     monkeypatch.setattr("autoshard.strategies.build_workload", traced)
+    monkeypatch.setattr("autoshard.planner.workload_cache.build_workload", traced)
 
 
 def _a_file(tmp_path: Path) -> Path:

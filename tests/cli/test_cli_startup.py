@@ -1,4 +1,5 @@
-"""``autoshard --version`` and ``--help`` answer without importing torch or the planner (they took seconds)."""
+"""``autoshard --version``, ``--help``, ``hardware --list``, ``models`` and ``cache`` answer without importing torch
+(or, for ``--version`` and ``--help``, the planner): importing torch alone takes seconds."""
 
 from __future__ import annotations
 
@@ -32,6 +33,17 @@ def test_version_and_help_import_no_torch_nor_planner(argv):
     out = subprocess.run([sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, check=True).stdout
     modules = set(json.loads(out.rsplit("MODULES=", 1)[1]))
     assert not {m for m in modules for heavy in HEAVY if m == heavy or m.startswith(heavy + ".")}
+
+
+@pytest.mark.parametrize("argv", [
+    ["--version"], ["--help"], ["hardware", "--list"], ["hardware", "--list", "--json"], ["models"],
+    ["models", "--json"], ["cache", "info"],
+])
+def test_listing_commands_answer_without_torch(argv):
+    out = subprocess.run([sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, check=True).stdout
+    listed, modules = out.rsplit("MODULES=", 1)
+    assert "torch" not in json.loads(modules)
+    assert listed.strip()  # it answered
 
 
 def test_import_autoshard_imports_no_torch_until_the_api_is_used():

@@ -8,10 +8,14 @@ catalog works on any install.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from autoshard._suggest import close_names
 from autoshard.errors import ModelSourceError
-from autoshard.models.source import ModelSource
+from autoshard.models.fingerprint import definition_fingerprint
+
+if TYPE_CHECKING:
+    from autoshard.models.source import ModelSource
 
 _REGISTRY: dict[str, Callable[[], ModelSource]] = {}
 
@@ -46,7 +50,21 @@ def get(name: str) -> ModelSource:
         close = close_names(key, _REGISTRY, n=3)
         hint = f"Did you mean {', '.join(close)}?" if close else "Run `autoshard models` to list them."
         raise ModelSourceError(f"{name!r} is not a file, a config.json or a catalog model name.", hint=hint)
-    return _REGISTRY[key]()
+    factory = _REGISTRY[key]
+    source = factory()
+    return source.replace(fingerprint=_definition(key, factory))
+
+
+def _definition(name: str, factory: Callable[[], ModelSource]) -> str | None:
+    """The entry's fingerprint: its name and the text of its family's module and of the shared pieces."""
+    import inspect
+
+    from autoshard.models.catalog import _common
+
+    defining = inspect.getsourcefile(factory)
+    if defining is None or _common.__file__ is None:  # pragma: no cover — catalog modules are .py files
+        return None
+    return definition_fingerprint(name, (defining, _common.__file__))
 
 
 def _load_entries() -> None:

@@ -1,0 +1,61 @@
+"""``recommend --json`` is the same answer whether the traced step came from the workload cache or not (only
+``cached_workload`` says which), ``--no-cache`` writes nothing, and ``autoshard cache`` shows and clears it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from autoshard.cli import main
+
+RECOMMEND = ["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--seq-len", "32", "--precision", "32-true", "--json"]
+
+
+def _cli(*argv: str) -> str:
+    return subprocess.run([sys.executable, "-m", "autoshard", *argv], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _workloads() -> Path:
+    return Path(os.environ["AUTOSHARD_CACHE_DIR"]) / "workloads"
+
+
+def test_recommend_json_is_byte_identical_with_and_without_the_cache_but_for_cached_workload():
+    uncached = _cli(*RECOMMEND, "--no-cache")
+    assert not _workloads().exists()
+    cold = _cli(*RECOMMEND)
+    [entry] = _workloads().glob("*.json")
+    warm = _cli(*RECOMMEND)
+    assert cold == uncached and json.loads(cold)["cached_workload"] is None
+    assert json.loads(warm)["cached_workload"] == str(entry)
+    assert warm == cold.replace('"cached_workload": null', f'"cached_workload": {json.dumps(str(entry))}')
+
+
+def test_text_output_notes_the_cache_on_stderr_only(capsys):
+    argv = [a for a in RECOMMEND if a != "--json"]
+    assert main(argv) == 0
+    first = capsys.readouterr()
+    assert main(argv) == 0
+    second = capsys.readouterr()
+    assert "workload cache" not in first.err and "workload cache" not in second.out
+    assert "the traced step came from the workload cache" in second.err and "--no-cache" in second.err
+    assert second.out == first.out
+
+
+def test_cache_dir_info_and_clear(capsys):
+    workloads = _workloads()
+    assert main(["cache", "dir"]) == 0
+    assert capsys.readouterr().out.strip() == str(workloads)
+    workloads.mkdir(parents=True)
+    (workloads / "a-1.json").write_text("{}", encoding="utf-8")
+    (workloads / "b-2.json").write_text("{}" * 10, encoding="utf-8")
+    assert main(["cache", "info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"directory": str(workloads), "entries": 2, "size_bytes": 22}
+    assert main(["cache", "clear"]) == 0
+    assert "Removed 2 workload(s)" in capsys.readouterr().out
+    assert list(workloads.iterdir()) == []
+    assert main(["cache"]) == 0
+    assert "0 workload(s)" in capsys.readouterr().out

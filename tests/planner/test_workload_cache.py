@@ -1,0 +1,233 @@
+"""The workload cache: a second plan of the same model reads the traced step instead of tracing, and says so; a
+changed model or option traces again; an unusable entry is noted, ignored and rewritten; ``cache=False`` neither
+reads nor writes.
+
+Every test has an empty cache of its own (``AUTOSHARD_CACHE_DIR``, set in ``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import autoshard
+from autoshard.cache import read_json, write_json
+from autoshard.models import load_source
+
+MODEL_PY = textwrap.dedent("""
+    import torch
+    from layers import Block
+
+    def model():
+        return torch.nn.Sequential(Block(), Block())
+
+    def batch(batch_size):
+        return torch.randn(batch_size, 16)
+""")
+LAYERS_PY = textwrap.dedent("""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+""")
+
+
+@pytest.fixture
+def workloads() -> Path:
+    return Path(os.environ["AUTOSHARD_CACHE_DIR"]) / "workloads"
+
+
+def _entries(workloads: Path) -> list[Path]:
+    return sorted(workloads.glob("*.json"))
+
+
+def _recommend(model: Any = "tiny-gpt2", hardware: str = "dgx-h100", **options: Any) -> autoshard.Plan:
+    options.setdefault("seq_len", 32)
+    options.setdefault("precision", "32-true")  # one compute mode: a third of the traces
+    return autoshard.recommend(model, hardware=hardware, **options)
+
+
+def _without_note(plan: autoshard.Plan) -> dict[str, Any]:
+    data = plan.to_dict()
+    del data["cached_workload"]
+    return data
+
+
+def test_a_second_plan_reads_the_entry_and_equals_the_traced_one(workloads):
+    traced = _recommend()
+    [entry] = _entries(workloads)
+    assert traced.cached_workload is None and entry.name.startswith("tiny-gpt2-")
+    again = _recommend()
+    assert again.cached_workload == str(entry)
+    assert _without_note(again) == _without_note(traced) == _without_note(_recommend(cache=False))
+
+
+def test_other_hardware_reuses_the_entry(workloads):
+    _recommend(hardware="dgx-h100")
+    other = _recommend(hardware="dgx-a100")
+    assert other.cached_workload is not None and len(_entries(workloads)) == 1
+    assert other.hardware.gpu is not None and "A100" in other.hardware.gpu.display_name
+
+
+@pytest.mark.parametrize("changed", [{"seq_len": 48}, {"precision": "bf16-true"}, {"optimizer": "sgd"}])
+def test_another_sequence_precision_or_optimizer_traces_again(changed, workloads):
+    _recommend()
+    other = _recommend(**changed)
+    assert other.cached_workload is None and len(_entries(workloads)) == 2
+    assert _recommend(**changed).cached_workload is not None
+
+
+def test_a_changed_model_file_or_imported_sibling_traces_again_and_other_files_do_not(tmp_path, workloads):
+    (tmp_path / "layers.py").write_text(LAYERS_PY, encoding="utf-8")
+    model = tmp_path / "model.py"
+    model.write_text(MODEL_PY, encoding="utf-8")
+    assert _recommend(str(model), seq_len=None).cached_workload is None
+    (tmp_path / "notes.txt").write_text("not imported", encoding="utf-8")
+    assert _recommend(str(model), seq_len=None).cached_workload is not None
+    (tmp_path / "layers.py").write_text(LAYERS_PY.replace("16, 16", "16, 16, bias=False"), encoding="utf-8")
+    assert _recommend(str(model), seq_len=None).cached_workload is None
+    model.write_text(MODEL_PY + "\n# edited\n", encoding="utf-8")
+    assert _recommend(str(model), seq_len=None).cached_workload is None
+    assert len(_entries(workloads)) == 3
+
+
+def _truncated(text: str) -> str:
+    return text[: len(text) // 2]
+
+
+def _edited(change: Any) -> Any:
+    def edit(text: str) -> str:
+        data = json.loads(text)
+        change(data)
+        return json.dumps(data)
+    return edit
+
+
+UNUSABLE = [
+    pytest.param(_truncated, "not valid JSON", id="truncated"),
+    pytest.param(lambda text: "\x00garbage", "not valid JSON", id="corrupt"),
+    pytest.param(_edited(lambda d: d.update(format=99)), "format 99", id="other-format"),
+    pytest.param(_edited(lambda d: d["key"].update(torch="1.0")), "made for another torch", id="other-torch"),
+    pytest.param(_edited(lambda d: d.update(kind="something.else")), "not an autoshard workload", id="foreign"),
+    pytest.param(_edited(lambda d: d["workload"].pop("traces")), "wrong schema: Workload: missing traces",
+                 id="field-missing"),
+    pytest.param(_edited(lambda d: d["workload"].update(parameter_count="many")),
+                 "wrong schema: Workload.parameter_count: expected int", id="field-mistyped"),
+]
+
+
+@pytest.mark.parametrize(("spoil", "reason"), UNUSABLE)
+def test_an_unusable_entry_is_noted_ignored_and_rewritten(spoil, reason, workloads, capsys):
+    traced = _recommend()
+    [entry] = _entries(workloads)
+    entry.write_text(spoil(entry.read_text(encoding="utf-8")), encoding="utf-8")
+    capsys.readouterr()
+    again = _recommend()
+    err = capsys.readouterr().err
+    assert again.cached_workload is None and _without_note(again) == _without_note(traced)
+    [line] = err.splitlines()
+    assert line.startswith(f"autoshard: note: ignored the cached workload {entry} (") and reason in line
+    assert line.endswith("tracing again.")
+    assert _recommend().cached_workload == str(entry)  # rewritten whole
+    assert capsys.readouterr().err == ""
+
+
+def test_no_cache_neither_reads_nor_writes(workloads, capsys):
+    _recommend(cache=False)
+    assert _entries(workloads) == []
+    _recommend()
+    [entry] = _entries(workloads)
+    entry.write_text("spoiled", encoding="utf-8")
+    assert _recommend(cache=False).cached_workload is None
+    assert entry.read_text(encoding="utf-8") == "spoiled" and capsys.readouterr().err == ""
+
+
+def test_an_unwritable_cache_is_noted_and_the_plan_still_made(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    monkeypatch.setenv("AUTOSHARD_CACHE_DIR", str(blocker))
+    assert _recommend().recommended.fits
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("autoshard: note: could not write the workload cache:")
+
+
+def test_a_source_changed_in_code_is_never_cached(workloads):
+    source = load_source("tiny-gpt2")
+    assert source.fingerprint is not None
+    changed = source.replace(loss_fn=lambda output, batch: output.float().mean())
+    assert changed.fingerprint is None
+    assert _recommend(changed).cached_workload is None and _entries(workloads) == []
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from autoshard.cache import write_json
+path, tag = Path(sys.argv[1]), sys.argv[2]
+for i in range(40):
+    write_json(path, {"tag": tag, "i": i, "payload": [tag] * 50_000})
+"""
+
+
+def test_concurrent_writers_leave_a_whole_entry_at_every_moment(tmp_path):
+    path = tmp_path / "entry.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(autoshard.__file__).parent.parent)}
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag], env=env) for tag in "ab"]
+    seen = set()
+    while any(w.poll() is None for w in writers):
+        data, problem = read_json(path)
+        assert problem is None
+        if data is not None:
+            assert data["payload"] == [data["tag"]] * 50_000
+            seen.add(data["tag"])
+    assert [w.returncode for w in writers] == [0, 0]
+    data, problem = read_json(path)
+    assert problem is None and data["i"] == 39 and seen
+    assert [p.name for p in tmp_path.iterdir()] == ["entry.json"]  # no temporary file left behind
+
+
+def test_write_json_reports_an_unwritable_directory(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("", encoding="utf-8")
+    assert write_json(blocker / "entry.json", {}) is not None
+
+
+@pytest.mark.slow  # three fit() runs, each planning and training a step
+def test_fit_plans_from_the_cache_with_a_note_and_cache_false_neither_reads_nor_writes(workloads):
+    def notes(**options: Any) -> list[str]:
+        result = autoshard.fit("tiny-gpt2", max_steps=1, seq_len=16, batch_size=2, **options)
+        return [n for n in result.notes if "cached" in n]
+
+    assert notes(cache=False) == [] and _entries(workloads) == []
+    assert notes() == [] and len(_entries(workloads)) == 1
+    [note] = notes()
+    assert note.startswith(f"Planned from the traced step cached in {_entries(workloads)[0]}")
+
+
+def test_a_workload_holding_a_value_of_another_type_is_refused_before_anything_is_written(tmp_path):
+    from autoshard._jsonable import SchemaError
+    from autoshard.planner.workload_cache import entry_path, store, workload_key
+    from tests.planner.test_planner import workload
+
+    key = workload_key(load_source("tiny-gpt2"), precision="bf16-mixed", optimizer="adamw", seq_len=None,
+                       checkpointing=(False,), target="cuda")
+    assert key is not None
+    bad = dataclasses.replace(workload(), parameter_numels=[1, 2])  # a list where the class declares a tuple
+    path = entry_path(tmp_path, key)
+    with pytest.raises(SchemaError, match=r"Workload\.parameter_numels: expected tuple, got list"):
+        store(path, key, bad)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+    assert store(path, key, workload()) and read_json(path)[0]["key"] == key.to_dict()

@@ -18,6 +18,7 @@ Compute modes:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from autoshard.models.source import ModelSource
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
-from autoshard.profiler.timeline import non_state_peaks, phase_peaks
+from autoshard.profiler.timeline import lines_up, non_state_peaks, phase_peaks
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -75,7 +76,7 @@ class StepTrace:
         t2, t3 = self.timelines_2, self.timelines_3
         if t2 is None or t3 is None or t2.depths != t3.depths:
             return None
-        if not all(a.aligned_with(b) for a, b in zip(t2.timelines, t3.timelines, strict=True)):
+        if not all(lines_up(a, b) for a, b in zip(t2.timelines, t3.timelines, strict=True)):
             return None
         return t2, t3
 
@@ -308,14 +309,18 @@ def build_workload(
         if key not in cache:
             opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
                                   activation_checkpointing=ckpt, target=target, fp32_output=fp32_output)
-            # FLOPs are exactly proportional to the micro-batch; count them at micro-batch 1 only.
-            cache[key] = profile_with_timelines(source, opts, count_flops=batch == 1)
+            # FLOPs are exactly proportional to the micro-batch and the same in every compute mode (see
+            # _with_flops_of): count them at micro-batch 1 of the user's precision only.
+            count = batch == 1 and (p, fp32_output) == modes["amp"]
+            cache[key] = profile_with_timelines(source, opts, count_flops=count)
             if progress is not None:
                 progress(len(cache), total)
         return cache[key]
 
     def step_trace(mode: str, p: Precision, fp32_output: bool, ckpt: bool) -> StepTrace:
         (one, _), (two, t2), (_, t3) = (traced(p, fp32_output, ckpt, b) for b in (1, 2, 3))
+        if (p, fp32_output) != modes["amp"]:
+            one = _with_flops_of(one, traced(*modes["amp"], ckpt, 1)[0])
         return StepTrace(mode=mode, checkpointing=ckpt, precision=p, at_1=one, at_2=two, timelines_2=t2,
                          timelines_3=t3)
 
@@ -348,6 +353,20 @@ def build_workload(
         unused_parameter_count=base.unused_parameter_count,
         unused_modules=base.unused_modules,
     )
+
+
+def _with_flops_of(profile: ModelProfile, counted: ModelProfile) -> ModelProfile:
+    """``profile`` (traced without counting FLOPs) with the FLOPs of ``counted``, the same step in another compute
+    mode: autocast and 16-bit weights change dtypes, never shapes, and FLOPs depend on shapes only.
+    (Checkpointing does change them — its recomputation stops early, after the last tensor backward needs — so
+    each checkpointing choice counts its own.) ``tests/strategies/test_workload.py`` checks both modes' counts
+    are equal on every zoo architecture."""
+    blocks = tuple(
+        dataclasses.replace(b, forward_flops=c.forward_flops, backward_flops=c.backward_flops)
+        for b, c in zip(profile.blocks, counted.blocks, strict=True)
+    )
+    return dataclasses.replace(profile, forward_flops=counted.forward_flops, backward_flops=counted.backward_flops,
+                               flops_per_step=counted.flops_per_step, blocks=blocks)
 
 
 def _tied_around_blocks(module: Any, blocks: Any) -> tuple[int, ...]:

@@ -203,6 +203,29 @@ def test_every_strategy_memory_model_gives_a_finite_positive_peak(name: str) -> 
     assert {"ddp", "fsdp"} <= set(evaluated)
 
 
+@pytest.mark.parametrize("name", _names(heavy=True))
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["no-ckpt", "ckpt"])
+def test_flops_are_the_same_in_both_compute_modes(name: str, checkpointing: bool) -> None:
+    # build_workload counts FLOPs in the user's precision only and gives them to the 16-bit-weights trace
+    # (strategies.workload._with_flops_of): autocast and bf16 weights change dtypes, never shapes. Held here
+    # against both modes counted, step and block by block.
+    from autoshard.models import load_source
+    from autoshard.profiler.options import Precision, ProfileOptions
+    from autoshard.profiler.scaling import profile_source
+
+    _profiled(name)  # a refused hybrid is skipped
+    source = load_source(_folder(name))
+    counted = [
+        profile_source(source, ProfileOptions(batch_size=1, seq_len=zoo.get(name).sequence("tiny"), precision=p,
+                                              activation_checkpointing=checkpointing))
+        for p in (Precision.BF16_MIXED, Precision.BF16_TRUE)
+    ]
+    amp, half = ((p.forward_flops, p.backward_flops, [(b.forward_flops, b.backward_flops) for b in p.blocks])
+                 for p in counted)
+    assert amp[0] > 0
+    assert half == amp
+
+
 # -- the benchmark script ----------------------------------------------------------------------------------
 
 

@@ -61,8 +61,70 @@ class Timeline:
         )
 
 
-def _at(one: torch.Tensor, two: torch.Tensor, micro_batch: int) -> torch.Tensor:
-    return one + (two - one) * (micro_batch - 1)
+@dataclass(frozen=True, slots=True)
+class _Lines:
+    """One phase of a pair of aligned timelines as lines in the micro-batch: each event's totals at micro-batch
+    ``b`` are ``base + slope · (b - 1)``, and so are their sums (all integers: exact)."""
+
+    base: torch.Tensor
+    """``(events, categories)`` totals at micro-batch 1."""
+    slope: torch.Tensor
+    """``(events, categories)`` growth per sample."""
+    total_base: torch.Tensor
+    total_slope: torch.Tensor
+    non_state_base: torch.Tensor
+    """``(events,)``: activations + temporaries + inputs at micro-batch 1."""
+    non_state_slope: torch.Tensor
+
+    @classmethod
+    def of(cls, one: torch.Tensor, two: torch.Tensor) -> _Lines:
+        slope = two - one
+        return cls(one, slope, one.sum(dim=1), slope.sum(dim=1), one[:, _NON_STATE].sum(dim=1),
+                   slope[:, _NON_STATE].sum(dim=1))
+
+    def totals(self, micro_batch: int) -> torch.Tensor:
+        return self.total_base + self.total_slope * (micro_batch - 1)
+
+    def non_state(self, micro_batch: int) -> torch.Tensor:
+        return self.non_state_base + self.non_state_slope * (micro_batch - 1)
+
+    def breakdown(self, event: int, micro_batch: int) -> MemoryBreakdown:
+        row = self.base[event] + self.slope[event] * (micro_batch - 1)
+        return MemoryBreakdown.from_categories(dict(zip(_ORDER, (int(v) for v in row), strict=True)))
+
+
+_LINES: dict[tuple[int, int], tuple[Timeline, Timeline, dict[str, _Lines]]] = {}
+_LINES_KEPT = 32
+"""Pairs of timelines whose lines are kept: planning asks the same pair for hundreds of micro-batches (the
+largest that fits, per strategy); the entry holds both timelines, so their ids stay theirs while it lives."""
+
+
+def _lines(one: Timeline, two: Timeline) -> dict[str, _Lines]:
+    """Per phase, the lines of two aligned timelines (computed once per pair).
+
+    Raises:
+        ValueError: the timelines do not line up (the step's operations depend on the batch size).
+    """
+    key = (id(one), id(two))
+    kept = _LINES.get(key)
+    if kept is not None and kept[0] is one and kept[1] is two:
+        return kept[2]
+    if not one.aligned_with(two):
+        raise ValueError("timelines at micro-batch 1 and 2 do not line up")
+    lines = {phase: _Lines.of(a, two.phases[phase]) for phase, a in one.phases.items()}
+    if len(_LINES) >= _LINES_KEPT:
+        del _LINES[next(iter(_LINES))]
+    _LINES[key] = (one, two, lines)
+    return lines
+
+
+def lines_up(one: Timeline, two: Timeline) -> bool:
+    """:meth:`Timeline.aligned_with`, remembered for the pairs planning asks about again and again."""
+    try:
+        _lines(one, two)
+    except ValueError:
+        return False
+    return True
 
 
 def phase_peaks(one: Timeline, two: Timeline, micro_batch: int) -> dict[str, MemoryBreakdown]:
@@ -71,14 +133,8 @@ def phase_peaks(one: Timeline, two: Timeline, micro_batch: int) -> dict[str, Mem
     Raises:
         ValueError: the timelines do not line up (the step's operations depend on the batch size).
     """
-    if not one.aligned_with(two):
-        raise ValueError("timelines at micro-batch 1 and 2 do not line up")
-    out = {}
-    for phase, a in one.phases.items():
-        values = _at(a, two.phases[phase], micro_batch)
-        row = values[int(values.sum(dim=1).argmax())]
-        out[phase] = MemoryBreakdown.from_categories(dict(zip(_ORDER, (int(v) for v in row), strict=True)))
-    return out
+    return {phase: lines.breakdown(int(lines.totals(micro_batch).argmax()), micro_batch)
+            for phase, lines in _lines(one, two).items()}
 
 
 def located_peaks(
@@ -94,14 +150,11 @@ def located_peaks(
     Raises:
         ValueError: the timelines do not line up, or do not say which block each event is in.
     """
-    if not one.aligned_with(two):
-        raise ValueError("timelines at micro-batch 1 and 2 do not line up")
     if one.blocks.keys() != one.phases.keys():
         raise ValueError("the timelines do not record the block of each event")
     out = {}
-    for phase, a in one.phases.items():
-        values = _at(a, two.phases[phase], micro_batch)
-        totals, non_state = values.sum(dim=1), values[:, _NON_STATE].sum(dim=1)
+    for phase, lines in _lines(one, two).items():
+        totals, non_state = lines.totals(micro_batch), lines.non_state(micro_batch)
         ids = one.blocks[phase]
         by_place: dict[Hashable, list[int]] = {}
         for i, block in enumerate(one.block_names):
@@ -111,17 +164,10 @@ def located_peaks(
             if not len(index):
                 continue
             event = int(index[int(totals[index].argmax())])
-            row = values[event]
-            breakdown = MemoryBreakdown.from_categories(dict(zip(_ORDER, (int(v) for v in row), strict=True)))
-            out[phase, key] = (breakdown, event, int(non_state[index].max()))
+            out[phase, key] = (lines.breakdown(event, micro_batch), event, int(non_state[index].max()))
     return out
 
 
 def non_state_peaks(one: Timeline, two: Timeline, micro_batch: int) -> dict[str, int]:
     """Per phase, the highest activations + temporaries + inputs at ``micro_batch`` (wherever it falls)."""
-    if not one.aligned_with(two):
-        raise ValueError("timelines at micro-batch 1 and 2 do not line up")
-    return {
-        phase: int(_at(a, two.phases[phase], micro_batch)[:, _NON_STATE].sum(dim=1).max())
-        for phase, a in one.phases.items()
-    }
+    return {phase: int(lines.non_state(micro_batch).max()) for phase, lines in _lines(one, two).items()}

@@ -26,7 +26,7 @@ from autoshard.profiler.checkpointing import FULL, NONE, ActivationCheckpointing
 from autoshard.profiler.options import OptimizerImpl, Precision, ProfileOptions
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
-from autoshard.profiler.timeline import non_state_peaks, phase_peaks
+from autoshard.profiler.timeline import lines_up, non_state_peaks, phase_peaks
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -76,7 +76,7 @@ class StepTrace:
         t2, t3 = self.timelines_2, self.timelines_3
         if t2 is None or t3 is None or t2.depths != t3.depths:
             return None
-        if not all(a.aligned_with(b) for a, b in zip(t2.timelines, t3.timelines, strict=True)):
+        if not all(lines_up(a, b) for a, b in zip(t2.timelines, t3.timelines, strict=True)):
             return None
         return t2, t3
 

@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
             args.model, hardware=hardware, batch_size=args.batch_size, global_batch_size=args.global_batch_size,
             seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
             strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
-            optimizer_impl=args.optimizer_impl, checkpointing=args.checkpointing, reduce_dtype=args.reduce_dtype,
+            optimizer_impl=args.optimizer_impl, activation_checkpointing=args.checkpointing,
+            reduce_dtype=args.reduce_dtype,
             cache=not args.no_cache,
         )
     if plan.cached_workload is not None and not args.json:  # --json says it in "cached_workload"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from types import ModuleType
@@ -70,7 +71,7 @@ def test_dry_run_trains_a_strategy_in_fit_workers_and_writes_its_tables(bench: M
 
 
 def test_no_gpu_without_dry_run_is_refused_in_one_line(tmp_path: Path) -> None:
-    done = subprocess.run(["python", str(BENCHMARKS / "gpu_strategies.py"), "--out", str(tmp_path)],
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "gpu_strategies.py"), "--out", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120, env=_env())
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--dry-run" in done.stderr.strip().splitlines()[-1]
@@ -79,7 +80,8 @@ def test_no_gpu_without_dry_run_is_refused_in_one_line(tmp_path: Path) -> None:
 def _env() -> dict[str, str]:
     import os
 
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    # The campaign's Python is $PYTHON (else python3 on PATH): this interpreter, whatever PATH says.
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 

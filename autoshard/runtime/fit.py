@@ -371,11 +371,10 @@ def _job_spec(job: TrainJob, model: Any) -> dict[str, Any]:
     origin = model.origin if isinstance(model, ModelSource) else os.fspath(model)
     return {"model": origin.removeprefix("catalog:"), "optimizer": job.optimizer, "max_steps": job.max_steps,
             "epochs": job.epochs, "seed": job.seed,
-            "checkpoint_dir": None if job.checkpoint_dir is None else str(job.checkpoint_dir),
-            "checkpoint_every": job.checkpoint_every,
-            "resume": job.resume if isinstance(job.resume, bool) else str(job.resume),
-            "consolidate": job.consolidate, "log_every": job.log_every, "grad_clip_norm": job.grad_clip_norm,
-            "keep_last_checkpoints": job.keep_last_checkpoints}
+            "checkpointing": {"dir": None if job.checkpoint_dir is None else str(job.checkpoint_dir),
+                              "every": job.checkpoint_every, "keep_last": job.keep_last_checkpoints,
+                              "resume": job.resume if isinstance(job.resume, bool) else str(job.resume)},
+            "consolidate": job.consolidate, "log_every": job.log_every, "grad_clip_norm": job.grad_clip_norm}
 
 
 # -- planning ------------------------------------------------------------------------------------------------

@@ -59,41 +59,43 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
     init = _model_init(job, plan, notes)
     make_optimizer = optimizer_factory(job.optimizer, plan, job.source)
     backend = backends.create(plan, ctx, grad_clip_norm=job.grad_clip_norm)
-    backend.setup(init, make_optimizer)
-    scheduler = None
-    if job.lr_scheduler is not None:
-        scheduler = loop.build_scheduler(job.lr_scheduler, backend.torch_optimizer,
-                                         checkpointed=job.checkpoint_dir is not None)
-    source = job.source
-    synthetic = None
-    if job.data is None and source is not None:
-        synthetic = functools.partial(source.batch, plan.micro_batch_size, seq_len=plan.seq_len)
-    feed = DataFeed(job.data, micro_batch_size=plan.micro_batch_size, ctx=ctx, seed=job.seed, synthetic=synthetic)
-    if job.max_steps is None and feed.endless:
-        raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
-    start, resumed = Position(), None
-    where = _resume_from(job)
-    if where is not None:
-        start = checkpoint.restore(backend, where, scheduler=scheduler)
-        resumed = str(where)
-        notes.append(f"Resumed from {where} (step {start.step}).")
-        if scheduler is None and (where / checkpoint.SCHEDULER_FILE).is_file():
-            notes.append("The checkpoint holds a learning-rate schedule and this run has no lr_scheduler: the "
-                         "optimizer's learning rate is not scheduled from here on.")
-    elif job.resume is True:
-        notes.append(f"No checkpoint in {job.checkpoint_dir} to resume from: started afresh.")
-    fns = step_functions_for(job, backend.module)
-    config = loop.LoopConfig(
-        accumulation=plan.gradient_accumulation, max_steps=job.max_steps,
-        epochs=job.epochs if job.epochs is not None or job.max_steps is not None else 1,
-        samples_per_step=plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size,
-        tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
-        checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,
-        on_step=job.on_step)
-    outcome = loop.run(backend, feed, fns, config, start, scheduler)
-    state = backend.full_state_dict() if job.consolidate else None
-    module = backend.module
-    backend.close()
+    try:
+        backend.setup(init, make_optimizer)
+        scheduler = None
+        if job.lr_scheduler is not None:
+            scheduler = loop.build_scheduler(job.lr_scheduler, backend.torch_optimizer,
+                                             checkpointed=job.checkpoint_dir is not None)
+        source = job.source
+        synthetic = None
+        if job.data is None and source is not None:
+            synthetic = functools.partial(source.batch, plan.micro_batch_size, seq_len=plan.seq_len)
+        feed = DataFeed(job.data, micro_batch_size=plan.micro_batch_size, ctx=ctx, seed=job.seed, synthetic=synthetic)
+        if job.max_steps is None and feed.endless:
+            raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
+        start, resumed = Position(), None
+        where = _resume_from(job)
+        if where is not None:
+            start = checkpoint.restore(backend, where, scheduler=scheduler)
+            resumed = str(where)
+            notes.append(f"Resumed from {where} (step {start.step}).")
+            if scheduler is None and (where / checkpoint.SCHEDULER_FILE).is_file():
+                notes.append("The checkpoint holds a learning-rate schedule and this run has no lr_scheduler: the "
+                             "optimizer's learning rate is not scheduled from here on.")
+        elif job.resume is True:
+            notes.append(f"No checkpoint in {job.checkpoint_dir} to resume from: started afresh.")
+        fns = step_functions_for(job, backend.module)
+        config = loop.LoopConfig(
+            accumulation=plan.gradient_accumulation, max_steps=job.max_steps,
+            epochs=job.epochs if job.epochs is not None or job.max_steps is not None else 1,
+            samples_per_step=plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size,
+            tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
+            checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,
+            on_step=job.on_step)
+        outcome = loop.run(backend, feed, fns, config, start, scheduler)
+        state = backend.full_state_dict() if job.consolidate else None
+        module = backend.module
+    finally:
+        backend.close()  # also after an error: a backend may hold process-wide state (DeepSpeed's linear)
     return FitResult(plan=plan, steps=tuple(outcome.steps), model=module, state_dict=state, rank=ctx.rank,
                      world_size=ctx.world_size, resumed_from=resumed,
                      last_checkpoint=None if outcome.last_checkpoint is None else str(outcome.last_checkpoint),

@@ -211,3 +211,18 @@ def test_a_module_source_profiles_like_the_catalog_entry_in_bf16_true() -> None:
     catalog = autoshard.profile("tiny-gpt2", batch_size=2, seq_len=16, precision="bf16-true")
     assert mine.parameter_bytes == catalog.parameter_bytes == 2 * catalog.parameter_count
     assert mine.peak_bytes == catalog.peak_bytes
+
+
+def test_a_zero3_run_leaves_torch_linear_as_it_found_it() -> None:
+    """deepspeed.zero.Init replaces torch.nn.functional.linear process-wide and leaves it so; a later trace in the
+    same process then counted DeepSpeed's linear (124 more kernels for tiny-llama) and recommended another
+    strategy. fit() puts torch's back when the run ends."""
+    import torch.nn.functional as F
+
+    pytest.importorskip("deepspeed")
+    linear = F.linear
+    planned = autoshard.recommend("tiny-gpt2", hardware=autoshard.detect_hardware(gpus=1), batch_size=2, seq_len=16,
+                                  precision="32-true", strategies=["deepspeed_stage_3"])
+    result = autoshard.fit("tiny-gpt2", plan=planned, max_steps=1)
+    assert result.plan.strategy == "deepspeed_stage_3"
+    assert F.linear is linear

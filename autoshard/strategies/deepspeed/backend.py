@@ -48,6 +48,8 @@ class DeepSpeedBackend(Backend):
     """ZeRO stages 1-3 with optional CPU / NVMe offload."""
 
     family = "deepspeed"
+    _linear: Any = None
+    """``torch.nn.functional.linear`` as it was before ``zero.Init`` replaced it (``None``: not replaced)."""
 
     @classmethod
     def check_dependencies(cls, device_type: str) -> None:
@@ -62,6 +64,11 @@ class DeepSpeedBackend(Backend):
         self.config = self._config()
         zero = self.config["zero_optimization"]
         if zero["stage"] == 3 and model.module is None:
+            # zero.Init replaces torch.nn.functional.linear process-wide with its memory-efficient version and
+            # leaves it there ("This will persist unless manually reset", partition_parameters.py, 0.19.8):
+            # close() puts the original back, so code the process runs after fit() (a second fit, a trace) does
+            # not run DeepSpeed's linear.
+            self._linear = torch.nn.functional.linear
             with deepspeed.zero.Init(config_dict_or_path=self.config):
                 module = model.materialise()
         else:
@@ -142,8 +149,11 @@ class DeepSpeedBackend(Backend):
         return out
 
     def close(self) -> None:
-        """Drop the engine's references."""
+        """Drop the engine's references; undo zero.Init's replacement of ``torch.nn.functional.linear``."""
         self.engine = None
+        if self._linear is not None:
+            torch.nn.functional.linear = self._linear  # type: ignore[assignment]
+            self._linear = None
 
 
 def _check_nvme(path: str | None) -> None:

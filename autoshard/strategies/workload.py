@@ -193,7 +193,10 @@ class Workload:
 
     @property
     def checkpointing_choices(self) -> tuple[bool, ...]:
-        """The checkpointing choices traced (``False`` / ``True``, in that order): the candidates to weigh."""
+        """The checkpointing choices traced (``False`` / ``True``, in that order): the candidates to weigh. A
+        workload without traces (one written down, not traced) weighs both."""
+        if not self.traces:
+            return (False, True)
         traced = {t.checkpointing for t in self.traces}
         return tuple(c for c in (False, True) if c in traced)
 

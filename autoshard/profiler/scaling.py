@@ -59,7 +59,7 @@ from autoshard.profiler.result import (
     ModelProfile,
 )
 from autoshard.profiler.timeline import Timeline, located_peaks
-from autoshard.profiler.trace import trace_timeline, trace_with_phases
+from autoshard.profiler.trace import trace_timelines, trace_with_phases
 from autoshard.profiler.tracker import Category, PeakSnapshot
 
 AUTO_MIN_LAYERS = 12
@@ -147,9 +147,23 @@ def profile_with_timelines(
     """:func:`profile_source`, also returning the memory timelines it was made from."""
     if _should_extrapolate(source, extrapolate):
         return _extrapolated(source, options, count_flops=count_flops, record=True)
-    profile, _, timeline = trace_timeline(source, options, count_flops=count_flops, record=True)
+    profile, _, timeline = trace_timelines(source, options, (options.batch_size,), count_flops=count_flops)[0]
     depth = source.num_layers or 0
     return profile, DepthTimelines(depths=(depth,), timelines=(timeline,), target=depth)
+
+
+def profiles_with_timelines(
+    source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], *, extrapolate: bool | None = None,
+    count_flops: bool = True,
+) -> list[tuple[ModelProfile, DepthTimelines]]:
+    """:func:`profile_with_timelines` at each micro-batch of ``batch_sizes`` (``options.batch_size`` is ignored),
+    each copy of the model traced once for all of them (:func:`~autoshard.profiler.trace.trace_timelines`);
+    FLOPs (``count_flops``) are counted at the first micro-batch only."""
+    if _should_extrapolate(source, extrapolate):
+        return _extrapolated_batches(source, options, batch_sizes, count_flops=count_flops, record=True)
+    depth = source.num_layers or 0
+    return [(profile, DepthTimelines(depths=(depth,), timelines=(timeline,), target=depth))
+            for profile, _, timeline in trace_timelines(source, options, batch_sizes, count_flops=count_flops)]
 
 
 def profile_source(
@@ -192,18 +206,49 @@ def extrapolated(source: ModelSource, options: ProfileOptions, *, count_flops: b
 def _extrapolated(
     source: ModelSource, options: ProfileOptions, *, count_flops: bool, record: bool
 ) -> tuple[ModelProfile, DepthTimelines]:
+    return _extrapolated_batches(source, options, (options.batch_size,), count_flops=count_flops, record=record)[0]
+
+
+def _extrapolated_batches(
+    source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], *, count_flops: bool, record: bool
+) -> list[tuple[ModelProfile, DepthTimelines]]:
     if source.with_num_layers is None or source.num_layers is None:
         raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
     started = time.perf_counter()
     plan = plan_copies(source)
     if isinstance(plan, Whole):
-        return _traced_whole(source, options, plan, started, count_flops=count_flops, record=record)
-    traced = [trace_timeline(s, options, count_flops=count_flops, record=record) for s in plan.sources]
+        return _traced_whole(source, options, batch_sizes, plan, started, count_flops=count_flops, record=record)
+    copies = [trace_timelines(s, options, batch_sizes, count_flops=count_flops, record=record) for s in plan.sources]
+    out: list[tuple[ModelProfile, DepthTimelines] | Whole] = []
+    for i in range(len(batch_sizes)):
+        traced = [copy[i] for copy in copies]
+        combined = _checked(source, plan, [(p, phases) for p, phases, _ in traced])
+        if isinstance(combined, Whole):
+            out.append(combined)
+            continue
+        timelines = DepthTimelines(depths=tuple(len(p) for p in plan.positions),
+                                   timelines=tuple(t for _, _, t in traced), target=source.num_layers,
+                                   weights=plan.weights, **_placed(plan))
+        out.append((dataclasses.replace(combined, trace_seconds=(time.perf_counter() - started) / len(batch_sizes)),
+                    timelines))
+    # A copy whose checks fail at some micro-batch: those are traced whole, each saying why.
+    return [
+        _traced_whole(source, options, (batch_sizes[i],), item, started, count_flops=count_flops and not i,
+                      record=record)[0]
+        if isinstance(item, Whole) else item
+        for i, item in enumerate(out)
+    ]
+
+
+def _checked(source: ModelSource, plan: Plan, traced: list[tuple[ModelProfile, dict[str, PeakSnapshot]]]
+             ) -> ModelProfile | Whole:
+    """The copies combined at full depth, or why they cannot be (:class:`Whole`): the self-check of every
+    extrapolated profile (its parameter count against the meta build's, its unused parameters in range)."""
+    assert source.num_layers is not None
     depths = ", ".join(str(len(p)) for p in plan.positions)
-    combined = _combine(source.name, source.num_layers, plan, [(p, phases) for p, phases, _ in traced])
+    combined = _combine(source.name, source.num_layers, plan, traced)
     if isinstance(combined, str):
-        return _traced_whole(source, options, Whole(combined, plan.kinds), started, count_flops=count_flops,
-                             record=record)
+        return Whole(combined, plan.kinds)
     profile = combined
     reason = None
     if profile.parameter_count != plan.parameter_count:
@@ -212,13 +257,7 @@ def _extrapolated(
     elif not 0 <= profile.unused_parameter_count <= profile.trainable_parameter_count:
         reason = (f"extrapolating from copies of {depths} blocks gives {profile.unused_parameter_count:,} unused "
                   f"parameters of {profile.trainable_parameter_count:,} trainable")
-    if reason is not None:
-        return _traced_whole(source, options, Whole(reason, plan.kinds), started, count_flops=count_flops,
-                             record=record)
-    timelines = DepthTimelines(depths=tuple(len(p) for p in plan.positions),
-                               timelines=tuple(t for _, _, t in traced), target=source.num_layers,
-                               weights=plan.weights, **_placed(plan))
-    return dataclasses.replace(profile, trace_seconds=time.perf_counter() - started), timelines
+    return profile if reason is None else Whole(reason, plan.kinds)
 
 
 def _combine(
@@ -395,15 +434,17 @@ def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthR
 
 
 def _traced_whole(
-    source: ModelSource, options: ProfileOptions, whole: Whole, started: float, *, count_flops: bool,
-    record: bool
-) -> tuple[ModelProfile, DepthTimelines]:
+    source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], whole: Whole, started: float, *,
+    count_flops: bool, record: bool
+) -> list[tuple[ModelProfile, DepthTimelines]]:
     """Trace every block, saying why in :attr:`ModelProfile.depth`."""
-    profile, _, timeline = trace_timeline(source, options, count_flops=count_flops, record=record)
+    traced = trace_timelines(source, options, batch_sizes, count_flops=count_flops, record=record)
     target = source.num_layers or 0
     kinds = whole.kinds
     note = f"Traced all {target} blocks: {whole.reason}."
     depth = DepthRecord(kinds=kinds.labels if kinds else (), counts=kinds.counts() if kinds else (),
                         traced_counts=(), note=note)
-    profile = dataclasses.replace(profile, depth=depth, trace_seconds=time.perf_counter() - started)
-    return profile, DepthTimelines(depths=(target,), timelines=(timeline,), target=target)
+    seconds = (time.perf_counter() - started) / len(batch_sizes)
+    return [(dataclasses.replace(profile, depth=depth, trace_seconds=seconds),
+             DepthTimelines(depths=(target,), timelines=(timeline,), target=target))
+            for profile, _, timeline in traced]

@@ -7,6 +7,7 @@ on real CPU tensors (``fake=False``: the ground truth the fake trace is tested a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterator
@@ -99,6 +100,24 @@ def trace_timeline(
         ProfileError: an op cannot be traced under fake tensors, or the trace ran past ``time_limit_s``.
         UserCodeError: the user's model, batch, loss or optimizer raised.
     """
+    return trace_timelines(source, options, (options.batch_size,), fake=fake, count_flops=count_flops,
+                           record=record, time_limit_s=time_limit_s)[0]
+
+
+def trace_timelines(
+    source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], *, fake: bool = True,
+    count_flops: bool = True, record: bool = True, time_limit_s: float = TIME_LIMIT_S,
+) -> list[tuple[ModelProfile, dict[str, PeakSnapshot], Timeline]]:
+    """:func:`trace_timeline` at each micro-batch of ``batch_sizes`` (``options.batch_size`` is ignored), in one
+    session: the model is built and its optimizer state created once, then one measured step runs per micro-batch.
+
+    A measured step starts from what the step before it left: the parameters, the optimizer state and no
+    gradients (``zero_grad(set_to_none=True)``), with Python's garbage collected, as after the warm-up step of a
+    trace of its own; its peaks and timeline are its own. ``tests/profiler/test_trace.py`` checks each profile
+    equals the one traced alone. FLOPs (``count_flops``) are counted at the first micro-batch only.
+    """
+    import gc
+
     started = time.perf_counter()
     seq_len = source.resolved_seq_len(options.seq_len)
     mode: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -106,31 +125,54 @@ def trace_timeline(
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         mode = FakeTensorMode(allow_non_fake_inputs=True)
+    steps = []
     # fake_ops: shape rules for ops whose meta kernel refuses what the real kernels run (fp32 grouped_mm).
     with fake_ops.installed() if fake else contextlib.nullcontext(), mode, fake_tensor_log_quiet():
         model = _build(source, options)
         model.train()
         blocks = find_repeated_blocks(model)
-        batch = source.batch(options.batch_size, seq_len=options.seq_len)
-        if options.precision is Precision.BF16_TRUE:
-            batch = cast_floats(batch, torch.bfloat16)
         optimizer = _make_optimizer(source, options, model)
         tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None,
                                 record_events=record)
         tracker.norm_stats_fp32 = "always" if options.target == "cuda" else "mixed"
-        tracker.on_ops = time_limit(source, tracker, time_limit_s)
+        tracker.on_ops = time_limit(source, tracker, time_limit_s * len(batch_sizes))
+        semantics = gpu.semantics(options) if options.target == "cuda" else None
+        if options.activation_checkpointing and blocks is not None:
+            _checkpoint_blocks(model, blocks, semantics, checkpointing_of(options), tracker)
         with _gc_paused():
-            facts = _run_steps(source, options, model, batch, optimizer, tracker, blocks, count_flops)
+            for i, batch_size in enumerate(batch_sizes):
+                at = dataclasses.replace(options, batch_size=batch_size)
+                if i:
+                    gc.collect()
+                    tracker.restart()
+                batch = source.batch(batch_size, seq_len=options.seq_len)
+                if options.precision is Precision.BF16_TRUE:
+                    batch = cast_floats(batch, torch.bfloat16)
+                facts = _run_steps(source, at, model, batch, optimizer, tracker, blocks, count_flops and not i,
+                                   semantics=semantics, warm=not i)
+                del batch
+                steps.append((at, facts, tracker.peak, dict(tracker.phase_peaks), tracker.events,
+                              time.perf_counter() - started))
+                started = time.perf_counter()
+    # Outside the fake mode: the timelines are real tensors.
+    return [(_profile(source, at, seq_len, model, blocks, peak, phase_peaks, facts, seconds), phase_peaks,
+             Timeline.from_events(events))
+            for at, facts, peak, phase_peaks, events, seconds in steps]
+
+
+def _profile(source: ModelSource, options: ProfileOptions, seq_len: int | None, model: nn.Module,
+             blocks: RepeatedBlocks | None, peak: PeakSnapshot, phase_peaks: dict[str, PeakSnapshot],
+             facts: _StepFacts, seconds: float) -> ModelProfile:
+    """The profile of a traced step: the model, the tracker's peaks, the step's facts."""
     params = _unique_storages(p for p in model.parameters())
     trainable = _unique_params(p for p in model.parameters() if p.requires_grad)
     param_bytes = sum(s.nbytes() for s in params.values())
     buffer_bytes = sum(s.nbytes() for s in _unique_storages(model.buffers()).values())
-    peak = tracker.peak
     overheads = gpu.overheads() if options.target == "cuda" else ()
     in_allocator = sum(o.bytes for o in overheads if o.in_allocator)
     accumulation = options.grad_accumulation
     block_profiles = _block_profiles(model, blocks, facts)
-    profile = ModelProfile(
+    return ModelProfile(
         model=source.name,
         source_kind=source.kind,
         options=options,
@@ -145,7 +187,7 @@ def trace_timeline(
         peak_phase=peak.phase,
         peak_module=peak.module,
         peak_breakdown=MemoryBreakdown.from_categories(peak.by_category),
-        phase_peaks=_phase_peaks(tracker.phase_peaks),
+        phase_peaks=_phase_peaks(phase_peaks),
         overheads=overheads,
         forward_flops=facts.forward_flops,
         backward_flops=facts.total_flops - facts.forward_flops,
@@ -156,7 +198,7 @@ def trace_timeline(
         blocks=block_profiles,
         gpu_model=gpu.MODELLED if options.target == "cuda" else (),
         extrapolated_from_layers=None,
-        trace_seconds=time.perf_counter() - started,
+        trace_seconds=seconds,
         torch_version=torch.__version__,
         autoshard_version=autoshard.__version__,
         census=facts.census,
@@ -164,7 +206,6 @@ def trace_timeline(
         unused_parameter_bytes=sum(p.numel() * p.element_size() for p in facts.unused.values()),
         unused_modules=unused_modules(model, set(facts.unused))[:UNUSED_NAMES_SHOWN],
     )
-    return profile, dict(tracker.phase_peaks), Timeline.from_events(tracker.events)
 
 
 def _phase_peaks(snapshots: dict[str, PeakSnapshot]) -> tuple[tuple[str, MemoryBreakdown], ...]:
@@ -198,14 +239,16 @@ def _run_steps(
     tracker: MemoryTracker,
     blocks: RepeatedBlocks | None,
     count_flops: bool = True,
+    *,
+    semantics: gpu.CudaSemanticsLike | None,
+    warm: bool = True,
 ) -> _StepFacts:
+    """Run the steps on a built model (checkpointing already applied): the unmeasured first step when ``warm``,
+    then the measured one."""
     facts = _StepFacts()
     loss_fn = source.loss_fn or default_loss
     names = {id(m): n for n, m in model.named_modules()}
     block_names = set(blocks.names) if blocks else set()
-    semantics = gpu.semantics(options) if options.target == "cuda" else None
-    if options.activation_checkpointing and blocks is not None:
-        _checkpoint_blocks(model, blocks, semantics, checkpointing_of(options), tracker)
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         tracker.track(t, Category.ACTIVATIONS)
@@ -244,7 +287,7 @@ def _run_steps(
     accumulation = options.grad_accumulation
     try:
         with tracker, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            for step in range(STEPS):
+            for step in range(0 if warm else 1, STEPS):
                 tracker.step = step
                 # The first step creates the optimizer state and counts FLOPs (whose module tracking keeps
                 # some tensors alive longer); memory is measured on the steady-state steps after it.

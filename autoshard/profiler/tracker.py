@@ -123,6 +123,22 @@ class MemoryTracker(TorchDispatchMode):
         self.failure: tuple[str, str] | None = None
         """The last op that raised while active and the innermost module running it (``""`` if unknown)."""
 
+    def restart(self) -> None:
+        """Forget the peaks, the events and the per-step state, keeping the live storages: the next step is
+        measured as if it were the first measured step of a trace of its own (``trace_timelines``)."""
+        self.events = []
+        self.peak = PeakSnapshot(by_category={c: 0 for c in Category})
+        self.phase_peaks = {}
+        self.phase = "setup"
+        self.step = 0
+        self.module_stack.clear()
+        self.saved_by_scope = {}
+        self._scope = None
+        self._last_block = ("", -1, "")
+        self.measuring = True
+        self.backward_module = None
+        self.failure = None
+
     @property
     def scope(self) -> str | None:
         """The repeated block running forward (its name), or ``None``; set by the tracer's module hooks."""

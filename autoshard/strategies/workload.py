@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from autoshard.profiler.blocks import RepeatedBlocks
 
 MODES = ("amp", "half", "half_fp32_output")
+BATCH_SIZES = (1, 2, 3)
+"""Micro-batches traced for every compute mode and checkpointing choice (see :class:`StepTrace`)."""
 STEP_PHASES = ("forward", "loss", "backward", "optimizer", "zero_grad")
 
 
@@ -315,7 +317,7 @@ def build_workload(
     import torch
 
     from autoshard.profiler.options import parse_precision
-    from autoshard.profiler.scaling import profile_with_timelines
+    from autoshard.profiler.scaling import profiles_with_timelines
 
     precision = parse_precision(precision)
     # mode -> (traced precision, output cast to fp32 before the loss)
@@ -331,8 +333,13 @@ def build_workload(
             opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
                                   checkpointing=checkpoint_mode if ckpt else NONE, target=target,
                                   fp32_output=fp32_output, optimizer_impl=optimizer_impl)
-            # FLOPs are exactly proportional to the micro-batch; count them at micro-batch 1 only.
-            cache[key] = profile_with_timelines(source, opts, count_flops=batch == 1)
+            # FLOPs (and the op census) are exactly proportional to the micro-batch: counted at micro-batch 1
+            # only. One session traces micro-batches 1, 2 and 3 (profiler.trace.trace_timelines).
+            sizes = (batch,) if batch != 1 else BATCH_SIZES
+            count = batch == 1
+            for size, traced_at in zip(sizes, profiles_with_timelines(source, opts, sizes, count_flops=count),
+                                       strict=True):
+                cache[(p, fp32_output, ckpt, size)] = traced_at
             if progress is not None:
                 progress(len(cache), total)
         return cache[key]

@@ -152,7 +152,7 @@ class DeepSpeedBackend(Backend):
         """Drop the engine's references; undo zero.Init's replacement of ``torch.nn.functional.linear``."""
         self.engine = None
         if self._linear is not None:
-            torch.nn.functional.linear = self._linear  # type: ignore[assignment]
+            torch.nn.functional.linear = self._linear
             self._linear = None
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from autoshard.hardware.specs import HardwareSpec
-    from autoshard.planner.machine import Goal
+    from autoshard.planner.machine import Goal, ReduceDtype
     from autoshard.planner.plan import Plan
 
 
@@ -111,7 +111,7 @@ def recommend(
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
     activation_checkpointing: str | bool | None = None,
-    reduce_dtype: str | None = None,
+    reduce_dtype: ReduceDtype | None = None,
     cache: bool = True,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
@@ -127,8 +127,8 @@ def recommend(
         goal: ``pretrain`` (throughput, least communication) or ``finetune`` (memory headroom).
         strategies: restrict to these strategy names.
         safety_margin: fraction of device memory kept free (CUDA context, fragmentation, model error).
-        progress: called as ``progress(done, total)`` after each of the model's traces (10-60 s in all for
-            a large model), e.g. to show a progress bar.
+        progress: called as ``progress(done, total)`` after each of the model's tracing sessions (one per
+            precision mode and checkpointing choice; 10-60 s in all for a large model), e.g. to show a progress bar.
         optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"`` (``None``: torch's default, foreach on
             CUDA). DeepSpeed's optimizer offload steps its own CPU Adam whatever this says.
         activation_checkpointing: ``"none"``, ``"full"``, ``"every-N"`` or ``"op"``: every candidate uses it. ``None``

@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.models.source import ModelSource
+    from autoshard.planner.machine import ReduceDtype
     from autoshard.planner.plan import Plan
     from autoshard.planner.plan_file import ExportedPlan
-    from autoshard.profiler.options import PrecisionName
+    from autoshard.profiler.options import OptimizerImpl, PrecisionName
     from autoshard.runtime.options import Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
     from autoshard.runtime.result import FitResult
 
@@ -52,9 +53,9 @@ def fit(
     timeout_s: float | None = None,
     tune: bool | Mapping[str, Any] = False,
     lr_scheduler: LrSchedulerFactory | None = None,
-    optimizer_impl: str | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
     activation_checkpointing: str | bool | None = None,
-    reduce_dtype: str | None = None,
+    reduce_dtype: ReduceDtype | None = None,
     cache: bool = True,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy; with ``tune``, measure candidates first.

@@ -35,8 +35,6 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.planner.plan import Evaluation
     from autoshard.strategies.workload import Workload
@@ -233,7 +231,7 @@ class Predictor:
     def predict(self, point: dict[str, Any]) -> dict[str, Any]:
         """autoshard's figures for ``point``: memory, throughput, whether it fits, the largest micro-batch."""
         from autoshard.planner.plan import PlanRequest
-        from autoshard.planner.search import evaluate
+        from autoshard.planner.search import evaluate, largest_micro_batch
         from autoshard.strategies import get
         from autoshard.strategies.base import Candidate
 
@@ -272,27 +270,6 @@ class Predictor:
         if point["published"]["metric"] == "max_micro_batch":
             out["max_micro_batch"] = largest_micro_batch(lambda mb: at(mb).fits)
         return out
-
-
-def largest_micro_batch(fits: Callable[[int], bool], limit: int = 1024) -> int:
-    """The largest micro-batch ``fits(mb)`` accepts (memory grows with the micro-batch): doubling, then bisection.
-
-    Example:
-        >>> largest_micro_batch(lambda mb: mb <= 37)
-        37
-        >>> largest_micro_batch(lambda mb: False)
-        0
-    """
-    if not fits(1):
-        return 0
-    low, high = 1, 2
-    while high <= limit and fits(high):
-        low, high = high, high * 2
-    high = min(high, limit + 1)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
-    return low
 
 
 def signed_error(metric: str, predicted: float, published: float) -> float:

@@ -61,7 +61,9 @@ def default_precision(hardware: HardwareSpec) -> str:
     return "bf16-mixed" if hardware.gpu.peak_tflops.bf16 else "16-mixed"
 
 
-REDUCE_DTYPES = ("fp32", "bf16")
+ReduceDtype = Literal["fp32", "bf16"]
+"""FSDP2's gradient reduce-scatter dtype (``float32`` and ``bfloat16`` are read as these too)."""
+REDUCE_DTYPES: tuple[ReduceDtype, ...] = ("fp32", "bf16")
 """FSDP2 reduce-scatter dtypes autoshard plans (``MixedPrecisionPolicy.reduce_dtype``): fp32, autoshard's default
 and torchtitan's (``training.mixed_precision_reduce: Literal["float32"] = "float32"`` in
 ``torchtitan/config/job_config.py``), and bf16, half the reduce-scatter's bytes, for runs that reduce in bf16."""
@@ -98,13 +100,13 @@ def plan_for(
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
     checkpointing: str | bool | ActivationCheckpointing | None = None,
-    reduce_dtype: str | None = None,
+    reduce_dtype: ReduceDtype | str | None = None,
     cache: bool = True,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
     ``precision=None`` takes :func:`default_precision` of the hardware; ``progress(done, total)`` is called after
-    each trace. ``optimizer_impl`` names the optimizer implementation (``None``: torch's default).
+    each tracing session. ``optimizer_impl`` names the optimizer implementation (``None``: torch's default).
     ``checkpointing`` (``none``, ``full``, ``op``, ``every-N``) makes every candidate use that choice; ``None``
     weighs no checkpointing against full checkpointing (each further mode costs its own traces).
     ``reduce_dtype`` (``fp32`` or ``bf16``) sets FSDP2's gradient reduce-scatter dtype

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from autoshard.errors import NoFeasiblePlan, UsageError
 from autoshard.hardware.specs import HardwareSpec
@@ -156,18 +156,31 @@ def _does_not_fit(memory: MemoryEstimate, hardware: HardwareSpec, request: PlanR
 
 def _max_micro_batch(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest,
                      ckpt: bool) -> int:
-    """Largest micro-batch that fits (memory is non-decreasing in the micro-batch): doubling, then bisection."""
+    """Largest micro-batch that fits this candidate (see :func:`largest_micro_batch`)."""
 
     def fits(mb: int) -> bool:
         candidate = _candidate(strategy, hardware, request, mb, ckpt)
         return _does_not_fit(strategy.memory(workload, hardware, candidate), hardware, request) is None
 
+    return largest_micro_batch(fits)
+
+
+def largest_micro_batch(fits: Callable[[int], bool], limit: int = MAX_MICRO_BATCH) -> int:
+    """The largest micro-batch up to ``limit`` that ``fits(mb)`` accepts, 0 if none: doubling, then bisection
+    (memory never decreases with the micro-batch, so ``fits`` is monotone).
+
+    Example:
+        >>> largest_micro_batch(lambda mb: mb <= 37)
+        37
+        >>> largest_micro_batch(lambda mb: False)
+        0
+    """
     if not fits(1):
         return 0
     low, high = 1, 2
-    while high <= MAX_MICRO_BATCH and fits(high):
+    while high <= limit and fits(high):
         low, high = high, high * 2
-    high = min(high, MAX_MICRO_BATCH + 1)
+    high = min(high, limit + 1)
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if fits(mid) else (low, mid)

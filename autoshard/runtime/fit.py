@@ -37,6 +37,7 @@ JOB_FILE = "job.json"
 
 if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
+    from autoshard.planner.machine import ReduceDtype
     from autoshard.planner.plan import Plan
     from autoshard.profiler.options import PrecisionName
 
@@ -65,9 +66,9 @@ def fit(
     force: bool = False,
     timeout_s: float | None = None,
     lr_scheduler: LrSchedulerFactory | None = None,
-    optimizer_impl: str | None = None,
+    optimizer_impl: OptimizerImpl | None = None,
     activation_checkpointing: str | bool | None = None,
-    reduce_dtype: str | None = None,
+    reduce_dtype: ReduceDtype | None = None,
     cache: bool = True,
 ) -> FitResult:
     """Train ``model`` with the recommended (or given) strategy, on this process, the launcher's ranks, or
@@ -398,7 +399,7 @@ class _PlanOptions:
     cache: bool = True
 
 
-def _optimizer_impl(impl: str | None, optimizer: Any) -> OptimizerImpl | None:
+def _optimizer_impl(impl: OptimizerImpl | str | None, optimizer: Any) -> OptimizerImpl | None:
     """``impl`` checked against the optimizer named (AdamW when it is not a name)."""
     if impl is None:
         return None

@@ -310,7 +310,7 @@ def build_workload(
         seq_len: sequence length (token models).
         checkpointing: which checkpointing choices to trace (``True`` is skipped when nothing repeats).
         target: ``"cuda"`` for GPU answers; ``"cpu"`` to predict CPU (gloo) runs, as the tests measure them.
-        progress: called as ``progress(done, total)`` after each trace (the CLI shows it while it waits).
+        progress: called as ``progress(done, total)`` after each tracing session (the CLI shows it while it waits).
         optimizer_impl: the optimizer implementation (``None``: torch's default on ``target``).
         checkpoint_mode: what ``True`` in ``checkpointing`` recomputes (``full``, ``every-N`` or ``op``).
     """
@@ -325,9 +325,13 @@ def build_workload(
     if precision is Precision.FP16_MIXED:
         modes["half_fp32_output"] = (half_precision(precision), True)
     cache: dict[tuple[Precision, bool, bool, int], tuple[ModelProfile, DepthTimelines]] = {}
-    total = len(modes) * len(checkpointing) * 3  # known once the first trace says whether blocks repeat
+    # Progress counts tracing sessions (each traces micro-batches 1, 2 and 3); the total is known once the first
+    # session says whether blocks repeat.
+    total = len(modes) * len(checkpointing)
+    sessions = 0
 
     def traced(p: Precision, fp32_output: bool, ckpt: bool, batch: int) -> tuple[ModelProfile, DepthTimelines]:
+        nonlocal sessions
         key = (p, fp32_output, ckpt, batch)
         if key not in cache:
             opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
@@ -340,8 +344,9 @@ def build_workload(
             for size, traced_at in zip(sizes, profiles_with_timelines(source, opts, sizes, count_flops=count),
                                        strict=True):
                 cache[(p, fp32_output, ckpt, size)] = traced_at
+            sessions += 1
             if progress is not None:
-                progress(len(cache), total)
+                progress(sessions, total)
         return cache[key]
 
     def step_trace(mode: str, p: Precision, fp32_output: bool, ckpt: bool) -> StepTrace:
@@ -351,7 +356,7 @@ def build_workload(
 
     base = traced(precision, False, checkpointing[0], 1)[0]
     choices = [c for c in checkpointing if not c or base.block_class is not None] or [False]
-    total = len(modes) * len(choices) * 3
+    total = len(modes) * len(choices)
     traces = tuple(step_trace(mode, p, out, ckpt) for mode, (p, out) in modes.items() for ckpt in choices)
     # Parameter layout from a meta build (no allocation), unique tensors only.
     with torch.device("meta"):

@@ -123,6 +123,19 @@ class SearchSpace:
                              "knobs": [k.name for k in s.knobs]} for s in self.strategies}
 
 
+def check_space_arguments(top: int, micro_batch_sizes: Sequence[int] | None) -> None:
+    """Refuse a ``top`` below 1 or a micro-batch below 1 (before any tracing: :func:`build_space` needs a plan).
+
+    Raises:
+        UsageError: either is wrong.
+    """
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise UsageError(f"the number of strategies to compare must be >= 1, but got {top!r}.")
+    if micro_batch_sizes is not None and (not micro_batch_sizes or any(
+            isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in micro_batch_sizes)):
+        raise UsageError(f"micro-batch sizes must be positive whole numbers, but got {list(micro_batch_sizes)!r}.")
+
+
 def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | None = None,
                 tune_checkpointing: bool = True, max_micro_batch_size: int | None = None) -> SearchSpace:
     """The space for ``plan``: its ``top`` best-scoring fitting strategies (the recommendation first).
@@ -140,11 +153,7 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
     Raises:
         UsageError: ``top`` < 1 or a micro-batch below 1.
     """
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise UsageError(f"the number of strategies to compare must be >= 1, but got {top!r}.")
-    if micro_batch_sizes is not None and (not micro_batch_sizes or any(
-            isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in micro_batch_sizes)):
-        raise UsageError(f"micro-batch sizes must be positive whole numbers, but got {list(micro_batch_sizes)!r}.")
+    check_space_arguments(top, micro_batch_sizes)
     global_batch, world = plan.request.global_batch_size, plan.hardware.world_size
     if micro_batch_sizes is not None and global_batch is not None:
         wrong = [m for m in micro_batch_sizes if (global_batch // world) % m]

@@ -38,7 +38,7 @@ from autoshard.tuner.records import best_record, record
 from autoshard.tuner.result import TuneResult
 from autoshard.tuner.resume import RERUN, enqueue_reruns
 from autoshard.tuner.runner import TrialRunner, TrialSpec, run_trial
-from autoshard.tuner.space import SearchSpace, build_space
+from autoshard.tuner.space import SearchSpace, build_space, check_space_arguments
 
 if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
@@ -97,7 +97,10 @@ def run_study(
         raise UsageError(f"tune() needs a model source (a model.py path, a config.json path or a catalog name), "
                          f"but got {type(model).__name__}.",
                          hint="Trials rebuild the model in their own processes: save it as a model.py.")
+    check_space_arguments(top_strategies, micro_batch_sizes)
     out = storage_mod.writable_dir(Path(output_dir))
+    # Opened before the model is traced: a bad or unreachable storage is refused in seconds.
+    store, shown = storage_mod.open_storage(storage, out)
     source = load_source(model)
     origin = source.origin.removeprefix("catalog:")
     hw = trial_hardware(hardware, processes)
@@ -121,7 +124,6 @@ def run_study(
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
     try:
-        store, shown = storage_mod.open_storage(storage, out)
         name = study_name or _default_name(planned)
         study = create_study(name, store, shown, fingerprint, space, seed, prune, warmup_steps)
         notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."

@@ -144,7 +144,12 @@ def test_a_bug_in_the_users_model_stops_the_study(tmp_path: Path, monkeypatch: p
     ({"storage": "not-a-url"}, "neither a database URL nor a journal file"),
     ({"hardware": "dgx-h100", "processes": None}, "trials run on this machine, which has 0 CUDA device"),
 ])
-def test_bad_arguments_are_refused_before_any_trial(tmp_path: Path, kwargs: dict, message: str) -> None:
+def test_bad_arguments_are_refused_before_any_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict,
+                                                    message: str) -> None:
+    def traced(*args: object, **kw: object) -> None:
+        raise AssertionError("the model was traced before the bad argument was refused")
+
+    monkeypatch.setattr("autoshard.tuner.study.plan_for", traced)  # checked before any slow work
     with pytest.raises(UsageError, match=message):
         autoshard.tune("tiny-gpt2", output_dir=tmp_path / "out", progress=False, **{"processes": 2, **kwargs})
     assert not (tmp_path / "out" / "trials").exists()
@@ -170,13 +175,14 @@ def test_a_study_made_for_another_model_is_refused(tmp_path: Path) -> None:
     assert "some-other-model" in caught.value.message and "--study-name" in caught.value.hint
 
 
-def test_an_unreachable_storage_is_named_without_its_password(tmp_path: Path) -> None:
+def test_an_unreachable_storage_is_named_without_its_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"postgresql://tuner:secret@127.0.0.1:{port}/studies"
+    monkeypatch.setattr("autoshard.tuner.study.plan_for", lambda *a, **k: pytest.fail("traced before the storage"))
     with pytest.raises(UsageError) as caught:
         autoshard.tune("tiny-gpt2", storage=url, output_dir=tmp_path / "out", **SMALL)
     text = str(caught.value)

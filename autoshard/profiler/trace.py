@@ -127,7 +127,8 @@ def trace_timelines(
         mode = FakeTensorMode(allow_non_fake_inputs=True)
     steps = []
     # fake_ops: shape rules for ops whose meta kernel refuses what the real kernels run (fp32 grouped_mm).
-    with fake_ops.installed() if fake else contextlib.nullcontext(), mode, fake_tensor_log_quiet():
+    with _older_objects_frozen(), fake_ops.installed() if fake else contextlib.nullcontext(), mode, \
+            fake_tensor_log_quiet():
         model = _build(source, options)
         model.train()
         blocks = find_repeated_blocks(model)
@@ -448,6 +449,28 @@ def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.
             return checkpoint(run, *args, use_reentrant=False, **extra, **kwargs)
 
         block.forward = forward
+
+
+@contextlib.contextmanager
+def _older_objects_frozen() -> Iterator[None]:
+    """Leave the objects that exist before a tracing session out of its garbage collections (``gc.freeze``).
+
+    The collection between two micro-batches of a session is a full one; without this it visits every object of
+    the process (torch's imports alone are ~300,000) when only the session's own objects can hold its tensors.
+    What the collection frees is the same: garbage made during the session is made of the session's objects.
+    Nothing is frozen where the process froze objects of its own (``gc.get_freeze_count()``): unfreezing after the
+    session would undo that.
+    """
+    import gc
+
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextlib.contextmanager

@@ -49,18 +49,28 @@ class Link:
 
 
 def link(hardware: HardwareSpec, scope: str) -> Link:
-    """The bottleneck link per GPU for a collective of ``scope`` (``intra``, ``inter`` or ``world``)."""
+    """The bus bandwidth bound of a collective of ``scope``: ``intra`` (within a node), ``world`` (one ring over
+    every rank of several nodes) or ``inter`` (one group per local rank, each of one rank per node, all at once).
+
+    A ``world`` ring crosses each node boundary once per NCCL channel, and the channels spread over the node's
+    NICs, so its bus bandwidth is the node's whole network bandwidth, capped by the intra-node link: NCCL's
+    maintainers measure 192 GB/s all-reduce bus bandwidth across DGX A100 nodes with 8 × 200 Gb/s HDR NICs
+    (NVIDIA/nccl#812, quoted in #1576), and ~24 GB/s inter-node with one such NIC per node (NVIDIA/nccl#412).
+    The ``inter`` groups (hybrid sharding's replica all-reduce) run side by side and share the node's NICs: each
+    gets ``1 / processes_per_node`` of them.
+    """
     node = hardware.node
     intra_bw = node.intra_node_bandwidth_bytes_per_s
     inter_bw = hardware.inter_node_bandwidth_bytes_per_s
-    per_gpu_inter = None if inter_bw is None else inter_bw / max(1, hardware.processes_per_node)
+    if inter_bw is not None and scope == "inter":
+        inter_bw /= max(1, hardware.processes_per_node)
     if scope == "intra" or hardware.nodes == 1:
         bw, latency, known = intra_bw, DEFAULT_LATENCY_S["intra"], intra_bw is not None
     else:
-        candidates = [b for b in (intra_bw, per_gpu_inter) if b is not None]
+        candidates = [b for b in (intra_bw, inter_bw) if b is not None]
         bw = min(candidates) if candidates else None
         latency = hardware.inter_node_latency_s or DEFAULT_LATENCY_S["inter"]
-        known = per_gpu_inter is not None
+        known = inter_bw is not None
     return Link(bandwidth_bytes_per_s=(bw or UNKNOWN_LINK_BYTES_PER_S) * LINK_EFFICIENCY, latency_s=latency,
                 known=known and bw is not None)
 

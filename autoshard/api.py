@@ -12,11 +12,12 @@ from autoshard.profiler.options import OptimizerImpl, Precision, PrecisionName, 
 from autoshard.profiler.result import ModelProfile
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.planner.machine import Goal, ReduceDtype
     from autoshard.planner.plan import Plan
+    from autoshard.strategies.base import StrategyName
 
 
 def _check_source(source: object, function: str) -> None:
@@ -106,7 +107,7 @@ def recommend(
     precision: PrecisionName | Precision = Precision.BF16_MIXED,
     optimizer: str = "adamw",
     goal: Goal = "pretrain",
-    strategies: list[str] | None = None,
+    strategies: Sequence[StrategyName] | None = None,
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from autoshard.profiler.options import OptimizerImpl, PrecisionName
     from autoshard.runtime.options import Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
     from autoshard.runtime.result import FitResult
+    from autoshard.strategies.base import StrategyName
 
 
 def fit(
@@ -38,7 +39,7 @@ def fit(
     max_steps: int | None = None,
     epochs: int | None = None,
     plan: Plan | ExportedPlan | str | os.PathLike[str] = "auto",
-    strategy: str | None = None,
+    strategy: StrategyName | None = None,
     hardware: HardwareSpec | str | os.PathLike[str] | None = None,
     processes: int | None = None,
     precision: PrecisionName | None = None,

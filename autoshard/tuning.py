@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.models.source import ModelSource
     from autoshard.profiler.options import PrecisionName
+    from autoshard.strategies.base import StrategyName
     from autoshard.tuner.result import TuneResult
     from autoshard.tuner.space import SearchSpace
 
@@ -26,7 +27,7 @@ def tune(
     *,
     hardware: HardwareSpec | str | os.PathLike[str] | None = None,
     processes: int | None = None,
-    strategies: Sequence[str] | None = None,
+    strategies: Sequence[StrategyName] | None = None,
     top_strategies: int = 3,
     batch_size: int | None = None,
     micro_batch_sizes: Sequence[int] | None = None,

@@ -24,7 +24,9 @@ USER_SCRIPT = textwrap.dedent(
     model = torch.nn.Linear(4, 4)
     if autoshard.is_worker():
         pass
-    result = autoshard.fit(model, None, max_steps=10)
+    result = autoshard.fit(model, None, max_steps=10, strategy="fsdp")
+    autoshard.fit(model, None, strategy="fsdp_typo")  # type: ignore[arg-type]
+    autoshard.recommend("tiny-gpt2", strategies=["ddp", "zero3"])  # type: ignore[list-item]
     tuned = autoshard.tune("model.py", trials=2)
     plan = autoshard.recommend("tiny-gpt2", hardware="dgx-h100", seq_len=64)
     written = autoshard.export_plan(plan, "out/")
@@ -50,6 +52,7 @@ def test_user_script_calling_lazy_api_type_checks(tmp_path: Path) -> None:
     done = subprocess.run([
         sys.executable, "-m", "mypy", str(script), "--follow-imports=silent", "--config-file", str(config),
         "--cache-dir", str(tmp_path / ".mypy_cache"), "--python-version", "3.10",
+        "--warn-unused-ignores",  # the ignores above are needed: a misspelt strategy is a type error
     ], cwd=tmp_path, env={**os.environ, "MYPYPATH": str(REPO)}, capture_output=True, text=True, timeout=600,
         check=False)
     stdout, stderr, status = done.stdout, done.stderr, done.returncode

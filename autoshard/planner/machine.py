@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from autoshard.errors import UsageError
@@ -95,7 +95,7 @@ def plan_for(
     precision: str | Precision | None = None,
     optimizer: str = "adamw",
     goal: Goal = "pretrain",
-    strategies: list[str] | tuple[str, ...] | None = None,
+    strategies: Sequence[str] | None = None,
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
@@ -134,6 +134,9 @@ def plan_for(
         optimizer_impl = parse_optimizer_impl(optimizer_impl, parse_optimizer(optimizer))
     choice = None if checkpointing is None else parse_checkpointing(checkpointing)
     choices, mode = ((False, True), FULL) if choice is None else ((bool(choice),), choice if choice else FULL)
+    if isinstance(strategies, str):
+        raise UsageError(f"strategies must be a list of strategy names, e.g. [{strategies!r}], but got the string "
+                         f"{strategies!r}.")
     chosen = [get(n) for n in (strategies or names())]
     settings = {} if reduce_dtype is None else {"reduce_dtype": parse_reduce_dtype(reduce_dtype)}
     request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from autoshard.planner.machine import ReduceDtype
     from autoshard.planner.plan import Plan
     from autoshard.profiler.options import PrecisionName
+    from autoshard.strategies.base import StrategyName
 
 
 def fit(
@@ -52,7 +53,7 @@ def fit(
     max_steps: int | None = None,
     epochs: int | None = None,
     plan: Plan | ExportedPlan | str | os.PathLike[str] = "auto",
-    strategy: str | None = None,
+    strategy: StrategyName | None = None,
     hardware: HardwareSpec | str | os.PathLike[str] | None = None,
     processes: int | None = None,
     precision: PrecisionName | None = None,

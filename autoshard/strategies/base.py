@@ -17,6 +17,13 @@ from autoshard.strategies.workload import Workload
 
 FamilyName = Literal["ddp", "fsdp", "deepspeed"]
 """The strategy families: each is one package under ``autoshard/strategies/``."""
+StrategyName = Literal[
+    "ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid", "fsdp_cpu_offload", "deepspeed_stage_1", "deepspeed_stage_2",
+    "deepspeed_stage_2_offload", "deepspeed_stage_3", "deepspeed_stage_3_offload", "deepspeed_stage_3_offload_nvme",
+]
+"""The registered strategies' names, for type checkers and editors (``fit(strategy="fsdp")``). The registry holds
+the truth; ``tests/strategies/test_conformance.py`` checks this list equals its names, in order, so a preset
+registered in its family's ``__init__.py`` is named here too."""
 OffloadTarget = Literal["none", "cpu", "nvme"]
 FAMILIES: tuple[FamilyName, ...] = ("ddp", "fsdp", "deepspeed")
 OFFLOAD_TARGETS: tuple[OffloadTarget, ...] = ("none", "cpu", "nvme")

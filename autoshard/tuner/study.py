@@ -43,6 +43,7 @@ from autoshard.tuner.space import SearchSpace, build_space, check_space_argument
 if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.profiler.options import PrecisionName
+    from autoshard.strategies.base import StrategyName
 
 
 def run_study(
@@ -50,7 +51,7 @@ def run_study(
     *,
     hardware: HardwareSpec | str | os.PathLike[str] | None = None,
     processes: int | None = None,
-    strategies: Sequence[str] | None = None,
+    strategies: Sequence[StrategyName] | None = None,
     top_strategies: int = 3,
     batch_size: int | None = None,
     micro_batch_sizes: Sequence[int] | None = None,

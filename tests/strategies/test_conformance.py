@@ -31,6 +31,23 @@ def test_the_registry_holds_exactly_the_known_strategies_in_order() -> None:
     assert strategies.family_names() == ["ddp", "fsdp", "deepspeed"]
 
 
+def test_the_typed_strategy_names_are_the_registrys() -> None:
+    from typing import get_args
+
+    from autoshard.strategies.base import FamilyName, StrategyName
+
+    assert list(get_args(StrategyName)) == strategies.names()
+    assert list(get_args(FamilyName)) == strategies.family_names()
+
+
+def test_a_string_where_a_list_of_strategies_belongs_is_refused_before_tracing() -> None:
+    import autoshard
+    from autoshard.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"a list of strategy names, e.g. \['fsdp'\]"):
+        autoshard.recommend("tiny-gpt2", hardware="dgx-h100", strategies="fsdp")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_each_preset_has_its_traits(name: str) -> None:
     family, stage, offload, offload_parameters, hybrid = EXPECTED[name]

@@ -20,8 +20,8 @@ present sharding as the answer for models that do not fit data parallelism; ~500
 matter on 16–32 GB GPUs: 500M × 16 B of mixed-precision Adam state = 8 GB)."""
 
 SLOW_LINK_BYTES_PER_S = 50e9
-"""Links slower than this per GPU per direction (PCIe gen4 x16 is ~32 GB/s, 100 GbE 12.5 GB/s; NVLink 3 is 300
-GB/s) make per-step parameter all-gathers expensive."""
+"""Bus bandwidth, per direction, below which per-step parameter all-gathers are expensive (PCIe gen4 x16 is ~32 GB/s,
+a node with one 100 GbE port 12.5 GB/s; NVLink 3 is 300 GB/s, a DGX A100's 8 HDR ports 200 GB/s)."""
 
 
 # What the rules reason about, asked of each candidate's traits (never its name).
@@ -68,12 +68,13 @@ class Context:
         return any(test(e) for e in self.fitting)
 
     def slowest_link_bytes_per_s(self) -> float | None:
-        """The slowest link gradients or parameters cross (intra-node, or per-GPU network share)."""
+        """The slowest link gradients or parameters cross: the intra-node link and, over several nodes, the node's
+        whole network, which a ring over every rank runs at (:func:`autoshard.strategies.costs.link`)."""
         intra = self.hardware.node.intra_node_bandwidth_bytes_per_s
         inter = self.hardware.inter_node_bandwidth_bytes_per_s
         links = [intra] if intra else []
         if self.hardware.nodes > 1 and inter:
-            links.append(inter / max(1, self.hardware.processes_per_node))
+            links.append(inter)
         return min(links) if links else None
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from autoshard.errors import NoFeasiblePlan, UsageError
 from autoshard.hardware import load_hardware
+from autoshard.hardware.profiles import profiles_dir
 from autoshard.planner import PlanRequest, plan
 from autoshard.profiler.options import Precision
 from autoshard.strategies import traits
@@ -116,6 +118,23 @@ def test_a_slow_interconnect_penalises_parameter_gathering():
     assert fast.recommended.strategy == "fsdp"
     assert slow.recommended.strategy == "deepspeed_stage_2"
     assert any("slow-interconnect" in r for c in slow.candidates if c.strategy == "fsdp" for r in c.reasons)
+
+
+@pytest.mark.parametrize(("ports", "slow"), [(8, False), (1, True)])
+def test_several_nodes_are_slow_when_the_nodes_whole_network_is(tmp_path: Path, ports: int, slow: bool):
+    """Eight HDR ports (200 GB/s a node) carry a ring over two DGX A100s at about NCCL's measured 192 GB/s: not
+    slow, though each GPU's share is 25 GB/s. One 100 GbE port (12.5 GB/s a node) is."""
+    text = (profiles_dir() / "nodes" / "dgx-a100.yaml").read_text(encoding="utf-8")
+    node = tmp_path / "node.yaml"
+    link = "infiniband-hdr" if ports == 8 else "ethernet-100g"
+    node.write_text(text.replace("link: infiniband-hdr", f"link: {link}").replace("ports: {value: 8,",
+                                                                                    f"ports: {{value: {ports},"))
+    hardware = load_hardware(str(node), nodes=2)
+    strategies = [Synthetic("deepspeed_stage_2", state_gib=10, act_gib=1, per_device_samples_s=100),
+                  Synthetic("fsdp", state_gib=10, act_gib=1, per_device_samples_s=105, sharded=True)]
+    p = plan(workload(3_000_000_000), hardware, request(micro_batch_size=2, goal="finetune"), strategies)
+    reasons = [r for c in p.candidates if c.strategy == "fsdp" for r in c.reasons]
+    assert any("slow-interconnect" in r for r in reasons) == slow
 
 
 def test_the_largest_micro_batch_that_fits_is_found_and_checkpointing_raises_it():

@@ -197,3 +197,24 @@ def test_layer_norm_statistics_are_counted_in_the_dtype_the_real_kernel_uses(tar
             kept = torch.ops.aten.native_layer_norm.default(x, [256], w, b, 1e-5)  # noqa: F841 (keep alive)
     output_bytes = 64 * 256 * 2
     assert tracker.totals[Category.TEMPORARIES] == output_bytes + 2 * 64 * expected_stat_dtype_bytes
+
+
+@pytest.mark.parametrize("frozen_before", [False, True])
+def test_a_trace_leaves_the_processs_frozen_objects_as_it_found_them(frozen_before: bool):
+    """A tracing session freezes older objects for its garbage collections and unfreezes them after; where the
+    process froze objects of its own (a server after fork, say), it freezes and unfreezes nothing."""
+    import gc
+
+    from autoshard.profiler.trace import trace_timelines
+
+    gc.unfreeze()
+    if frozen_before:
+        gc.freeze()
+    before = gc.get_freeze_count()
+    try:
+        options = ProfileOptions(batch_size=1, precision="32-true", optimizer="adamw", target="cpu")
+        trace_timelines(models.gpt_source(), options, (1, 2))
+        assert gc.get_freeze_count() == before
+        assert (before > 0) == frozen_before
+    finally:
+        gc.unfreeze()

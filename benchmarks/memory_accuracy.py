@@ -57,13 +57,12 @@ from _common import cpu_model
 import autoshard
 from autoshard.models.source import ModelSource, call_model, default_loss
 from autoshard.profiler.blocks import find_repeated_blocks
+from autoshard.profiler.collection import gc_paused, warm_up_checkpoint
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.trace import (
     STEPS,
     _build,
-    _gc_paused,
     _make_optimizer,
-    _warm_up_checkpoint,
 )
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 
@@ -217,11 +216,11 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
         batch = tree_map(lambda x: x.to(device) if torch.is_tensor(x) else x, batch)
         optimizer = _make_optimizer(source, options, model)
         if options.activation_checkpointing and blocks is not None:  # as fit() does: all, every N-th, or op
-            _warm_up_checkpoint()
+            warm_up_checkpoint()
             checkpoint_blocks(model, blocks.names, options.checkpointing)
         loss_fn = source.loss_fn or default_loss
         autocast_dtype = options.precision.autocast_dtype
-        with _gc_paused():
+        with gc_paused():
             for step in range(STEPS):
                 if step == STEPS - 1:
                     probe.mark()

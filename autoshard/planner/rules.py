@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.planner.plan import Evaluation, PlanRequest
+from autoshard.strategies import costs
 from autoshard.strategies.workload import Workload
 
 SMALL_MODEL_PARAMETERS = 500_000_000
@@ -69,13 +70,8 @@ class Context:
 
     def slowest_link_bytes_per_s(self) -> float | None:
         """The slowest link gradients or parameters cross: the intra-node link and, over several nodes, the node's
-        whole network, which a ring over every rank runs at (:func:`autoshard.strategies.costs.link`)."""
-        intra = self.hardware.node.intra_node_bandwidth_bytes_per_s
-        inter = self.hardware.inter_node_bandwidth_bytes_per_s
-        links = [intra] if intra else []
-        if self.hardware.nodes > 1 and inter:
-            links.append(inter)
-        return min(links) if links else None
+        whole network, which a ring over every rank runs at (the cost model's own bound)."""
+        return costs.bus_bandwidth_bytes_per_s(self.hardware, "world")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -244,7 +244,8 @@ def _checked(source: ModelSource, plan: Plan, traced: list[tuple[ModelProfile, d
              ) -> ModelProfile | Whole:
     """The copies combined at full depth, or why they cannot be (:class:`Whole`): the self-check of every
     extrapolated profile (its parameter count against the meta build's, its unused parameters in range)."""
-    assert source.num_layers is not None
+    if source.num_layers is None:  # plan_copies plans only for a source with a layer count; never trusted blindly
+        return Whole("the model source gives no layer count to extrapolate to", plan.kinds)
     depths = ", ".join(str(len(p)) for p in plan.positions)
     combined = _combine(source.name, source.num_layers, plan, traced)
     if isinstance(combined, str):

@@ -31,6 +31,7 @@ from autoshard.models.source import (
 from autoshard.profiler import fake_ops, flops, gpu
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
+from autoshard.profiler.collection import gc_paused, older_objects_frozen, warm_up_checkpoint
 from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
 from autoshard.profiler.op_census import CensusCounter, OpCensus
 from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
@@ -127,7 +128,7 @@ def trace_timelines(
         mode = FakeTensorMode(allow_non_fake_inputs=True)
     steps = []
     # fake_ops: shape rules for ops whose meta kernel refuses what the real kernels run (fp32 grouped_mm).
-    with _older_objects_frozen(), fake_ops.installed() if fake else contextlib.nullcontext(), mode, \
+    with older_objects_frozen(), fake_ops.installed() if fake else contextlib.nullcontext(), mode, \
             fake_tensor_log_quiet():
         model = _build(source, options)
         model.train()
@@ -140,7 +141,7 @@ def trace_timelines(
         semantics = gpu.semantics(options) if options.target == "cuda" else None
         if options.activation_checkpointing and blocks is not None:
             _checkpoint_blocks(model, blocks, semantics, checkpointing_of(options), tracker)
-        with _gc_paused():
+        with gc_paused():
             for i, batch_size in enumerate(batch_sizes):
                 at = dataclasses.replace(options, batch_size=batch_size)
                 if i:
@@ -431,7 +432,7 @@ def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.
     activations of the block."""
     from torch.utils.checkpoint import checkpoint
 
-    _warm_up_checkpoint()
+    warm_up_checkpoint()
     extra: dict[str, Any] = {}
     if choice.mode == "op":
         def saved(output: Any) -> None:
@@ -449,63 +450,6 @@ def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.
             return checkpoint(run, *args, use_reentrant=False, **extra, **kwargs)
 
         block.forward = forward
-
-
-@contextlib.contextmanager
-def _older_objects_frozen() -> Iterator[None]:
-    """Leave the objects that exist before a tracing session out of its garbage collections (``gc.freeze``).
-
-    The collection between two micro-batches of a session is a full one; without this it visits every object of
-    the process (torch's imports alone are ~300,000) when only the session's own objects can hold its tensors.
-    What the collection frees is the same: garbage made during the session is made of the session's objects.
-    Nothing is frozen where the process froze objects of its own (``gc.get_freeze_count()``): unfreezing after the
-    session would undo that.
-    """
-    import gc
-
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the traced steps.
-
-    Some tensors die only when the GC breaks a reference cycle (seen with non-reentrant checkpointing of
-    attention with dropout). When that happens depends on how many Python objects were allocated, which
-    differs between fake and real tensors and between runs. With the GC paused the trace is deterministic and
-    counts such tensors until the step ends: an upper bound.
-    """
-    import gc
-
-    was_enabled = gc.isenabled()
-    # No collection first: garbage from before the trace holds no storage this trace's tracker counts.
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-@functools.cache
-def _warm_up_checkpoint() -> None:
-    """Run checkpoint once on a tiny real tensor, outside any trace.
-
-    The first checkpointed backward in a process imports modules (torch._dynamo among them); the import's
-    frames form reference cycles that keep that block's recomputed tensors alive until Python's next garbage
-    collection. A long run never sees this one-off, and it would make the trace depend on when the GC runs.
-    """
-    from torch.utils.checkpoint import checkpoint
-
-    x = torch.ones(2, requires_grad=True)
-    checkpoint(lambda t: torch.nn.functional.dropout(t * 2, 0.5), x, use_reentrant=False).sum().backward()
 
 
 def _flops_by_module(counter: FlopCounterMode, model: nn.Module) -> dict[str, int]:

@@ -48,9 +48,10 @@ class Link:
     known: bool
 
 
-def link(hardware: HardwareSpec, scope: str) -> Link:
-    """The bus bandwidth bound of a collective of ``scope``: ``intra`` (within a node), ``world`` (one ring over
-    every rank of several nodes) or ``inter`` (one group per local rank, each of one rank per node, all at once).
+def bus_bandwidth_bytes_per_s(hardware: HardwareSpec, scope: str) -> float | None:
+    """The nominal bus bandwidth bound of a collective of ``scope`` (``None`` when the hardware does not say):
+    ``intra`` (within a node), ``world`` (one ring over every rank of several nodes) or ``inter`` (one group per
+    local rank, each of one rank per node, all at once). On one node every scope is the intra-node link.
 
     A ``world`` ring crosses each node boundary once per NCCL channel, and the channels spread over the node's
     NICs, so its bus bandwidth is the node's whole network bandwidth, capped by the intra-node link: NCCL's
@@ -59,20 +60,28 @@ def link(hardware: HardwareSpec, scope: str) -> Link:
     The ``inter`` groups (hybrid sharding's replica all-reduce) run side by side and share the node's NICs: each
     gets ``1 / processes_per_node`` of them.
     """
-    node = hardware.node
-    intra_bw = node.intra_node_bandwidth_bytes_per_s
+    intra_bw = hardware.node.intra_node_bandwidth_bytes_per_s
+    if scope == "intra" or hardware.nodes == 1:
+        return intra_bw
     inter_bw = hardware.inter_node_bandwidth_bytes_per_s
     if inter_bw is not None and scope == "inter":
         inter_bw /= max(1, hardware.processes_per_node)
+    candidates = [b for b in (intra_bw, inter_bw) if b is not None]
+    return min(candidates) if candidates else None
+
+
+def link(hardware: HardwareSpec, scope: str) -> Link:
+    """The link a collective of ``scope`` is limited by: :func:`bus_bandwidth_bytes_per_s` at
+    :data:`LINK_EFFICIENCY`, :data:`UNKNOWN_LINK_BYTES_PER_S` where the hardware does not say. Across nodes the
+    link counts as known only when the node's network bandwidth is."""
+    bw = bus_bandwidth_bytes_per_s(hardware, scope)
     if scope == "intra" or hardware.nodes == 1:
-        bw, latency, known = intra_bw, DEFAULT_LATENCY_S["intra"], intra_bw is not None
+        latency, known = DEFAULT_LATENCY_S["intra"], bw is not None
     else:
-        candidates = [b for b in (intra_bw, inter_bw) if b is not None]
-        bw = min(candidates) if candidates else None
         latency = hardware.inter_node_latency_s or DEFAULT_LATENCY_S["inter"]
-        known = inter_bw is not None
+        known = bw is not None and hardware.inter_node_bandwidth_bytes_per_s is not None
     return Link(bandwidth_bytes_per_s=(bw or UNKNOWN_LINK_BYTES_PER_S) * LINK_EFFICIENCY, latency_s=latency,
-                known=known and bw is not None)
+                known=known)
 
 
 _TRAFFIC = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,

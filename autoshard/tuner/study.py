@@ -108,7 +108,7 @@ def run_study(
     chosen = precision or default_precision(hw)
     plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
                     precision=chosen, optimizer=optimizer,
-                    strategies=None if strategies is None else list(strategies), cache=use_cache)
+                    strategies=strategies, cache=use_cache)
     environ = worker_environ(os.environ, hw)
     flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
     if space is None:

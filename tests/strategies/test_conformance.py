@@ -4,6 +4,8 @@ holds exactly the strategies and families users are told about — no skip: a re
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autoshard import strategies
@@ -40,12 +42,14 @@ def test_the_typed_strategy_names_are_the_registrys() -> None:
     assert list(get_args(FamilyName)) == strategies.family_names()
 
 
-def test_a_string_where_a_list_of_strategies_belongs_is_refused_before_tracing() -> None:
+def test_a_string_where_a_list_of_strategies_belongs_is_refused_before_tracing(tmp_path: Path) -> None:
     import autoshard
     from autoshard.errors import UsageError
 
     with pytest.raises(UsageError, match=r"a list of strategy names, e.g. \['fsdp'\]"):
         autoshard.recommend("tiny-gpt2", hardware="dgx-h100", strategies="fsdp")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"a list of strategy names, e.g. \['ddp'\]"):
+        autoshard.tune("tiny-gpt2", strategies="ddp", trials=1, output_dir=tmp_path)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

@@ -114,6 +114,7 @@ def recommend(
     activation_checkpointing: str | bool | None = None,
     reduce_dtype: ReduceDtype | None = None,
     cache: bool = True,
+    jobs: int | None = None,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -140,6 +141,9 @@ def recommend(
             options (any hardware), and keep it there after tracing (``~/.cache/autoshard/workloads``, see
             :mod:`autoshard.cache`); ``False`` neither reads nor writes it. :attr:`Plan.cached_workload` names the
             entry used.
+        jobs: processes tracing the model at once, at most (``None``: one per CPU core this process may use).
+            Tracing sessions run in forked processes on Linux when this process runs no other thread and has
+            not initialised CUDA, else one after the other; the plan is the same either way.
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
@@ -154,4 +158,5 @@ def recommend(
     return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
                     safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl,
-                    checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache)
+                    checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache,
+                    jobs=jobs)

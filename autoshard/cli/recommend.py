@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", type=Path, metavar="DIR",
                         help="write plan.json and the configs for the recommendation (docs/export.md)")
     parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="trace in at most N processes at once (default: one per CPU core; 1: in this process)")
     parser.add_argument("--no-cache", action="store_true",
                         help="trace the model again: neither read nor write the workload cache (autoshard cache)")
     add_hardware_arguments(parser)
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
             optimizer_impl=args.optimizer_impl, activation_checkpointing=args.checkpointing,
             reduce_dtype=args.reduce_dtype,
-            cache=not args.no_cache,
+            cache=not args.no_cache, jobs=args.jobs,
         )
     if plan.cached_workload is not None and not args.json:  # --json says it in "cached_workload"
         print(f"autoshard: note: the traced step came from the workload cache ({plan.cached_workload}); "

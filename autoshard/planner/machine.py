@@ -102,6 +102,7 @@ def plan_for(
     checkpointing: str | bool | ActivationCheckpointing | None = None,
     reduce_dtype: ReduceDtype | str | None = None,
     cache: bool = True,
+    jobs: int | None = None,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
@@ -113,7 +114,8 @@ def plan_for(
     (``MixedPrecisionPolicy.reduce_dtype``; ``None``: fp32, as autoshard's FSDP knob defaults).
     ``cache``: read the traced step from the workload cache, and write it there after tracing
     (:mod:`autoshard.planner.workload_cache`; the directory is :func:`autoshard.cache.workloads_dir` of the
-    environment); :attr:`Plan.cached_workload` says whether it was read.
+    environment); :attr:`Plan.cached_workload` says whether it was read. ``jobs``: processes tracing at once, at
+    most (``None``: one per usable core; see :func:`autoshard.strategies.workload.build_workload`).
 
     Raises:
         UsageError: contradictory or out-of-range arguments, checked before anything is traced.
@@ -130,6 +132,8 @@ def plan_for(
     for name, value in (("batch size", batch_size), ("global batch size", global_batch_size)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise UsageError(f"{name} must be a positive integer, but got {value!r}.")
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise UsageError(f"jobs must be a positive integer (processes tracing at once), but got {jobs!r}.")
     if optimizer_impl is not None:
         optimizer_impl = parse_optimizer_impl(optimizer_impl, parse_optimizer(optimizer))
     choice = None if checkpointing is None else parse_checkpointing(checkpointing)
@@ -147,7 +151,7 @@ def plan_for(
         load_source(source), directory=workloads_dir(os.environ) if cache else None,
         precision=precision or default_precision(hardware), optimizer=optimizer, seq_len=seq_len,
         target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
-        optimizer_impl=optimizer_impl, checkpointing=choices, checkpoint_mode=mode,
+        optimizer_impl=optimizer_impl, checkpointing=choices, checkpoint_mode=mode, jobs=jobs,
     )
     planned = plan(workload, hardware, request, chosen)
     return planned if entry is None else dataclasses.replace(planned, cached_workload=str(entry))

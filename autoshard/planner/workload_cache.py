@@ -168,6 +168,7 @@ def cached_workload(
     checkpoint_mode: ActivationCheckpointing = FULL,
     optimizer_impl: OptimizerImpl | None = None,
     progress: Callable[[int, int], None] | None = None,
+    jobs: int | None = None,
 ) -> tuple[Workload, Path | None]:
     """:func:`~autoshard.strategies.workload.build_workload`, read from the cache in ``directory`` when an entry is
     there and written to it when not.
@@ -184,6 +185,8 @@ def cached_workload(
         checkpoint_mode: see :func:`~autoshard.strategies.workload.build_workload`.
         optimizer_impl: see :func:`~autoshard.strategies.workload.build_workload`.
         progress: see :func:`~autoshard.strategies.workload.build_workload` (not called on a cache hit).
+        jobs: see :func:`~autoshard.strategies.workload.build_workload` (not part of the key: the workload is the
+            same).
 
     Returns:
         The workload, and the entry it was read from (``None`` when it was traced now).
@@ -203,7 +206,7 @@ def cached_workload(
             return found, path
     workload = build_workload(source, precision=precision, optimizer=optimizer, seq_len=seq_len,
                               checkpointing=checkpointing, target=target, progress=progress,
-                              checkpoint_mode=checkpoint_mode, optimizer_impl=optimizer_impl)
+                              checkpoint_mode=checkpoint_mode, optimizer_impl=optimizer_impl, jobs=jobs)
     if path is not None and key is not None:
         try:
             store(path, key, workload)

@@ -69,7 +69,7 @@ from autoshard.profiler.cuda_autocast_policy import (
 )
 from autoshard.profiler.kernel_overrides import KernelOverrides
 
-__all__ = ["CUDA_AUTOCAST_POLICIES", "CastPolicy", "CudaSemantics"]
+__all__ = ["CUDA_AUTOCAST_POLICIES", "CastPolicy", "CudaSemantics", "kernels_registered"]
 
 
 _AUTOCAST_DTYPES = (torch.bfloat16, torch.float16)
@@ -455,15 +455,25 @@ def _half_to_float_kernel(
 # --- registration ----------------------------------------------------------------------------
 
 
-def _cpu_only_autocast_ops() -> list[str]:
-    """ATen ops with an AutocastCPU kernel but none on AutocastCUDA: CUDA falls through."""
-    return [
-        name
-        for name in torch._C._dispatch_get_all_op_names()
-        if name.startswith("aten::")
-        and name not in CUDA_AUTOCAST_POLICIES
-        and torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCPU")
-    ]
+_cpu_only_found: tuple[int, tuple[str, ...]] = (-1, ())
+
+
+def _cpu_only_autocast_ops() -> tuple[str, ...]:
+    """ATen ops with an AutocastCPU kernel but none on AutocastCUDA: CUDA falls through.
+
+    Asking the dispatcher about each of its ~2,700 ``aten`` ops takes ~10 ms; the answer is kept until an op
+    is registered (the count of op names changes)."""
+    global _cpu_only_found
+    names = torch._C._dispatch_get_all_op_names()
+    if _cpu_only_found[0] != len(names):
+        _cpu_only_found = (len(names), tuple(
+            name
+            for name in names
+            if name.startswith("aten::")
+            and name not in CUDA_AUTOCAST_POLICIES
+            and torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCPU")
+        ))
+    return _cpu_only_found[1]
 
 
 def _kernel_table() -> Iterator[tuple[str, Callable[..., Any], str]]:
@@ -485,3 +495,17 @@ def _kernel_table() -> Iterator[tuple[str, Callable[..., Any], str]]:
 _KERNELS = KernelOverrides(lambda: (
     (name.removeprefix("aten::"), kernel, key) for name, kernel, key in _kernel_table()
 ))
+
+
+@contextlib.contextmanager
+def kernels_registered() -> Iterator[None]:
+    """Keep the CUDA-semantics kernels registered for the whole block, so that the :class:`CudaSemantics`
+    regions entered inside it (forward and backward of every step of a trace) do not each register ~200
+    kernels and remove them again. Outside a region the kernels behave as ATen's own (CPU autocast aside: see
+    :class:`CudaSemantics`)."""
+    _KERNELS.acquire()
+    try:
+        yield
+    finally:
+        _KERNELS.release()
+

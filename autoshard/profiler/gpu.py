@@ -53,6 +53,13 @@ def semantics(options: ProfileOptions) -> CudaSemanticsLike:
     return _Semantics(options.precision.autocast_dtype)
 
 
+def kernels_registered() -> contextlib.AbstractContextManager[None]:
+    """The CUDA emulation's kernels registered for a whole block (:func:`cuda_semantics.kernels_registered`)."""
+    from autoshard.profiler.cuda_semantics import kernels_registered as registered
+
+    return registered()
+
+
 def overheads(compute_capability: tuple[int, int] = (9, 0)) -> tuple[Overhead, ...]:
     """Fixed per-process costs on a CUDA device, for the given compute capability (default: Hopper): the
     cuBLAS workspaces in the allocator, the CUDA context outside it."""

@@ -128,7 +128,10 @@ def trace_timelines(
         mode = FakeTensorMode(allow_non_fake_inputs=True)
     steps = []
     # fake_ops: shape rules for ops whose meta kernel refuses what the real kernels run (fp32 grouped_mm).
-    with older_objects_frozen(), fake_ops.installed() if fake else contextlib.nullcontext(), mode, \
+    # The CUDA-semantics kernels stay registered for the session (registering them takes ~10 ms, and each step's
+    # forward and backward would register and remove them again).
+    kernels = gpu.kernels_registered() if options.target == "cuda" else contextlib.nullcontext()
+    with older_objects_frozen(), fake_ops.installed() if fake else contextlib.nullcontext(), kernels, mode, \
             fake_tensor_log_quiet():
         model = _build(source, options)
         model.train()

@@ -18,12 +18,13 @@ Compute modes:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autoshard.models.source import ModelSource
-from autoshard.profiler.checkpointing import FULL, NONE, ActivationCheckpointing
-from autoshard.profiler.options import OptimizerImpl, Precision, ProfileOptions
+from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing
+from autoshard.profiler.options import OptimizerImpl, Precision
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
 from autoshard.profiler.timeline import lines_up, non_state_peaks, phase_peaks
@@ -289,6 +290,10 @@ def parameter_layout(module: nn.Module) -> tuple[tuple[int, ...], RepeatedBlocks
     return tuple(numels), blocks, block_counts
 
 
+TraceKey = tuple[Precision, bool, bool]
+"""One tracing session: the precision traced, the output cast to fp32 before the loss, checkpointing."""
+
+
 def build_workload(
     source: ModelSource,
     *,
@@ -300,6 +305,7 @@ def build_workload(
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
     checkpoint_mode: ActivationCheckpointing = FULL,
+    jobs: int | None = None,
 ) -> Workload:
     """Trace what the strategies need: for each mode and checkpointing choice, micro-batches 1, 2 and 3.
 
@@ -313,51 +319,32 @@ def build_workload(
         progress: called as ``progress(done, total)`` after each tracing session (the CLI shows it while it waits).
         optimizer_impl: the optimizer implementation (``None``: torch's default on ``target``).
         checkpoint_mode: what ``True`` in ``checkpointing`` recomputes (``full``, ``every-N`` or ``op``).
+        jobs: processes tracing at once (``None``: one per usable core, at most one per session). Sessions past
+            the first run in forked children (:mod:`autoshard.forked`) where forking is safe, else one after
+            the other; the workload is the same either way.
     """
     import torch
 
     from autoshard.profiler.options import parse_precision
-    from autoshard.profiler.scaling import profiles_with_timelines
+    from autoshard.strategies.trace_sessions import TraceSessions, jobs_for
 
     precision = parse_precision(precision)
     # mode -> (traced precision, output cast to fp32 before the loss)
     modes = {"amp": (precision, False), "half": (half_precision(precision), False)}
     if precision is Precision.FP16_MIXED:
         modes["half_fp32_output"] = (half_precision(precision), True)
-    cache: dict[tuple[Precision, bool, bool, int], tuple[ModelProfile, DepthTimelines]] = {}
-    # Progress counts tracing sessions (each traces micro-batches 1, 2 and 3); the total is known once the first
-    # session says whether blocks repeat.
-    total = len(modes) * len(checkpointing)
-    sessions = 0
-
-    def traced(p: Precision, fp32_output: bool, ckpt: bool, batch: int) -> tuple[ModelProfile, DepthTimelines]:
-        nonlocal sessions
-        key = (p, fp32_output, ckpt, batch)
-        if key not in cache:
-            opts = ProfileOptions(batch_size=batch, seq_len=seq_len, precision=p, optimizer=optimizer,
-                                  checkpointing=checkpoint_mode if ckpt else NONE, target=target,
-                                  fp32_output=fp32_output, optimizer_impl=optimizer_impl)
-            # FLOPs (and the op census) are exactly proportional to the micro-batch: counted at micro-batch 1
-            # only. One session traces micro-batches 1, 2 and 3 (profiler.trace.trace_timelines).
-            sizes = (batch,) if batch != 1 else BATCH_SIZES
-            count = batch == 1
-            for size, traced_at in zip(sizes, profiles_with_timelines(source, opts, sizes, count_flops=count),
-                                       strict=True):
-                cache[(p, fp32_output, ckpt, size)] = traced_at
-            sessions += 1
-            if progress is not None:
-                progress(sessions, total)
-        return cache[key]
-
-    def step_trace(mode: str, p: Precision, fp32_output: bool, ckpt: bool) -> StepTrace:
-        (one, _), (two, t2), (_, t3) = (traced(p, fp32_output, ckpt, b) for b in (1, 2, 3))
-        return StepTrace(mode=mode, checkpointing=ckpt, precision=p, at_1=one, at_2=two, timelines_2=t2,
-                         timelines_3=t3)
-
-    base = traced(precision, False, checkpointing[0], 1)[0]
+    # Modes traced in the same precision share their sessions (bf16-true, 32-true); the first is the base.
+    keys = list(dict.fromkeys((p, out, ckpt) for p, out in modes.values() for ckpt in checkpointing))
+    sessions = TraceSessions(source=source, seq_len=seq_len, optimizer=optimizer, target=target,
+                             optimizer_impl=optimizer_impl, checkpoint_mode=checkpoint_mode)
+    traced = sessions.run(keys, jobs_for(jobs, len(keys)), progress)
+    base = traced[keys[0]].at_1
     choices = [c for c in checkpointing if not c or base.block_class is not None] or [False]
-    total = len(modes) * len(choices)
-    traces = tuple(step_trace(mode, p, out, ckpt) for mode, (p, out) in modes.items() for ckpt in choices)
+    # Only checkpointing asked for, and nothing repeats: the sessions without it are traced now.
+    missing = [k for k in dict.fromkeys((p, out, c) for p, out in modes.values() for c in choices) if k not in traced]
+    traced.update(sessions.run(missing, 1) if missing else {})
+    traces = tuple(dataclasses.replace(traced[(p, out, ckpt)], mode=mode)
+                   for mode, (p, out) in modes.items() for ckpt in choices)
     # Parameter layout from a meta build (no allocation), unique tensors only.
     with torch.device("meta"):
         module = source.build()

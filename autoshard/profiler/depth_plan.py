@@ -10,12 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from autoshard.errors import AutoshardError
 from autoshard.models.hf_layers import LayerKinds, layer_kinds
 from autoshard.models.source import ModelSource
 
-__all__ = ["SHALLOW_LAYERS", "Plan", "Whole", "plan_copies"]
+__all__ = ["SHALLOW_LAYERS", "Plan", "Whole", "meta_model", "plan_copies"]
 
 SHALLOW_LAYERS = (2, 3)
 """Block counts traced when extrapolating. Two and three (not one and two): the first and the last block may
@@ -71,17 +72,33 @@ def plan_copies(source: ModelSource) -> Plan | Whole:
     return plan
 
 
+_meta_kept: dict[int, tuple[ModelSource, nn.Module]] = {}
+
+
+def meta_model(source: ModelSource) -> nn.Module:
+    """``source``'s model built at full depth on the meta device, kept for the last :data:`PLANS_KEPT` sources
+    (as :func:`plan_copies` keeps plans): the plan and the workload's parameter layout read the same build.
+    Read it; never change it."""
+    kept = _meta_kept.get(id(source))
+    if kept is not None and kept[0] is source:
+        return kept[1]
+    with torch.device("meta"):
+        model = source.build()
+    while len(_meta_kept) >= PLANS_KEPT:
+        del _meta_kept[next(iter(_meta_kept))]
+    _meta_kept[id(source)] = (source, model)
+    return model
+
+
 def _new_plan(source: ModelSource) -> Plan | Whole:
     """Choose the shallow copies, from the model built at full depth on the meta device (seconds even for
     671B parameters: nothing is allocated), and check that each copy has the kinds of block it stands for."""
     target, with_num_layers = source.num_layers, source.with_num_layers
     if target is None or with_num_layers is None:
         raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
-    with torch.device("meta"):
-        model = source.build()
+    model = meta_model(source)
     parameter_count = sum(p.numel() for p in model.parameters())  # parameters() yields a tied tensor once
     kinds = layer_kinds(model, target)
-    del model
     rebuild: Callable[[tuple[int, ...]], ModelSource]
     positions: tuple[tuple[int, ...], ...]
     weights: tuple[int, ...]

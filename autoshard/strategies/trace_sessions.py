@@ -11,6 +11,7 @@ the one traced in one process.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -66,15 +67,18 @@ class TraceSessions:
 
     def run(self, keys: Sequence[TraceKey], jobs: int,
             progress: Callable[[int, int], None] | None = None) -> dict[TraceKey, StepTrace]:
-        """Trace every key, the first in this process first; with ``jobs`` > 1 the others are dealt out in turn
-        to this process and ``jobs - 1`` forked children. Checkpointed sessions are dropped when the first
+        """Trace every key, the first in this process first; with ``jobs`` > 1 the keys are cut in ``jobs``
+        runs of consecutive keys (a mode's sessions with and without checkpointing together), the first
+        traced here and each other in a forked child. Checkpointed sessions are dropped when the first
         session finds no repeated block (nothing to checkpoint). A child that fails has its sessions traced
         here, so an error is raised here, as without children.
 
         ``progress(done, total)`` is called after each session traced here, and for each of a child's when its
         results arrive.
         """
-        groups = [list(keys[i::jobs]) for i in range(jobs)]
+        size, extra = divmod(len(keys), jobs)
+        ends = list(itertools.accumulate(size + (i < extra) for i in range(jobs)))
+        groups = [list(keys[end - size - (i < extra):end]) for i, end in enumerate(ends)]
         children = [(group, ForkedCall(functools.partial(self.trace_all, group), tuple[StepTrace, ...]))
                     for group in groups[1:]]
         traced: dict[TraceKey, StepTrace] = {}

@@ -323,8 +323,7 @@ def build_workload(
             the first run in forked children (:mod:`autoshard.forked`) where forking is safe, else one after
             the other; the workload is the same either way.
     """
-    import torch
-
+    from autoshard.profiler.depth_plan import meta_model
     from autoshard.profiler.options import parse_precision
     from autoshard.strategies.trace_sessions import TraceSessions, jobs_for
 
@@ -345,9 +344,9 @@ def build_workload(
     traced.update(sessions.run(missing, 1) if missing else {})
     traces = tuple(dataclasses.replace(traced[(p, out, ckpt)], mode=mode)
                    for mode, (p, out) in modes.items() for ckpt in choices)
-    # Parameter layout from a meta build (no allocation), unique tensors only.
-    with torch.device("meta"):
-        module = source.build()
+    # Parameter layout from a meta build (no allocation; the one the depth plan made, when it made one), unique
+    # tensors only.
+    module = meta_model(source)
     numels, blocks, block_counts = parameter_layout(module)
     trainable = base.trainable_parameter_count or 1
     return Workload(

@@ -23,7 +23,8 @@ be told from a slow one.
 Section ``speed`` (issue #17): min / median / max of ``--repeat`` fresh processes of each of
 
 * ``python -c "import torch"``: the floor every planning command pays;
-* ``recommend --cache-model --hardware H --nodes N --seq-len S`` with an empty cache directory (cold);
+* ``recommend --cache-model --hardware H --nodes N --seq-len S`` with an empty cache directory (cold), and the
+  same with ``--jobs 1`` (tracing in one process: what a one-core machine would wait);
 * the same with the workload cached by that run, at ``--cached-nodes`` nodes (each run reads the entry its cold
   run wrote; a run that did not use the cache is a failure);
 * ``recommend`` of Llama-3.1-8B's published ``config.json`` (built from ``LlamaConfig`` and written with
@@ -51,7 +52,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,9 @@ class Runs:
     """Wall time of each run that finished, failed ones included."""
     foreign_cores: list[float | None]
     """Cores other processes kept busy on average during each run (``None`` without ``/proc/stat``)."""
+    cpu_seconds: list[float | None] = field(default_factory=list)
+    """CPU time of each run's process and the processes it forked (``recommend`` traces in one process per
+    core: its CPU time can exceed its wall time)."""
     exit_code: int | None
     """The last run's exit status; ``None`` when it timed out."""
     stdout: str
@@ -193,6 +197,7 @@ def run_cold(cli_argv: list[str], repeat: int, ok_exit_codes: Sequence[int], *,
     cmd = command or [sys.executable, "-m", "autoshard", *cli_argv]
     seconds: list[float] = []
     loads: list[float | None] = []
+    cpu: list[float | None] = []
     exit_code: int | None = None
     stdout, error = "", None
     for i in range(repeat):
@@ -208,14 +213,16 @@ def run_cold(cli_argv: list[str], repeat: int, ok_exit_codes: Sequence[int], *,
                 break
             wall_s = time.perf_counter() - t0
         seconds.append(wall_s)
-        loads.append(foreign_cores(before, cpu_seconds(), wall_s))
+        after = cpu_seconds()
+        loads.append(foreign_cores(before, after, wall_s))
+        cpu.append(None if before is None or after is None else round(after[1] - before[1], 2))
         exit_code, stdout = done.returncode, done.stdout
         if exit_code not in ok_exit_codes:
             error = f"exit {exit_code}: {_error_line(done.stderr)}"
             break
     shown = ["python", *cmd[1:]] if command else ["python", "-m", "autoshard", *cli_argv]
-    return Runs(command=shlex.join(shown), seconds=seconds, foreign_cores=loads, exit_code=exit_code, stdout=stdout,
-                error=error)
+    return Runs(command=shlex.join(shown), seconds=seconds, foreign_cores=loads, cpu_seconds=cpu,
+                exit_code=exit_code, stdout=stdout, error=error)
 
 
 def _error_line(stderr: str) -> str:
@@ -293,6 +300,8 @@ def measure_speed(args: argparse.Namespace, work_dir: Path) -> list[dict[str, An
     floor = run_cold([], repeat, (0,), command=[sys.executable, "-c", "import torch"])
     cold = run_cold(recommend_argv(args.cache_model, seq_len, hw, nodes), repeat, RECOMMEND_OK_EXIT_CODES,
                     cache_dirs=dirs)
+    one_process = run_cold([*recommend_argv(args.cache_model, seq_len, hw, nodes), "--jobs", "1"], repeat,
+                           RECOMMEND_OK_EXIT_CODES)
     cached = _used_the_cache(run_cold(recommend_argv(args.cache_model, seq_len, hw, args.cached_nodes), repeat,
                                       RECOMMEND_OK_EXIT_CODES, cache_dirs=dirs))
     config = hf_config(work_dir, args.hf_size)
@@ -303,6 +312,7 @@ def measure_speed(args: argparse.Namespace, work_dir: Path) -> list[dict[str, An
     rows = [
         ("torch import (floor)", floor, None, None),
         (f"{args.cache_model} recommend, cold", cold, "cold", default_setup),
+        (f"{args.cache_model} recommend, cold, tracing in one process", one_process, None, None),
         (f"{args.cache_model} recommend, workload cached ({args.cached_nodes} nodes)", cached, "cached",
          default_setup),
         (f"{HF_MODEL} config.json ({args.hf_size}) recommend, cold", hf, "hf_cold",
@@ -354,6 +364,7 @@ def environment(argv: Sequence[str]) -> dict[str, Any]:
         "date": datetime.date.today().isoformat(),
         "machine": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "autoshard": autoshard.__version__,
@@ -387,14 +398,19 @@ def _speed_markdown(report: dict[str, Any]) -> list[str]:
     method = (f"Each time is a fresh process, {setup['repeat']} run(s) per command, min / median / max. Cold runs "
               "plan with an empty workload cache directory; each cached run reads the entry its cold run wrote "
               "(same model, options and versions; another node count). The targets (issue #17) are judged on "
-              "the median. \"others' load\" is the most cores other processes kept busy during one run.")
+              "the median. `recommend` traces in one process per usable core (here "
+              f"{report['meta'].get('usable_cores', '?')}), at most one per tracing session; `--jobs 1` traces in "
+              "one. \"CPU (s)\" is the median CPU time of the run's processes together. \"others' load\" is the "
+              "most cores other processes kept busy during one run.")
     lines = ["## Workload cache and start-up", "", method, "",
-             "| what | command | runs (s) | min (s) | median (s) | max (s) | target | others' load (cores) |",
-             "|---|---|---|---:|---:|---:|---|---:|"]
+             "| what | command | runs (s) | min (s) | median (s) | max (s) | target | CPU (s) | others' load (cores) |",
+             "|---|---|---|---:|---:|---:|---|---:|---:|"]
     for row in report["speed"]:
         loads = [x for x in row["foreign_cores"] if x is not None]
+        cpu = [x for x in row.get("cpu_seconds", []) if x is not None]
         cells = [row["what"], f"`{row['command']}`", _runs(row), _seconds(row["min_s"]), _seconds(row["median_s"]),
-                 _seconds(row["max_s"]), _verdict(row), f"{max(loads):.2f}" if loads else "—"]
+                 _seconds(row["max_s"]), _verdict(row), _seconds(statistics.median(cpu)) if cpu else "—",
+                 f"{max(loads):.2f}" if loads else "—"]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return [*lines, ""]
 

@@ -110,11 +110,13 @@ def test_speed_section_times_the_floor_cold_cached_hf_and_help_runs(speed: tuple
     data, md = speed
     rows = {row["what"]: row for row in data["speed"]}
     assert list(rows) == ["torch import (floor)", "tiny-gpt2 recommend, cold",
+                          "tiny-gpt2 recommend, cold, tracing in one process",
                           "tiny-gpt2 recommend, workload cached (2 nodes)",
                           "llama-3.1-8b config.json (tiny) recommend, cold", "autoshard --help"]
     for row in rows.values():
         assert row["error"] is None, row["error"]
         assert len(row["seconds"]) == 2 and row["min_s"] <= row["median_s"] <= row["max_s"]
+        assert len(row["cpu_seconds"]) == 2 and all(s > 0 for s in row["cpu_seconds"])
     assert rows["torch import (floor)"]["command"] == "python -c 'import torch'"
     assert rows["tiny-gpt2 recommend, workload cached (2 nodes)"]["command"].endswith(
         "recommend tiny-gpt2 --hardware dgx-h100 --nodes 2 --seq-len 32 --json")

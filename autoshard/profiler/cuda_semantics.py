@@ -501,8 +501,9 @@ _KERNELS = KernelOverrides(lambda: (
 def kernels_registered() -> Iterator[None]:
     """Keep the CUDA-semantics kernels registered for the whole block, so that the :class:`CudaSemantics`
     regions entered inside it (forward and backward of every step of a trace) do not each register ~200
-    kernels and remove them again. Outside a region the kernels behave as ATen's own (CPU autocast aside: see
-    :class:`CudaSemantics`)."""
+    kernels and remove them again. Outside a region the kernels behave as ATen's own, but for CPU autocast:
+    while they are registered, ``torch.autocast("cpu")`` anywhere in the process follows CUDA's op lists (as
+    inside :class:`CudaSemantics`)."""
     _KERNELS.acquire()
     try:
         yield

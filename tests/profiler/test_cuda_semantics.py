@@ -629,3 +629,30 @@ def test_composite_python_functions_are_emulated_inside() -> None:
 
 if __name__ == "__main__":
     print(json.dumps(_ground_truth()))
+
+
+def test_kernels_stay_registered_across_regions_inside_kernels_registered_and_go_after() -> None:
+    from autoshard.profiler.cuda_semantics import kernels_registered
+
+    def registered() -> bool:
+        return torch._C._dispatch_has_kernel_for_dispatch_key("aten::exp", "AutocastCPU")
+
+    with kernels_registered():
+        assert registered()
+        with CudaSemantics(BF16):
+            assert torch.exp(torch.ones(2, dtype=BF16)).dtype == FP32
+        assert registered()  # the region's exit left them: the block holds them
+        with torch.autocast("cpu", dtype=BF16):  # plain CPU autocast sees CUDA's lists meanwhile (documented)
+            assert torch.exp(torch.ones(2, dtype=BF16)).dtype == FP32
+    assert not registered()
+    with torch.autocast("cpu", dtype=BF16):
+        assert torch.exp(torch.ones(2, dtype=BF16)).dtype == BF16
+
+
+def test_a_cuda_trace_leaves_no_kernel_registered() -> None:
+    from autoshard.models import load_source
+    from autoshard.profiler.options import ProfileOptions
+    from autoshard.profiler.trace import trace_timelines
+
+    trace_timelines(load_source("tiny-gpt2"), ProfileOptions(batch_size=1, seq_len=16, target="cuda"), (1, 2))
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::exp", "AutocastCPU")

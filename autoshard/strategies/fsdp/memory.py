@@ -12,6 +12,7 @@ same phase. ``docs/strategies/fsdp.md`` lists the rules with their line of sourc
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -242,45 +243,59 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     c, r, o = layout.gather_bytes, layout.reduce_bytes, layout.orig_bytes
     cast = c != o
     units_all = (units.root, *units.blocks)
+    # Each quantity below is a function of a unit's tensor sizes alone, and a model's blocks are alike: each is
+    # worked out once per distinct unit (llama-2-70b's 80 blocks: once, not 80 × 80 / 2 times for `earlier`).
 
-    def shard(u: Sequence[int]) -> int:  # padded shard elements of a unit (ceil per tensor ~ dim-0 padding)
+    @functools.cache
+    def shard(u: tuple[int, ...]) -> int:  # padded shard elements of a unit (ceil per tensor ~ dim-0 padding)
         return sum(math.ceil(t / n) for t in u)
 
-    def gathered(u: Sequence[int]) -> int:  # per-parameter all_gather_outputs: padded, one tensor each
+    @functools.cache
+    def gathered(u: tuple[int, ...]) -> int:  # per-parameter all_gather_outputs: padded, one tensor each
         return sum(rnd(math.ceil(t / n) * n * c) for t in u)
 
-    def flat(u: Sequence[int]) -> int:  # foreach_all_gather's all_gather_output: one flat tensor
+    @functools.cache
+    def flat(u: tuple[int, ...]) -> int:  # foreach_all_gather's all_gather_output: one flat tensor
         return rnd(shard(u) * n * c) if n > 1 else 0  # one rank: no collective (FSDPParamGroup.unshard)
 
-    def copy_in(u: Sequence[int]) -> int:  # foreach_all_gather's inputs on the device
+    @functools.cache
+    def copy_in(u: tuple[int, ...]) -> int:  # foreach_all_gather's inputs on the device
         if n == 1:  # wait_for_unshard copies each parameter's (cast) all_gather_inputs[0], one at a time
             return max((rnd(t * c) for t in u), default=0) if cast or layout.offload else 0
         if layout.offload:  # sharded_param_data.to(device) then the cast, per parameter
             return rnd(shard(u) * c) + (max(rnd(math.ceil(t / n) * o) for t in u) if cast else 0)
         return rnd(shard(u) * c) if cast else 0  # _get_param_all_gather_inputs: one flat bf16 copy
 
-    def grads(u: Sequence[int]) -> int:  # unsharded gradients autograd produces, in the compute dtype
+    @functools.cache
+    def grads(u: tuple[int, ...]) -> int:  # unsharded gradients autograd produces, in the compute dtype
         return sum(rnd(t * c) for t in u)
 
-    def last_grad(u: Sequence[int]) -> int:  # the `unsharded_grad` loop in foreach_reduce runs only if n > 1
+    @functools.cache
+    def last_grad(u: tuple[int, ...]) -> int:  # the `unsharded_grad` loop in foreach_reduce runs only if n > 1
         return rnd(u[-1] * c) if n > 1 else 0
 
-    def rs_in(u: Sequence[int]) -> int:
+    @functools.cache
+    def rs_in(u: tuple[int, ...]) -> int:
         return rnd(shard(u) * n * r)
 
-    def rs_copy(u: Sequence[int]) -> int:  # the backend's copy of the input, alive during the collective
+    @functools.cache
+    def rs_copy(u: tuple[int, ...]) -> int:  # the backend's copy of the input, alive during the collective
         return rs_in(u) if layout.reduce_scatter_copies_input else 0
 
-    def rs_out(u: Sequence[int]) -> int:  # reduce_output, then its cast to the parameter dtype
+    @functools.cache
+    def rs_out(u: tuple[int, ...]) -> int:  # reduce_output, then its cast to the parameter dtype
         return rnd(shard(u) * r) + (rnd(shard(u) * o) if r != o else 0)
 
-    def sharded_grad(u: Sequence[int]) -> int:  # views of the reduce-scatter output (offload: moved to CPU)
+    @functools.cache
+    def sharded_grad(u: tuple[int, ...]) -> int:  # views of the reduce-scatter output (offload: moved to CPU)
         return 0 if layout.offload else rnd(shard(u) * o)
 
-    def ar_held(u: Sequence[int]) -> int:  # HSDP keeps the reduce-dtype buffer in _all_reduce_state
+    @functools.cache
+    def ar_held(u: tuple[int, ...]) -> int:  # HSDP keeps the reduce-dtype buffer in _all_reduce_state
         return rnd(shard(u) * r) if layout.hybrid and r != o else 0
 
-    def kept(u: Sequence[int]) -> int:  # what a block keeps between its forward and its backward
+    @functools.cache
+    def kept(u: tuple[int, ...]) -> int:  # what a block keeps between its forward and its backward
         raf = layout.reshard_after_forward
         if raf is True:
             return 0
@@ -325,10 +340,11 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     at_start = acts.backward_peak_unit is None
     add("backward", "start", g_root + kept_so_far, acts.backward if at_start else min(acts.backward, acts.loss))
     head_grads = grads(units.root_after)
+    kept_before = list(itertools.accumulate((kept(b) for b in blocks), initial=0))
     done_grads, held_ar, held_rs = 0, 0, 0
     for k in range(len(blocks) - 1, -1, -1):
         block = blocks[k]
-        earlier = sum(kept(b) for b in blocks[:k])
+        earlier = kept_before[k]
         ahead = 0 if layout.reshard_after_forward is False else sum(
             flat(b) for b in blocks[max(0, k - layout.backward_prefetch) : k])
         # While unit k runs its backward: what the units below it saved, and all of its own (recomputed, under

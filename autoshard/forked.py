@@ -10,7 +10,9 @@ it would have computed itself.
 Forking is refused (:func:`fork_refusal`) where it is not safe: off Linux, with other threads in the process (a
 lock held by one of them would stay held in the child forever), or once CUDA is initialised (a forked child
 cannot use it). The child's output goes to ``/dev/null``; a child that fails for any reason returns ``None``, and
-the caller runs that part itself — so a failure is reported once, by the parent, in the parent's words.
+the caller runs that part itself — so a failure is reported once, by the parent, in the parent's words. The child
+ignores Ctrl-C: the parent's ``KeyboardInterrupt`` kills it (:meth:`ForkedCall.cancel`, in the caller's
+``finally``), and nothing of the caller's runs in the child.
 """
 
 from __future__ import annotations
@@ -77,12 +79,23 @@ class ForkedCall(Generic[T]):
             with contextlib.suppress(Exception):
                 stream.flush()
         read_fd, write_fd = os.pipe()
+        # Ctrl-C is held back across the fork: a child must never run the caller's handlers (it ignores SIGINT;
+        # the parent's KeyboardInterrupt cancels it), and the parent must know its child before it can be
+        # interrupted.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         pid = os.fork()
         if pid == 0:  # the child: never returns
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             _child(fn, result_type, read_fd, write_fd)
         os.close(write_fd)
         self._pid: int | None = pid
         self._read_fd = read_fd
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a Ctrl-C that came meanwhile is raised here
+        except BaseException:
+            self.cancel()
+            raise
 
     def result(self) -> T | None:
         """The child's result, or ``None`` when it failed (raised, crashed, was killed, sent what does not

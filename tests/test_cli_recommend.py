@@ -53,6 +53,7 @@ BAD = [
     (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--global-batch-size", "12"], "not divisible by the 8"),
     (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--batch-size", "0"], "positive integer"),
     (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--safety-margin", "1.5"], "safety margin"),
+    (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--jobs", "0"], "jobs must be a positive integer"),
     (["recommend", "tiny-gpt2", "--hardware", "no-such-gpu"], "unknown hardware profile"),
 ]
 

@@ -461,7 +461,7 @@ _cpu_only_found: tuple[int, tuple[str, ...]] = (-1, ())
 def _cpu_only_autocast_ops() -> tuple[str, ...]:
     """ATen ops with an AutocastCPU kernel but none on AutocastCUDA: CUDA falls through.
 
-    Asking the dispatcher about each of its ~2,700 ``aten`` ops takes ~10 ms; the answer is kept until an op
+    Asking the dispatcher about each of its ~3,100 ``aten`` ops takes ~10 ms; the answer is kept until an op
     is registered (the count of op names changes)."""
     global _cpu_only_found
     names = torch._C._dispatch_get_all_op_names()

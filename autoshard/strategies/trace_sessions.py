@@ -79,8 +79,7 @@ class TraceSessions:
         size, extra = divmod(len(keys), jobs)
         ends = list(itertools.accumulate(size + (i < extra) for i in range(jobs)))
         groups = [list(keys[end - size - (i < extra):end]) for i, end in enumerate(ends)]
-        children = [(group, ForkedCall(functools.partial(self.trace_all, group), tuple[StepTrace, ...]))
-                    for group in groups[1:]]
+        children: list[tuple[list[TraceKey], ForkedCall[tuple[StepTrace, ...]] | None]] = []
         traced: dict[TraceKey, StepTrace] = {}
         total = len(keys)
 
@@ -90,6 +89,12 @@ class TraceSessions:
                 progress(len(traced), total)
 
         try:
+            for group in groups[1:]:
+                try:
+                    call = ForkedCall(functools.partial(self.trace_all, group), tuple[StepTrace, ...])
+                except (OSError, RuntimeError):  # no fork now (no process slot, a thread started): traced here
+                    call = None
+                children.append((group, call))
             for key in groups[0]:
                 if traced and not _needed(key, traced[keys[0]]):
                     continue
@@ -101,17 +106,17 @@ class TraceSessions:
                     done(key, self.trace(key))
             for group, child in children:
                 wanted = [k for k in group if _needed(k, traced[keys[0]])]
-                if not wanted:
+                if not wanted and child is not None:
                     child.cancel()
-                    continue
-                found = child.result()
+                found = None if child is None or not wanted else child.result()
                 # A child that failed: its sessions are traced here, to report what went wrong.
                 results = {} if found is None else dict(zip(group, found, strict=True))
                 for key in wanted:
                     done(key, results[key] if key in results else self.trace(key))
         finally:
             for _, child in children:
-                child.cancel()
+                if child is not None:
+                    child.cancel()
         return traced
 
 

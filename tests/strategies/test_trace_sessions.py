@@ -115,6 +115,25 @@ def test_a_failed_child_has_its_sessions_traced_by_the_parent(tmp_path):
     assert _json(together) == _json(build_workload(source, precision="32-true", target="cpu", jobs=1))
 
 
+def test_sessions_whose_fork_is_refused_are_traced_here(tmp_path):
+    from autoshard.profiler.checkpointing import FULL
+    from autoshard.profiler.options import Precision
+    from autoshard.strategies.trace_sessions import TraceSessions
+
+    sessions = TraceSessions(source=load_source(_pid_recording_model(tmp_path)), seq_len=None, optimizer="adamw",
+                             target="cpu", optimizer_impl=None, checkpoint_mode=FULL)
+    keys = [(Precision.FP32, False, False), (Precision.FP32, False, True)]
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()  # a thread started after the number of processes was chosen: the fork is refused
+    try:
+        traced = sessions.run(keys, 2)
+    finally:
+        stop.set()
+        thread.join()
+    assert list(traced) == keys and _pids(tmp_path) == {os.getpid()}
+
+
 def test_an_error_in_the_users_model_is_raised_by_the_parent_once(tmp_path):
     path = tmp_path / "model.py"
     path.write_text("import torch\nfrom torch import nn\n"

@@ -64,10 +64,9 @@ class ForkedCall(Generic[T]):
         RuntimeError: :func:`fork_refusal` gives a reason not to fork.
 
     Example:
-        >>> call = ForkedCall(lambda: (os.getpid(), 6 * 7), tuple[int, int])
-        >>> pid, answer = call.result()
-        >>> pid != os.getpid(), answer
-        (True, 42)
+        >>> if fork_refusal() is None:  # Linux, no other thread, CUDA not initialised
+        ...     pid, answer = ForkedCall(lambda: (os.getpid(), 6 * 7), tuple[int, int]).result()
+        ...     assert pid != os.getpid() and answer == 42
     """
 
     def __init__(self, fn: Callable[[], T], result_type: Any) -> None:

@@ -38,7 +38,10 @@ def test_ctrl_c_during_recommend_stops_the_forked_tracer_too(tmp_path):
     env = {**os.environ, "AUTOSHARD_CACHE_DIR": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-m", "autoshard", "recommend", "gpt2", "--hardware", "dgx-h100",
                              "--no-cache", "--json", "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+                            text=True, env=env, start_new_session=True,
+                            # A shell without job control starts background jobs with SIGINT ignored, and the
+                            # child would inherit that: give it the default a terminal's foreground job has.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     def tracers() -> list[psutil.Process]:
         # A forked tracer runs the parent's command line; other children (an import's short-lived `ldconfig`,
         # say) do not, and a Ctrl-C sent while one of them runs tests nothing of this.

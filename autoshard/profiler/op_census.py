@@ -21,6 +21,7 @@ so a profile carries it as data (``ModelProfile.census``) and depth extrapolatio
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -141,6 +142,18 @@ class OpCensus:
             memory=tuple(MemoryClass(size_bytes=s, bytes=max(0, b), kernels=max(0, c))
                          for s, (b, c) in sorted(mem.items()) if c > 0),
         )
+
+    def in_dtype(self, traced: str, meant: str) -> OpCensus:
+        """The census with the matmul classes traced in ``traced`` filed under ``meant``: for a step traced in one
+        16-bit dtype on behalf of the other (same sizes, same kernels), priced at the other's peak.
+
+        Example:
+            >>> gemm = MatmulClass(kind="gemm", dtype="bf16", min_dim=64, flops=8, bytes=4, kernels=1)
+            >>> OpCensus(matmuls=(gemm,)).in_dtype("bf16", "fp16").matmuls[0].dtype
+            'fp16'
+        """
+        return OpCensus(matmuls=tuple(dataclasses.replace(m, dtype=meant) if m.dtype == traced else m
+                                      for m in self.matmuls), memory=self.memory)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, with the totals."""

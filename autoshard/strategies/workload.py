@@ -342,7 +342,7 @@ def build_workload(
     # Only checkpointing asked for, and nothing repeats: the sessions without it are traced now.
     missing = [k for k in dict.fromkeys((p, out, c) for p, out in modes.values() for c in choices) if k not in traced]
     traced.update(sessions.run(missing, 1) if missing else {})
-    traces = tuple(dataclasses.replace(traced[(p, out, ckpt)], mode=mode)
+    traces = tuple(_census_for(dataclasses.replace(traced[(p, out, ckpt)], mode=mode), precision)
                    for mode, (p, out) in modes.items() for ckpt in choices)
     # Parameter layout from a meta build (no allocation; the one the depth plan made, when it made one), unique
     # tensors only.
@@ -372,6 +372,20 @@ def build_workload(
         optimizer_impl=optimizer_impl,
         checkpoint_mode=checkpoint_mode,
     )
+
+
+def _census_for(trace: StepTrace, precision: Precision) -> StepTrace:
+    """``trace`` with its op census in the user's 16-bit dtype: ``16-mixed``'s half modes are traced in bf16
+    (:func:`half_precision`), but their kernels run in fp16, and a GPU without bf16 (V100, T4) has only an fp16
+    peak to price them at."""
+    if precision is not Precision.FP16_MIXED or trace.precision is not Precision.BF16_TRUE:
+        return trace
+    profiles = {}
+    for name in ("at_1", "at_2"):
+        profile = getattr(trace, name)
+        if profile.census is not None:
+            profiles[name] = dataclasses.replace(profile, census=profile.census.in_dtype("bf16", "fp16"))
+    return dataclasses.replace(trace, **profiles)
 
 
 def _tied_around_blocks(module: Any, blocks: Any) -> tuple[int, ...]:

@@ -130,3 +130,26 @@ def test_cpu_adam_without_known_cores_runs_one_thread_per_rank():
     hw = load_hardware("h100-sxm-80gb", gpus=8)
     rate, note = cpu_adam_parameters_per_s(dataclasses.replace(hw, node=dataclasses.replace(hw.node, cpu=CPUSpec())))
     assert rate == CPU_ADAM_PARAMETERS_PER_S and "unknown" in note
+
+
+def test_fp16_deepspeed_on_a_gpu_without_bf16_is_priced_from_its_traced_ops(tmp_path):
+    """16-mixed's half modes are traced in bf16; a V100 has only an fp16 peak, and DeepSpeed's fp16 step must
+    still be priced from the census (it fell back to one MFU when the census said bf16)."""
+    import transformers
+
+    from autoshard.models import load_source
+    from autoshard.strategies import build_workload, get
+    from autoshard.strategies.base import Candidate
+
+    transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=128,
+                            architectures=["GPT2LMHeadModel"]).save_pretrained(tmp_path)
+    workload = build_workload(load_source(str(tmp_path)), precision="16-mixed", seq_len=128, checkpointing=(False,))
+    half = workload.trace("half", False)
+    assert half.at_1.census is not None
+    assert {m.dtype for m in half.at_1.census.matmuls} == {"fp16"}
+    v100 = load_hardware("v100-sxm-32gb", gpus=2)
+    assert v100.gpu is not None and v100.gpu.peak_tflops.bf16 is None
+    candidate = Candidate(strategy="deepspeed_stage_1", micro_batch_size=2, activation_checkpointing=False)
+    cost = get("deepspeed_stage_1").cost(workload, v100, candidate)
+    assert cost.notes[0].startswith("compute from the traced ops"), cost.notes[0]
+    assert cost.compute_s == pytest.approx(_seconds(half.at_1.census, v100.gpu, 2))

@@ -25,7 +25,7 @@ from typing import Any
 from autoshard.errors import ModelSourceError, UsageError
 from autoshard.models import hf_layers
 from autoshard.models.fingerprint import config_fingerprint
-from autoshard.models.hf_build import build_model, training_config
+from autoshard.models.hf_build import attention_implementation, build_model, training_config
 from autoshard.models.hf_classes import check_traceable, model_class
 from autoshard.models.hf_inputs import input_spec
 from autoshard.models.source import ModelSource
@@ -95,7 +95,7 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
     cls = choice.cls
     check_traceable(config, cls, file)
     inputs = input_spec(cls, config, file)
-    attn = "sdpa" if getattr(cls, "_supports_sdpa", False) is True else "eager"
+    attn, attn_chosen_by = attention_implementation(data, cls, file)
     num_layers = _num_layers(config)
     metadata: dict[str, Any] = {
         "model_type": data["model_type"],
@@ -103,6 +103,7 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         "architecture_chosen_by": choice.chosen_by,
         "inputs": inputs.modality,
         "attn_implementation": attn,
+        "attn_implementation_chosen_by": attn_chosen_by,
         "use_cache": False,
         "transformers_version": transformers.__version__,
     }

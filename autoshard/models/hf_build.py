@@ -7,6 +7,8 @@
 * A build that allocates nothing (meta device, fake tensors) skips weight initialization and turns off the
   stochastic layer skipping of LayerDrop and SpecAugment's random masks: both branch on random values, which a
   trace without data cannot read, and the traced step is then the one where every layer runs (the peak).
+* The attention implementation is the config.json's ``attn_implementation`` when it names one (transformers'
+  config takes the key), else SDPA where the class supports it (:func:`attention_implementation`).
 * An exception from transformers while building is the config's fault, reported as :class:`ModelSourceError`.
 """
 
@@ -26,7 +28,13 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from autoshard.errors import ModelSourceError
 
-__all__ = ["build_model", "sub_configs", "training_config"]
+__all__ = ["attention_implementation", "build_model", "sub_configs", "training_config"]
+
+_FLASH = ("flash_attention_2", "flash_attention_3")
+"""Implementations built as SDPA: the flash-attn package is a CUDA build, absent where autoshard traces, and on a
+GPU SDPA's flash backend runs the same algorithm (FlashAttention-2, Dao 2023) in 16 bits."""
+ATTENTION = ("eager", "sdpa", *_FLASH)
+"""The ``attn_implementation`` values a config.json may name."""
 
 
 def training_config(config: Any) -> Any:
@@ -55,6 +63,40 @@ def sub_configs(config: Any) -> Iterator[Any]:
         seen.add(id(part))
         yield part
         stack.extend(value for value in vars(part).values() if _is_config(value, config))
+
+
+def attention_implementation(data: dict[str, Any], cls: Any, file: Path) -> tuple[str, str]:
+    """The attention implementation to build ``cls`` with, and what chose it.
+
+    The config.json's ``attn_implementation`` (or ``_attn_implementation``) when set: ``eager`` and ``sdpa`` as
+    named, the flash-attn implementations as ``sdpa`` (see :data:`_FLASH`). Otherwise ``sdpa`` where the class
+    supports it, else ``eager``.
+
+    Raises:
+        ModelSourceError: the config.json names an implementation not in :data:`ATTENTION`.
+
+    Example:
+        >>> class Model:
+        ...     _supports_sdpa = True
+        >>> attention_implementation({}, Model, Path("config.json"))
+        ('sdpa', 'autoshard (SDPA, which the class supports)')
+        >>> attention_implementation({"attn_implementation": "eager"}, Model, Path("config.json"))
+        ('eager', 'config.json')
+    """
+    named = data.get("attn_implementation", data.get("_attn_implementation"))
+    if named is None:
+        if getattr(cls, "_supports_sdpa", False) is True:
+            return "sdpa", "autoshard (SDPA, which the class supports)"
+        return "eager", "autoshard (the class has no SDPA path)"
+    if named not in ATTENTION:
+        raise ModelSourceError(
+            f"{file}: attn_implementation is {named!r}; autoshard builds models with "
+            f"{', '.join(repr(a) for a in ATTENTION)}.",
+            hint="Set one of those, or remove the key for SDPA where the model supports it.",
+        )
+    if named in _FLASH:
+        return "sdpa", f"config.json ({named}, built as SDPA: its flash kernel on a GPU)"
+    return named, "config.json"
 
 
 def build_model(

@@ -276,6 +276,30 @@ def test_bare_model_without_labels_trains_on_the_default_loss(
     assert torch.isfinite(train_step(source, source.build(), batch))
 
 
+@pytest.mark.parametrize(
+    ("named", "built", "chosen_by"),
+    [("eager", "eager", "config.json"), ("sdpa", "sdpa", "config.json"),
+     ("flash_attention_2", "sdpa", "config.json (flash_attention_2, built as SDPA")],
+)
+def test_the_configs_attention_implementation_is_the_one_built_and_traced(
+    named: str, built: str, chosen_by: str, write_config: Callable[..., Path]
+) -> None:
+    """transformers' config takes ``attn_implementation``; a user who trains with eager attention says so there,
+    and the step autoshard traces is that one (eager attention keeps its score matrices: more memory)."""
+    from autoshard import profile
+
+    source = load_config(write_config({**TINY["gpt2"], "attn_implementation": named}, folder=named))
+    assert source.metadata["attn_implementation"] == built
+    assert source.metadata["attn_implementation_chosen_by"].startswith(chosen_by)
+    assert source.build().config._attn_implementation == built
+    default = load_config(write_config(TINY["gpt2"], folder="default"))
+    assert default.metadata["attn_implementation_chosen_by"].startswith("autoshard")
+    assert default.fingerprint != source.fingerprint or named == "sdpa"
+    peak = profile(source, batch_size=2, seq_len=64, extrapolate=False).peak_bytes
+    default_peak = profile(default, batch_size=2, seq_len=64, extrapolate=False).peak_bytes
+    assert (peak > default_peak) if built == "eager" else (peak == default_peak)
+
+
 def test_name_falls_back_to_the_folder(write_config: Callable[..., Path]) -> None:
     assert load_config(write_config(TINY["llama"], folder="my-llama")).name == "my-llama"
     named = {**TINY["llama"], "_name_or_path": "org/tiny-llama"}
@@ -313,6 +337,10 @@ def test_name_falls_back_to_the_folder(write_config: Callable[..., Path]) -> Non
             '{"model_type": "bert", "architectures": ["LlamaForCausalLM"]}',
             ["architectures[0] is LlamaForCausalLM, which takes a LlamaConfig", "'bert' makes a BertConfig"],
         ),
+        (
+            '{"model_type": "llama", "attn_implementation": "flex_attention"}',
+            ["attn_implementation is 'flex_attention'", "'eager', 'sdpa'"],
+        ),
     ],
     ids=[
         "invalid-json",
@@ -325,6 +353,7 @@ def test_name_falls_back_to_the_folder(write_config: Callable[..., Path]) -> Non
         "misspelt-architecture",
         "unknown-architecture",
         "architecture-of-another-family",
+        "unbuilt-attention",
     ],
 )
 def test_bad_config_gives_a_precise_short_error(text: str, expected: list[str], tmp_path: Path) -> None:

@@ -218,6 +218,10 @@ class Predictor:
         folder = self.folder / f"{name}-{point['seq_len']}"
         if not (folder / "config.json").is_file():
             getattr(transformers, spec["config_class"])(**kwargs).save_pretrained(folder)
+            if spec.get("attn_implementation"):  # save_pretrained leaves it out; autoshard reads it from the file
+                config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+                config["attn_implementation"] = spec["attn_implementation"]
+                (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
         return str(folder)
 
     def hardware(self, point: dict[str, Any]) -> HardwareSpec:

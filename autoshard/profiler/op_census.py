@@ -155,6 +155,20 @@ class OpCensus:
         return OpCensus(matmuls=tuple(dataclasses.replace(m, dtype=meant) if m.dtype == traced else m
                                       for m in self.matmuls), memory=self.memory)
 
+    def pooled(self) -> OpCensus:
+        """The memory-bound kernels in one class of every size (``size_bytes`` 0), matmuls as they are: for a
+        census whose kernels grow with the model rather than repeat with it (an optimizer step's foreach ops,
+        one kernel over every parameter), so that copies of different depths combine.
+
+        Example:
+            >>> census = OpCensus(memory=(MemoryClass(size_bytes=1024, bytes=1500, kernels=1),
+            ...                           MemoryClass(size_bytes=2**20, bytes=2**20, kernels=2)))
+            >>> census.pooled().memory
+            (MemoryClass(size_bytes=0, bytes=1050076, kernels=3),)
+        """
+        return OpCensus(matmuls=self.matmuls, memory=(
+            MemoryClass(size_bytes=0, bytes=self.memory_bytes, kernels=sum(c.kernels for c in self.memory)),))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, with the totals."""
         return {"matmuls": [m.to_dict() for m in self.matmuls], "memory": [c.to_dict() for c in self.memory],
@@ -215,6 +229,7 @@ class CensusCounter(FlopCounterMode):
         self._mm: dict[tuple[str, str, int], list[int]] = {}
         self._mem: dict[int, list[int]] = {}
         self._no_kernel: dict[Any, bool] = {}
+        self._written: dict[Any, tuple[frozenset[int], frozenset[str]]] = {}
 
     def _count_flops(self, func_packet: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         formula = self.flop_registry.get(func_packet)
@@ -234,10 +249,29 @@ class CensusCounter(FlopCounterMode):
         if self._launches_no_kernel(func_packet):
             return out
         traffic = _nbytes(args) + _nbytes(kwargs.values()) + _nbytes((out,))
+        if next(iter(_tensors((out,))), None) is None:
+            traffic += self._written_bytes(func_packet, args, kwargs)
         acc = self._mem.setdefault(_bucket(traffic), [0, 0])
         acc[0] += traffic
         acc[1] += 1
         return out
+
+    def _written_bytes(self, packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+        """Bytes an op that returns nothing writes in place: the arguments its schema marks as written
+        (``Tensor(a!)[] self`` of ``_foreach_mul_``, the state lists of ``_fused_adamw_``). An in-place op that
+        returns its ``self`` has that write counted as its output already."""
+        written = self._written.get(packet)
+        if written is None:
+            names: set[str] = set()
+            for overload in packet.overloads():
+                names.update(a.name for a in getattr(packet, overload)._schema.arguments
+                             if a.alias_info is not None and a.alias_info.is_write)
+            schema = getattr(packet, packet.overloads()[0])._schema
+            written = (frozenset(i for i, a in enumerate(schema.arguments) if a.name in names), frozenset(names))
+            self._written[packet] = written
+        positions, keywords = written
+        return (_nbytes(a for i, a in enumerate(args) if i in positions)
+                + _nbytes(v for k, v in kwargs.items() if k in keywords))
 
     def _launches_no_kernel(self, packet: Any) -> bool:
         known = self._no_kernel.get(packet)

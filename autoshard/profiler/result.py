@@ -180,6 +180,10 @@ class ModelProfile:
     census: OpCensus | None = None
     """The kernels of one micro-batch's forward + backward by class (:mod:`autoshard.profiler.op_census`), what
     the step-time model prices; ``None`` when FLOPs were not counted."""
+    optimizer_census: OpCensus | None = None
+    """The kernels of one steady-state optimizer step (the optimizer implementation traced: foreach, for-loop or
+    fused), pooled over kernel sizes (:meth:`OpCensus.pooled`), what the step-time model prices after backward;
+    ``None`` when FLOPs were not counted."""
 
     @property
     def block_class(self) -> str | None:
@@ -256,4 +260,5 @@ class ModelProfile:
             "unused_parameter_bytes": self.unused_parameter_bytes,
             "unused_modules": list(self.unused_modules),
             "census": None if self.census is None else self.census.to_dict(),
+            "optimizer_census": None if self.optimizer_census is None else self.optimizer_census.to_dict(),
         }

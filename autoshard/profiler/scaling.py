@@ -311,7 +311,8 @@ def _combine(
         forward_flops=field("forward_flops"),
         backward_flops=field("backward_flops"),
         flops_per_step=field("flops_per_step"),
-        census=_combined_census(plan.weights, profiles),
+        census=_combined_census(plan.weights, [p.census for p in profiles]),
+        optimizer_census=_combined_census(plan.weights, [p.optimizer_census for p in profiles]),
         blocks=blocks,
         extrapolated_from_layers=tuple(len(p) for p in plan.positions),
         depth=_record(plan.kinds, plan.positions) if plan.mixed and plan.kinds is not None else None,
@@ -324,9 +325,9 @@ def _combine(
     )
 
 
-def _combined_census(weights: tuple[int, ...], profiles: list[ModelProfile]) -> OpCensus | None:
-    """The op census at full depth, combined with the FLOPs' weights; ``None`` unless every copy has one."""
-    censuses = [p.census for p in profiles]
+def _combined_census(weights: tuple[int, ...], censuses: list[OpCensus | None]) -> OpCensus | None:
+    """An op census at full depth, combined with the FLOPs' weights (each copy's kernels and bytes are affine in
+    its depth, as its FLOPs and parameters are); ``None`` unless every copy has one."""
     if any(c is None for c in censuses):
         return None
     return OpCensus.combine(weights, [c for c in censuses if c is not None])

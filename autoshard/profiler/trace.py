@@ -60,6 +60,7 @@ class _StepFacts:
     block_forward_flops: dict[str, int] = field(default_factory=dict)
     block_total_flops: dict[str, int] = field(default_factory=dict)
     census: OpCensus | None = None
+    optimizer_census: OpCensus | None = None
     unused: dict[str, nn.Parameter] = field(default_factory=dict)
     """Trainable parameters, by name, still without a gradient after the last step's backward."""
 
@@ -207,6 +208,7 @@ def _profile(source: ModelSource, options: ProfileOptions, seq_len: int | None, 
         torch_version=torch.__version__,
         autoshard_version=autoshard.__version__,
         census=facts.census,
+        optimizer_census=facts.optimizer_census,
         unused_parameter_count=sum(p.numel() for p in facts.unused.values()),
         unused_parameter_bytes=sum(p.numel() * p.element_size() for p in facts.unused.values()),
         unused_modules=unused_modules(model, set(facts.unused))[:UNUSED_NAMES_SHOWN],
@@ -331,7 +333,12 @@ def _run_steps(
                 facts.unused = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
                 tracker.phase = "optimizer"
                 tracker.stand_in_scalars = True
-                guard(optimizer.step, source, tracker, "optimizer step")
+                # The kernels of a steady-state optimizer step (the state exists), counted where FLOPs are.
+                step_census = flops.counter(census=True) if count_flops and step == STEPS - 1 else None
+                with step_census or contextlib.nullcontext():
+                    guard(optimizer.step, source, tracker, "optimizer step")
+                if isinstance(step_census, CensusCounter):
+                    facts.optimizer_census = step_census.census().pooled()
                 tracker.stand_in_scalars = False
                 facts.optimizer_state_bytes = tracker.totals[Category.OPTIMIZER]
                 tracker.phase = "zero_grad"

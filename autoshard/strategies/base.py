@@ -221,6 +221,8 @@ class CostEstimate:
     tokens_per_s: float | None
     collectives: tuple[Collective, ...] = ()
     notes: tuple[str, ...] = ()
+    optimizer_s: float = 0.0
+    """The optimizer step on the GPU (part of ``step_time_s``; a CPU optimizer's is in ``offload_s``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

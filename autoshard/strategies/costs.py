@@ -16,7 +16,7 @@ from autoshard.strategies import step_time
 from autoshard.strategies.base import Collective
 
 if TYPE_CHECKING:
-    from autoshard.strategies.workload import StepTrace
+    from autoshard.strategies.workload import StepTrace, Workload
 
 MFU = 0.40
 """Fallback only, for a profile without an op census (:mod:`autoshard.strategies.step_time` prices the traced
@@ -148,3 +148,26 @@ def host_link_bytes_per_s(hardware: HardwareSpec) -> tuple[float, list[str]]:
             f"host link unknown: {UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed per direction"
         ]
     return link_spec.bandwidth_bytes_per_s * LINK_EFFICIENCY, []
+
+
+def optimizer_step_seconds(workload: Workload, hardware: HardwareSpec, checkpointing: bool, *, shard: int = 1,
+                           flat: bool = False) -> tuple[float, str | None]:
+    """GPU time of the optimizer step on one rank (not hidden: it runs after backward), and its note.
+
+    The optimizer step traced in the user's precision (mode ``amp``: the fp32 master weights of mixed
+    precision, which DDP, FSDP's sharded parameters and DeepSpeed's ZeRO partitions all step), priced by
+    :func:`autoshard.strategies.step_time.optimizer_seconds` on ``1 / shard`` of the parameters. ``flat``:
+    DeepSpeed steps one flat fp32 partition, so a for-loop optimizer launches its per-tensor kernels once.
+    Zero without a GPU or without a traced optimizer step.
+    """
+    census = workload.trace("amp", checkpointing).at_1.optimizer_census
+    if hardware.gpu is None or census is None:
+        return 0.0, None
+    kernels = None
+    if flat and workload.optimizer_impl == "for-loop":
+        kernels = max(1, census.kernels // max(1, len(workload.parameter_numels)))
+    seconds = step_time.optimizer_seconds(census, hardware.gpu, shard=1 / max(1, shard), kernels=kernels)
+    per = census.memory_bytes / max(1, workload.trainable_parameter_count)
+    where = "all parameters" if shard <= 1 else f"1/{shard} of the parameters"
+    return seconds, (f"optimizer step on the GPU: {seconds * 1e3:.3g} ms ({where}; the traced step reads and "
+                     f"writes {per:.0f} bytes per parameter, priced at the memory-bound rate)")

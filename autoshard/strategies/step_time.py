@@ -128,3 +128,34 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         note += "; memory bandwidth unknown: memory-bound ops priced at the kernel floor only"
     return StepTime(seconds=seconds, matmul_s=matmul_s, attention_s=attention_s, memory_s=memory_s, gpu_s=gpu_s,
                     launch_s=host_s, flops=flops, note=note)
+
+
+def optimizer_seconds(census: OpCensus, gpu: GPUSpec, *, shard: float = 1.0, kernels: int | None = None,
+                      floor_s: float = KERNEL_FLOOR_S, launch_s: float = LAUNCH_S) -> float:
+    """Time of one optimizer step on ``gpu`` from the census of the traced step (no micro-batch: the step is the
+    same at any batch): its kernels are memory-bound (AdamW reads parameters, gradients and both moments and
+    writes three of them back: 84 bytes per fp32 parameter for torch's foreach and for-loop steps, 28 fused),
+    priced at the achievable bandwidth like the step's other memory-bound kernels, with their launch floor.
+
+    Args:
+        census: the traced optimizer step over all parameters.
+        gpu: the GPU model.
+        shard: the fraction of the parameters this GPU steps (``1 / N`` under ZeRO and FSDP).
+        kernels: kernels launched, when not the census's (DeepSpeed steps one flat partition, not each tensor).
+
+    Example:
+        >>> from autoshard.hardware.specs import PeakTflops
+        >>> from autoshard.profiler.op_census import MemoryClass
+        >>> gpu = GPUSpec(name="x", display_name="X", memory_bytes=1, memory_bandwidth_bytes_per_s=1e12,
+        ...               peak_tflops=PeakTflops(bf16=100.0), achievable=Achievable(matmul=0.5, attention=0.5,
+        ...                                                                          memory=1.0))
+        >>> step = OpCensus(memory=(MemoryClass(size_bytes=2**30, bytes=84 * 10**9, kernels=20),))
+        >>> round(optimizer_seconds(step, gpu), 3), round(optimizer_seconds(step, gpu, shard=1 / 8), 4)
+        (0.084, 0.0105)
+    """
+    bandwidth = gpu.memory_bandwidth_bytes_per_s
+    hbm = None if bandwidth is None else bandwidth * (gpu.achievable or GENERIC).memory
+    count = census.kernels if kernels is None else kernels
+    traffic = (census.memory_bytes + sum(c.bytes for c in census.matmuls)) * shard
+    gpu_s = max(0.0 if hbm is None else traffic / hbm, count * floor_s)
+    return max(gpu_s, count * launch_s)

@@ -383,8 +383,10 @@ def _census_for(trace: StepTrace, precision: Precision) -> StepTrace:
     profiles = {}
     for name in ("at_1", "at_2"):
         profile = getattr(trace, name)
-        if profile.census is not None:
-            profiles[name] = dataclasses.replace(profile, census=profile.census.in_dtype("bf16", "fp16"))
+        profiles[name] = dataclasses.replace(
+            profile, census=None if profile.census is None else profile.census.in_dtype("bf16", "fp16"),
+            optimizer_census=None if profile.optimizer_census is None
+            else profile.optimizer_census.in_dtype("bf16", "fp16"))
     return dataclasses.replace(trace, **profiles)
 
 

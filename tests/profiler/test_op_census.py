@@ -83,3 +83,34 @@ def test_a_grouped_matmul_is_classed_by_the_rows_each_expert_gets():
     assert isinstance(counter, CensusCounter)
     (grouped,) = counter.census().matmuls
     assert (grouped.kind, grouped.min_dim, grouped.flops) == ("grouped", 16, 2 * 64 * 128 * 256)
+
+
+def test_an_in_place_op_that_returns_nothing_counts_its_writes():
+    """``_foreach_mul_`` returns nothing: its traffic is its list read and written back, as ``mul_``'s is."""
+    with FakeTensorMode():
+        xs = [torch.empty(1000), torch.empty(3000)]
+        with flops.counter(census=True) as single:
+            for x in xs:
+                x.mul_(0.5)
+        with flops.counter(census=True) as foreach:
+            torch._foreach_mul_(xs, 0.5)
+    assert isinstance(single, CensusCounter) and isinstance(foreach, CensusCounter)
+    assert single.census().memory_bytes == foreach.census().memory_bytes == 2 * 4 * 4000
+    assert (single.census().kernels, foreach.census().kernels) == (2, 1)
+
+
+@pytest.mark.parametrize(("impl", "per_parameter"), [("foreach", 84), ("for-loop", 84), ("fused", 32)])
+def test_the_optimizer_step_census_is_its_traffic_per_parameter(impl, per_parameter):
+    """AdamW on fp32 parameters: torch's foreach and for-loop steps read and write 84 bytes per parameter (decay,
+    both moments, the denominator's temporaries, the update); the fused kernel reads four tensors and writes three
+    (28), plus the gradients its schema marks as written (4). Depth extrapolation keeps it exact."""
+    source = models.gpt_source(4)
+    options = ProfileOptions(batch_size=1, target="cpu", precision="32-true", optimizer_impl=impl)
+    full = trace(source, options)
+    assert full.optimizer_census is not None and full.optimizer_census.matmuls == ()
+    assert full.optimizer_census.memory_bytes == pytest.approx(per_parameter * full.trainable_parameter_count,
+                                                               rel=1e-3)
+    extrapolated = profile_source(source, options, extrapolate=True)
+    assert extrapolated.extrapolated_from_layers
+    assert extrapolated.optimizer_census == full.optimizer_census
+    assert profile_source(source, options, count_flops=False).optimizer_census is None

@@ -153,3 +153,43 @@ def test_fp16_deepspeed_on_a_gpu_without_bf16_is_priced_from_its_traced_ops(tmp_
     cost = get("deepspeed_stage_1").cost(workload, v100, candidate)
     assert cost.notes[0].startswith("compute from the traced ops"), cost.notes[0]
     assert cost.compute_s == pytest.approx(_seconds(half.at_1.census, v100.gpu, 2))
+
+
+@pytest.fixture(scope="module")
+def gpt2_workload():
+    from autoshard.models import load_source
+    from autoshard.strategies import build_workload
+
+    return build_workload(load_source("gpt2"), precision="bf16-mixed", seq_len=128, checkpointing=(False,))
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3"])
+def test_the_optimizer_step_is_priced_after_backward_on_the_ranks_share(gpt2_workload, name):
+    """DDP steps every parameter, FSDP and ZeRO 1/N of them: the traced AdamW step (84 bytes per fp32 parameter)
+    at the GPU's memory-bound rate, added to the step."""
+    from autoshard.strategies import get
+    from autoshard.strategies.base import Candidate
+
+    hardware = load_hardware("h100-sxm-80gb", gpus=8)
+    assert hardware.gpu is not None
+    cost = get(name).cost(gpt2_workload, hardware, Candidate(strategy=name, micro_batch_size=1,
+                                                             activation_checkpointing=False))
+    census = gpt2_workload.trace("amp", False).at_1.optimizer_census
+    assert census is not None
+    shard = 1 if name == "ddp" else 8
+    expected = step_time.optimizer_seconds(census, hardware.gpu, shard=1 / shard)
+    assert cost.optimizer_s == pytest.approx(expected) and cost.optimizer_s > 0
+    assert census.memory_bytes == pytest.approx(84 * gpt2_workload.trainable_parameter_count, rel=1e-3)
+    assert cost.step_time_s == pytest.approx(cost.compute_s + cost.exposed_communication_s + cost.offload_s
+                                             + cost.optimizer_s)
+    assert any(n.startswith("optimizer step on the GPU") for n in cost.notes)
+
+
+@pytest.mark.parametrize("name", ["deepspeed_stage_2_offload", "deepspeed_stage_3_offload", "fsdp_cpu_offload"])
+def test_an_offloaded_optimizer_takes_no_gpu_time(gpt2_workload, name):
+    from autoshard.strategies import get
+    from autoshard.strategies.base import Candidate
+
+    cost = get(name).cost(gpt2_workload, load_hardware("h100-sxm-80gb", gpus=8),
+                          Candidate(strategy=name, micro_batch_size=1, activation_checkpointing=False))
+    assert cost.optimizer_s == 0.0 and cost.offload_s > 0

@@ -327,14 +327,17 @@ class DDPStrategy(Strategy):
                    if workload.unused_parameter_count else "")
             notes.append(f"find_unused_parameters=True{why}: DDP traverses the autograd graph from the outputs after "
                          "every forward to mark them ready (not timed here)")
-        step_s = compute_s + exposed_s
+        optimizer_s, optimizer_note = costs.optimizer_step_seconds(
+            workload, hardware, candidate.activation_checkpointing)
+        notes += [optimizer_note] if optimizer_note else []
+        step_s = compute_s + exposed_s + optimizer_s
         samples_per_s = b * n / step_s
         tokens = workload.tokens_per_sample
         return CostEstimate(
             compute_s=compute_s, communication_s=comm_s, exposed_communication_s=exposed_s, offload_s=0.0,
             step_time_s=step_s, samples_per_s=samples_per_s,
             tokens_per_s=None if tokens is None else samples_per_s * tokens,
-            collectives=(collective,), notes=tuple(notes),
+            collectives=(collective,), notes=tuple(notes), optimizer_s=optimizer_s,
         )
 
 

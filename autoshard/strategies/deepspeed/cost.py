@@ -102,7 +102,12 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
             notes.append(f"{scope} link bandwidth unknown: {costs.UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed")
     offload_s, offload_notes = _offload(workload, hardware, settings, backward_s)
     notes += offload_notes
-    step_s = compute_s + exposed_s + offload_s
+    optimizer_s = 0.0
+    if settings.offload_optimizer == "none":  # the ZeRO optimizer steps this rank's fp32 partition on the GPU
+        optimizer_s, optimizer_note = costs.optimizer_step_seconds(
+            workload, hardware, candidate.activation_checkpointing, shard=hardware.world_size, flat=True)
+        notes += [optimizer_note] if optimizer_note else []
+    step_s = compute_s + exposed_s + offload_s + optimizer_s
     samples_per_s = b * hardware.world_size / step_s
     tokens = workload.tokens_per_sample
     return CostEstimate(
@@ -115,6 +120,7 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
         tokens_per_s=None if tokens is None else samples_per_s * tokens,
         collectives=tuple(collectives),
         notes=tuple(notes),
+        optimizer_s=optimizer_s,
     )
 
 

@@ -209,12 +209,16 @@ class FSDPStrategy(Strategy):
         forward_s = compute_s * (fwd / (fwd + bwd) if fwd + bwd else 1 / 3)
         comm = communication(units, layout, hardware, forward_s, compute_s - forward_s)
         notes += comm.notes
-        offload_s = 0.0
+        offload_s = optimizer_s = 0.0
         if self.offload:
             off = cpu_offload(units, layout, hardware, compute_s, bool(values["pin_memory"]))
             offload_s = off.exposed_s
             notes += off.notes
-        step_s = compute_s + comm.exposed_s + offload_s
+        else:  # the optimizer steps the shards on the GPU
+            optimizer_s, optimizer_note = costs.optimizer_step_seconds(
+                workload, hardware, candidate.activation_checkpointing, shard=layout.shard_size)
+            notes += [optimizer_note] if optimizer_note else []
+        step_s = compute_s + comm.exposed_s + offload_s + optimizer_s
         replicas = hardware.world_size
         samples_per_s = b * replicas / step_s
         tokens = workload.tokens_per_sample
@@ -222,7 +226,7 @@ class FSDPStrategy(Strategy):
             compute_s=compute_s, communication_s=comm.total_s, exposed_communication_s=comm.exposed_s,
             offload_s=offload_s, step_time_s=step_s, samples_per_s=samples_per_s,
             tokens_per_s=None if tokens is None else samples_per_s * tokens, collectives=comm.collectives,
-            notes=tuple(notes),
+            notes=tuple(notes), optimizer_s=optimizer_s,
         )
 
 

@@ -78,6 +78,8 @@ AUTOSHARD_CHECKPOINTING = {"none": "none", "full": "full", "selective-op": "op",
 """The published checkpointing as autoshard's ``activation_checkpointing`` choice (see the module docstring)."""
 HALVES = ("fit", "held_out")
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
+OPTIMIZER_IMPLS = ("foreach", "for-loop", "fused")
+"""autoshard's optimizer implementations (``optimizer.impl``; absent: torch's default on CUDA, foreach)."""
 
 
 # ------------------------------------------------------------------------------------------------ the data file
@@ -149,6 +151,7 @@ def _point_problems(point: dict[str, Any], sources: dict[str, Any], models: dict
         (("catalog" in point["model"]) != ("hf" in point["model"]), "model needs catalog or hf"),
         ("hf" not in point["model"] or point["model"]["hf"] in models, "unknown hf model"),
         (point["precision"] in PRECISIONS, f"precision must be one of {PRECISIONS}"),
+        (point["optimizer"].get("impl") in (None, *OPTIMIZER_IMPLS), f"optimizer impl in {OPTIMIZER_IMPLS}"),
         (strategy.get("activation_checkpointing") in CHECKPOINTING, f"activation_checkpointing in {CHECKPOINTING}"),
         (published.get("metric") in METRICS, f"metric must be one of {tuple(METRICS)}"),
         (isinstance(published.get("value"), (int, float)) and bool(published.get("unit")), "published value/unit"),
@@ -196,12 +199,14 @@ class Predictor:
         from autoshard.profiler.checkpointing import FULL, parse_checkpointing
 
         mode = parse_checkpointing(AUTOSHARD_CHECKPOINTING[point["strategy"]["activation_checkpointing"]])
-        key = json.dumps([point["model"], point["seq_len"], point["precision"], point["optimizer"]["name"], str(mode)])
+        impl = point["optimizer"].get("impl")
+        key = json.dumps([point["model"], point["seq_len"], point["precision"], point["optimizer"]["name"], impl,
+                          str(mode)])
         if key not in self._workloads:
             self._workloads[key] = build_workload(
                 load_source(self.model_source(point)), precision=point["precision"],
                 optimizer=point["optimizer"]["name"], seq_len=point["seq_len"], checkpointing=(bool(mode),),
-                target="cuda", checkpoint_mode=mode if mode else FULL)
+                target="cuda", checkpoint_mode=mode if mode else FULL, optimizer_impl=impl)
         return self._workloads[key]
 
     def model_source(self, point: dict[str, Any]) -> str:

@@ -68,6 +68,7 @@ def test_both_halves_hold_points_autoshard_can_compare(bench: ModuleType, data: 
     (("global_batch",), 7, "global_batch must be micro_batch x grad_accumulation x GPUs"),
     (("strategy", "activation_checkpointing"), "partial", "activation_checkpointing in"),
     (("hardware", "nodes"), 2, "several nodes need a network"),
+    (("optimizer", "impl"), "fast", "optimizer impl in"),
 ])
 def test_a_bad_point_is_reported_by_id_and_field(bench: ModuleType, data: dict[str, Any], path: tuple[str, ...],
                                                  value: Any, problem: str) -> None:
@@ -79,6 +80,17 @@ def test_a_bad_point_is_reported_by_id_and_field(bench: ModuleType, data: dict[s
     target[path[-1]] = value
     problems = bench.validate(broken)
     assert any(p.startswith("dse-gpt2-ddp-mb8: ") and problem in p for p in problems), problems
+
+
+def test_a_models_attention_is_written_where_autoshard_reads_it(bench: ModuleType, data: dict[str, Any],
+                                                                tmp_path: Path) -> None:
+    """transformers 4.12 had eager attention only: the DeepSpeedExamples points build GPT-2 with it."""
+    from autoshard.models import load_source
+
+    point = next(p for p in data["points"] if p["id"] == "dse-gpt2-ddp-mb8")
+    source = load_source(bench.Predictor(data, tmp_path).model_source(point))
+    assert source.metadata["attn_implementation"] == "eager"
+    assert source.metadata["attn_implementation_chosen_by"] == "config.json"
 
 
 def test_a_duplicate_id_is_reported(bench: ModuleType, data: dict[str, Any]) -> None:

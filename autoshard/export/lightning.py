@@ -85,11 +85,12 @@ def _namespace(exported: ExportedPlan) -> tuple[LightningPart, dict[str, Any]]:
     return p, namespace
 
 
-def strategy(exported: ExportedPlan) -> Strategy:
+def strategy(exported: ExportedPlan) -> Strategy | str:
     """The plan's Lightning strategy object, for ``Trainer(strategy=...)``.
 
     Pass the Trainer ``precision=trainer_precision(exported)`` with it. For an FSDP plan the strategy is a
     ``ModelParallelStrategy``: also call :func:`sharding`'s function in ``LightningModule.configure_model()``.
+    A DDP plan for one device gives ``"auto"``: Lightning's single-device strategy, no DDP wrapper.
 
     Raises:
         UsageError: Lightning is not installed, or it cannot run this plan.

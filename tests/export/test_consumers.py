@@ -58,10 +58,12 @@ def test_lightning_fits_an_fsdp_plan_with_fsdp2_and_the_plans_reduce_dtype(plan,
 
 @pytest.mark.slow
 def test_lightning_fits_a_ddp_plan(plan, tmp_path):
+    """A one-device DDP plan says ``strategy="auto"``: Lightning trains it unwrapped, as fit() does."""
     pytest.importorskip("lightning")
     e = cpu_plan(plan, "ddp", ranks=1, accumulation=2)
     got = run([sys.executable, str(SCRIPTS / "lightning_fit.py"), "2"], write(e, tmp_path))
-    assert got == {"strategy": "DDPStrategy", "steps": 2, "reduce_dtype": None}
+    assert got == {"strategy": "SingleDeviceStrategy", "steps": 2, "reduce_dtype": None}
+    assert 'strategy="auto"' in (tmp_path / "lightning_trainer.py").read_text()
 
 
 def test_lightning_deepspeed_config_passes_lightnings_setup(plan, tmp_path, monkeypatch):
@@ -89,6 +91,7 @@ def test_lightning_strategy_objects_are_the_snippets(plan):
 
     ddp = cpu_plan(plan, "ddp", ranks=2, bucket_cap_mb=7.0)
     assert isinstance(lightning.strategy(ddp), DDPStrategy)
+    assert lightning.strategy(cpu_plan(plan, "ddp", ranks=1)) == "auto"
     assert lightning.strategy(ddp)._ddp_kwargs["bucket_cap_mb"] == 7.0
     with pytest.raises(UsageError, match="needs no sharding"):
         lightning.sharding(ddp)

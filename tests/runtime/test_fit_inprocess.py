@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -176,8 +177,32 @@ def test_spawning_from_pytest_is_refused_with_a_way_out() -> None:
     assert "torchrun" in str(info.value)
 
 
+class _WhoCalls(_Regressor):
+    """Records whether DistributedDataParallel's forward is on the stack when the module runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wrapped: list[bool] = []
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ddp_file = os.path.join("parallel", "distributed.py")
+        self.wrapped.append(any(f.function == "forward" and f.filename.endswith(ddp_file) for f in inspect.stack(0)))
+        return super().forward(x, y)
+
+
+def test_one_device_trains_the_module_without_a_ddp_wrapper() -> None:
+    """One rank: no DistributedDataParallel (its buckets would be a second copy of the gradients), as the plan's
+    memory says and as accelerate, the HF Trainer and Lightning train one device."""
+    model = _WhoCalls()
+    result = fit(model, _regression_batches(), loss_fn=_mse, epochs=1, plan=_exported(model), optimizer="sgd")
+    assert result.plan.strategy == "ddp" and result.world_size == 1
+    assert model.wrapped and not any(model.wrapped)
+
+
 @pytest.mark.parametrize("hook", ["fp16_compress", "powersgd"])
 def test_ddp_comm_hooks_from_the_plan_train(hook: str) -> None:
+    """On one device the hook takes no part (nothing to reduce) and the plan still trains; the hooks themselves
+    run in the 2-process tests (tests/strategies/test_ddp.py)."""
     model = _Regressor()
     settings = {**_exported(model).settings, "comm_hook": hook, "matrix_approximation_rank": 1,
                 "start_powerSGD_iter": 2}

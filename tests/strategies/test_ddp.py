@@ -320,3 +320,28 @@ def _checkpoint_blocks(module: Any) -> None:
             return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
 
         block.forward = forward
+
+
+# -- one device -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("settings", [{}, {"gradient_as_bucket_view": True}, {"comm_hook": "powersgd"}])
+def test_one_device_holds_the_traced_step_alone_and_reduces_nothing(settings: dict[str, Any]) -> None:
+    """One rank trains unwrapped (fit() and every trainer autoshard hands off to): the traced step's memory, no
+    buckets or hook state, no all-reduce; from 2 ranks the buckets are a second copy of the gradients."""
+    from autoshard.hardware import load_hardware
+
+    workload = conformance.workloads()["tiny-llama"]
+    one, two = load_hardware("h100-sxm-80gb", gpus=1), load_hardware("h100-sxm-80gb", gpus=2)
+    alone = _ddp().memory(workload, one, _cand(4, **settings))
+    trace = workload.trace("amp", False)
+    traced = trace.phases(4)[alone.peak_phase]
+    assert alone.gpu.buffers == traced.buffers
+    assert alone.gpu.gradients == min(traced.gradients, trace.at_1.gradient_bytes)
+    assert alone.notes[0] == ddp_module.ONE_DEVICE_NOTE
+    replicated = _ddp().memory(workload, two, _cand(4))
+    assert replicated.gpu.total > alone.gpu.total
+    cost = _ddp().cost(workload, one, _cand(4, **settings))
+    assert cost.collectives == () and cost.communication_s == cost.exposed_communication_s == 0.0
+    assert cost.step_time_s == pytest.approx(cost.compute_s + cost.optimizer_s)
+    assert ddp_module.ONE_DEVICE_NOTE in cost.notes

@@ -1,5 +1,10 @@
 """DistributedDataParallel from a plan: bucket size, comm hook, ``gradient_as_bucket_view``, ``static_graph``,
-``find_unused_parameters`` (only when the plan says the model needs it), autocast and loss scaling."""
+``find_unused_parameters`` (only when the plan says the model needs it), autocast and loss scaling.
+
+On one device the module trains unwrapped: DDP would all-reduce with itself and keep its buckets, a second copy
+of the gradients, for nothing; accelerate (``distributed_type: NO``), the HF Trainer and Lightning's
+single-device strategy train one GPU so too, and the plan's memory and time say so
+(:data:`autoshard.strategies.ddp.strategy.ONE_DEVICE_NOTE`)."""
 
 from __future__ import annotations
 
@@ -34,19 +39,21 @@ class DDPBackend(Backend):
             checkpoint_blocks(module, model.block_names, self.plan.checkpointing_choice)
         s = self.settings
         self._module = module
-        self.ddp = DistributedDataParallel(
-            module,
-            device_ids=[self.ctx.device.index] if self.ctx.device.type == "cuda" else None,
-            bucket_cap_mb=s.get("bucket_cap_mb"),
-            gradient_as_bucket_view=bool(s.get("gradient_as_bucket_view", False)),
-            static_graph=bool(s.get("static_graph", False)),
-            find_unused_parameters=bool(s.get("find_unused_parameters", False)),
-        )
-        self._register_hook(str(s.get("comm_hook", "none")))
-        self.optimizer = make_optimizer(self.ddp.parameters())
+        self.ddp: DistributedDataParallel | None = None
+        if self.ctx.world_size > 1:
+            self.ddp = DistributedDataParallel(
+                module,
+                device_ids=[self.ctx.device.index] if self.ctx.device.type == "cuda" else None,
+                bucket_cap_mb=s.get("bucket_cap_mb"),
+                gradient_as_bucket_view=bool(s.get("gradient_as_bucket_view", False)),
+                static_graph=bool(s.get("static_graph", False)),
+                find_unused_parameters=bool(s.get("find_unused_parameters", False)),
+            )
+            self._register_hook(self.ddp, str(s.get("comm_hook", "none")))
+        self.optimizer = make_optimizer(module.parameters())
         self.scaler = self.grad_scaler()
 
-    def _register_hook(self, hook: str) -> None:
+    def _register_hook(self, ddp: DistributedDataParallel, hook: str) -> None:
         from torch.distributed.algorithms.ddp_comm_hooks import (
             default_hooks,
             powerSGD_hook,
@@ -55,14 +62,14 @@ class DDPBackend(Backend):
         if hook == "none":
             return
         if hook == "fp16_compress":
-            self.ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
         elif hook == "bf16_compress":
-            self.ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+            ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
         elif hook == "powersgd":
             state = powerSGD_hook.PowerSGDState(
                 process_group=None, matrix_approximation_rank=int(self.settings.get("matrix_approximation_rank", 1)),
                 start_powerSGD_iter=int(self.settings.get("start_powerSGD_iter", 1_000)))
-            self.ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+            ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         else:
             raise ValueError(f"unknown comm hook {hook!r}")
 
@@ -72,7 +79,10 @@ class DDPBackend(Backend):
         return self._module
 
     def forward(self, batch: Any, *, sync: bool, call: CallFn = call_model) -> Any:
-        """Forward through DDP; with ``sync`` false the reducer skips this micro-batch (as ``no_sync()`` does)."""
+        """Forward through DDP; with ``sync`` false the reducer skips this micro-batch (as ``no_sync()`` does).
+        On one device, through the module itself."""
+        if self.ddp is None:
+            return call(self._module, self.precision.cast_batch(batch))
         self.ddp.require_backward_grad_sync = sync
         return call(self.ddp, self.precision.cast_batch(batch))
 

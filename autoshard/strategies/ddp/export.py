@@ -35,7 +35,10 @@ class DDPExporter:
 
     def lightning(self, exported: ExportedPlan, *, ds_config_file: str) -> LightningPart:
         """``DDPStrategy`` with the bucket, gradient-view, static-graph and unused-parameter settings and the
-        comm hook (PowerSGD with its state)."""
+        comm hook (PowerSGD with its state); on one device Lightning's ``"auto"`` (its single-device strategy: no
+        DDP wrapper, as ``fit()`` trains one device)."""
+        if exported.hardware.world_size == 1:
+            return LightningPart(imports=[], strategy='"auto"')
         s = exported.settings
         lines = ["from lightning.pytorch.strategies import DDPStrategy"]
         args = [f"bucket_cap_mb={s['bucket_cap_mb']!r}", f"gradient_as_bucket_view={s['gradient_as_bucket_view']!r}",

@@ -49,6 +49,10 @@ POWERSGD_MATRIX_MIN_NUMEL = 65_536
 assumption standing in for the shapes the workload does not record (it errs towards more traffic)."""
 POWERSGD_DEFAULT_START_ITER = 1_000
 """``PowerSGDState(start_powerSGD_iter=1_000)`` default; it must be > 1 with error feedback (powerSGD_hook.py)."""
+ONE_DEVICE_NOTE = ("one device: the module trains without DistributedDataParallel (autoshard's fit(), accelerate's "
+                   "distributed_type NO, the HF Trainer and Lightning's single-device strategy alike): no gradient "
+                   "buckets, no all-reduce; the bucket, gradient-view and hook settings take effect from 2 devices")
+"""DDP on one device: what every trainer autoshard hands off to runs then (docs/strategies/ddp.md)."""
 _COMPRESSED_ELEMENT_BYTES = 2
 """fp16 and bf16 hooks all-reduce ``buffer.to(dtype)``: 2 bytes per element (default_hooks.py ``_compress_hook``)."""
 
@@ -247,9 +251,11 @@ class DDPStrategy(Strategy):
         param_bytes = max(br.parameters for br in phases.values())
         grad_bytes, optimizer_bytes = trace.at_1.gradient_bytes, trace.at_1.optimizer_state_bytes
         layout = _Layout.of(workload, trace, s)
-        buckets = layout.bucket_bytes()
+        single = hardware.world_size == 1
+        buckets = () if single else layout.bucket_bytes()
         bucket_bytes = sum(rnd(x) for x in buckets)
-        hook_state, in_flight, hook_note = _hook_memory(s, layout, rnd)
+        views = s.gradient_as_bucket_view and not single
+        hook_state, in_flight, hook_note = (0, 0, None) if single else _hook_memory(s, layout, rnd)
         overhead = workload.cuda_overhead_bytes if workload.target == "cuda" else 0
         by_phase: dict[str, GpuMemory] = {}
         for phase, br in phases.items():
@@ -258,15 +264,21 @@ class DDPStrategy(Strategy):
                 # With views, .grad *is* the buckets (alive from construction); otherwise .grad lives as in the
                 # single-device step (the trace's gradients at this phase's high point) and the buckets are a
                 # second, flat copy.
-                gradients=bucket_bytes if s.gradient_as_bucket_view else min(br.gradients, grad_bytes),
+                gradients=bucket_bytes if views else min(br.gradients, grad_bytes),
                 optimizer=optimizer_bytes,
                 activations=trace.activation_bytes(phase, b),
                 # A hook's per-bucket transients exist only while buckets are reduced, i.e. during backward.
-                buffers=br.buffers + (0 if s.gradient_as_bucket_view else bucket_bytes) + hook_state
+                buffers=br.buffers + (0 if views else bucket_bytes) + hook_state
                 + (in_flight if phase == "backward" else 0),
                 overhead=overhead,
             )
         peak_phase = max(by_phase, key=lambda p: by_phase[p].total)
+        if single:
+            notes = [ONE_DEVICE_NOTE, "parameters, gradients and optimizer state as the traced step holds them, in "
+                     "the user's precision with autocast (the 'amp' trace)"]
+            if overhead:
+                notes.append(f"CUDA allocator-side overheads: {_mib(overhead)} (from the profile)")
+            return MemoryEstimate(gpu=by_phase[peak_phase], peak_phase=peak_phase, notes=tuple(notes))
         notes = [
             "parameters, gradients and optimizer state are whole on every rank, in the user's precision with "
             "autocast (the 'amp' trace), as DDP trains the module it wraps",
@@ -305,8 +317,14 @@ class DDPStrategy(Strategy):
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         backward_s = compute_s * (bwd / (fwd + bwd) if fwd + bwd else 2 / 3)
 
-        layout = _Layout.of(workload, trace, s)
         n = hardware.world_size
+        if n == 1:
+            optimizer_s, optimizer_note = costs.optimizer_step_seconds(
+                workload, hardware, candidate.activation_checkpointing)
+            notes += [ONE_DEVICE_NOTE, *([optimizer_note] if optimizer_note else [])]
+            return _throughput(workload, b, 1, compute_s=compute_s, comm_s=0.0, exposed_s=0.0,
+                               optimizer_s=optimizer_s, collectives=(), notes=notes)
+        layout = _Layout.of(workload, trace, s)
         scope = "world" if hardware.nodes > 1 else "intra"
         payloads, calls_per_bucket, hook_note = _hook_wire(s, layout)
         notes.append(hook_note)
@@ -330,18 +348,24 @@ class DDPStrategy(Strategy):
         optimizer_s, optimizer_note = costs.optimizer_step_seconds(
             workload, hardware, candidate.activation_checkpointing)
         notes += [optimizer_note] if optimizer_note else []
-        step_s = compute_s + exposed_s + optimizer_s
-        samples_per_s = b * n / step_s
-        tokens = workload.tokens_per_sample
-        return CostEstimate(
-            compute_s=compute_s, communication_s=comm_s, exposed_communication_s=exposed_s, offload_s=0.0,
-            step_time_s=step_s, samples_per_s=samples_per_s,
-            tokens_per_s=None if tokens is None else samples_per_s * tokens,
-            collectives=(collective,), notes=tuple(notes), optimizer_s=optimizer_s,
-        )
+        return _throughput(workload, b, n, compute_s=compute_s, comm_s=comm_s, exposed_s=exposed_s,
+                           optimizer_s=optimizer_s, collectives=(collective,), notes=notes)
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------
+
+
+def _throughput(workload: Workload, b: int, n: int, *, compute_s: float, comm_s: float, exposed_s: float,
+                optimizer_s: float, collectives: tuple[Collective, ...], notes: list[str]) -> CostEstimate:
+    step_s = compute_s + exposed_s + optimizer_s
+    samples_per_s = b * n / step_s
+    tokens = workload.tokens_per_sample
+    return CostEstimate(
+        compute_s=compute_s, communication_s=comm_s, exposed_communication_s=exposed_s, offload_s=0.0,
+        step_time_s=step_s, samples_per_s=samples_per_s,
+        tokens_per_s=None if tokens is None else samples_per_s * tokens,
+        collectives=collectives, notes=tuple(notes), optimizer_s=optimizer_s,
+    )
 
 
 def _nccl(hardware: HardwareSpec) -> bool:

@@ -345,3 +345,12 @@ def test_one_device_holds_the_traced_step_alone_and_reduces_nothing(settings: di
     assert cost.collectives == () and cost.communication_s == cost.exposed_communication_s == 0.0
     assert cost.step_time_s == pytest.approx(cost.compute_s + cost.optimizer_s)
     assert ddp_module.ONE_DEVICE_NOTE in cost.notes
+
+
+def test_one_device_tunes_no_ddp_knob() -> None:
+    """Nothing to reduce on one device: the tuner searches micro-batch and checkpointing only."""
+    from autoshard.hardware import load_hardware
+
+    assert not [k.name for k in _ddp().knobs(load_hardware("h100-sxm-80gb", gpus=1)) if k.tuned]
+    assert {k.name for k in _ddp().knobs(load_hardware("h100-sxm-80gb", gpus=2)) if k.tuned} == {
+        "bucket_cap_mb", "comm_hook", "matrix_approximation_rank", "gradient_as_bucket_view", "static_graph"}

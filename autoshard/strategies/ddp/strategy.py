@@ -177,22 +177,26 @@ class DDPStrategy(Strategy):
 
     # -- settings ---------------------------------------------------------------------------------------------
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:
-        """DDP's constructor arguments and comm hook; ``bf16_compress`` only with CUDA and NCCL."""
+        """DDP's constructor arguments and comm hook; ``bf16_compress`` only with CUDA and NCCL. On one device
+        none is tuned: the module trains unwrapped (:data:`ONE_DEVICE_NOTE`), so they change nothing."""
         hooks = tuple(h for h in COMM_HOOKS if h != "bf16_compress" or _nccl(hardware))
+        several = hardware.world_size > 1
         return (
             Knob(name="bucket_cap_mb", default=DEFAULT_BUCKET_CAP_MB, kind="float", low=1.0, high=200.0, log=True,
-                 description="Gradient bucket size in MiB (an explicit value also caps the first bucket)."),
+                 description="Gradient bucket size in MiB (an explicit value also caps the first bucket).",
+                 tuned=several),
             Knob(name="comm_hook", default="none", kind="choice", choices=hooks,
-                 description="Gradient communication hook: none, fp16/bf16 compression, or PowerSGD."),
+                 description="Gradient communication hook: none, fp16/bf16 compression, or PowerSGD.", tuned=several),
             Knob(name="matrix_approximation_rank", default=1, kind="int", low=1, high=32, log=True,
-                 description="PowerSGD rank (only with comm_hook=powersgd).", when=("comm_hook", "powersgd")),
+                 description="PowerSGD rank (only with comm_hook=powersgd).", when=("comm_hook", "powersgd"),
+                 tuned=several),
             Knob(name="start_powerSGD_iter", default=POWERSGD_DEFAULT_START_ITER, kind="int", low=2, high=10_000,
                  log=True, description="Steps of plain all-reduce before PowerSGD starts (accuracy, not speed).",
                  tuned=False),
             Knob(name="gradient_as_bucket_view", default=False, kind="bool",
-                 description="Gradients as views of the buckets: saves one copy of the gradients."),
+                 description="Gradients as views of the buckets: saves one copy of the gradients.", tuned=several),
             Knob(name="static_graph", default=False, kind="bool",
-                 description="The set of used parameters never changes (no per-step graph search)."),
+                 description="The set of used parameters never changes (no per-step graph search).", tuned=several),
             Knob(name="find_unused_parameters", default=False, kind="bool",
                  description="Only for models where some parameters get no gradient; searches the graph each step "
                  "(on by default when the profiled step leaves parameters unused).", tuned=False),

@@ -73,6 +73,12 @@ def _peak_flops(gpu: GPUSpec, dtype: str) -> float | None:
     return None if peak is None else peak * 1e12
 
 
+def _achievable_bandwidth(gpu: GPUSpec) -> float | None:
+    """Bytes/s memory-bound kernels reach on ``gpu`` (``None`` when its bandwidth is unknown)."""
+    bandwidth = gpu.memory_bandwidth_bytes_per_s
+    return None if bandwidth is None else bandwidth * (gpu.achievable or GENERIC).memory
+
+
 def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float = KERNEL_FLOOR_S,
              launch_s: float = LAUNCH_S) -> StepTime | None:
     """Compute time of ``micro_batch`` samples' forward + backward on ``gpu`` under the module's model.
@@ -99,8 +105,7 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     """
     b = max(1, micro_batch)
     fractions = gpu.achievable or GENERIC
-    bandwidth = gpu.memory_bandwidth_bytes_per_s
-    hbm = None if bandwidth is None else bandwidth * fractions.memory
+    hbm = _achievable_bandwidth(gpu)
     matmul_s = attention_s = memory_s = 0.0
     for c in census.matmuls:
         peak = _peak_flops(gpu, c.dtype)
@@ -153,8 +158,7 @@ def optimizer_seconds(census: OpCensus, gpu: GPUSpec, *, shard: float = 1.0, ker
         >>> round(optimizer_seconds(step, gpu), 3), round(optimizer_seconds(step, gpu, shard=1 / 8), 4)
         (0.084, 0.0105)
     """
-    bandwidth = gpu.memory_bandwidth_bytes_per_s
-    hbm = None if bandwidth is None else bandwidth * (gpu.achievable or GENERIC).memory
+    hbm = _achievable_bandwidth(gpu)
     count = census.kernels if kernels is None else kernels
     traffic = (census.memory_bytes + sum(c.bytes for c in census.matmuls)) * shard
     gpu_s = max(0.0 if hbm is None else traffic / hbm, count * floor_s)

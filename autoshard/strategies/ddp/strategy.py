@@ -277,33 +277,9 @@ class DDPStrategy(Strategy):
                 overhead=overhead,
             )
         peak_phase = max(by_phase, key=lambda p: by_phase[p].total)
-        if single:
-            notes = [ONE_DEVICE_NOTE, "parameters, gradients and optimizer state as the traced step holds them, in "
-                     "the user's precision with autocast (the 'amp' trace)"]
-            if overhead:
-                notes.append(f"CUDA allocator-side overheads: {_mib(overhead)} (from the profile)")
-            return MemoryEstimate(gpu=by_phase[peak_phase], peak_phase=peak_phase, notes=tuple(notes))
-        notes = [
-            "parameters, gradients and optimizer state are whole on every rank, in the user's precision with "
-            "autocast (the 'amp' trace), as DDP trains the module it wraps",
-            f"{len(buckets)} gradient bucket(s) of {', '.join(_mib(x) for x in buckets[:4])}"
-            f"{', ...' if len(buckets) > 4 else ''}: reverse parameter order, first bucket capped at "
-            f"{_mib(s.first_bucket_bytes)}, then {s.bucket_cap_mb:g} MiB "
-            "(torch/nn/parallel/distributed.py _BucketCapacityConfig, torch 2.13.0); allocated at construction "
-            "(docs/notes/ddp.rst, Internal Design)",
-            "gradient_as_bucket_view=True: .grad tensors are views of the buckets, no second copy"
-            if s.gradient_as_bucket_view else
-            "gradient_as_bucket_view=False: the buckets are a second copy of all gradients, alive all step "
-            "(distributed.py docstring: views save 'the total gradients size')",
-            "optimizer.zero_grad(set_to_none=True) (torch >= 2.0 default, torch/optim/optimizer.py) frees .grad "
-            "between steps; the buckets stay",
-        ]
-        if hook_note:
-            notes.append(hook_note)
-        if s.find_unused_parameters and not s.static_graph:
-            notes.append("find_unused_parameters=True: buckets keep their construction-time assignment (the small "
-                         "first bucket holds the first parameters); they are rebuilt from the real gradient order "
-                         "only with static_graph or find_unused_parameters=False")
+        notes = ([ONE_DEVICE_NOTE, "parameters, gradients and optimizer state as the traced step holds them, in the "
+                  "user's precision with autocast (the 'amp' trace)"]
+                 if single else _replica_notes(s, buckets, hook_note))
         if overhead:
             notes.append(f"CUDA allocator-side overheads: {_mib(overhead)} (from the profile)")
         return MemoryEstimate(gpu=by_phase[peak_phase], peak_phase=peak_phase, notes=tuple(notes))
@@ -321,13 +297,14 @@ class DDPStrategy(Strategy):
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         backward_s = compute_s * (bwd / (fwd + bwd) if fwd + bwd else 2 / 3)
 
+        optimizer_s, optimizer_note = costs.optimizer_step_seconds(
+            workload, hardware, candidate.activation_checkpointing)
+        optimizer_notes = [optimizer_note] if optimizer_note else []
         n = hardware.world_size
         if n == 1:
-            optimizer_s, optimizer_note = costs.optimizer_step_seconds(
-                workload, hardware, candidate.activation_checkpointing)
-            notes += [ONE_DEVICE_NOTE, *([optimizer_note] if optimizer_note else [])]
             return _throughput(workload, b, 1, compute_s=compute_s, comm_s=0.0, exposed_s=0.0,
-                               optimizer_s=optimizer_s, collectives=(), notes=notes)
+                               optimizer_s=optimizer_s, collectives=(), notes=[*notes, ONE_DEVICE_NOTE,
+                                                                               *optimizer_notes])
         layout = _Layout.of(workload, trace, s)
         scope = "world" if hardware.nodes > 1 else "intra"
         payloads, calls_per_bucket, hook_note = _hook_wire(s, layout)
@@ -349,14 +326,37 @@ class DDPStrategy(Strategy):
                    if workload.unused_parameter_count else "")
             notes.append(f"find_unused_parameters=True{why}: DDP traverses the autograd graph from the outputs after "
                          "every forward to mark them ready (not timed here)")
-        optimizer_s, optimizer_note = costs.optimizer_step_seconds(
-            workload, hardware, candidate.activation_checkpointing)
-        notes += [optimizer_note] if optimizer_note else []
         return _throughput(workload, b, n, compute_s=compute_s, comm_s=comm_s, exposed_s=exposed_s,
-                           optimizer_s=optimizer_s, collectives=(collective,), notes=notes)
+                           optimizer_s=optimizer_s, collectives=(collective,), notes=[*notes, *optimizer_notes])
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------
+
+
+def _replica_notes(s: DdpSettings, buckets: tuple[int, ...], hook_note: str | None) -> list[str]:
+    """The memory notes of two ranks or more: whole replicas, the buckets, the hook."""
+    notes = [
+        "parameters, gradients and optimizer state are whole on every rank, in the user's precision with "
+        "autocast (the 'amp' trace), as DDP trains the module it wraps",
+        f"{len(buckets)} gradient bucket(s) of {', '.join(_mib(x) for x in buckets[:4])}"
+        f"{', ...' if len(buckets) > 4 else ''}: reverse parameter order, first bucket capped at "
+        f"{_mib(s.first_bucket_bytes)}, then {s.bucket_cap_mb:g} MiB "
+        "(torch/nn/parallel/distributed.py _BucketCapacityConfig, torch 2.13.0); allocated at construction "
+        "(docs/notes/ddp.rst, Internal Design)",
+        "gradient_as_bucket_view=True: .grad tensors are views of the buckets, no second copy"
+        if s.gradient_as_bucket_view else
+        "gradient_as_bucket_view=False: the buckets are a second copy of all gradients, alive all step "
+        "(distributed.py docstring: views save 'the total gradients size')",
+        "optimizer.zero_grad(set_to_none=True) (torch >= 2.0 default, torch/optim/optimizer.py) frees .grad "
+        "between steps; the buckets stay",
+    ]
+    if hook_note:
+        notes.append(hook_note)
+    if s.find_unused_parameters and not s.static_graph:
+        notes.append("find_unused_parameters=True: buckets keep their construction-time assignment (the small "
+                     "first bucket holds the first parameters); they are rebuilt from the real gradient order "
+                     "only with static_graph or find_unused_parameters=False")
+    return notes
 
 
 def _throughput(workload: Workload, b: int, n: int, *, compute_s: float, comm_s: float, exposed_s: float,

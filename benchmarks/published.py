@@ -57,6 +57,8 @@ METRICS: dict[str, str] = {
     "nvidia_smi_gib": "memory nvidia-smi shows per GPU (reserved + CUDA context), GiB",
     "tokens_per_s_per_gpu": "training tokens per second per GPU",
     "samples_per_s": "training samples per second, all GPUs",
+    "engine_samples_per_s": "training samples per second, all GPUs, by the engine's own forward + backward + step "
+                            "timers (no data loading, no training loop)",
     "mfu_percent": "model FLOPs utilisation, %, by the source's formula",
     "tflops_per_gpu": "TFLOP/s per GPU, by the source's count",
     "max_micro_batch": "largest micro-batch that runs (0: not even 1)",
@@ -65,7 +67,7 @@ MEMORY_METRICS = ("peak_allocated_gib", "peak_active_gib")
 """Compared with the predicted allocated peak. Active bytes are the allocated blocks' sizes: at least the
 allocated bytes, more by the unused tail of a block the caching allocator hands out unsplit (at most 1 MiB a
 block in the large pool, ``should_split`` in c10/cuda/CUDACachingAllocator.cpp)."""
-THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "samples_per_s", "tflops_per_gpu")
+THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "samples_per_s", "engine_samples_per_s", "tflops_per_gpu")
 NOT_PREDICTED = {
     "peak_reserved_gib": "reserved memory (autoshard predicts allocated memory only; the caching allocator's "
                          "segments are not modelled, autoshard/profiler/cuda_allocator.py)",
@@ -278,6 +280,7 @@ class Predictor:
             "peak_allocated_gib": memory.gpu.total / 2**30,
             "peak_active_gib": memory.gpu.total / 2**30,
             "samples_per_s": cost.samples_per_s,
+            "engine_samples_per_s": cost.samples_per_s,  # the step model prices forward + backward + step only
             "tokens_per_s_per_gpu": None if cost.tokens_per_s is None else cost.tokens_per_s / world,
             "tflops_per_gpu": flops * cost.samples_per_s / world / 1e12,
             "step_time_s": cost.step_time_s,
@@ -429,7 +432,9 @@ def markdown(report: dict[str, Any]) -> str:
         "workload (`autoshard.strategies.build_workload`) evaluated as one candidate (`planner.search.evaluate`: "
         "strategy, micro-batch, checkpointing, global batch) on the GPU profile, with no safety margin. "
         "Throughput figures are compared with the step-time model's `tokens_per_s / GPUs` (tokens/s per GPU), "
-        "`samples_per_s` (samples/s) or autoshard's traced FLOPs of the step (recomputation included) times "
+        "`samples_per_s` (samples/s, end to end as the source timed it; `engine_samples_per_s`: DeepSpeed's "
+        "autotuning metric, its own forward + backward + step timers, no data loading or training loop, the span "
+        "the step-time model prices) or autoshard's traced FLOPs of the step (recomputation included) times "
         "samples/s per GPU (TFLOP/s); memory figures with the per-GPU peak `memory.gpu.total` (allocated bytes); "
         "the largest micro-batch by bisection over `evaluate(...).fits`. Error = (predicted − published) / "
         "published; for the largest micro-batch, predicted − published micro-batches. A point autoshard cannot "

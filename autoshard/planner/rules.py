@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autoshard.hardware.specs import HardwareSpec
+from autoshard.hardware.units import format_throughput
 from autoshard.planner.plan import Evaluation, PlanRequest
 from autoshard.strategies import costs
 from autoshard.strategies.workload import Workload
@@ -97,6 +98,26 @@ def _gib(x: float) -> str:
     return f"{x / 2**30:.1f} GiB"
 
 
+_HALF = {"bf16-mixed": "bf16", "16-mixed": "fp16"}
+"""Mixed precisions whose FSDP2 / DeepSpeed run casts the parameters, not each op (their traces: ``half``)."""
+
+
+def _one_device(ctx: Context, e: Evaluation) -> str:
+    """Why a sharding strategy can lead on one device: its precision and memory against DDP's best, in numbers."""
+    half = _HALF.get(ctx.workload.precision.value)
+    why = (f"its precision: it casts the parameters rather than each op, so forward and backward run in {half} "
+           "throughout (DDP's autocast casts op by op and keeps some activations in fp32)"
+           if half else "only how it holds the model states")
+    ddp = [o for o in ctx.fitting if _replicas(o) and o.cost is not None]
+    if not ddp:
+        against = "DDP does not fit"
+    else:
+        best = max(ddp, key=lambda o: o.cost.samples_per_s)  # type: ignore[union-attr]
+        against = (f"micro-batch {e.candidate.micro_batch_size} here against {best.candidate.micro_batch_size} for "
+                   f"DDP's best ({format_throughput(best.cost.samples_per_s)} samples/s)")  # type: ignore[union-attr]
+    return f"On one device nothing is sharded; what {e.strategy} changes is {why}: {against}."
+
+
 def _headroom(ctx: Context, e: Evaluation) -> float:
     capacity = ctx.hardware.device_memory_bytes or 1
     used = e.memory.gpu.total if e.memory else capacity
@@ -144,6 +165,12 @@ RULES: tuple[Rule, ...] = (
         factor=1.0,
         says=lambda ctx, e: f"Over a slow link ({_gb(ctx.slowest_link_bytes_per_s() or 0)}) a compressing comm hook "
         "(fp16/bf16 compress, PowerSGD) cuts DDP's all-reduce volume 2× or more; `autoshard tune` measures it.",
+    ),
+    Rule(
+        name="one-device-sharding",
+        applies=lambda ctx, e: ctx.hardware.world_size == 1 and not _replicas(e) and not _offloads(e),
+        factor=1.0,  # said, not weighed: the costs already price the difference
+        says=_one_device,
     ),
     Rule(
         name="offload-last-resort",

@@ -80,7 +80,7 @@ def _achievable_bandwidth(gpu: GPUSpec) -> float | None:
 
 
 def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float = KERNEL_FLOOR_S,
-             launch_s: float = LAUNCH_S) -> StepTime | None:
+             launch_s: float = LAUNCH_S, host_extra_s: float = 0.0) -> StepTime | None:
     """Compute time of ``micro_batch`` samples' forward + backward on ``gpu`` under the module's model.
 
     Args:
@@ -89,6 +89,8 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         gpu: the GPU model (peaks, memory bandwidth, achievable fractions).
         floor_s: shortest time of one kernel.
         launch_s: host time to launch one kernel.
+        host_extra_s: other host time on the launching thread per step (a strategy's Python hooks), added to
+            the launches.
 
     Returns:
         The time by part, or ``None`` when the GPU's peak for a dtype the step computes in is unknown.
@@ -120,11 +122,14 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     for m in census.memory:
         memory_s += max(0.0 if hbm is None else m.bytes * b / hbm, m.kernels * floor_s)
     gpu_s = matmul_s + attention_s + memory_s
-    host_s = census.kernels * launch_s
+    host_s = census.kernels * launch_s + host_extra_s
     seconds = max(gpu_s, host_s)
     flops = census.matmul_flops * b
     where = "the profile's" if gpu.achievable is not None else "generic (no measurements in the profile)"
-    bound = "launch-bound" if host_s > gpu_s else f"{(matmul_s + attention_s) / max(gpu_s, 1e-30):.0%} matmul"
+    if host_s > gpu_s:
+        bound = "host-bound" if host_extra_s else "launch-bound"
+    else:
+        bound = f"{(matmul_s + attention_s) / max(gpu_s, 1e-30):.0%} matmul"
     note = (f"compute from the traced ops: matmuls at {fractions.matmul:g} and attention at {fractions.attention:g}"
             f" of the dense peak, memory-bound ops at {fractions.memory:g} of the memory bandwidth ({where} "
             f"fractions), {census.kernels:,} kernels ({floor_s * 1e6:g} µs floor, {launch_s * 1e6:g} µs to launch "

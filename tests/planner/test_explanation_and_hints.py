@@ -31,3 +31,28 @@ def test_nothing_fits_hint_says_install_deepspeed_only_when_it_is_missing(ds_ins
     with pytest.raises(NoFeasiblePlan) as info:
         plan(workload(), H100x8, request(micro_batch_size=1), strategies)
     assert ("install deepspeed" in (info.value.hint or "")) is says_install
+
+
+@pytest.mark.parametrize(("precision", "says"), [("bf16-mixed", "run in bf16 throughout"),
+                                                 ("32-true", "only how it holds the model states")])
+def test_on_one_gpu_a_sharding_strategy_says_what_it_changes_against_ddps_best(precision, says):
+    # On one device FSDP and ZeRO shard nothing; a user seeing one recommended there is told what differs from
+    # DDP, with DDP's best micro-batch and throughput. On several devices the sentence is not said.
+    import dataclasses
+
+    from autoshard.hardware import load_hardware
+    from autoshard.profiler.options import Precision
+
+    strategies = [Synthetic("ddp", state_gib=20, act_gib=2, per_device_samples_s=100),
+                  Synthetic("fsdp_shard_grad_op", state_gib=12, act_gib=2, per_device_samples_s=110)]
+    w = dataclasses.replace(workload(1_000_000_000), precision=Precision(precision))
+    one = plan(w, load_hardware("h100-sxm-80gb", gpus=1), request(), strategies)
+    sharded = next(c for c in one.candidates if c.strategy == "fsdp_shard_grad_op" and c.fits)
+    ddp_best = max((c for c in one.candidates if c.strategy == "ddp" and c.fits), key=lambda c: c.cost.samples_per_s)
+    (sentence,) = [r for r in sharded.reasons if r.startswith("[one-device-sharding]")]
+    assert says in sentence
+    assert f"against {ddp_best.candidate.micro_batch_size} for DDP's best" in sentence
+    assert not any(r.startswith("[one-device-sharding]") for c in one.candidates if c.strategy == "ddp"
+                   for r in c.reasons)
+    eight = plan(w, H100x8, request(), strategies)
+    assert not any(r.startswith("[one-device-sharding]") for c in eight.candidates for r in c.reasons)

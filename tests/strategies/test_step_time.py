@@ -152,7 +152,12 @@ def test_fp16_deepspeed_on_a_gpu_without_bf16_is_priced_from_its_traced_ops(tmp_
     candidate = Candidate(strategy="deepspeed_stage_1", micro_batch_size=2, activation_checkpointing=False)
     cost = get("deepspeed_stage_1").cost(workload, v100, candidate)
     assert cost.notes[0].startswith("compute from the traced ops"), cost.notes[0]
-    assert cost.compute_s == pytest.approx(_seconds(half.at_1.census, v100.gpu, 2))
+    # The census priced at micro-batch 2, with ZeRO-1's host time per parameter tensor beside the launches.
+    from autoshard.strategies.deepspeed.cost import ENGINE_HOST_S
+
+    host_extra_s = len(workload.parameter_numels) * ENGINE_HOST_S[1]
+    expected = step_time.estimate(half.at_1.census, 2, v100.gpu, host_extra_s=host_extra_s)
+    assert expected is not None and cost.compute_s == pytest.approx(expected.seconds)
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +198,18 @@ def test_an_offloaded_optimizer_takes_no_gpu_time(gpt2_workload, name):
     cost = get(name).cost(gpt2_workload, load_hardware("h100-sxm-80gb", gpus=8),
                           Candidate(strategy=name, micro_batch_size=1, activation_checkpointing=False))
     assert cost.optimizer_s == 0.0 and cost.offload_s > 0
+
+
+def test_host_time_beside_the_launches_makes_a_short_step_host_bound():
+    # A strategy's own Python on the launching thread (host_extra_s) joins the kernel launches: the step takes
+    # the longer of the GPU's work and the host's, and the note says which side set it.
+    gpu = _gpu()
+    census = _matmuls((4096, 4096, 4096))
+    plain = step_time.estimate(census, 1, gpu)
+    assert plain is not None
+    hooked = step_time.estimate(census, 1, gpu, host_extra_s=10 * plain.gpu_s)
+    assert hooked is not None
+    assert hooked.seconds == pytest.approx(plain.launch_s + 10 * plain.gpu_s)
+    assert "host-bound" in hooked.note and "host-bound" not in plain.note
+    hidden = step_time.estimate(census, 1, gpu, host_extra_s=plain.gpu_s / 10)
+    assert hidden is not None and hidden.seconds == pytest.approx(max(plain.gpu_s, plain.launch_s + plain.gpu_s / 10))

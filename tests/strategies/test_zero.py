@@ -574,3 +574,46 @@ def test_plain_sgd_whose_step_allocates_nothing_is_planned_for_every_stage() -> 
     plan = autoshard.recommend("tiny-gpt2", hardware=autoshard.detect_hardware(gpus=2), batch_size=2, seq_len=16,
                                optimizer="sgd", strategies=stages)
     assert {c.strategy for c in plan.candidates if c.memory is not None} == set(stages)
+
+
+# -- ZeRO-3's module hooks on the host ------------------------------------------------------------------------------
+
+
+def test_zero3_fetches_once_per_module_and_its_hooks_take_host_time() -> None:
+    # deepspeed 0.19.8 gathers a module's parameters with one all_gather_coalesced when the module runs
+    # (fetch_sub_module): tiny-llama's forward fetches as many times as it has parameters above the persistence
+    # threshold, and the hooks around them are host time.
+    workload = conformance.workloads()["tiny-llama"]
+    hw = load_hardware("dgx-h100")
+    name = "deepspeed_stage_3"
+    threshold = min(workload.parameter_numels)  # the norms stay persistent, the linear layers are gathered
+    cost = get(name).cost(workload, hw, _cand(name, 1, stage3_param_persistence_threshold=threshold))
+    modules = sum(1 for x in workload.parameter_numels if x > threshold)
+    assert 0 < modules < len(workload.parameter_numels)
+    forward = next(c for c in cost.collectives if c.kind == "all_gather" and c.overlappable)
+    assert forward.calls == modules
+    (note,) = [n for n in cost.notes if n.startswith("ZeRO-3 engine on the host")]
+    assert f"{modules:,} modules" in note
+
+
+def test_the_engines_host_time_makes_a_small_step_host_bound() -> None:
+    # At micro-batch 1 tiny-llama's kernels take microseconds: the ZeRO engine's Python, not the GPU, sets the
+    # step's compute time: ZeRO-1/2 per parameter tensor, ZeRO-3 per module it gathers (with every parameter
+    # persistent it gathers none, and those hooks cost nothing).
+    from autoshard.strategies import costs
+    from autoshard.strategies.deepspeed.cost import ENGINE_HOST_S
+
+    workload = conformance.workloads()["tiny-llama"]
+    hw = load_hardware("dgx-h100")
+    bare_s, _ = costs.step_compute_seconds(workload.trace("half", False), 1, hw, "bf16")  # no engine
+    zero2 = get("deepspeed_stage_2").cost(workload, hw, _cand("deepspeed_stage_2", 1))
+    gathered = get("deepspeed_stage_3").cost(workload, hw, _cand("deepspeed_stage_3", 1,
+                                                                  stage3_param_persistence_threshold=0))
+    persistent = get("deepspeed_stage_3").cost(workload, hw, _cand("deepspeed_stage_3", 1,
+                                                                    stage3_param_persistence_threshold=10**12))
+    tensors = len(workload.parameter_numels)
+    assert gathered.compute_s >= tensors * ENGINE_HOST_S[3] > bare_s
+    assert zero2.compute_s >= tensors * ENGINE_HOST_S[2] > bare_s
+    assert all(any("host-bound" in n for n in c.notes) for c in (gathered, zero2))
+    assert persistent.compute_s == pytest.approx(bare_s)
+    assert "ZeRO-3 engine on the host: 0 modules" in " ".join(persistent.notes)

@@ -60,6 +60,17 @@ HOST_MEMORY_EFFICIENCY = 0.8
 typically reaches 75-85 %; J. McCalpin, STREAM benchmark, https://www.cs.virginia.edu/stream/). An assumption
 that ``benchmarks/step_time_fit.py`` can refit."""
 
+ENGINE_HOST_S: dict[int, float] = {1: 0.24e-3, 2: 0.22e-3, 3: 1.03e-3}
+"""Host time the ZeRO engine adds per step, per stage: ZeRO-1/2 per trainable parameter tensor (the gradient
+bookkeeping of ``reduce_ready_partitions_and_remove_grads``, once per parameter, ``stage_1_and_2.py``), ZeRO-3
+per module that owns a gathered parameter (its forward and backward hooks: ``fetch_sub_module`` with the
+prefetch bookkeeping, ``release_sub_module``, the gradient's reduce and partition; ``parameter_offload.py``,
+``partitioned_param_coordinator.py``, ``stage3.py``), deepspeed 0.19.8. Measured: the slope over the layer count
+of each stage's forward + backward time less plain torch's, real engines, ``nn.Linear`` stacks, this project's
+2-core build machine's CPU (``python benchmarks/zero_hooks.py``, docs/benchmarks/zero_hooks.md). It is Python on
+the thread that launches the kernels, so it joins the launches on the host's side of the step
+(:func:`autoshard.strategies.step_time.estimate`): hidden while the GPU is the slower side."""
+
 NVME_DEFAULT_BYTES_PER_S = 2.0e9
 """Sequential NVMe bandwidth assumed when the hardware does not give one (a single PCIe 4.0 SSD is 2-7 GB/s;
 the low end, as DeepSpeed's aio is rarely at peak without tuning — an assumption; ``--benchmark-disk`` measures
@@ -85,8 +96,10 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
     one = trace.at_1
     forward_share = one.forward_flops / max(one.forward_flops + one.backward_flops, 1)
     notes: list[str] = []
-    compute_s, note = costs.step_compute_seconds(trace, b, hardware, compute_dtype(workload.precision))
-    notes.append(note)
+    hooks_s, hooks_note = _engine_host(workload, settings)
+    compute_s, note = costs.step_compute_seconds(trace, b, hardware, compute_dtype(workload.precision),
+                                                 host_extra_s=hooks_s)
+    notes += [note, *hooks_note]
     forward_s = compute_s * forward_share
     backward_s = compute_s - forward_s
     if settings.stage == 3:
@@ -126,6 +139,28 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
 
 _Comm = tuple[list[Collective], float, float, float, list[str]]
 """Collectives, seconds that may hide behind forward, behind backward, seconds always exposed, notes."""
+
+
+def _gathered_modules(numels: tuple[int, ...], settings: ZeroSettings) -> int:
+    """Modules ZeRO-3 fetches per pass: one per parameter above ``stage3_param_persistence_threshold`` (a
+    linear layer's or embedding's weight; their biases and norms stay persistent). A module owning two such
+    parameters is fetched once (one ``all_gather_coalesced``) and counted twice: the count errs high there."""
+    return sum(1 for x in numels if x > settings.param_persistence_threshold)
+
+
+def _engine_host(workload: Workload, settings: ZeroSettings) -> tuple[float, list[str]]:
+    """The ZeRO engine's host time per step (:data:`ENGINE_HOST_S`) and its note."""
+    per = ENGINE_HOST_S[settings.stage]
+    if settings.stage == 3:
+        units, what = _gathered_modules(workload.parameter_numels, settings), "modules with gathered parameters"
+        work = "fetch, release, gradient partitioning"
+    else:
+        units, what = len(workload.parameter_numels), "parameter tensors"
+        work = "gradient bookkeeping"
+    seconds = units * per
+    return seconds, [f"ZeRO-{settings.stage} engine on the host: {units:,} {what} x {per * 1e3:.2g} ms per step "
+                     f"({work}; measured, docs/benchmarks/zero_hooks.md): {seconds * 1e3:.3g} ms beside the "
+                     "kernel launches"]
 
 
 def _scope(hardware: HardwareSpec) -> str:
@@ -174,8 +209,10 @@ def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: Zer
     persistent = sum(padded) - sum(gathered)
     released = max(0, layout.gathered_numel - layout.retained_numel)
     window = max(layout.prefetch_numel, layout.largest_gathered_numel, 1)
-    fwd_calls = max(1, math.ceil(layout.gathered_numel / window)) if gathered else 0
-    bwd_calls = math.ceil(released / window) if released else 0
+    # One all_gather_coalesced per fetched module, prefetched or not (fetch_sub_module); backward re-fetches the
+    # released share of them.
+    fwd_calls = _gathered_modules(numels, settings)
+    bwd_calls = math.ceil(fwd_calls * released / max(layout.gathered_numel, 1)) if released else 0
     buckets = max(1, math.ceil(sum(numels) / settings.reduce_bucket_size))
     overlap = settings.overlap_comm
     fwd = Collective(kind="all_gather", bytes=sum(gathered) * lp, calls=fwd_calls, group_size=n, scope=scope,
@@ -197,8 +234,9 @@ def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: Zer
         fwd_overlap = bwd_overlap = 0.0
         fixed = sum(t.values())
     notes = [
-        f"parameters: all-gathered in forward ({fwd_calls} fetch(es) of up to {window:,} elements) and again in "
-        f"backward for the {released:,} elements released after forward; persistent ones once after the step",
+        f"parameters: all-gathered in forward ({fwd_calls} fetch(es), one per module, up to {window:,} elements "
+        f"in flight) and again in backward for the {released:,} elements released after forward; persistent ones "
+        "once after the step",
         f"gradients: reduce-scatter in {buckets} bucket(s) of reduce_bucket_size (reduce_scatter_coalesced)",
         "overlap_comm=True: gathers prefetched on their own stream and reductions on another; the first fetch "
         "and the last bucket exposed" if overlap else "overlap_comm=False: every collective on the compute stream",

@@ -1,0 +1,220 @@
+"""Host time DeepSpeed ZeRO spends per module (ZeRO-3) or per parameter (ZeRO-1/2) each step: the real engine on CPU.
+
+ZeRO-3 registers forward and backward hooks on every module (``parameter_offload.py``, deepspeed 0.19.8): before a
+module runs, ``fetch_sub_module`` all-gathers its parameters (and prefetches the next ones); after it,
+``release_sub_module`` frees them; each parameter's gradient is then reduced and partitioned. All of it is Python
+on the thread that launches the kernels, once per module and pass, whatever the module's size: with small modules
+or small micro-batches the host, not the GPU, sets the pace.
+
+Measured here as the slope of one training step's forward + ``engine.backward`` time over the number of layers of
+a stack of ``nn.Linear(width, width)`` layers (``width`` just above ``stage3_param_persistence_threshold``'s 1e5
+elements, so each weight is gathered and each bias persistent, as in a transformer's linear layers), for plain
+torch and ZeRO-1, -2 and -3, world size 1 (gloo, ``DS_ACCELERATOR=cpu``), micro-batch 1 so the arithmetic is
+negligible. ZeRO-3's slope less plain torch's is its host time per module with a gathered weight (forward and
+backward); ZeRO-1's and ZeRO-2's, halved, per parameter tensor (a layer holds a weight and a bias): their gradient
+bookkeeping, ``reduce_ready_partitions_and_remove_grads`` once per parameter. Each configuration runs in a fresh
+process, one intra-op thread, the configurations interleaved and repeated.
+
+Usage::
+
+    python benchmarks/zero_hooks.py [--layers 16 32 64 128] [--width 320] [--steps 20] [--warmup 5]
+                                     [--repeats 3] [--out docs/benchmarks]
+
+Writes ``zero_hooks.{md,json}`` under ``--out``. The figures are this machine's CPU running deepspeed's CPU
+accelerator: on a GPU the same Python runs, plus CUDA event and stream calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
+from _common import cpu_model, positive
+
+SCRIPT = Path(__file__).resolve()
+KINDS = ("torch", "zero1", "zero2", "zero3")
+STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
+TENSORS_PER_LAYER = 2
+"""An ``nn.Linear`` owns a weight and a bias."""
+
+
+def worker(kind: str, layers: int, width: int, steps: int, warmup: int) -> dict[str, Any]:
+    """One configuration in this process: the median forward + backward seconds of ``steps`` timed steps."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(1, width)
+    if kind == "torch":
+        def forward_backward() -> None:
+            model(x).square().mean().backward()
+
+        def step() -> None:
+            optimizer.step()
+            optimizer.zero_grad()
+    else:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        import deepspeed
+
+        config = {"train_micro_batch_size_per_gpu": 1, "steps_per_print": 10**9,
+                  "zero_optimization": {"stage": STAGES[kind]}}
+        engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+
+        def forward_backward() -> None:
+            engine.backward(engine(x).square().mean())
+
+        def step() -> None:
+            engine.step()
+    times = []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        forward_backward()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+        step()
+    return {"kind": kind, "layers": layers, "width": width, "median_s": statistics.median(times)}
+
+
+def run_worker(kind: str, layers: int, width: int, steps: int, warmup: int, port: int) -> dict[str, Any]:
+    """:func:`worker` in a fresh interpreter (one rank of a world of one)."""
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "LOCAL_RANK": "0",
+           "WORLD_SIZE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
+    cmd = [sys.executable, str(SCRIPT), "--worker", kind, str(layers), str(width), str(steps), str(warmup)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{kind} x {layers} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    return dict(json.loads(lines[-1][len("RESULT "):]))
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of ``y`` over ``x``.
+
+    Example:
+        >>> slope([(1, 3.0), (2, 5.0), (4, 9.0)])
+        2.0
+    """
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per kind: median seconds per layer count (over repeats) and the slope per layer; ZeRO's over torch's."""
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        mine = [r for r in rows if r["kind"] == kind]
+        layers = sorted({r["layers"] for r in mine})
+        medians = {n: statistics.median(r["median_s"] for r in mine if r["layers"] == n) for n in layers}
+        out[kind] = {"median_s_by_layers": medians, "slope_s_per_layer": slope(list(medians.items()))}
+    for kind in STAGES:
+        out[kind]["over_torch_s_per_layer"] = out[kind]["slope_s_per_layer"] - out["torch"]["slope_s_per_layer"]
+        if kind != "zero3":  # ZeRO-3's unit is the module it gathers, one per layer
+            out[kind]["over_torch_s_per_tensor"] = out[kind]["over_torch_s_per_layer"] / TENSORS_PER_LAYER
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as a page."""
+    meta, summary = report["meta"], report["summary"]
+    layers = sorted({int(n) for n in summary["torch"]["median_s_by_layers"]})
+    lines = [
+        "# DeepSpeed ZeRO's host time per module and per parameter",
+        "",
+        f"{meta['date']}, {meta['cpu']}, {meta['cores']} cores, Python {meta['python']}, torch {meta['torch']}, "
+        f"DeepSpeed {meta['deepspeed']}.",
+        "",
+        f"Benchmark: `{meta['command']}`",
+        "",
+        "One training step's forward + `engine.backward` (plain torch: forward + `backward()`) of a stack of "
+        f"`nn.Linear({meta['width']}, {meta['width']})` layers at micro-batch 1, world size 1, on CPU: the median "
+        f"of {meta['steps']} steps after {meta['warmup']}, then the median over {meta['repeats']} interleaved "
+        "repeats, each in a fresh process. Each weight is above `stage3_param_persistence_threshold` (1e5 "
+        "elements): ZeRO-3 gathers and releases it around the module, in forward and in backward.",
+        "",
+        "| layers | " + " | ".join(f"{k} (ms)" for k in KINDS) + " |",
+        "|---:|" + "---:|" * len(KINDS),
+    ]
+    for n in layers:
+        cells = [f"{summary[k]['median_s_by_layers'][n] * 1e3:.2f}" for k in KINDS]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| | " + " | ".join(KINDS) + " |",
+        "|---|" + "---:|" * len(KINDS),
+        "| slope, ms per layer | " + " | ".join(f"{summary[k]['slope_s_per_layer'] * 1e3:.3f}" for k in KINDS) + " |",
+        "| over torch, ms per layer | — | " + " | ".join(
+            f"{summary[k]['over_torch_s_per_layer'] * 1e3:.3f}" for k in STAGES) + " |",
+        "| over torch, ms per parameter tensor (ZeRO-1/2) | — | " + " | ".join(
+            f"{summary[k]['over_torch_s_per_tensor'] * 1e3:.3f}" for k in ("zero1", "zero2")) + " | — |",
+        "",
+        "ZeRO-3's slope over torch's is the host time its hooks add per module with a gathered parameter (here a "
+        "linear layer: its weight gathered, its bias persistent), forward and backward together; ZeRO-1's and "
+        "ZeRO-2's, per parameter tensor, the host time of their per-parameter gradient bookkeeping "
+        "(`reduce_ready_partitions_and_remove_grads`). `autoshard.strategies.deepspeed.cost.ENGINE_HOST_S` cites "
+        "this page. It is this CPU running deepspeed's CPU accelerator; on a GPU host the same Python runs, plus "
+        "CUDA event and stream calls (not measured here: no GPU).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=positive, nargs="+", default=[16, 32, 64, 128])
+    parser.add_argument("--width", type=positive, default=320)
+    parser.add_argument("--steps", type=positive, default=20)
+    parser.add_argument("--warmup", type=positive, default=5)
+    parser.add_argument("--repeats", type=positive, default=3)
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure, print the table, write the report."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--worker"]:
+        kind, layers, width, steps, warmup = argv[1], *map(int, argv[2:6])
+        print("RESULT " + json.dumps(worker(kind, layers, width, steps, warmup)), flush=True)
+        os._exit(0)  # no interpreter teardown of a gloo group (pytorch#65231)
+    args = parse_args(argv)
+    if len(set(args.layers)) < 2:
+        print("error: --layers needs at least two different counts (the figure is a slope).", file=sys.stderr)
+        return 2
+    rows, port = [], 29500 + os.getpid() % 1000
+    for repeat in range(args.repeats):
+        order = [(k, n) for n in args.layers for k in KINDS]
+        for kind, layers in order if repeat % 2 == 0 else order[::-1]:
+            rows.append({**run_worker(kind, layers, args.width, args.steps, args.warmup, port), "repeat": repeat})
+            print(f"{kind} x {layers}: {rows[-1]['median_s'] * 1e3:.2f} ms", flush=True)
+    meta = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu_model(),
+            "cores": os.cpu_count(), "python": platform.python_version(),
+            "torch": importlib.metadata.version("torch"), "deepspeed": importlib.metadata.version("deepspeed"),
+            "command": " ".join(["python benchmarks/zero_hooks.py", *argv]), "width": args.width,
+            "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats}
+    report = {"meta": meta, "summary": summarise(rows), "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "zero_hooks.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    text = markdown(report)
+    (args.out / "zero_hooks.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -158,7 +158,7 @@ def _engine_host(workload: Workload, settings: ZeroSettings) -> tuple[float, lis
         units, what = len(workload.parameter_numels), "parameter tensors"
         work = "gradient bookkeeping"
     seconds = units * per
-    return seconds, [f"ZeRO-{settings.stage} engine on the host: {units:,} {what} x {per * 1e3:.2g} ms per step "
+    return seconds, [f"ZeRO-{settings.stage} engine on the host: {units:,} {what} x {per * 1e3:.3g} ms per step "
                      f"({work}; measured, docs/benchmarks/zero_hooks.md): {seconds * 1e3:.3g} ms beside the "
                      "kernel launches"]
 

@@ -12,7 +12,9 @@
 #                   `autoshard profile --target cuda`, DDP + bf16_compress_hook, a 1-rank FSDP2 step
 #   memory-single   python benchmarks/memory_accuracy.py --grid full, its one-device cases, one model at a time
 #   memory-sharded  the same grid's FSDP2 cases (rank 0 of 8 on a fake process group), one model at a time
-#   published       python benchmarks/published.py --measure-on-gpu, only if that script exists
+#   published       python benchmarks/published.py --measure-on-gpu, only if that script offers it
+#   zero-hooks      python benchmarks/zero_hooks.py --accelerator cuda: the ZeRO engines' host time per parameter
+#                   / gathered module on this GPU host (the CPU figure is what deepspeed/cost.py prices)
 #   ops             build DeepSpeed's CPU Adam once (the offload strategies need it), so that no strategy run
 #                   is stopped half-way through a compile (a stopped compile leaves a lock that blocks the next)
 #   strategies      python benchmarks/gpu_strategies.py: every strategy that fits, measured vs predicted
@@ -22,7 +24,7 @@
 # counted three times); one device call runs 10 minutes at most, so on the device run it as three calls:
 #
 #   --steps pytest,memory-single          40 + 120 + 400 s
-#   --steps memory-sharded,published      40 + 150 + 180 s
+#   --steps memory-sharded,published,zero-hooks   40 + 150 + 30 + 150 s
 #   --steps ops,strategies                40 + 150 + 380 s
 #
 # Results go under DIR (default: $OUT when set — the device machine's return folder — else ./gpu-campaign-out):
@@ -42,7 +44,7 @@ cd "$ROOT"
 ARGS="$*"
 DRY=0
 OUT_DIR=""
-STEPS="pytest,memory-single,memory-sharded,published,ops,strategies"
+STEPS="pytest,memory-single,memory-sharded,published,zero-hooks,ops,strategies"
 MODELS=""
 SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
 usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -58,7 +60,7 @@ while (($#)); do
         *) fail "unknown argument '$1' (see --help)." ;;
     esac
 done
-KNOWN="pytest memory-single memory-sharded published ops strategies"
+KNOWN="pytest memory-single memory-sharded published zero-hooks ops strategies"
 IFS=',' read -r -a WANTED <<< "$STEPS"
 for s in "${WANTED[@]}"; do
     [[ " $KNOWN " == *" $s "* ]] || fail "--steps: unknown step '$s'; known: ${KNOWN// /, } (setup always runs)."
@@ -87,11 +89,12 @@ else  # a compile of DeepSpeed's ops stopped half-way leaves a lock that blocks 
 fi
 
 # Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
-declare -A LIMIT=([setup]=40 [pytest]=120 [memory-single]=400 [memory-sharded]=150 [published]=180 [ops]=150
-                  [strategies]=380)
+# published: 30 s while benchmarks/published.py has no --measure-on-gpu (the step then only says so).
+declare -A LIMIT=([setup]=40 [pytest]=120 [memory-single]=400 [memory-sharded]=150 [published]=30
+                  [zero-hooks]=150 [ops]=150 [strategies]=380)
 # The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
-if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [memory-single]=240 [memory-sharded]=240 [published]=60 [ops]=60
-                        [strategies]=300); fi
+if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [memory-single]=240 [memory-sharded]=240 [published]=60
+                        [zero-hooks]=180 [ops]=60 [strategies]=300); fi
 STARTED=$(date +%s)
 N=0
 {
@@ -277,9 +280,9 @@ EOF
 step_published() {
     local marker="$TREE/runs/published.started"
     touch "$marker"
+    "$PY" benchmarks/published.py --help | grep -q -- --measure-on-gpu || {
+        echo "benchmarks/published.py has no --measure-on-gpu" >&2; return 1; }
     if ((DRY)); then
-        "$PY" benchmarks/published.py --help | grep -q -- --measure-on-gpu || {
-            echo "benchmarks/published.py has no --measure-on-gpu" >&2; return 1; }
         echo "dry run: benchmarks/published.py loads and offers --measure-on-gpu (not run without a GPU)"
         return 0
     fi
@@ -288,6 +291,15 @@ step_published() {
     # It writes where it writes (docs/benchmarks by default): collect what it wrote during this step.
     find docs/benchmarks -maxdepth 1 -type f -newer "$marker" -exec cp {} "$DOCS/" \;
     return $rc
+}
+
+step_zero_hooks() {
+    if ((DRY)); then  # the CPU engines on two short stacks: the plumbing, not a figure
+        "$PY" benchmarks/zero_hooks.py --layers 2 4 --steps 2 --warmup 1 --repeats 1 --name gpu_zero_hooks \
+            --out "$DOCS"
+    else
+        "$PY" benchmarks/zero_hooks.py --accelerator cuda --layers 16 32 64 128 --repeats 2 --out "$DOCS"
+    fi
 }
 
 step_ops() {
@@ -312,8 +324,8 @@ step_strategies() {
     # Start no run later than 30 s before the step's limit, so the table is complete when the step ends.
     "$PY" benchmarks/gpu_strategies.py "${args[@]}" --budget-s "$((STEP_LIMIT - 30))"
 }
-export -f step_setup step_pytest memory_by_model step_memory_single step_memory_sharded step_published step_ops \
-    step_strategies
+export -f step_setup step_pytest memory_by_model step_memory_single step_memory_sharded step_published \
+    step_zero_hooks step_ops step_strategies
 
 # run_step NAME: run step_NAME under `timeout`, log to logs/NN-NAME.log, record its status; never stops the campaign.
 run_step() {
@@ -350,7 +362,7 @@ else
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 fi
 run_step setup
-for step in pytest memory-single memory-sharded published ops strategies; do
+for step in pytest memory-single memory-sharded published zero-hooks ops strategies; do
     wanted "$step" || continue
     if [[ $step == published && ! -f benchmarks/published.py ]]; then
         skip_step published "benchmarks/published.py is not in this checkout"

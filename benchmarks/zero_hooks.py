@@ -18,10 +18,11 @@ process, one intra-op thread, the configurations interleaved and repeated.
 Usage::
 
     python benchmarks/zero_hooks.py [--layers 16 32 64 128] [--width 320] [--steps 20] [--warmup 5]
-                                     [--repeats 3] [--out docs/benchmarks]
+                                    [--repeats 3] [--accelerator cpu|cuda] [--name NAME] [--out docs/benchmarks]
 
-Writes ``zero_hooks.{md,json}`` under ``--out``. The figures are this machine's CPU running deepspeed's CPU
-accelerator: on a GPU the same Python runs, plus CUDA event and stream calls.
+Writes ``zero_hooks.{md,json}`` under ``--out`` (``gpu_zero_hooks`` with ``--accelerator cuda``: the engines on one
+GPU with NCCL, the device synchronized before each clock stop, as the GPU campaign runs it). On CPU the figures
+are deepspeed's CPU accelerator; on a GPU the same Python runs, plus CUDA event and stream calls.
 """
 
 from __future__ import annotations
@@ -50,15 +51,18 @@ TENSORS_PER_LAYER = 2
 """An ``nn.Linear`` owns a weight and a bias."""
 
 
-def worker(kind: str, layers: int, width: int, steps: int, warmup: int) -> dict[str, Any]:
-    """One configuration in this process: the median forward + backward seconds of ``steps`` timed steps."""
+def worker(kind: str, layers: int, width: int, steps: int, warmup: int, accelerator: str = "cpu") -> dict[str, Any]:
+    """One configuration in this process: the median forward + backward seconds of ``steps`` timed steps (on
+    CUDA, the device synchronized before the clock stops)."""
     import torch
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    device = torch.device(accelerator)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(1, width)
+    x = torch.randn(1, width, device=device)
+    sync = torch.cuda.synchronize if accelerator == "cuda" else (lambda: None)
     if kind == "torch":
         def forward_backward() -> None:
             model(x).square().mean().backward()
@@ -67,7 +71,6 @@ def worker(kind: str, layers: int, width: int, steps: int, warmup: int) -> dict[
             optimizer.step()
             optimizer.zero_grad()
     else:
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
 
         config = {"train_micro_batch_size_per_gpu": 1, "steps_per_print": 10**9,
@@ -81,19 +84,23 @@ def worker(kind: str, layers: int, width: int, steps: int, warmup: int) -> dict[
             engine.step()
     times = []
     for i in range(warmup + steps):
+        sync()
         start = time.perf_counter()
         forward_backward()
+        sync()
         if i >= warmup:
             times.append(time.perf_counter() - start)
         step()
     return {"kind": kind, "layers": layers, "width": width, "median_s": statistics.median(times)}
 
 
-def run_worker(kind: str, layers: int, width: int, steps: int, warmup: int, port: int) -> dict[str, Any]:
-    """:func:`worker` in a fresh interpreter (one rank of a world of one)."""
+def run_worker(kind: str, layers: int, width: int, steps: int, warmup: int, port: int,
+               accelerator: str = "cpu") -> dict[str, Any]:
+    """:func:`worker` in a fresh interpreter (one rank of a world of one; gloo on CPU, NCCL on CUDA)."""
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
-    cmd = [sys.executable, str(SCRIPT), "--worker", kind, str(layers), str(width), str(steps), str(warmup)]
+           "WORLD_SIZE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": accelerator}
+    cmd = [sys.executable, str(SCRIPT), "--worker", kind, str(layers), str(width), str(steps), str(warmup),
+           accelerator]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -135,13 +142,14 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# DeepSpeed ZeRO's host time per module and per parameter",
         "",
-        f"{meta['date']}, {meta['cpu']}, {meta['cores']} cores, Python {meta['python']}, torch {meta['torch']}, "
-        f"DeepSpeed {meta['deepspeed']}.",
+        f"{meta['date']}, {meta['cpu']}, {meta['cores']} cores, {meta['device']}, Python {meta['python']}, "
+        f"torch {meta['torch']}, DeepSpeed {meta['deepspeed']}.",
         "",
         f"Benchmark: `{meta['command']}`",
         "",
         "One training step's forward + `engine.backward` (plain torch: forward + `backward()`) of a stack of "
-        f"`nn.Linear({meta['width']}, {meta['width']})` layers at micro-batch 1, world size 1, on CPU: the median "
+        f"`nn.Linear({meta['width']}, {meta['width']})` layers at micro-batch 1, world size 1, on "
+        f"{meta['accelerator'].upper()}: the median "
         f"of {meta['steps']} steps after {meta['warmup']}, then the median over {meta['repeats']} interleaved "
         "repeats, each in a fresh process. Each weight is above `stage3_param_persistence_threshold` (1e5 "
         "elements): ZeRO-3 gathers and releases it around the module, in forward and in backward.",
@@ -166,8 +174,10 @@ def markdown(report: dict[str, Any]) -> str:
         "linear layer: its weight gathered, its bias persistent), forward and backward together; ZeRO-1's and "
         "ZeRO-2's, per parameter tensor, the host time of their per-parameter gradient bookkeeping "
         "(`reduce_ready_partitions_and_remove_grads`). `autoshard.strategies.deepspeed.cost.ENGINE_HOST_S` cites "
-        "this page. It is this CPU running deepspeed's CPU accelerator; on a GPU host the same Python runs, plus "
-        "CUDA event and stream calls (not measured here: no GPU).",
+        "this page" + (". It is this CPU running deepspeed's CPU accelerator; on a GPU host the same Python runs, "
+                       "plus CUDA event and stream calls (measured with `--accelerator cuda`)."
+                       if meta["accelerator"] == "cpu" else " (its CPU figures; these are the same engines on the "
+                       "GPU, synchronized before each clock stop)."),
         "",
     ]
     return "\n".join(lines)
@@ -181,6 +191,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=positive, default=20)
     parser.add_argument("--warmup", type=positive, default=5)
     parser.add_argument("--repeats", type=positive, default=3)
+    parser.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
+                        help="where the engines run (cuda: one GPU, NCCL)")
+    parser.add_argument("--name", help="report file name without suffix (default: zero_hooks on CPU, "
+                        "gpu_zero_hooks on CUDA)")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     return parser.parse_args(argv)
 
@@ -190,28 +204,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:
         kind, layers, width, steps, warmup = argv[1], *map(int, argv[2:6])
-        print("RESULT " + json.dumps(worker(kind, layers, width, steps, warmup)), flush=True)
+        print("RESULT " + json.dumps(worker(kind, layers, width, steps, warmup, argv[6])), flush=True)
         os._exit(0)  # no interpreter teardown of a gloo group (pytorch#65231)
     args = parse_args(argv)
     if len(set(args.layers)) < 2:
         print("error: --layers needs at least two different counts (the figure is a slope).", file=sys.stderr)
         return 2
+    device = "CPU only"
+    if args.accelerator == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("error: --accelerator cuda, but torch sees no CUDA GPU here.", file=sys.stderr)
+            return 2
+        device = torch.cuda.get_device_name(0)
     rows, port = [], 29500 + os.getpid() % 1000
     for repeat in range(args.repeats):
         order = [(k, n) for n in args.layers for k in KINDS]
         for kind, layers in order if repeat % 2 == 0 else order[::-1]:
-            rows.append({**run_worker(kind, layers, args.width, args.steps, args.warmup, port), "repeat": repeat})
+            rows.append({**run_worker(kind, layers, args.width, args.steps, args.warmup, port, args.accelerator),
+                         "repeat": repeat})
             print(f"{kind} x {layers}: {rows[-1]['median_s'] * 1e3:.2f} ms", flush=True)
     meta = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu_model(),
             "cores": os.cpu_count(), "python": platform.python_version(),
             "torch": importlib.metadata.version("torch"), "deepspeed": importlib.metadata.version("deepspeed"),
             "command": " ".join(["python benchmarks/zero_hooks.py", *argv]), "width": args.width,
-            "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats}
+            "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats, "accelerator": args.accelerator,
+            "device": device}
     report = {"meta": meta, "summary": summarise(rows), "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "zero_hooks.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    name = args.name or ("gpu_zero_hooks" if args.accelerator == "cuda" else "zero_hooks")
+    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     text = markdown(report)
-    (args.out / "zero_hooks.md").write_text(text, encoding="utf-8")
+    (args.out / f"{name}.md").write_text(text, encoding="utf-8")
     print(text)
     return 0
 

@@ -9,20 +9,20 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from autoshard.errors import AutoshardError, UsageError, UserCodeError
+from autoshard.errors import AutoshardError, UsageError
 from autoshard.models import load_source
 from autoshard.models.source import ModelSource
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
-from autoshard.profiler.checkpointing import ActivationCheckpointing, parse_checkpointing
-from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
+from autoshard.profiler.checkpointing import parse_checkpointing
+from autoshard.profiler.options import OptimizerImpl
 from autoshard.runtime import planning, supervisor
 from autoshard.runtime.data import SampleList, as_samples
 from autoshard.runtime.data import check as check_data
@@ -157,19 +157,18 @@ def fit(
                    resume=ckpt.resume if isinstance(ckpt.resume, bool) else Path(ckpt.resume),
                    consolidate=consolidate, log_every=log_every, grad_clip_norm=grad_clip_norm,
                    lr_scheduler=lr_scheduler, keep_last_checkpoints=ckpt.keep_last)
-    options = _PlanOptions(plan=plan, strategy=strategy, hardware=hardware, processes=processes,
-                           precision=precision, batch_size=batch_size, seq_len=seq_len, force=force,
-                           optimizer_impl=_optimizer_impl(optimizer_impl, optimizer),
-                           checkpointing=None if activation_checkpointing is None
-                           else parse_checkpointing(activation_checkpointing),
-                           reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype),
-                           cache=cache)
+    options = planning.PlanOptions(
+        plan=plan, strategy=strategy, hardware=hardware, processes=processes, precision=precision,
+        batch_size=batch_size, seq_len=seq_len, force=force,
+        optimizer_impl=planning.optimizer_impl_for(optimizer_impl, optimizer),
+        checkpointing=None if activation_checkpointing is None else parse_checkpointing(activation_checkpointing),
+        reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype), cache=cache)
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         _worker(job, launch, Path(run_dir))  # never returns
     if launch is not None:
         return _launched(job, options, launch)
-    exported, notes, job = _resolve(job, options, world_size=None)
+    exported, notes, job = planning.resolve(job, options, world_size=None)
     if exported.hardware.nodes > 1:
         raise UsageError(f"the plan spans {exported.hardware.nodes} nodes; fit() starts processes on this machine "
                          "only.", hint="Start it on every node with torchrun or srun (see launch.sh from "
@@ -250,7 +249,7 @@ def _destroy_group() -> None:
         dist.destroy_process_group()
 
 
-def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitResult:
+def _launched(job: TrainJob, options: planning.PlanOptions, launch: LaunchInfo) -> FitResult:
     """Under torchrun / deepspeed: rank 0 plans, every rank trains with what it broadcasts."""
     explicit = planning.load_plan(options.plan)
     device_type = explicit[0].hardware.device_type if explicit else ("cuda" if torch.cuda.is_available() else "cpu")
@@ -258,7 +257,7 @@ def _launched(job: TrainJob, options: _PlanOptions, launch: LaunchInfo) -> FitRe
     payload: dict[str, Any] = {}
     if ctx.is_main:
         try:
-            exported, notes, job = _resolve(job, options, world_size=ctx.world_size)
+            exported, notes, job = planning.resolve(job, options, world_size=ctx.world_size)
             payload = {"plan": exported.to_dict(), "notes": notes, "samples": isinstance(job.data, SampleList)}
         except AutoshardError as e:
             payload = {"error": {"type": type(e).__name__, "message": e.message, "hint": e.hint}}
@@ -379,140 +378,7 @@ def _job_spec(job: TrainJob, model: Any) -> dict[str, Any]:
             "consolidate": job.consolidate, "log_every": job.log_every, "grad_clip_norm": job.grad_clip_norm}
 
 
-# -- planning ------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _PlanOptions:
-    """fit()'s arguments that choose the plan."""
-
-    plan: Any
-    strategy: str | None
-    hardware: Any
-    processes: int | None
-    precision: str | None
-    batch_size: int | None
-    seq_len: int | None
-    force: bool
-    optimizer_impl: OptimizerImpl | None = None
-    checkpointing: ActivationCheckpointing | None = None
-    reduce_dtype: str | None = None
-    cache: bool = True
-
-
-def _optimizer_impl(impl: OptimizerImpl | str | None, optimizer: Any) -> OptimizerImpl | None:
-    """``impl`` checked against the optimizer named (AdamW when it is not a name)."""
-    if impl is None:
-        return None
-    return parse_optimizer_impl(impl, optimizer if isinstance(optimizer, str) else "adamw")
-
-
-def _resolve(job: TrainJob, options: _PlanOptions, *, world_size: int | None
-             ) -> tuple[ExportedPlan, list[str], TrainJob]:
-    """The plan to train with, notes on what was decided, and the job (its data may have been peeked at)."""
-    explicit = planning.load_plan(options.plan)
-    notes: list[str] = []
-    if explicit is not None:
-        exported, where = explicit
-        fingerprint = _fingerprint(job)
-        # Launched: the launcher's world. Otherwise fit() starts the plan's world unless processes= says otherwise.
-        ranks = world_size or options.processes or exported.hardware.world_size
-        # GPU model names from NVML and from profiles are spelled differently: world size and device type rule.
-        run = planning.RunShape(world_size=ranks, device_type="cuda" if torch.cuda.is_available() else "cpu",
-                                gpu=None)
-        for difference in planning.check(exported, fingerprint, run, source=where, force=options.force):
-            notes.append(f"force=True: trained although {difference}.")
-        if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
-            exported = dataclasses.replace(exported, optimizer_impl=options.optimizer_impl)
-        if options.checkpointing is not None and options.checkpointing != exported.checkpointing_choice:
-            exported = dataclasses.replace(exported, activation_checkpointing=bool(options.checkpointing),
-                                           checkpointing=str(options.checkpointing) if options.checkpointing
-                                           else None)
-            notes.append(f"Trained with {options.checkpointing.label}, as asked, in place of the plan's.")
-        if options.reduce_dtype is not None and "reduce_dtype" in exported.settings:
-            exported = dataclasses.replace(exported, settings={**exported.settings,
-                                                               "reduce_dtype": options.reduce_dtype})
-        return exported, notes, job
-    exported, job = _auto(job, options, notes)
-    return exported, notes, job
-
-
-def _auto(job: TrainJob, options: _PlanOptions, notes: list[str]) -> tuple[ExportedPlan, TrainJob]:
-    from autoshard.planner.machine import default_precision, hardware_for, plan_for
-
-    hw = hardware_for(options.hardware, processes=options.processes)
-    precision = options.precision or default_precision(hw)
-    batch_size = options.batch_size or _fixed_batch_size(job.data)
-    source = job.source
-    if source is None:
-        from autoshard.runtime.data import peek
-
-        example, data = peek(job.data) if job.data is not None else (None, None)
-        if example is None:
-            raise UsageError("fit(module) with no data has nothing to train on.",
-                             hint="Pass data=, or a model source (a model.py / catalog name) whose batch() is used.")
-        job = dataclasses.replace(job, data=data)  # a generator's first batch was put back in front
-        source = planning.module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
-                                        training_step=job.training_step)
-    def planned(source: ModelSource) -> Any:
-        return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
-                        optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
-                        optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
-                        reduce_dtype=options.reduce_dtype,
-                        strategies=None if options.strategy is None else [options.strategy], cache=options.cache)
-
-    try:
-        plan = planned(source)
-    except UserCodeError as first:
-        # A list given as data is read as a list of batches. If its first element fails as a batch and works as
-        # a batch of one sample, the list holds single samples (a Hugging Face-style list of dicts): use it as
-        # a dataset, batched at the planned micro-batch.
-        samples = as_samples(job.data) if job.module is not None and job.source is None else None
-        if samples is None:
-            raise
-        from torch.utils.data import default_collate
-
-        source = planning.module_source(job.module, default_collate([samples[0]]),  # type: ignore[arg-type]
-                                        loss_fn=job.loss_fn, training_step=job.training_step)
-        try:
-            plan = planned(source)
-        except UserCodeError:
-            raise first from None
-        job = dataclasses.replace(job, data=samples)
-        notes.append("data is a list whose elements are single samples (the first, passed to the model as a batch, "
-                     f"failed: {first.message}): it is batched like a Dataset. Pass a DataLoader to batch it "
-                     "yourself, or a list of batches.")
-    exported = plan_file.from_plan(plan)
-    if plan.cached_workload is not None:
-        notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")
-    notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
-                 f"{exported.micro_batch_size}, {precision}.")
-    return exported, job
-
-
-def _fingerprint(job: TrainJob) -> plan_file.ModelFingerprint:
-    if job.module is not None:
-        return planning.model_fingerprint(job.module, type(job.module).__name__)
-    source = job.source
-    if source is None:
-        raise ValueError("TrainJob needs a module or a source")
-    with torch.device("meta"):
-        return planning.model_fingerprint(source.build(), source.name)
-
-
-def _fixed_batch_size(data: Any) -> int | None:
-    from torch.utils.data import DataLoader
-
-    if isinstance(data, DataLoader):
-        return data.batch_size
-    if isinstance(data, (list, tuple)) and data:
-        first = data[0]
-        tensors = [first] if isinstance(first, torch.Tensor) else list(
-            first.values() if isinstance(first, Mapping) else first if isinstance(first, (list, tuple)) else [])
-        sizes = {t.shape[0] for t in tensors if isinstance(t, torch.Tensor) and t.dim() > 0}
-        if len(sizes) == 1:
-            return sizes.pop()
-    return None
+# -- arguments -----------------------------------------------------------------------------------------------
 
 
 def _model(model: Any, loss_fn: Any) -> tuple[nn.Module | None, ModelSource | None]:

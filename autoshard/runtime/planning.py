@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.utils._pytree import tree_map
 
-from autoshard.errors import UsageError
+from autoshard.errors import UsageError, UserCodeError
 from autoshard.models.source import ModelSource
 from autoshard.models.step import step_functions
 from autoshard.planner.plan_file import (
@@ -26,7 +27,13 @@ from autoshard.planner.plan_file import (
     layout_hash,
     read,
 )
+from autoshard.profiler.checkpointing import ActivationCheckpointing
+from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
+from autoshard.runtime.data import as_samples
 from autoshard.strategies.workload import parameter_layout
+
+if TYPE_CHECKING:
+    from autoshard.runtime.train import TrainJob
 
 
 def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None, training_step: Any = None
@@ -148,3 +155,139 @@ def load_plan(plan: Any) -> tuple[ExportedPlan, str] | None:
             path = path / "plan.json"
         return read(path), str(path)
     raise UsageError(f"plan must be 'auto', a Plan, or a plan.json path, but got {type(plan).__name__}.")
+
+
+# -- fit()'s plan argument resolved ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanOptions:
+    """fit()'s arguments that choose the plan."""
+
+    plan: Any
+    strategy: str | None
+    hardware: Any
+    processes: int | None
+    precision: str | None
+    batch_size: int | None
+    seq_len: int | None
+    force: bool
+    optimizer_impl: OptimizerImpl | None = None
+    checkpointing: ActivationCheckpointing | None = None
+    reduce_dtype: str | None = None
+    cache: bool = True
+
+
+def optimizer_impl_for(impl: OptimizerImpl | str | None, optimizer: Any) -> OptimizerImpl | None:
+    """``impl`` checked against the optimizer named (AdamW when it is not a name)."""
+    if impl is None:
+        return None
+    return parse_optimizer_impl(impl, optimizer if isinstance(optimizer, str) else "adamw")
+
+
+def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
+             ) -> tuple[ExportedPlan, list[str], TrainJob]:
+    """The plan to train with, notes on what was decided, and the job (its data may have been peeked at)."""
+    explicit = load_plan(options.plan)
+    notes: list[str] = []
+    if explicit is not None:
+        exported, where = explicit
+        fingerprint = _fingerprint(job)
+        # Launched: the launcher's world. Otherwise fit() starts the plan's world unless processes= says otherwise.
+        ranks = world_size or options.processes or exported.hardware.world_size
+        # GPU model names from NVML and from profiles are spelled differently: world size and device type rule.
+        run = RunShape(world_size=ranks, device_type="cuda" if torch.cuda.is_available() else "cpu",
+                                gpu=None)
+        for difference in check(exported, fingerprint, run, source=where, force=options.force):
+            notes.append(f"force=True: trained although {difference}.")
+        if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
+            exported = replace(exported, optimizer_impl=options.optimizer_impl)
+        if options.checkpointing is not None and options.checkpointing != exported.checkpointing_choice:
+            exported = replace(exported, activation_checkpointing=bool(options.checkpointing),
+                                           checkpointing=str(options.checkpointing) if options.checkpointing
+                                           else None)
+            notes.append(f"Trained with {options.checkpointing.label}, as asked, in place of the plan's.")
+        if options.reduce_dtype is not None and "reduce_dtype" in exported.settings:
+            exported = replace(exported, settings={**exported.settings,
+                                                               "reduce_dtype": options.reduce_dtype})
+        return exported, notes, job
+    exported, job = _auto(job, options, notes)
+    return exported, notes, job
+
+
+def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[ExportedPlan, TrainJob]:
+    from autoshard.planner.machine import default_precision, hardware_for, plan_for
+
+    hw = hardware_for(options.hardware, processes=options.processes)
+    precision = options.precision or default_precision(hw)
+    batch_size = options.batch_size or _fixed_batch_size(job.data)
+    source = job.source
+    if source is None:
+        from autoshard.runtime.data import peek
+
+        example, data = peek(job.data) if job.data is not None else (None, None)
+        if example is None:
+            raise UsageError("fit(module) with no data has nothing to train on.",
+                             hint="Pass data=, or a model source (a model.py / catalog name) whose batch() is used.")
+        job = replace(job, data=data)  # a generator's first batch was put back in front
+        source = module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
+                                        training_step=job.training_step)
+    def planned(source: ModelSource) -> Any:
+        return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
+                        optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
+                        optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
+                        reduce_dtype=options.reduce_dtype,
+                        strategies=None if options.strategy is None else [options.strategy], cache=options.cache)
+
+    try:
+        plan = planned(source)
+    except UserCodeError as first:
+        # A list given as data is read as a list of batches. If its first element fails as a batch and works as
+        # a batch of one sample, the list holds single samples (a Hugging Face-style list of dicts): use it as
+        # a dataset, batched at the planned micro-batch.
+        samples = as_samples(job.data) if job.module is not None and job.source is None else None
+        if samples is None:
+            raise
+        from torch.utils.data import default_collate
+
+        source = module_source(job.module, default_collate([samples[0]]),  # type: ignore[arg-type]
+                                        loss_fn=job.loss_fn, training_step=job.training_step)
+        try:
+            plan = planned(source)
+        except UserCodeError:
+            raise first from None
+        job = replace(job, data=samples)
+        notes.append("data is a list whose elements are single samples (the first, passed to the model as a batch, "
+                     f"failed: {first.message}): it is batched like a Dataset. Pass a DataLoader to batch it "
+                     "yourself, or a list of batches.")
+    exported = from_plan(plan)
+    if plan.cached_workload is not None:
+        notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")
+    notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
+                 f"{exported.micro_batch_size}, {precision}.")
+    return exported, job
+
+
+def _fingerprint(job: TrainJob) -> ModelFingerprint:
+    if job.module is not None:
+        return model_fingerprint(job.module, type(job.module).__name__)
+    source = job.source
+    if source is None:
+        raise ValueError("TrainJob needs a module or a source")
+    with torch.device("meta"):
+        return model_fingerprint(source.build(), source.name)
+
+
+def _fixed_batch_size(data: Any) -> int | None:
+    from torch.utils.data import DataLoader
+
+    if isinstance(data, DataLoader):
+        return data.batch_size
+    if isinstance(data, (list, tuple)) and data:
+        first = data[0]
+        tensors = [first] if isinstance(first, torch.Tensor) else list(
+            first.values() if isinstance(first, Mapping) else first if isinstance(first, (list, tuple)) else [])
+        sizes = {t.shape[0] for t in tensors if isinstance(t, torch.Tensor) and t.dim() > 0}
+        if len(sizes) == 1:
+            return sizes.pop()
+    return None

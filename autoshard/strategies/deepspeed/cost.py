@@ -141,18 +141,18 @@ _Comm = tuple[list[Collective], float, float, float, list[str]]
 """Collectives, seconds that may hide behind forward, behind backward, seconds always exposed, notes."""
 
 
-def _gathered_modules(numels: tuple[int, ...], settings: ZeroSettings) -> int:
-    """Modules ZeRO-3 fetches per pass: one per parameter above ``stage3_param_persistence_threshold`` (a
-    linear layer's or embedding's weight; their biases and norms stay persistent). A module owning two such
+def _gathered(numels: tuple[int, ...], settings: ZeroSettings) -> list[int]:
+    """The parameters ZeRO-3 gathers, those above ``stage3_param_persistence_threshold`` (a linear layer's or
+    embedding's weight; their biases and norms stay persistent): one fetched module each. A module owning two such
     parameters is fetched once (one ``all_gather_coalesced``) and counted twice: the count errs high there."""
-    return sum(1 for x in numels if x > settings.param_persistence_threshold)
+    return [x for x in numels if x > settings.param_persistence_threshold]
 
 
 def _engine_host(workload: Workload, settings: ZeroSettings) -> tuple[float, list[str]]:
     """The ZeRO engine's host time per step (:data:`ENGINE_HOST_S`) and its note."""
     per = ENGINE_HOST_S[settings.stage]
     if settings.stage == 3:
-        units, what = _gathered_modules(workload.parameter_numels, settings), "modules with gathered parameters"
+        units, what = len(_gathered(workload.parameter_numels, settings)), "modules with gathered parameters"
         work = "fetch, release, gradient partitioning"
     else:
         units, what = len(workload.parameter_numels), "parameter tensors"
@@ -205,13 +205,13 @@ def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: Zer
     layout = partitioned_layout(numels, n, settings)
     scope = _scope(hardware)
     padded = [math.ceil(x / n) * n for x in numels]
-    gathered = [p for x, p in zip(numels, padded, strict=True) if x > settings.param_persistence_threshold]
+    gathered = [math.ceil(x / n) * n for x in _gathered(numels, settings)]
     persistent = sum(padded) - sum(gathered)
     released = max(0, layout.gathered_numel - layout.retained_numel)
     window = max(layout.prefetch_numel, layout.largest_gathered_numel, 1)
     # One all_gather_coalesced per fetched module, prefetched or not (fetch_sub_module); backward re-fetches the
     # released share of them.
-    fwd_calls = _gathered_modules(numels, settings)
+    fwd_calls = len(gathered)
     bwd_calls = math.ceil(fwd_calls * released / max(layout.gathered_numel, 1)) if released else 0
     buckets = max(1, math.ceil(sum(numels) / settings.reduce_bucket_size))
     overlap = settings.overlap_comm

@@ -6,10 +6,13 @@ CUDA attention kernels. The trace runs on CPU tensors, so two kinds of work a GP
 * **Routed experts** (``aten::_grouped_mm``, which transformers 5 uses for every mixture-of-experts layer):
   :func:`grouped_mm_flops`, ``2·M·K·N`` summed over the groups — the same as one matmul over all the rows.
 * **Attention**: a CPU trace runs ``aten::_scaled_dot_product_flash_attention_for_cpu`` (and its backward)
-  where a GPU runs the flash or memory-efficient kernel. They are counted with torch's own formulas for those
-  CUDA kernels (``sdpa_flop_count``, ``sdpa_backward_flop_count``): forward ``QKᵀ`` and ``AV``, backward the
-  scores recomputed plus four products (``dV``, ``dP``, ``dQ``, ``dK``), i.e. 2.5 × forward. Grouped-query
-  attention (fewer key / value heads than query heads) counts every query head, as the kernels compute them.
+  where a GPU runs the flash or memory-efficient kernel. They are counted as torch 2.13 counts those CUDA
+  kernels (``sdpa_flop_count``, ``sdpa_backward_flop_count`` in ``torch/utils/flop_counter.py``): forward
+  ``QKᵀ`` and ``AV``, backward the scores recomputed plus four products (``dV``, ``dP``, ``dQ``, ``dK``), i.e.
+  2.5 × forward. Grouped-query attention (fewer key / value heads than query heads) counts every query head,
+  as the kernels compute them. The formulas are autoshard's own (:func:`attention_flops`,
+  :func:`attention_backward_flops`): torch's before 2.13 refuse fewer key / value heads than query heads
+  (torch 2.11: "sdpa_flop_count: query/key/value shapes are incompatible"), which failed every GQA model.
   Both targets take that kernel whenever the CPU flash kernel accepts the shapes (for ``"cuda"``,
   ``cuda_semantics`` re-dispatches SDPA with ``dropout_p=0``). Where the value head dim differs from the
   query one (DeepSeek's multi-head latent attention) the CPU flash kernel refuses the call; target ``"cuda"``
@@ -39,13 +42,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import (
-    FlopCounterMode,
-    sdpa_backward_flop_count,
-    sdpa_flop_count,
-)
+from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["FLOP_FORMULAS", "counter", "grouped_mm_flops"]
+__all__ = ["FLOP_FORMULAS", "attention_backward_flops", "attention_flops", "counter", "grouped_mm_flops"]
 
 aten = torch.ops.aten
 
@@ -67,17 +66,57 @@ def grouped_mm_flops(a_shape: torch.Size, b_shape: torch.Size, *args: Any,
     return 2 * math.prod(out_shape) * a_shape[-1]
 
 
+def _attention_dims(query: torch.Size, key: torch.Size, value: torch.Size) -> tuple[int, int, int, int, int]:
+    """``(batch × query heads, s_q, s_k, d_qk, d_v)`` of ``(b, h, s, d)`` inputs; key / value heads may divide
+    the query heads (grouped-query attention: the kernels compute every query head)."""
+    b, h_q, s_q, d_q = query
+    b_k, h_kv, s_k, d_k = key
+    b_v, h_v, s_v, d_v = value
+    if not (b == b_k == b_v and h_kv == h_v and d_q == d_k and s_k == s_v):
+        raise ValueError(f"attention FLOPs: incompatible shapes q={tuple(query)}, k={tuple(key)}, "
+                         f"v={tuple(value)}.")
+    if h_kv < 1 or h_q % h_kv:
+        raise ValueError(f"attention FLOPs: {h_q} query heads are not a multiple of {h_kv} key / value heads.")
+    return b * h_q, s_q, s_k, d_q, d_v
+
+
+def attention_flops(query: torch.Size, key: torch.Size, value: torch.Size) -> int:
+    """FLOPs of a fused attention forward: ``QKᵀ`` and ``AV`` over the full score matrix.
+
+    Example:
+        >>> attention_flops((1, 8, 16, 64), (1, 2, 16, 64), (1, 2, 16, 64))  # GQA: all 8 query heads
+        524288
+    """
+    bh, s_q, s_k, d_qk, d_v = _attention_dims(query, key, value)
+    return 2 * bh * s_q * s_k * (d_qk + d_v)
+
+
+def attention_backward_flops(grad_out: torch.Size, query: torch.Size, key: torch.Size, value: torch.Size) -> int:
+    """FLOPs of a fused attention backward: the scores recomputed (``QKᵀ``), then ``dP = dO·Vᵀ``,
+    ``dV = Pᵀ·dO``, ``dQ = dS·K`` and ``dK = dSᵀ·Q``; 2.5 × the forward when the head dims are equal.
+
+    Example:
+        >>> attention_backward_flops((1, 8, 16, 64), (1, 8, 16, 64), (1, 2, 16, 64), (1, 2, 16, 64))
+        1310720
+    """
+    bh, s_q, s_k, d_qk, d_v = _attention_dims(query, key, value)
+    if tuple(grad_out) != (query[0], query[1], s_q, d_v):
+        raise ValueError(f"attention FLOPs: grad_out {tuple(grad_out)} does not match q={tuple(query)}, "
+                         f"v={tuple(value)}.")
+    return 2 * bh * s_q * s_k * (3 * d_qk + 2 * d_v)
+
+
 def _flash_cpu_flops(query: torch.Size, key: torch.Size, value: torch.Size, *args: Any,
                      out_shape: Any = None, **kwargs: Any) -> int:
     """``_scaled_dot_product_flash_attention_for_cpu(query, key, value, ...)`` as the CUDA flash kernel."""
-    return sdpa_flop_count(query, key, value)
+    return attention_flops(query, key, value)
 
 
 def _flash_cpu_backward_flops(grad_out: torch.Size, query: torch.Size, key: torch.Size, value: torch.Size,
                               *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     """``_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, ...)`` as the CUDA
     flash kernel's backward."""
-    return sdpa_backward_flop_count(grad_out, query, key, value)
+    return attention_backward_flops(grad_out, query, key, value)
 
 
 FLOP_FORMULAS: dict[Any, Callable[..., int]] = {

@@ -186,6 +186,57 @@ def test_grouped_mm_flops_equal_the_matmuls_of_each_group(layout):
     assert counter.get_total_flops() == expected
 
 
+ATTENTION_SHAPES = [  # (query, key / value): equal heads, grouped-query, one key / value head, cross-length
+    ((2, 8, 16, 64), (2, 8, 16, 64)),
+    ((2, 8, 16, 64), (2, 2, 16, 64)),
+    ((1, 12, 7, 32), (1, 1, 7, 32)),
+    ((1, 4, 5, 16), (1, 2, 9, 16)),
+]
+
+
+@pytest.mark.parametrize(("q", "kv"), ATTENTION_SHAPES)
+def test_attention_flops_equal_torchs_sdpa_formulas_where_torch_counts_the_shapes(q, kv):
+    from torch.utils import flop_counter
+
+    try:  # torch before 2.13 refuses fewer key / value heads than query heads: nothing to compare with there
+        forward = flop_counter.sdpa_flop_count(q, kv, kv)
+        backward = flop_counter.sdpa_backward_flop_count(q, q, kv, kv)
+    except AssertionError:
+        pytest.skip(f"torch {torch.__version__} has no formula for these shapes")
+    assert flops.attention_flops(q, kv, kv) == forward
+    assert flops.attention_backward_flops(q, q, kv, kv) == backward
+
+
+def test_attention_flops_of_grouped_query_attention_count_every_query_head():
+    gqa = flops.attention_flops((1, 8, 16, 64), (1, 2, 16, 64), (1, 2, 16, 64))
+    assert gqa == flops.attention_flops((1, 8, 16, 64), (1, 8, 16, 64), (1, 8, 16, 64)) == 2 * 8 * 16 * 16 * 128
+    with pytest.raises(ValueError, match="not a multiple"):
+        flops.attention_flops((1, 8, 16, 64), (1, 3, 16, 64), (1, 3, 16, 64))
+
+
+def test_grouped_mm_meta_overrides_a_meta_kernel_torch_registered_from_python():
+    # torch 2.11 registers _grouped_mm's meta kernel from Python (torch/_meta_registrations.py) and, unless asked,
+    # refuses a second Python kernel for it ("already a kernel registered from python"): what failed every trace
+    # there. The same situation, made here: a Python meta kernel of torch's own kind, then a trace's.
+    def torch_like_meta(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: Any = None, bias: Any = None,
+                        out_dtype: Any = None) -> torch.Tensor:
+        raise RuntimeError("the earlier Python kernel ran")
+
+    key = "aten/_grouped_mm/Meta"
+    earlier = torch.library.Library("aten", "IMPL")
+    earlier.impl("_grouped_mm", torch_like_meta, "Meta", allow_override=True)  # on 2.11, over torch's own
+    a, b = torch.empty(6, 8, device="meta"), torch.empty(2, 8, 16, device="meta")
+    offs = torch.empty(2, dtype=torch.int32, device="meta")
+    try:
+        with fake_ops.installed():
+            assert torch._grouped_mm(a.float(), b.float(), offs=offs).shape == (6, 16)  # fp32: autoshard's rule
+        assert key in torch.library._impls  # torch's bookkeeping as before the trace
+        with pytest.raises(RuntimeError, match="the earlier Python kernel ran"):
+            torch._grouped_mm(a, b, offs=offs)
+    finally:
+        earlier._destroy()
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("make", [_mixtral, _qwen2_moe, _deepseek_v3],
                          ids=["mixtral", "qwen2-moe", "deepseek-v3"])

@@ -47,6 +47,14 @@ class UserCodeError(ModelSourceError):
         self.location = location
 
 
+class InternalError(RuntimeError):
+    """A fault of autoshard's own machinery (e.g. a FLOP formula) met while the user's code ran.
+
+    Not an :class:`AutoshardError`: the CLI reports it as an internal error (a bug to report), and
+    ``call_user`` lets it through rather than blaming the user's code, which only happened to be on the stack.
+    """
+
+
 class ProfileError(AutoshardError):
     """The training step could not be traced (e.g. an op fake tensors cannot run)."""
 

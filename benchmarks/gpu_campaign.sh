@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU campaign: every GPU measurement autoshard needs, in one command, on a lent H100 / H200 (issue #16).
 #
-#   bash benchmarks/gpu_campaign.sh [--dry-run] [--out DIR] [--steps LIST] [--models LIST] [--site DIR]
+#   bash benchmarks/gpu_campaign.sh [--short] [--dry-run] [--out DIR] [--steps LIST] [--models LIST] [--site DIR]
 #
 # Run from the repository root on the GPU machine, with the wheels benchmarks/gpu_wheels.sh built in .whl/
 # (carried along: no network there). Steps, each under its own `timeout` and with its own log, in this order:
@@ -20,12 +20,18 @@
 #   strategies      python benchmarks/gpu_strategies.py: every strategy that fits, measured vs predicted
 #                   (--models LIST: only these of gpt2, llama-1.1b, gpt2-xl)
 #
-# A failed or timed-out step is recorded and the campaign goes on. The limits add up to 25 minutes (setup
-# counted three times); one device call runs 10 minutes at most, so on the device run it as three calls:
+# A failed or timed-out step is recorded and the campaign goes on; a memory step in which any case failed is
+# "failed" (its table is still written). The limits add up to 25 minutes (setup counted three times); one device
+# call runs 10 minutes at most, so the whole campaign is three calls:
 #
 #   --steps pytest,memory-single          40 + 120 + 400 s
 #   --steps memory-sharded,published,zero-hooks   40 + 150 + 30 + 150 s
 #   --steps ops,strategies                40 + 150 + 380 s
+#
+# --short is the campaign for ONE call (a session is lent 15 minutes of device time, starting the machine
+# included): setup, pytest, memory-single on six models (most telling first: gpt2, mistral-7b, t5-small,
+# resnet50, bert-base-uncased, llama-2-7b; a limit stops the model in progress, the ones before are kept),
+# memory-sharded and strategies on gpt2 alone: 40 + 90 + 240 + 60 + 120 = 550 s. --steps / --models narrow it.
 #
 # Results go under DIR (default: $OUT when set — the device machine's return folder — else ./gpu-campaign-out):
 #   DIR/summary.md            one line per step (status, seconds, limit, log), then the versions
@@ -43,23 +49,27 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 ARGS="$*"
 DRY=0
+SHORT=0
+STEPS_GIVEN=0
 OUT_DIR=""
 STEPS="pytest,memory-single,memory-sharded,published,zero-hooks,ops,strategies"
 MODELS=""
 SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
-usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; }
 fail() { echo "gpu_campaign.sh: $1" >&2; exit 2; }
 while (($#)); do
     case "$1" in
         --dry-run) DRY=1; shift ;;
+        --short) SHORT=1; shift ;;
         --out) [[ $# -ge 2 ]] || fail "--out needs a directory."; OUT_DIR="$2"; shift 2 ;;
-        --steps) [[ $# -ge 2 ]] || fail "--steps needs a comma-separated list."; STEPS="$2"; shift 2 ;;
+        --steps) [[ $# -ge 2 ]] || fail "--steps needs a comma-separated list."; STEPS="$2"; STEPS_GIVEN=1; shift 2 ;;
         --models) [[ $# -ge 2 ]] || fail "--models needs a comma-separated list."; MODELS="$2"; shift 2 ;;
         --site) [[ $# -ge 2 ]] || fail "--site needs a directory."; SITE="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) fail "unknown argument '$1' (see --help)." ;;
     esac
 done
+((SHORT && ! STEPS_GIVEN)) && STEPS="pytest,memory-single,memory-sharded,strategies"
 KNOWN="pytest memory-single memory-sharded published zero-hooks ops strategies"
 IFS=',' read -r -a WANTED <<< "$STEPS"
 for s in "${WANTED[@]}"; do
@@ -93,6 +103,9 @@ fi
 declare -A LIMIT=([setup]=40 [pytest]=120 [memory-single]=400 [memory-sharded]=150 [published]=30
                   [zero-hooks]=150 [ops]=150 [strategies]=380)
 # The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
+# --short: one 10-minute device call (550 s in all, 50 s left for packing and the transfers).
+((SHORT)) && LIMIT=([setup]=40 [pytest]=90 [memory-single]=240 [memory-sharded]=60 [published]=30
+                    [zero-hooks]=60 [ops]=150 [strategies]=120)
 if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [memory-single]=240 [memory-sharded]=240 [published]=60
                         [zero-hooks]=180 [ops]=60 [strategies]=300); fi
 STARTED=$(date +%s)
@@ -121,7 +134,7 @@ pack() {
 
 # ---------------------------------------------------------------------------------------------------- steps
 # Each step is a function run as `timeout LIMIT bash -c NAME` (exported), so `timeout` can stop all of it.
-export ROOT TREE DOCS SITE PY DRY MODELS
+export ROOT TREE DOCS SITE PY DRY SHORT MODELS
 
 step_setup() {
     set -e
@@ -244,6 +257,11 @@ if reports:
         m.write_report(Path(tmp), meta, m.summarize(rows), rows)
         for ext in ("md", "json"):
             shutil.copy(Path(tmp) / f"memory_accuracy.{ext}", target.with_name(f"{target.name}.{ext}"))
+failed = [r for r in reports[-1]["rows"] if r.get("error")] if reports else []  # this model's run
+for r in failed:
+    print(f"case failed: {r.get('model')} {r.get('precision')} b={r.get('batch_size')}: {r['error']}",
+          file=sys.stderr)
+raise SystemExit(1 if failed else 0)
 EOF
     done
     return $rc
@@ -252,6 +270,9 @@ EOF
 step_memory_single() {
     if ((DRY)); then
         memory_by_model memory_accuracy_single --device cpu --grid single --strategies single -- tiny-gpt2 tiny-llama
+    elif ((SHORT)); then
+        memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- gpt2 mistral-7b \
+            t5-small resnet50 bert-base-uncased llama-2-7b
     else
         memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- gpt2 gpt2-medium \
             bert-base-uncased t5-small vit-b-16 resnet50 llama-2-7b mistral-7b llama-3-8b
@@ -273,8 +294,12 @@ EOF
         for ext in md json; do cp "$dir/memory_accuracy.$ext" "$DOCS/gpu_memory_accuracy_sharded.$ext" || rc=1; done
         return $rc
     fi
-    memory_by_model memory_accuracy_sharded --device cuda --grid full --strategies fsdp fsdp_shard_grad_op \
-        -- gpt2 llama-2-7b
+    if ((SHORT)); then
+        memory_by_model memory_accuracy_sharded --device cuda --grid full --strategies fsdp fsdp_shard_grad_op -- gpt2
+    else
+        memory_by_model memory_accuracy_sharded --device cuda --grid full --strategies fsdp fsdp_shard_grad_op \
+            -- gpt2 llama-2-7b
+    fi
 }
 
 step_published() {
@@ -320,7 +345,7 @@ step_strategies() {
     # process group); a run that needs the op then builds it itself, within its own limit.
     ((DRY)) || rm -f "$TORCH_EXTENSIONS_DIR"/*/lock
     ((DRY)) && args+=(--dry-run)
-    [[ -n "$MODELS" ]] && args+=(--models ${MODELS//,/ })
+    if [[ -n "$MODELS" ]]; then args+=(--models ${MODELS//,/ }); elif ((SHORT && ! DRY)); then args+=(--models gpt2); fi
     # Start no run later than 30 s before the step's limit, so the table is complete when the step ends.
     "$PY" benchmarks/gpu_strategies.py "${args[@]}" --budget-s "$((STEP_LIMIT - 30))"
 }

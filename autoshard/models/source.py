@@ -142,11 +142,11 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
     Errors raised on purpose by autoshard (``AutoshardError``) pass through unchanged. ``user_code``: the code
     is the user's although no file of theirs is known (a module passed to ``fit()``).
     """
-    from autoshard.errors import AutoshardError
+    from autoshard.errors import AutoshardError, InternalError
 
     try:
         return fn(*args, **kwargs)
-    except AutoshardError:
+    except (AutoshardError, InternalError):
         raise
     except Exception as exc:  # user code can raise anything; we report it precisely
         location = user_frame(exc, user_file)

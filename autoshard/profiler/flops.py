@@ -129,9 +129,29 @@ FLOP_FORMULAS: dict[Any, Callable[..., int]] = {
 
 def counter(*, census: bool = False) -> FlopCounterMode:
     """A ``FlopCounterMode`` (no display) that also counts :data:`FLOP_FORMULAS`' ops; with ``census``, a
-    :class:`~autoshard.profiler.op_census.CensusCounter` that also takes the step's op census."""
+    :class:`~autoshard.profiler.op_census.CensusCounter` that also takes the step's op census.
+
+    A formula that fails (torch's or autoshard's) raises :class:`~autoshard.errors.InternalError`: it runs
+    while the user's forward is on the stack, and is not the user's fault.
+    """
+    mode: FlopCounterMode
     if census:
         from autoshard.profiler.op_census import CensusCounter
 
-        return CensusCounter(display=False, custom_mapping=FLOP_FORMULAS)
-    return FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)
+        mode = CensusCounter(display=False, custom_mapping=FLOP_FORMULAS)
+    else:
+        mode = FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)
+    mode.flop_registry = {op: _guarded(op, formula) for op, formula in mode.flop_registry.items()}
+    return mode
+
+
+def _guarded(op: Any, formula: Callable[..., int]) -> Callable[..., int]:
+    def count(*args: Any, **kwargs: Any) -> int:
+        try:
+            return formula(*args, **kwargs)
+        except Exception as exc:  # any failure of a formula is autoshard's (or torch's), never the model's
+            from autoshard.errors import InternalError
+
+            raise InternalError(f"counting the FLOPs of {op}: {type(exc).__name__}: {exc}") from exc
+
+    return count

@@ -379,3 +379,30 @@ def test_a_trace_past_its_time_limit_stops_with_a_profile_error():
     source = _net_source(nn.ReLU)
     with pytest.raises(ProfileError, match=r"tracing net took longer than 0 s \(stopped in the \w+"):
         trace_timeline(source, ProfileOptions(batch_size=2, target="cpu"), record=False, time_limit_s=0.0)
+
+
+def test_a_failing_flop_formula_is_an_internal_error_not_the_models(monkeypatch):
+    # torch 2.11's SDPA formula refused grouped-query attention while a forward ran; autoshard then told the
+    # user to "fix the error in your model file". A formula's failure is autoshard's (or torch's) bug.
+    from autoshard.errors import InternalError, UserCodeError
+    from autoshard.models.source import call_user
+
+    def broken(*args: Any, **kwargs: Any) -> int:
+        raise AssertionError("formula broke")
+
+    monkeypatch.setitem(flops.FLOP_FORMULAS, torch.ops.aten.mm, broken)
+
+    def forward() -> torch.Tensor:
+        with flops.counter():
+            return torch.ones(2, 3) @ torch.ones(3, 4)
+
+    with pytest.raises(InternalError, match="formula broke") as caught:
+        call_user(forward, what="forward", user_file=None)
+    assert not isinstance(caught.value, UserCodeError)
+
+    def bad_model() -> torch.Tensor:  # the model's own error stays the user's
+        with flops.counter():
+            return torch.ones(2, 3) @ torch.ones(4, 4)
+
+    with pytest.raises(UserCodeError):
+        call_user(bad_model, what="forward", user_file=None)

@@ -47,7 +47,7 @@ class KernelOverrides:
                 # 2.13). Releasing drops our keys from that set: the ones torch held are put back then.
                 override = {"allow_override": True} if _IMPL_TAKES_ALLOW_OVERRIDE else {}
                 table = list(self._table())
-                held = getattr(torch.library, "_impls", set())
+                held: set[str] = getattr(torch.library, "_impls", set())
                 self._keys_held_before = {k for k in (_impl_key(n, d) for n, _, d in table) if k in held}
                 with warnings.catch_warnings():
                     # "Overriding a previously registered kernel": intended, and undone on release.

@@ -123,3 +123,14 @@ def test_campaign_dry_run_writes_every_table(tmp_path: Path) -> None:
     assert {r["model"] for r in single["rows"]} == {"tiny-gpt2", "tiny-llama"}
     strategies = json.loads((docs / "gpu_strategies.json").read_text())
     assert all(r["measured"] for m in strategies["models"] for r in m["rows"]), strategies
+
+
+@pytest.mark.slow  # the one-call plan in miniature: about 2 minutes on 2 cores
+def test_short_campaign_runs_the_one_call_steps_only(tmp_path: Path) -> None:
+    done, out = _campaign(tmp_path, "--short")
+    assert done.returncode == 0, done.stderr
+    summary = (out / "summary.md").read_text()
+    for step in ("setup", "pytest", "memory-single", "memory-sharded", "strategies"):
+        assert f"| {step} | ok |" in summary, summary
+    for step in ("published", "zero-hooks", "ops"):
+        assert f"| {step} |" not in summary, summary

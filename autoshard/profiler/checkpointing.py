@@ -19,6 +19,7 @@ Four choices, as published runs use them:
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -154,15 +155,57 @@ def op_selective_context(on_save: Callable[[Any], None] | None = None) -> Callab
         counts: dict[str, int] = defaultdict(int)
 
         def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
-            # torch 2.13 calls the policy in forward only (recompute replays by index): one counter suffices.
+            # torch 2.13 calls the policy in forward only (recompute replays by index); torch 2.11 calls it in
+            # the recompute too, with ``ctx.is_recompute`` set: one count per pass, as torchtitan keys its
+            # ``{mode}_mm_count``, keeps the recompute's choices the forward's.
+            key = "recompute" if getattr(ctx, "is_recompute", False) else "forward"
             if func == mm:
-                counts["mm"] += 1
-            if func in save and not (func == mm and counts["mm"] % 2 == 0):
-                if on_save is not None:
-                    on_save(getattr(ctx, "op_output", None))
+                counts[key] += 1
+            if func in save and not (func == mm and counts[key] % 2 == 0):
+                if on_save is not None and key == "forward" and _POLICY_SEES_OUTPUT:  # what forward keeps
+                    on_save(ctx.op_output)
                 return CheckpointPolicy.MUST_SAVE
             return CheckpointPolicy.PREFER_RECOMPUTE
 
-        return create_selective_checkpoint_contexts(policy)
+        contexts = create_selective_checkpoint_contexts(policy)
+        if on_save is not None and not _POLICY_SEES_OUTPUT:
+            _report_saved_outputs(contexts, on_save)
+        return contexts
 
     return context
+
+
+def _policy_sees_output() -> bool:
+    from torch.utils.checkpoint import SelectiveCheckpointContext
+
+    return "op_output" in inspect.signature(SelectiveCheckpointContext).parameters
+
+
+_POLICY_SEES_OUTPUT = _policy_sees_output()
+"""torch 2.13 passes the policy the op's output (``SelectiveCheckpointContext.op_output``, the call made after the
+op runs); torch 2.11 calls it before the op, without one."""
+
+
+class _ReportingList(list[Any]):
+    """The list a saved op's outputs are appended to, telling ``on_save`` of each (unwrapped)."""
+
+    def __init__(self, on_save: Callable[[Any], None]) -> None:
+        super().__init__()
+        self._on_save = on_save
+
+    def append(self, item: Any) -> None:
+        super().append(item)
+        from torch.utils._pytree import tree_map
+
+        # torch/utils/checkpoint.py (2.11): the outputs are kept as a pytree of ``_VersionWrapper(val)``.
+        self._on_save(tree_map(lambda w: getattr(w, "val", w), item))
+
+
+def _report_saved_outputs(contexts: tuple[Any, Any], on_save: Callable[[Any], None]) -> None:
+    """Where the policy does not see outputs: the forward and recompute modes share one ``storage`` (op → saved
+    outputs, ``create_selective_checkpoint_contexts`` in torch 2.11); give both one whose lists report appends."""
+    storage: defaultdict[Any, list[Any]] = defaultdict(lambda: _ReportingList(on_save))
+    for mode in contexts:
+        if not hasattr(mode, "storage"):
+            raise RuntimeError(f"torch {torch.__version__}: selective checkpointing keeps no storage to observe")
+        mode.storage = storage

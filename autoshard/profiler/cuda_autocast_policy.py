@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["APPEND_DTYPE_TARGETS", "CUDA_AUTOCAST_POLICIES", "CastPolicy"]
+__all__ = ["APPEND_DTYPE_TARGETS", "CUDA_AUTOCAST_POLICIES", "TORCH_2_13_POLICIES", "CastPolicy"]
 
 
 class CastPolicy(enum.Enum):
@@ -35,7 +35,7 @@ def _policies(policy: CastPolicy, names: str) -> dict[str, CastPolicy]:
     return {name: policy for name in names.split()}
 
 
-CUDA_AUTOCAST_POLICIES: dict[str, CastPolicy] = {
+TORCH_2_13_POLICIES: dict[str, CastPolicy] = {
     # AT_FORALL_LOWER_PRECISION_FP, plus cudnn_convolution(_transpose) registered next to it in
     # autocast_mode.cpp (torch 2.13). Overload names as the dispatcher spells them.
     **_policies(
@@ -88,6 +88,22 @@ CUDA_AUTOCAST_POLICIES: dict[str, CastPolicy] = {
     "aten::binary_cross_entropy": CastPolicy.BANNED,
 }
 """The CUDA autocast policy of every op with an ``AutocastCUDA`` kernel in torch 2.13."""
+
+
+def _installed(table: dict[str, CastPolicy]) -> dict[str, CastPolicy]:
+    """The entries of ``table`` the installed torch's CUDA autocast has a kernel for: another release autocasts
+    fewer ops (torch 2.11 has no ``aten::rms_norm`` entry, so ``F.rms_norm`` keeps its input's dtype there). An op
+    only an older release autocasts (its ``Dimname`` overloads, ``_cudnn_rnn``) has no known policy here and runs
+    as it is."""
+    import torch
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    return {name: policy for name, policy in table.items() if has(name, "AutocastCUDA")}
+
+
+CUDA_AUTOCAST_POLICIES: dict[str, CastPolicy] = _installed(TORCH_2_13_POLICIES)
+"""The policies the emulation applies: :data:`TORCH_2_13_POLICIES` less the ops the installed torch does not
+autocast on CUDA (all of them under torch 2.13)."""
 
 # FP32_APPEND_DTYPE redispatch targets (AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE).
 APPEND_DTYPE_TARGETS = {

@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import CheckpointError, checkpoint
 
+from autoshard.profiler.cuda_autocast_policy import TORCH_2_13_POLICIES
 from autoshard.profiler.cuda_semantics import CUDA_AUTOCAST_POLICIES, CastPolicy, CudaSemantics
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
@@ -114,7 +115,9 @@ OPS: list[_Op] = [
     _Op("F.softplus", lambda t: F.softplus(t.b(4, 8)), FP32),
     _Op("F.layer_norm", lambda t: F.layer_norm(t.b(2, 4, 8), (8,), t.f(8), t.f(8)), FP32),
     _Op("F.group_norm", lambda t: F.group_norm(t.b(2, 4, 8), 2), FP32),
-    _Op("F.rms_norm", lambda t: F.rms_norm(t.b(2, 4, 8), (8,), t.f(8)), FP32),
+    # fp32 where CUDA autocast has rms_norm in its fp32 list (torch 2.13); torch 2.11 has no entry for it.
+    _Op("F.rms_norm", lambda t: F.rms_norm(t.b(2, 4, 8), (8,), t.f(8)),
+        FP32 if torch._C._dispatch_has_kernel_for_dispatch_key("aten::rms_norm", "AutocastCUDA") else BF16),
     _Op("F.cosine_similarity", lambda t: F.cosine_similarity(t.b(4, 8), t.b(4, 8)), FP32),
     _Op("F.mse_loss", lambda t: F.mse_loss(t.b(4, 8), t.b(4, 8)), FP32),
     _Op("F.l1_loss", lambda t: F.l1_loss(t.b(4, 8), t.b(4, 8)), FP32),
@@ -251,13 +254,31 @@ def _casts_unordered(ops: list[list[Any]]) -> list[Any]:
     return out[:-1]
 
 
-def test_policy_table_is_exactly_the_autocast_cuda_registrations() -> None:
-    registered = {
+_ON_2_13 = pytest.mark.skipif(not torch.__version__.startswith("2.13."),
+                               reason=f"the table is torch 2.13's; torch {torch.__version__} autocasts other ops")
+
+
+def _autocast_cuda_registrations() -> set[str]:
+    return {
         name
         for name in torch._C._dispatch_get_all_op_names()
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, "AutocastCUDA")
     }
-    assert set(CUDA_AUTOCAST_POLICIES) == registered
+
+
+@_ON_2_13
+def test_policy_table_is_exactly_the_autocast_cuda_registrations() -> None:
+    assert set(CUDA_AUTOCAST_POLICIES) == set(TORCH_2_13_POLICIES) == _autocast_cuda_registrations()
+
+
+def test_the_emulation_applies_only_policies_the_installed_torch_registers() -> None:
+    # torch 2.11 has no AutocastCUDA kernel for rms_norm: there F.rms_norm keeps a bf16 input bf16 on a GPU.
+    registered = _autocast_cuda_registrations()
+    assert set(CUDA_AUTOCAST_POLICIES) == set(TORCH_2_13_POLICIES) & registered
+    x, w = torch.randn(4, 8, dtype=BF16), torch.ones(8, dtype=BF16)
+    with CudaSemantics(BF16):
+        out = F.rms_norm(x, (8,), w)
+    assert out.dtype == (FP32 if "aten::rms_norm" in registered else BF16)
 
 
 _HEADER = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
@@ -284,6 +305,7 @@ def _header_policies() -> dict[str, CastPolicy]:
 
 
 @pytest.mark.skipif(not _HEADER.exists(), reason="torch installed without C++ headers")
+@_ON_2_13
 def test_policies_are_the_op_lists_of_the_installed_autocast_header() -> None:
     # autocast_mode.cpp adds two convolutions and one banned op next to the header's lists.
     extra = {

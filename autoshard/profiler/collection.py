@@ -19,12 +19,12 @@ def older_objects_frozen() -> Iterator[None]:
     The collection between two micro-batches of a session is a full one; without this it visits every object of
     the process (torch's imports alone are ~300,000) when only the session's own objects can hold its tensors.
     What the collection frees is the same: garbage made during the session is made of the session's objects.
-    Nothing is frozen where the process froze objects of its own (``gc.get_freeze_count()``): unfreezing after the
-    session would undo that.
+    Nothing is frozen where the process froze objects of its own (``gc.get_freeze_count()`` above the interpreter's
+    own, :func:`interpreter_frozen_count`): unfreezing after the session would undo that.
     """
     import gc
 
-    if gc.get_freeze_count():
+    if gc.get_freeze_count() > interpreter_frozen_count():
         yield
         return
     gc.freeze()
@@ -32,6 +32,26 @@ def older_objects_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+@functools.cache
+def interpreter_frozen_count() -> int:
+    """How many objects a fresh interpreter of this Python holds in the permanent generation: none before 3.12;
+    from 3.12 its immortal objects, which a collection moves there (375 in CPython 3.12.1), so a non-zero
+    ``gc.get_freeze_count()`` no longer means that the process froze anything. Read once, from a fresh
+    ``python -I -S`` (0 where that cannot run)."""
+    import subprocess
+    import sys
+
+    if sys.version_info < (3, 12) or not sys.executable:
+        return 0
+    try:
+        code = "import gc; gc.collect(); print(gc.get_freeze_count())"
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30,
+                              check=True)
+        return int(done.stdout.strip())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
 
 
 @contextlib.contextmanager

@@ -259,10 +259,14 @@ class MemoryTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
-        if func is torch.ops.aten._local_scalar_dense.default and self.stand_in_scalars and _is_fake(args[0]):
-            # A fake tensor has no value to read. Optimizers read scalars (step counts, norms) that never
-            # change what they allocate, so a stand-in value lets e.g. Adafactor be traced.
-            return _stand_in(args[0].dtype)
+        if func is torch.ops.aten._local_scalar_dense.default and _is_fake(args[0]):
+            known = getattr(args[0], _KNOWN_VALUE, None)
+            if known is not None:  # a random draw's upper bound, or a comparison of it (see _LAYERDROP_OPS)
+                return known
+            if self.stand_in_scalars:
+                # A fake tensor has no value to read. Optimizers read scalars (step counts, norms) that never
+                # change what they allocate, so a stand-in value lets e.g. Adafactor be traced.
+                return _stand_in(args[0].dtype)
         self.op_count += 1
         if self.on_ops is not None and self.op_count % OPS_PER_CHECK == 0:
             self.on_ops()
@@ -276,6 +280,8 @@ class MemoryTracker(TorchDispatchMode):
         except Exception:
             self.failure = (str(func), self._module_name() or self.backward_module or "")
             raise
+        if func in _LAYERDROP_OPS and isinstance(out, torch.Tensor) and out.dim() == 0 and _is_fake(out):
+            _propagate_known_value(func, out, args)
         if func in _NORM_OPS and self.norm_stats_fp32 != "never" and _is_fake(args[0]):
             self._norm_outputs(out, args, weight_index=2 if func is torch.ops.aten.native_layer_norm.default else 1)
         for t in tree_iter(out):
@@ -360,6 +366,29 @@ def _all_fake(args: tuple[Any, ...]) -> bool:
             if isinstance(t, torch.Tensor) and (not isinstance(t, FakeTensor) or t.constant is not None):
                 return False
     return True
+
+
+_KNOWN_VALUE = "_autoshard_known_value"
+"""Attribute of a fake 0-d tensor whose value the trace decides (see :data:`_LAYERDROP_OPS`)."""
+
+_COMPARISONS: dict[Any, Callable[[float, float], bool]] = {
+    torch.ops.aten.lt.Scalar: lambda a, b: a < b, torch.ops.aten.le.Scalar: lambda a, b: a <= b,
+    torch.ops.aten.gt.Scalar: lambda a, b: a > b, torch.ops.aten.ge.Scalar: lambda a, b: a >= b,
+}
+_LAYERDROP_OPS = frozenset({torch.ops.aten.rand.default, *_COMPARISONS})
+"""LayerDrop (Fan et al. 2019) as transformers writes it: ``p = torch.rand([])``, then ``if p < layerdrop:`` skip
+the layer; transformers 5.17 draws even when ``layerdrop`` is 0 (5.24 only when it is above 0), which a trace
+without data could not read. A 0-d draw reads as 1.0, the top of ``rand``'s range, so no layer is skipped: the
+most memory and work a step can take. Its comparisons with a number are worked out from it."""
+
+
+def _propagate_known_value(func: Any, out: torch.Tensor, args: tuple[Any, ...]) -> None:
+    if func is torch.ops.aten.rand.default:
+        setattr(out, _KNOWN_VALUE, 1.0)
+        return
+    left = getattr(args[0], _KNOWN_VALUE, None) if isinstance(args[0], torch.Tensor) else None
+    if left is not None and len(args) > 1 and isinstance(args[1], (int, float)):
+        setattr(out, _KNOWN_VALUE, _COMPARISONS[func](left, args[1]))
 
 
 def _stand_in(dtype: torch.dtype) -> bool | int | float:

@@ -147,6 +147,34 @@ def test_value_dependent_shapes_give_a_profile_error_naming_op_and_module():
     assert "depends on tensor values" in message
 
 
+def _layerdrop_source(layerdrop: float) -> ModelSource:
+    class LayerDropped(torch.nn.Module):  # transformers 5.17's LayerDrop: the draw even at layerdrop 0
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                if self.training:
+                    p = torch.rand([])
+                    if p < layerdrop:
+                        continue
+                x = layer(x)
+            return x.sum()
+
+    return ModelSource(name="layerdrop", kind="file", origin="tests", build_fn=LayerDropped,
+                       batch_fn=lambda b: torch.randn(b, 16))
+
+
+@pytest.mark.parametrize("layerdrop", [0.0, 0.5])
+def test_layerdrop_draws_are_traced_as_keeping_every_layer(layerdrop: float):
+    # A fake draw has no value; reading it as rand's top (1.0) keeps every layer: the most a step can take.
+    p = trace(_layerdrop_source(layerdrop), ProfileOptions(batch_size=4, target="cpu"))
+    assert p.forward_flops == 3 * 2 * 4 * 16 * 16
+    with pytest.raises(ProfileError, match="depends on tensor values"):  # other values still cannot be read
+        trace(_boolean_mask_source(), ProfileOptions(batch_size=2, target="cpu"))
+
+
 def test_forward_raising_gives_user_code_error():
     class Broken(torch.nn.Module):
         def __init__(self) -> None:

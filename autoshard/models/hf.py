@@ -26,7 +26,7 @@ from autoshard.errors import ModelSourceError, UsageError
 from autoshard.models import hf_layers
 from autoshard.models.fingerprint import config_fingerprint
 from autoshard.models.hf_build import attention_implementation, build_model, training_config
-from autoshard.models.hf_classes import check_traceable, model_class
+from autoshard.models.hf_classes import check_architectures, check_traceable, model_class
 from autoshard.models.hf_inputs import input_spec
 from autoshard.models.source import ModelSource
 
@@ -90,6 +90,7 @@ def _read_json(file: Path) -> dict[str, Any]:
 
 def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
     transformers = _import_transformers()
+    check_architectures(data, file)
     config = training_config(_build_config(transformers, data, file))
     choice = model_class(transformers, config, data, file)
     cls = choice.cls

@@ -50,6 +50,19 @@ class ModelClass:
     """``"architectures[0]"``, or the Auto class that chose it when the config names none."""
 
 
+def check_architectures(data: Mapping[str, Any], file: Path) -> None:
+    """Refuse an ``architectures`` that is not a list of class names, in autoshard's words (checked before
+    transformers reads the config: transformers 5.17 refuses a string there in its own)."""
+    architectures = data.get("architectures")
+    if architectures is not None and not (
+        isinstance(architectures, list) and architectures and isinstance(architectures[0], str)
+    ):
+        raise ModelSourceError(
+            f'{file}: "architectures" is {architectures!r}; it must be a list of class names.',
+            hint='E.g. "architectures": ["LlamaForCausalLM"], or remove it to let autoshard choose.',
+        )
+
+
 def model_class(transformers: ModuleType, config: Any, data: Mapping[str, Any], file: Path) -> ModelClass:
     """The class named by ``architectures[0]``, or the first Auto class that knows the config.
 
@@ -59,11 +72,7 @@ def model_class(transformers: ModuleType, config: Any, data: Mapping[str, Any], 
     """
     architectures = data.get("architectures")
     if architectures is not None:
-        if not (isinstance(architectures, list) and architectures and isinstance(architectures[0], str)):
-            raise ModelSourceError(
-                f'{file}: "architectures" is {architectures!r}; it must be a list of class names.',
-                hint='E.g. "architectures": ["LlamaForCausalLM"], or remove it to let autoshard choose.',
-            )
+        check_architectures(data, file)
         return ModelClass(cls=_named_class(transformers, config, data, file), chosen_by="architectures[0]")
     order = list(_TASK_AUTO_CLASSES)
     if getattr(config, "is_encoder_decoder", False):

@@ -64,15 +64,14 @@ def check_architectures(data: Mapping[str, Any], file: Path) -> None:
 
 
 def model_class(transformers: ModuleType, config: Any, data: Mapping[str, Any], file: Path) -> ModelClass:
-    """The class named by ``architectures[0]``, or the first Auto class that knows the config.
+    """The class named by ``architectures[0]``, or the first Auto class that knows the config. ``data`` has
+    passed :func:`check_architectures` (before transformers read it).
 
     Raises:
         ModelSourceError: ``architectures[0]`` is not a model class of the installed transformers, takes
             another config class, or nothing knows the config.
     """
-    architectures = data.get("architectures")
-    if architectures is not None:
-        check_architectures(data, file)
+    if data.get("architectures") is not None:
         return ModelClass(cls=_named_class(transformers, config, data, file), chosen_by="architectures[0]")
     order = list(_TASK_AUTO_CLASSES)
     if getattr(config, "is_encoder_decoder", False):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
+from torch.utils._pytree import tree_map
 
 from autoshard.errors import UsageError
 
@@ -195,8 +196,6 @@ class _ReportingList(list[Any]):
 
     def append(self, item: Any) -> None:
         super().append(item)
-        from torch.utils._pytree import tree_map
-
         # torch/utils/checkpoint.py (2.11): the outputs are kept as a pytree of ``_VersionWrapper(val)``.
         self._on_save(tree_map(lambda w: getattr(w, "val", w), item))
 

@@ -10,9 +10,12 @@
 #                   record GPU, driver, CUDA, NCCL, torch, DeepSpeed, Optuna, transformers versions (always runs)
 #   pytest          python -m pytest -m gpu tests: NCCL at one rank, a GPT step's max_memory_allocated against
 #                   `autoshard profile --target cuda`, DDP + bf16_compress_hook, a 1-rank FSDP2 step
+#   kernels         python benchmarks/gpu_kernels.py: GEMM (GPT-2's unaligned LM head among them), fused-attention
+#                   and memory-bound rates on this GPU beside the step-time model's time for each
 #   memory-single   python benchmarks/memory_accuracy.py --grid full, its one-device cases, one model at a time
 #   memory-sharded  the same grid's FSDP2 cases (rank 0 of 8 on a fake process group), one model at a time
-#   published       python benchmarks/published.py --measure-on-gpu, only if that script offers it
+#   published       python benchmarks/published.py --measure-on-gpu: the published points that fit one GPU
+#                   (torchtune's Llama 3.2 3B full fine-tune) trained here, measured vs published vs predicted
 #   zero-hooks      python benchmarks/zero_hooks.py --accelerator cuda: the ZeRO engines' host time per parameter
 #                   / gathered module on this GPU host (the CPU figure is what deepspeed/cost.py prices)
 #   ops             build DeepSpeed's CPU Adam once (the offload strategies need it), so that no strategy run
@@ -21,17 +24,18 @@
 #                   (--models LIST: only these of gpt2, llama-1.1b, gpt2-xl)
 #
 # A failed or timed-out step is recorded and the campaign goes on; a memory step in which any case failed is
-# "failed" (its table is still written). The limits add up to 25 minutes (setup counted three times); one device
+# "failed" (its table is still written). The limits add up to 27.5 minutes (setup counted three times); one device
 # call runs 10 minutes at most, so the whole campaign is three calls:
 #
-#   --steps pytest,memory-single          40 + 120 + 400 s
-#   --steps memory-sharded,published,zero-hooks   40 + 150 + 30 + 150 s
+#   --steps pytest,kernels,memory-single  40 + 120 + 30 + 400 s
+#   --steps memory-sharded,published,zero-hooks   40 + 150 + 150 + 150 s
 #   --steps ops,strategies                40 + 150 + 380 s
 #
 # --short is the campaign for ONE call (a session is lent 15 minutes of device time, starting the machine
-# included): setup, pytest, memory-single on six models (most telling first: gpt2, mistral-7b, t5-small,
+# included): setup, pytest, kernels, memory-single on six models (most telling first: gpt2, mistral-7b, t5-small,
 # resnet50, bert-base-uncased, llama-2-7b; a limit stops the model in progress, the ones before are kept),
-# memory-sharded and strategies on gpt2 alone: 40 + 90 + 240 + 60 + 120 = 550 s. --steps / --models narrow it.
+# memory-sharded on gpt2, published, strategies on gpt2: 40 + 80 + 30 + 160 + 50 + 100 + 90 = 550 s.
+# --steps / --models narrow it.
 #
 # Results go under DIR (default: $OUT when set — the device machine's return folder — else ./gpu-campaign-out):
 #   DIR/summary.md            one line per step (status, seconds, limit, log), then the versions
@@ -52,10 +56,10 @@ DRY=0
 SHORT=0
 STEPS_GIVEN=0
 OUT_DIR=""
-STEPS="pytest,memory-single,memory-sharded,published,zero-hooks,ops,strategies"
+STEPS="pytest,kernels,memory-single,memory-sharded,published,zero-hooks,ops,strategies"
 MODELS=""
 SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
-usage() { sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
 fail() { echo "gpu_campaign.sh: $1" >&2; exit 2; }
 while (($#)); do
     case "$1" in
@@ -69,8 +73,8 @@ while (($#)); do
         *) fail "unknown argument '$1' (see --help)." ;;
     esac
 done
-((SHORT && ! STEPS_GIVEN)) && STEPS="pytest,memory-single,memory-sharded,strategies"
-KNOWN="pytest memory-single memory-sharded published zero-hooks ops strategies"
+((SHORT && ! STEPS_GIVEN)) && STEPS="pytest,kernels,memory-single,memory-sharded,published,strategies"
+KNOWN="pytest kernels memory-single memory-sharded published zero-hooks ops strategies"
 IFS=',' read -r -a WANTED <<< "$STEPS"
 for s in "${WANTED[@]}"; do
     [[ " $KNOWN " == *" $s "* ]] || fail "--steps: unknown step '$s'; known: ${KNOWN// /, } (setup always runs)."
@@ -99,14 +103,13 @@ else  # a compile of DeepSpeed's ops stopped half-way leaves a lock that blocks 
 fi
 
 # Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
-# published: 30 s while benchmarks/published.py has no --measure-on-gpu (the step then only says so).
-declare -A LIMIT=([setup]=40 [pytest]=120 [memory-single]=400 [memory-sharded]=150 [published]=30
+declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [memory-single]=400 [memory-sharded]=150 [published]=150
                   [zero-hooks]=150 [ops]=150 [strategies]=380)
 # The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
 # --short: one 10-minute device call (550 s in all, 50 s left for packing and the transfers).
-((SHORT)) && LIMIT=([setup]=40 [pytest]=90 [memory-single]=240 [memory-sharded]=60 [published]=30
-                    [zero-hooks]=60 [ops]=150 [strategies]=120)
-if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [memory-single]=240 [memory-sharded]=240 [published]=60
+((SHORT)) && LIMIT=([setup]=40 [pytest]=80 [kernels]=30 [memory-single]=160 [memory-sharded]=50 [published]=100
+                    [zero-hooks]=60 [ops]=150 [strategies]=90)
+if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [memory-single]=240 [memory-sharded]=240 [published]=60
                         [zero-hooks]=180 [ops]=60 [strategies]=300); fi
 STARTED=$(date +%s)
 N=0
@@ -216,6 +219,14 @@ step_pytest() {
         "$( ((DRY)) && echo tests/gpu || echo tests)"
 }
 
+step_kernels() {
+    if ((DRY)); then
+        "$PY" benchmarks/gpu_kernels.py --dry-run --out "$DOCS"
+    else
+        "$PY" benchmarks/gpu_kernels.py --out "$DOCS"
+    fi
+}
+
 memory_by_model() {  # NAME ARGS... -- MODEL...: memory_accuracy.py once per model (a limit then stops one model,
     # not the grid), the reports so far merged after each into docs/benchmarks/gpu_NAME.{md,json}.
     local name="$1"; shift
@@ -303,19 +314,11 @@ EOF
 }
 
 step_published() {
-    local marker="$TREE/runs/published.started"
-    touch "$marker"
-    "$PY" benchmarks/published.py --help | grep -q -- --measure-on-gpu || {
-        echo "benchmarks/published.py has no --measure-on-gpu" >&2; return 1; }
     if ((DRY)); then
-        echo "dry run: benchmarks/published.py loads and offers --measure-on-gpu (not run without a GPU)"
-        return 0
+        "$PY" benchmarks/published.py --measure-on-gpu --dry-run --out "$DOCS"
+    else
+        "$PY" benchmarks/published.py --measure-on-gpu --out "$DOCS"
     fi
-    "$PY" benchmarks/published.py --measure-on-gpu
-    local rc=$?
-    # It writes where it writes (docs/benchmarks by default): collect what it wrote during this step.
-    find docs/benchmarks -maxdepth 1 -type f -newer "$marker" -exec cp {} "$DOCS/" \;
-    return $rc
 }
 
 step_zero_hooks() {
@@ -349,7 +352,7 @@ step_strategies() {
     # Start no run later than 30 s before the step's limit, so the table is complete when the step ends.
     "$PY" benchmarks/gpu_strategies.py "${args[@]}" --budget-s "$((STEP_LIMIT - 30))"
 }
-export -f step_setup step_pytest memory_by_model step_memory_single step_memory_sharded step_published \
+export -f step_setup step_pytest step_kernels memory_by_model step_memory_single step_memory_sharded step_published \
     step_zero_hooks step_ops step_strategies
 
 # run_step NAME: run step_NAME under `timeout`, log to logs/NN-NAME.log, record its status; never stops the campaign.
@@ -387,7 +390,7 @@ else
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 fi
 run_step setup
-for step in pytest memory-single memory-sharded published zero-hooks ops strategies; do
+for step in pytest kernels memory-single memory-sharded published zero-hooks ops strategies; do
     wanted "$step" || continue
     if [[ $step == published && ! -f benchmarks/published.py ]]; then
         skip_step published "benchmarks/published.py is not in this checkout"

@@ -191,8 +191,10 @@ def _load(case: Case) -> ModelSource:
     return source
 
 
-def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.device) -> dict[str, Any]:
-    """Train :data:`~autoshard.profiler.trace.STEPS` real steps as the profiler traces them; the last one's peak.
+def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.device, *,
+                 steps: int = STEPS) -> dict[str, Any]:
+    """Train ``steps`` (default :data:`~autoshard.profiler.trace.STEPS`) real steps as the profiler traces them;
+    the last one's peak, and every step's time.
 
     Mirrors ``autoshard.profiler.trace._run_steps`` without its bookkeeping hooks (which only classify bytes).
 
@@ -200,11 +202,16 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
         source: the model source.
         options: batch size, sequence, precision, optimizer, checkpointing (``target`` must match ``device``).
         device: where to run.
+        steps: optimizer steps to train (at least 2: the peak is the last one's, after the optimizer state exists).
 
     Returns:
-        ``{"allocated": bytes, "reserved": bytes | None, "drift": bytes}`` from a :class:`PeakProbe` started
-        before the model is built and marked after the first step.
+        ``{"allocated": bytes, "reserved": bytes | None, "drift": bytes, "step_seconds": [s, ...]}``: the peak from
+        a :class:`PeakProbe` started before the model is built and marked before the last step, and each step's
+        wall time (the device synchronized at its start and end).
     """
+    if steps < 2:
+        raise ValueError(f"measure_peak needs at least 2 steps (the last one with optimizer state), but got {steps=}.")
+    step_seconds: list[float] = []
     with PeakProbe(device) as probe:
         model = _build(source, options).to(device)
         model.train()
@@ -221,9 +228,11 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
         loss_fn = source.loss_fn or default_loss
         autocast_dtype = options.precision.autocast_dtype
         with gc_paused():
-            for step in range(STEPS):
-                if step == STEPS - 1:
+            for step in range(steps):
+                if step == steps - 1:
                     probe.mark()
+                _synchronize(device)
+                started = time.perf_counter()
                 context = (torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None
                            else contextlib.nullcontext())
                 for _ in range(options.grad_accumulation):
@@ -237,10 +246,18 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
                     del loss
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+                _synchronize(device)
+                step_seconds.append(time.perf_counter() - started)
         probe.step_end()
         del model, optimizer, batch
     peak = probe.result()
-    return {"allocated": peak.peak_bytes, "reserved": peak.reserved_bytes, "drift": peak.drift_bytes}
+    return {"allocated": peak.peak_bytes, "reserved": peak.reserved_bytes, "drift": peak.drift_bytes,
+            "step_seconds": step_seconds}
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _hardware(case: Case, device: torch.device) -> Any:

@@ -18,6 +18,7 @@ Run from the repository root::
 
     python benchmarks/published.py                     # every point (a few minutes on 2 cores)
     python benchmarks/published.py --only ID [ID ...]  # a subset
+    python benchmarks/published.py --measure-on-gpu    # the single-GPU points trained here (_published_gpu.py)
 """
 
 from __future__ import annotations
@@ -471,6 +472,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these points")
     parser.add_argument("--points", type=Path, default=POINTS_FILE, help="the points file")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="where to write the report")
+    parser.add_argument("--measure-on-gpu", action="store_true",
+                        help="train the points that fit one GPU on this one (benchmarks/_published_gpu.py) and "
+                             "write gpu_published.{md,json} instead")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="with --measure-on-gpu: shrunk models on the CPU, to check the plumbing")
     return parser.parse_args(argv)
 
 
@@ -490,6 +496,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: no point {', '.join(unknown)} in {args.points}.", file=sys.stderr)
             return 2
         points = [p for p in points if p["id"] in args.only]
+    if args.dry_run and not args.measure_on_gpu:
+        print("error: --dry-run goes with --measure-on-gpu.", file=sys.stderr)
+        return 2
+    if args.measure_on_gpu:
+        import _published_gpu
+
+        return _published_gpu.main(data, points, out=args.out, dry_run=args.dry_run, predictor_class=Predictor,
+                                   not_expressible=not_expressible,
+                                   command=" ".join(["python", "benchmarks/published.py", *argv]))
     meta = environment(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="published-") as tmp:

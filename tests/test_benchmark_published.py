@@ -180,3 +180,30 @@ def test_a_bad_points_file_exits_2_with_one_line(bench: ModuleType, tmp_path: Pa
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "published.json").exists()
+
+
+def test_measure_on_gpu_dry_run_trains_each_single_gpu_configuration_once(bench: ModuleType, tmp_path: Path) -> None:
+    # The two torchtune points (memory, tokens/s) share one configuration: one run, both rows.
+    ids = ["torchtune-a100-llama32-3b-packed-memory", "torchtune-a100-llama32-3b-packed-tps", "dse-gpt2-ddp-mb8"]
+    assert bench.main(["--measure-on-gpu", "--dry-run", "--out", str(tmp_path), "--only", *ids]) == 0
+    report = json.loads((tmp_path / "gpu_published.json").read_text())
+    rows = {r["id"]: r for r in report["rows"]}
+    assert set(rows) == set(ids[:2])  # the 16-GPU point is not a one-GPU run
+    memory, tps = rows[ids[0]], rows[ids[1]]
+    assert memory["error"] is None and tps["error"] is None
+    assert memory["measured"]["step_seconds"] == tps["measured"]["step_seconds"]  # one run, timed once
+    assert memory["measured"]["peak_allocated_gib"] > 0 and len(memory["measured"]["step_seconds"]) == 4
+    assert memory["predicted"]["peak_allocated_gib"] > 0 and memory["reproduction_percent"] is not None
+    assert tps["reproduction_percent"] is None  # throughput is not compared across GPU models
+    assert "DRY RUN" in (tmp_path / "gpu_published.md").read_text()
+
+
+def test_measure_on_gpu_without_a_gpu_exits_2_in_one_line(bench: ModuleType, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    assert bench.main(["--measure-on-gpu", "--out", str(tmp_path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert bench.main(["--dry-run", "--out", str(tmp_path)]) == 2

@@ -171,6 +171,7 @@ def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, d
          predictor_class: Any, not_expressible: Any) -> int:
     """Measure every single-GPU point here and write ``gpu_published.{md,json}`` under ``out``."""
     import datetime
+    import sys
     import json
     import platform
     import tempfile
@@ -182,7 +183,7 @@ def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, d
 
     if not dry_run and not torch.cuda.is_available():
         print("error: --measure-on-gpu needs a CUDA GPU (torch.cuda.is_available() is False); add --dry-run to "
-              "check the plumbing on CPU.", file=__import__("sys").stderr)
+              "check the plumbing on CPU.", file=sys.stderr)
         return 2
     chosen = single_gpu_points(points, not_expressible)
     if dry_run:
@@ -190,7 +191,12 @@ def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, d
     device = torch.device("cpu" if dry_run else "cuda")
     gpu = None if dry_run else gpu_profile_for(torch.cuda.get_device_name(device))
     gpu_profile = "h100-sxm-80gb" if dry_run else (None if gpu is None else gpu.name)
-    rows = []
+    meta = {"date": datetime.date.today().isoformat(), "machine": machine(device),
+            "gpu_profile": gpu_profile or "none (this GPU has no profile)", "dry_run": dry_run,
+            "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": _version("transformers"), "autoshard": autoshard.__version__, "command": command}
+    rows: list[dict[str, Any]] = []
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="published-gpu-") as tmp:
         predictor = predictor_class(data, Path(tmp))
         measured: dict[str, dict[str, Any]] = {}  # points that share a configuration (memory, tokens/s) train once
@@ -199,13 +205,8 @@ def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, d
             rows.append(row)
             print(f"{row['id']}: {'failed: ' + row['error'] if row['error'] else 'measured'} ({row['seconds']} s)",
                   flush=True)
-    report = {"meta": {"date": datetime.date.today().isoformat(), "machine": machine(device),
-                       "gpu_profile": gpu_profile or "none (this GPU has no profile)", "dry_run": dry_run,
-                       "python": platform.python_version(), "torch": torch.__version__,
-                       "transformers": _version("transformers"), "autoshard": autoshard.__version__,
-                       "command": command},
-              "rows": rows}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_published.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    (out / "gpu_published.md").write_text(markdown(report), encoding="utf-8")
+            # Written after every point: a run stopped by its time limit keeps the rows before.
+            report = {"meta": meta, "rows": rows}
+            (out / "gpu_published.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+            (out / "gpu_published.md").write_text(markdown(report), encoding="utf-8")
     return 1 if any(r["error"] for r in rows) else 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -49,7 +50,7 @@ _CLASS_TOKENS = {"clip_vision_model": 1, "siglip_vision_model": 0}
 
 # Inputs that give a vision-language model the geometry of its images (tiles, grids, masks); a model that
 # takes one of them needs more than pixel_values and placeholders to see its images.
-_IMAGE_GEOMETRY_CONFIG_KEYS = ("image_grid_pinpoints", "spatial_merge_size", "mm_tokens_per_image")
+_IMAGE_GEOMETRY_CONFIG_KEYS = ("image_grid_pinpoints", "spatial_merge_size")
 
 
 def input_spec(cls: type, config: Any, file: Path) -> InputSpec:
@@ -252,13 +253,20 @@ def _image_text_batch(
 
 
 def _vision_language_spec(cls: type, config: Any, file: Path, params: Mapping[str, Any]) -> InputSpec:
-    """LLaVA-style models: one image per sequence, its features replacing ``image_tokens`` placeholders."""
+    """LLaVA-style models: one image per sequence, its features replacing ``image_tokens`` placeholders.
+
+    Gemma 3 (a ``mm_tokens_per_image`` in its config) average-pools its SigLIP patch grid to that many tokens
+    (``Gemma3MultiModalProjector``, transformers 5.24 modeling_gemma3.py) and has no feature-select strategy.
+    """
     vision = getattr(config, "vision_config", None)
     strategy = getattr(config, "vision_feature_select_strategy", None)
+    pooled = getattr(config, "mm_tokens_per_image", None)
     geometry = [key for key in _IMAGE_GEOMETRY_CONFIG_KEYS if getattr(config, key, None) is not None]
     tower = getattr(vision, "model_type", None)
     why = None
-    if strategy not in {"default", "full"}:
+    if pooled is not None:
+        why = _pooled_problem(pooled, vision)
+    elif strategy not in {"default", "full"}:
         why = f"vision_feature_select_strategy is {strategy!r}, not 'default' or 'full'"
     elif geometry:
         why = f"its config sets {geometry[0]}"
@@ -281,8 +289,9 @@ def _vision_language_spec(cls: type, config: Any, file: Path, params: Mapping[st
         )
     # LlavaModel.get_image_features drops the first feature (the class token) when the strategy is "default"
     # (transformers 5.23 modeling_llava.py); "full" keeps every feature.
-    image_tokens = ((height // patch) * (width // patch) + _CLASS_TOKENS[cast(str, tower)]  # checked above
-                    - (strategy == "default"))
+    image_tokens = pooled if pooled is not None else (
+        (height // patch) * (width // patch) + _CLASS_TOKENS[cast(str, tower)]  # checked above
+        - (strategy == "default"))
     text = _text_config(config)
     vocab_size = _vocab_size(cls, text, file)
     image_token_id = _image_token_id(config)
@@ -308,6 +317,7 @@ def _vision_language_spec(cls: type, config: Any, file: Path, params: Mapping[st
             image_tokens=image_tokens,
             image_shape=(channels, height, width),
             labels="labels" in params,
+            token_types="token_type_ids" in params,
         ),
         modality="vision-language",
         accepts_seq_len=True,
@@ -327,9 +337,12 @@ def _vision_language_batch(
     image_tokens: int,
     image_shape: tuple[int, int, int],
     labels: bool,
+    token_types: bool = False,
 ) -> dict[str, torch.Tensor]:
     """One image per sequence: ``image_tokens`` placeholders first, then random text; ``seq_len`` counts both.
-    With ``labels``, the labels are the ids with the placeholders ignored (-100), as LLaVA's processors do.
+    With ``labels``, the labels are the ids with the placeholders ignored (-100), as LLaVA's processors do; with
+    ``token_types``, ``token_type_ids`` mark the image's tokens 1 and the text 0, as Gemma 3's processor does
+    (its image block then attends both ways in training).
 
     Raises:
         UsageError: ``batch_size`` is below 1, or ``seq_len`` leaves no room for text after the image tokens.
@@ -348,10 +361,26 @@ def _vision_language_batch(
     batch = {"input_ids": input_ids, "pixel_values": torch.randn(batch_size, *image_shape)}
     if labels:
         batch["labels"] = torch.cat([torch.full_like(placeholders, -100), text], dim=1)
+    if token_types:
+        batch["token_type_ids"] = (input_ids == image_token_id).long()
     return batch
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
+
+
+def _pooled_problem(tokens: Any, vision: Any) -> str | None:
+    """Why Gemma 3's pooled image tokens cannot be counted (``None``: they can): the projector pools a square
+    grid of ``image_size // patch_size`` patches a side to ``sqrt(tokens)`` a side, by a whole kernel."""
+    if getattr(vision, "model_type", None) != "siglip_vision_model":
+        return f"mm_tokens_per_image is set, but its vision tower is {getattr(vision, 'model_type', None)!r}"
+    side = math.isqrt(tokens) if isinstance(tokens, int) and tokens > 0 else 0
+    size, patch = getattr(vision, "image_size", None), getattr(vision, "patch_size", None)
+    if side * side != tokens or not isinstance(size, int) or not isinstance(patch, int) or patch < 1 \
+            or (size // patch) % side:
+        return (f"mm_tokens_per_image {tokens!r} does not pool its {size}/{patch}-patch grid into a square of "
+                "whole kernels")
+    return None
 
 
 def _forward_parameters(cls: type[Any]) -> Mapping[str, Any]:

@@ -49,12 +49,21 @@ def llava(vision: dict[str, Any] | None = None, **changes: Any) -> Any:
     return transformers.LlavaConfig(vision_config=vision or clip_vision(), text_config=text, **kwargs)
 
 
+def gemma3(vision: dict[str, Any] | None = None, **changes: Any) -> Any:
+    """Gemma 3's image-text model: SigLIP's 4 x 4 patches average-pooled to ``mm_tokens_per_image`` tokens."""
+    text = transformers.Gemma3TextConfig(**LLAMA, head_dim=8, sliding_window=8).to_dict()
+    kwargs = {"mm_tokens_per_image": 4, "image_token_index": 127, "boi_token_index": 125, "eoi_token_index": 126,
+              **changes}
+    return transformers.Gemma3Config(vision_config=vision or siglip_vision(), text_config=text, **kwargs)
+
+
 CONFIGS: dict[str, Callable[[], Any]] = {
     "clip": lambda: transformers.CLIPConfig(
         text_config={**TEXT, "projection_dim": 16}, vision_config=clip_vision(), projection_dim=16
     ),
     "siglip": lambda: transformers.SiglipConfig(text_config=TEXT, vision_config=siglip_vision()),
     "llava": llava,
+    "gemma3": gemma3,
     "whisper": lambda: transformers.WhisperConfig(
         d_model=32,
         encoder_layers=2,
@@ -79,6 +88,7 @@ ARCHITECTURES = {
     "clip": "CLIPModel",
     "siglip": "SiglipModel",
     "llava": "LlavaForConditionalGeneration",
+    "gemma3": "Gemma3ForConditionalGeneration",
     "whisper": "WhisperForConditionalGeneration",
     "wav2vec2-ctc": "Wav2Vec2ForCTC",
     "hubert": "HubertModel",
@@ -108,6 +118,13 @@ CASES = [
         "vision-language",
         24,
         {"input_ids": (2, 24), "pixel_values": (2, 3, 32, 32), "labels": (2, 24)},
+        True,
+    ),
+    (
+        "gemma3",
+        "vision-language",
+        24,
+        {"input_ids": (2, 24), "pixel_values": (2, 3, 32, 32), "labels": (2, 24), "token_type_ids": (2, 24)},
         True,
     ),
     (
@@ -210,6 +227,18 @@ def test_llava_gets_as_many_image_tokens_as_its_vision_tower_gives_features(
     assert torch.isfinite(output.loss)
 
 
+def test_gemma3_gets_its_pooled_image_tokens_marked_as_the_image_block(save: Callable[..., Path]) -> None:
+    source = load_source(save("gemma3"))
+    assert source.metadata["image_tokens"] == 4  # 4 x 4 patches pooled 2 x 2
+    batch = source.batch(2, 12)
+    image = batch["input_ids"] == 127
+    assert image.sum(dim=1).tolist() == [4, 4]
+    assert torch.equal(batch["token_type_ids"], image.long())  # its bidirectional image block in training
+    assert int((batch["labels"] == -100).sum()) == 8
+    output = autoshard.models.call_model(source.build(), batch)  # transformers checks the count itself
+    assert torch.isfinite(output.loss)
+
+
 def test_llava_seq_len_must_leave_room_for_text_after_the_image(save: Callable[..., Path]) -> None:
     source = load_source(save("llava"))
     with pytest.raises(UsageError, match=f"seq_len={PATCHES} leaves no room for text"):
@@ -252,6 +281,18 @@ def _refused() -> list[Any]:
             "LlavaNextForConditionalGeneration",
             "its config sets image_grid_pinpoints",
             id="llava-next",
+        ),
+        pytest.param(  # transformers' default: 14 x 14 patches cannot pool to 16 x 16 tokens
+            lambda: transformers.Gemma3Config(),
+            "Gemma3ForConditionalGeneration",
+            "mm_tokens_per_image 256 does not pool its 224/16-patch grid",
+            id="gemma3-default",
+        ),
+        pytest.param(
+            lambda: gemma3(clip_vision()),
+            "Gemma3ForConditionalGeneration",
+            "its vision tower is 'clip_vision_model'",
+            id="gemma3-clip",
         ),
         pytest.param(
             lambda: transformers.BlipConfig(),

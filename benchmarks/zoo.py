@@ -96,11 +96,12 @@ def _short(path: str) -> str:
 # -- running commands ---------------------------------------------------------------------------------------
 
 
-def _run(cmd: list[str], timeout_s: float) -> dict[str, Any]:
-    """Run ``cmd`` (a fresh process); its wall time, exit status, output, others' load, or the time-out."""
+def _run(cmd: list[str], timeout_s: float, cache_dir: Path) -> dict[str, Any]:
+    """Run ``cmd`` (a fresh process) with autoshard's cache in ``cache_dir``; its wall time, exit status, output,
+    others' load, or the time-out."""
     before = cpu_seconds()
     started = time.perf_counter()
-    env = {**os.environ, **_OFFLINE}
+    env = {**os.environ, **_OFFLINE, "AUTOSHARD_CACHE_DIR": str(cache_dir)}
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
     except subprocess.TimeoutExpired:
@@ -113,10 +114,11 @@ def _run(cmd: list[str], timeout_s: float) -> dict[str, Any]:
 
 
 def run_profile(folder: Path, seq_len: int | None, timeout_s: float) -> dict[str, Any]:
-    """The profile worker in a fresh process: its status dict with ``wall_s``."""
+    """The profile worker in a fresh process, cold (an empty cache beside ``folder``): its status dict with
+    ``wall_s``."""
     cmd = [sys.executable, str(SCRIPT), "--profile-worker", str(folder),
            "--seq-len", "none" if seq_len is None else str(seq_len)]
-    run = _run(cmd, timeout_s)
+    run = _run(cmd, timeout_s, _empty_cache(folder, "profile"))
     meta = {"wall_s": run["wall_s"], "foreign_cores": run["foreign_cores"]}
     if run["timed_out"]:
         return {"status": "failed", "error": f"timed out after {timeout_s:g} s", **meta}
@@ -126,11 +128,19 @@ def run_profile(folder: Path, seq_len: int | None, timeout_s: float) -> dict[str
     return {**result, **meta}
 
 
+def _empty_cache(folder: Path, name: str) -> Path:
+    """A new, empty cache directory beside ``folder`` (removed with it)."""
+    path = folder.parent / f"cache-{name}"
+    path.mkdir()
+    return path
+
+
 def run_recommend(folder: Path, seq_len: int | None, hardware: str, timeout_s: float) -> dict[str, Any]:
-    """``python -m autoshard recommend folder --hardware H [--seq-len S] --json`` in a fresh process."""
+    """``python -m autoshard recommend folder --hardware H [--seq-len S] --json`` in a fresh process, cold: with
+    an empty cache beside ``folder`` (a workload the user's cache already holds would be read, not traced)."""
     argv = ["recommend", str(folder), "--hardware", hardware, *([] if seq_len is None else ["--seq-len", str(seq_len)]),
             "--json"]
-    run = _run([sys.executable, "-m", "autoshard", *argv], timeout_s)
+    run = _run([sys.executable, "-m", "autoshard", *argv], timeout_s, _empty_cache(folder, "recommend"))
     meta = {"wall_s": run["wall_s"], "foreign_cores": run["foreign_cores"], "exit_code": run["exit_code"]}
     if run["timed_out"]:
         return {"status": "failed", "error": f"timed out after {timeout_s:g} s", **meta}

@@ -483,6 +483,16 @@ def _llava(terms: _Terms, cfg: Any, batch: int, seq_len: int | None) -> None:
     _decoder(terms, text, batch, seq_len, prefix="text ")
 
 
+def _gemma3(terms: _Terms, cfg: Any, batch: int, seq_len: int | None) -> None:
+    """Gemma 3's image-text model: the whole SigLIP tower (no class token; its last hidden state feeds the
+    projector), the patch grid average-pooled to ``mm_tokens_per_image`` (no FLOPs) and projected by one matmul
+    per pooled token, then the language model on all ``seq_len`` positions."""
+    vision, text = cfg.vision_config, cfg.text_config
+    _vit_tower(terms, vision, batch, "vision ", cls_token=False)
+    terms.linear("projector", vision.hidden_size * text.hidden_size, batch * cfg.mm_tokens_per_image)
+    _decoder(terms, text, batch, seq_len, prefix="text ")
+
+
 FAMILIES: dict[str, Callable[[_Terms, Any, int, int | None], None]] = {
     **dict.fromkeys(("llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
                      "deepseek_v3", "gemma2", "gemma3_text", "phi3", "falcon", "gpt_neox", "opt", "bloom", "gptj",
@@ -497,6 +507,7 @@ FAMILIES: dict[str, Callable[[_Terms, Any, int, int | None], None]] = {
     "clip": _clip,
     "siglip": _siglip,
     "llava": _llava,
+    "gemma3": _gemma3,
 }
 """The formula for each ``model_type``."""
 
@@ -533,6 +544,9 @@ def example_inputs(config: Any, architecture: str, *, batch_size: int, seq_len: 
     ids = torch.randint(0, min(text.vocab_size, 900), (batch_size, seq_len))
     if model_type == "llava":
         ids[:, : config.image_seq_length] = config.image_token_index
+    if model_type == "gemma3":  # its pooled image tokens first, marked as the image block
+        ids[:, : config.mm_tokens_per_image] = config.image_token_index
+        out["token_type_ids"] = (ids == config.image_token_index).long()
     out["input_ids"] = ids
     if model_type in ("clip", "siglip"):
         out["return_loss"] = True

@@ -520,6 +520,33 @@ ZOO: tuple[ZooModel, ...] = (
         published_parameters=7 * _B, parameters_source="LLaVA-1.5 paper (arXiv 2310.03744): 7B (Vicuna-7B + "
                                                        "CLIP ViT-L/336px + MLP projector)",
         seq_len=2048, inputs="one 336×336 image and 2048 positions, 576 of them image tokens"),
+    ZooModel(
+        name="gemma-3-4b", checkpoint="google/gemma-3-4b-pt", kind="vision-language",
+        config_class="Gemma3Config", architecture="Gemma3ForConditionalGeneration",
+        # google/gemma-3-4b-pt config.json
+        published=dict(
+            boi_token_index=255999, eoi_token_index=256000, image_token_index=262144, mm_tokens_per_image=256,
+            text_config=dict(model_type="gemma3_text", hidden_size=2560, intermediate_size=10240,
+                             num_hidden_layers=34, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                             vocab_size=262208, max_position_embeddings=131072, rms_norm_eps=1e-6,
+                             rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                             rope_scaling={"rope_type": "linear", "factor": 8.0}, sliding_window=1024,
+                             sliding_window_pattern=6, query_pre_attn_scalar=256,
+                             hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None,
+                             attn_logit_softcapping=None, tie_word_embeddings=True),
+            vision_config=dict(model_type="siglip_vision_model", hidden_size=1152, intermediate_size=4304,
+                               num_hidden_layers=27, num_attention_heads=16, image_size=896, patch_size=14,
+                               vision_use_head=False)),
+        # 16 image tokens (32×32 image, 4×4 patches: 8×8 pooled 2×2) inside a 32-token sequence; six text layers,
+        # five local and one global.
+        tiny=dict(image_token_index=1000, boi_token_index=998, eoi_token_index=999, mm_tokens_per_image=16,
+                  text_config={**_TINY_DECODER, "num_hidden_layers": 6, "vocab_size": 1024, "sliding_window": 16,
+                               "query_pre_attn_scalar": 16},
+                  vision_config={**_TINY_VISION, "patch_size": 4}),
+        published_parameters=4_301_000_000,
+        parameters_source="Gemma 3 technical report (arXiv 2503.19786), Table 1 (4B): 417M vision encoder + "
+                          "675M embedding + 3,209M non-embedding",
+        seq_len=2048, inputs="one 896×896 image and 2048 positions, 256 of them image tokens"),
 )
 """Every architecture, in report order."""
 

@@ -10,16 +10,24 @@ parameter in place (``torch.utils.swap_tensors``), which refuses a tensor that h
 (fake tensors do: "Cannot swap t1 because it has weakref associated with it"). This module replaces each
 tensor in its owning module's ``_parameters`` / ``_buffers`` instead, which works on fake, meta and real
 tensors alike.
+
+Models call ``Module.to`` in their own constructors too (transformers 5.24's DeepSeek-V4 keeps its attention
+norms in fp32: ``DeepseekV4RMSNorm(...).to(dtype=torch.float32)``, modeling_deepseek_v4.py; HY-V4 and Inkling
+likewise), and that failed the same way under the profiler's fake build, even where the conversion changes
+nothing. :func:`fake_module_conversions` lets those calls convert by replacing slots as well.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 
-__all__ = ["cast_floating_tensors"]
+__all__ = ["cast_floating_tensors", "fake_module_conversions"]
 
 
 def cast_floating_tensors(module: nn.Module, dtype: torch.dtype) -> int:
@@ -69,3 +77,47 @@ def _converted(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if isinstance(tensor, nn.Parameter):
         return nn.Parameter(data, requires_grad=tensor.requires_grad)
     return data
+
+
+@contextlib.contextmanager
+def fake_module_conversions() -> Iterator[None]:
+    """While it lasts, ``Module.to`` / ``.float()`` / ``.half()`` / ... on a module holding fake tensors convert
+    them by replacing each one in its module's ``_parameters`` / ``_buffers`` (a parameter stays a parameter with
+    its ``requires_grad``; a conversion that returns the tensor itself leaves it as it is) instead of swapping
+    them in place, which torch 2.13 refuses for fake tensors. Modules without fake tensors convert as torch
+    does. For building a model under ``FakeTensorMode``: a parameter converted while another module holds it
+    (weights tied before the call) would stop being shared, which a constructor converting its own fresh
+    submodules does not do.
+
+    Example:
+        >>> from torch._subclasses.fake_tensor import FakeTensorMode
+        >>> with FakeTensorMode(), fake_module_conversions():
+        ...     norm = nn.LayerNorm(4).to(dtype=torch.bfloat16)
+        >>> norm.weight.dtype, isinstance(norm.weight, nn.Parameter)
+        (torch.bfloat16, True)
+    """
+    original = nn.Module._apply
+
+    def _apply(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
+        own = [*module._parameters.values(), *module._buffers.values()]
+        if not any(isinstance(t, FakeTensor) for t in own):
+            return original(module, fn, recurse)
+        if recurse:
+            for child in module.children():
+                child._apply(fn)
+        with torch.no_grad():
+            for name, param in module._parameters.items():
+                if param is not None:
+                    applied = fn(param)
+                    if applied is not param:
+                        module._parameters[name] = nn.Parameter(applied, requires_grad=param.requires_grad)
+            for name, buffer in module._buffers.items():
+                if buffer is not None:
+                    module._buffers[name] = fn(buffer)
+        return module
+
+    nn.Module._apply = _apply  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module._apply = original  # type: ignore[method-assign]

@@ -36,7 +36,7 @@ from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard,
 from autoshard.profiler.op_census import CensusCounter, OpCensus
 from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
 from autoshard.profiler.options import Precision, ProfileOptions
-from autoshard.profiler.precision_cast import cast_floating_tensors
+from autoshard.profiler.precision_cast import cast_floating_tensors, fake_module_conversions
 from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfile
 from autoshard.profiler.timeline import Timeline
 from autoshard.profiler.tracker import Category, MemoryTracker, PeakSnapshot
@@ -222,13 +222,16 @@ def _phase_peaks(snapshots: dict[str, PeakSnapshot]) -> tuple[tuple[str, MemoryB
 
 
 def _build(source: ModelSource, options: ProfileOptions) -> nn.Module:
-    """Build the model; for ``bf16-true`` under a bf16 default dtype, as Lightning's ``bf16-true`` does."""
+    """Build the model; for ``bf16-true`` under a bf16 default dtype, as Lightning's ``bf16-true`` does. A
+    constructor's own ``Module.to`` calls work on fake tensors (:func:`fake_module_conversions`)."""
     if options.precision is not Precision.BF16_TRUE:
-        return source.build()
+        with fake_module_conversions():
+            return source.build()
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
-        model = source.build()
+        with fake_module_conversions():
+            model = source.build()
     finally:
         torch.set_default_dtype(previous)
     # Buffers some models keep in fp32 (transformers' RoPE inv_freq) become bf16, as under Lightning's

@@ -16,7 +16,7 @@ from autoshard.errors import ProfileError
 from autoshard.models.source import ModelSource
 from autoshard.profiler import fake_ops, flops
 from autoshard.profiler.options import ProfileOptions
-from autoshard.profiler.precision_cast import cast_floating_tensors
+from autoshard.profiler.precision_cast import cast_floating_tensors, fake_module_conversions
 from autoshard.profiler.trace import trace_timeline
 from autoshard.strategies.registry import names as strategy_names
 
@@ -112,6 +112,41 @@ def test_casting_keeps_ties_requires_grad_and_integer_buffers_under_fake_tensors
         assert model.step.dtype == torch.int64
         assert not model.model.layers[0].mlp.up_proj.weight.requires_grad
         assert all(isinstance(p, nn.Parameter) for p in model.parameters())
+
+
+def test_module_conversions_in_a_constructor_work_on_fake_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    original = nn.Module._apply
+    with FakeTensorMode(), fake_module_conversions():
+        norm = nn.LayerNorm(4)
+        weight = norm.weight
+        assert norm.to(dtype=torch.float32).weight is weight  # nothing to convert: the same parameter
+        frozen = nn.Linear(4, 4)
+        frozen.bias.requires_grad_(False)
+        frozen.register_buffer("scale", torch.ones(4))
+        frozen.half()
+        assert {t.dtype for t in (*frozen.parameters(), *frozen.buffers())} == {torch.float16}
+        assert isinstance(frozen.bias, nn.Parameter) and not frozen.bias.requires_grad
+    assert nn.Module._apply is original  # restored
+
+
+def test_a_model_whose_constructor_calls_module_to_profiles(tmp_path):
+    # transformers' DeepSeek-V4 builds its attention norms with `.to(dtype=torch.float32)`: under the fake build
+    # torch refused to swap their weights ("Couldn't swap DeepseekV4RMSNorm.weight"), and autoshard blamed the
+    # config.json.
+    kinds = ["heavily_compressed_attention", "compressed_sparse_attention"] * 2
+    config = transformers.DeepseekV4Config(
+        vocab_size=1000, hidden_size=64, moe_intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+        head_dim=32, q_lora_rank=32, o_lora_rank=32, o_groups=2, n_routed_experts=4, num_experts_per_tok=2,
+        index_n_heads=2, index_head_dim=16, index_topk=8, qk_rope_head_dim=8, sliding_window=8,
+        layer_types=kinds, mlp_layer_types=["hash_moe", "moe", "moe", "moe"], max_position_embeddings=256)
+    config.architectures = ["DeepseekV4ForCausalLM"]
+    with torch.device("meta"):
+        expected = sum(p.numel() for p in transformers.DeepseekV4ForCausalLM(config).parameters())
+    for precision in ("32-true", "bf16-true"):
+        p = _profile(config, tmp_path / precision, precision)
+        assert p.parameter_count == expected and p.peak_bytes > p.parameter_bytes
 
 
 # -- loss inside forward -------------------------------------------------------------------------------------

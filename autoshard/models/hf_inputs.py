@@ -257,15 +257,20 @@ def _vision_language_spec(cls: type, config: Any, file: Path, params: Mapping[st
 
     Gemma 3 (a ``mm_tokens_per_image`` in its config) average-pools its SigLIP patch grid to that many tokens
     (``Gemma3MultiModalProjector``, transformers 5.24 modeling_gemma3.py) and has no feature-select strategy.
+    PaliGemma projects every SigLIP patch (``PaliGemmaModel.get_image_features``: the tower's last hidden state, no
+    class token), as a ``"full"`` strategy would.
     """
     vision = getattr(config, "vision_config", None)
-    strategy = getattr(config, "vision_feature_select_strategy", None)
+    paligemma = getattr(config, "model_type", None) == "paligemma"
+    strategy = "full" if paligemma else getattr(config, "vision_feature_select_strategy", None)
     pooled = getattr(config, "mm_tokens_per_image", None)
     geometry = [key for key in _IMAGE_GEOMETRY_CONFIG_KEYS if getattr(config, key, None) is not None]
     tower = getattr(vision, "model_type", None)
     why = None
     if pooled is not None:
         why = _pooled_problem(pooled, vision)
+    elif paligemma and tower != "siglip_vision_model":
+        why = f"its vision tower is {tower!r}"
     elif strategy not in {"default", "full"}:
         why = f"vision_feature_select_strategy is {strategy!r}, not 'default' or 'full'"
     elif geometry:
@@ -317,7 +322,7 @@ def _vision_language_spec(cls: type, config: Any, file: Path, params: Mapping[st
             image_tokens=image_tokens,
             image_shape=(channels, height, width),
             labels="labels" in params,
-            token_types="token_type_ids" in params,
+            token_types=("suffix" if paligemma else "image") if "token_type_ids" in params else None,
         ),
         modality="vision-language",
         accepts_seq_len=True,
@@ -337,12 +342,13 @@ def _vision_language_batch(
     image_tokens: int,
     image_shape: tuple[int, int, int],
     labels: bool,
-    token_types: bool = False,
+    token_types: str | None = None,
 ) -> dict[str, torch.Tensor]:
     """One image per sequence: ``image_tokens`` placeholders first, then random text; ``seq_len`` counts both.
-    With ``labels``, the labels are the ids with the placeholders ignored (-100), as LLaVA's processors do; with
-    ``token_types``, ``token_type_ids`` mark the image's tokens 1 and the text 0, as Gemma 3's processor does
-    (its image block then attends both ways in training).
+    With ``labels``, the labels are the ids with the placeholders ignored (-100), as LLaVA's processors do. With
+    ``token_types``, ``token_type_ids`` as the model's processor gives them: ``"image"`` marks the image's tokens
+    1 and the text 0 (Gemma 3: the image block attends both ways in training); ``"suffix"`` marks the image, the
+    prefix, 0 and the text, the suffix trained on, 1 (PaliGemma: the prefix attends both ways).
 
     Raises:
         UsageError: ``batch_size`` is below 1, or ``seq_len`` leaves no room for text after the image tokens.
@@ -361,8 +367,9 @@ def _vision_language_batch(
     batch = {"input_ids": input_ids, "pixel_values": torch.randn(batch_size, *image_shape)}
     if labels:
         batch["labels"] = torch.cat([torch.full_like(placeholders, -100), text], dim=1)
-    if token_types:
-        batch["token_type_ids"] = (input_ids == image_token_id).long()
+    if token_types is not None:
+        image = input_ids == image_token_id
+        batch["token_type_ids"] = (image if token_types == "image" else ~image).long()
     return batch
 
 

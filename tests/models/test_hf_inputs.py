@@ -57,6 +57,15 @@ def gemma3(vision: dict[str, Any] | None = None, **changes: Any) -> Any:
     return transformers.Gemma3Config(vision_config=vision or siglip_vision(), text_config=text, **kwargs)
 
 
+def paligemma() -> Any:
+    """PaliGemma: every SigLIP patch (4 x 4) projected into a Gemma text model."""
+    text = transformers.GemmaConfig(**LLAMA, head_dim=8).to_dict()
+    config = transformers.PaliGemmaConfig(vision_config={**siglip_vision(), "vision_use_head": False},
+                                          text_config=text, image_token_index=127, projection_dim=32)
+    config.text_config.num_image_tokens = PATCHES
+    return config
+
+
 CONFIGS: dict[str, Callable[[], Any]] = {
     "clip": lambda: transformers.CLIPConfig(
         text_config={**TEXT, "projection_dim": 16}, vision_config=clip_vision(), projection_dim=16
@@ -64,6 +73,7 @@ CONFIGS: dict[str, Callable[[], Any]] = {
     "siglip": lambda: transformers.SiglipConfig(text_config=TEXT, vision_config=siglip_vision()),
     "llava": llava,
     "gemma3": gemma3,
+    "paligemma": paligemma,
     "whisper": lambda: transformers.WhisperConfig(
         d_model=32,
         encoder_layers=2,
@@ -89,6 +99,7 @@ ARCHITECTURES = {
     "siglip": "SiglipModel",
     "llava": "LlavaForConditionalGeneration",
     "gemma3": "Gemma3ForConditionalGeneration",
+    "paligemma": "PaliGemmaForConditionalGeneration",
     "whisper": "WhisperForConditionalGeneration",
     "wav2vec2-ctc": "Wav2Vec2ForCTC",
     "hubert": "HubertModel",
@@ -122,6 +133,13 @@ CASES = [
     ),
     (
         "gemma3",
+        "vision-language",
+        24,
+        {"input_ids": (2, 24), "pixel_values": (2, 3, 32, 32), "labels": (2, 24), "token_type_ids": (2, 24)},
+        True,
+    ),
+    (
+        "paligemma",
         "vision-language",
         24,
         {"input_ids": (2, 24), "pixel_values": (2, 3, 32, 32), "labels": (2, 24), "token_type_ids": (2, 24)},
@@ -236,6 +254,18 @@ def test_gemma3_gets_its_pooled_image_tokens_marked_as_the_image_block(save: Cal
     assert torch.equal(batch["token_type_ids"], image.long())  # its bidirectional image block in training
     assert int((batch["labels"] == -100).sum()) == 8
     output = autoshard.models.call_model(source.build(), batch)  # transformers checks the count itself
+    assert torch.isfinite(output.loss)
+
+
+def test_paligemma_gets_every_patch_and_the_text_marked_as_the_suffix(save: Callable[..., Path]) -> None:
+    source = load_source(save("paligemma"))
+    assert source.metadata["image_tokens"] == PATCHES  # SigLIP: no class token, nothing pooled
+    batch = source.batch(1, 20)
+    image = batch["input_ids"] == 127
+    assert int(image.sum()) == PATCHES
+    # PaliGemma's processor: the image (the prefix) 0, attending both ways; the text trained on (the suffix) 1.
+    assert torch.equal(batch["token_type_ids"], (~image).long())
+    output = autoshard.models.call_model(source.build(), batch)
     assert torch.isfinite(output.loss)
 
 

@@ -40,6 +40,7 @@ import torch
 
 MARK = "autoshard.benchmark.mark"
 STEP_END = "autoshard.benchmark.step_end"
+BUILT = "autoshard.benchmark.built"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,8 @@ class PeakProbe:
         self._cuda_before: int = 0
         self._cuda_steps: list[tuple[int, int]] = []
         self._result: Peak | None = None
+        self.timeline: list[tuple[int, int, int]] | None = None
+        """CPU: the replayed allocation events and marks (:func:`events`), once the probe's block has ended."""
 
     def __enter__(self) -> PeakProbe:
         if self.device.type == "cuda":
@@ -105,6 +108,11 @@ class PeakProbe:
         else:
             _annotate(MARK)
 
+    def built(self) -> None:
+        """The model is on the device (CPU: marked for :func:`allocation_log`; CUDA: nothing to do)."""
+        if self.device.type != "cuda":
+            _annotate(BUILT)
+
     def step_end(self) -> None:
         """End of an optimizer step: CPU, for the steady-state check; CUDA, the step's peak is read now (a
         training loop may reset the statistics when the next step starts, as ``autoshard.runtime.loop`` does)."""
@@ -126,7 +134,8 @@ class PeakProbe:
         with _stderr_silenced():
             self._profiler.__exit__(*exc)
         if exc[0] is None:
-            self._result = replay(self._profiler)
+            self.timeline = events(self._profiler)
+            self._result = peak_of(self.timeline)
 
     def result(self) -> Peak:
         """The measurement (after the ``with`` block)."""
@@ -154,14 +163,12 @@ def _annotate(name: str) -> None:
         pass
 
 
-def replay(profiler: Any) -> Peak:
-    """The live-bytes peak after :data:`MARK` in a memory-profiled run (see :func:`peak_of`)."""
-    return peak_of(events(profiler))
+_MARKS = {MARK: -1, STEP_END: -2, BUILT: -3}
 
 
 def events(profiler: Any) -> list[tuple[int, int, int]]:
     """A profiled run's CPU allocation events and marks, in time order: ``(time ns, bytes (+/-), address)``;
-    a :data:`MARK` has address ``-1``, a :data:`STEP_END` ``-2``."""
+    a :data:`MARK` has address ``-1``, a :data:`STEP_END` ``-2``, :data:`BUILT` ``-3``."""
     out: list[tuple[int, int, int, int]] = []  # (time, allocation id, bytes, address)
     stack = list(profiler.profiler.kineto_results.experimental_event_tree())
     while stack:
@@ -171,8 +178,8 @@ def events(profiler: Any) -> list[tuple[int, int, int]]:
         if type(fields).__name__ == "_ExtraFields_Allocation":
             if fields.device.type == "cpu":
                 out.append((node.start_time_ns, fields.id, fields.alloc_size, fields.ptr))
-        elif node.name in (MARK, STEP_END):
-            out.append((node.start_time_ns, -1, 0, -1 if node.name == MARK else -2))
+        elif node.name in _MARKS:
+            out.append((node.start_time_ns, -1, 0, _MARKS[node.name]))
     out.sort()
     return [(t, size, ptr) for t, _, size, ptr in out]
 
@@ -218,6 +225,45 @@ def peak_of(timeline: list[tuple[int, int, int]]) -> Peak:
     drift = step_levels[-1] - step_levels[0] if len(step_levels) > 1 else 0
     return Peak(peak_bytes=max(after, step_levels[0]), before_mark_peak_bytes=before, reserved_bytes=None,
                 drift_bytes=drift, events=sum(1 for e in timeline if e[2] >= 0))
+
+
+def allocation_log(timeline: list[tuple[int, int, int]], *, after_build: bool = False) -> list[tuple[int, int]]:
+    """A profiled run's allocations and frees as ``(key, bytes)`` / ``(key, -1)``, the form
+    :func:`autoshard.profiler.cuda_reserve.replay` takes: each allocation gets a key of its own; a free is matched
+    by address; an address handed out again while still live was freed unseen (as in :func:`peak_of`), and is
+    freed just before; a free of a block from before the probe is dropped.
+
+    With ``after_build``, what happened before the :data:`BUILT` mark is left out except the blocks still live
+    there, allocated first in the order they were: a GPU sees a model built on the CPU arrive that way
+    (``model.to(device)``), without the temporaries of its construction (initial weights replaced by tied ones).
+
+    Example:
+        >>> allocation_log([(0, 100, 7), (1, 0, -1), (2, 100, 7), (3, 50, 8), (4, -50, 8), (5, -9, 3)])
+        [(1, 100), (1, -1), (2, 100), (3, 50), (3, -1)]
+        >>> allocation_log([(0, 100, 7), (1, 30, 8), (2, -30, 8), (3, 0, -3), (4, 20, 9)], after_build=True)
+        [(1, 100), (3, 20)]
+    """
+    out: list[tuple[int, int]] = []
+    live: dict[int, int] = {}
+    sizes: dict[int, int] = {}
+    keys = 0
+    building = after_build
+    for _, size, ptr in timeline:
+        if ptr == -3 and building:
+            building = False
+            out = [(key, sizes[key]) for key in sorted(live.values())]
+            continue
+        if ptr < 0:
+            continue
+        if size > 0:
+            if ptr in live:
+                out.append((live.pop(ptr), -1))
+            keys += 1
+            live[ptr], sizes[keys] = keys, size
+            out.append((keys, size))
+        elif ptr in live:
+            out.append((live.pop(ptr), -1))
+    return out
 
 
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_single",

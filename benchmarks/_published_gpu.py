@@ -75,15 +75,22 @@ def measure(point: dict[str, Any], predictor: Any, device: torch.device, *, step
                              optimizer_impl=point["optimizer"].get("impl"),
                              activation_checkpointing=checkpointing != "none", checkpointing=checkpointing,
                              target=device.type)
+    source = load_source(predictor.model_source(point))
     try:
-        peak = measure_peak(load_source(predictor.model_source(point)), options, device, steps=steps)
+        peak = measure_peak(source, options, device, steps=steps)
     finally:
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    replayed = None
+    if device.type == "cuda":  # the reserved peak, replayed from the traced step (autoshard/profiler/cuda_reserve.py)
+        from autoshard.profiler.cuda_reserve import trace_reserved
+
+        replayed = trace_reserved(source, options, compute_capability=torch.cuda.get_device_capability(device))
     step_s = statistics.median(peak["step_seconds"][1:])
     return {"peak_allocated_gib": peak["allocated"] / 2**30,
             "peak_reserved_gib": None if peak["reserved"] is None else peak["reserved"] / 2**30,
+            "peak_reserved_replayed_gib": None if replayed is None else replayed.peak_reserved_bytes / 2**30,
             "step_time_s": step_s, "tokens_per_s_per_gpu": point["micro_batch"] * point["seq_len"] / step_s,
             "step_seconds": peak["step_seconds"]}
 
@@ -148,19 +155,21 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Command: `{meta['command']}`. Each point trained {MEASURED_STEPS} steps; memory: the last step's "
         "`max_memory_allocated()` / `max_memory_reserved()`; time: the median step after the first. Predicted: "
-        "autoshard's planner for this GPU's profile. Reproduction: measured here against the published memory "
+        "autoshard's planner for this GPU's profile; reserved replayed: the traced step's allocations (a warm-up "
+        "step and one more) through the caching allocator's rules. Reproduction: measured here against the published memory "
         "figure (memory does not depend on the GPU model; throughput does, and is not compared across GPUs).",
         "",
-        "| point | published | published on | measured peak (GiB) | reserved (GiB) | predicted peak (GiB) | memory "
-        "error | reproduction | measured tokens/s | predicted tokens/s | throughput error | note |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| point | published | published on | measured peak (GiB) | reserved (GiB) | reserved replayed (GiB) "
+        "| predicted peak (GiB) | memory error | reproduction | measured tokens/s | predicted tokens/s "
+        "| throughput error | note |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report["rows"]:
         m, p = r["measured"] or {}, r["predicted"] or {}
         lines.append(
             f"| {r['id']} | {r['published']:g} ({r['metric']}) | {r['published_gpu']} "
             f"| {_fmt(m.get('peak_allocated_gib'), '.2f')} | {_fmt(m.get('peak_reserved_gib'), '.2f')} "
-            f"| {_fmt(p.get('peak_allocated_gib'), '.2f')} | {_fmt(r.get('memory_error_percent'), '+.1f', ' %')} "
+            f"| {_fmt(m.get('peak_reserved_replayed_gib'), '.2f')} | {_fmt(p.get('peak_allocated_gib'), '.2f')} | {_fmt(r.get('memory_error_percent'), '+.1f', ' %')} "
             f"| {_fmt(r.get('reproduction_percent'), '+.1f', ' %')} | {_fmt(m.get('tokens_per_s_per_gpu'), ',.0f')} "
             f"| {_fmt(p.get('tokens_per_s_per_gpu'), ',.0f')} "
             f"| {_fmt(r.get('throughput_error_percent'), '+.1f', ' %')} | {r['error'] or ''} |")

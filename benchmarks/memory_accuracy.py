@@ -51,7 +51,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the probe beside this script, however it is loaded
-from _allocator import RELEASE_WAIT_S, PeakProbe
+from _allocator import RELEASE_WAIT_S, PeakProbe, allocation_log
 from _common import cpu_model
 
 import autoshard
@@ -192,7 +192,7 @@ def _load(case: Case) -> ModelSource:
 
 
 def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.device, *,
-                 steps: int = STEPS) -> dict[str, Any]:
+                 steps: int = STEPS, keep_log: bool = False) -> dict[str, Any]:
     """Train ``steps`` (default :data:`~autoshard.profiler.trace.STEPS`) real steps as the profiler traces them;
     the last one's peak, and every step's time.
 
@@ -203,6 +203,8 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
         options: batch size, sequence, precision, optimizer, checkpointing (``target`` must match ``device``).
         device: where to run.
         steps: optimizer steps to train (at least 2: the peak is the last one's, after the optimizer state exists).
+        keep_log: on CPU, also return the run's allocations and frees in order from the built model on, as a GPU
+            sees them (``"allocation_log"``, :func:`_allocator.allocation_log` with ``after_build``).
 
     Returns:
         ``{"allocated": bytes, "reserved": bytes | None, "drift": bytes, "step_seconds": [s, ...]}``: the peak from
@@ -214,6 +216,7 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
     step_seconds: list[float] = []
     with PeakProbe(device) as probe:
         model = _build(source, options).to(device)
+        probe.built()
         model.train()
         blocks = find_repeated_blocks(model)
         batch = source.batch(options.batch_size, seq_len=options.seq_len)
@@ -251,8 +254,11 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
         probe.step_end()
         del model, optimizer, batch
     peak = probe.result()
-    return {"allocated": peak.peak_bytes, "reserved": peak.reserved_bytes, "drift": peak.drift_bytes,
-            "step_seconds": step_seconds}
+    out = {"allocated": peak.peak_bytes, "reserved": peak.reserved_bytes, "drift": peak.drift_bytes,
+           "step_seconds": step_seconds}
+    if keep_log and probe.timeline is not None:
+        out["allocation_log"] = allocation_log(probe.timeline, after_build=True)
+    return out
 
 
 def _synchronize(device: torch.device) -> None:
@@ -397,6 +403,8 @@ def run_case(case: Case, device: torch.device, *, skip_above_bytes: int | None) 
             row["note"] = (f"{measured['timeouts']} collective(s) still held by gloo after "
                            f"{RELEASE_WAIT_S * 1e3:.0f} ms: frees may have gone unseen")
         row["error_pct"] = 100.0 * (row["predicted_bytes"] - measured["allocated"]) / measured["allocated"]
+        if case.strategy == "single" and device.type == "cuda" and row["reserved_bytes"]:
+            add_reserved_prediction(row, source, options, torch.cuda.get_device_capability(device))
     except Exception as exc:  # noqa: BLE001 - a benchmark row records any failure and goes on
         row["error"] = f"{type(exc).__name__}: {exc}"
     finally:
@@ -407,8 +415,24 @@ def run_case(case: Case, device: torch.device, *, skip_above_bytes: int | None) 
     return row
 
 
+def add_reserved_prediction(row: dict[str, Any], source: ModelSource, options: ProfileOptions,
+                            compute_capability: tuple[int, int]) -> None:
+    """A one-device row's reserved peak as replayed through the CUDA caching allocator
+    (:func:`autoshard.profiler.cuda_reserve.trace_reserved`: the case traced whole, its allocations in order),
+    and its error against ``row["reserved_bytes"]`` (``max_memory_reserved``) when that was measured."""
+    from autoshard.profiler.cuda_reserve import trace_reserved
+
+    options = dataclasses.replace(options, target="cuda")
+    row["predicted_reserved_bytes"] = trace_reserved(source, options,
+                                                     compute_capability=compute_capability).peak_reserved_bytes
+    measured = row.get("reserved_bytes")
+    row["reserved_error_pct"] = (None if not measured
+                                 else 100.0 * (row["predicted_reserved_bytes"] - measured) / measured)
+
+
 def _stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     errors = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None]
+    reserved = [abs(r["reserved_error_pct"]) for r in rows if r.get("reserved_error_pct") is not None]
     return {
         "cases": len(rows),
         "measured": len(errors),
@@ -416,6 +440,8 @@ def _stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "skipped": sum(r["note"].startswith("skipped") for r in rows),
         "median_abs_error_pct": statistics.median(errors) if errors else None,
         "max_abs_error_pct": max(errors) if errors else None,
+        **({"reserved_measured": len(reserved), "reserved_median_abs_error_pct": statistics.median(reserved),
+            "reserved_max_abs_error_pct": max(reserved)} if reserved else {}),
     }
 
 
@@ -459,6 +485,10 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f} %"
 
 
+def _signed_pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.2f} %"
+
+
 def _where(row: dict[str, Any]) -> str:
     if row["strategy"] == "single":
         return "1"
@@ -497,6 +527,16 @@ def write_report(out: Path, meta: dict[str, Any], summary: dict[str, Any], rows:
         f"{summary['skipped']} skipped): median |error| {_pct(summary['median_abs_error_pct'])}, maximum "
         f"{_pct(summary['max_abs_error_pct'])}.**",
         "",
+    ]
+    if summary.get("reserved_measured"):
+        lines += [
+            f"Reserved (`max_memory_reserved`), one-device cases: predicted by replaying the traced step's allocations "
+            f"through the caching allocator's rules (`autoshard/profiler/cuda_reserve.py`), "
+            f"{summary['reserved_measured']} cases: median |error| {_pct(summary['reserved_median_abs_error_pct'])}, "
+            f"maximum {_pct(summary['reserved_max_abs_error_pct'])}.",
+            "",
+        ]
+    lines += [
         "| strategy | cases | measured | median \\|error\\| | max \\|error\\| |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -506,8 +546,9 @@ def write_report(out: Path, meta: dict[str, Any], summary: dict[str, Any], rows:
     lines += [
         "",
         "| model | strategy | world | precision | batch | seq | ckpt | settings | predicted (MiB) | measured (MiB) | "
-        + ("reserved (MiB) | " if cuda else "") + "predicted − measured (bytes) | error | note |",
-        "|---|---|---|---|---:|---:|---|---|---:|---:|" + ("---:|" if cuda else "") + "---:|---:|---|",
+        + ("reserved (MiB) | reserved predicted (MiB) | reserved error | " if cuda else "")
+        + "predicted − measured (bytes) | error | note |",
+        "|---|---|---|---|---:|---:|---|---|---:|---:|" + ("---:|---:|---:|" if cuda else "") + "---:|---:|---|",
     ]
     for r in rows:
         name = r["model"] if r["num_layers"] is None else f"{r['model']} ({r['num_layers']} blocks)"
@@ -521,7 +562,8 @@ def write_report(out: Path, meta: dict[str, Any], summary: dict[str, Any], rows:
             f"| {name} | {r['strategy']} | {_where(r)} | {r['precision']} | {r['batch_size']} | "
             f"{r['seq_len'] or '—'} | {'on' if r['checkpointing'] else 'off'} | {settings or 'defaults'} | "
             f"{_mib(r['predicted_bytes'])} | {_mib(r['measured_bytes'])} | "
-            + (f"{_mib(r['reserved_bytes'])} | " if cuda else "") + f"{diff} | {err} | {note} |"
+            + (f"{_mib(r['reserved_bytes'])} | {_mib(r.get('predicted_reserved_bytes'))} | "
+               f"{_signed_pct(r.get('reserved_error_pct'))} | " if cuda else "") + f"{diff} | {err} | {note} |"
         )
     (out / "memory_accuracy.md").write_text("\n".join(lines) + "\n")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -129,3 +130,30 @@ def test_grids_cover_every_strategy_family_and_larger_worlds(bench: ModuleType) 
             "deepspeed_stage_3"} <= strategies
     assert {c.world_size for c in grid if c.process_group == "fake"} == {4, 8}
     assert {c.precision for c in grid} == {"32-true", "bf16-mixed", "16-mixed"}
+
+
+def test_one_device_rows_on_cuda_carry_the_replayed_reserved_peak(bench: ModuleType, tmp_path: Path) -> None:
+    """The GPU campaign's memory step holds the replay to ``max_memory_reserved``: the row's prediction, its
+    error, and the report's columns and summary (a measured figure written in here, as a GPU would give it)."""
+    import autoshard
+    from autoshard.profiler.options import ProfileOptions
+
+    source = autoshard.load_source("tiny-gpt2")
+    options = ProfileOptions(batch_size=2, seq_len=32, precision="bf16-mixed", target="cpu")
+    row = {**dataclasses.asdict(bench.Case("tiny-gpt2", 2, 32, "bf16-mixed", False)), "settings": {},
+           "predicted_bytes": 10 * 2**20, "measured_bytes": 10 * 2**20, "reserved_bytes": 40 * 2**20,
+           "drift_bytes": 0, "error_pct": 0.0, "note": "", "error": None}
+    bench.add_reserved_prediction(row, source, options, (9, 0))
+    predicted = row["predicted_reserved_bytes"]
+    assert predicted >= 2 * 32 * 2**20  # two Hopper cuBLAS workspaces, 32 MiB each, before anything traced
+    assert row["reserved_error_pct"] == pytest.approx(100 * (predicted - 40 * 2**20) / (40 * 2**20))
+    summary = bench.summarize([row])
+    assert summary["reserved_measured"] == 1
+    meta = {"machine": {"device": "cuda", "gpu": "H100", "cuda": "13.0", "cpu": "x"}, "date": "d", "python": "3",
+            "torch": "t", "deepspeed": "d", "autoshard": "a", "grid": "full", "target": "cuda", "seconds": 1.0,
+            "command": "c"}
+    bench.write_report(tmp_path, meta, summary, [row])
+    markdown = (tmp_path / "memory_accuracy.md").read_text()
+    assert "reserved predicted (MiB) | reserved error |" in markdown
+    assert f"| {predicted / 2**20:,.2f} | {row['reserved_error_pct']:+.2f} % |" in markdown
+    assert "Reserved (`max_memory_reserved`), one-device cases" in markdown

@@ -109,6 +109,7 @@ def trace_timeline(
 def trace_timelines(
     source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], *, fake: bool = True,
     count_flops: bool = True, record: bool = True, time_limit_s: float = TIME_LIMIT_S,
+    allocation_log: list[tuple[int, int]] | None = None,
 ) -> list[tuple[ModelProfile, dict[str, PeakSnapshot], Timeline]]:
     """:func:`trace_timeline` at each micro-batch of ``batch_sizes`` (``options.batch_size`` is ignored), in one
     session: the model is built and its optimizer state created once, then one measured step runs per micro-batch.
@@ -116,7 +117,9 @@ def trace_timelines(
     A measured step starts from what the step before it left: the parameters, the optimizer state and no
     gradients (``zero_grad(set_to_none=True)``), with Python's garbage collected, as after the warm-up step of a
     trace of its own; its peaks and timeline are its own. ``tests/profiler/test_trace.py`` checks each profile
-    equals the one traced alone. FLOPs (``count_flops``) are counted at the first micro-batch only.
+    equals the one traced alone. FLOPs (``count_flops``) are counted at the first micro-batch only. With
+    ``allocation_log`` (a list), every allocation and free is appended to it (:mod:`autoshard.profiler.cuda_reserve`)
+    and the first step is a whole step even without ``count_flops``.
     """
     import gc
 
@@ -141,6 +144,7 @@ def trace_timelines(
         tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None,
                                 record_events=record)
         tracker.norm_stats_fp32 = "always" if options.target == "cuda" else "mixed"
+        tracker.allocation_log = allocation_log
         tracker.on_ops = time_limit(source, tracker, time_limit_s * len(batch_sizes))
         semantics = gpu.semantics(options) if options.target == "cuda" else None
         if options.activation_checkpointing and blocks is not None:
@@ -302,7 +306,7 @@ def _run_steps(
                 # The first step creates the optimizer state and counts FLOPs (whose module tracking keeps
                 # some tensors alive longer); memory is measured on the steady-state steps after it.
                 tracker.measuring = step > 0
-                if step == 0 and not count_flops:
+                if step == 0 and not count_flops and tracker.allocation_log is None:  # a replay needs the real one
                     _warm_start(model, optimizer, source, tracker)
                     continue
                 first_forward = True

@@ -89,6 +89,10 @@ class MemoryTracker(TorchDispatchMode):
         totals (in :class:`Category` order) and the enclosing block (:meth:`block`). Used to find the peak at
         other micro-batches exactly."""
         self._round = round_bytes or (lambda n: n)
+        self.allocation_log: list[tuple[int, int]] | None = None
+        """When set to a list: every storage counted as ``(key, bytes)`` and every free as ``(key, -1)``, in order,
+        from set-up on (warm-up step included): the sequence :func:`autoshard.profiler.cuda_reserve.replay` runs
+        through the CUDA caching allocator."""
         self._live: dict[int, _Entry] = {}
         self._refs: dict[int, weakref.ref[Any]] = {}
         self.totals: dict[Category, int] = {c: 0 for c in Category}
@@ -196,6 +200,8 @@ class MemoryTracker(TorchDispatchMode):
             entry = _Entry(nbytes, category)
             self._live[key] = entry
             self._refs[key] = weakref.ref(storage, partial(self._on_free, key))
+            if self.allocation_log is not None:
+                self.allocation_log.append((key, nbytes))
             self.totals[category] += nbytes
             self.total_bytes += nbytes
             self._maybe_peak()
@@ -223,6 +229,8 @@ class MemoryTracker(TorchDispatchMode):
         entry = self._live.pop(key, None)
         self._refs.pop(key, None)
         if entry is not None:
+            if self.allocation_log is not None:
+                self.allocation_log.append((key, -1))
             self.totals[entry.category] -= entry.nbytes
             self.total_bytes -= entry.nbytes
 
@@ -311,6 +319,8 @@ class MemoryTracker(TorchDispatchMode):
         nbytes = self._round(storage.nbytes() if nbytes is None else nbytes)
         self._live[key] = _Entry(nbytes, Category.TEMPORARIES)
         self._refs[key] = weakref.ref(storage, partial(self._on_free, key))
+        if self.allocation_log is not None:
+            self.allocation_log.append((key, nbytes))
         self.totals[Category.TEMPORARIES] += nbytes
         self.total_bytes += nbytes
         self._maybe_peak()
@@ -322,6 +332,8 @@ class MemoryTracker(TorchDispatchMode):
             return
         nbytes = self._round(t.untyped_storage().nbytes())
         delta = nbytes - entry.nbytes
+        if self.allocation_log is not None:  # the allocator gives a resized storage a new block
+            self.allocation_log += [(id(t.untyped_storage()), -1), (id(t.untyped_storage()), nbytes)]
         entry.nbytes = nbytes
         self.totals[entry.category] += delta
         self.total_bytes += delta

@@ -47,6 +47,7 @@ def profile(
     target: str = "cuda",
     extrapolate: bool | None = None,
     optimizer_impl: OptimizerImpl | None = None,
+    reserved: bool = False,
 ) -> ModelProfile:
     """Profile one training step of a model on one device holding the whole model, without allocating it.
 
@@ -67,6 +68,10 @@ def profile(
             catalog / HF models, where this is exact — see ``docs/profile.md``).
         optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"``: how the optimizer steps, which sets the
             optimizer step's temporaries (``None``: torch's default on ``target``, foreach on CUDA).
+        reserved: also predict ``torch.cuda.max_memory_reserved`` (``target="cuda"`` only): the model is traced
+            whole once more and the step's allocations replayed through the CUDA caching allocator's rules
+            (:mod:`autoshard.profiler.cuda_reserve`); the result's ``reserved``, and its ``reserve_bytes`` and
+            ``device_total_bytes`` then include fragmentation.
 
     Returns:
         A frozen, JSON-serialisable :class:`ModelProfile`.
@@ -84,6 +89,9 @@ def profile(
     from autoshard.profiler.scaling import profile_source
 
     _check_source(source, "profile")
+    if reserved and target != "cuda":
+        raise UsageError(f"reserved=True predicts the CUDA caching allocator's reserve: it needs target='cuda', "
+                         f"but got {target=}.")
     options = ProfileOptions(
         batch_size=batch_size,
         seq_len=seq_len,
@@ -94,7 +102,15 @@ def profile(
         target=target,
         optimizer_impl=optimizer_impl,
     )
-    return profile_source(load_source(source), options, extrapolate=extrapolate)
+    loaded = load_source(source)
+    result = profile_source(loaded, options, extrapolate=extrapolate)
+    if reserved:
+        import dataclasses
+
+        from autoshard.profiler.cuda_reserve import trace_reserved
+
+        result = dataclasses.replace(result, reserved=trace_reserved(loaded, options))
+    return result
 
 
 def recommend(

@@ -70,8 +70,9 @@ allocated bytes, more by the unused tail of a block the caching allocator hands 
 block in the large pool, ``should_split`` in c10/cuda/CUDACachingAllocator.cpp)."""
 THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "samples_per_s", "engine_samples_per_s", "tflops_per_gpu")
 NOT_PREDICTED = {
-    "peak_reserved_gib": "reserved memory (autoshard predicts allocated memory only; the caching allocator's "
-                         "segments are not modelled, autoshard/profiler/cuda_allocator.py)",
+    "peak_reserved_gib": "reserved memory (autoshard replays the caching allocator only for one device holding the "
+                         "model, on one stream: profile --reserved; not FSDP2's communication streams, nor the "
+                         "expandable_segments torchtitan's launcher sets, run_train.sh @ 0168bd5)",
     "nvidia_smi_gib": "an nvidia-smi total (autoshard predicts allocated memory only: no reserved segments, "
                       "no CUDA context)",
     "mfu_percent": "MFU by the source's own FLOP formula (compare its tokens/s instead)",

@@ -26,6 +26,21 @@ def test_profile_json_has_the_documented_fields(capsys):
     assert out["options"]["precision"] == "bf16-mixed"
 
 
+def test_profile_reserved_replays_the_step_through_the_caching_allocator(capsys):
+    argv = ["profile", "tiny-gpt2", "--batch-size", "2", "--seq-len", "64", "--json"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["reserved"] is None
+    assert main([*argv, "--reserved"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    reserved = out["reserved"]
+    assert reserved["peak_reserved_bytes"] >= reserved["peak_allocated_bytes"] >= out["peak_bytes"] - 2**20
+    assert out["reserve_bytes"] == max(plain["reserve_bytes"], reserved["peak_reserved_bytes"] - out["peak_bytes"])
+    assert out["device_total_bytes"] == out["peak_with_overheads_bytes"] + out["reserve_bytes"]
+    assert main(argv[:-1] + ["--reserved"]) == 0
+    assert "allocator reserve (replayed" in capsys.readouterr().out
+
+
 def test_profile_table_names_the_peak_and_block(capsys):
     assert main(["profile", "tiny-llama", "--batch-size", "1", "--seq-len", "32", "--target", "cpu"]) == 0
     out = capsys.readouterr().out
@@ -46,6 +61,7 @@ BAD_INPUT = [
     (["profile", "tiny-gpt2", "--precision", "fp8"], "unknown precision"),
     (["profile", "tiny-resnet", "--seq-len", "128"], "takes no seq_len"),
     (["profile", "gpt2", "--seq-len", "4096"], "exceeds the longest sequence"),
+    (["profile", "tiny-gpt2", "--reserved", "--target", "cpu"], "--reserved predicts the CUDA caching allocator's"),
 ]
 
 

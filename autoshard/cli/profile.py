@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="trace shallow copies and extrapolate (default: automatic for deep catalog/HF models)",
     )
+    parser.add_argument("--reserved", action="store_true",
+                        help="also predict what the CUDA caching allocator reserves (max_memory_reserved, "
+                             "fragmentation included): the model is traced whole once more and its allocations "
+                             "replayed through the allocator's rules")
     parser.add_argument("--blocks", action="store_true", help="also list every repeated block")
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/profile.md)")
 
@@ -63,7 +67,10 @@ def add_optimizer_impl_argument(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard profile``."""
     from autoshard.api import profile
+    from autoshard.errors import UsageError
 
+    if args.reserved and args.target != "cuda":
+        raise UsageError("--reserved predicts the CUDA caching allocator's reserve: it needs --target cuda.")
     result = profile(
         args.model,
         batch_size=args.batch_size,
@@ -75,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         target=args.target,
         extrapolate=args.extrapolate,
         optimizer_impl=args.optimizer_impl,
+        reserved=args.reserved,
     )
     if args.json:
         print_json(result.to_dict())
@@ -114,7 +122,9 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
             table.add_row(ov.name, gib(ov.bytes), "")
     table.add_row("[bold]peak allocated[/bold]", f"[bold]{gib(p.peak_bytes)}[/bold]", "")
     if p.overheads:  # a CUDA answer: what nvidia-smi would show besides the allocated peak
-        table.add_row("+ allocator reserve (segment rounding, at least)", gib(p.reserve_bytes), "")
+        table.add_row("+ allocator reserve (replayed: segments, splits, fragmentation)" if p.reserved is not None
+                      else "+ allocator reserve (segment rounding, at least; --reserved replays it)",
+                      gib(p.reserve_bytes), "")
         for ov in p.overheads:
             if not ov.in_allocator:
                 table.add_row(f"+ {ov.name} (outside allocator)", gib(ov.bytes), "")

@@ -13,6 +13,7 @@ from autoshard.profiler.result import (
     MemoryBreakdown,
     ModelProfile,
     Overhead,
+    ReserveReplay,
 )
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "Overhead",
     "Precision",
     "ProfileOptions",
+    "ReserveReplay",
     "parse_precision",
 ]

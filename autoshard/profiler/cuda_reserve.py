@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from autoshard.profiler.cuda_allocator import CUBLAS_WORKSPACES_PER_STEP, cublas_workspace_bytes, round_allocation_bytes
+from autoshard.profiler.result import ReserveReplay
 
 if TYPE_CHECKING:
     from autoshard.models.source import ModelSource
@@ -212,28 +213,6 @@ class CachingAllocator:
                 pool.remove(block)
                 self.reserved_bytes -= block.size
                 self.segments -= 1
-
-
-@dataclass(frozen=True, slots=True)
-class ReserveReplay:
-    """What replaying a step's allocations through :class:`CachingAllocator` gave."""
-
-    peak_reserved_bytes: int
-    """``max_memory_reserved``: the most the segments held at once."""
-    peak_allocated_bytes: int
-    """``max_memory_allocated`` over the same sequence (equal to the tracker's peak over it)."""
-    segments: int
-    """Segments held at the end."""
-    cache_releases: int
-    """Times the cache was released for room (only with a capacity)."""
-    out_of_memory: bool
-    """With a capacity: an allocation failed even after releasing the cache (the replay stops there)."""
-
-    def to_dict(self) -> dict[str, int | bool]:
-        """JSON-ready."""
-        return {"peak_reserved_bytes": self.peak_reserved_bytes, "peak_allocated_bytes": self.peak_allocated_bytes,
-                "segments": self.segments, "cache_releases": self.cache_releases,
-                "out_of_memory": self.out_of_memory}
 
 
 def replay(log: Iterable[tuple[int, int]], *, resident_bytes: Iterable[int] = (),

@@ -113,6 +113,27 @@ class DepthRecord:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ReserveReplay:
+    """What replaying a step's allocations through the CUDA caching allocator gave
+    (:mod:`autoshard.profiler.cuda_reserve`)."""
+
+    peak_reserved_bytes: int
+    """``max_memory_reserved``: the most the allocator's segments held at once."""
+    peak_allocated_bytes: int
+    """``max_memory_allocated`` over the same sequence (the warm-up step included)."""
+    segments: int
+    """Segments held at the end."""
+    cache_releases: int
+    """Times every wholly free segment was released to make room (only with a capacity)."""
+    out_of_memory: bool
+    """With a capacity: an allocation failed even after releasing the cache (the replay stopped there)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ModelProfile:
     """What one training step of a model costs on one device holding the whole model."""
 
@@ -184,6 +205,9 @@ class ModelProfile:
     """The kernels of one steady-state optimizer step (the optimizer implementation traced: foreach, for-loop or
     fused), pooled over kernel sizes (:meth:`OpCensus.pooled`), what the step-time model prices after backward;
     ``None`` when FLOPs were not counted."""
+    reserved: ReserveReplay | None = None
+    """With ``profile(reserved=True)`` on a CUDA target: the step's allocations, the model traced whole, replayed
+    through the caching allocator (segments, splitting, fragmentation); ``None`` otherwise."""
 
     @property
     def block_class(self) -> str | None:
@@ -203,13 +227,15 @@ class ModelProfile:
 
     @property
     def reserve_bytes(self) -> int:
-        """What the CUDA caching allocator holds beyond :attr:`peak_bytes` at the peak, at least: the rounding up
-        to whole segments (fragmentation is not predicted); 0 for a CPU profile."""
+        """What the CUDA caching allocator holds beyond :attr:`peak_bytes`: with :attr:`reserved`, the replayed
+        reserved peak less the allocated peak; else at least the rounding up to whole segments (fragmentation not
+        predicted). 0 for a CPU profile."""
         if not self.overheads:  # a CPU profile: no caching allocator
             return 0
         from autoshard.profiler.cuda_context import reserve_lower_bound_bytes
 
-        return reserve_lower_bound_bytes(self.peak_bytes)
+        lower = reserve_lower_bound_bytes(self.peak_bytes)
+        return lower if self.reserved is None else max(lower, self.reserved.peak_reserved_bytes - self.peak_bytes)
 
     @property
     def device_total_bytes(self) -> int:
@@ -261,4 +287,5 @@ class ModelProfile:
             "unused_modules": list(self.unused_modules),
             "census": None if self.census is None else self.census.to_dict(),
             "optimizer_census": None if self.optimizer_census is None else self.optimizer_census.to_dict(),
+            "reserved": None if self.reserved is None else self.reserved.to_dict(),
         }

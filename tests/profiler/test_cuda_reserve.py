@@ -145,3 +145,10 @@ def test_trace_reserved_replays_a_whole_traced_step_for_cuda() -> None:
 def test_trace_reserved_is_for_cuda_targets_only() -> None:
     with pytest.raises(ValueError, match=r"options\.target must be 'cuda'"):
         trace_reserved(autoshard.load_source("tiny-gpt2"), ProfileOptions(batch_size=1, target="cpu"))
+
+
+def test_profile_reserved_needs_a_cuda_target_and_says_so_before_tracing() -> None:
+    from autoshard.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"needs target='cuda'"):
+        autoshard.profile("no-such-model-is-never-loaded", batch_size=1, target="cpu", reserved=True)

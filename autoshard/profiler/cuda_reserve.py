@@ -29,6 +29,7 @@ Checked against the allocator's rules here; against a GPU's ``max_memory_reserve
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -55,6 +56,10 @@ ROUND_LARGE = 2 * _MIB
 """``kRoundLarge``: "round up large allocations to 2 MiB"."""
 SPLIT_SMALL_MIN = 512
 """``kMinBlockSize``: a small-pool block is split when at least this much would remain."""
+
+
+_EXPANDABLE_SPACE = 2**50
+"""Where the large pool's expandable segment starts: its virtual range never meets the small pool's."""
 
 
 def allocation_size(nbytes: int) -> int:
@@ -91,6 +96,10 @@ class _Block:
 
 @dataclass(slots=True)
 class _Pool:
+    base: int = 0
+    """Expandable segments: where this pool's one segment starts (its virtual address range)."""
+    last: _Block | None = None
+    """Expandable segments: the block that ends where the mapped part of the segment ends."""
     free: list[tuple[int, int]] = field(default_factory=list)
     """``(size, address)`` of the free blocks, sorted: the allocator's ``BlockPool::blocks`` for one stream."""
     blocks: dict[int, _Block] = field(default_factory=dict)
@@ -117,8 +126,17 @@ class _Pool:
 class CachingAllocator:
     """The caching allocator of one device and one stream, without the device: it hands out addresses and counts.
 
+    With ``expandable_segments`` (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``; Note [Expandable Segments]
+    in CUDACachingAllocator.cpp) each pool has one segment per stream whose physical pages are mapped as needed:
+    when no mapped free block fits, pages are mapped at the segment's end, 2 MiB at a time for the small pool
+    and 20 MiB for the large one, joining the free block there if there is one (``find_expandable_block``,
+    ``try_allocate_expandable_block``, ``map_block``); a block of either pool is then split whenever 512 B or more
+    would remain (``should_split``).
+
     Args:
-        capacity_bytes: device memory the segments may take in all (``None``: unlimited, no OOM).
+        capacity_bytes: device memory the segments may take in all (``None``: unlimited, no OOM). Not modelled
+            with ``expandable_segments`` (which unmaps free pages to make room).
+        expandable_segments: model ``expandable_segments:True`` instead of ``cudaMalloc`` segments.
 
     Example:
         >>> a = CachingAllocator()
@@ -128,12 +146,16 @@ class CachingAllocator:
         (20, 4)
     """
 
-    def __init__(self, capacity_bytes: int | None = None) -> None:
+    def __init__(self, capacity_bytes: int | None = None, *, expandable_segments: bool = False) -> None:
         if capacity_bytes is not None and capacity_bytes < 0:
             raise ValueError(f"capacity_bytes must be >= 0 or None, but got {capacity_bytes=}.")
+        if capacity_bytes is not None and expandable_segments:
+            raise ValueError("capacity_bytes is not modelled with expandable_segments (which unmaps free pages to "
+                             "make room): pass one or the other.")
         self.capacity_bytes = capacity_bytes
+        self.expandable_segments = expandable_segments
         self._small = _Pool()
-        self._large = _Pool()
+        self._large = _Pool(base=_EXPANDABLE_SPACE)
         self._live: dict[int, _Block] = {}
         self._next_address = 0
         self.allocated_bytes = 0
@@ -155,14 +177,17 @@ class CachingAllocator:
             return -1
         small = size <= SMALL_SIZE
         pool = self._small if small else self._large
-        block = pool.best_fit(size) or self._new_segment(size, small)
+        block = pool.best_fit(size) or (self._grow(pool, size, small) if self.expandable_segments
+                                        else self._new_segment(size, small))
         remaining = block.size - size
-        if remaining >= SPLIT_SMALL_MIN if small else remaining > SMALL_SIZE:
+        if remaining >= SPLIT_SMALL_MIN if small or self.expandable_segments else remaining > SMALL_SIZE:
             rest = _Block(block.address + size, remaining, small, prev=block, next=block.next)
             if block.next is not None:
                 block.next.prev = rest
             block.next = rest
             block.size = size
+            if pool.last is block:
+                pool.last = rest
             pool.insert(rest)
         block.allocated = True
         self._live[block.address] = block
@@ -189,8 +214,31 @@ class CachingAllocator:
                     block.next = neighbour.next
                     if block.next is not None:
                         block.next.prev = block
+                    if pool.last is neighbour:
+                        pool.last = block
                 block.size += neighbour.size
         pool.insert(block)
+
+    def _grow(self, pool: _Pool, size: int, small: bool) -> _Block:
+        """Map pages at the end of the pool's expandable segment for ``size``, with the free block there if any."""
+        page = SMALL_BUFFER if small else LARGE_BUFFER
+        tail = pool.last if pool.last is not None and not pool.last.allocated else None
+        if tail is not None:
+            pool.remove(tail)
+        mapped = -(-(size - (0 if tail is None else tail.size)) // page) * page
+        self.reserved_bytes += mapped
+        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+        if tail is not None:
+            tail.size += mapped
+            return tail
+        if pool.last is None:
+            self.segments += 1
+        start = pool.base if pool.last is None else pool.last.address + pool.last.size
+        block = _Block(start, mapped, small, prev=pool.last)
+        if pool.last is not None:
+            pool.last.next = block
+        pool.last = block
+        return block
 
     def _new_segment(self, size: int, small: bool) -> _Block:
         segment = allocation_size(size)
@@ -216,7 +264,7 @@ class CachingAllocator:
 
 
 def replay(log: Iterable[tuple[int, int]], *, resident_bytes: Iterable[int] = (),
-           capacity_bytes: int | None = None) -> ReserveReplay:
+           capacity_bytes: int | None = None, expandable_segments: bool = False) -> ReserveReplay:
     """Replay an allocation log through the caching allocator.
 
     Args:
@@ -225,6 +273,7 @@ def replay(log: Iterable[tuple[int, int]], *, resident_bytes: Iterable[int] = ()
             may be reused once freed.
         resident_bytes: allocations made first and never freed (the cuBLAS workspaces).
         capacity_bytes: the device's memory for segments (``None``: unlimited).
+        expandable_segments: replay under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
 
     Returns:
         The peaks; with a capacity, whether the sequence ran out of memory.
@@ -237,7 +286,7 @@ def replay(log: Iterable[tuple[int, int]], *, resident_bytes: Iterable[int] = ()
         >>> r.peak_reserved_bytes // 2**20, r.peak_allocated_bytes // 2**20
         (26, 14)
     """
-    allocator = CachingAllocator(capacity_bytes)
+    allocator = CachingAllocator(capacity_bytes, expandable_segments=expandable_segments)
     live: dict[int, int] = {}
     out_of_memory = False
     try:
@@ -262,7 +311,8 @@ def replay(log: Iterable[tuple[int, int]], *, resident_bytes: Iterable[int] = ()
 def trace_reserved(source: ModelSource, options: ProfileOptions, *, compute_capability: tuple[int, int] = (9, 0),
                    capacity_bytes: int | None = None) -> ReserveReplay:
     """Trace ``source`` whole at ``options`` (target ``cuda``) and replay its allocations: the reserved peak of
-    the run the GPU campaign measures (model built, batch and optimizer made, a warm-up step and a measured one).
+    the run the GPU campaign measures (model built, batch and optimizer made, a warm-up step and a measured one),
+    with the default allocator and with ``expandable_segments:True``.
 
     The trace's own warm-up is a whole step here (the profiler otherwise shortens it when FLOPs are not counted),
     since the cache the measured step starts from is what that step left. The cuBLAS workspaces
@@ -285,4 +335,6 @@ def trace_reserved(source: ModelSource, options: ProfileOptions, *, compute_capa
     log: list[tuple[int, int]] = []
     trace_timelines(source, options, (options.batch_size,), count_flops=False, record=False, allocation_log=log)
     workspaces = (cublas_workspace_bytes(compute_capability),) * CUBLAS_WORKSPACES_PER_STEP
-    return replay(log, resident_bytes=workspaces, capacity_bytes=capacity_bytes)
+    expandable = replay(log, resident_bytes=workspaces, expandable_segments=True)
+    return dataclasses.replace(replay(log, resident_bytes=workspaces, capacity_bytes=capacity_bytes),
+                               peak_reserved_expandable_bytes=expandable.peak_reserved_bytes)

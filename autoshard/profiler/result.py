@@ -127,6 +127,9 @@ class ReserveReplay:
     """Times every wholly free segment was released to make room (only with a capacity)."""
     out_of_memory: bool
     """With a capacity: an allocation failed even after releasing the cache (the replay stopped there)."""
+    peak_reserved_expandable_bytes: int | None = None
+    """The same allocations replayed under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (one growing
+    segment per pool), when replayed so."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

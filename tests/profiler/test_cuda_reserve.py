@@ -110,6 +110,36 @@ def test_resident_allocations_come_first_and_stay() -> None:
     assert (r.peak_reserved_bytes, r.segments) == (30 * MIB, 2)
 
 
+def test_expandable_segments_map_pages_at_the_end_joining_the_free_tail() -> None:
+    a = CachingAllocator(expandable_segments=True)
+    a.malloc(3 * MIB)  # one 20 MiB page of the large pool's segment
+    assert (a.reserved_bytes, a.segments) == (20 * MIB, 1)
+    a.malloc(30 * MIB)  # 17 MiB free at the end: 13 MiB more needed, one more 20 MiB page
+    assert (a.reserved_bytes, a.allocated_bytes, a.segments) == (40 * MIB, 33 * MIB, 1)
+    a.malloc(4096)  # the small pool's own segment, 2 MiB pages
+    assert (a.reserved_bytes, a.segments) == (42 * MIB, 2)
+
+
+def test_expandable_segments_reuse_what_separate_segments_cannot() -> None:
+    log = [(1, 12 * MIB), (1, -1), (2, 14 * MIB)]
+    assert replay(log).peak_reserved_bytes == 26 * MIB  # two cudaMalloc segments
+    assert replay(log, expandable_segments=True).peak_reserved_bytes == 20 * MIB  # one page holds both in turn
+
+
+def test_expandable_segments_split_large_blocks_down_to_512_bytes() -> None:
+    a = CachingAllocator(expandable_segments=True)
+    a.free(a.malloc(14 * MIB))  # 20 MiB mapped, all free again
+    a.malloc(13 * MIB)
+    assert a.allocated_bytes == 13 * MIB  # split: the default allocator would hand out more
+    a.malloc(7 * MIB - 512)  # 512 B stay free in the large pool: split all the same
+    assert (a.reserved_bytes, a.allocated_bytes) == (20 * MIB, 20 * MIB - 512)
+
+
+def test_expandable_segments_take_no_capacity() -> None:
+    with pytest.raises(ValueError, match="not modelled with expandable_segments"):
+        CachingAllocator(capacity_bytes=MIB, expandable_segments=True)
+
+
 def test_zero_byte_allocations_take_nothing() -> None:
     r = replay([(1, 0), (2, 0), (1, -1)])
     assert (r.peak_reserved_bytes, r.peak_allocated_bytes) == (0, 0)
@@ -140,6 +170,8 @@ def test_trace_reserved_replays_a_whole_traced_step_for_cuda() -> None:
     assert r.peak_allocated_bytes >= profile.peak_bytes - 1024 * 1024
     assert r.peak_reserved_bytes >= r.peak_allocated_bytes >= workspaces
     assert r.peak_reserved_bytes % (2 * MIB) == 0 and not r.out_of_memory
+    assert r.peak_reserved_expandable_bytes is not None
+    assert r.peak_reserved_expandable_bytes >= r.peak_allocated_bytes
 
 
 def test_trace_reserved_is_for_cuda_targets_only() -> None:

@@ -37,9 +37,9 @@ DRY_RUN_CONFIG = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layer
 DRY_RUN_SEQ_LEN = 64
 
 
-def single_gpu_points(points: Sequence[dict[str, Any]], not_expressible: Any) -> list[dict[str, Any]]:
+def single_gpu_points(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The points measured on one GPU: one published GPU, a memory or throughput figure, expressible."""
-    from published import MEMORY_METRICS, THROUGHPUT_METRICS
+    from published import MEMORY_METRICS, THROUGHPUT_METRICS, not_expressible
 
     return [p for p in points
             if p["hardware"]["nodes"] * p["hardware"]["gpus_per_node"] == 1
@@ -176,8 +176,7 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, dry_run: bool, command: str,
-         predictor_class: Any, not_expressible: Any) -> int:
+def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, dry_run: bool, command: str) -> int:
     """Measure every single-GPU point here and write ``gpu_published.{md,json}`` under ``out``."""
     import datetime
     import sys
@@ -186,6 +185,7 @@ def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, d
     import tempfile
 
     from memory_accuracy import _version, machine
+    from published import Predictor
 
     import autoshard
     from autoshard.hardware.profiles import gpu_profile_for
@@ -194,7 +194,7 @@ def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, d
         print("error: --measure-on-gpu needs a CUDA GPU (torch.cuda.is_available() is False); add --dry-run to "
               "check the plumbing on CPU.", file=sys.stderr)
         return 2
-    chosen = single_gpu_points(points, not_expressible)
+    chosen = single_gpu_points(points)
     if dry_run:
         data, chosen = shrunk(data, chosen)
     device = torch.device("cpu" if dry_run else "cuda")
@@ -207,7 +207,7 @@ def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, d
     rows: list[dict[str, Any]] = []
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="published-gpu-") as tmp:
-        predictor = predictor_class(data, Path(tmp))
+        predictor = Predictor(data, Path(tmp))
         measured: dict[str, dict[str, Any]] = {}  # points that share a configuration (memory, tokens/s) train once
         for point in chosen:
             row = run(point, predictor, device, gpu_profile, measured)

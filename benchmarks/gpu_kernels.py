@@ -50,7 +50,7 @@ from memory_accuracy import _version, machine
 import autoshard
 from autoshard.hardware.specs import GPUSpec
 from autoshard.profiler.flops import attention_backward_flops, attention_flops
-from autoshard.profiler.op_census import MatmulClass, MemoryClass, OpCensus
+from autoshard.profiler.op_census import MatmulClass, MemoryClass, OpCensus, size_class
 from autoshard.strategies import step_time
 
 DRY_RUN_GPU = "h100-sxm-80gb"
@@ -68,25 +68,17 @@ class Kernel:
     shape: str
     flops: int
     bytes: int
+    smallest_dim: int
+    """The dimension the census classes a matmul by: a GEMM's smallest, attention's head dimension (0: memory)."""
     run: Callable[[], Any]
 
     def census(self) -> OpCensus:
         """The one-kernel census the profiler would have taken of this kernel."""
         if self.kind == "memory":
-            return OpCensus(memory=(MemoryClass(size_bytes=_pow2(self.bytes), bytes=self.bytes, kernels=1),))
+            return OpCensus(memory=(MemoryClass(size_bytes=size_class(self.bytes), bytes=self.bytes, kernels=1),))
         kernels = 1 if self.kind == "gemm" else 2  # attention: one forward and one backward kernel
-        return OpCensus(matmuls=(MatmulClass(kind=self.kind, dtype=self.dtype, min_dim=self.min_dim,
+        return OpCensus(matmuls=(MatmulClass(kind=self.kind, dtype=self.dtype, min_dim=size_class(self.smallest_dim),
                                              flops=self.flops, bytes=self.bytes, kernels=kernels),))
-
-    @property
-    def min_dim(self) -> int:
-        """The census's shape class: the smallest GEMM dimension (attention: the head dimension), a power of 2."""
-        return _pow2(min(int(d) for d in self.shape.split("x")[-3:])) if self.kind == "gemm" else \
-            _pow2(int(self.shape.split("x")[-1]))
-
-
-def _pow2(n: int) -> int:
-    return 0 if n <= 0 else 1 << (int(n).bit_length() - 1)
 
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -98,7 +90,7 @@ def gemm(name: str, m: int, n: int, k: int, dtype: str, device: torch.device) ->
     b = torch.randn(k, n, device=device, dtype=_DTYPES[dtype])
     size = a.element_size()
     return Kernel(name=name, kind="gemm", dtype=dtype, shape=f"{m}x{n}x{k}", flops=2 * m * n * k,
-                  bytes=size * (m * k + k * n + m * n), run=lambda: a @ b)
+                  bytes=size * (m * k + k * n + m * n), smallest_dim=min(m, n, k), run=lambda: a @ b)
 
 
 def attention(name: str, b: int, h: int, s: int, d: int, dtype: str, device: torch.device, *,
@@ -116,7 +108,7 @@ def attention(name: str, b: int, h: int, s: int, d: int, dtype: str, device: tor
 
     # Forward reads q, k, v and writes out; backward reads q, k, v, out, grad and writes three gradients.
     return Kernel(name=name, kind="attention", dtype=dtype, shape=f"{b}x{h}x{s}x{d}", flops=flops,
-                  bytes=12 * size, run=run)
+                  bytes=12 * size, smallest_dim=d, run=run)
 
 
 def memory(name: str, numel: int, device: torch.device, op: str) -> Kernel:
@@ -125,14 +117,14 @@ def memory(name: str, numel: int, device: torch.device, op: str) -> Kernel:
     if op == "softmax":
         x = torch.randn(numel // 4096, 4096, device=device)
         return Kernel(name=name, kind="memory", dtype="fp32", shape=f"{numel // 4096}x4096", flops=0,
-                      bytes=2 * x.numel() * 4, run=lambda: torch.softmax(x, dim=-1))
+                      bytes=2 * x.numel() * 4, smallest_dim=0, run=lambda: torch.softmax(x, dim=-1))
     x = torch.randn(numel, device=device, dtype=torch.bfloat16)
     y = torch.empty_like(x)
     if op == "copy":
         return Kernel(name=name, kind="memory", dtype="bf16", shape=str(numel), flops=0, bytes=4 * numel,
-                      run=lambda: y.copy_(x))
+                      smallest_dim=0, run=lambda: y.copy_(x))
     return Kernel(name=name, kind="memory", dtype="bf16", shape=str(numel), flops=0, bytes=6 * numel,
-                  run=lambda: torch.add(x, y))
+                  smallest_dim=0, run=lambda: torch.add(x, y))
 
 
 def kernels(device: torch.device, *, dry: bool) -> list[Kernel]:

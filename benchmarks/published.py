@@ -503,8 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.measure_on_gpu:
         import _published_gpu
 
-        return _published_gpu.main(data, points, out=args.out, dry_run=args.dry_run, predictor_class=Predictor,
-                                   not_expressible=not_expressible,
+        return _published_gpu.main(data, points, out=args.out, dry_run=args.dry_run,
                                    command=" ".join(["python", "benchmarks/published.py", *argv]))
     meta = environment(argv)
     rows = []

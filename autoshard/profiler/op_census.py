@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["CensusCounter", "MatmulClass", "MemoryClass", "OpCensus", "dtype_name"]
+__all__ = ["CensusCounter", "MatmulClass", "MemoryClass", "OpCensus", "dtype_name", "size_class"]
 
 aten = torch.ops.aten
 
@@ -50,8 +50,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     return _DTYPES.get(dtype, str(dtype).removeprefix("torch."))
 
 
-def _bucket(value: int) -> int:
-    """``value`` rounded down to a power of two (0 for 0)."""
+def size_class(value: int) -> int:
+    """The census's class of a size or dimension: ``value`` rounded down to a power of two (0 for 0).
+
+    Example:
+        >>> size_class(50257), size_class(4096), size_class(0)
+        (32768, 4096, 0)
+    """
     return 0 if value <= 0 else 1 << (int(value).bit_length() - 1)
 
 
@@ -240,7 +245,7 @@ class CensusCounter(FlopCounterMode):
             kind = _kind(func_packet)
             first = next(iter(_tensors(args)), None)
             dtype = dtype_name(first.dtype) if first is not None else "unknown"
-            key = (kind, dtype, _bucket(_min_dim(kind, func_packet, args, out)))
+            key = (kind, dtype, size_class(_min_dim(kind, func_packet, args, out)))
             acc = self._mm.setdefault(key, [0, 0, 0])
             acc[0] += flops
             acc[1] += _nbytes(args) + _nbytes((out,))
@@ -251,7 +256,7 @@ class CensusCounter(FlopCounterMode):
         traffic = _nbytes(args) + _nbytes(kwargs.values()) + _nbytes((out,))
         if next(iter(_tensors((out,))), None) is None:
             traffic += self._written_bytes(func_packet, args, kwargs)
-        acc = self._mem.setdefault(_bucket(traffic), [0, 0])
+        acc = self._mem.setdefault(size_class(traffic), [0, 0])
         acc[0] += traffic
         acc[1] += 1
         return out

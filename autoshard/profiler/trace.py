@@ -228,16 +228,17 @@ def _phase_peaks(snapshots: dict[str, PeakSnapshot]) -> tuple[tuple[str, MemoryB
 def _build(source: ModelSource, options: ProfileOptions) -> nn.Module:
     """Build the model; for ``bf16-true`` under a bf16 default dtype, as Lightning's ``bf16-true`` does. A
     constructor's own ``Module.to`` calls work on fake tensors (:func:`fake_module_conversions`)."""
-    if options.precision is not Precision.BF16_TRUE:
-        with fake_module_conversions():
-            return source.build()
+    bf16_true = options.precision is Precision.BF16_TRUE
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
+    if bf16_true:
+        torch.set_default_dtype(torch.bfloat16)
     try:
         with fake_module_conversions():
             model = source.build()
     finally:
         torch.set_default_dtype(previous)
+    if not bf16_true:
+        return model
     # Buffers some models keep in fp32 (transformers' RoPE inv_freq) become bf16, as under Lightning's
     # module.to(bf16); Module.to itself cannot swap fake tensors (see precision_cast).
     cast_floating_tensors(model, torch.bfloat16)

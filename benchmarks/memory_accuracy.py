@@ -182,7 +182,8 @@ GRIDS = {"cpu": lambda: single_grid() + distributed_grid(), "single": single_gri
          "distributed": distributed_grid, "full": full_grid}
 
 
-def _load(case: Case) -> ModelSource:
+def load_case(case: Case) -> ModelSource:
+    """The case's model source, with its block count when the case sets one."""
     source = autoshard.load_source(case.model)
     if case.num_layers is not None:
         if source.with_num_layers is None:
@@ -311,7 +312,7 @@ def _plan(model: str, precision: str, seq_len: int | None, world_size: int, proc
     case = Case(model, 1, seq_len, precision, False, strategy=strategy, world_size=world_size,
                 process_group=process_group)
     hardware = _planned_for(case, _hardware(case, torch.device(device_type)))
-    return autoshard.recommend(_load(case), hardware=hardware, batch_size=1, global_batch_size=world_size,
+    return autoshard.recommend(load_case(case), hardware=hardware, batch_size=1, global_batch_size=world_size,
                                seq_len=seq_len, precision=precision, strategies=[strategy])
 
 
@@ -375,7 +376,7 @@ def run_case(case: Case, device: torch.device, *, skip_above_bytes: int | None) 
     started = time.perf_counter()
     try:
         if case.strategy == "single":
-            source = _load(case)
+            source = load_case(case)
             options = ProfileOptions(batch_size=case.batch_size, seq_len=case.seq_len, precision=case.precision,
                                      activation_checkpointing=case.checkpointing, target=device.type)
             predicted = autoshard.profile(source, batch_size=case.batch_size, seq_len=case.seq_len,

@@ -31,7 +31,6 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,57 +38,42 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import cpu_model
-from memory_accuracy import measure_peak
+from memory_accuracy import Case, load_case, measure_peak
 
-import autoshard
 from autoshard.profiler.cuda_reserve import replay
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.trace import trace_timelines
 
 
-@dataclass(frozen=True, slots=True)
-class Case:
-    """One configuration, traced and run."""
-
-    model: str
-    batch_size: int
-    seq_len: int | None
-    precision: str
-    checkpointing: bool = False
-    num_layers: int | None = None
-
-    @property
-    def name(self) -> str:
-        """A short label: model, blocks, batch, sequence, precision, checkpointing."""
-        blocks = f"/{self.num_layers}L" if self.num_layers else ""
-        seq = f"x{self.seq_len}" if self.seq_len else ""
-        return (f"{self.model}{blocks} b{self.batch_size}{seq} {self.precision}"
-                + (" ckpt" if self.checkpointing else ""))
+def label(case: Case) -> str:
+    """A short label: model, blocks, batch, sequence, precision, checkpointing."""
+    blocks = f"/{case.num_layers}L" if case.num_layers else ""
+    seq = f"x{case.seq_len}" if case.seq_len else ""
+    return f"{case.model}{blocks} b{case.batch_size}{seq} {case.precision}" + (" ckpt" if case.checkpointing else "")
 
 
-CASES = (
-    Case("gpt2", 4, 512, "32-true", num_layers=2),
-    Case("gpt2", 4, 512, "32-true", checkpointing=True, num_layers=2),
-    Case("gpt2", 2, 512, "bf16-mixed", num_layers=2),
-    Case("llama-2-7b", 1, 256, "32-true", num_layers=1),
-    Case("mistral-7b", 1, 256, "bf16-mixed", num_layers=1),
-    Case("bert-base-uncased", 8, 128, "32-true"),
-    Case("t5-small", 8, 128, "32-true"),
-    Case("vit-b-16", 4, None, "32-true", num_layers=2),
-    Case("resnet50", 4, None, "32-true"),
+CASES = (  # memory_accuracy's cases: model, micro-batch, sequence, precision, checkpointing, blocks
+    Case("gpt2", 4, 512, "32-true", False, 2),
+    Case("gpt2", 4, 512, "32-true", True, 2),
+    Case("gpt2", 2, 512, "bf16-mixed", False, 2),
+    Case("llama-2-7b", 1, 256, "32-true", False, 1),
+    Case("mistral-7b", 1, 256, "bf16-mixed", False, 1),
+    Case("bert-base-uncased", 8, 128, "32-true", False),
+    Case("t5-small", 8, 128, "32-true", False),
+    Case("vit-b-16", 4, None, "32-true", False, 2),
+    Case("resnet50", 4, None, "32-true", False),
 )
+
+
+_FIELDS = ("model", "batch_size", "seq_len", "precision", "checkpointing", "num_layers")
 
 
 def run_case(case: Case) -> dict[str, Any]:
     """Trace and run ``case``; both sequences replayed. A failure is recorded in the row, never raised."""
-    row: dict[str, Any] = {**asdict(case), "name": case.name, "error": None}
+    row: dict[str, Any] = {**{k: getattr(case, k) for k in _FIELDS}, "name": label(case), "error": None}
     started = time.perf_counter()
     try:
-        source = autoshard.load_source(case.model)
-        if case.num_layers is not None:
-            if source.with_num_layers is None:
-                raise ValueError(f"{case.model} cannot change its block count")
-            source = source.with_num_layers(case.num_layers)
+        source = load_case(case)
         options = ProfileOptions(batch_size=case.batch_size, seq_len=case.seq_len, precision=case.precision,
                                  activation_checkpointing=case.checkpointing, target="cpu")
         log: list[tuple[int, int]] = []

@@ -35,7 +35,7 @@ def test_report_is_written_and_an_unknown_model_is_refused(bench: ModuleType, tm
     with pytest.raises(SystemExit) as exc:
         bench.main(["--cases", "no-such-model", "--out", str(tmp_path)])
     assert exc.value.code == 2 and "unknown no-such-model" in capsys.readouterr().err
-    monkeypatch.setattr(bench, "CASES", (bench.Case("gpt2", 1, 64, "32-true", num_layers=1),))
+    monkeypatch.setattr(bench, "CASES", (bench.Case("gpt2", 1, 64, "32-true", False, 1),))
     assert bench.main(["--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "reserve_replay.json").read_text())
     assert report["summary"]["ran"] == 1 and report["rows"][0]["reserved_error_pct"] == 0.0

@@ -130,10 +130,14 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
                 table.add_row(f"+ {ov.name} (outside allocator)", gib(ov.bytes), "")
         table.add_row("[bold]nvidia-smi total (estimate)[/bold]", f"[bold]{gib(p.device_total_bytes)}[/bold]", "")
     console.print(table)
-    if p.reserved is not None and p.reserved.peak_reserved_expandable_bytes is not None:
-        console.print(f"Reserved (max_memory_reserved, replayed): {gib(p.reserved.peak_reserved_bytes)}; with "
-                      f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
-                      f"{gib(p.reserved.peak_reserved_expandable_bytes)}")
+    if p.reserved is not None:
+        r = p.reserved
+        expandable = ("" if r.peak_reserved_expandable_bytes is None else "; with PYTORCH_CUDA_ALLOC_CONF="
+                      f"expandable_segments:True {gib(r.peak_reserved_expandable_bytes)}")
+        console.print(f"Reserved (max_memory_reserved, replayed): {gib(r.peak_reserved_bytes)}{expandable}")
+        if r.min_capacity_bytes is not None:
+            console.print(f"Runs in {gib(r.min_capacity_bytes)} of device memory for the allocator at the least "
+                          "(it releases wholly free segments when full; the CUDA context comes on top)")
     where = f"{p.peak_phase}" + (f" in {p.peak_module}" if p.peak_module else "")
     console.print(f"Peak during: {where}")
     console.print(

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from autoshard.models.source import ModelSource
     from autoshard.profiler.options import ProfileOptions
 
-__all__ = ["CachingAllocator", "OutOfMemory", "ReserveReplay", "allocation_size", "replay", "trace_reserved"]
+__all__ = ["CachingAllocator", "OutOfMemory", "ReserveReplay", "allocation_size", "min_capacity", "replay",
+           "trace_reserved"]
 
 _MIB = 2**20
 SMALL_SIZE = _MIB
@@ -308,11 +309,39 @@ def replay(log: Iterable[tuple[int, int]], *, resident_bytes: Iterable[int] = ()
                          cache_releases=allocator.cache_releases, out_of_memory=out_of_memory)
 
 
+def min_capacity(log: Sequence[tuple[int, int]], *, resident_bytes: Sequence[int] = (),
+                 resolution_bytes: int = ROUND_LARGE) -> int:
+    """The least segment memory at which ``log`` replays without running out of memory.
+
+    With a capacity the allocator releases every wholly free segment when ``cudaMalloc`` would exceed it and
+    retries, so a step can run on less than its unconstrained reserved peak; free space inside split segments
+    cannot be released. Found by bisection between the allocated peak and that reserved peak (which always
+    suffices) to ``resolution_bytes``; the answer is a capacity the replay was seen to pass at.
+
+    Example:
+        >>> log = [(1, 12 * 2**20), (1, -1), (2, 14 * 2**20)]  # 26 MiB reserved unconstrained
+        >>> min_capacity(log) // 2**20  # the freed 12 MiB segment is released for the 14 MiB one
+        14
+    """
+    unconstrained = replay(log, resident_bytes=resident_bytes)
+    low, high = unconstrained.peak_allocated_bytes, unconstrained.peak_reserved_bytes
+    if not replay(log, resident_bytes=resident_bytes, capacity_bytes=low).out_of_memory:
+        return low
+    while high - low > resolution_bytes:
+        middle = (low + high) // 2
+        if replay(log, resident_bytes=resident_bytes, capacity_bytes=middle).out_of_memory:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
 def trace_reserved(source: ModelSource, options: ProfileOptions, *, compute_capability: tuple[int, int] = (9, 0),
                    capacity_bytes: int | None = None) -> ReserveReplay:
     """Trace ``source`` whole at ``options`` (target ``cuda``) and replay its allocations: the reserved peak of
     the run the GPU campaign measures (model built, batch and optimizer made, a warm-up step and a measured one),
-    with the default allocator and with ``expandable_segments:True``.
+    with the default allocator and with ``expandable_segments:True``, and the least device memory the default
+    allocator runs it in (:func:`min_capacity`).
 
     The trace's own warm-up is a whole step here (the profiler otherwise shortens it when FLOPs are not counted),
     since the cache the measured step starts from is what that step left. The cuBLAS workspaces
@@ -337,4 +366,5 @@ def trace_reserved(source: ModelSource, options: ProfileOptions, *, compute_capa
     workspaces = (cublas_workspace_bytes(compute_capability),) * CUBLAS_WORKSPACES_PER_STEP
     expandable = replay(log, resident_bytes=workspaces, expandable_segments=True)
     return dataclasses.replace(replay(log, resident_bytes=workspaces, capacity_bytes=capacity_bytes),
-                               peak_reserved_expandable_bytes=expandable.peak_reserved_bytes)
+                               peak_reserved_expandable_bytes=expandable.peak_reserved_bytes,
+                               min_capacity_bytes=min_capacity(log, resident_bytes=workspaces))

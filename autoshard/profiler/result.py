@@ -130,6 +130,11 @@ class ReserveReplay:
     peak_reserved_expandable_bytes: int | None = None
     """The same allocations replayed under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (one growing
     segment per pool), when replayed so."""
+    min_capacity_bytes: int | None = None
+    """The least memory the allocator's segments may take for the replay to run without running out, the cache
+    released whenever ``cudaMalloc`` would exceed it (:func:`autoshard.profiler.cuda_reserve.min_capacity`), when
+    searched: below :attr:`peak_reserved_bytes` when freeing wholly free segments makes room, up to it when the
+    free space is all in split ones."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

@@ -80,3 +80,32 @@ def test_gpt2_step_reserved_is_within_tolerance_of_the_replay(bench: ModuleType,
     assert abs(error) <= RESERVED_TOLERANCE, (
         f"replayed {predicted:,} B reserved, measured {measured:,} B: {error:+.2%} "
         f"(tolerance ±{RESERVED_TOLERANCE:.0%}; allocated peak replayed {replayed.peak_allocated_bytes:,} B)")
+
+
+def test_gpt2_step_runs_at_the_replayed_least_capacity_and_not_far_below(bench: ModuleType,
+                                                                         cuda: torch.device) -> None:
+    """``torch.cuda.set_per_process_memory_fraction`` caps the allocator's segments as the replay's capacity does
+    (``alloc_block`` fails past it, the cache is released, the allocation retried): the step runs with the cap at
+    the replayed least capacity plus 5 %, and runs out with it 10 % below."""
+    from autoshard.profiler.cuda_reserve import trace_reserved
+
+    options = ProfileOptions(batch_size=8, seq_len=1024, precision="bf16-mixed", target="cuda")
+    source = autoshard.load_source("gpt2")
+    replayed = trace_reserved(source, options, compute_capability=torch.cuda.get_device_capability(cuda))
+    assert replayed.min_capacity_bytes is not None
+    total = torch.cuda.get_device_properties(cuda).total_memory
+
+    def runs_within(capacity: float) -> bool:
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(min(capacity / total, 1.0), cuda)
+        try:
+            bench.measure_peak(source, options, cuda)
+            return True
+        except torch.OutOfMemoryError:
+            return False
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0, cuda)
+            torch.cuda.empty_cache()
+
+    assert runs_within(1.05 * replayed.min_capacity_bytes), f"least capacity {replayed.min_capacity_bytes:,} B"
+    assert not runs_within(0.90 * replayed.min_capacity_bytes), f"least capacity {replayed.min_capacity_bytes:,} B"

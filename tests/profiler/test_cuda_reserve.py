@@ -11,7 +11,14 @@ import pytest
 
 import autoshard
 from autoshard.profiler.cuda_allocator import cublas_workspace_bytes
-from autoshard.profiler.cuda_reserve import CachingAllocator, OutOfMemory, allocation_size, replay, trace_reserved
+from autoshard.profiler.cuda_reserve import (
+    CachingAllocator,
+    OutOfMemory,
+    allocation_size,
+    min_capacity,
+    replay,
+    trace_reserved,
+)
 from autoshard.profiler.options import ProfileOptions
 
 MIB = 2**20
@@ -104,6 +111,21 @@ def test_replay_reports_an_out_of_memory_and_what_it_had_reached() -> None:
     assert r.out_of_memory and r.peak_reserved_bytes == 30 * MIB
 
 
+def test_min_capacity_counts_on_releasing_wholly_free_segments() -> None:
+    log = [(1, 12 * MIB), (1, -1), (2, 14 * MIB)]
+    assert replay(log).peak_reserved_bytes == 26 * MIB
+    assert min_capacity(log) == 14 * MIB  # the free 12 MiB segment is given back for the 14 MiB one
+
+
+def test_min_capacity_is_the_reserved_peak_when_the_free_space_is_in_split_segments() -> None:
+    # One 20 MiB segment cut into a (4), b (12) and 4 free; a freed: 8 MiB free in two pieces, neither releasable.
+    log = [(1, 4 * MIB), (2, 12 * MIB), (1, -1), (3, 6 * MIB)]
+    unconstrained = replay(log)
+    assert (unconstrained.peak_reserved_bytes, unconstrained.peak_allocated_bytes) == (40 * MIB, 18 * MIB)
+    assert min_capacity(log) == 40 * MIB
+    assert replay(log, capacity_bytes=38 * MIB).out_of_memory
+
+
 def test_resident_allocations_come_first_and_stay() -> None:
     r = replay([(1, 10 * MIB), (1, -1)], resident_bytes=[cublas_workspace_bytes((8, 0))] * 2)
     # 2 x (8 MiB + 128 KiB) share one 20 MiB segment, then a 10 MiB segment of its own
@@ -172,6 +194,8 @@ def test_trace_reserved_replays_a_whole_traced_step_for_cuda() -> None:
     assert r.peak_reserved_bytes % (2 * MIB) == 0 and not r.out_of_memory
     assert r.peak_reserved_expandable_bytes is not None
     assert r.peak_reserved_expandable_bytes >= r.peak_allocated_bytes
+    assert r.min_capacity_bytes is not None
+    assert r.peak_allocated_bytes <= r.min_capacity_bytes <= r.peak_reserved_bytes
 
 
 def test_trace_reserved_is_for_cuda_targets_only() -> None:

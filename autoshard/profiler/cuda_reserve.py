@@ -4,8 +4,8 @@
 allocator took from ``cudaMalloc`` to carve them from, which a freed block does not give back. How far the second
 exceeds the first depends on the order and sizes of every allocation and free, so it is predicted here by replaying
 the traced step's own sequence (:attr:`autoshard.profiler.tracker.MemoryTracker.allocation_log`) through the
-allocator's rules, as ``DeviceCachingAllocator`` in c10/cuda/CUDACachingAllocator.cpp (torch 2.13) applies them with
-its default settings:
+allocator's rules, as ``DeviceCachingAllocator`` in c10/cuda/CUDACachingAllocator.cpp applies them with its default
+settings (read from the upstream source, pytorch/pytorch @ 001074d; the CPU wheel carries no CUDA sources):
 
 * sizes are rounded up to 512 B (:func:`~autoshard.profiler.cuda_allocator.round_allocation_bytes`); requests up to
   1 MiB come from the small pool, larger ones from the large pool (``get_pool``);
@@ -19,9 +19,11 @@ its default settings:
   returned, except that when ``cudaMalloc`` would exceed the device, every wholly free segment is released and the
   allocation retried (``release_cached_blocks``), and if it still does not fit the allocation fails (an OOM).
 
-Not modelled: streams other than the one the step runs on (FSDP's and DeepSpeed's communication streams and
-``record_stream``), ``expandable_segments`` and ``max_split_size_mb`` / ``garbage_collection_threshold``
-(``PYTORCH_ALLOC_CONF``; the defaults are assumed), and kernels' workspaces that no traced tensor shows.
+``expandable_segments:True`` is modelled too (:class:`CachingAllocator`). Not modelled: streams other than the one
+the step runs on (FSDP's and DeepSpeed's communication streams and ``record_stream``), ``max_split_size_mb`` /
+``garbage_collection_threshold`` / ``roundup_power2_divisions`` (``PYTORCH_ALLOC_CONF``; the defaults are assumed),
+expandable segments' unmapping of free pages when the device is full, and kernels' workspaces that no traced
+tensor shows.
 Checked against the allocator's rules here; against a GPU's ``max_memory_reserved`` by the GPU campaign
 (``benchmarks/memory_accuracy.py`` on CUDA).
 """

@@ -34,7 +34,7 @@
 # --short is the campaign for ONE call (a session is lent 15 minutes of device time, starting the machine
 # included): setup, pytest, kernels, memory-single on six models (most telling first: gpt2, mistral-7b, t5-small,
 # resnet50, bert-base-uncased, llama-2-7b; a limit stops the model in progress, the ones before are kept),
-# memory-sharded on gpt2, published, strategies on gpt2: 40 + 80 + 30 + 160 + 50 + 100 + 90 = 550 s.
+# memory-sharded on gpt2, published, strategies on gpt2: 40 + 100 + 30 + 140 + 50 + 100 + 90 = 550 s.
 # --steps / --models narrow it.
 #
 # Results go under DIR (default: $OUT when set — the device machine's return folder — else ./gpu-campaign-out):
@@ -107,7 +107,7 @@ declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [memory-single]=400 [memo
                   [zero-hooks]=150 [ops]=150 [strategies]=380)
 # The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
 # --short: one 10-minute device call (550 s in all, 50 s left for packing and the transfers).
-((SHORT)) && LIMIT=([setup]=40 [pytest]=80 [kernels]=30 [memory-single]=160 [memory-sharded]=50 [published]=100
+((SHORT)) && LIMIT=([setup]=40 [pytest]=100 [kernels]=30 [memory-single]=140 [memory-sharded]=50 [published]=100
                     [zero-hooks]=60 [ops]=150 [strategies]=90)
 if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [memory-single]=240 [memory-sharded]=240 [published]=60
                         [zero-hooks]=180 [ops]=60 [strategies]=300); fi
@@ -213,10 +213,11 @@ EOF
 }
 
 step_pytest() {
-    # -m gpu selects the GPU tests wherever they are; without CUDA they skip with their reason (-rs shows it).
-    # The dry run collects tests/gpu only: the whole suite's collection alone takes a minute on 2 busy cores.
+    # Every gpu-marked test is in tests/gpu (collecting the whole suite alone takes a minute on 2 busy cores);
+    # without CUDA they skip with their reason (-rs shows it). The quick ones first, the memory runs last, so that
+    # a limit stops the longest.
     "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider --junitxml="$DOCS/gpu_pytest.xml" \
-        "$( ((DRY)) && echo tests/gpu || echo tests)"
+        tests/gpu/test_nccl.py tests/gpu/test_strategies.py tests/gpu/test_memory.py
 }
 
 step_kernels() {

@@ -1,6 +1,7 @@
 """What the benchmarks share: how busy the machine was while they measured (CPU seconds other processes used,
 from /proc/stat — on a small machine another process on the same cores moves a figure by more than the effect
-being measured), and their command-line number parsing.
+being measured), their command-line number parsing, the CPU's model and installed
+packages' versions.
 """
 
 from __future__ import annotations
@@ -50,6 +51,16 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, but got {value}")
     return value
+
+
+def package_version(dist: str) -> str | None:
+    """The installed version of the distribution ``dist``, or ``None`` when it is not installed."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def cpu_model() -> str:

@@ -184,7 +184,8 @@ def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, d
     import platform
     import tempfile
 
-    from memory_accuracy import _version, machine
+    from _common import package_version
+    from memory_accuracy import machine
     from published import Predictor
 
     import autoshard
@@ -203,7 +204,8 @@ def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, d
     meta = {"date": datetime.date.today().isoformat(), "machine": machine(device),
             "gpu_profile": gpu_profile or "none (this GPU has no profile)", "dry_run": dry_run,
             "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": _version("transformers"), "autoshard": autoshard.__version__, "command": command}
+            "transformers": package_version("transformers") or "not installed", "autoshard": autoshard.__version__,
+            "command": command}
     rows: list[dict[str, Any]] = []
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="published-gpu-") as tmp:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.metadata
 import json
 import os
 import platform
@@ -54,7 +53,7 @@ from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime.result import FitResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import cpu_model, cpu_seconds, foreign_cores, positive
+from _common import cpu_model, cpu_seconds, foreign_cores, package_version, positive
 
 SCRIPT = Path(__file__).resolve()
 BACKENDS = ("ddp", "fsdp", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3")
@@ -449,17 +448,13 @@ def environment(argv: Sequence[str]) -> dict[str, Any]:
     """Date, machine, versions and the command line."""
     import autoshard
 
-    try:
-        ds_version: str | None = importlib.metadata.version("deepspeed")
-    except importlib.metadata.PackageNotFoundError:
-        ds_version = None
     return {
         "date": datetime.date.today().isoformat(),
         "machine": cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "deepspeed": ds_version,
+        "deepspeed": package_version("deepspeed"),
         "autoshard": autoshard.__version__,
         "threads_per_rank": THREADS,
         "command": " ".join(["python", *argv]),

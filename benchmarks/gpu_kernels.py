@@ -44,8 +44,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers beside this script
-from _common import positive
-from memory_accuracy import _version, machine
+from _common import package_version, positive
+from memory_accuracy import machine
 
 import autoshard
 from autoshard.hardware.specs import GPUSpec
@@ -299,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = {
         "meta": {"date": datetime.date.today().isoformat(), "machine": machine(device),
                  "gpu_profile": gpu.name if gpu is not None else "none (this GPU has no profile)",
-                 "python": platform.python_version(), "torch": torch.__version__, "deepspeed": _version("deepspeed"),
+                 "python": platform.python_version(), "torch": torch.__version__,
+                 "deepspeed": package_version("deepspeed") or "not installed",
                  "autoshard": autoshard.__version__, "dry_run": args.dry_run, "repeats": repeats,
                  "command": " ".join(["python", "benchmarks/gpu_kernels.py", *shown]),
                  "seconds": round(time.monotonic() - started, 1)},

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers beside this script
-from _common import positive
-from memory_accuracy import _version, machine
+from _common import package_version, positive
+from memory_accuracy import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 WITHIN_FRACTION = 0.05
@@ -347,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv_shown = list(sys.argv[1:] if argv is None else argv)
     report: dict[str, Any] = {"meta": {
         "date": datetime.date.today().isoformat(), "machine": machine(device), "python": platform.python_version(),
-        "torch": torch.__version__, "deepspeed": _version("deepspeed"), "autoshard": autoshard.__version__,
+        "torch": torch.__version__, "deepspeed": package_version("deepspeed") or "not installed",
+        "autoshard": autoshard.__version__,
         "world_size": hardware.world_size, "warmup_steps": args.warmup_steps, "timed_steps": args.timed_steps,
         "command": " ".join(["python", "benchmarks/gpu_strategies.py", *argv_shown]), "seconds": None,
     }, "models": []}

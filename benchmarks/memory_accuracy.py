@@ -34,7 +34,6 @@ import dataclasses
 import datetime
 import functools
 import gc
-import importlib.metadata
 import json
 import os
 import platform
@@ -52,7 +51,7 @@ from torch.utils._pytree import tree_map
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the probe beside this script, however it is loaded
 from _allocator import RELEASE_WAIT_S, PeakProbe, allocation_log
-from _common import cpu_model
+from _common import cpu_model, package_version
 
 import autoshard
 from autoshard.models.source import ModelSource, call_model, default_loss
@@ -471,12 +470,6 @@ def machine(device: torch.device) -> dict[str, Any]:
     return out
 
 
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
 
 def _mib(n: int | None) -> str:
     return "—" if n is None else f"{n / 2**20:,.2f}"
@@ -623,7 +616,7 @@ def main(argv: Sequence[str] | None = None, *, cases: Sequence[Case] | None = No
         "machine": machine(device),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "deepspeed": _version("deepspeed"),
+        "deepspeed": package_version("deepspeed") or "not installed",
         "autoshard": autoshard.__version__,
         "grid": args.grid if cases is None else "custom",
         "target": device.type,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import importlib.metadata
 import json
 import os
 import platform
@@ -37,7 +36,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import cpu_model
+from _common import cpu_model, package_version
 from memory_accuracy import Case, load_case, measure_peak
 
 from autoshard.profiler.cuda_reserve import replay
@@ -149,12 +148,6 @@ def markdown(meta: dict[str, Any], summary: dict[str, Any], rows: Sequence[dict[
     return "\n".join(lines) + "\n"
 
 
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the cases and write ``reserve_replay.{md,json}``; the exit status is 1 if a case failed."""
@@ -176,7 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summarize(rows)
     meta = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "cpu": f"{cpu_model()}, {os.cpu_count()} cores", "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": _version("transformers"), "autoshard": _version("autoshard"),
+            "torch": torch.__version__, "transformers": package_version("transformers") or "not installed",
+            "autoshard": package_version("autoshard") or "not installed",
             "command": "python benchmarks/reserve_replay.py" + ("" if argv is None and len(sys.argv) == 1
                                                                else " " + " ".join(argv or sys.argv[1:])),
             "seconds": time.perf_counter() - started}

@@ -41,7 +41,6 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
-import importlib.metadata
 import json
 import math
 import os
@@ -65,7 +64,7 @@ from autoshard.tuner.result import TrialConfig
 from autoshard.tuner.space import SearchSpace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import cpu_seconds, foreign_cores, positive
+from _common import cpu_seconds, foreign_cores, package_version, positive
 
 MODEL = "tiny-gpt2"
 SEQ_LEN = 64
@@ -571,12 +570,6 @@ def live_summary(records: Sequence[Any], table: Mapping[str, float | None], *, t
 # -- the machine ---------------------------------------------------------------------------------------------
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
 
 def environment(argv: Sequence[str]) -> dict[str, Any]:
     """Date, machine, versions and the command line."""
@@ -593,7 +586,7 @@ def environment(argv: Sequence[str]) -> dict[str, Any]:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"date": datetime.date.today().isoformat(), "machine": f"{cpu}, {os.cpu_count()} cores",
             "gpu": gpu, "python": platform.python_version(), "torch": torch.__version__,
-            "deepspeed": _version("deepspeed"), "optuna": optuna.__version__, "autoshard": autoshard.__version__,
+            "deepspeed": package_version("deepspeed"), "optuna": optuna.__version__, "autoshard": autoshard.__version__,
             "command": " ".join(["python", *argv])}
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autoshard.profiler.cuda_reserve import ROUND_LARGE
 from autoshard.profiler.result import Overhead
 
 _MIB = 2**20
@@ -75,18 +76,13 @@ def context_overhead(compute_capability: tuple[int, int], *, lazy_loading: bool 
                     source=f"{m.source}; {m.gpu}, CUDA {m.cuda}, PyTorch {m.torch} ({where})")
 
 
-SEGMENT_BYTES = 2 * _MIB
-"""``kRoundLarge`` / ``kSmallBuffer`` (c10/core/AllocatorConfig.h, torch 2.13.0): the caching allocator reserves
-device memory in segments of whole 2 MiB units (small requests in 2 MiB segments, 1-10 MiB requests in 20 MiB
-ones, larger ones rounded up to 2 MiB: ``get_allocation_size`` in CUDACachingAllocator.cpp)."""
-
-
 def reserve_lower_bound_bytes(allocated_bytes: int) -> int:
     """The least the allocator can hold beyond ``allocated_bytes`` at that moment: the rounding up to whole
-    segments. What fragmentation adds depends on the order of allocations and is not predicted.
+    segments of whole 2 MiB units (``ROUND_LARGE``; small requests take 2 MiB segments, 1-10 MiB ones 20 MiB
+    segments). What fragmentation adds depends on the order of allocations: ``cuda_reserve`` replays it.
 
     Example:
         >>> reserve_lower_bound_bytes(3 * 2**20), reserve_lower_bound_bytes(0)
         (1048576, 0)
     """
-    return -(-allocated_bytes // SEGMENT_BYTES) * SEGMENT_BYTES - allocated_bytes
+    return -(-allocated_bytes // ROUND_LARGE) * ROUND_LARGE - allocated_bytes

@@ -9,11 +9,11 @@ import pytest
 from autoshard.cli import main
 from autoshard.profiler.cuda_context import (
     MEASUREMENTS,
-    SEGMENT_BYTES,
     context_measurement,
     context_overhead,
     reserve_lower_bound_bytes,
 )
+from autoshard.profiler.cuda_reserve import ROUND_LARGE as SEGMENT_BYTES
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.trace import trace
 from tests.profiler import models

@@ -65,10 +65,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def script_command() -> list[str] | None:
+def script_command(orig_argv: Sequence[str] | None = None) -> list[str] | None:
     """The command that started this process, to run again as a worker — or ``None`` when it cannot be run
-    again (an interactive session, a notebook, pytest)."""
-    argv = list(getattr(sys, "orig_argv", []))[1:]
+    again (an interactive session, a notebook, pytest, or a ``-c`` program that reads its code from standard
+    input, as execnet's bootstrap of a pytest-xdist worker does: a worker's standard input is empty).
+
+    Args:
+        orig_argv: the interpreter's command line (default: ``sys.orig_argv``).
+
+    Example:
+        >>> script_command(["python", "-c", "import sys;exec(eval(sys.stdin.readline()))"]) is None
+        True
+        >>> script_command(["python", "-m", "pytest", "tests"]) is None
+        True
+        >>> script_command(["python", "-c", "import train; train.main()"])[1:]
+        ['-c', 'import train; train.main()']
+    """
+    argv = list(getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv)[1:]
     if not argv:
         return None
     i = 0
@@ -79,7 +92,10 @@ def script_command() -> list[str] | None:
     if argv[i] == "-m":
         if i + 1 >= len(argv) or argv[i + 1].split(".")[0] in _NOT_REEXECUTABLE:
             return None
-    elif argv[i] != "-c":
+    elif argv[i] == "-c":
+        if i + 1 >= len(argv) or "stdin" in argv[i + 1]:
+            return None
+    else:
         script = Path(argv[i])
         if not script.is_file() or script.name.split(".")[0] in _NOT_REEXECUTABLE:
             return None

@@ -4,8 +4,9 @@
 llm-foundry, DeepSpeedExamples, the ZeRO-Offload paper), each with its source, its settings and the figure as
 published. For each point this script asks the planner what it predicts for that configuration, through the
 public planning path (``build_workload`` → ``planner.search.evaluate`` with a ``Candidate``, as ``recommend`` does
-for every candidate), and writes per-point signed errors and the summary rows to
-``docs/benchmarks/published.{md,json}``.
+for every candidate), and writes per-point signed errors, the summary rows and, where a source published several
+configurations of one model on one machine, whether autoshard's ranking would have picked the fastest
+(``_published_ranking.py``) to ``docs/benchmarks/published.{md,json}``.
 
 torchtitan's selective activation checkpointing is expressed with autoshard's own choices: ``selective-op`` as
 ``op`` and ``selective-layer`` as ``every-2`` (torchtitan's default ``selective_ac_option = "2"``, "checkpoint every
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from autoshard.strategies.workload import Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
+import _published_ranking
 from _common import cpu_model
 
 SCRIPT = Path(__file__).resolve()
@@ -198,9 +200,8 @@ class Predictor:
     def workload(self, point: dict[str, Any]) -> Workload:
         """The traced step of the point's model at its sequence length, precision, optimizer and checkpointing."""
         from autoshard.models import load_source
-        from autoshard.strategies import build_workload
-
         from autoshard.profiler.checkpointing import FULL, parse_checkpointing
+        from autoshard.strategies import build_workload
 
         mode = parse_checkpointing(AUTOSHARD_CHECKPOINTING[point["strategy"]["activation_checkpointing"]])
         impl = point["optimizer"].get("impl")
@@ -449,6 +450,7 @@ def markdown(report: dict[str, Any]) -> str:
         *[f"| {k} | {s['half']} | {s['points']} | {s['not_expressible']} | {s['throughput_n']} | "
           f"{_pct(s['throughput_median_error_pct'], signed=True)} | {_pct(s['throughput_median_abs_error_pct'])} |"
           for k, s in report["by_source"].items()], "",
+        *_published_ranking.markdown(report.get("rankings", [])), "",
         "## Points", "",
         "| id | half | metric | published | predicted | error | fits | parameters | note |",
         "|---|---|---|---:|---:|---:|---|---:|---|",
@@ -516,12 +518,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{row['id']}: {row['status']} {shown if row['status'] == 'compared' else row['reason']}",
                   flush=True)
     report = {"meta": meta, "sources": data["sources"], "summary": summarise(rows), "by_source": by_source(rows),
-              "rows": rows}
+              "rankings": _published_ranking.rankings(points, rows, THROUGHPUT_METRICS), "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "published.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     text = markdown(report)
     (args.out / "published.md").write_text(text, encoding="utf-8")
     print("\n".join(_summary_lines(report["summary"])))
+    ranked = _published_ranking.summary(report["rankings"])
+    print(f"ranking: autoshard's pick within {_published_ranking.WITHIN_PCT:g} % of the published fastest in "
+          f"{ranked['within']} of {ranked['groups']} groups")
     return 0
 
 

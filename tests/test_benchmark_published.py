@@ -2,8 +2,8 @@
 
 The data-file tests check what every point must carry (a source with a commit or a paper, a GPU profile that
 exists, a metric from the allowed set, a half, consistent batch sizes); the end-to-end test runs ``main`` with
-``--only`` on two GPT-2 points (one compared, one not expressible) and checks the rows and the report it writes,
-never the predicted values.
+``--only`` on three points (two GPT-2 configurations compared, one point not expressible) and checks the rows and
+the report it writes, never the predicted values.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from tests.benchmark_scripts import load
 
-CHEAP = ["dse-gpt2-ddp-mb8", "torchtitan-h100-llama31-8b-g8-memory"]
+CHEAP = ["dse-gpt2-ddp-mb8", "torchtitan-h100-llama31-8b-g8-memory", "dse-gpt2-zero1-mb8"]
 
 
 @pytest.fixture(scope="module")
@@ -152,12 +152,20 @@ def test_cheap_points_run_end_to_end_and_write_the_table(report: tuple[dict[str,
     skipped = rows["torchtitan-h100-llama31-8b-g8-memory"]
     assert skipped["status"] == "not expressible" and skipped["error"] is None
     assert "reserved memory" in skipped["reason"] and "selective" not in skipped["reason"]
-    assert data["summary"]["held_out"]["throughput"]["n"] == 1
+    assert data["summary"]["held_out"]["throughput"]["n"] == 2
     assert data["summary"]["fit"]["not_expressible"] == 1
     assert "published.py --only dse-gpt2-ddp-mb8" in data["meta"]["command"]
     assert data["meta"]["torch"] and data["meta"]["deepspeed"] and data["meta"]["transformers"]
     assert "| dse-gpt2-ddp-mb8 | held_out | samples_per_s | 284.1 |" in md
     assert "not expressible: " in md and "## Summary" in md
+
+
+def test_the_report_ranks_configurations_published_side_by_side(report: tuple[dict[str, Any], str]) -> None:
+    data, md = report
+    (group,) = data["rankings"]  # DDP and ZeRO-1 of one GPT-2 on the same 16 V100
+    assert group["points"] == ["dse-gpt2-ddp-mb8", "dse-gpt2-zero1-mb8"]
+    assert group["published_best"] == "dse-gpt2-zero1-mb8" and group["pick"] in group["points"]
+    assert "## Ranking: would autoshard have picked the fastest?" in md and "| dse-gpt2-… |" in md
 
 
 def test_unknown_id_exits_2_with_one_line(bench: ModuleType, tmp_path: Path,

@@ -32,6 +32,10 @@ from autoshard.errors import (
 
 RUN_DIR_VAR = "AUTOSHARD_RUN_DIR"
 """Set in every worker: the directory holding ``plan.json`` and receiving results."""
+LAUNCHER_PID_VAR = "AUTOSHARD_LAUNCHER_PID"
+"""Set in every worker: the process id of the process that started it, so a worker can tell, from its very
+first line, whether that process is still its parent (a worker started just before its launcher was killed is
+already an orphan when it looks)."""
 _NOT_REEXECUTABLE = ("pytest", "ipykernel_launcher", "ipykernel", "IPython", "jupyter", "pydevd")
 
 
@@ -132,7 +136,7 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
             env = dict(environ)
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                        LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       **{RUN_DIR_VAR: str(run_dir)})
+                       **{RUN_DIR_VAR: str(run_dir), LAUNCHER_PID_VAR: str(os.getpid())})
             if rank == 0 and not log_rank0:
                 out: Any = None  # inherit: the user sees rank 0's output
             else:

@@ -29,15 +29,18 @@ TRIAL_FILE = "trial.json"
 
 def main() -> None:
     """Run the trial described in ``$AUTOSHARD_RUN_DIR``; exits 0 on success, 1 after recording an error."""
-    from autoshard.runtime.distributed import LaunchInfo
-    from autoshard.runtime.supervisor import RUN_DIR_VAR, write_error
+    from autoshard.runtime.supervisor import LAUNCHER_PID_VAR, RUN_DIR_VAR, write_error
 
     environ = os.environ  # the edge: the supervisor's variables are read here only
+    launcher = environ.get(LAUNCHER_PID_VAR, "")
+    _exit_with_parent(int(launcher) if launcher.isdigit() else None)  # orphaned while importing: leave here
+
+    from autoshard.runtime.distributed import LaunchInfo
+
     run_dir = Path(environ[RUN_DIR_VAR])
     launch = LaunchInfo.from_environ(environ)
     if launch is None:
         raise SystemExit("autoshard.tuner.worker is started by the tuner (RANK and WORLD_SIZE are not set).")
-    _exit_with_parent()
     code = 0
     try:
         _run(run_dir, launch)
@@ -49,12 +52,19 @@ def main() -> None:
     os._exit(code)  # DeepSpeed's CPU communication threads can abort a normal interpreter exit
 
 
-def _exit_with_parent() -> None:
-    """Leave when the tuner that started this worker is gone (killed): a trial must never outlive its study."""
+def _exit_with_parent(launcher_pid: int | None) -> None:
+    """Leave when the tuner that started this worker is gone (killed): a trial must never outlive its study.
+
+    Args:
+        launcher_pid: the tuner's process id, as it gave it (``None``: whatever the parent is now). A worker
+            whose parent is already another process was orphaned while it started, and leaves at once.
+    """
     import threading
     import time
 
-    parent = os.getppid()
+    parent = os.getppid() if launcher_pid is None else launcher_pid
+    if os.getppid() != parent:
+        os._exit(1)
 
     def watch() -> None:
         while os.getppid() == parent:

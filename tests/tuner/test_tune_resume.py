@@ -143,3 +143,20 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
     assert [t for t in payload["trials"] if t["config"] == config and t["state"] == "complete"]
     assert any(f"Trial {interrupted} was stopped before it finished" in note for note in payload["notes"])
     assert not leftover_workers(out)
+
+
+@pytest.mark.parametrize("launcher_is_parent", [True, False], ids=["launcher-alive", "orphaned-while-starting"])
+def test_a_trial_worker_whose_tuner_died_while_it_started_leaves_at_once(tmp_path: Path,
+                                                                          launcher_is_parent: bool) -> None:
+    """The tuner names itself in the workers' environment: a worker started just before its tuner was killed is
+    already an orphan when it first looks at its parent, and must not record the new parent as its tuner."""
+    from autoshard.runtime.supervisor import LAUNCHER_PID_VAR, RUN_DIR_VAR
+
+    launcher = os.getpid() if launcher_is_parent else os.getpid() + 1  # the worker's parent is this process
+    env = {**os.environ, RUN_DIR_VAR: str(tmp_path), LAUNCHER_PID_VAR: str(launcher), "RANK": "0",
+           "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    done = subprocess.run([sys.executable, "-m", "autoshard.tuner.worker"], env=env, capture_output=True,
+                          timeout=120, check=False)
+    assert done.returncode == 1
+    # With its tuner alive the worker goes on, finds no trial files and reports that; orphaned, it ran nothing.
+    assert (tmp_path / "error-rank0.json").exists() is launcher_is_parent, done.stderr.decode()[-2000:]

@@ -165,6 +165,7 @@ def fit(
         reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype), cache=cache)
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
+        supervisor.leave_with_launcher(environ)  # no worker outlives the process that started it
         _worker(job, launch, Path(run_dir))  # never returns
     if launch is not None:
         return _launched(job, options, launch)

@@ -62,6 +62,30 @@ def is_worker(environ: Mapping[str, str] | None = None) -> bool:
     return bool((os.environ if environ is None else environ).get(RUN_DIR_VAR))
 
 
+def leave_with_launcher(environ: Mapping[str, str]) -> None:
+    """In a worker: leave (exit code 1) when the process that started it is gone — killed, or out of memory — so
+    that no worker outlives its launcher; at once if it is gone already (the worker was orphaned while it
+    started: importing torch takes seconds). The launcher is the one :data:`LAUNCHER_PID_VAR` names, else the
+    parent at the time of the call. A daemon thread looks every half second.
+
+    Args:
+        environ: the worker's environment.
+    """
+    import threading
+
+    named = environ.get(LAUNCHER_PID_VAR, "")
+    launcher = int(named) if named.isdigit() else os.getppid()
+    if os.getppid() != launcher:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="autoshard-launcher-watch", daemon=True).start()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -29,14 +29,11 @@ TRIAL_FILE = "trial.json"
 
 def main() -> None:
     """Run the trial described in ``$AUTOSHARD_RUN_DIR``; exits 0 on success, 1 after recording an error."""
-    from autoshard.runtime.supervisor import LAUNCHER_PID_VAR, RUN_DIR_VAR, write_error
+    from autoshard.runtime.distributed import LaunchInfo
+    from autoshard.runtime.supervisor import RUN_DIR_VAR, leave_with_launcher, write_error
 
     environ = os.environ  # the edge: the supervisor's variables are read here only
-    launcher = environ.get(LAUNCHER_PID_VAR, "")
-    _exit_with_parent(int(launcher) if launcher.isdigit() else None)  # orphaned while importing: leave here
-
-    from autoshard.runtime.distributed import LaunchInfo
-
+    leave_with_launcher(environ)  # a trial must never outlive its study
     run_dir = Path(environ[RUN_DIR_VAR])
     launch = LaunchInfo.from_environ(environ)
     if launch is None:
@@ -50,28 +47,6 @@ def main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # DeepSpeed's CPU communication threads can abort a normal interpreter exit
-
-
-def _exit_with_parent(launcher_pid: int | None) -> None:
-    """Leave when the tuner that started this worker is gone (killed): a trial must never outlive its study.
-
-    Args:
-        launcher_pid: the tuner's process id, as it gave it (``None``: whatever the parent is now). A worker
-            whose parent is already another process was orphaned while it started, and leaves at once.
-    """
-    import threading
-    import time
-
-    parent = os.getppid() if launcher_pid is None else launcher_pid
-    if os.getppid() != parent:
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="autoshard-parent-watch", daemon=True).start()
 
 
 def _run(run_dir: Path, launch: Any) -> None:

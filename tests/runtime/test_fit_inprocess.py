@@ -251,3 +251,29 @@ def test_a_zero3_run_leaves_torch_linear_as_it_found_it() -> None:
     result = autoshard.fit("tiny-gpt2", plan=planned, max_steps=1)
     assert result.plan.strategy == "deepspeed_stage_3"
     assert F.linear is linear
+
+
+_FIT_AS_A_WORKER = """
+import torch
+import autoshard
+autoshard.fit(torch.nn.Linear(2, 1), [(torch.zeros(4, 2), torch.zeros(4, 1))],
+              loss_fn=torch.nn.functional.mse_loss, max_steps=1)
+"""
+
+
+@pytest.mark.parametrize("launcher_is_parent", [True, False], ids=["launcher-alive", "launcher-gone"])
+def test_a_fit_worker_whose_launcher_is_gone_leaves_without_training(tmp_path, launcher_is_parent) -> None:
+    """fit()'s workers leave when the process that started them is gone (killed, out of memory): here one that
+    finds, at its start, that its parent is not the launcher the environment names."""
+    import subprocess
+
+    from autoshard.runtime.supervisor import LAUNCHER_PID_VAR, RUN_DIR_VAR
+
+    launcher = os.getpid() if launcher_is_parent else os.getpid() + 1  # the worker's parent is this process
+    env = {**os.environ, RUN_DIR_VAR: str(tmp_path), LAUNCHER_PID_VAR: str(launcher), "RANK": "0",
+           "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    done = subprocess.run([sys.executable, "-c", _FIT_AS_A_WORKER], env=env, capture_output=True, timeout=120,
+                          check=False)
+    assert done.returncode == 1
+    # Alive, the worker goes on to read the plan its launcher should have written, and reports it missing.
+    assert (tmp_path / "error-rank0.json").exists() is launcher_is_parent, done.stderr.decode()[-2000:]

@@ -39,7 +39,8 @@ DRY_RUN_SEQ_LEN = 64
 
 def single_gpu_points(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The points measured on one GPU: one published GPU, a memory or throughput figure, expressible."""
-    from published import MEMORY_METRICS, THROUGHPUT_METRICS, not_expressible
+    from _published_report import MEMORY_METRICS, THROUGHPUT_METRICS
+    from published import not_expressible
 
     return [p for p in points
             if p["hardware"]["nodes"] * p["hardware"]["gpus_per_node"] == 1
@@ -113,7 +114,7 @@ def run(point: dict[str, Any], predictor: Any, device: torch.device, gpu_profile
         measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One point's row: published, measured here (once per :func:`configuration`, kept in ``measured``),
     predicted here; a failure is recorded, never raised."""
-    from published import MEMORY_METRICS
+    from _published_report import MEMORY_METRICS
 
     metric = point["published"]["metric"]
     row: dict[str, Any] = {"id": point["id"], "metric": metric, "published": point["published"]["value"],
@@ -179,9 +180,9 @@ def markdown(report: dict[str, Any]) -> str:
 def main(data: dict[str, Any], points: Sequence[dict[str, Any]], *, out: Path, dry_run: bool, command: str) -> int:
     """Measure every single-GPU point here and write ``gpu_published.{md,json}`` under ``out``."""
     import datetime
-    import sys
     import json
     import platform
+    import sys
     import tempfile
 
     from _common import package_version

@@ -1,4 +1,5 @@
-"""The report of ``published.py``: the summary per half, per source, and the Markdown page."""
+"""The report of ``published.py``: which metrics count as memory and as throughput, the summary per half
+and per source, and the Markdown page."""
 
 from __future__ import annotations
 
@@ -7,20 +8,19 @@ from typing import Any
 
 import _published_ranking
 
-
-def _metrics() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """``published``'s halves, memory metrics and throughput metrics (imported late: ``published`` imports this
-    module)."""
-    from published import HALVES, MEMORY_METRICS, THROUGHPUT_METRICS
-
-    return HALVES, MEMORY_METRICS, THROUGHPUT_METRICS
+HALVES = ("fit", "held_out")
+"""The points file's halves: the step-time constants are fitted on ``fit`` and reported on ``held_out``."""
+MEMORY_METRICS = ("peak_allocated_gib", "peak_active_gib")
+"""Compared with the predicted allocated peak. Active bytes are the allocated blocks' sizes: at least the
+allocated bytes, more by the unused tail of a block the caching allocator hands out unsplit (at most 1 MiB a
+block in the large pool, ``should_split`` in c10/cuda/CUDACachingAllocator.cpp)."""
+THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "samples_per_s", "engine_samples_per_s", "tflops_per_gpu")
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and max |error| for memory and for throughput, and micro-batches within one, per half."""
-    halves, memory_metrics, throughput_metrics = _metrics()
     out: dict[str, Any] = {}
-    for half in (*halves, "all"):
+    for half in (*HALVES, "all"):
         mine = [r for r in rows if half in ("all", r["half"])]
         compared = [r for r in mine if r["status"] == "compared"]
         entry: dict[str, Any] = {
@@ -31,7 +31,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "published_run_predicted_not_to_fit": sum(not r["prediction"]["fits"] for r in compared
                                                       if r["metric"] != "max_micro_batch"),
         }
-        for kind, metrics in (("memory", memory_metrics), ("throughput", throughput_metrics)):
+        for kind, metrics in (("memory", MEMORY_METRICS), ("throughput", THROUGHPUT_METRICS)):
             errors = [abs(r["error"]) for r in compared if r["metric"] in metrics]
             entry[kind] = {"n": len(errors),
                            "median_abs_error_pct": statistics.median(errors) if errors else None,
@@ -45,11 +45,10 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def by_source(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per source: its half, its points, and the median signed and absolute throughput error of those compared
     (a source's bias shows in the signed median)."""
-    throughput_metrics = _metrics()[2]
     out: dict[str, Any] = {}
     for source in dict.fromkeys(r["source"] for r in rows):
         mine = [r for r in rows if r["source"] == source]
-        errors = [r["error"] for r in mine if r["status"] == "compared" and r["metric"] in throughput_metrics]
+        errors = [r["error"] for r in mine if r["status"] == "compared" and r["metric"] in THROUGHPUT_METRICS]
         out[source] = {"half": mine[0]["half"], "points": len(mine),
                        "not_expressible": sum(r["status"] == "not expressible" for r in mine),
                        "throughput_n": len(errors),

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
 import _published_ranking
 from _common import cpu_model
-from _published_report import by_source, markdown, summarise, summary_lines
+from _published_report import HALVES, THROUGHPUT_METRICS, by_source, markdown, summarise, summary_lines
 
 SCRIPT = Path(__file__).resolve()
 POINTS_FILE = SCRIPT.with_name("published_points.yaml")
@@ -66,11 +66,6 @@ METRICS: dict[str, str] = {
     "tflops_per_gpu": "TFLOP/s per GPU, by the source's count",
     "max_micro_batch": "largest micro-batch that runs (0: not even 1)",
 }
-MEMORY_METRICS = ("peak_allocated_gib", "peak_active_gib")
-"""Compared with the predicted allocated peak. Active bytes are the allocated blocks' sizes: at least the
-allocated bytes, more by the unused tail of a block the caching allocator hands out unsplit (at most 1 MiB a
-block in the large pool, ``should_split`` in c10/cuda/CUDACachingAllocator.cpp)."""
-THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "samples_per_s", "engine_samples_per_s", "tflops_per_gpu")
 NOT_PREDICTED = {
     "peak_reserved_gib": "reserved memory (autoshard replays the caching allocator only for one device holding the "
                          "model, on one stream: profile --reserved; not FSDP2's communication streams, nor the "
@@ -82,7 +77,6 @@ NOT_PREDICTED = {
 CHECKPOINTING = ("none", "full", "selective-op", "selective-layer")
 AUTOSHARD_CHECKPOINTING = {"none": "none", "full": "full", "selective-op": "op", "selective-layer": "every-2"}
 """The published checkpointing as autoshard's ``activation_checkpointing`` choice (see the module docstring)."""
-HALVES = ("fit", "held_out")
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
 OPTIMIZER_IMPLS = ("foreach", "for-loop", "fused")
 """autoshard's optimizer implementations (``optimizer.impl``; absent: torch's default on CUDA, foreach)."""

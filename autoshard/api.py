@@ -48,6 +48,7 @@ def profile(
     extrapolate: bool | None = None,
     optimizer_impl: OptimizerImpl | None = None,
     reserved: bool = False,
+    set_grads_to_none: bool = True,
 ) -> ModelProfile:
     """Profile one training step of a model on one device holding the whole model, without allocating it.
 
@@ -72,6 +73,9 @@ def profile(
             whole once more and the step's allocations replayed through the CUDA caching allocator's rules
             (:mod:`autoshard.profiler.cuda_reserve`); the result's ``reserved``, and its ``reserve_bytes`` and
             ``device_total_bytes`` then include fragmentation.
+        set_grads_to_none: ``zero_grad(set_to_none=True)`` between steps (torch >= 2.0's default); ``False``
+            keeps the gradients allocated, zeroed, through the next forward (``set_to_none=False``, and
+            ``Module.zero_grad()`` before torch 2.0), which raises the peak by up to the gradients' size.
 
     Returns:
         A frozen, JSON-serialisable :class:`ModelProfile`.
@@ -101,6 +105,7 @@ def profile(
         grad_accumulation=grad_accumulation,
         target=target,
         optimizer_impl=optimizer_impl,
+        set_grads_to_none=set_grads_to_none,
     )
     loaded = load_source(source)
     result = profile_source(loaded, options, extrapolate=extrapolate)

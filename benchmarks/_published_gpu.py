@@ -75,7 +75,8 @@ def measure(point: dict[str, Any], predictor: Any, device: torch.device, *, step
                              precision=point["precision"], optimizer=point["optimizer"]["name"],
                              optimizer_impl=point["optimizer"].get("impl"),
                              activation_checkpointing=checkpointing != "none", checkpointing=checkpointing,
-                             target=device.type)
+                             grad_accumulation=point["grad_accumulation"],
+                             set_grads_to_none=point["optimizer"].get("set_grads_to_none", True), target=device.type)
     source = load_source(predictor.model_source(point))
     try:
         peak = measure_peak(source, options, device, steps=steps)
@@ -114,7 +115,7 @@ def run(point: dict[str, Any], predictor: Any, device: torch.device, gpu_profile
         measured: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """One point's row: published, measured here (once per :func:`configuration`, kept in ``measured``),
     predicted here; a failure is recorded, never raised."""
-    from _published_report import MEMORY_METRICS
+    from _published_report import ALLOCATED_METRICS
 
     metric = point["published"]["metric"]
     row: dict[str, Any] = {"id": point["id"], "metric": metric, "published": point["published"]["value"],
@@ -132,7 +133,7 @@ def run(point: dict[str, Any], predictor: Any, device: torch.device, gpu_profile
         row["memory_error_percent"] = _error(predicted.get("peak_allocated_gib"), here["peak_allocated_gib"])
         row["throughput_error_percent"] = _error(predicted.get("tokens_per_s_per_gpu"), here["tokens_per_s_per_gpu"])
         row["reproduction_percent"] = (_error(here["peak_allocated_gib"], point["published"]["value"])
-                                       if metric in MEMORY_METRICS else None)
+                                       if metric in ALLOCATED_METRICS else None)
     except Exception as exc:  # noqa: BLE001 - a benchmark row records any failure and goes on
         row["error"] = f"{type(exc).__name__}: {exc}"
     row["seconds"] = round(time.perf_counter() - started, 1)
@@ -157,8 +158,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"Command: `{meta['command']}`. Each point trained {MEASURED_STEPS} steps; memory: the last step's "
         "`max_memory_allocated()` / `max_memory_reserved()`; time: the median step after the first. Predicted: "
         "autoshard's planner for this GPU's profile; reserved replayed: the traced step's allocations (a warm-up "
-        "step and one more) through the caching allocator's rules. Reproduction: measured here against the published memory "
-        "figure (memory does not depend on the GPU model; throughput does, and is not compared across GPUs).",
+        "step and one more) through the caching allocator's rules. Reproduction: the allocated peak measured here "
+        "against a published allocated or active figure (memory does not depend on the GPU model; throughput does, "
+        "and is not compared across GPUs; a published nvidia-smi or reserved figure is held against the replay in "
+        "published.md, and the replay against the measured reserved peak here).",
         "",
         "| point | published | published on | measured peak (GiB) | reserved (GiB) | reserved replayed (GiB) "
         "| predicted peak (GiB) | memory error | reproduction | measured tokens/s | predicted tokens/s "
@@ -170,7 +173,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {r['id']} | {r['published']:g} ({r['metric']}) | {r['published_gpu']} "
             f"| {_fmt(m.get('peak_allocated_gib'), '.2f')} | {_fmt(m.get('peak_reserved_gib'), '.2f')} "
-            f"| {_fmt(m.get('peak_reserved_replayed_gib'), '.2f')} | {_fmt(p.get('peak_allocated_gib'), '.2f')} | {_fmt(r.get('memory_error_percent'), '+.1f', ' %')} "
+            f"| {_fmt(m.get('peak_reserved_replayed_gib'), '.2f')} | {_fmt(p.get('peak_allocated_gib'), '.2f')} "
+            f"| {_fmt(r.get('memory_error_percent'), '+.1f', ' %')} "
             f"| {_fmt(r.get('reproduction_percent'), '+.1f', ' %')} | {_fmt(m.get('tokens_per_s_per_gpu'), ',.0f')} "
             f"| {_fmt(p.get('tokens_per_s_per_gpu'), ',.0f')} "
             f"| {_fmt(r.get('throughput_error_percent'), '+.1f', ' %')} | {r['error'] or ''} |")

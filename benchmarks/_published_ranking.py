@@ -4,8 +4,10 @@ Issue #16 asks, on a GPU, that the recommended strategy be the measured fastest 
 ``published_points.yaml`` already measured several configurations of one model on one machine (DeepSpeedExamples:
 DDP and each ZeRO stage; torchtitan: each activation-checkpointing mode): the same question can be put to their
 figures. A **group** is the compared throughput points of one source that share the GPU, the GPU count, the
-model, the sequence length and the metric (at least two of them). Within a group autoshard's pick is the point it
-predicts fastest among those it predicts to fit (as ``recommend`` ranks candidates); points predicted within
+model, the sequence length, the precision, the optimizer and the metric (at least two of them): what a user
+gives ``recommend``, which chooses the rest (strategy, micro-batch, accumulation, checkpointing). Within a group
+autoshard's pick is the point it predicts fastest among those it predicts to fit (as ``recommend`` ranks
+candidates); points predicted within
 :data:`TIE_PCT` of the pick are ties, and the pick counts as the slowest of them by the published figures (a user
 could have been given any of them). The **loss** is how much slower the pick ran than the published fastest, in
 % of the fastest.
@@ -26,7 +28,8 @@ WITHIN_PCT = 5.0
 def _key(point: dict[str, Any]) -> str:
     hw = point["hardware"]
     return json.dumps([point["source"], hw["gpu"], hw["gpus_per_node"], hw["nodes"], point["model"],
-                       point["seq_len"], point["published"]["metric"]], sort_keys=True)
+                       point["seq_len"], point["precision"], point["optimizer"]["name"],
+                       point["published"]["metric"]], sort_keys=True)
 
 
 def rankings(points: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],

@@ -10,10 +10,13 @@ import _published_ranking
 
 HALVES = ("fit", "held_out")
 """The points file's halves: the step-time constants are fitted on ``fit`` and reported on ``held_out``."""
-MEMORY_METRICS = ("peak_allocated_gib", "peak_active_gib")
+ALLOCATED_METRICS = ("peak_allocated_gib", "peak_active_gib")
 """Compared with the predicted allocated peak. Active bytes are the allocated blocks' sizes: at least the
 allocated bytes, more by the unused tail of a block the caching allocator hands out unsplit (at most 1 MiB a
 block in the large pool, ``should_split`` in c10/cuda/CUDACachingAllocator.cpp)."""
+RESERVED_METRICS = ("peak_reserved_gib", "nvidia_smi_gib")
+"""Compared, on one GPU, with the replayed reserved peak (plus the CUDA context for nvidia-smi)."""
+MEMORY_METRICS = (*ALLOCATED_METRICS, *RESERVED_METRICS)
 THROUGHPUT_METRICS = ("tokens_per_s_per_gpu", "samples_per_s", "engine_samples_per_s", "tflops_per_gpu")
 
 

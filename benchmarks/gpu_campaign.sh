@@ -15,7 +15,8 @@
 #   memory-single   python benchmarks/memory_accuracy.py --grid full, its one-device cases, one model at a time
 #   memory-sharded  the same grid's FSDP2 cases (rank 0 of 8 on a fake process group), one model at a time
 #   published       python benchmarks/published.py --measure-on-gpu: the published points that fit one GPU
-#                   (torchtune's Llama 3.2 3B full fine-tune) trained here, measured vs published vs predicted
+#                   (torchtune's Llama 3.2 3B full fine-tune; transformers' single-GPU guide's BERT-large runs, 7
+#                   configurations, 2 with --short) trained here, measured vs published vs predicted
 #   zero-hooks      python benchmarks/zero_hooks.py --accelerator cuda: the ZeRO engines' host time per parameter
 #                   / gathered module on this GPU host (the CPU figure is what deepspeed/cost.py prices)
 #   ops             build DeepSpeed's CPU Adam once (the offload strategies need it), so that no strategy run
@@ -28,7 +29,7 @@
 # call runs 10 minutes at most, so the whole campaign is three calls:
 #
 #   --steps pytest,kernels,memory-single  40 + 120 + 30 + 400 s
-#   --steps memory-sharded,published,zero-hooks   40 + 150 + 150 + 150 s
+#   --steps memory-sharded,published,zero-hooks   40 + 150 + 250 + 150 s
 #   --steps ops,strategies                40 + 150 + 380 s
 #
 # --short is the campaign for ONE call (a session is lent 15 minutes of device time, starting the machine
@@ -103,7 +104,7 @@ else  # a compile of DeepSpeed's ops stopped half-way leaves a lock that blocks 
 fi
 
 # Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
-declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [memory-single]=400 [memory-sharded]=150 [published]=150
+declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [memory-single]=400 [memory-sharded]=150 [published]=250
                   [zero-hooks]=150 [ops]=150 [strategies]=380)
 # The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
 # --short: one 10-minute device call (550 s in all, 50 s left for packing and the transfers).
@@ -314,9 +315,16 @@ EOF
     fi
 }
 
+# --short: torchtune's point and two of the guide's BERT-large configurations (the full set traces 8 models whole).
+SHORT_PUBLISHED=(torchtune-a100-llama32-3b-packed-memory torchtune-a100-llama32-3b-packed-tps
+                 hf1gpu-v100-bert-large-vanilla-memory hf1gpu-v100-bert-large-vanilla-tps
+                 hf1gpu-v100-bert-large-ga4-ckpt-fp16-memory hf1gpu-v100-bert-large-ga4-ckpt-fp16-tps)
+
 step_published() {
     if ((DRY)); then
         "$PY" benchmarks/published.py --measure-on-gpu --dry-run --out "$DOCS"
+    elif ((SHORT)); then
+        "$PY" benchmarks/published.py --measure-on-gpu --out "$DOCS" --only "${SHORT_PUBLISHED[@]}"
     else
         "$PY" benchmarks/published.py --measure-on-gpu --out "$DOCS"
     fi

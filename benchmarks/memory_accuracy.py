@@ -248,7 +248,7 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
                     loss.backward()
                     del loss
                 optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad(set_to_none=options.set_grads_to_none)
                 _synchronize(device)
                 step_seconds.append(time.perf_counter() - started)
         probe.step_end()

@@ -67,13 +67,17 @@ METRICS: dict[str, str] = {
     "max_micro_batch": "largest micro-batch that runs (0: not even 1)",
 }
 NOT_PREDICTED = {
-    "peak_reserved_gib": "reserved memory (autoshard replays the caching allocator only for one device holding the "
-                         "model, on one stream: profile --reserved; not FSDP2's communication streams, nor the "
-                         "expandable_segments torchtitan's launcher sets, run_train.sh @ 0168bd5)",
-    "nvidia_smi_gib": "an nvidia-smi total (autoshard predicts allocated memory only: no reserved segments, "
-                      "no CUDA context)",
     "mfu_percent": "MFU by the source's own FLOP formula (compare its tokens/s instead)",
 }
+NOT_PREDICTED_ON_SEVERAL_GPUS = {
+    "peak_reserved_gib": "reserved memory on several GPUs (autoshard replays the caching allocator only for one "
+                         "device holding the model, on one stream: profile --reserved; not FSDP2's communication "
+                         "streams, nor the expandable_segments torchtitan's launcher sets, run_train.sh @ 0168bd5)",
+    "nvidia_smi_gib": "an nvidia-smi total on several GPUs (the caching allocator is replayed only for one device "
+                      "holding the model: profile --reserved)",
+}
+"""Memory metrics autoshard predicts on one GPU only: the step's allocations replayed through the caching
+allocator (:func:`autoshard.profiler.cuda_reserve.trace_reserved`), plus the CUDA context for nvidia-smi."""
 CHECKPOINTING = ("none", "full", "selective-op", "selective-layer")
 AUTOSHARD_CHECKPOINTING = {"none": "none", "full": "full", "selective-op": "op", "selective-layer": "every-2"}
 """The published checkpointing as autoshard's ``activation_checkpointing`` choice (see the module docstring)."""
@@ -180,6 +184,8 @@ def not_expressible(point: dict[str, Any]) -> list[str]:
     metric = point["published"]["metric"]
     if metric in NOT_PREDICTED:
         missing.append(NOT_PREDICTED[metric])
+    if metric in NOT_PREDICTED_ON_SEVERAL_GPUS and point["hardware"]["nodes"] * point["hardware"]["gpus_per_node"] > 1:
+        missing.append(NOT_PREDICTED_ON_SEVERAL_GPUS[metric])
     return missing
 
 
@@ -284,7 +290,39 @@ class Predictor:
         }
         if point["published"]["metric"] == "max_micro_batch":
             out["max_micro_batch"] = largest_micro_batch(lambda mb: at(mb).fits)
+        if point["published"]["metric"] in NOT_PREDICTED_ON_SEVERAL_GPUS:
+            out.update(self.reserved(point, hardware))
         return out
+
+    def reserved(self, point: dict[str, Any], hardware: HardwareSpec) -> dict[str, Any]:
+        """One GPU's reserved peak (the traced step replayed through the caching allocator, the GPU's cuBLAS
+        workspace size, its memory less the context as the limit) and the nvidia-smi total (that plus the CUDA
+        context measured nearest to the GPU and module loading: :mod:`autoshard.profiler.cuda_context`)."""
+        from autoshard.models import load_source
+        from autoshard.profiler.checkpointing import parse_checkpointing
+        from autoshard.profiler.cuda_context import context_overhead
+        from autoshard.profiler.cuda_reserve import trace_reserved
+        from autoshard.profiler.options import ProfileOptions
+
+        gpu = hardware.node.gpu
+        if gpu.compute_capability is None:
+            raise ValueError(f"{point['id']}: the GPU profile {gpu.name} has no compute capability")
+        lazy = point["hardware"].get("cuda_module_loading", "lazy") == "lazy"
+        context = context_overhead(gpu.compute_capability, lazy_loading=lazy)
+        mode = parse_checkpointing(AUTOSHARD_CHECKPOINTING[point["strategy"]["activation_checkpointing"]])
+        options = ProfileOptions(batch_size=point["micro_batch"], seq_len=point["seq_len"],
+                                 precision=point["precision"], optimizer=point["optimizer"]["name"],
+                                 optimizer_impl=point["optimizer"].get("impl"), checkpointing=mode,
+                                 grad_accumulation=point["grad_accumulation"],
+                                 set_grads_to_none=point["optimizer"].get("set_grads_to_none", True), target="cuda")
+        replay = trace_reserved(load_source(self.model_source(point)), options,
+                                compute_capability=gpu.compute_capability,
+                                capacity_bytes=gpu.memory_bytes - context.bytes)
+        return {"peak_reserved_gib": replay.peak_reserved_bytes / 2**30,
+                "nvidia_smi_gib": (replay.peak_reserved_bytes + context.bytes) / 2**30,
+                "replayed_peak_allocated_gib": replay.peak_allocated_bytes / 2**30,
+                "replay_out_of_memory": replay.out_of_memory,
+                "cuda_context_gib": context.bytes / 2**30, "cuda_context_source": context.source}
 
 
 def signed_error(metric: str, predicted: float, published: float) -> float:

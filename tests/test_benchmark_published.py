@@ -116,6 +116,17 @@ def test_what_autoshard_cannot_express_is_named(bench: ModuleType, data: dict[st
     assert all(any(m.startswith(e) for m in missing) for e in expected), missing
 
 
+@pytest.mark.parametrize("metric", ["peak_reserved_gib", "nvidia_smi_gib"])
+def test_reserved_memory_is_predicted_on_one_gpu_only(bench: ModuleType, data: dict[str, Any], metric: str) -> None:
+    point = copy.deepcopy(data["points"][0])
+    point["strategy"].update(activation_checkpointing="none", unmodelled=[])
+    point["published"]["metric"] = metric
+    assert point["hardware"]["gpus_per_node"] * point["hardware"]["nodes"] > 1
+    assert any("several GPUs" in m for m in bench.not_expressible(point))
+    point["hardware"].update(gpus_per_node=1, nodes=1)
+    assert bench.not_expressible(point) == []
+
+
 def test_summary_separates_halves_and_memory_from_throughput(bench: ModuleType) -> None:
     def row(half: str, metric: str, error: float | None, status: str = "compared") -> dict[str, Any]:
         return {"half": half, "metric": metric, "error": error, "status": status,
@@ -123,14 +134,16 @@ def test_summary_separates_halves_and_memory_from_throughput(bench: ModuleType) 
 
     rows = [row("fit", "tokens_per_s_per_gpu", -10.0), row("fit", "tokens_per_s_per_gpu", 30.0),
             row("fit", "peak_active_gib", 5.0), row("held_out", "samples_per_s", 200.0),
-            row("held_out", "max_micro_batch", -1.0), row("held_out", "peak_reserved_gib", None, "not expressible")]
+            row("held_out", "max_micro_batch", -1.0), row("held_out", "peak_reserved_gib", None, "not expressible"),
+            row("held_out", "nvidia_smi_gib", -12.0)]
     summary = bench.summarise(rows)
     assert summary["fit"]["throughput"] == {"n": 2, "median_abs_error_pct": 20.0, "max_abs_error_pct": 30.0}
-    assert summary["fit"]["memory"]["n"] == 1 and summary["held_out"]["memory"]["n"] == 0
+    assert summary["fit"]["memory"]["n"] == 1
+    assert summary["held_out"]["memory"] == {"n": 1, "median_abs_error_pct": 12.0, "max_abs_error_pct": 12.0}
     assert summary["held_out"]["max_micro_batch"] == {"n": 1, "within_one": 1}
     assert summary["held_out"]["not_expressible"] == 1
     assert summary["held_out"]["published_run_predicted_not_to_fit"] == 1
-    assert summary["all"]["points"] == 6
+    assert summary["all"]["points"] == 7
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,10 @@ def ranking() -> ModuleType:
 
 
 def point(pid: str, *, gpu: str = "a100-sxm-80gb", nodes: int = 1, seq_len: int = 1024, model: str = "m",
-          metric: str = "samples_per_s", source: str = "s") -> dict[str, Any]:
+          metric: str = "samples_per_s", source: str = "s", precision: str = "bf16-mixed",
+          optimizer: str = "adamw") -> dict[str, Any]:
     return {"id": pid, "source": source, "half": "held_out", "seq_len": seq_len, "model": {"hf": model},
+            "precision": precision, "optimizer": {"name": optimizer},
             "hardware": {"gpu": gpu, "gpus_per_node": 8, "nodes": nodes}, "published": {"metric": metric}}
 
 
@@ -61,9 +63,11 @@ def test_configurations_predicted_not_to_fit_are_never_picked(ranking) -> None:
 
 @pytest.mark.parametrize("other", [
     point("b", gpu="h100-sxm-80gb"), point("b", nodes=2), point("b", seq_len=2048), point("b", model="n"),
-    point("b", source="t"),
-], ids=["gpu", "nodes", "sequence", "model", "source"])
+    point("b", source="t"), point("b", precision="32-true"), point("b", optimizer="adafactor"),
+], ids=["gpu", "nodes", "sequence", "model", "source", "precision", "optimizer"])
 def test_points_that_differ_in_machine_model_sequence_or_source_are_not_grouped(ranking, other) -> None:
+    """Nor those a user set differently: recommend chooses the strategy, the micro-batch and checkpointing for
+    the precision and optimizer it is given."""
     assert ranking.rankings([point("a"), other], [row("a", 100.0, 50.0), row("b", 80.0, 90.0)], METRICS) == []
 
 

@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also predict what the CUDA caching allocator reserves (max_memory_reserved, "
                              "fragmentation included): the model is traced whole once more and its allocations "
                              "replayed through the allocator's rules")
+    parser.add_argument("--keep-grads", action="store_true",
+                        help="gradients stay allocated (zeroed) between steps, as zero_grad(set_to_none=False) "
+                             "and Module.zero_grad() before torch 2.0 leave them (default: freed, torch >= 2.0)")
     parser.add_argument("--blocks", action="store_true", help="also list every repeated block")
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/profile.md)")
 
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         extrapolate=args.extrapolate,
         optimizer_impl=args.optimizer_impl,
         reserved=args.reserved,
+        set_grads_to_none=not args.keep_grads,
     )
     if args.json:
         print_json(result.to_dict())

@@ -48,6 +48,11 @@ MEASUREMENTS: tuple[ContextMeasurement, ...] = (
     ContextMeasurement(
         bytes=666_632_192, gpu="unnamed", compute_capability=None, cuda="11.7", torch="1.13", lazy_loading=False,
         source="pytorch/pytorch#86509: the same with CUDA_MODULE_LOADING=DEFAULT (eager): 666,632,192 B"),
+    ContextMeasurement(
+        bytes=1341 * _MIB, gpu="Tesla V100-SXM2-16GB", compute_capability=(7, 0), cuda="11.2 (driver 460.91.03)",
+        torch="not stated (January 2022)", lazy_loading=False,
+        source="transformers docs/source/en/perf_train_gpu_one.mdx @ 98513df: pynvml used 1343 MiB after "
+               "torch.ones((1, 1)).to('cuda') on an idle GPU, less the allocator's 2 MiB segment for that tensor"),
 )
 """Newest first. None is from a Hopper GPU yet: the GPU campaign (issue #16) should add one."""
 
@@ -59,6 +64,10 @@ def context_measurement(compute_capability: tuple[int, int], *, lazy_loading: bo
     Example:
         >>> context_measurement((9, 0)).gpu, context_measurement((9, 0), lazy_loading=False).cuda
         ('RTX 6000 Ada', '11.7')
+        >>> context_measurement((7, 0), lazy_loading=False).gpu  # measured on this compute capability
+        'Tesla V100-SXM2-16GB'
+        >>> context_measurement((7, 0)).gpu  # none lazy on sm_70: the newest lazy one
+        'RTX 6000 Ada'
     """
     same = [m for m in MEASUREMENTS if m.lazy_loading == lazy_loading]
     exact = [m for m in same if m.compute_capability == compute_capability]

@@ -164,6 +164,11 @@ class ProfileOptions:
     target: str = "cuda"
     """The device the answer is for: ``"cuda"`` models CUDA kernels and the caching allocator;
     ``"cpu"`` reports exactly what the CPU run allocates (used to compare against real CPU runs)."""
+    set_grads_to_none: bool = True
+    """``optimizer.zero_grad(set_to_none=True)`` between steps, torch >= 2.0's default: gradients are freed and
+    made anew in backward. ``False`` keeps them allocated (zeroed) through the next forward, as
+    ``zero_grad(set_to_none=False)`` does, and ``Module.zero_grad()`` did by default before torch 2.0 (the HF
+    Trainer's ``model.zero_grad()`` then): the full gradients add to the forward's peak."""
     fp32_output: bool = False
     """Cast the model's floating outputs to fp32 before the loss, as FSDP2's root ``output_dtype=float32`` does
     (``fit()`` sets it for ``16-mixed``, so that the scaled loss and its gradient stay finite)."""
@@ -175,6 +180,8 @@ class ProfileOptions:
             raise UsageError(f"sequence length must be a positive integer, but got {self.seq_len!r}.")
         if not isinstance(self.grad_accumulation, int) or self.grad_accumulation < 1:
             raise UsageError(f"gradient accumulation must be a positive integer, but got {self.grad_accumulation!r}.")
+        if not isinstance(self.set_grads_to_none, bool):
+            raise UsageError(f"set_grads_to_none must be True or False, but got {self.set_grads_to_none!r}.")
         if self.target not in ("cuda", "cpu"):
             raise UsageError(f"target must be 'cuda' or 'cpu', but got {self.target!r}.")
         object.__setattr__(self, "precision", parse_precision(self.precision))

@@ -115,7 +115,8 @@ def trace_timelines(
     session: the model is built and its optimizer state created once, then one measured step runs per micro-batch.
 
     A measured step starts from what the step before it left: the parameters, the optimizer state and no
-    gradients (``zero_grad(set_to_none=True)``), with Python's garbage collected, as after the warm-up step of a
+    gradients (``zero_grad(set_to_none=True)``; zeroed ones with ``options.set_grads_to_none=False``), with
+    Python's garbage collected, as after the warm-up step of a
     trace of its own; its peaks and timeline are its own. ``tests/profiler/test_trace.py`` checks each profile
     equals the one traced alone. FLOPs (``count_flops``) are counted at the first micro-batch only. With
     ``allocation_log`` (a list), every allocation and free is appended to it (:mod:`autoshard.profiler.cuda_reserve`)
@@ -308,7 +309,7 @@ def _run_steps(
                 # some tensors alive longer); memory is measured on the steady-state steps after it.
                 tracker.measuring = step > 0
                 if step == 0 and not count_flops and tracker.allocation_log is None:  # a replay needs the real one
-                    _warm_start(model, optimizer, source, tracker)
+                    _warm_start(model, optimizer, source, tracker, set_to_none=options.set_grads_to_none)
                     continue
                 first_forward = True
                 for micro in range(accumulation):
@@ -350,7 +351,7 @@ def _run_steps(
                 tracker.stand_in_scalars = False
                 facts.optimizer_state_bytes = tracker.totals[Category.OPTIMIZER]
                 tracker.phase = "zero_grad"
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad(set_to_none=options.set_grads_to_none)
     finally:
         for h in handles:
             h.remove()
@@ -359,7 +360,7 @@ def _run_steps(
 
 
 def _warm_start(model: nn.Module, optimizer: torch.optim.Optimizer, source: ModelSource,
-                tracker: MemoryTracker) -> None:
+                tracker: MemoryTracker, *, set_to_none: bool = True) -> None:
     """Create the optimizer state without a forward and backward: zero gradients, one step, ``zero_grad``.
 
     The first step is never measured; when it need not count FLOPs, this gives the measured step the same
@@ -374,7 +375,7 @@ def _warm_start(model: nn.Module, optimizer: torch.optim.Optimizer, source: Mode
     tracker.stand_in_scalars = True
     guard(optimizer.step, source, tracker, "optimizer step")
     tracker.stand_in_scalars = False
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=set_to_none)
 
 
 def _forward(

@@ -105,6 +105,8 @@ class Case:
     """``none`` (single), ``real`` (one process per rank) or ``fake`` (rank 0 of a fake process group)."""
     settings: tuple[tuple[str, Any], ...] = ()
     """Strategy knobs, as ``(name, value)`` pairs."""
+    grad_accumulation: int = 1
+    """Micro-batches per optimizer step (distributed cases: the plan's ``gradient_accumulation``)."""
 
 
 def _token(models: Sequence[str], batches: Sequence[int], precisions: Sequence[str], **kw: Any) -> list[Case]:
@@ -144,6 +146,13 @@ def distributed_grid() -> list[Case]:
     for world in (4, 8):
         for name in ("fsdp", "fsdp_shard_grad_op"):
             cases += _token(models, (4,), precisions, strategy=name, world_size=world, process_group="fake")
+    # Gradient accumulation: 2 micro-batches per step, what each strategy keeps between them as fit() runs it.
+    accumulating = [("ddp", ()), ("fsdp", ()), *((f"deepspeed_stage_{s}", ZERO_SMALL_BUCKETS[s]) for s in (1, 2, 3))]
+    for name, settings in accumulating:
+        cases += [Case(m, 4, 64, p, False, strategy=name, world_size=2, process_group="real", settings=settings,
+                       grad_accumulation=2) for p in precisions for m in models]
+    cases += [Case("tiny-gpt2", 4, 64, p, False, strategy="ddp", world_size=1, process_group="real",
+                   grad_accumulation=2) for p in precisions]  # one device: the module unwrapped, .grad kept
     return cases
 
 
@@ -295,7 +304,7 @@ def predict_distributed(case: Case, device: torch.device) -> tuple[int, Any]:
     plan = _plan(case.model, case.precision, case.seq_len, case.world_size, case.process_group, case.strategy,
                  device.type)
     request = dataclasses.replace(plan.request, micro_batch_size=case.batch_size,
-                                  global_batch_size=case.batch_size * case.world_size)
+                                  global_batch_size=case.batch_size * case.world_size * case.grad_accumulation)
     candidate = Candidate(strategy=case.strategy, micro_batch_size=case.batch_size,
                           activation_checkpointing=case.checkpointing, settings=dict(case.settings))
     evaluation = evaluate(get(case.strategy), plan.workload, plan.hardware, request, candidate)
@@ -377,10 +386,11 @@ def run_case(case: Case, device: torch.device, *, skip_above_bytes: int | None) 
         if case.strategy == "single":
             source = load_case(case)
             options = ProfileOptions(batch_size=case.batch_size, seq_len=case.seq_len, precision=case.precision,
-                                     activation_checkpointing=case.checkpointing, target=device.type)
+                                     activation_checkpointing=case.checkpointing,
+                                     grad_accumulation=case.grad_accumulation, target=device.type)
             predicted = autoshard.profile(source, batch_size=case.batch_size, seq_len=case.seq_len,
                                           precision=case.precision, activation_checkpointing=case.checkpointing,
-                                          target=device.type)
+                                          grad_accumulation=case.grad_accumulation, target=device.type)
             row["predicted_bytes"] = predicted.peak_bytes
             if case.checkpointing and predicted.block_class is None:
                 row["note"] = "no repeated block: checkpointing has no effect"
@@ -539,7 +549,8 @@ def write_report(out: Path, meta: dict[str, Any], summary: dict[str, Any], rows:
                      f"{_pct(st['max_abs_error_pct'])} |")
     lines += [
         "",
-        "| model | strategy | world | precision | batch | seq | ckpt | settings | predicted (MiB) | measured (MiB) | "
+        "| model | strategy | world | precision | batch (× micro-batches) | seq | ckpt | settings | predicted (MiB) | "
+        "measured (MiB) | "
         + ("reserved (MiB) | reserved predicted (MiB) | reserved error | " if cuda else "")
         + "predicted − measured (bytes) | error | note |",
         "|---|---|---|---|---:|---:|---|---|---:|---:|" + ("---:|---:|---:|" if cuda else "") + "---:|---:|---|",
@@ -553,13 +564,19 @@ def write_report(out: Path, meta: dict[str, Any], summary: dict[str, Any], rows:
         diff = "—" if r["measured_bytes"] is None else f"{r['predicted_bytes'] - r['measured_bytes']:+,}"
         settings = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in r["settings"].items())
         lines.append(
-            f"| {name} | {r['strategy']} | {_where(r)} | {r['precision']} | {r['batch_size']} | "
+            f"| {name} | {r['strategy']} | {_where(r)} | {r['precision']} | {_batch(r)} | "
             f"{r['seq_len'] or '—'} | {'on' if r['checkpointing'] else 'off'} | {settings or 'defaults'} | "
             f"{_mib(r['predicted_bytes'])} | {_mib(r['measured_bytes'])} | "
             + (f"{_mib(r['reserved_bytes'])} | {_mib(r.get('predicted_reserved_bytes'))} | "
                f"{_signed_pct(r.get('reserved_error_pct'))} | " if cuda else "") + f"{diff} | {err} | {note} |"
         )
     (out / "memory_accuracy.md").write_text("\n".join(lines) + "\n")
+
+
+def _batch(row: dict[str, Any]) -> str:
+    """The micro-batch, and ``× N`` when N micro-batches make a step."""
+    accumulation = row.get("grad_accumulation", 1)
+    return f"{row['batch_size']}" + (f" × {accumulation}" if accumulation > 1 else "")
 
 
 def _device(name: str) -> torch.device:

@@ -104,6 +104,33 @@ def test_distributed_cases_train_the_plan_in_real_and_fake_process_groups(bench:
     assert fsdp["measured_bytes"] < ddp["measured_bytes"]
 
 
+def test_accumulated_gradients_are_counted_against_real_runs(bench: ModuleType, tmp_path: Path) -> None:
+    """Two micro-batches per step: one device (the module unwrapped, .grad kept between micro-batches), FSDP2 as
+    rank 0 of four (unsharded gradients kept without sync), ZeRO-2 and ZeRO-1 in two gloo processes (a small
+    reduce bucket, so that the gradients are not hidden under it): the planner against the allocator's peak."""
+    small_bucket = (("reduce_bucket_size", 100_000),)
+    cases = [
+        bench.Case("tiny-gpt2", 4, 64, "32-true", False, strategy="ddp", world_size=1, process_group="real",
+                   grad_accumulation=2),
+        bench.Case("tiny-llama", 4, 64, "bf16-mixed", False, strategy="fsdp", world_size=4, process_group="fake",
+                   grad_accumulation=2),
+        bench.Case("tiny-gpt2", 4, 64, "bf16-mixed", False, strategy="deepspeed_stage_2", world_size=2,
+                   process_group="real", settings=small_bucket, grad_accumulation=2),
+        bench.Case("tiny-gpt2", 4, 64, "bf16-mixed", False, strategy="deepspeed_stage_1", world_size=2,
+                   process_group="real", settings=small_bucket, grad_accumulation=2),
+    ]
+    assert bench.main(["--device", "cpu", "--out", str(tmp_path)], cases=cases) == 0
+    rows = json.loads((tmp_path / "memory_accuracy.json").read_text())["rows"]
+    assert [r["error"] for r in rows] == [None] * len(cases), rows
+    assert all(abs(r["error_pct"]) < 1.0 for r in rows[:3]), rows
+    # ZeRO-1: 3 % under (-8 % without the accumulated .grad); the rest is not found yet (docs/benchmarks/README.md).
+    assert abs(rows[3]["error_pct"]) < 4.0, rows
+    # Without the kept gradients the plan is smaller by them: what accumulation adds is in the prediction.
+    once = [bench.predict_distributed(dataclasses.replace(c, grad_accumulation=1), torch.device("cpu"))[0]
+            for c in cases]
+    assert all(r["predicted_bytes"] > one for r, one in zip(rows, once, strict=True))
+
+
 def test_failed_case_is_recorded_in_its_row_not_raised(bench: ModuleType, tmp_path: Path) -> None:
     cases = [bench.Case("no-such-model", 1, None, "32-true", False),
              bench.Case("tiny-gpt2", 1, 64, "32-true", False, strategy="ddp", world_size=2, process_group="real",

@@ -10,7 +10,7 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.hardware.units import format_throughput
 from autoshard.planner.plan import Evaluation, Plan, PlanRequest
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
-from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Strategy
+from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Strategy, Traits
 from autoshard.strategies.workload import Workload
 
 MAX_MICRO_BATCH = 1024
@@ -120,12 +120,13 @@ def evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, req
     Raises:
         UsageError: the candidate carries a setting its strategy does not have, or a value out of range.
     """
-    memory = strategy.memory(workload, hardware, candidate)
-    problem = _does_not_fit(memory, hardware, request)
     micro = candidate.micro_batch_size
     accumulation = _accumulation(request, hardware.world_size, micro)
+    memory = strategy.memory(workload, hardware, dataclasses.replace(candidate, gradient_accumulation=accumulation))
+    problem = _does_not_fit(memory, hardware, request)
     cost = strategy.cost(workload, hardware, candidate)
-    cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload)
+    cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload,
+                              communication_per_micro_batch=_communicates_every_micro_batch(strategy.traits))
     return Evaluation(candidate=candidate, traits=strategy.traits, fits=problem is None, memory=memory, cost=cost,
                       gradient_accumulation=accumulation, max_micro_batch_size=max_micro_batch_size, score=0.0,
                       reasons=() if problem is None else (problem,))
@@ -205,17 +206,30 @@ def _accumulation(request: PlanRequest, world: int, micro: int) -> int:
     return max(1, request.global_batch_size // (world * micro))
 
 
+def _communicates_every_micro_batch(traits: Traits) -> bool:
+    """Whether a strategy's collectives run every micro-batch: FSDP and ZeRO-3 gather the parameters for each
+    forward and backward and reduce-scatter each micro-batch's gradients (``fit()``'s FSDP backend keeps gradient
+    sync on); DDP (``no_sync``) and ZeRO-1 reduce at the accumulation boundary only. ZeRO-2 reduces every
+    micro-batch too (``partition_gradients``) but all-gathers once after the step: counted once, it errs fast."""
+    return traits.family == "fsdp" or traits.zero_stage == 3
+
+
 def _with_accumulation(cost: CostEstimate, accumulation: int, micro: int, world: int,
-                       workload: Workload) -> CostEstimate:
-    """Scale a one-micro-batch step to ``accumulation`` micro-batches: compute repeats, gradient communication
-    and the optimizer step happen once per optimizer step (DDP ``no_sync``, DeepSpeed accumulation boundaries)."""
+                       workload: Workload, *, communication_per_micro_batch: bool = False) -> CostEstimate:
+    """Scale a one-micro-batch step to ``accumulation`` micro-batches: compute repeats, and the exposed
+    communication too where it runs every micro-batch; otherwise gradient communication and the optimizer step
+    happen once per optimizer step (DDP ``no_sync``, DeepSpeed accumulation boundaries)."""
     if accumulation == 1:
         return cost
-    step = accumulation * cost.compute_s + (cost.step_time_s - cost.compute_s)
+    repeated = cost.compute_s + (cost.exposed_communication_s if communication_per_micro_batch else 0.0)
+    step = accumulation * repeated + (cost.step_time_s - repeated)
     samples = micro * world * accumulation / step
     tokens = None if workload.tokens_per_sample is None else samples * workload.tokens_per_sample
+    times = accumulation if communication_per_micro_batch else 1
     return dataclasses.replace(cost, step_time_s=step, samples_per_s=samples, tokens_per_s=tokens,
-                               compute_s=accumulation * cost.compute_s)
+                               compute_s=accumulation * cost.compute_s,
+                               communication_s=times * cost.communication_s,
+                               exposed_communication_s=times * cost.exposed_communication_s)
 
 
 def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule]) -> tuple[str, ...]:

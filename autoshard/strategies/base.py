@@ -125,6 +125,10 @@ class Candidate:
     activation_checkpointing: bool
     settings: Mapping[str, Any] = field(default_factory=dict)
     """Knob values; missing knobs take the strategy's defaults for the hardware."""
+    gradient_accumulation: int = 1
+    """Micro-batches per optimizer step. From the second on, what a strategy keeps of the gradients between
+    micro-batches is alive through forward: its memory model counts it (``planner.search.evaluate`` sets this
+    from the request before asking for memory)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""

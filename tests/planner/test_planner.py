@@ -172,6 +172,38 @@ def test_global_batch_sets_accumulation_and_amortises_communication():
     assert p.recommended.candidate.micro_batch_size == 4
 
 
+class Communicating(Synthetic):
+    """The synthetic step with 10 ms of exposed communication, and a memory that records the candidate asked."""
+
+    asked: list = []
+
+    def memory(self, workload, hardware, candidate):
+        self.asked.append(candidate.gradient_accumulation)
+        return super().memory(workload, hardware, candidate)
+
+    def cost(self, workload, hardware, candidate):
+        c = super().cost(workload, hardware, candidate)
+        step = c.step_time_s + 0.010
+        return CostEstimate(compute_s=c.compute_s, communication_s=0.010, exposed_communication_s=0.010,
+                            offload_s=0.0, step_time_s=step,
+                            samples_per_s=candidate.micro_batch_size * hardware.world_size / step, tokens_per_s=None)
+
+
+@pytest.mark.parametrize(("name", "repeats"), [("fsdp", True), ("deepspeed_stage_3", True), ("ddp", False),
+                                               ("deepspeed_stage_1", False)])
+def test_accumulation_repeats_the_communication_of_strategies_that_communicate_every_micro_batch(name, repeats):
+    """FSDP and ZeRO-3 gather and reduce-scatter every micro-batch; DDP (no_sync) and ZeRO-1 at the boundary."""
+    s = Communicating(name, state_gib=10, act_gib=3, per_device_samples_s=100)
+    s.asked = []
+    p = plan(workload(), H100x8, request(micro_batch_size=4, global_batch_size=128), [s])
+    r = p.recommended
+    assert r.gradient_accumulation == 4 and 4 in s.asked  # the memory model was told
+    compute = 4 / 100
+    expected = 4 * compute + (4 * 0.010 if repeats else 0.010)
+    assert r.cost.step_time_s == pytest.approx(expected)
+    assert r.cost.exposed_communication_s == pytest.approx(0.040 if repeats else 0.010)
+
+
 def test_an_unsupported_strategy_is_listed_with_its_reason():
     strategies = [Synthetic("ddp", state_gib=1, act_gib=1, per_device_samples_s=10),
                   Synthetic("deepspeed_stage_3", state_gib=1, act_gib=1, per_device_samples_s=99,

@@ -261,6 +261,9 @@ class DDPStrategy(Strategy):
         views = s.gradient_as_bucket_view and not single
         hook_state, in_flight, hook_note = (0, 0, None) if single else _hook_memory(s, layout, rnd)
         overhead = workload.cuda_overhead_bytes if workload.target == "cuda" else 0
+        # Accumulating, .grad is kept from one micro-batch to the next (no_sync: nothing is reduced, nothing
+        # freed), so from the second micro-batch on every phase holds all of it.
+        accumulating = candidate.gradient_accumulation > 1
         by_phase: dict[str, GpuMemory] = {}
         for phase, br in phases.items():
             by_phase[phase] = GpuMemory(
@@ -268,7 +271,7 @@ class DDPStrategy(Strategy):
                 # With views, .grad *is* the buckets (alive from construction); otherwise .grad lives as in the
                 # single-device step (the trace's gradients at this phase's high point) and the buckets are a
                 # second, flat copy.
-                gradients=bucket_bytes if views else min(br.gradients, grad_bytes),
+                gradients=bucket_bytes if views else (grad_bytes if accumulating else min(br.gradients, grad_bytes)),
                 optimizer=optimizer_bytes,
                 activations=trace.activation_bytes(phase, b),
                 # A hook's per-bucket transients exist only while buckets are reduced, i.e. during backward.
@@ -280,6 +283,10 @@ class DDPStrategy(Strategy):
         notes = ([ONE_DEVICE_NOTE, "parameters, gradients and optimizer state as the traced step holds them, in the "
                   "user's precision with autocast (the 'amp' trace)"]
                  if single else _replica_notes(s, buckets, hook_note))
+        if accumulating and not views:
+            notes.append(f"{candidate.gradient_accumulation} micro-batches per step: the gradients "
+                         f"({_mib(grad_bytes)}) are kept between micro-batches, alive through every forward after "
+                         "the first")
         if overhead:
             notes.append(f"CUDA allocator-side overheads: {_mib(overhead)} (from the profile)")
         return MemoryEstimate(gpu=by_phase[peak_phase], peak_phase=peak_phase, notes=tuple(notes))

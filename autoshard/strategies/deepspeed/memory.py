@@ -343,7 +343,19 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
         + (" x 2 (overlap_comm)" if settings.overlap_comm else "") + " allocated in full during backward "
         "(setup_buckets).",
     ]
-    phases = {name: _Phase(parameters=params, optimizer=held, activations=act[name]) for name in ("forward", "loss")}
+    # Accumulating (several micro-batches per step), what a micro-batch leaves for the next is alive through its
+    # forward: ZeRO-1 reduces only at the accumulation boundary (reduce_ready_partitions_and_remove_grads,
+    # reduce_gradients), so the 16-bit gradients accumulate whole in .grad; ZeRO-2 reduces every micro-batch
+    # into grads_in_partition, which lives until the step.
+    carried = 0
+    if candidate.gradient_accumulation > 1 and not offload:
+        carried = gin if settings.stage == 2 else total * lp
+        notes.append(f"{candidate.gradient_accumulation} micro-batches per step: "
+                     + ("the gradient partition (grads_in_partition) is kept between micro-batches"
+                        if settings.stage == 2 else "the 16-bit gradients accumulate whole in .grad until the "
+                        "boundary's reduction") + ", alive through every forward after the first")
+    phases = {name: _Phase(parameters=params, optimizer=held, gradients=carried, activations=act[name])
+              for name in ("forward", "loss")}
     if offload:
         # A GPU staging buffer of the largest parameter for CPU copies (temp_grad_buffer_for_gpu_offload), and an
         # fp32 copy of a gradient slice before it goes to the CPU (async_inplace_copy_grad_to_fp32_buffer_from_gpu).
@@ -379,11 +391,11 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
         end_gradients = total * lp + gin
     peak_gradients = reducing.gradients if in_hooks else step.backward_gradient_bytes
     phases["backward"] = max(
-        _Phase(parameters=params, optimizer=held, gradients=peak_gradients if started else 0,
+        _Phase(parameters=params, optimizer=held, gradients=max(carried, peak_gradients if started else 0),
                activations=act["backward"], buffers=reducing.buffers if started else 0),
-        _Phase(parameters=params, optimizer=held, gradients=reducing.gradients, activations=step.backward_saved,
-               buffers=reducing.buffers),
-        _Phase(parameters=params, optimizer=held, gradients=end_gradients, activations=step.inputs,
+        _Phase(parameters=params, optimizer=held, gradients=max(carried, reducing.gradients),
+               activations=step.backward_saved, buffers=reducing.buffers),
+        _Phase(parameters=params, optimizer=held, gradients=max(carried, end_gradients), activations=step.inputs,
                buffers=reducing.buffers),
         key=_Phase.total)
     # step(): flatten the partition's gradients (a copy), cast to fp32 (a second copy unless already fp32), free

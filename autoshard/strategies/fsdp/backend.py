@@ -63,7 +63,6 @@ class FSDPBackend(Backend):
             _init_weights(module)
         self._prefetch(units)
         self._module = module
-        self._sync = True  # FSDP2's default
         self.optimizer = make_optimizer(module.parameters())
         # The plain GradScaler is the one FSDP2 is tested with (torch's test/distributed/_composable/fsdp/
         # test_fully_shard_grad_scaler.py): the gradients are DTensors, and DTensor runs the inf check on the local
@@ -138,10 +137,12 @@ class FSDPBackend(Backend):
         return call(self._module, self.precision.cast_batch(batch))
 
     def backward(self, loss: torch.Tensor, *, sync: bool) -> None:
-        """Backward; without ``sync`` gradients stay unsharded and unreduced until the last micro-batch."""
-        if sync != self._sync:  # the setter walks every submodule: call it only on a change
-            self._module.set_requires_gradient_sync(sync)  # type: ignore[operator]
-            self._sync = sync
+        """Backward, reduce-scattered every micro-batch (``sync`` is not used): the sharded gradients accumulate in
+        place (``foreach_reduce``: ``sharded_param.grad += new_sharded_grad``), so accumulating costs 1/N of the
+        gradients. Skipping the sync (``set_requires_gradient_sync(False)``) would save the reduce-scatters of all
+        but the last micro-batch and keep every unsharded gradient between them instead, the memory FSDP exists
+        to save; llm-foundry's Composer runs FSDP accumulation this way too."""
+        del sync
         self.scaled_backward(loss)
 
     def step(self) -> None:

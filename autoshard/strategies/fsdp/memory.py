@@ -233,11 +233,16 @@ def _unit_activations(trace: StepTrace, micro_batch: int, blocks_per_unit: int, 
 
 
 def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_bytes_per_parameter: float,
-                 model_buffer_bytes: int) -> list[Moment]:
+                 model_buffer_bytes: int, *, accumulating: bool = False) -> list[Moment]:
     """Every moment where FSDP2's memory can peak, forward to optimizer step, for the rank holding shard 0.
 
     Rank 0 holds the largest (padded) shard of every tensor: ``FSDPParam._init_sharded_param`` pads dim 0 to a
     multiple of the shard size and rank 0's chunk is always full.
+
+    ``accumulating``: several micro-batches per optimizer step, each reduce-scattered (as ``fit()``'s FSDP backend
+    runs them): every unit's sharded gradient exists from the first micro-batch's backward to the step, and later
+    micro-batches add into it in place (``foreach_reduce``: ``sharded_param.grad += new_sharded_grad``, torch
+    2.13), so from the second micro-batch on all of them are alive through forward and backward.
     """
     n, rnd = layout.shard_size, layout.round_bytes
     c, r, o = layout.gather_bytes, layout.reduce_bytes, layout.orig_bytes
@@ -310,10 +315,14 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     g_root = gathered(root) if root else 0
     base = dict(parameters=params, optimizer=optimizer)
     out: list[Moment] = []
+    # Accumulating: the sharded gradients of earlier micro-batches, all alive through forward (``carried``) and,
+    # reduced into in place, not added again as backward reduces each unit (``done_grads`` starts full).
+    carried = sum(sharded_grad(u) for u in units_all) if accumulating else 0
 
     def add(phase: str, where: str, buffers: int, activations: int, gradients: int = 0) -> None:
-        out.append(Moment(phase=phase, where=where, gradients=gradients, activations=max(acts.inputs, activations),
-                          buffers=buffers + model_buffer_bytes, **base))
+        kept_grads = carried if phase in ("forward", "loss") else 0
+        out.append(Moment(phase=phase, where=where, gradients=gradients + kept_grads,
+                          activations=max(acts.inputs, activations), buffers=buffers + model_buffer_bytes, **base))
 
     # -- forward: the root is all-gathered first and stays unsharded until its post-backward.
     if root:
@@ -338,10 +347,11 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     # The start of backward holds what the loss phase left plus the loss's gradients: the trace's backward high
     # point when that falls there (no block gradient existed at it), else at most the loss phase's high point.
     at_start = acts.backward_peak_unit is None
-    add("backward", "start", g_root + kept_so_far, acts.backward if at_start else min(acts.backward, acts.loss))
+    add("backward", "start", g_root + kept_so_far, acts.backward if at_start else min(acts.backward, acts.loss),
+        gradients=carried)
     head_grads = grads(units.root_after)
     kept_before = list(itertools.accumulate((kept(b) for b in blocks), initial=0))
-    done_grads, held_ar, held_rs = 0, 0, 0
+    done_grads, held_ar, held_rs = carried, 0, 0
     for k in range(len(blocks) - 1, -1, -1):
         block = blocks[k]
         earlier = kept_before[k]
@@ -362,7 +372,7 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
             gradients=before + grads(block))
         add("backward", f"block {k} reduce-scatter", common + rs_in(block) + rs_copy(block) + rs_out(block), below,
             gradients=before + last_grad(block))
-        done_grads += sharded_grad(block)
+        done_grads += 0 if accumulating else sharded_grad(block)
         held_ar += ar_held(block)
         held_rs = rs_in(block)
     if root:
@@ -373,7 +383,7 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
             gradients=root_grads + done_grads)
         add("backward", "root reduce-scatter", held_ar + rs_in(root) + rs_copy(root) + rs_out(root), acts.inputs,
             gradients=last_grad(root) + done_grads)
-        done_grads += sharded_grad(root)
+        done_grads += 0 if accumulating else sharded_grad(root)
 
     # -- optimizer: on the shards (offload: on the CPU, nothing on the GPU but the batch and buffers).
     scratch = 0 if layout.offload else optimizer_scratch_bytes(units, layout, acts.optimizer_scratch)

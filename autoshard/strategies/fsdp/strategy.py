@@ -162,13 +162,14 @@ class FSDPStrategy(Strategy):
     def moments(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> list[Moment]:
         """Every moment of the step where this candidate's per-rank memory can peak (see ``fsdp_memory``)."""
         layout, units, acts = self._model(workload, hardware, candidate)
-        return step_moments(units, layout, acts, workload.optimizer_state_bytes_per_parameter, workload.buffer_bytes)
+        return step_moments(units, layout, acts, workload.optimizer_state_bytes_per_parameter, workload.buffer_bytes,
+                            accumulating=candidate.gradient_accumulation > 1)
 
     def memory(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> MemoryEstimate:
         """Per-rank peak over FSDP2's moments (:meth:`moments`) plus host RAM for offload."""
         layout, units, acts = self._model(workload, hardware, candidate)
         moments = step_moments(units, layout, acts, workload.optimizer_state_bytes_per_parameter,
-                               workload.buffer_bytes)
+                               workload.buffer_bytes, accumulating=candidate.gradient_accumulation > 1)
         peak = max(moments, key=lambda m: m.total)
         overhead = workload.cuda_overhead_bytes if workload.target == "cuda" else 0
         cpu = 0
@@ -179,7 +180,10 @@ class FSDPStrategy(Strategy):
             gpu=GpuMemory(parameters=peak.parameters, gradients=peak.gradients, optimizer=peak.optimizer,
                           activations=peak.activations, buffers=peak.buffers, overhead=overhead),
             peak_phase=peak.phase, cpu_bytes_per_node=cpu,
-            notes=tuple(_memory_notes(layout, units, peak.where, overhead)),
+            notes=tuple(_memory_notes(layout, units, peak.where, overhead) + (
+                [f"{candidate.gradient_accumulation} micro-batches per step, each reduce-scattered: the sharded "
+                 "gradients are kept between micro-batches and accumulated in place"]
+                if candidate.gradient_accumulation > 1 else [])),
         )
 
     def _model(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate

@@ -181,6 +181,11 @@ def test_hf_training_arguments_built_from_a_plan(plan, tmp_path):
     args = hf_trainer.training_arguments(e, output_dir=str(tmp_path), max_steps=2, use_cpu=True)
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, 2)
     assert args.max_grad_norm == 0.0 and args.fsdp_config["version"] == 2  # fsdp_config.json's content, no file
+    # Accumulating, the Trainer reduce-scatters every micro-batch, as the plan's memory counts (and fit() runs).
+    assert args.accelerator_config.gradient_accumulation_kwargs == {"sync_each_batch": True}
+    once = hf_trainer.training_arguments(cpu_plan(plan, "fsdp", ranks=1), output_dir=str(tmp_path), max_steps=2,
+                                         use_cpu=True)
+    assert not (once.accelerator_config.gradient_accumulation_kwargs or {}).get("sync_each_batch")
 
 
 @pytest.mark.slow

@@ -179,7 +179,13 @@ class FSDPExporter:
         options = ["full_shard" if reshard else "shard_grad_op", "auto_wrap"]
         if exported.strategy_traits.offload_parameters:
             options.append("offload")
-        return ["--fsdp", " ".join(options), "--fsdp_config", fsdp_config_file]
+        args = ["--fsdp", " ".join(options), "--fsdp_config", fsdp_config_file]
+        if exported.gradient_accumulation > 1:
+            # The Trainer skips the gradient sync on all but the last micro-batch (accelerate's no_sync:
+            # set_requires_gradient_sync(False) under FSDP2), which keeps every unsharded gradient between them;
+            # the plan reduce-scatters every micro-batch, as fit() does (transformers 5.24 Trainer: sync_each_batch).
+            args += ["--accelerator_config", json.dumps({"gradient_accumulation_kwargs": {"sync_each_batch": True}})]
+        return args
 
     def launchers(self, exported: ExportedPlan, *, script: str) -> list[str]:
         """None besides torchrun."""
@@ -203,6 +209,12 @@ class FSDPExporter:
         if exported.strategy_traits.hybrid:
             out.append("Hybrid sharding: the HF Trainer cannot run it with FSDP2 (no file written); the Accelerate "
                        "config's parallelism_config replicates across nodes and shards within each.")
+        if exported.gradient_accumulation > 1:
+            out.append(f"Accumulating {exported.gradient_accumulation} micro-batches: the plan reduce-scatters every "
+                       "micro-batch (sharded gradients kept between them). Accelerate's accumulate() / no_sync() skips "
+                       "that under FSDP2 and keeps every unsharded gradient instead: build the Accelerator with "
+                       "GradientAccumulationPlugin(num_steps=..., sync_each_batch=True) (the HF Trainer arguments "
+                       "here set it; Lightning syncs every micro-batch already).")
         return out
 
 

@@ -65,18 +65,11 @@ def on_this_gpu(point: dict[str, Any], gpu_profile: str) -> dict[str, Any]:
 def measure(point: dict[str, Any], predictor: Any, device: torch.device, *, steps: int = MEASURED_STEPS) -> dict:
     """Train ``point``'s configuration on ``device``: peak allocated and reserved bytes, tokens/s."""
     from memory_accuracy import measure_peak
-    from published import AUTOSHARD_CHECKPOINTING
+    from published import profile_options
 
     from autoshard.models import load_source
-    from autoshard.profiler.options import ProfileOptions
 
-    checkpointing = AUTOSHARD_CHECKPOINTING[point["strategy"]["activation_checkpointing"]]
-    options = ProfileOptions(batch_size=point["micro_batch"], seq_len=point["seq_len"],
-                             precision=point["precision"], optimizer=point["optimizer"]["name"],
-                             optimizer_impl=point["optimizer"].get("impl"),
-                             activation_checkpointing=checkpointing != "none", checkpointing=checkpointing,
-                             grad_accumulation=point["grad_accumulation"],
-                             set_grads_to_none=point["optimizer"].get("set_grads_to_none", True), target=device.type)
+    options = profile_options(point, device.type)
     source = load_source(predictor.model_source(point))
     try:
         peak = measure_peak(source, options, device, steps=steps)

@@ -42,6 +42,7 @@ import yaml
 if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.planner.plan import Evaluation
+    from autoshard.profiler.options import ProfileOptions
     from autoshard.strategies.workload import Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
@@ -299,23 +300,15 @@ class Predictor:
         workspace size, its memory less the context as the limit) and the nvidia-smi total (that plus the CUDA
         context measured nearest to the GPU and module loading: :mod:`autoshard.profiler.cuda_context`)."""
         from autoshard.models import load_source
-        from autoshard.profiler.checkpointing import parse_checkpointing
         from autoshard.profiler.cuda_context import context_overhead
         from autoshard.profiler.cuda_reserve import trace_reserved
-        from autoshard.profiler.options import ProfileOptions
 
         gpu = hardware.node.gpu
         if gpu.compute_capability is None:
             raise ValueError(f"{point['id']}: the GPU profile {gpu.name} has no compute capability")
         lazy = point["hardware"].get("cuda_module_loading", "lazy") == "lazy"
         context = context_overhead(gpu.compute_capability, lazy_loading=lazy)
-        mode = parse_checkpointing(AUTOSHARD_CHECKPOINTING[point["strategy"]["activation_checkpointing"]])
-        options = ProfileOptions(batch_size=point["micro_batch"], seq_len=point["seq_len"],
-                                 precision=point["precision"], optimizer=point["optimizer"]["name"],
-                                 optimizer_impl=point["optimizer"].get("impl"), checkpointing=mode,
-                                 grad_accumulation=point["grad_accumulation"],
-                                 set_grads_to_none=point["optimizer"].get("set_grads_to_none", True), target="cuda")
-        replay = trace_reserved(load_source(self.model_source(point)), options,
+        replay = trace_reserved(load_source(self.model_source(point)), profile_options(point, "cuda"),
                                 compute_capability=gpu.compute_capability,
                                 capacity_bytes=gpu.memory_bytes - context.bytes)
         return {"peak_reserved_gib": replay.peak_reserved_bytes / 2**30,
@@ -323,6 +316,19 @@ class Predictor:
                 "replayed_peak_allocated_gib": replay.peak_allocated_bytes / 2**30,
                 "replay_out_of_memory": replay.out_of_memory,
                 "cuda_context_gib": context.bytes / 2**30, "cuda_context_source": context.source}
+
+
+def profile_options(point: dict[str, Any], target: str) -> ProfileOptions:
+    """The point's one-device training step as the profiler takes it (micro-batch, sequence, precision, optimizer
+    and its implementation, checkpointing, accumulation, whether gradients are kept between steps)."""
+    from autoshard.profiler.checkpointing import parse_checkpointing
+    from autoshard.profiler.options import ProfileOptions
+
+    mode = parse_checkpointing(AUTOSHARD_CHECKPOINTING[point["strategy"]["activation_checkpointing"]])
+    return ProfileOptions(batch_size=point["micro_batch"], seq_len=point["seq_len"], precision=point["precision"],
+                          optimizer=point["optimizer"]["name"], optimizer_impl=point["optimizer"].get("impl"),
+                          checkpointing=mode, grad_accumulation=point["grad_accumulation"],
+                          set_grads_to_none=point["optimizer"].get("set_grads_to_none", True), target=target)
 
 
 def signed_error(metric: str, predicted: float, published: float) -> float:

@@ -10,7 +10,7 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.hardware.units import format_throughput
 from autoshard.planner.plan import Evaluation, Plan, PlanRequest
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
-from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Strategy, Traits
+from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Strategy
 from autoshard.strategies.workload import Workload
 
 MAX_MICRO_BATCH = 1024
@@ -126,7 +126,7 @@ def evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, req
     problem = _does_not_fit(memory, hardware, request)
     cost = strategy.cost(workload, hardware, candidate)
     cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload,
-                              communication_per_micro_batch=_communicates_every_micro_batch(strategy.traits))
+                              communication_per_micro_batch=strategy.communicates_every_micro_batch)
     return Evaluation(candidate=candidate, traits=strategy.traits, fits=problem is None, memory=memory, cost=cost,
                       gradient_accumulation=accumulation, max_micro_batch_size=max_micro_batch_size, score=0.0,
                       reasons=() if problem is None else (problem,))
@@ -204,14 +204,6 @@ def _accumulation(request: PlanRequest, world: int, micro: int) -> int:
     if request.global_batch_size is None:
         return 1
     return max(1, request.global_batch_size // (world * micro))
-
-
-def _communicates_every_micro_batch(traits: Traits) -> bool:
-    """Whether a strategy's collectives run every micro-batch: FSDP and ZeRO-3 gather the parameters for each
-    forward and backward and reduce-scatter each micro-batch's gradients (``fit()``'s FSDP backend keeps gradient
-    sync on); DDP (``no_sync``) and ZeRO-1 reduce at the accumulation boundary only. ZeRO-2 reduces every
-    micro-batch too (``partition_gradients``) but all-gathers once after the step: counted once, it errs fast."""
-    return traits.family == "fsdp" or traits.zero_stage == 3
 
 
 def _with_accumulation(cost: CostEstimate, accumulation: int, micro: int, world: int,

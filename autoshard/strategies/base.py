@@ -294,6 +294,12 @@ class Strategy(abc.ABC):
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:
         """Tunable settings with defaults (which may depend on the hardware) and ranges."""
 
+    @property
+    def communicates_every_micro_batch(self) -> bool:
+        """Whether the step's collectives run for every micro-batch when gradients accumulate (so the planner
+        repeats their exposed time), rather than once at the accumulation boundary (DDP's ``no_sync``)."""
+        return False
+
     def unsupported(self, hardware: HardwareSpec) -> str | None:
         """Why this strategy cannot run on ``hardware`` (a sentence), or ``None`` when it can."""
         return None

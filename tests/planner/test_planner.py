@@ -177,6 +177,13 @@ class Communicating(Synthetic):
 
     asked: list = []
 
+    @property
+    def communicates_every_micro_batch(self) -> bool:
+        """The registered strategy's of the same name, as :attr:`traits`."""
+        from autoshard.strategies import get
+
+        return get(self.name).communicates_every_micro_batch
+
     def memory(self, workload, hardware, candidate):
         self.asked.append(candidate.gradient_accumulation)
         return super().memory(workload, hardware, candidate)

@@ -78,6 +78,12 @@ class FSDPStrategy(Strategy):
                       offload="cpu" if self.offload else "none", offload_parameters=self.offload, hybrid=self.hybrid,
                       sharded_at_rest=True)
 
+    @property
+    def communicates_every_micro_batch(self) -> bool:
+        """True: parameters are gathered for every forward and backward, and ``fit()``'s backend reduce-scatters
+        every micro-batch's gradients."""
+        return True
+
     # -- settings ---------------------------------------------------------------------------------------------
     def unsupported(self, hardware: HardwareSpec) -> str | None:
         """Hybrid sharding needs two nodes; CPU offload needs a GPU to offload from."""

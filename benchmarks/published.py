@@ -165,7 +165,25 @@ def _point_problems(point: dict[str, Any], sources: dict[str, Any], models: dict
          * hw.get("nodes", 0), "global_batch must be micro_batch x grad_accumulation x GPUs"),
         (isinstance(point["loose"], list), "loose must be a list"),
     ]
-    return problems + [message for ok, message in checks if not ok]
+    problems += [message for ok, message in checks if not ok]
+    settings = strategy.get("settings")
+    if settings is not None:
+        problems += _settings_problems(settings, strategy.get("autoshard"), hw.get("gpu"), gpus)
+    return problems
+
+
+def _settings_problems(settings: Any, name: Any, gpu: Any, gpus: set[str]) -> list[str]:
+    """What is wrong with a point's ``strategy.settings``: a mapping of the named strategy's knobs."""
+    if not isinstance(settings, dict) or not name:
+        return ["strategy settings must be a mapping, and need an autoshard strategy"]
+    if gpu not in gpus:
+        return []  # reported above
+    from autoshard.hardware import load_hardware
+    from autoshard.strategies import get
+
+    knobs = {k.name for k in get(name).knobs(load_hardware(gpu, gpus=1))}
+    unknown = sorted(set(settings) - knobs)
+    return [f"strategy settings: {name} has no knob {', '.join(unknown)}"] if unknown else []
 
 
 def _positive(value: Any) -> bool:
@@ -260,7 +278,8 @@ class Predictor:
         strategy = get(point["strategy"]["autoshard"])
         ckpt = point["strategy"]["activation_checkpointing"] != "none"
         knobs = {k.name for k in strategy.knobs(hardware)}
-        settings = {k: point["strategy"][k] for k in ("reduce_dtype",) if k in knobs and point["strategy"].get(k)}
+        settings = {**point["strategy"].get("settings", {}),
+                    **{k: point["strategy"][k] for k in ("reduce_dtype",) if k in knobs and point["strategy"].get(k)}}
         # No safety margin: the published run had the whole GPU.
         request = PlanRequest(micro_batch_size=point["micro_batch"], global_batch_size=point["global_batch"],
                               goal="pretrain", safety_margin=0.0, strategies=None)

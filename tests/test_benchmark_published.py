@@ -69,6 +69,8 @@ def test_both_halves_hold_points_autoshard_can_compare(bench: ModuleType, data: 
     (("strategy", "activation_checkpointing"), "partial", "activation_checkpointing in"),
     (("hardware", "nodes"), 2, "several nodes need a network"),
     (("optimizer", "impl"), "fast", "optimizer impl in"),
+    (("strategy", "settings"), ["overlap_comm"], "strategy settings must be a mapping"),
+    (("strategy", "settings"), {"overlap_com": False}, "ddp has no knob overlap_com"),
 ])
 def test_a_bad_point_is_reported_by_id_and_field(bench: ModuleType, data: dict[str, Any], path: tuple[str, ...],
                                                  value: Any, problem: str) -> None:

@@ -140,6 +140,24 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
                     launch_s=host_s, flops=flops, note=note)
 
 
+def memory_bound_seconds(traffic_bytes: float, gpu: GPUSpec, *, kernels: int = 1,
+                         floor_s: float = KERNEL_FLOOR_S) -> float:
+    """GPU time of copies or other streaming kernels that move ``traffic_bytes`` (reads plus writes) on ``gpu``:
+    at the achievable memory bandwidth, at least ``kernels`` kernel floors (only the floors when the bandwidth
+    is unknown).
+
+    Example:
+        >>> from autoshard.hardware.specs import PeakTflops
+        >>> gpu = GPUSpec(name="x", display_name="X", memory_bytes=1, memory_bandwidth_bytes_per_s=1e12,
+        ...               peak_tflops=PeakTflops(bf16=100.0), achievable=Achievable(matmul=0.5, attention=0.5,
+        ...                                                                          memory=0.5))
+        >>> memory_bound_seconds(1e9, gpu)  # 1 GB at 0.5 TB/s
+        0.002
+    """
+    hbm = _achievable_bandwidth(gpu)
+    return max(0.0 if hbm is None else traffic_bytes / hbm, kernels * floor_s)
+
+
 def optimizer_seconds(census: OpCensus, gpu: GPUSpec, *, shard: float = 1.0, kernels: int | None = None,
                       floor_s: float = KERNEL_FLOOR_S, launch_s: float = LAUNCH_S) -> float:
     """Time of one optimizer step on ``gpu`` from the census of the traced step (no micro-batch: the step is the

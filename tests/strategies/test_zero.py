@@ -397,6 +397,26 @@ def test_overlap_comm_hides_gradient_reduction_behind_backward() -> None:
     assert on.exposed_communication_s < off.exposed_communication_s == pytest.approx(off.communication_s)
 
 
+
+@pytest.mark.parametrize("name", ["deepspeed_stage_1", "deepspeed_stage_2"])
+def test_gradients_outside_the_bucket_cost_two_more_passes_over_them(name: str) -> None:
+    """Without contiguous_gradients each bucket is flattened and copied back (buffered_reduce_fallback): 4 x the
+    16-bit gradient bytes at the memory-bound rate, on the compute stream when overlap_comm is off."""
+    from autoshard.strategies import step_time
+    from autoshard.strategies.deepspeed.memory import model_dtype_bytes
+
+    workload = conformance.workloads()["tiny-llama"]
+    hw = load_hardware("dgx-h100")
+    on = get(name).cost(workload, hw, _cand(name, 8, overlap_comm=False, contiguous_gradients=True))
+    off = get(name).cost(workload, hw, _cand(name, 8, overlap_comm=False, contiguous_gradients=False))
+    grads = sum(workload.parameter_numels) * model_dtype_bytes(workload.precision)
+    assert off.step_time_s - on.step_time_s == pytest.approx(step_time.memory_bound_seconds(4 * grads, hw.gpu))
+    assert off.communication_s == pytest.approx(on.communication_s)
+    assert any("contiguous_gradients=False" in n for n in off.notes)
+    stage3 = "deepspeed_stage_3"
+    assert get(stage3).cost(workload, hw, _cand(stage3, 8, contiguous_gradients=False)).step_time_s == \
+        pytest.approx(get(stage3).cost(workload, hw, _cand(stage3, 8, contiguous_gradients=True)).step_time_s)
+
 # -- the collectives of a step --------------------------------------------------------------------------------------
 
 

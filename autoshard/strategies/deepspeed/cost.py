@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from autoshard.hardware.specs import HardwareSpec
-from autoshard.strategies import costs
+from autoshard.strategies import costs, step_time
 from autoshard.strategies.base import Candidate, Collective, CostEstimate
 from autoshard.strategies.deepspeed.layout import (
     ZeroSettings,
@@ -107,6 +107,10 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
     else:
         comm = _zero12_collectives(workload, hardware, settings)
     collectives, fwd_overlap, bwd_overlap, exposed_fixed, comm_notes = comm
+    copies_s, copies_note = _gradient_copies(workload, hardware, settings)
+    notes += copies_note
+    if settings.overlap_comm:  # on the reduction stream, beside the all-reduce
+        bwd_overlap += copies_s
     total_s = sum(costs.collective_seconds(c, hardware) for c in collectives)
     exposed_s = (exposed_fixed + costs.exposed(fwd_overlap, forward_s) + costs.exposed(bwd_overlap, backward_s))
     notes += comm_notes
@@ -120,7 +124,7 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
         optimizer_s, optimizer_note = costs.optimizer_step_seconds(
             workload, hardware, candidate.activation_checkpointing, shard=hardware.world_size, flat=True)
         notes += [optimizer_note] if optimizer_note else []
-    step_s = compute_s + exposed_s + offload_s + optimizer_s
+    step_s = compute_s + exposed_s + offload_s + optimizer_s + (0.0 if settings.overlap_comm else copies_s)
     samples_per_s = b * hardware.world_size / step_s
     tokens = workload.tokens_per_sample
     return CostEstimate(
@@ -135,6 +139,29 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
         notes=tuple(notes),
         optimizer_s=optimizer_s,
     )
+
+
+def _gradient_copies(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings) -> tuple[float, list[str]]:
+    """GPU time of the gradient copies ZeRO-1/2 make without ``contiguous_gradients`` (and its note).
+
+    With it, each gradient is copied into the bucket as it is produced, and the bucket is reduced in place.
+    Without it (and without offload, which forces it: ``DeepSpeedZeroOptimizer.__init__``), ``reduce_ipg_grads``
+    takes ``buffered_reduce_fallback`` -> ``allreduce_no_retain`` -> ``allreduce_and_copy`` (``stage_1_and_2.py``,
+    deepspeed 0.19.8; the same path in 0.5.x): each bucket's gradients are flattened into a new tensor
+    (``allreduce_bucket``), all-reduced, and copied back into every ``.grad`` — two more passes over the
+    16-bit gradients, each a read and a write: 4 x their bytes, memory-bound, on the stream of the reduction.
+    """
+    if settings.stage == 3 or settings.contiguous_gradients or settings.offload_optimizer != "none":
+        return 0.0, []
+    gpu = hardware.gpu
+    if gpu is None:
+        return 0.0, []
+    grads = sum(workload.parameter_numels) * model_dtype_bytes(workload.precision)
+    seconds = step_time.memory_bound_seconds(4 * grads, gpu)
+    where = "on the reduction stream" if settings.overlap_comm else "on the compute stream, exposed"
+    return seconds, [f"contiguous_gradients=False: each bucket flattened and copied back into the gradients "
+                     f"(buffered_reduce_fallback), 4 x {grads / 2**30:.2f} GiB of memory traffic, "
+                     f"{seconds * 1e3:.3g} ms {where}"]
 
 
 _Comm = tuple[list[Collective], float, float, float, list[str]]

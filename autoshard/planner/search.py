@@ -125,8 +125,7 @@ def evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, req
     memory = strategy.memory(workload, hardware, dataclasses.replace(candidate, gradient_accumulation=accumulation))
     problem = _does_not_fit(memory, hardware, request)
     cost = strategy.cost(workload, hardware, candidate)
-    cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload,
-                              communication_per_micro_batch=strategy.communicates_every_micro_batch)
+    cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload)
     return Evaluation(candidate=candidate, traits=strategy.traits, fits=problem is None, memory=memory, cost=cost,
                       gradient_accumulation=accumulation, max_micro_batch_size=max_micro_batch_size, score=0.0,
                       reasons=() if problem is None else (problem,))
@@ -207,21 +206,23 @@ def _accumulation(request: PlanRequest, world: int, micro: int) -> int:
 
 
 def _with_accumulation(cost: CostEstimate, accumulation: int, micro: int, world: int,
-                       workload: Workload, *, communication_per_micro_batch: bool = False) -> CostEstimate:
-    """Scale a one-micro-batch step to ``accumulation`` micro-batches: compute repeats, and the exposed
-    communication too where it runs every micro-batch; otherwise gradient communication and the optimizer step
-    happen once per optimizer step (DDP ``no_sync``, DeepSpeed accumulation boundaries)."""
+                       workload: Workload) -> CostEstimate:
+    """Scale a one-micro-batch step to ``accumulation`` micro-batches: compute repeats, and so does the
+    communication the strategy's cost model marks as repeating (``CostEstimate.repeated_*``); the rest and the
+    optimizer step happen once per optimizer step (DDP ``no_sync``, DeepSpeed's accumulation boundary, the
+    all-gathers after the step)."""
     if accumulation == 1:
         return cost
-    repeated = cost.compute_s + (cost.exposed_communication_s if communication_per_micro_batch else 0.0)
-    step = accumulation * repeated + (cost.step_time_s - repeated)
+    extra = accumulation - 1
+    step = cost.step_time_s + extra * (cost.compute_s + cost.repeated_exposed_s)
     samples = micro * world * accumulation / step
     tokens = None if workload.tokens_per_sample is None else samples * workload.tokens_per_sample
-    times = accumulation if communication_per_micro_batch else 1
-    return dataclasses.replace(cost, step_time_s=step, samples_per_s=samples, tokens_per_s=tokens,
-                               compute_s=accumulation * cost.compute_s,
-                               communication_s=times * cost.communication_s,
-                               exposed_communication_s=times * cost.exposed_communication_s)
+    return dataclasses.replace(
+        cost, step_time_s=step, samples_per_s=samples, tokens_per_s=tokens, compute_s=accumulation * cost.compute_s,
+        communication_s=cost.communication_s + extra * cost.repeated_communication_s,
+        exposed_communication_s=cost.exposed_communication_s + extra * cost.repeated_exposed_s,
+        repeated_communication_s=accumulation * cost.repeated_communication_s,
+        repeated_exposed_s=accumulation * cost.repeated_exposed_s)
 
 
 def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule]) -> tuple[str, ...]:

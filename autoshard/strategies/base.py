@@ -227,6 +227,12 @@ class CostEstimate:
     notes: tuple[str, ...] = ()
     optimizer_s: float = 0.0
     """The optimizer step on the GPU (part of ``step_time_s``; a CPU optimizer's is in ``offload_s``)."""
+    repeated_communication_s: float = 0.0
+    """The part of ``communication_s`` that runs again for every micro-batch when gradients accumulate (FSDP's and
+    ZeRO-3's gathers and reduce-scatters, ZeRO-2's gradient reduction); the rest runs once per optimizer step
+    (DDP's ``no_sync`` all-reduce, ZeRO-1's reduction, the all-gathers after the step)."""
+    repeated_exposed_s: float = 0.0
+    """The part of ``exposed_communication_s`` that repeats likewise (the planner adds it per micro-batch)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -293,12 +299,6 @@ class Strategy(abc.ABC):
     @abc.abstractmethod
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:
         """Tunable settings with defaults (which may depend on the hardware) and ranges."""
-
-    @property
-    def communicates_every_micro_batch(self) -> bool:
-        """Whether the step's collectives run for every micro-batch when gradients accumulate (so the planner
-        repeats their exposed time), rather than once at the accumulation boundary (DDP's ``no_sync``)."""
-        return False
 
     def unsupported(self, hardware: HardwareSpec) -> str | None:
         """Why this strategy cannot run on ``hardware`` (a sentence), or ``None`` when it can."""

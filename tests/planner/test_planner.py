@@ -173,16 +173,11 @@ def test_global_batch_sets_accumulation_and_amortises_communication():
 
 
 class Communicating(Synthetic):
-    """The synthetic step with 10 ms of exposed communication, and a memory that records the candidate asked."""
+    """The synthetic step with 10 ms of exposed communication, ``repeated`` of it run every micro-batch, and a
+    memory that records the candidate asked."""
 
     asked: list = []
-
-    @property
-    def communicates_every_micro_batch(self) -> bool:
-        """The registered strategy's of the same name, as :attr:`traits`."""
-        from autoshard.strategies import get
-
-        return get(self.name).communicates_every_micro_batch
+    repeated = 0.0
 
     def memory(self, workload, hardware, candidate):
         self.asked.append(candidate.gradient_accumulation)
@@ -193,22 +188,50 @@ class Communicating(Synthetic):
         step = c.step_time_s + 0.010
         return CostEstimate(compute_s=c.compute_s, communication_s=0.010, exposed_communication_s=0.010,
                             offload_s=0.0, step_time_s=step,
-                            samples_per_s=candidate.micro_batch_size * hardware.world_size / step, tokens_per_s=None)
+                            samples_per_s=candidate.micro_batch_size * hardware.world_size / step, tokens_per_s=None,
+                            repeated_communication_s=self.repeated, repeated_exposed_s=self.repeated)
 
 
-@pytest.mark.parametrize(("name", "repeats"), [("fsdp", True), ("deepspeed_stage_3", True), ("ddp", False),
-                                               ("deepspeed_stage_1", False)])
-def test_accumulation_repeats_the_communication_of_strategies_that_communicate_every_micro_batch(name, repeats):
-    """FSDP and ZeRO-3 gather and reduce-scatter every micro-batch; DDP (no_sync) and ZeRO-1 at the boundary."""
-    s = Communicating(name, state_gib=10, act_gib=3, per_device_samples_s=100)
-    s.asked = []
+@pytest.mark.parametrize("repeated", [0.0, 0.004, 0.010])
+def test_accumulation_repeats_the_communication_the_cost_model_marks_as_repeating(repeated):
+    s = Communicating("ddp", state_gib=10, act_gib=3, per_device_samples_s=100)
+    s.asked, s.repeated = [], repeated
     p = plan(workload(), H100x8, request(micro_batch_size=4, global_batch_size=128), [s])
     r = p.recommended
     assert r.gradient_accumulation == 4 and 4 in s.asked  # the memory model was told
     compute = 4 / 100
-    expected = 4 * compute + (4 * 0.010 if repeats else 0.010)
-    assert r.cost.step_time_s == pytest.approx(expected)
-    assert r.cost.exposed_communication_s == pytest.approx(0.040 if repeats else 0.010)
+    assert r.cost.step_time_s == pytest.approx(4 * compute + 0.010 + 3 * repeated)
+    assert r.cost.exposed_communication_s == pytest.approx(0.010 + 3 * repeated)
+    assert r.cost.communication_s == pytest.approx(0.010 + 3 * repeated)
+
+
+@pytest.mark.parametrize(("name", "repeats"), [("fsdp", "all"), ("deepspeed_stage_3", "all but the post-step gather"),
+                                               ("deepspeed_stage_2", "all but the post-step gather"),
+                                               ("deepspeed_stage_1", "none"), ("ddp", "none")])
+def test_each_strategy_says_which_communication_runs_every_micro_batch(name, repeats):
+    """FSDP gathers and reduce-scatters every micro-batch (fit() syncs each one); ZeRO-3 gathers and
+    reduce-scatters, ZeRO-2 reduces, every micro-batch, both all-gather after the step once; DDP (no_sync) and
+    ZeRO-1 reduce at the boundary."""
+    from autoshard.models import load_source
+    from autoshard.strategies import costs, get
+    from autoshard.strategies.base import Candidate
+    from autoshard.strategies.workload import build_workload
+
+    w = build_workload(load_source("tiny-llama"), precision="bf16-mixed", seq_len=64, target="cuda",
+                       checkpointing=(False,))
+    hw = load_hardware("dgx-h100", nodes=2)
+    c = get(name).cost(w, hw, Candidate(strategy=name, micro_batch_size=2, activation_checkpointing=False))
+    assert c.communication_s > 0
+    if repeats == "all":
+        assert c.repeated_communication_s == pytest.approx(c.communication_s)
+        assert c.repeated_exposed_s == pytest.approx(c.exposed_communication_s)
+    elif repeats == "none":
+        assert c.repeated_communication_s == c.repeated_exposed_s == 0.0
+    else:
+        gather = next(x for x in reversed(c.collectives) if x.kind == "all_gather" and not x.overlappable)
+        once = costs.collective_seconds(gather, hw)
+        assert 0 < c.repeated_communication_s == pytest.approx(c.communication_s - once)
+        assert c.repeated_exposed_s == pytest.approx(c.exposed_communication_s - once)
 
 
 def test_an_unsupported_strategy_is_listed_with_its_reason():

@@ -106,12 +106,14 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
         comm = _zero3_collectives(workload, hardware, settings)
     else:
         comm = _zero12_collectives(workload, hardware, settings)
-    collectives, fwd_overlap, bwd_overlap, exposed_fixed, comm_notes = comm
+    collectives, fwd_overlap, bwd_overlap, exposed_fixed, once_s, comm_notes = comm
     copies_s, copies_note = _gradient_copies(workload, hardware, settings)
     notes += copies_note
     if settings.overlap_comm:  # on the reduction stream, beside the all-reduce
         bwd_overlap += copies_s
-    total_s = sum(costs.collective_seconds(c, hardware) for c in collectives)
+    else:
+        exposed_fixed += copies_s
+    total_s = sum(costs.collective_seconds(c, hardware) for c in collectives) + copies_s
     exposed_s = (exposed_fixed + costs.exposed(fwd_overlap, forward_s) + costs.exposed(bwd_overlap, backward_s))
     notes += comm_notes
     for scope in sorted({c.scope for c in collectives}):
@@ -124,7 +126,10 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
         optimizer_s, optimizer_note = costs.optimizer_step_seconds(
             workload, hardware, candidate.activation_checkpointing, shard=hardware.world_size, flat=True)
         notes += [optimizer_note] if optimizer_note else []
-    step_s = compute_s + exposed_s + offload_s + optimizer_s + (0.0 if settings.overlap_comm else copies_s)
+    step_s = compute_s + exposed_s + offload_s + optimizer_s
+    # Under accumulation ZeRO-2 reduces every micro-batch's gradients (partition_gradients) and ZeRO-3 also
+    # gathers parameters every micro-batch; ZeRO-1 reduces at the boundary. The all-gather after the step runs once.
+    repeats = settings.stage >= 2
     samples_per_s = b * hardware.world_size / step_s
     tokens = workload.tokens_per_sample
     return CostEstimate(
@@ -138,6 +143,8 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
         collectives=tuple(collectives),
         notes=tuple(notes),
         optimizer_s=optimizer_s,
+        repeated_communication_s=max(0.0, total_s - once_s) if repeats else 0.0,
+        repeated_exposed_s=max(0.0, min(exposed_s, total_s) - once_s) if repeats else 0.0,
     )
 
 
@@ -164,8 +171,9 @@ def _gradient_copies(workload: Workload, hardware: HardwareSpec, settings: ZeroS
                      f"{seconds * 1e3:.3g} ms {where}"]
 
 
-_Comm = tuple[list[Collective], float, float, float, list[str]]
-"""Collectives, seconds that may hide behind forward, behind backward, seconds always exposed, notes."""
+_Comm = tuple[list[Collective], float, float, float, float, list[str]]
+"""Collectives, seconds that may hide behind forward, behind backward, seconds always exposed, the part of those
+run once per optimizer step (the all-gather after it), notes."""
 
 
 def _gathered(numels: tuple[int, ...], settings: ZeroSettings) -> list[int]:
@@ -223,7 +231,7 @@ def _zero12_collectives(workload: Workload, hardware: HardwareSpec, settings: Ze
            else "on the compute stream (overlap_comm=False): fully exposed"),
         "parameters: one all-gather of the updated partitions after the step (all_gather_into_tensor), exposed",
     ]
-    return [grads, gather], 0.0, bwd_overlap, fixed, notes
+    return [grads, gather], 0.0, bwd_overlap, fixed, gather_s, notes
 
 
 def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings) -> _Comm:
@@ -268,7 +276,7 @@ def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: Zer
         "overlap_comm=True: gathers prefetched on their own stream and reductions on another; the first fetch "
         "and the last bucket exposed" if overlap else "overlap_comm=False: every collective on the compute stream",
     ]
-    return [fwd, bwd, rs, post], fwd_overlap, bwd_overlap, fixed, notes
+    return [fwd, bwd, rs, post], fwd_overlap, bwd_overlap, fixed, t[post], notes
 
 
 def cpu_adam_parameters_per_s(hardware: HardwareSpec) -> tuple[float, str]:

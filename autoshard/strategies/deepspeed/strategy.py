@@ -87,13 +87,6 @@ class DeepSpeedZero(Strategy):
         return Traits(family="deepspeed", zero_stage=self.stage, offload=target,
                       offload_parameters=self.offload_param != "none")
 
-    @property
-    def communicates_every_micro_batch(self) -> bool:
-        """ZeRO-3 gathers parameters and reduce-scatters gradients every micro-batch. ZeRO-1 reduces at the
-        accumulation boundary; ZeRO-2 reduces every micro-batch too (``partition_gradients``) but all-gathers once
-        after the step: counted once, it errs fast."""
-        return self.stage == 3
-
     def unsupported(self, hardware: HardwareSpec) -> str | None:
         """DeepSpeed must be importable; NVMe offload needs an NVMe device or path."""
         if importlib.util.find_spec("deepspeed") is None:

@@ -78,12 +78,6 @@ class FSDPStrategy(Strategy):
                       offload="cpu" if self.offload else "none", offload_parameters=self.offload, hybrid=self.hybrid,
                       sharded_at_rest=True)
 
-    @property
-    def communicates_every_micro_batch(self) -> bool:
-        """True: parameters are gathered for every forward and backward, and ``fit()``'s backend reduce-scatters
-        every micro-batch's gradients."""
-        return True
-
     # -- settings ---------------------------------------------------------------------------------------------
     def unsupported(self, hardware: HardwareSpec) -> str | None:
         """Hybrid sharding needs two nodes; CPU offload needs a GPU to offload from."""
@@ -237,6 +231,9 @@ class FSDPStrategy(Strategy):
             offload_s=offload_s, step_time_s=step_s, samples_per_s=samples_per_s,
             tokens_per_s=None if tokens is None else samples_per_s * tokens, collectives=comm.collectives,
             notes=tuple(notes), optimizer_s=optimizer_s,
+            # Parameters are gathered for every forward and backward, and fit()'s backend reduce-scatters every
+            # micro-batch's gradients: all of it repeats under accumulation.
+            repeated_communication_s=comm.total_s, repeated_exposed_s=comm.exposed_s,
         )
 
 

@@ -12,6 +12,10 @@ does not):
 * **attention** (the fused SDPA kernels): the same with ``attention``, the fraction flash attention reaches;
 * **memory-bound kernels** (elementwise, norms, softmax, casts, copies): ``max(bytes / (bandwidth · memory),
   kernels · floor)`` per size class;
+* **fp32 convolutions** run on TF32 tensor cores where the GPU has them: cuDNN may use TF32 for them by default
+  (``torch.backends.cudnn.allow_tf32 = True``, ``torch.backends.cudnn.conv.fp32_precision = "tf32"`` in torch
+  2.13; PyTorch's "TensorFloat-32 (TF32) on Ampere (and later) devices" note), while fp32 matmuls stay on the fp32
+  rate (``torch.backends.cuda.matmul.allow_tf32 = False``);
 * kernels run one after another on one stream, so the GPU's time is the **sum** over classes; the host must
   also launch every kernel, so the step takes ``max(GPU time, kernels · launch)``: with small kernels, the
   launch overhead is the floor.
@@ -67,6 +71,11 @@ class StepTime:
         return self.flops / self.seconds / 1e12 if self.seconds > 0 else 0.0
 
 
+def _priced_dtype(kind: str, dtype: str, gpu: GPUSpec) -> str:
+    """The dtype whose peak a matmul-class kernel runs at: an fp32 convolution at TF32 where the GPU has it."""
+    return "tf32" if kind == "conv" and dtype == "fp32" and gpu.peak_tflops.tf32 is not None else dtype
+
+
 def _peak_flops(gpu: GPUSpec, dtype: str) -> float | None:
     key = dtype if dtype in DTYPES else "fp32"
     peak = gpu.peak_tflops.for_dtype(key)
@@ -110,7 +119,7 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     hbm = _achievable_bandwidth(gpu)
     matmul_s = attention_s = memory_s = 0.0
     for c in census.matmuls:
-        peak = _peak_flops(gpu, c.dtype)
+        peak = _peak_flops(gpu, _priced_dtype(c.kind, c.dtype, gpu))
         if peak is None:
             return None
         rate = peak * (fractions.attention if c.kind == "attention" else fractions.matmul)

@@ -136,6 +136,7 @@ def recommend(
     reduce_dtype: ReduceDtype | None = None,
     cache: bool = True,
     jobs: int | None = None,
+    float32_matmul_precision: str = "highest",
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -165,6 +166,9 @@ def recommend(
         jobs: processes tracing the model at once, at most (``None``: one per CPU core this process may use).
             Tracing sessions run in forked processes on Linux when this process runs no other thread and has
             not initialised CUDA, else one after the other; the plan is the same either way.
+        float32_matmul_precision: the run's ``torch.set_float32_matmul_precision``: ``"highest"`` (default, torch's
+            too) prices fp32 matmuls at the fp32 rate; ``"high"`` or ``"medium"`` on TF32 tensor cores, where the
+            GPU has them (fp32 convolutions use TF32 either way: cuDNN's default).
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
@@ -180,4 +184,4 @@ def recommend(
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
                     safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl,
                     checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache,
-                    jobs=jobs)
+                    jobs=jobs, float32_matmul_precision=float32_matmul_precision)

@@ -25,6 +25,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -164,6 +165,8 @@ def _point_problems(point: dict[str, Any], sources: dict[str, Any], models: dict
         (point["global_batch"] == point["micro_batch"] * point["grad_accumulation"] * hw.get("gpus_per_node", 0)
          * hw.get("nodes", 0), "global_batch must be micro_batch x grad_accumulation x GPUs"),
         (isinstance(point["loose"], list), "loose must be a list"),
+        (point.get("float32_matmul_precision", "highest") in ("highest", "high", "medium"),
+         "float32_matmul_precision in ('highest', 'high', 'medium')"),
     ]
     problems += [message for ok, message in checks if not ok]
     settings = strategy.get("settings")
@@ -275,6 +278,8 @@ class Predictor:
         from autoshard.strategies.base import Candidate
 
         workload, hardware = self.workload(point), self.hardware(point)
+        if point.get("float32_matmul_precision", "highest") != "highest":  # pricing only: the traces are the same
+            workload = dataclasses.replace(workload, float32_matmul_precision=point["float32_matmul_precision"])
         strategy = get(point["strategy"]["autoshard"])
         ckpt = point["strategy"]["activation_checkpointing"] != "none"
         knobs = {k.name for k in strategy.knobs(hardware)}

@@ -1,15 +1,17 @@
 """Fit the step-time model's per-GPU-model constants on published runs, and report the error on held-out ones.
 
 The step-time model (``autoshard/strategies/step_time.py``) prices matmuls at ``matmul`` and attention at
-``attention`` of a GPU's dense peak, and memory-bound ops at ``memory`` of its bandwidth, each a constant of the
-GPU model in ``profiles/gpus/*.yaml`` with its source. This script holds them against the published
-throughput points of ``benchmarks/published_points.yaml`` (``benchmarks/published.py`` predicts each point through
-the public planning path): per GPU model it fits one factor ``s`` on the points of the ``fit`` half only
-(``matmul`` and ``attention`` both scaled by ``s``, ``memory`` kept: the datasheet bandwidth is the better-known
-rate), choosing the ``s`` of a grid with the smallest median |error| in log space, then prints the fitted
-constants with their error on the fit half and on the ``held_out`` half (computed with the fitted constants, the
-held-out points never used to choose them). GPU models without ``fit`` points are left as they are. A point whose
-``variant`` names a power limit runs on the power-capped profile (:func:`gpu_profile`).
+``attention`` of a GPU's dense peak, and memory-bound ops at ``memory`` of its bandwidth, each a constant of the GPU
+model in ``profiles/gpus/*.yaml`` with its source. This script holds them against the published throughput points of
+``benchmarks/published_points.yaml`` (``benchmarks/published.py`` predicts each point through the public planning
+path): per GPU model it fits one factor ``s`` on the points of the ``fit`` half only (``matmul`` and ``attention``
+both scaled by ``s``, ``memory`` kept: the datasheet bandwidth is the better-known rate) — one factor for its 16-bit
+points, another on ``matmul_fp32`` for its fp32 ones (CUDA cores) and another on ``matmul_tf32`` for fp32 runs on
+TF32 tensor cores (other units, with their own efficiency) — choosing the ``s`` of a grid with the smallest median
+|error| in log space, then prints the fitted constants with their error on the fit half and on the ``held_out`` half
+(computed with the fitted constants, the held-out points never used to choose them). GPU models (or precisions)
+without ``fit`` points are left as they are. A point whose ``variant`` names a power limit runs on the power-capped
+profile (:func:`gpu_profile`).
 
 Nothing is written: the constants go into the profiles by hand, with this fit named as their source.
 
@@ -41,11 +43,33 @@ GRID = tuple(round(0.40 + 0.02 * i, 2) for i in range(56))
 """Factors tried on the profile's ``matmul`` and ``attention`` (0.40 to 1.50)."""
 
 
+KINDS = ("16-bit", "fp32", "tf32")
+"""The matmul units a factor is fitted for: 16-bit tensor cores (``matmul`` and ``attention``), fp32 on CUDA cores
+(``matmul_fp32``), fp32 on TF32 tensor cores (``matmul_tf32``)."""
+
+
+def matmul_kind(point: dict[str, Any]) -> str:
+    """Which factor a point's throughput fits: ``tf32`` for a ``32-true`` run with TF32 matmuls
+    (``float32_matmul_precision`` not ``highest``), ``fp32`` for another ``32-true`` run, else ``16-bit``.
+
+    Example:
+        >>> matmul_kind({"precision": "32-true"}), matmul_kind({"precision": "bf16-mixed"})
+        ('fp32', '16-bit')
+        >>> matmul_kind({"precision": "32-true", "float32_matmul_precision": "high"})
+        'tf32'
+    """
+    if point["precision"] != "32-true":
+        return "16-bit"
+    return "tf32" if point.get("float32_matmul_precision", "highest") != "highest" else "fp32"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Fit:
-    """The fitted factor of one GPU model and the errors it gives."""
+    """The fitted factor of one GPU model and precision kind, and the errors it gives."""
 
     gpu: str
+    kind: str
+    """One of :data:`KINDS`."""
     scale: float
     """1 when the GPU model has no ``fit`` points (its sourced constants are kept)."""
     fit_errors_pct: tuple[float, ...]
@@ -119,30 +143,40 @@ def gpu_profile(point: dict[str, Any]) -> str:
 
 
 def _scaled_predictor(module: ModuleType, data: dict[str, Any], folder: Path) -> Any:
-    """A ``published.Predictor`` whose hardware has each GPU model's matmul and attention fractions scaled."""
+    """A ``published.Predictor`` whose hardware has each GPU model's fractions scaled: ``matmul`` and ``attention``
+    by ``scale[(gpu, "16-bit")]``, ``matmul_fp32`` by ``scale[(gpu, "fp32")]``, ``matmul_tf32`` by
+    ``scale[(gpu, "tf32")]`` (the last two from ``matmul`` where the profile has none)."""
     from autoshard.strategies.step_time import GENERIC
 
     class Scaled(module.Predictor):  # type: ignore[misc, name-defined]
         def __init__(self, *args: Any) -> None:
             super().__init__(*args)
-            self.scale: dict[str, float] = {}
+            self.scale: dict[tuple[str, str], float] = {}
 
         def hardware(self, point: dict[str, Any]) -> Any:
             gpu_name = gpu_profile(point)
             hw = super().hardware({**point, "hardware": {**point["hardware"], "gpu": gpu_name}})
-            factor = self.scale.get(gpu_name, 1.0)
+            half, fp32, tf32 = (self.scale.get((gpu_name, kind), 1.0) for kind in KINDS)
             gpu = hw.node.gpu
             base = gpu.achievable or GENERIC
-            achievable = dataclasses.replace(base, matmul=min(1.0, base.matmul * factor),
-                                             attention=min(1.0, base.attention * factor))
+            achievable = dataclasses.replace(base, matmul=min(1.0, base.matmul * half),
+                                             attention=min(1.0, base.attention * half),
+                                             matmul_fp32=min(1.0, _own(base, "fp32") * fp32),
+                                             matmul_tf32=min(1.0, _own(base, "tf32") * tf32))
             node = dataclasses.replace(hw.node, gpu=dataclasses.replace(gpu, achievable=achievable))
             return dataclasses.replace(hw, node=node)
 
     return Scaled(data, folder)
 
 
+def _own(base: Any, kind: str) -> float:
+    """The profile's fraction for fp32 inputs on ``kind`` units (``fp32`` or ``tf32``), else its ``matmul``."""
+    value = getattr(base, f"matmul_{kind}")
+    return float(base.matmul if value is None else value)
+
+
 def fit_all(module: ModuleType, data: dict[str, Any], folder: Path) -> list[Fit]:
-    """One :class:`Fit` per GPU model with points of the ``fit`` half (see the module docstring)."""
+    """One :class:`Fit` per GPU model and precision kind with throughput points (see the module docstring)."""
     points = [p for p in data["points"] if p["published"]["metric"] in THROUGHPUT_METRICS
               and not module.not_expressible(p)]
     predictor = _scaled_predictor(module, data, folder)
@@ -151,8 +185,8 @@ def fit_all(module: ModuleType, data: dict[str, Any], folder: Path) -> list[Fit]
 
     refused: set[str] = set()
 
-    def errors(group: list[dict[str, Any]], gpu: str, scale: float) -> list[float]:
-        predictor.scale = {gpu: scale}
+    def errors(group: list[dict[str, Any]], key: tuple[str, str], scale: float) -> list[float]:
+        predictor.scale = {key: scale}
         out = []
         for p in group:
             if p["id"] in refused:
@@ -167,18 +201,19 @@ def fit_all(module: ModuleType, data: dict[str, Any], folder: Path) -> list[Fit]
                 out.append(log_error(predicted, p["published"]["value"]))
         return out or [math.inf]
 
-    def pct(group: list[dict[str, Any]], gpu: str, scale: float) -> tuple[float, ...]:
-        return tuple(100 * (math.exp(e) - 1) for e in errors(group, gpu, scale) if math.isfinite(e)) if group else ()
+    def pct(group: list[dict[str, Any]], key: tuple[str, str], scale: float) -> tuple[float, ...]:
+        return tuple(100 * (math.exp(e) - 1) for e in errors(group, key, scale) if math.isfinite(e)) if group else ()
 
     fits = []
-    for gpu in sorted({gpu_profile(p) for p in points}):
-        fit_group = [p for p in points if gpu_profile(p) == gpu and p["half"] == "fit"]
-        held = [p for p in points if gpu_profile(p) == gpu and p["half"] == "held_out"]
-        scale = best_scale(lambda s, g=fit_group, name=gpu: errors(g, name, s)) if fit_group else 1.0
-        fits.append(Fit(gpu=gpu, scale=scale, fit_errors_pct=pct(fit_group, gpu, scale),
-                        held_out_errors_pct=pct(held, gpu, scale),
-                        sourced_fit_errors_pct=pct(fit_group, gpu, 1.0),
-                        sourced_held_out_errors_pct=pct(held, gpu, 1.0)))
+    for key in sorted({(gpu_profile(p), matmul_kind(p)) for p in points}):
+        mine = [p for p in points if (gpu_profile(p), matmul_kind(p)) == key]
+        fit_group = [p for p in mine if p["half"] == "fit"]
+        held = [p for p in mine if p["half"] == "held_out"]
+        scale = best_scale(lambda s, g=fit_group, k=key: errors(g, k, s)) if fit_group else 1.0
+        fits.append(Fit(gpu=key[0], kind=key[1], scale=scale, fit_errors_pct=pct(fit_group, key, scale),
+                        held_out_errors_pct=pct(held, key, scale),
+                        sourced_fit_errors_pct=pct(fit_group, key, 1.0),
+                        sourced_held_out_errors_pct=pct(held, key, 1.0)))
     return fits
 
 
@@ -196,8 +231,12 @@ def report(fits: Sequence[Fit]) -> str:
     lines = []
     for f in fits:
         base = load_profile(f.gpu).spec.achievable or GENERIC  # type: ignore[union-attr]
-        lines.append(f"{f.gpu}: x{f.scale:g} -> matmul {min(1.0, base.matmul * f.scale):.3f}, attention "
-                     f"{min(1.0, base.attention * f.scale):.3f} (memory {base.memory:g} kept)")
+        if f.kind in ("fp32", "tf32"):
+            value = min(1.0, _own(base, f.kind) * f.scale)
+            lines.append(f"{f.gpu} {f.kind}: x{f.scale:g} -> matmul_{f.kind} {value:.3f}")
+        else:
+            lines.append(f"{f.gpu} 16-bit: x{f.scale:g} -> matmul {min(1.0, base.matmul * f.scale):.3f}, attention "
+                         f"{min(1.0, base.attention * f.scale):.3f} (memory {base.memory:g} kept)")
         if not f.fit_errors_pct:
             lines[-1] += ": no fit points, the sourced constants kept"
         lines.append(f"    fit half:      {summary(f.fit_errors_pct)}")

@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     add_optimizer_impl_argument(parser)
     add_checkpointing_argument(parser, default=None)
+    parser.add_argument("--float32-matmul-precision", choices=("highest", "high", "medium"), default="highest",
+                        help="the run's torch.set_float32_matmul_precision: high or medium price fp32 matmuls on "
+                             "TF32 tensor cores (default highest, torch's)")
     parser.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default=None,
                         help="FSDP2's gradient reduce-scatter dtype (MixedPrecisionPolicy.reduce_dtype; default fp32)")
     parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
             strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
             optimizer_impl=args.optimizer_impl, activation_checkpointing=args.checkpointing,
-            reduce_dtype=args.reduce_dtype,
+            reduce_dtype=args.reduce_dtype, float32_matmul_precision=args.float32_matmul_precision,
             cache=not args.no_cache, jobs=args.jobs,
         )
     if plan.cached_workload is not None and not args.json:  # --json says it in "cached_workload"
@@ -107,7 +110,9 @@ def _print(plan: Plan) -> None:
     hw = plan.hardware
     device = hw.gpu.display_name if hw.gpu is not None else "CPU process"
     w = plan.workload
-    console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}, "
+    matmuls = w.float32_matmul_precision
+    tf32 = f" (float32 matmul precision {matmuls})" if matmuls != "highest" else ""
+    console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}{tf32}, "
                   f"{w.optimizer}" + (f" ({w.optimizer_impl})" if w.optimizer_impl else "")
                   + (f", seq {w.seq_len}" if w.seq_len else "")
                   + f" on {hw.nodes} × {hw.processes_per_node} × {device} ({plan.request.goal})")

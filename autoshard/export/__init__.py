@@ -93,6 +93,10 @@ def notes(exported: ExportedPlan) -> list[str]:
         out.append(f"The plan steps the optimizer {exported.optimizer_impl} ({how} in torch.optim): build it so"
                    + (" (the HF Trainer flags say --optim)." if exported.optimizer == "adamw"
                       and exported.optimizer_impl != "for-loop" else "."))
+    if exported.float32_matmul_precision != "highest":
+        out.append("The plan runs fp32 matmuls on TF32 tensor cores: call torch.set_float32_matmul_precision("
+                   f"{exported.float32_matmul_precision!r}) in your training script before the model runs (the HF "
+                   "Trainer flags say --tf32 True; fit() sets it itself).")
     if exported.checkpoints_every_block:
         blocks = " and ".join(exported.model.block_classes) or "repeated block"
         out.append(f"The plan checkpoints every {blocks}: enable it in your "

@@ -8,7 +8,9 @@ Flag and key names from transformers 5.23 ``training_args.py``: ``--deepspeed`` 
 ``--max_grad_norm``, whose default 1.0 clips; ``--optim`` (``adamw_torch``: ``torch.optim.AdamW`` with torch's
 foreach default; ``adamw_torch_fused``: ``fused=True``, ``trainer_optimizer.py::_get_adamw_torch``; the default
 is ``adamw_torch_fused`` on torch >= 2.8); with DeepSpeed, ``integrations/deepspeed.py`` refuses a
-``gradient_clipping`` that differs from it, so the plan's (off, 0.0) is written.
+``gradient_clipping`` that differs from it, so the plan's (off, 0.0) is written. ``--tf32 True`` when the plan
+prices fp32 matmuls on TF32 (its ``float32_matmul_precision`` is not ``highest``): the Trainer then sets
+``torch.backends.cuda.matmul.allow_tf32`` (and refuses the flag on a GPU without TF32).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def arguments(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE,
     elif exported.precision == "16-mixed":
         args.append("--fp16")
     args += optimizer_arguments(exported)
+    if exported.float32_matmul_precision != "highest":
+        args += ["--tf32", "True"]
     args += exporter(exported.family).hf_trainer(exported, ds_config_file=ds_config_file,
                                                  fsdp_config_file=fsdp_config_file)
     return args

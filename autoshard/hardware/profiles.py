@@ -314,13 +314,16 @@ def _fraction(value: Any) -> float:
 
 
 def _achievable(doc: Doc) -> Achievable | None:
-    """The optional ``achievable:`` mapping: ``matmul``, ``attention`` and ``memory``, each a fraction in (0, 1]."""
+    """The optional ``achievable:`` mapping: ``matmul``, ``attention``, ``memory``, and optionally ``matmul_fp32``
+    and ``matmul_tf32``, each a fraction in (0, 1]."""
     if doc.data.get("achievable") is None:
         return None
     sub = doc.mapping("achievable")
     keys = ("matmul", "attention", "memory")
-    sub.check_keys(keys)
+    optional = ("matmul_fp32", "matmul_tf32")
+    sub.check_keys(keys, optional=optional)
     values = {k: sub.quantity(k, _fraction, "a fraction in (0, 1]") for k in keys}
+    values.update({k: sub.quantity(k, _fraction, "a fraction in (0, 1]") for k in optional if sub.present(k)})
     return Achievable(**values)
 
 

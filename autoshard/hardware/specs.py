@@ -75,6 +75,11 @@ class Achievable:
     """Fused attention (the flash kernel PyTorch's SDPA runs), forward + backward, of the dense peak."""
     memory: float
     """Streaming (memory-bound) kernels, of the memory bandwidth."""
+    matmul_fp32: float | None = None
+    """fp32 GEMMs and convolutions on the CUDA cores, of the fp32 peak: other units than the tensor cores, with
+    their own efficiency. ``None``: :attr:`matmul`."""
+    matmul_tf32: float | None = None
+    """fp32 GEMMs and convolutions on TF32 tensor cores, of the TF32 peak. ``None``: :attr:`matmul`."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

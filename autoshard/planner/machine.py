@@ -18,7 +18,13 @@ from autoshard.models import ModelSource, load_source
 from autoshard.planner.plan import Plan, PlanRequest
 from autoshard.planner.search import check_request, plan
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, parse_checkpointing
-from autoshard.profiler.options import OptimizerImpl, Precision, parse_optimizer, parse_optimizer_impl
+from autoshard.profiler.options import (
+    OptimizerImpl,
+    Precision,
+    parse_float32_matmul_precision,
+    parse_optimizer,
+    parse_optimizer_impl,
+)
 
 Goal = Literal["pretrain", "finetune"]
 GOALS: tuple[Goal, ...] = ("pretrain", "finetune")
@@ -99,6 +105,7 @@ def plan_for(
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
+    float32_matmul_precision: str = "highest",
     checkpointing: str | bool | ActivationCheckpointing | None = None,
     reduce_dtype: ReduceDtype | str | None = None,
     cache: bool = True,
@@ -108,6 +115,8 @@ def plan_for(
 
     ``precision=None`` takes :func:`default_precision` of the hardware; ``progress(done, total)`` is called after
     each tracing session. ``optimizer_impl`` names the optimizer implementation (``None``: torch's default).
+    ``float32_matmul_precision`` is the run's ``torch.set_float32_matmul_precision`` (``high``/``medium``: fp32
+    matmuls priced on TF32 tensor cores).
     ``checkpointing`` (``none``, ``full``, ``op``, ``every-N``) makes every candidate use that choice; ``None``
     weighs no checkpointing against full checkpointing (each further mode costs its own traces).
     ``reduce_dtype`` (``fp32`` or ``bf16``) sets FSDP2's gradient reduce-scatter dtype
@@ -136,6 +145,7 @@ def plan_for(
         raise UsageError(f"jobs must be a positive integer (processes tracing at once), but got {jobs!r}.")
     if optimizer_impl is not None:
         optimizer_impl = parse_optimizer_impl(optimizer_impl, parse_optimizer(optimizer))
+    matmul_precision = parse_float32_matmul_precision(float32_matmul_precision)
     choice = None if checkpointing is None else parse_checkpointing(checkpointing)
     choices, mode = ((False, True), FULL) if choice is None else ((bool(choice),), choice if choice else FULL)
     if isinstance(strategies, str):
@@ -153,5 +163,7 @@ def plan_for(
         target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
         optimizer_impl=optimizer_impl, checkpointing=choices, checkpoint_mode=mode, jobs=jobs,
     )
+    # Pricing only (the traces are the same), so it is not part of the cache key.
+    workload = dataclasses.replace(workload, float32_matmul_precision=matmul_precision)
     planned = plan(workload, hardware, request, chosen)
     return planned if entry is None else dataclasses.replace(planned, cached_workload=str(entry))

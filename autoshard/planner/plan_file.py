@@ -30,6 +30,7 @@ from typing import Any
 from autoshard.errors import UsageError
 from autoshard.planner.plan import Plan
 from autoshard.profiler.checkpointing import FULL, NONE, ActivationCheckpointing, parse_checkpointing
+from autoshard.profiler.options import parse_float32_matmul_precision
 from autoshard.strategies import get
 from autoshard.strategies.base import Traits
 
@@ -114,6 +115,9 @@ class ExportedPlan:
     optimizer_impl: str | None = None
     """``foreach``, ``for-loop`` or ``fused`` when the plan was made for that optimizer implementation;
     ``None``: torch's default (plan files written before the setting)."""
+    float32_matmul_precision: str = "highest"
+    """The ``torch.set_float32_matmul_precision`` the plan was priced with (``fit()`` runs it; plan files written
+    before the setting: ``highest``, torch's default)."""
     traits: Traits | None = None
     """What the strategy does (sharding stage, offload, hybrid): what the backends and exporters ask. Always the
     registered strategy's: left out (plan.json files written before traits) it is filled in, and other traits are
@@ -122,6 +126,7 @@ class ExportedPlan:
     def __post_init__(self) -> None:
         if self.checkpointing is not None:
             parse_checkpointing(self.checkpointing)  # a UsageError naming the valid choices
+        parse_float32_matmul_precision(self.float32_matmul_precision)
         registered = get(self.strategy).traits
         if self.traits is None:
             object.__setattr__(self, "traits", registered)
@@ -191,7 +196,7 @@ def from_plan(plan: Plan) -> ExportedPlan:
         gradient_accumulation=rec.gradient_accumulation,
         activation_checkpointing=rec.candidate.activation_checkpointing,
         settings=dict(settings), precision=w.precision.value, optimizer=w.optimizer, seq_len=w.seq_len,
-        optimizer_impl=w.optimizer_impl,
+        optimizer_impl=w.optimizer_impl, float32_matmul_precision=w.float32_matmul_precision,
         checkpointing=str(w.checkpoint_mode) if rec.candidate.activation_checkpointing else None,
         model=ModelFingerprint(name=w.model, parameter_count=w.parameter_count, block_class=w.block_class,
                                layout_hash=layout_hash(w.parameter_numels, w.block_parameter_counts)),
@@ -290,7 +295,7 @@ _HARDWARE_TYPES = {"gpu": _OPT_STR, "gpu_memory_bytes": _OPT_INT, "gpus_per_node
 _PLAN_TYPES = {"strategy": str, "family": str, "micro_batch_size": int, "gradient_accumulation": int,
                "activation_checkpointing": bool, "settings": dict, "precision": str, "optimizer": str,
                "seq_len": _OPT_INT}
-_OPTIONAL_PLAN_TYPES = {"optimizer_impl": _OPT_STR, "checkpointing": _OPT_STR}
+_OPTIONAL_PLAN_TYPES = {"optimizer_impl": _OPT_STR, "checkpointing": _OPT_STR, "float32_matmul_precision": str}
 """Fields later versions added: a file without them is read with the dataclass's default."""
 
 

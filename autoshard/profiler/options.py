@@ -122,6 +122,26 @@ def parse_optimizer_impl(value: str, optimizer: str = "adamw") -> OptimizerImpl:
     return key
 
 
+Float32MatmulPrecision = Literal["highest", "high", "medium"]
+FLOAT32_MATMUL_PRECISIONS: tuple[Float32MatmulPrecision, ...] = ("highest", "high", "medium")
+"""``torch.set_float32_matmul_precision``'s settings: ``highest`` (torch's default) keeps fp32 matmuls in fp32;
+``high`` and ``medium`` let CUDA run them on TF32 tensor cores (``torch.backends.cuda.matmul.allow_tf32``)."""
+
+
+def parse_float32_matmul_precision(value: str) -> Float32MatmulPrecision:
+    """Validate a ``torch.set_float32_matmul_precision`` setting (case-insensitive).
+
+    Raises:
+        UsageError: not ``highest``, ``high`` or ``medium``.
+    """
+    key = str(value).strip().lower()
+    for name in FLOAT32_MATMUL_PRECISIONS:
+        if key == name:
+            return name
+    raise UsageError(f"unknown float32 matmul precision {value!r}.",
+                     hint=f"Use one of: {', '.join(FLOAT32_MATMUL_PRECISIONS)} (torch.set_float32_matmul_precision).")
+
+
 def parse_optimizer(value: str) -> str:
     """Validate an optimizer name (case-insensitive).
 

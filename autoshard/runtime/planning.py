@@ -233,10 +233,12 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         source = module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
                                         training_step=job.training_step)
     def planned(source: ModelSource) -> Any:
+        # Priced as this process runs fp32 matmuls (torch.set_float32_matmul_precision, set by the user's script).
         return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
                         optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
                         optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
                         reduce_dtype=options.reduce_dtype,
+                        float32_matmul_precision=torch.get_float32_matmul_precision(),
                         strategies=None if options.strategy is None else [options.strategy], cache=options.cache)
 
     try:

@@ -56,6 +56,10 @@ class TrainJob:
 def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) -> FitResult:
     """Build the backend, train, consolidate; returns this rank's result."""
     torch.manual_seed(job.seed)
+    if plan.float32_matmul_precision != "highest":
+        # The plan priced fp32 matmuls on TF32 tensor cores; at "highest" (torch's default, and plans written
+        # before the setting) the process keeps what the user's script set.
+        torch.set_float32_matmul_precision(plan.float32_matmul_precision)
     init = _model_init(job, plan, notes)
     make_optimizer = optimizer_factory(job.optimizer, plan, job.source)
     backend = backends.create(plan, ctx, grad_clip_norm=job.grad_clip_norm)

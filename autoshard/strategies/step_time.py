@@ -7,7 +7,8 @@ does not):
 
 * **matmul-class kernels** (GEMMs, grouped GEMMs, convolutions): a roofline per class (Williams et al. 2009):
   ``max(FLOPs / (peak[dtype] · matmul), bytes / (bandwidth · memory), kernels · floor)``. ``matmul`` is the
-  fraction of the dense peak large GEMMs reach on this GPU model; the memory term is what makes small-``M``
+  fraction of the dense peak large GEMMs reach on this GPU model (``matmul_fp32`` for fp32 on CUDA cores and
+  ``matmul_tf32`` on TF32 tensor cores, where the profile has them); the memory term is what makes small-``M``
   GEMMs (arithmetic intensity about their smallest dimension, below the GPU's ridge point) slower per FLOP;
 * **attention** (the fused SDPA kernels): the same with ``attention``, the fraction flash attention reaches;
 * **memory-bound kernels** (elementwise, norms, softmax, casts, copies): ``max(bytes / (bandwidth · memory),
@@ -15,13 +16,14 @@ does not):
 * **fp32 convolutions** run on TF32 tensor cores where the GPU has them: cuDNN may use TF32 for them by default
   (``torch.backends.cudnn.allow_tf32 = True``, ``torch.backends.cudnn.conv.fp32_precision = "tf32"`` in torch
   2.13; PyTorch's "TensorFloat-32 (TF32) on Ampere (and later) devices" note), while fp32 matmuls stay on the fp32
-  rate (``torch.backends.cuda.matmul.allow_tf32 = False``);
+  rate (``torch.backends.cuda.matmul.allow_tf32 = False``) unless the run sets
+  ``torch.set_float32_matmul_precision("high")`` (``tf32_matmuls``);
 * kernels run one after another on one stream, so the GPU's time is the **sum** over classes; the host must
   also launch every kernel, so the step takes ``max(GPU time, kernels · launch)``: with small kernels, the
   launch overhead is the floor.
 
-``matmul``, ``attention`` and ``memory`` are per-GPU-model constants in ``profiles/gpus/*.yaml``
-(:class:`autoshard.hardware.specs.Achievable`), each with its source; a GPU without them gets
+``matmul`` (and ``matmul_fp32``, ``matmul_tf32``), ``attention`` and ``memory`` are per-GPU-model constants in
+``profiles/gpus/*.yaml`` (:class:`autoshard.hardware.specs.Achievable`), each with its source; a GPU without them gets
 :data:`GENERIC`, and the note says so. The census is taken at micro-batch 1, so its shape classes are those of
 micro-batch 1: a larger batch only makes the batch-sized GEMM dimension larger, so the estimate errs slow.
 """
@@ -71,9 +73,20 @@ class StepTime:
         return self.flops / self.seconds / 1e12 if self.seconds > 0 else 0.0
 
 
-def _priced_dtype(kind: str, dtype: str, gpu: GPUSpec) -> str:
-    """The dtype whose peak a matmul-class kernel runs at: an fp32 convolution at TF32 where the GPU has it."""
-    return "tf32" if kind == "conv" and dtype == "fp32" and gpu.peak_tflops.tf32 is not None else dtype
+def _priced_dtype(kind: str, dtype: str, gpu: GPUSpec, tf32_matmuls: bool) -> str:
+    """The dtype whose peak a matmul-class kernel runs at: fp32 at TF32 where the GPU has it, for a convolution
+    always (cuDNN's default), for the other kinds with ``tf32_matmuls``."""
+    tf32 = dtype == "fp32" and gpu.peak_tflops.tf32 is not None and (kind == "conv" or tf32_matmuls)
+    return "tf32" if tf32 else dtype
+
+
+def _fraction(kind: str, dtype: str, fractions: Achievable) -> float:
+    """The fraction of the peak a matmul-class kernel reaches: fused attention's, fp32 (CUDA cores) or TF32 GEMMs'
+    where the profile has one, else large 16-bit GEMMs'."""
+    if kind == "attention":
+        return fractions.attention
+    own = {"fp32": fractions.matmul_fp32, "tf32": fractions.matmul_tf32}.get(dtype)
+    return fractions.matmul if own is None else own
 
 
 def _peak_flops(gpu: GPUSpec, dtype: str) -> float | None:
@@ -89,7 +102,7 @@ def _achievable_bandwidth(gpu: GPUSpec) -> float | None:
 
 
 def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float = KERNEL_FLOOR_S,
-             launch_s: float = LAUNCH_S, host_extra_s: float = 0.0) -> StepTime | None:
+             launch_s: float = LAUNCH_S, host_extra_s: float = 0.0, tf32_matmuls: bool = False) -> StepTime | None:
     """Compute time of ``micro_batch`` samples' forward + backward on ``gpu`` under the module's model.
 
     Args:
@@ -100,6 +113,8 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         launch_s: host time to launch one kernel.
         host_extra_s: other host time on the launching thread per step (a strategy's Python hooks), added to
             the launches.
+        tf32_matmuls: fp32 matmuls run on TF32 tensor cores (``torch.set_float32_matmul_precision("high")``);
+            fp32 convolutions do regardless, where the GPU has them.
 
     Returns:
         The time by part, or ``None`` when the GPU's peak for a dtype the step computes in is unknown.
@@ -119,10 +134,11 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     hbm = _achievable_bandwidth(gpu)
     matmul_s = attention_s = memory_s = 0.0
     for c in census.matmuls:
-        peak = _peak_flops(gpu, _priced_dtype(c.kind, c.dtype, gpu))
+        priced = _priced_dtype(c.kind, c.dtype, gpu, tf32_matmuls)
+        peak = _peak_flops(gpu, priced)
         if peak is None:
             return None
-        rate = peak * (fractions.attention if c.kind == "attention" else fractions.matmul)
+        rate = peak * _fraction(c.kind, priced, fractions)
         t = max(c.flops * b / rate, 0.0 if hbm is None else c.bytes * b / hbm, c.kernels * floor_s)
         if c.kind == "attention":
             attention_s += t
@@ -139,8 +155,10 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         bound = "host-bound" if host_extra_s else "launch-bound"
     else:
         bound = f"{(matmul_s + attention_s) / max(gpu_s, 1e-30):.0%} matmul"
-    note = (f"compute from the traced ops: matmuls at {fractions.matmul:g} and attention at {fractions.attention:g}"
-            f" of the dense peak, memory-bound ops at {fractions.memory:g} of the memory bandwidth ({where} "
+    tf32 = " (fp32 ones on TF32 tensor cores)" if tf32_matmuls and gpu.peak_tflops.tf32 is not None else ""
+    note = (f"compute from the traced ops: matmuls{tf32} at {fractions.matmul:g} and attention at "
+            f"{fractions.attention:g} of the dense peak, memory-bound ops at {fractions.memory:g} of the memory "
+            f"bandwidth ({where} "
             f"fractions), {census.kernels:,} kernels ({floor_s * 1e6:g} µs floor, {launch_s * 1e6:g} µs to launch "
             f"each); {bound}, {flops / seconds / 1e12 if seconds else 0:.0f} TFLOP/s")
     if hbm is None:

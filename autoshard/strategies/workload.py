@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoshard.models.source import ModelSource
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing
-from autoshard.profiler.options import OptimizerImpl, Precision
+from autoshard.profiler.options import Float32MatmulPrecision, OptimizerImpl, Precision
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
 from autoshard.profiler.timeline import lines_up, non_state_peaks, phase_peaks
@@ -189,6 +189,10 @@ class Workload:
     """A few of them by module, for explanations (:attr:`ModelProfile.unused_modules`)."""
     optimizer_impl: OptimizerImpl | None = None
     """The optimizer implementation the user named (``None``: torch's default, which the traces model)."""
+    float32_matmul_precision: Float32MatmulPrecision = "highest"
+    """``torch.set_float32_matmul_precision`` of the training run: ``high`` or ``medium`` let fp32 matmuls run on
+    TF32 tensor cores, which only the step time sees (the traces are the same; the planner sets it on a cached
+    workload)."""
     checkpoint_mode: ActivationCheckpointing = FULL
     """What the traces with ``checkpointing=True`` recompute (``full``, ``every-N`` or ``op``)."""
 
@@ -238,6 +242,7 @@ class Workload:
             "precision": self.precision.value,
             "optimizer": self.optimizer,
             "optimizer_impl": self.optimizer_impl,
+            "float32_matmul_precision": self.float32_matmul_precision,
             "checkpointing": str(self.checkpoint_mode),
             "seq_len": self.seq_len,
             "parameter_count": self.parameter_count,
@@ -254,6 +259,12 @@ def compute_dtype(precision: Precision) -> str:
     """The hardware-spec dtype whose peak the step's matmuls run at (PyTorch keeps fp32 matmuls off TF32 by
     default: ``torch.backends.cuda.matmul.allow_tf32 = False`` since 1.12)."""
     return {Precision.FP32: "fp32", Precision.FP16_MIXED: "fp16"}.get(precision, "bf16")
+
+
+def tf32_matmuls(workload: Workload) -> bool:
+    """Whether the run lets fp32 matmuls use TF32 (``torch.set_float32_matmul_precision`` ``high`` or
+    ``medium``: CUDA's ``allow_tf32`` for matmuls follows it)."""
+    return workload.float32_matmul_precision != "highest"
 
 
 def fsdp_half_mode(precision: Precision) -> str:

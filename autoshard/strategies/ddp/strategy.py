@@ -31,7 +31,7 @@ from autoshard.strategies.base import (
     allocation_rounding,
     checked_micro_batch,
 )
-from autoshard.strategies.workload import StepTrace, Workload, compute_dtype
+from autoshard.strategies.workload import StepTrace, Workload, compute_dtype, tf32_matmuls
 
 MIB = 1024 * 1024
 """torch's ``_MB_TO_BYTES``: ``bucket_cap_mb`` is in MiB (torch/nn/parallel/distributed.py, torch 2.13.0)."""
@@ -299,7 +299,8 @@ class DDPStrategy(Strategy):
         b = checked_micro_batch(candidate)
         trace = workload.trace("amp", candidate.activation_checkpointing)
         notes: list[str] = []
-        compute_s, note = costs.step_compute_seconds(trace, b, hardware, compute_dtype(workload.precision))
+        compute_s, note = costs.step_compute_seconds(trace, b, hardware, compute_dtype(workload.precision),
+                                                     tf32_matmuls=tf32_matmuls(workload))
         notes.append(note)
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         backward_s = compute_s * (bwd / (fwd + bwd) if fwd + bwd else 2 / 3)

@@ -41,7 +41,7 @@ from autoshard.strategies.deepspeed.memory import (
     model_dtype_bytes,
     state_bytes_per_parameter,
 )
-from autoshard.strategies.workload import Workload, compute_dtype
+from autoshard.strategies.workload import Workload, compute_dtype, tf32_matmuls
 
 CPU_ADAM_PARAMETERS_PER_S = 1.0e9
 """``DeepSpeedCPUAdam`` (AVX, fp32) on one thread: 0.4-2.3e9 parameters/s, about 1e9 typical, measured with
@@ -98,7 +98,7 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
     notes: list[str] = []
     hooks_s, hooks_note = _engine_host(workload, settings)
     compute_s, note = costs.step_compute_seconds(trace, b, hardware, compute_dtype(workload.precision),
-                                                 host_extra_s=hooks_s)
+                                                 host_extra_s=hooks_s, tf32_matmuls=tf32_matmuls(workload))
     notes += [note, *hooks_note]
     forward_s = compute_s * forward_share
     backward_s = compute_s - forward_s

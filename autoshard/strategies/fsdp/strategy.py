@@ -49,6 +49,7 @@ from autoshard.strategies.workload import (
     Workload,
     compute_dtype,
     fsdp_half_mode,
+    tf32_matmuls,
 )
 
 _DTYPE_BYTES = {"fp32": 4, "bf16": 2}
@@ -207,7 +208,7 @@ class FSDPStrategy(Strategy):
         units = wrapping_units(workload, values["blocks_per_unit"])
         notes: list[str] = []
         dtype = compute_dtype(workload.precision)
-        compute_s, note = costs.step_compute_seconds(trace, b, hardware, dtype)
+        compute_s, note = costs.step_compute_seconds(trace, b, hardware, dtype, tf32_matmuls=tf32_matmuls(workload))
         notes.append(note)
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         forward_s = compute_s * (fwd / (fwd + bwd) if fwd + bwd else 1 / 3)

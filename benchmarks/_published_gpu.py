@@ -71,9 +71,12 @@ def measure(point: dict[str, Any], predictor: Any, device: torch.device, *, step
 
     options = profile_options(point, device.type)
     source = load_source(predictor.model_source(point))
-    try:
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(point.get("float32_matmul_precision", "highest"))  # as the run (and the
+    try:                                                                                  # prediction) had it
         peak = measure_peak(source, options, device, steps=steps)
     finally:
+        torch.set_float32_matmul_precision(before)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -101,7 +104,8 @@ def configuration(point: dict[str, Any]) -> str:
     import json
 
     return json.dumps([point[k] for k in ("model", "seq_len", "micro_batch", "precision", "optimizer")]
-                      + [point["strategy"]["activation_checkpointing"]], sort_keys=True)
+                      + [point["strategy"]["activation_checkpointing"],
+                         point.get("float32_matmul_precision", "highest")], sort_keys=True)
 
 
 def run(point: dict[str, Any], predictor: Any, device: torch.device, gpu_profile: str | None,

@@ -171,8 +171,9 @@ def _scaled_predictor(module: ModuleType, data: dict[str, Any], folder: Path) ->
 
 def _own(base: Any, kind: str) -> float:
     """The profile's fraction for fp32 inputs on ``kind`` units (``fp32`` or ``tf32``), else its ``matmul``."""
-    value = getattr(base, f"matmul_{kind}")
-    return float(base.matmul if value is None else value)
+    from autoshard.strategies.step_time import matmul_fraction
+
+    return matmul_fraction(kind, base)
 
 
 def fit_all(module: ModuleType, data: dict[str, Any], folder: Path) -> list[Fit]:

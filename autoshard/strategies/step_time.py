@@ -80,13 +80,22 @@ def _priced_dtype(kind: str, dtype: str, gpu: GPUSpec, tf32_matmuls: bool) -> st
     return "tf32" if tf32 else dtype
 
 
-def _fraction(kind: str, dtype: str, fractions: Achievable) -> float:
-    """The fraction of the peak a matmul-class kernel reaches: fused attention's, fp32 (CUDA cores) or TF32 GEMMs'
-    where the profile has one, else large 16-bit GEMMs'."""
-    if kind == "attention":
-        return fractions.attention
+def matmul_fraction(dtype: str, fractions: Achievable) -> float:
+    """The fraction of the ``dtype`` peak a GEMM or convolution reaches: fp32's (CUDA cores) or TF32's where the
+    profile has one, else large 16-bit GEMMs' (``matmul``).
+
+    Example:
+        >>> f = Achievable(matmul=0.8, attention=0.35, memory=0.88, matmul_tf32=0.4)
+        >>> matmul_fraction("tf32", f), matmul_fraction("fp32", f), matmul_fraction("bf16", f)
+        (0.4, 0.8, 0.8)
+    """
     own = {"fp32": fractions.matmul_fp32, "tf32": fractions.matmul_tf32}.get(dtype)
     return fractions.matmul if own is None else own
+
+
+def _fraction(kind: str, dtype: str, fractions: Achievable) -> float:
+    """The fraction of the peak a matmul-class kernel reaches: fused attention's, else :func:`matmul_fraction`."""
+    return fractions.attention if kind == "attention" else matmul_fraction(dtype, fractions)
 
 
 def _peak_flops(gpu: GPUSpec, dtype: str) -> float | None:
@@ -133,8 +142,11 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     fractions = gpu.achievable or GENERIC
     hbm = _achievable_bandwidth(gpu)
     matmul_s = attention_s = memory_s = 0.0
+    fp32_units: set[str] = set()  # "fp32" / "tf32": where the step's fp32 GEMMs and convolutions ran
     for c in census.matmuls:
         priced = _priced_dtype(c.kind, c.dtype, gpu, tf32_matmuls)
+        if c.kind != "attention" and priced in ("fp32", "tf32"):
+            fp32_units.add(priced)
         peak = _peak_flops(gpu, priced)
         if peak is None:
             return None
@@ -155,8 +167,10 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         bound = "host-bound" if host_extra_s else "launch-bound"
     else:
         bound = f"{(matmul_s + attention_s) / max(gpu_s, 1e-30):.0%} matmul"
-    tf32 = " (fp32 ones on TF32 tensor cores)" if tf32_matmuls and gpu.peak_tflops.tf32 is not None else ""
-    note = (f"compute from the traced ops: matmuls{tf32} at {fractions.matmul:g} and attention at "
+    units = {"fp32": "on the CUDA cores", "tf32": "on TF32 tensor cores"}
+    fp32 = "".join(f", fp32 {units[u]} at {matmul_fraction(u, fractions):g} of the {u} peak"
+                   for u in sorted(fp32_units))
+    note = (f"compute from the traced ops: matmuls at {fractions.matmul:g}{fp32} and attention at "
             f"{fractions.attention:g} of the dense peak, memory-bound ops at {fractions.memory:g} of the memory "
             f"bandwidth ({where} "
             f"fractions), {census.kernels:,} kernels ({floor_s * 1e6:g} µs floor, {launch_s * 1e6:g} µs to launch "

@@ -54,6 +54,7 @@ from _published_report import HALVES, THROUGHPUT_METRICS, by_source, markdown, s
 SCRIPT = Path(__file__).resolve()
 POINTS_FILE = SCRIPT.with_name("published_points.yaml")
 PROFILES_GPUS = SCRIPT.parents[1] / "profiles" / "gpus"
+PROFILES_NODES = SCRIPT.parents[1] / "profiles" / "nodes"
 
 METRICS: dict[str, str] = {
     "peak_allocated_gib": "peak torch.cuda.max_memory_allocated() per GPU, GiB",
@@ -169,6 +170,8 @@ def _point_problems(point: dict[str, Any], sources: dict[str, Any], models: dict
          "float32_matmul_precision in ('highest', 'high', 'medium')"),
     ]
     problems += [message for ok, message in checks if not ok]
+    if hw.get("node") is not None:
+        problems += _node_problems(hw)
     settings = strategy.get("settings")
     if settings is not None:
         problems += _settings_problems(settings, strategy.get("autoshard"), hw.get("gpu"), gpus)
@@ -187,6 +190,19 @@ def _settings_problems(settings: Any, name: Any, gpu: Any, gpus: set[str]) -> li
     knobs = {k.name for k in get(name).knobs(load_hardware(gpu, gpus=1))}
     unknown = sorted(set(settings) - knobs)
     return [f"strategy settings: {name} has no knob {', '.join(unknown)}"] if unknown else []
+
+
+def _node_problems(hw: dict[str, Any]) -> list[str]:
+    """What is wrong with a point's ``hardware.node``: a node profile with the point's GPU and GPUs per node."""
+    name = hw["node"]
+    if not isinstance(name, str) or not (PROFILES_NODES / f"{name}.yaml").is_file():
+        return [f"node {name!r} is not a profile in profiles/nodes"]
+    doc = yaml.safe_load((PROFILES_NODES / f"{name}.yaml").read_text(encoding="utf-8"))
+    per_node = doc["gpus_per_node"]["value"] if isinstance(doc["gpus_per_node"], dict) else doc["gpus_per_node"]
+    if doc["gpu"] != hw.get("gpu") or per_node != hw.get("gpus_per_node"):
+        return [f"node {name} has {per_node} x {doc['gpu']}, "
+                f"not the point's {hw.get('gpus_per_node')} x {hw.get('gpu')}"]
+    return []
 
 
 def _positive(value: Any) -> bool:
@@ -257,16 +273,18 @@ class Predictor:
         return str(folder)
 
     def hardware(self, point: dict[str, Any]) -> HardwareSpec:
-        """One node of the GPU profile, or a cluster file with the point's network between its nodes."""
+        """One node of the GPU profile (or of the node profile the point names: its host's cores and memory), or a
+        cluster file of such nodes with the point's network between them."""
         from autoshard.hardware import load_hardware
 
         hw = point["hardware"]
         if hw["nodes"] == 1:
-            return load_hardware(hw["gpu"], gpus=hw["gpus_per_node"])
+            return load_hardware(hw.get("node") or hw["gpu"], gpus=hw["gpus_per_node"])
         path = self.folder / f"{point['id']}-cluster.yaml"
-        cluster = {"kind": "cluster", "name": point["id"], "nodes": hw["nodes"],
-                   "node": {"name": f"{hw['gpus_per_node']} x {hw['gpu']}", "gpu": hw["gpu"],
-                            "gpus_per_node": hw["gpus_per_node"], "network": hw["network"]}}
+        node = hw.get("node") or {"name": f"{hw['gpus_per_node']} x {hw['gpu']}", "gpu": hw["gpu"],
+                                  "gpus_per_node": hw["gpus_per_node"]}
+        cluster = {"kind": "cluster", "name": point["id"], "nodes": hw["nodes"], "node": node,
+                   **({"network": hw["network"]} if hw["network"] else {})}
         path.write_text(yaml.safe_dump(cluster), encoding="utf-8")
         return load_hardware(path)
 

@@ -71,6 +71,8 @@ def test_both_halves_hold_points_autoshard_can_compare(bench: ModuleType, data: 
     (("optimizer", "impl"), "fast", "optimizer impl in"),
     (("strategy", "settings"), ["overlap_comm"], "strategy settings must be a mapping"),
     (("strategy", "settings"), {"overlap_com": False}, "ddp has no knob overlap_com"),
+    (("hardware", "node"), "p4d", "node 'p4d' is not a profile in profiles/nodes"),
+    (("hardware", "node"), "aws-p4d-24xlarge", "has 8 x a100-sxm-40gb, not the point's 16 x v100-sxm-32gb"),
 ])
 def test_a_bad_point_is_reported_by_id_and_field(bench: ModuleType, data: dict[str, Any], path: tuple[str, ...],
                                                  value: Any, problem: str) -> None:
@@ -93,6 +95,15 @@ def test_a_models_attention_is_written_where_autoshard_reads_it(bench: ModuleTyp
     source = load_source(bench.Predictor(data, tmp_path).model_source(point))
     assert source.metadata["attn_implementation"] == "eager"
     assert source.metadata["attn_implementation_chosen_by"] == "config.json"
+
+
+def test_a_point_naming_a_node_profile_gets_its_host(bench: ModuleType, data: dict[str, Any], tmp_path: Path) -> None:
+    """The FSDP blog's runs were on AWS p4d.24xlarge nodes: their 48 cores and 1152 GiB, with the point's network."""
+    point = next(p for p in data["points"] if p["id"] == "fsdp-blog-a100-mingpt-175b-mb20")
+    hardware = bench.Predictor(data, tmp_path).hardware(point)
+    assert hardware.world_size == 128 and hardware.node.gpu is not None and hardware.node.gpu.name == "a100-sxm-40gb"
+    assert hardware.node.cpu.physical_cores == 48 and hardware.node.cpu.memory_total_bytes == 1152 * 2**30
+    assert hardware.node.network is not None and hardware.node.network.ports == 4
 
 
 def test_a_duplicate_id_is_reported(bench: ModuleType, data: dict[str, Any]) -> None:

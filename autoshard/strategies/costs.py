@@ -153,6 +153,15 @@ def host_link_bytes_per_s(hardware: HardwareSpec) -> tuple[float, list[str]]:
     return link_spec.bandwidth_bytes_per_s * LINK_EFFICIENCY, []
 
 
+def optimizer_step_bytes_per_parameter(workload: Workload, checkpointing: bool) -> float | None:
+    """Bytes the traced optimizer step (mode ``amp``, the precision the optimizer steps in) reads and writes per
+    trainable parameter; ``None`` without a traced step."""
+    census = workload.trace("amp", checkpointing).at_1.optimizer_census
+    if census is None:
+        return None
+    return (census.memory_bytes + sum(c.bytes for c in census.matmuls)) / max(1, workload.trainable_parameter_count)
+
+
 def optimizer_step_seconds(workload: Workload, hardware: HardwareSpec, checkpointing: bool, *, shard: int = 1,
                            flat: bool = False) -> tuple[float, str | None]:
     """GPU time of the optimizer step on one rank (not hidden: it runs after backward), and its note.

@@ -34,7 +34,7 @@ from autoshard.strategies.base import (
     allocation_rounding,
     checked_micro_batch,
 )
-from autoshard.strategies.fsdp.cost import communication, cpu_offload
+from autoshard.strategies.fsdp.cost import ADAMW_TRACED_BYTES_PER_PARAMETER, communication, cpu_offload
 from autoshard.strategies.fsdp.memory import (
     Layout,
     Moment,
@@ -216,7 +216,9 @@ class FSDPStrategy(Strategy):
         notes += comm.notes
         offload_s = optimizer_s = 0.0
         if self.offload:
-            off = cpu_offload(units, layout, hardware, compute_s, bool(values["pin_memory"]))
+            off = cpu_offload(units, layout, hardware, compute_s, bool(values["pin_memory"]),
+                              costs.optimizer_step_bytes_per_parameter(workload, candidate.activation_checkpointing)
+                              or ADAMW_TRACED_BYTES_PER_PARAMETER, workload.optimizer)
             offload_s = off.exposed_s
             notes += off.notes
         else:  # the optimizer steps the shards on the GPU

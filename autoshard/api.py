@@ -137,6 +137,7 @@ def recommend(
     cache: bool = True,
     jobs: int | None = None,
     float32_matmul_precision: str = "highest",
+    grad_clip_norm: float | None = None,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -169,6 +170,11 @@ def recommend(
         float32_matmul_precision: the run's ``torch.set_float32_matmul_precision``: ``"highest"`` (default, torch's
             too) prices fp32 matmuls at the fp32 rate; ``"high"`` or ``"medium"`` on TF32 tensor cores, where the
             GPU has them (fp32 convolutions use TF32 either way: cuDNN's default).
+        grad_clip_norm: the norm the run clips the gradients' global 2-norm to before each optimizer step
+            (``None``, default: no clipping). Priced as a norm and a scaling pass over each rank's gradients, and
+            written into the exported configs (DeepSpeed's ``gradient_clipping``, the HF Trainer's
+            ``--max_grad_norm``, Lightning's ``gradient_clip_val``) and the plan, which ``fit()`` and the launch
+            scripts train with.
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
@@ -184,4 +190,4 @@ def recommend(
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
                     safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl,
                     checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache,
-                    jobs=jobs, float32_matmul_precision=float32_matmul_precision)
+                    jobs=jobs, float32_matmul_precision=float32_matmul_precision, grad_clip_norm=grad_clip_norm)

@@ -168,6 +168,7 @@ def _point_problems(point: dict[str, Any], sources: dict[str, Any], models: dict
         (isinstance(point["loose"], list), "loose must be a list"),
         (point.get("float32_matmul_precision", "highest") in ("highest", "high", "medium"),
          "float32_matmul_precision in ('highest', 'high', 'medium')"),
+        (_positive_number(point.get("grad_clip_norm", 1.0)), "grad_clip_norm must be a positive number"),
     ]
     problems += [message for ok, message in checks if not ok]
     if hw.get("node") is not None:
@@ -203,6 +204,10 @@ def _node_problems(hw: dict[str, Any]) -> list[str]:
         return [f"node {name} has {per_node} x {doc['gpu']}, "
                 f"not the point's {hw.get('gpus_per_node')} x {hw.get('gpu')}"]
     return []
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _positive(value: Any) -> bool:
@@ -296,8 +301,9 @@ class Predictor:
         from autoshard.strategies.base import Candidate
 
         workload, hardware = self.workload(point), self.hardware(point)
-        if point.get("float32_matmul_precision", "highest") != "highest":  # pricing only: the traces are the same
-            workload = dataclasses.replace(workload, float32_matmul_precision=point["float32_matmul_precision"])
+        # Pricing only: the traces are the same.
+        workload = dataclasses.replace(workload, grad_clip_norm=point.get("grad_clip_norm"),
+                                       float32_matmul_precision=point.get("float32_matmul_precision", "highest"))
         strategy = get(point["strategy"]["autoshard"])
         ckpt = point["strategy"]["activation_checkpointing"] != "none"
         knobs = {k.name for k in strategy.knobs(hardware)}

@@ -71,6 +71,7 @@ def test_both_halves_hold_points_autoshard_can_compare(bench: ModuleType, data: 
     (("optimizer", "impl"), "fast", "optimizer impl in"),
     (("strategy", "settings"), ["overlap_comm"], "strategy settings must be a mapping"),
     (("strategy", "settings"), {"overlap_com": False}, "ddp has no knob overlap_com"),
+    (("grad_clip_norm",), 0, "grad_clip_norm must be a positive number"),
     (("hardware", "node"), "p4d", "node 'p4d' is not a profile in profiles/nodes"),
     (("hardware", "node"), "aws-p4d-24xlarge", "has 8 x a100-sxm-40gb, not the point's 16 x v100-sxm-32gb"),
 ])

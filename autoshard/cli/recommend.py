@@ -16,6 +16,17 @@ NAME = "recommend"
 HELP = "Recommend DDP, FSDP or a DeepSpeed ZeRO stage for a model on your (or a profiled) machine."
 
 
+def _clip_norm(text: str) -> float | None:
+    """``--grad-clip-norm``'s value: a positive number."""
+    from autoshard.errors import UsageError
+    from autoshard.profiler.options import parse_grad_clip_norm
+
+    try:
+        return parse_grad_clip_norm(float(text))
+    except (ValueError, UsageError):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``recommend`` flags."""
     from autoshard.cli._hardware_args import add_hardware_arguments
@@ -34,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--float32-matmul-precision", choices=("highest", "high", "medium"), default="highest",
                         help="the run's torch.set_float32_matmul_precision: high or medium price fp32 matmuls on "
                              "TF32 tensor cores (default highest, torch's)")
+    parser.add_argument("--grad-clip-norm", type=_clip_norm, default=None, metavar="NORM",
+                        help="clip the gradients' global 2-norm to NORM before each step: priced, and written into "
+                             "the plan and the exported configs (default: no clipping)")
     parser.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default=None,
                         help="FSDP2's gradient reduce-scatter dtype (MixedPrecisionPolicy.reduce_dtype; default fp32)")
     parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",
@@ -72,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
             optimizer_impl=args.optimizer_impl, activation_checkpointing=args.checkpointing,
             reduce_dtype=args.reduce_dtype, float32_matmul_precision=args.float32_matmul_precision,
-            cache=not args.no_cache, jobs=args.jobs,
+            grad_clip_norm=args.grad_clip_norm, cache=not args.no_cache, jobs=args.jobs,
         )
     if plan.cached_workload is not None and not args.json:  # --json says it in "cached_workload"
         print(f"autoshard: note: the traced step came from the workload cache ({plan.cached_workload}); "
@@ -114,6 +128,7 @@ def _print(plan: Plan) -> None:
     tf32 = f" (float32 matmul precision {matmuls})" if matmuls != "highest" else ""
     console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}{tf32}, "
                   f"{w.optimizer}" + (f" ({w.optimizer_impl})" if w.optimizer_impl else "")
+                  + (f", gradients clipped to norm {w.grad_clip_norm:g}" if w.grad_clip_norm is not None else "")
                   + (f", seq {w.seq_len}" if w.seq_len else "")
                   + f" on {hw.nodes} × {hw.processes_per_node} × {device} ({plan.request.goal})")
     for note in hw.notes:

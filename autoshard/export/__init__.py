@@ -86,8 +86,7 @@ def notes(exported: ExportedPlan) -> list[str]:
     """What the files leave to the user, or could not express, for this plan (one sentence each)."""
     out = [("Your training script builds the model, data loader (batch size "
            f"{exported.micro_batch_size} per device), optimizer ({exported.optimizer}) and learning-rate schedule."),
-           ("Gradient clipping is off in every file, as the plan trains (the HF Trainer arguments say "
-            "--max_grad_norm 0.0; its default would clip at 1.0): set it everywhere if you train with it.")]
+           _clipping_note(exported)]
     if exported.optimizer_impl is not None:
         how = {"foreach": "foreach=True", "for-loop": "foreach=False", "fused": "fused=True"}[exported.optimizer_impl]
         out.append(f"The plan steps the optimizer {exported.optimizer_impl} ({how} in torch.optim): build it so"
@@ -123,3 +122,14 @@ def _readme(exported: ExportedPlan, names: list[str]) -> str:
              "See docs/export.md.", "", "## Left to you", ""]
     lines += [f"- {n}" for n in notes(exported)]
     return "\n".join(lines) + "\n"
+
+
+def _clipping_note(exported: ExportedPlan) -> str:
+    """Where the files clip the gradients, or that they do not."""
+    if exported.grad_clip_norm is None:
+        return ("Gradient clipping is off in every file, as the plan trains (the HF Trainer arguments say "
+                "--max_grad_norm 0.0; its default would clip at 1.0): plan with --grad-clip-norm to clip.")
+    return (f"Gradients are clipped to norm {exported.grad_clip_norm:g} (ds_config.json's gradient_clipping, the HF "
+            "Trainer's --max_grad_norm, Lightning's gradient_clip_val, fit() from plan.json); in a loop of your own "
+            f"call torch.nn.utils.clip_grad_norm_(model.parameters(), {exported.grad_clip_norm:g}) before each step "
+            "(accelerate: accelerator.clip_grad_norm_).")

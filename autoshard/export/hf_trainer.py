@@ -8,9 +8,9 @@ Flag and key names from transformers 5.23 ``training_args.py``: ``--deepspeed`` 
 ``--max_grad_norm``, whose default 1.0 clips; ``--optim`` (``adamw_torch``: ``torch.optim.AdamW`` with torch's
 foreach default; ``adamw_torch_fused``: ``fused=True``, ``trainer_optimizer.py::_get_adamw_torch``; the default
 is ``adamw_torch_fused`` on torch >= 2.8); with DeepSpeed, ``integrations/deepspeed.py`` refuses a
-``gradient_clipping`` that differs from it, so the plan's (off, 0.0) is written. ``--tf32 True`` when the plan
-prices fp32 matmuls on TF32 (its ``float32_matmul_precision`` is not ``highest``): the Trainer then sets
-``torch.backends.cuda.matmul.allow_tf32`` (and refuses the flag on a GPU without TF32).
+``gradient_clipping`` that differs from it, so the plan's (its ``grad_clip_norm``, else off: 0.0) is written.
+``--tf32 True`` when the plan prices fp32 matmuls on TF32 (its ``float32_matmul_precision`` is not ``highest``):
+the Trainer then sets ``torch.backends.cuda.matmul.allow_tf32`` (and refuses the flag on a GPU without TF32).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoshard.errors import UsageError
 from autoshard.export.accelerate import DS_CONFIG_FILE
-from autoshard.export.family import GRADIENT_CLIPPING_NORM
+from autoshard.export.family import gradient_clipping_norm
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.strategies import exporter
 
@@ -40,7 +40,7 @@ def arguments(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE,
     """
     args = ["--per_device_train_batch_size", str(exported.micro_batch_size),
             "--gradient_accumulation_steps", str(exported.gradient_accumulation),
-            "--max_grad_norm", str(GRADIENT_CLIPPING_NORM)]
+            "--max_grad_norm", str(gradient_clipping_norm(exported))]
     if exported.precision in ("bf16-mixed", "bf16-true"):
         args.append("--bf16")
     elif exported.precision == "16-mixed":

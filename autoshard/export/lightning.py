@@ -65,6 +65,7 @@ def snippet(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE) -> 
         f"    precision={p.precision or exported.precision!r},",
         f"    strategy={p.strategy},",
         f"    accumulate_grad_batches={exported.gradient_accumulation},",
+        *([f"    gradient_clip_val={exported.grad_clip_norm!r},"] if exported.grad_clip_norm is not None else []),
         ")",
         (f"# DataLoader(batch_size={exported.micro_batch_size}) per device: "
          f"{exported.global_batch_size} samples per optimizer step."),

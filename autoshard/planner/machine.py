@@ -22,6 +22,7 @@ from autoshard.profiler.options import (
     OptimizerImpl,
     Precision,
     parse_float32_matmul_precision,
+    parse_grad_clip_norm,
     parse_optimizer,
     parse_optimizer_impl,
 )
@@ -106,6 +107,7 @@ def plan_for(
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
     float32_matmul_precision: str = "highest",
+    grad_clip_norm: float | None = None,
     checkpointing: str | bool | ActivationCheckpointing | None = None,
     reduce_dtype: ReduceDtype | str | None = None,
     cache: bool = True,
@@ -116,7 +118,8 @@ def plan_for(
     ``precision=None`` takes :func:`default_precision` of the hardware; ``progress(done, total)`` is called after
     each tracing session. ``optimizer_impl`` names the optimizer implementation (``None``: torch's default).
     ``float32_matmul_precision`` is the run's ``torch.set_float32_matmul_precision`` (``high``/``medium``: fp32
-    matmuls priced on TF32 tensor cores).
+    matmuls priced on TF32 tensor cores). ``grad_clip_norm``: the norm the run clips the gradients to (priced as
+    a norm and a scaling pass before each optimizer step; ``None``: no clipping).
     ``checkpointing`` (``none``, ``full``, ``op``, ``every-N``) makes every candidate use that choice; ``None``
     weighs no checkpointing against full checkpointing (each further mode costs its own traces).
     ``reduce_dtype`` (``fp32`` or ``bf16``) sets FSDP2's gradient reduce-scatter dtype
@@ -146,6 +149,7 @@ def plan_for(
     if optimizer_impl is not None:
         optimizer_impl = parse_optimizer_impl(optimizer_impl, parse_optimizer(optimizer))
     matmul_precision = parse_float32_matmul_precision(float32_matmul_precision)
+    clip_norm = parse_grad_clip_norm(grad_clip_norm)
     choice = None if checkpointing is None else parse_checkpointing(checkpointing)
     choices, mode = ((False, True), FULL) if choice is None else ((bool(choice),), choice if choice else FULL)
     if isinstance(strategies, str):
@@ -164,6 +168,6 @@ def plan_for(
         optimizer_impl=optimizer_impl, checkpointing=choices, checkpoint_mode=mode, jobs=jobs,
     )
     # Pricing only (the traces are the same), so it is not part of the cache key.
-    workload = dataclasses.replace(workload, float32_matmul_precision=matmul_precision)
+    workload = dataclasses.replace(workload, float32_matmul_precision=matmul_precision, grad_clip_norm=clip_norm)
     planned = plan(workload, hardware, request, chosen)
     return planned if entry is None else dataclasses.replace(planned, cached_workload=str(entry))

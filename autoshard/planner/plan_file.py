@@ -30,7 +30,7 @@ from typing import Any
 from autoshard.errors import UsageError
 from autoshard.planner.plan import Plan
 from autoshard.profiler.checkpointing import FULL, NONE, ActivationCheckpointing, parse_checkpointing
-from autoshard.profiler.options import parse_float32_matmul_precision
+from autoshard.profiler.options import parse_float32_matmul_precision, parse_grad_clip_norm
 from autoshard.strategies import get
 from autoshard.strategies.base import Traits
 
@@ -118,6 +118,9 @@ class ExportedPlan:
     float32_matmul_precision: str = "highest"
     """The ``torch.set_float32_matmul_precision`` the plan was priced with (``fit()`` runs it; plan files written
     before the setting: ``highest``, torch's default)."""
+    grad_clip_norm: float | None = None
+    """The norm the gradients' global 2-norm is clipped to before each step (``None``: no clipping; plan files
+    written before the setting). The launch scripts train with it; the exports write it."""
     traits: Traits | None = None
     """What the strategy does (sharding stage, offload, hybrid): what the backends and exporters ask. Always the
     registered strategy's: left out (plan.json files written before traits) it is filled in, and other traits are
@@ -127,6 +130,8 @@ class ExportedPlan:
         if self.checkpointing is not None:
             parse_checkpointing(self.checkpointing)  # a UsageError naming the valid choices
         parse_float32_matmul_precision(self.float32_matmul_precision)
+        clip = parse_grad_clip_norm(self.grad_clip_norm, "the plan's grad_clip_norm")
+        object.__setattr__(self, "grad_clip_norm", clip)
         registered = get(self.strategy).traits
         if self.traits is None:
             object.__setattr__(self, "traits", registered)
@@ -197,6 +202,7 @@ def from_plan(plan: Plan) -> ExportedPlan:
         activation_checkpointing=rec.candidate.activation_checkpointing,
         settings=dict(settings), precision=w.precision.value, optimizer=w.optimizer, seq_len=w.seq_len,
         optimizer_impl=w.optimizer_impl, float32_matmul_precision=w.float32_matmul_precision,
+        grad_clip_norm=w.grad_clip_norm,
         checkpointing=str(w.checkpoint_mode) if rec.candidate.activation_checkpointing else None,
         model=ModelFingerprint(name=w.model, parameter_count=w.parameter_count, block_class=w.block_class,
                                layout_hash=layout_hash(w.parameter_numels, w.block_parameter_counts)),
@@ -295,7 +301,8 @@ _HARDWARE_TYPES = {"gpu": _OPT_STR, "gpu_memory_bytes": _OPT_INT, "gpus_per_node
 _PLAN_TYPES = {"strategy": str, "family": str, "micro_batch_size": int, "gradient_accumulation": int,
                "activation_checkpointing": bool, "settings": dict, "precision": str, "optimizer": str,
                "seq_len": _OPT_INT}
-_OPTIONAL_PLAN_TYPES = {"optimizer_impl": _OPT_STR, "checkpointing": _OPT_STR, "float32_matmul_precision": str}
+_OPTIONAL_PLAN_TYPES = {"optimizer_impl": _OPT_STR, "checkpointing": _OPT_STR, "float32_matmul_precision": str,
+                        "grad_clip_norm": (int, float, type(None))}
 """Fields later versions added: a file without them is read with the dataclass's default."""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Literal
@@ -140,6 +141,25 @@ def parse_float32_matmul_precision(value: str) -> Float32MatmulPrecision:
             return name
     raise UsageError(f"unknown float32 matmul precision {value!r}.",
                      hint=f"Use one of: {', '.join(FLOAT32_MATMUL_PRECISIONS)} (torch.set_float32_matmul_precision).")
+
+
+def parse_grad_clip_norm(value: object, name: str = "grad_clip_norm") -> float | None:
+    """Validate a gradient-clipping norm: the global 2-norm the gradients are clipped to before each optimizer
+    step (``torch.nn.utils.clip_grad_norm_``, DeepSpeed's ``gradient_clipping``); ``None`` clips nothing.
+
+    Example:
+        >>> parse_grad_clip_norm(1), parse_grad_clip_norm(None)
+        (1.0, None)
+
+    Raises:
+        UsageError: not a positive finite number (``name`` is the argument or flag to name).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{name} must be a positive number (the gradients' global 2-norm to clip to), "
+                         f"but got {value!r}.", hint="Leave it out to train without clipping.")
+    return float(value)
 
 
 def parse_optimizer(value: str) -> str:

@@ -22,7 +22,7 @@ from autoshard.models.source import ModelSource
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.checkpointing import parse_checkpointing
-from autoshard.profiler.options import OptimizerImpl
+from autoshard.profiler.options import OptimizerImpl, parse_grad_clip_norm
 from autoshard.runtime import planning, supervisor
 from autoshard.runtime.data import SampleList, as_samples
 from autoshard.runtime.data import check as check_data
@@ -107,7 +107,8 @@ def fit(
             (:class:`~autoshard.runtime.options.Checkpointing`; ``None``: no checkpoints).
         consolidate: gather the whole model's weights into :attr:`FitResult.state_dict` at the end.
         grad_clip_norm: clip the gradients' global 2-norm before each step, the same way in every backend
-            (``None``: no clipping — also for DeepSpeed, whose own default clips at 1.0).
+            (``None``: no clipping — also for DeepSpeed, whose own default clips at 1.0 — unless a plan file
+            given as ``plan`` says to clip). ``plan="auto"`` prices it.
         seed: seeds torch on every rank and the data sampler.
         log_every: steps between the all-reduces that average the loss over ranks.
         force: train with a ``plan.json`` whose model or GPU fingerprint differs from this run's.
@@ -194,8 +195,7 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
         raise UsageError(f"lr_scheduler must be a factory optimizer -> LRScheduler, but got "
                          f"{type(lr_scheduler).__name__}.",
                          hint="Pass e.g. lr_scheduler=lambda opt: torch.optim.lr_scheduler.LinearLR(opt, ...).")
-    if grad_clip_norm is not None and not grad_clip_norm > 0:
-        raise UsageError(f"grad_clip_norm must be positive, but got {grad_clip_norm!r}.")
+    parse_grad_clip_norm(grad_clip_norm)
     if max_steps is None and epochs is None and data is None:
         raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
     module, source = _model(model, loss_fn)

@@ -239,6 +239,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                         optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
                         reduce_dtype=options.reduce_dtype,
                         float32_matmul_precision=torch.get_float32_matmul_precision(),
+                        grad_clip_norm=job.grad_clip_norm,
                         strategies=None if options.strategy is None else [options.strategy], cache=options.cache)
 
     try:

@@ -62,7 +62,11 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         torch.set_float32_matmul_precision(plan.float32_matmul_precision)
     init = _model_init(job, plan, notes)
     make_optimizer = optimizer_factory(job.optimizer, plan, job.source)
-    backend = backends.create(plan, ctx, grad_clip_norm=job.grad_clip_norm)
+    clip = job.grad_clip_norm
+    if clip is None and plan.grad_clip_norm is not None:
+        clip = plan.grad_clip_norm
+        notes.append(f"clipping the gradients' norm to {clip:g}, as the plan says (its grad_clip_norm)")
+    backend = backends.create(plan, ctx, grad_clip_norm=clip)
     try:
         backend.setup(init, make_optimizer)
         scheduler = None

@@ -8,6 +8,7 @@ traffic over the bus bandwidth of the slowest link the ring crosses, plus a late
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,28 @@ DEFAULT_LATENCY_S = {"intra": 5e-6, "inter": 20e-6}
 
 UNKNOWN_LINK_BYTES_PER_S = 10e9
 """Bandwidth assumed when the hardware does not say (e.g. CPU processes over gloo); flagged in notes."""
+
+CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD = 3.0e8
+"""``torch.optim.AdamW(foreach=False)`` on fp32 CPU tensors: 3.0e8 parameters/s on one thread, measured with
+torch 2.13.0 on this project's 2-core AMD EPYC build machine (16M parameters in 8 tensors, 5 steps: 53.5 ms per
+step; ``docs/strategies/fsdp.md``, "CPU optimizer"). The step is memory-bound, so faster cores change it little."""
+
+ADAMW_TRACED_BYTES_PER_PARAMETER = 84.0
+"""Bytes per parameter that the traced step of that measured optimizer (torch's AdamW on fp32) reads and writes
+(:func:`autoshard.strategies.step_time.optimizer_seconds`). Other optimizers and dtypes are priced at the same
+traced bytes per second (:func:`cpu_optimizer_seconds`)."""
+
+CPU_OPTIMIZER_THREADS = 1
+"""torchrun sets ``OMP_NUM_THREADS=1`` for every process when it starts more than one per node and the variable
+is unset (``torch/distributed/run.py``, torch 2.13.0): each rank's CPU optimizer step runs on one thread."""
+
+CLIP_PASSES = 3
+"""Gradient clipping (``torch.nn.utils.clip_grad_norm_``) reads every gradient for the norm, then reads and writes
+it to scale it: three passes over the gradient bytes."""
+
+FOREACH_ELEMENTS_PER_LAUNCH = 320 * 65536
+"""Elements one ``foreach`` kernel launch covers at most (``multi_tensor_apply``: chunks of 65,536 elements, 320
+blocks per launch; ``ATen/native/cuda/MultiTensorApply.cuh``); it also takes at most 110 tensors."""
 
 CPU_PLACEHOLDER_FLOPS_PER_S = 1e11
 """Stand-in throughput (100 GFLOP/s achieved) when the hardware has no GPU peak (CPU processes): an assumption so
@@ -164,7 +187,8 @@ def optimizer_step_bytes_per_parameter(workload: Workload, checkpointing: bool) 
 
 def optimizer_step_seconds(workload: Workload, hardware: HardwareSpec, checkpointing: bool, *, shard: int = 1,
                            flat: bool = False) -> tuple[float, str | None]:
-    """GPU time of the optimizer step on one rank (not hidden: it runs after backward), and its note.
+    """GPU time of the optimizer step on one rank (not hidden: it runs after backward), with the gradient clipping
+    before it when the run clips (:func:`grad_clip_seconds`), and its note.
 
     The optimizer step traced in the user's precision (mode ``amp``: the fp32 master weights of mixed
     precision, which DDP, FSDP's sharded parameters and DeepSpeed's ZeRO partitions all step), priced by
@@ -181,5 +205,59 @@ def optimizer_step_seconds(workload: Workload, hardware: HardwareSpec, checkpoin
     seconds = step_time.optimizer_seconds(census, hardware.gpu, shard=1 / max(1, shard), kernels=kernels)
     per = census.memory_bytes / max(1, workload.trainable_parameter_count)
     where = "all parameters" if shard <= 1 else f"1/{shard} of the parameters"
-    return seconds, (f"optimizer step on the GPU: {seconds * 1e3:.3g} ms ({where}; the traced step reads and "
-                     f"writes {per:.0f} bytes per parameter, priced at the memory-bound rate)")
+    note = (f"optimizer step on the GPU: {seconds * 1e3:.3g} ms ({where}; the traced step reads and "
+            f"writes {per:.0f} bytes per parameter, priced at the memory-bound rate)")
+    clip_s, clip_note = grad_clip_seconds(workload, hardware, shard=shard, tensors=1 if flat else None)
+    return seconds + clip_s, note if clip_note is None else f"{note}; {clip_note}"
+
+
+def cpu_optimizer_seconds(elements: int, step_bytes_per_parameter: float) -> float:
+    """One rank's CPU optimizer step over ``elements`` parameters whose traced step reads and writes
+    ``step_bytes_per_parameter`` bytes each: the step is memory-bound, so it is priced at the traced bytes per
+    second of the measured one (AdamW on fp32, :data:`CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD`).
+
+    Checked against torch 2.13.0 on the build machine (one thread, 16M parameters): SGD with momentum (32 traced
+    bytes) ran 3.1-4.3 x faster than AdamW (84), priced 2.6 x; AdamW and SGD on bf16 (half the bytes) 2.0 x and
+    5.1 x, priced 2.0 x and 5.3 x; Adafactor (76) 1.25 x, priced 1.1 x (``docs/strategies/fsdp.md``).
+
+    Example:
+        >>> round(cpu_optimizer_seconds(3 * 10**8, 84.0), 3), round(cpu_optimizer_seconds(3 * 10**8, 32.0), 3)
+        (1.0, 0.381)
+    """
+    rate = CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD * ADAMW_TRACED_BYTES_PER_PARAMETER * CPU_OPTIMIZER_THREADS
+    return elements * step_bytes_per_parameter / rate
+
+
+def grad_clip_seconds(workload: Workload, hardware: HardwareSpec, *, shard: int = 1, tensors: int | None = None,
+                      on_host: bool = False) -> tuple[float, str | None]:
+    """Time of clipping the gradients on one rank when the run clips (:attr:`Workload.grad_clip_norm`), and its
+    note; ``(0.0, None)`` when it does not.
+
+    Three passes over the rank's gradients (:data:`CLIP_PASSES`: the norm, then the scaling), in the dtype the
+    optimizer steps (fp32 but for ``bf16-true``): on the GPU at the memory-bound rate with ``foreach`` launches
+    (torch's default on CUDA), on the host (``on_host``: CPU offload) at the CPU optimizer's measured rate.
+    ``shard``: the ranks the gradients are split over (FSDP, ZeRO); ``tensors``: gradient tensors per rank (1 for
+    DeepSpeed's flat partition; default: the model's). The all-reduce of the shards' norms (one scalar) is not
+    priced.
+    """
+    if workload.grad_clip_norm is None:
+        return 0.0, None
+    from autoshard.profiler.options import Precision
+
+    elements = workload.trainable_parameter_count / max(1, shard)
+    grad_bytes = 2 if workload.precision is Precision.BF16_TRUE else 4
+    where = "all gradients" if shard <= 1 else f"1/{shard} of the gradients"
+    if on_host:
+        seconds = cpu_optimizer_seconds(int(elements), CLIP_PASSES * grad_bytes)
+        return seconds, (f"gradient clipping at norm {workload.grad_clip_norm:g} on the host: {seconds * 1e3:.3g} ms "
+                         f"(a norm and a scaling pass over {where}, at the CPU optimizer's rate)")
+    if hardware.gpu is None:
+        return 0.0, None
+    count = len(workload.parameter_numels) if tensors is None else tensors
+    launches = max(math.ceil(count / 110), math.ceil(elements / FOREACH_ELEMENTS_PER_LAUNCH), 1)
+    kernels = 2 * launches + 3  # foreach norm and scale, plus the norms' stack, total norm and clamp
+    seconds = max(step_time.memory_bound_seconds(CLIP_PASSES * grad_bytes * elements, hardware.gpu, kernels=kernels),
+                  kernels * step_time.LAUNCH_S)
+    return seconds, (f"gradient clipping at norm {workload.grad_clip_norm:g}: {seconds * 1e3:.3g} ms "
+                     f"(clip_grad_norm_: a norm and a scaling pass over {where}, "
+                     f"{CLIP_PASSES * grad_bytes} bytes per parameter at the memory-bound rate)")

@@ -193,6 +193,10 @@ class Workload:
     """``torch.set_float32_matmul_precision`` of the training run: ``high`` or ``medium`` let fp32 matmuls run on
     TF32 tensor cores, which only the step time sees (the traces are the same; the planner sets it on a cached
     workload)."""
+    grad_clip_norm: float | None = None
+    """The norm the run clips the gradients' global 2-norm to before each optimizer step (``None``: no clipping):
+    a norm and a scaling pass over each rank's gradients, which only the step time sees (set like
+    :attr:`float32_matmul_precision`)."""
     checkpoint_mode: ActivationCheckpointing = FULL
     """What the traces with ``checkpointing=True`` recompute (``full``, ``every-N`` or ``op``)."""
 
@@ -243,6 +247,7 @@ class Workload:
             "optimizer": self.optimizer,
             "optimizer_impl": self.optimizer_impl,
             "float32_matmul_precision": self.float32_matmul_precision,
+            "grad_clip_norm": self.grad_clip_norm,
             "checkpointing": str(self.checkpoint_mode),
             "seq_len": self.seq_len,
             "parameter_count": self.parameter_count,

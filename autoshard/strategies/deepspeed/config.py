@@ -5,8 +5,8 @@ Keys and defaults are those of deepspeed 0.19.8: ``runtime/zero/config.py::DeepS
 (``offload_optimizer`` / ``offload_param``), ``runtime/swap_tensor/aio_config.py`` (``aio``),
 ``runtime/precision_config.py`` (``bf16`` / ``fp16``) and ``runtime/config.py::DeepSpeedConfig`` (batch sizes).
 
-``gradient_clipping`` is written as 0.0 (off): DeepSpeed's own default clips at 1.0, which the other backends
-do not. Left to the user on purpose: the
+``gradient_clipping`` is the plan's ``grad_clip_norm``, else 0.0 (off): DeepSpeed's own default clips at 1.0,
+which the other backends do not. Left to the user on purpose: the
 ``optimizer`` / ``scheduler`` blocks (the training script builds them; with optimizer offload DeepSpeed wants
 ``deepspeed.ops.adam.DeepSpeedCPUAdam``), and wrapping blocks in activation checkpointing (DeepSpeed's
 ``activation_checkpointing`` block only tunes ``deepspeed.checkpointing``; it checkpoints nothing by itself).
@@ -61,9 +61,9 @@ def ds_config(exported: ExportedPlan) -> dict[str, Any]:
         "gradient_accumulation_steps": exported.gradient_accumulation,
         "train_batch_size": exported.global_batch_size,
         "zero_optimization": zero,
-        # Off, as in the other backends' configs: DeepSpeed's own default clips at norm 1.0
+        # The plan's clip, else off, as in the other backends' configs: DeepSpeed's own default clips at norm 1.0
         # (runtime/constants.py GRADIENT_CLIPPING_DEFAULT, 0.19.8), which would change training silently.
-        "gradient_clipping": 0.0,
+        "gradient_clipping": exported.grad_clip_norm or 0.0,
     }
     config.update(precision_sections(exported.precision))
     if any(k in s for k in _AIO_KNOBS):

@@ -335,10 +335,12 @@ def _offload(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings,
         hidden += (down + up_grads) / bandwidth if settings.overlap_comm else 0.0
         exposed += up_params / bandwidth + (0.0 if settings.overlap_comm else (down + up_grads) / bandwidth)
         adam_rate, adam_note = cpu_adam_parameters_per_s(hardware)
-        optimizer_s = part / adam_rate
+        clip_s, clip_note = costs.grad_clip_seconds(workload, hardware, shard=n, on_host=True)
+        optimizer_s = part / adam_rate + clip_s
         notes.append(f"optimizer offload: {down / 2**20:.4g} MiB gradients down, {(up_grads + up_params) / 2**20:.4g}"
                      f" MiB up per rank over the host link at {costs.LINK_EFFICIENCY:g} of nominal; DeepSpeedCPUAdam "
                      f"at {adam_note}, after backward, on the critical path")
+        notes += [clip_note] if clip_note else []
     if settings.offload_param != "none" and settings.stage == 3:
         layout = partitioned_layout(numels, n, settings)
         share = layout.gathered_numel / max(sum(numels), 1)

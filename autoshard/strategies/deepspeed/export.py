@@ -95,8 +95,9 @@ class DeepSpeedExporter:
         """The optimizer under offload, and the NVMe path to fill in."""
         out = ["ds_config.json has no optimizer block: with optimizer offload use "
                "deepspeed.ops.adam.DeepSpeedCPUAdam (DeepSpeed refuses other client optimizers by default).",
-               ("ds_config.json says gradient_clipping 0.0 (DeepSpeed's own default would clip at 1.0); the "
-                "Lightning snippet carries its content inline, so an edit to one is not seen by the other.")]
+               (f"ds_config.json says gradient_clipping {exported.grad_clip_norm or 0.0:g} (DeepSpeed's own default "
+                "would clip at 1.0); the Lightning snippet carries its content inline, so an edit to one is not "
+                "seen by the other.")]
         if exported.strategy_traits.offload == "nvme" and exported.hardware.nvme_path is None:
             out.append(f"Replace nvme_path {config.NVME_PATH_PLACEHOLDER} in ds_config.json with a directory on "
                        "a local NVMe drive of every node.")

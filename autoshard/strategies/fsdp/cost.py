@@ -29,20 +29,6 @@ from autoshard.strategies import costs
 from autoshard.strategies.base import Collective
 from autoshard.strategies.fsdp.memory import Layout, Units
 
-CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD = 3.0e8
-"""``torch.optim.AdamW(foreach=False)`` on fp32 CPU tensors: 3.0e8 parameters/s on one thread, measured with
-torch 2.13.0 on this project's 2-core AMD EPYC build machine (16M parameters in 8 tensors, 5 steps: 53.5 ms per
-step; ``docs/strategies/fsdp.md``, "CPU optimizer"). The step is memory-bound, so faster cores change it little."""
-
-ADAMW_TRACED_BYTES_PER_PARAMETER = 84.0
-"""Bytes per parameter that the traced step of that measured optimizer (torch's AdamW on fp32) reads and writes
-(:func:`autoshard.strategies.step_time.optimizer_seconds`). Other optimizers and dtypes are priced at the same
-traced bytes per second (:func:`cpu_optimizer_seconds`)."""
-
-CPU_OPTIMIZER_THREADS = 1
-"""torchrun sets ``OMP_NUM_THREADS=1`` for every process when it starts more than one per node and the variable
-is unset (``torch/distributed/run.py``, torch 2.13.0): each rank's CPU optimizer step runs on one thread."""
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Communication:
@@ -133,29 +119,12 @@ class Offload:
     notes: tuple[str, ...]
 
 
-def cpu_optimizer_seconds(elements: int, step_bytes_per_parameter: float) -> float:
-    """One rank's CPU optimizer step over ``elements`` parameters whose traced step reads and writes
-    ``step_bytes_per_parameter`` bytes each: the step is memory-bound, so it is priced at the traced bytes per
-    second of the measured one (AdamW on fp32, :data:`CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD`).
-
-    Checked against torch 2.13.0 on the build machine (one thread, 16M parameters): SGD with momentum (32 traced
-    bytes) ran 3.1-4.3 x faster than AdamW (84), priced 2.6 x; AdamW and SGD on bf16 (half the bytes) 2.0 x and
-    5.1 x, priced 2.0 x and 5.3 x; Adafactor (76) 1.25 x, priced 1.1 x (``docs/strategies/fsdp.md``).
-
-    Example:
-        >>> round(cpu_optimizer_seconds(3 * 10**8, 84.0), 3), round(cpu_optimizer_seconds(3 * 10**8, 32.0), 3)
-        (1.0, 0.381)
-    """
-    rate = CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD * ADAMW_TRACED_BYTES_PER_PARAMETER * CPU_OPTIMIZER_THREADS
-    return elements * step_bytes_per_parameter / rate
-
-
 def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s: float, pin_memory: bool,
-                step_bytes_per_parameter: float = ADAMW_TRACED_BYTES_PER_PARAMETER,
+                step_bytes_per_parameter: float = costs.ADAMW_TRACED_BYTES_PER_PARAMETER,
                 optimizer: str = "adamw") -> Offload:
     """Parameters up for every all-gather, gradients down once, the optimizer step on the CPU
     (``CPUOffloadPolicy``); ``step_bytes_per_parameter``: what the workload's traced optimizer step reads and
-    writes per parameter (:func:`cpu_optimizer_seconds`)."""
+    writes per parameter (:func:`autoshard.strategies.costs.cpu_optimizer_seconds`)."""
     n, o = layout.shard_size, layout.orig_bytes
     all_units = (units.root, *units.blocks)
     elements = sum(_shard(u, n) for u in all_units)
@@ -165,7 +134,7 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
     # PCIe is full duplex and the bandwidth is per direction: in backward the re-gathered parameters go up while
     # the gradients go down (the copies run on FSDP's all-gather and reduce-scatter streams).
     transfer_s = elements * o / bandwidth + max(backward_up * o, down) / bandwidth
-    optimizer_s = cpu_optimizer_seconds(elements, step_bytes_per_parameter)
+    optimizer_s = costs.cpu_optimizer_seconds(elements, step_bytes_per_parameter)
     # Pinned memory lets the non_blocking copies overlap compute (_fsdp_api.py CPUOffloadPolicy); pageable copies
     # are synchronous. The optimizer step runs on the CPU after backward, on the critical path.
     exposed_transfer = costs.exposed(transfer_s, compute_s) if pin_memory else transfer_s
@@ -174,10 +143,10 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
         f"once ({down / 2**20:.4g} MiB) over the host link at {costs.LINK_EFFICIENCY:g} of nominal per direction, "
         "up and down at once in backward (FSDPParam.all_gather_inputs, foreach_reduce; torch 2.13.0)",
         f"CPU optimizer step ({optimizer}): {optimizer_s:.3g} s for {elements:,} parameters on "
-        f"{CPU_OPTIMIZER_THREADS} thread per rank (torchrun's OMP_NUM_THREADS=1); its traced step moves "
+        f"{costs.CPU_OPTIMIZER_THREADS} thread per rank (torchrun's OMP_NUM_THREADS=1); its traced step moves "
         f"{step_bytes_per_parameter:.0f} bytes per parameter, priced at fp32 AdamW's measured rate "
-        f"({CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD:.2g} parameters/s per thread, "
-        f"{ADAMW_TRACED_BYTES_PER_PARAMETER:.0f} bytes each; torch 2.13.0)",
+        f"({costs.CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD:.2g} parameters/s per thread, "
+        f"{costs.ADAMW_TRACED_BYTES_PER_PARAMETER:.0f} bytes each; torch 2.13.0)",
     ]
     return Offload(transfer_s=transfer_s, optimizer_s=optimizer_s, exposed_s=exposed_transfer + optimizer_s,
                    notes=tuple(notes))

@@ -34,7 +34,7 @@ from autoshard.strategies.base import (
     allocation_rounding,
     checked_micro_batch,
 )
-from autoshard.strategies.fsdp.cost import ADAMW_TRACED_BYTES_PER_PARAMETER, communication, cpu_offload
+from autoshard.strategies.fsdp.cost import communication, cpu_offload
 from autoshard.strategies.fsdp.memory import (
     Layout,
     Moment,
@@ -218,9 +218,10 @@ class FSDPStrategy(Strategy):
         if self.offload:
             off = cpu_offload(units, layout, hardware, compute_s, bool(values["pin_memory"]),
                               costs.optimizer_step_bytes_per_parameter(workload, candidate.activation_checkpointing)
-                              or ADAMW_TRACED_BYTES_PER_PARAMETER, workload.optimizer)
-            offload_s = off.exposed_s
-            notes += off.notes
+                              or costs.ADAMW_TRACED_BYTES_PER_PARAMETER, workload.optimizer)
+            clip_s, clip_note = costs.grad_clip_seconds(workload, hardware, shard=layout.shard_size, on_host=True)
+            offload_s = off.exposed_s + clip_s
+            notes += [*off.notes, *([clip_note] if clip_note else [])]
         else:  # the optimizer steps the shards on the GPU
             optimizer_s, optimizer_note = costs.optimizer_step_seconds(
                 workload, hardware, candidate.activation_checkpointing, shard=layout.shard_size)

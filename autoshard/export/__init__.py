@@ -129,7 +129,8 @@ def _clipping_note(exported: ExportedPlan) -> str:
     if exported.grad_clip_norm is None:
         return ("Gradient clipping is off in every file, as the plan trains (the HF Trainer arguments say "
                 "--max_grad_norm 0.0; its default would clip at 1.0): plan with --grad-clip-norm to clip.")
-    return (f"Gradients are clipped to norm {exported.grad_clip_norm:g} (ds_config.json's gradient_clipping, the HF "
-            "Trainer's --max_grad_norm, Lightning's gradient_clip_val, fit() from plan.json); in a loop of your own "
+    return (f"Gradients are clipped to norm {exported.grad_clip_norm:g} wherever a file can say so (the HF Trainer's "
+            "--max_grad_norm, Lightning's gradient_clip_val, a ds_config.json's gradient_clipping, fit() from "
+            "plan.json); in a loop of your own "
             f"call torch.nn.utils.clip_grad_norm_(model.parameters(), {exported.grad_clip_norm:g}) before each step "
             "(accelerate: accelerator.clip_grad_norm_).")

@@ -7,6 +7,7 @@ Subprocesses where the consumer starts ranks or a process group (the scripts are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -116,6 +117,16 @@ def test_accelerate_launch_runs_a_deepspeed_export(plan, tmp_path):
     assert got == {"world": 2, "train_batch_size": 4, "gradient_clipping": 0.0}
 
 
+def test_accelerate_launch_clips_as_a_clipping_plan_says(plan, tmp_path):
+    """A plan made with ``--grad-clip-norm``: DeepSpeed, started by ``accelerate launch`` from the exported files,
+    clips at its norm."""
+    pytest.importorskip("accelerate")
+    pytest.importorskip("deepspeed")
+    e = dataclasses.replace(cpu_plan(plan, "deepspeed_stage_2", ranks=2), grad_clip_norm=0.5)
+    got = accelerate_launch(write(e, tmp_path), "deepspeed")
+    assert got == {"world": 2, "train_batch_size": 4, "gradient_clipping": 0.5}
+
+
 def test_accelerate_launch_hands_a_hybrid_plans_mesh_to_the_ranks(plan, tmp_path):
     pytest.importorskip("accelerate")
     e = cpu_plan(plan, "fsdp_hybrid", ranks=1, nodes=2)
@@ -173,6 +184,19 @@ def test_hf_trainer_trains_from_the_exported_flags_without_clipping(plan, tmp_pa
     model, data = _Regression.build()
     result = Trainer(model=model, args=args, train_dataset=data).train()
     assert result.global_step == 2
+
+
+def test_hf_trainer_trains_from_the_exported_flags_with_the_plans_clipping(plan, tmp_path):
+    pytest.importorskip("transformers")
+    from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+    e = dataclasses.replace(cpu_plan(plan, "ddp", ranks=1), grad_clip_norm=0.5)
+    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--max_steps", "2", "--use_cpu", "--report_to", "none",
+         "--save_strategy", "no", *hf_trainer.arguments(e)])
+    assert args.max_grad_norm == 0.5
+    model, data = _Regression.build()
+    assert Trainer(model=model, args=args, train_dataset=data).train().global_step == 2
 
 
 def test_hf_training_arguments_built_from_a_plan(plan, tmp_path):

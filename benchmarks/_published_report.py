@@ -132,6 +132,16 @@ def markdown(report: dict[str, Any]) -> str:
         note = "" if r["status"] == "compared" else f"{r['status']}: {r['reason']}"
         lines.append(f"| {r['id']} | {r['half']} | {r['metric']} | {_fmt(r['published'], r['metric'])} | "
                      f"{_fmt(r['predicted'], r['metric'])} | {error} | {fits} | {parameters} | {note} |")
+    alternatives = [r for r in report["rows"] if r.get("alternative")]
+    if alternatives:
+        lines += ["", "## The same runs modelled another way (not counted above)", "",
+                  "Points whose run autoshard can express in two ways (`strategy.alternative` in the points file): "
+                  "the row above uses the first; this is the other, and why it is shown.", "",
+                  "| id | published | predicted | error | modelled as | why |", "|---|---:|---:|---:|---|---|"]
+        for r in alternatives:
+            a = r["alternative"]
+            lines.append(f"| {r['id']} | {_fmt(r['published'], r['metric'])} | {_fmt(a['predicted'], r['metric'])} "
+                         f"| {a['error']:+.1f} % | {a['strategy']} | {a['why']} |")
     lines += ["", "## Sources", "", *[f"- **{k}**: {v['title']}, {v['url']}" for k, v in report["sources"].items()],
               "", "Each point's settings, the source's own words (`quote`) and what the source leaves open (`loose`) "
               "are in `benchmarks/published_points.yaml`.", ""]

@@ -176,7 +176,22 @@ def _point_problems(point: dict[str, Any], sources: dict[str, Any], models: dict
     settings = strategy.get("settings")
     if settings is not None:
         problems += _settings_problems(settings, strategy.get("autoshard"), hw.get("gpu"), gpus)
+    alternative = strategy.get("alternative")
+    if alternative is not None:
+        problems += _alternative_problems(alternative, hw.get("gpu"), gpus)
     return problems
+
+
+def _alternative_problems(alternative: Any, gpu: Any, gpus: set[str]) -> list[str]:
+    """What is wrong with a point's ``strategy.alternative``: another autoshard strategy (with settings) that the
+    run can also be modelled as, and why."""
+    from autoshard.strategies import names
+
+    if not isinstance(alternative, dict) or not alternative.get("why"):
+        return ["strategy alternative must be a mapping with autoshard, why and optional settings"]
+    if alternative.get("autoshard") not in names():
+        return [f"strategy alternative: no autoshard strategy {alternative.get('autoshard')!r}"]
+    return _settings_problems(alternative.get("settings", {}), alternative["autoshard"], gpu, gpus)
 
 
 def _settings_problems(settings: Any, name: Any, gpu: Any, gpus: set[str]) -> list[str]:
@@ -411,8 +426,14 @@ def run_point(point: dict[str, Any], predictor: Predictor) -> dict[str, Any]:
         return {**row, "status": "failed", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
                 "wall_s": round(time.perf_counter() - start, 2)}
     predicted = prediction[metric]
-    return {**row, "predicted": predicted, "error": signed_error(metric, predicted, value), "prediction": prediction,
-            "wall_s": round(time.perf_counter() - start, 2)}
+    row = {**row, "predicted": predicted, "error": signed_error(metric, predicted, value), "prediction": prediction}
+    alternative = point["strategy"].get("alternative")
+    if alternative is not None:  # reported beside the row, never in the summary
+        other = predictor.predict({**point, "strategy": {**point["strategy"], "autoshard": alternative["autoshard"],
+                                                         "settings": alternative.get("settings", {})}})[metric]
+        row["alternative"] = {"strategy": alternative["autoshard"], "predicted": other,
+                              "error": signed_error(metric, other, value), "why": alternative["why"]}
+    return {**row, "wall_s": round(time.perf_counter() - start, 2)}
 
 
 # ------------------------------------------------------------------------------------------------ the report

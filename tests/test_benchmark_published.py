@@ -72,6 +72,10 @@ def test_both_halves_hold_points_autoshard_can_compare(bench: ModuleType, data: 
     (("strategy", "settings"), ["overlap_comm"], "strategy settings must be a mapping"),
     (("strategy", "settings"), {"overlap_com": False}, "ddp has no knob overlap_com"),
     (("grad_clip_norm",), 0, "grad_clip_norm must be a positive number"),
+    (("strategy", "alternative"), {"autoshard": "deepspeed_stage_1"}, "strategy alternative must be a mapping"),
+    (("strategy", "alternative"), {"autoshard": "zero9", "why": "w"}, "no autoshard strategy 'zero9'"),
+    (("strategy", "alternative"), {"autoshard": "fsdp", "why": "w", "settings": {"bucket_cap_mb": 5}},
+     "fsdp has no knob bucket_cap_mb"),
     (("hardware", "node"), "p4d", "node 'p4d' is not a profile in profiles/nodes"),
     (("hardware", "node"), "aws-p4d-24xlarge", "has 8 x a100-sxm-40gb, not the point's 16 x v100-sxm-32gb"),
 ])
@@ -193,6 +197,26 @@ def test_the_report_ranks_configurations_published_side_by_side(report: tuple[di
     assert group["points"] == ["dse-gpt2-ddp-mb8", "dse-gpt2-zero1-mb8"]
     assert group["published_best"] == "dse-gpt2-zero1-mb8" and group["pick"] in group["points"]
     assert "## Ranking: would autoshard have picked the fastest?" in md and "| dse-gpt2-… |" in md
+
+
+def test_another_model_of_a_run_is_reported_beside_it_and_not_counted(bench: ModuleType, data: dict[str, Any],
+                                                                      tmp_path: Path) -> None:
+    """NVIDIA's apex O2 runs are also shown as DeepSpeed's fp16 (the same arrangement): a row of its own in the
+    report, outside the summary."""
+    point = copy.deepcopy(next(p for p in data["points"] if p["id"] == "dse-gpt2-ddp-mb8"))
+    point["strategy"]["alternative"] = {"autoshard": "deepspeed_stage_1", "why": "the same run as ZeRO-1"}
+    row = bench.run_point(point, bench.Predictor(data, tmp_path))
+    alternative = row["alternative"]
+    assert alternative["strategy"] == "deepspeed_stage_1" and alternative["predicted"] != row["predicted"]
+    assert alternative["error"] == pytest.approx((alternative["predicted"] - 284.142) / 284.142 * 100)
+    rows = [row]
+    md = bench.markdown({"meta": {k: "x" for k in ("date", "machine", "cpu_count", "python", "torch", "transformers",
+                                                   "deepspeed", "autoshard", "command")},
+                         "summary": bench.summarise(rows), "by_source": bench.by_source(rows), "rankings": [],
+                         "rows": rows, "sources": {}})
+    assert "## The same runs modelled another way (not counted above)" in md
+    assert "| dse-gpt2-ddp-mb8 | 284.1 |" in md and "| deepspeed_stage_1 | the same run as ZeRO-1 |" in md
+    assert bench.summarise(rows)["held_out"]["throughput"]["n"] == 1
 
 
 def test_unknown_id_exits_2_with_one_line(bench: ModuleType, tmp_path: Path,

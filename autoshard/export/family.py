@@ -17,7 +17,8 @@ def gradient_clipping_norm(exported: ExportedPlan) -> float:
     """The gradient-norm clip the shared files write: the plan's ``grad_clip_norm``, else 0.0 (off), as the plan
     trains (the HF Trainer's ``--max_grad_norm`` and DeepSpeed's ``gradient_clipping`` would clip at 1.0 by
     default). ``ds_config.json``'s ``gradient_clipping`` says the same (:mod:`autoshard.strategies.deepspeed.config`,
-    which the runtime imports too, so it does not import this package); a test holds the two equal."""
+    which the runtime imports too, so it does not import this package); ``tests/planner/test_grad_clip_norm.py`` holds
+    the two equal."""
     return exported.grad_clip_norm or 0.0
 
 

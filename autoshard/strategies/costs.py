@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autoshard.hardware.specs import HardwareSpec
+from autoshard.profiler.options import Precision
 from autoshard.strategies import step_time
 from autoshard.strategies.base import Collective
 
@@ -203,7 +204,7 @@ def optimizer_step_seconds(workload: Workload, hardware: HardwareSpec, checkpoin
     if flat and workload.optimizer_impl == "for-loop":
         kernels = max(1, census.kernels // max(1, len(workload.parameter_numels)))
     seconds = step_time.optimizer_seconds(census, hardware.gpu, shard=1 / max(1, shard), kernels=kernels)
-    per = census.memory_bytes / max(1, workload.trainable_parameter_count)
+    per = optimizer_step_bytes_per_parameter(workload, checkpointing) or 0.0
     where = "all parameters" if shard <= 1 else f"1/{shard} of the parameters"
     note = (f"optimizer step on the GPU: {seconds * 1e3:.3g} ms ({where}; the traced step reads and "
             f"writes {per:.0f} bytes per parameter, priced at the memory-bound rate)")
@@ -216,9 +217,8 @@ def cpu_optimizer_seconds(elements: int, step_bytes_per_parameter: float) -> flo
     ``step_bytes_per_parameter`` bytes each: the step is memory-bound, so it is priced at the traced bytes per
     second of the measured one (AdamW on fp32, :data:`CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD`).
 
-    Checked against torch 2.13.0 on the build machine (one thread, 16M parameters): SGD with momentum (32 traced
-    bytes) ran 3.1-4.3 x faster than AdamW (84), priced 2.6 x; AdamW and SGD on bf16 (half the bytes) 2.0 x and
-    5.1 x, priced 2.0 x and 5.3 x; Adafactor (76) 1.25 x, priced 1.1 x (``docs/strategies/fsdp.md``).
+    Checked by ``benchmarks/cpu_optimizer.py`` (``docs/benchmarks/cpu_optimizer.md``): it errs slow for SGD (the
+    traced bytes price it 2.6 x faster than AdamW; it measured 3.1-6.6 x) and is within about 25 % for the others.
 
     Example:
         >>> round(cpu_optimizer_seconds(3 * 10**8, 84.0), 3), round(cpu_optimizer_seconds(3 * 10**8, 32.0), 3)
@@ -242,8 +242,6 @@ def grad_clip_seconds(workload: Workload, hardware: HardwareSpec, *, shard: int 
     """
     if workload.grad_clip_norm is None:
         return 0.0, None
-    from autoshard.profiler.options import Precision
-
     elements = workload.trainable_parameter_count / max(1, shard)
     grad_bytes = 2 if workload.precision is Precision.BF16_TRUE else 4
     where = "all gradients" if shard <= 1 else f"1/{shard} of the gradients"

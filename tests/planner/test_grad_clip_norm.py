@@ -1,11 +1,10 @@
-"""Gradient clipping (``grad_clip_norm``): priced, planned, kept in plan.json, exported, trained with."""
+"""Gradient clipping (``grad_clip_norm``): priced, planned, kept in plan.json, trained with (the exports:
+tests/export/test_grad_clip_exports.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,22 +12,13 @@ import pytest
 from autoshard import recommend
 from autoshard.cli import main
 from autoshard.errors import UsageError
-from autoshard.export import hf_trainer, lightning, notes, render
 from autoshard.hardware import load_hardware
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import dumps, loads
 from autoshard.strategies import costs, step_time
-from autoshard.strategies.deepspeed import config as ds_config
-from tests.export.conftest import cpu_plan
 from tests.planner.test_plan_file_settings import PLAN
 
 CLIPPED = dataclasses.replace(PLAN, grad_clip_norm=1.0)
-
-
-@pytest.fixture(scope="module")
-def gpt2_plan():
-    """A planned model that the export tests re-target (tests/export/conftest.py's ``cpu_plan``)."""
-    return recommend("tiny-gpt2", hardware="dgx-h100", seq_len=64, batch_size=4, strategies=["ddp"])
 KW = dict(hardware="a100-sxm-80gb", batch_size=2, seq_len=64, precision="bf16-mixed")
 
 
@@ -87,38 +77,6 @@ def test_plan_files_keep_it_and_older_ones_read_no_clipping() -> None:
     data["grad_clip_norm"] = -2
     with pytest.raises(UsageError, match="the plan's grad_clip_norm must be a positive number"):
         loads(json.dumps(data))
-
-
-def test_every_export_clips_as_the_plan_says(gpt2_plan) -> None:
-    ddp = cpu_plan(gpt2_plan, "ddp", ranks=2)
-    clipped = dataclasses.replace(ddp, grad_clip_norm=1.0)
-    ds = dataclasses.replace(cpu_plan(gpt2_plan, "deepspeed_stage_2", ranks=2), grad_clip_norm=1.0)
-    assert ds_config.ds_config(ds)["gradient_clipping"] == 1.0
-    assert ds_config.ds_config(cpu_plan(gpt2_plan, "deepspeed_stage_2", ranks=2))["gradient_clipping"] == 0.0
-    args = hf_trainer.arguments(clipped)
-    assert args[args.index("--max_grad_norm") + 1] == "1.0"
-    assert "gradient_clip_val=1.0" in lightning.snippet(clipped)
-    assert "gradient_clip_val" not in lightning.snippet(ddp)
-    assert any("clipped to norm 1 " in n for n in notes(clipped))
-    assert any("--grad-clip-norm" in n for n in notes(ddp))
-
-
-def test_deepspeed_and_lightning_read_the_norm(gpt2_plan, tmp_path: Path) -> None:
-    """The real DeepSpeed config class takes the exported ``gradient_clipping``; the real Lightning ``Trainer``
-    built from the exported snippet clips at the plan's norm."""
-    pytest.importorskip("lightning")
-    pytest.importorskip("deepspeed")
-    from deepspeed.runtime.config import DeepSpeedConfig
-
-    e = dataclasses.replace(cpu_plan(gpt2_plan, "deepspeed_stage_2", ranks=1, accumulation=2), grad_clip_norm=0.5)
-    files = render(e)
-    assert DeepSpeedConfig(json.loads(files["ds_config.json"])).gradient_clipping == 0.5  # one rank: no group
-    (tmp_path / "lightning_trainer.py").write_text(files["lightning_trainer.py"])
-    code = ("import runpy; ns = runpy.run_path('lightning_trainer.py'); t = ns['trainer']; "
-            "print('RESULT', t.gradient_clip_val)")  # the algorithm left to Lightning's default, the norm
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.splitlines()[-1] == "RESULT 0.5"
 
 
 def test_fit_plans_with_it_and_a_plan_file_clips_when_fit_is_not_told() -> None:

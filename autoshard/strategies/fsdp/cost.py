@@ -120,8 +120,7 @@ class Offload:
 
 
 def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s: float, pin_memory: bool,
-                step_bytes_per_parameter: float = costs.ADAMW_TRACED_BYTES_PER_PARAMETER,
-                optimizer: str = "adamw") -> Offload:
+                step_bytes_per_parameter: float, optimizer: str) -> Offload:
     """Parameters up for every all-gather, gradients down once, the optimizer step on the CPU
     (``CPUOffloadPolicy``); ``step_bytes_per_parameter``: what the workload's traced optimizer step reads and
     writes per parameter (:func:`autoshard.strategies.costs.cpu_optimizer_seconds`)."""

@@ -35,6 +35,7 @@ def tune(
     seq_len: int | None = None,
     precision: PrecisionName | None = None,
     optimizer: str = "adamw",
+    grad_clip_norm: float | None = None,
     trials: int = 12,
     timeout_s: float | None = None,
     trial_timeout_s: float = 300.0,
@@ -66,6 +67,10 @@ def tune(
         seq_len: sequence length of token models.
         precision: as ``fit()``'s (default ``bf16-mixed`` on GPUs that have it, else ``32-true``).
         optimizer: ``adamw``, ``adam``, ``sgd`` or ``adafactor``.
+        grad_clip_norm: the norm the run clips the gradients' global 2-norm to before each optimizer step (a
+            positive number; ``None``: no clipping): planned and priced as ``recommend()``'s, every trial clips
+            so, and the best plan keeps it (``fit(plan=...)`` clips as it says). A study remembers it: one made
+            with another norm is refused.
         trials: trials the study should hold when done (a resumed study counts its earlier ones; configurations
             predicted not to fit are recorded but not counted).
         timeout_s: stop starting trials after this long (``None``: no limit).
@@ -105,7 +110,7 @@ def tune(
     return run_study(
         model, hardware=hardware, processes=processes, strategies=strategies, top_strategies=top_strategies,
         batch_size=batch_size, micro_batch_sizes=micro_batch_sizes, global_batch_size=global_batch_size,
-        seq_len=seq_len, precision=precision, optimizer=optimizer, trials=trials, timeout_s=timeout_s,
+        seq_len=seq_len, precision=precision, optimizer=optimizer, grad_clip_norm=grad_clip_norm, trials=trials, timeout_s=timeout_s,
         trial_timeout_s=trial_timeout_s, steps=steps, warmup_steps=warmup_steps, storage=storage,
         study_name=study_name, output_dir=output_dir, cache_dir=cache_dir, use_cache=use_cache, prune=prune,
         seed=seed, space=space, runner=runner, observers=observers,

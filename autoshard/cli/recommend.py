@@ -27,6 +27,14 @@ def _clip_norm(text: str) -> float | None:
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}") from None
 
 
+def add_grad_clip_norm_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--grad-clip-norm NORM`` (a positive number, refused by argparse otherwise); ``what`` says what the
+    command does with it."""
+    parser.add_argument("--grad-clip-norm", type=_clip_norm, default=None, metavar="NORM",
+                        help=f"clip the gradients' global 2-norm to NORM before each step: {what} "
+                             "(default: no clipping)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``recommend`` flags."""
     from autoshard.cli._hardware_args import add_hardware_arguments
@@ -45,9 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--float32-matmul-precision", choices=("highest", "high", "medium"), default="highest",
                         help="the run's torch.set_float32_matmul_precision: high or medium price fp32 matmuls on "
                              "TF32 tensor cores (default highest, torch's)")
-    parser.add_argument("--grad-clip-norm", type=_clip_norm, default=None, metavar="NORM",
-                        help="clip the gradients' global 2-norm to NORM before each step: priced, and written into "
-                             "the plan and the exported configs (default: no clipping)")
+    add_grad_clip_norm_argument(parser, "priced, and written into the plan and the exported configs")
     parser.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default=None,
                         help="FSDP2's gradient reduce-scatter dtype (MixedPrecisionPolicy.reduce_dtype; default fp32)")
     parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",

@@ -15,6 +15,7 @@ HELP = "Tune the strategy and its knobs with short real training trials on this 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``tune`` flags."""
     from autoshard.cli._hardware_args import add_hardware_arguments
+    from autoshard.cli.recommend import add_grad_clip_norm_argument
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
     parser.add_argument("--trials", type=int, default=12, help="trials the study holds when done (default 12)")
@@ -40,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"one of {', '.join(PRECISIONS)} (default: bf16-mixed on GPUs "
                              "that have it, else 32-true)")
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
+    add_grad_clip_norm_argument(parser, "the trials clip as the run will, and best/plan.json and its configs "
+                                        "say so")
     parser.add_argument("--cache-dir", type=Path, default=None, help="result cache (default ~/.cache/autoshard/tune)")
     parser.add_argument("--no-cache", action="store_true",
                         help="measure and trace again: use neither the result cache nor the workload cache")
@@ -59,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         result = tune(
             args.model, hardware=hardware, strategies=args.strategies, top_strategies=args.top,
             batch_size=args.batch_size, micro_batch_sizes=args.batch_sizes, global_batch_size=args.global_batch_size,
-            seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, trials=args.trials,
+            seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer,
+            grad_clip_norm=args.grad_clip_norm, trials=args.trials,
             timeout_s=args.timeout, trial_timeout_s=args.trial_timeout, steps=args.steps,
             warmup_steps=args.warmup_steps, storage=args.storage, study_name=args.study_name,
             output_dir=args.output_dir, cache_dir=args.cache_dir, use_cache=not args.no_cache,

@@ -25,6 +25,7 @@ from autoshard.planner import plan_file
 from autoshard.planner.machine import default_precision, plan_for
 from autoshard.planner.plan import Plan
 from autoshard.planner.plan_file import ExportedPlan
+from autoshard.profiler.options import parse_grad_clip_norm
 from autoshard.tuner import storage as storage_mod
 from autoshard.tuner.budget import check_budget
 from autoshard.tuner.cache import ResultCache, default_dir
@@ -59,6 +60,7 @@ def run_study(
     seq_len: int | None = None,
     precision: PrecisionName | None = None,
     optimizer: str = "adamw",
+    grad_clip_norm: float | None = None,
     trials: int = 12,
     timeout_s: float | None = None,
     trial_timeout_s: float = 300.0,
@@ -91,6 +93,7 @@ def run_study(
         UsageError, UserCodeError, NoFeasiblePlan: as :func:`autoshard.tune`.
     """
     budget = check_budget(trials, timeout_s, trial_timeout_s, steps, warmup_steps)
+    clip_norm = parse_grad_clip_norm(grad_clip_norm)
     if isinstance(model, ModelSource) and model.kind not in ("catalog", "file", "hf-config"):
         raise UsageError("tune() runs each trial in its own processes, which rebuild the model from its source; "
                          "this model has none.", hint="Save the model as a model.py and tune that.")
@@ -107,7 +110,7 @@ def run_study(
     hw = trial_hardware(hardware, processes)
     chosen = precision or default_precision(hw)
     plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
-                    precision=chosen, optimizer=optimizer,
+                    precision=chosen, optimizer=optimizer, grad_clip_norm=clip_norm,
                     strategies=strategies, cache=use_cache)
     environ = worker_environ(os.environ, hw)
     flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
@@ -119,9 +122,12 @@ def run_study(
     estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
                               flops_per_s)
     planned = plan_file.from_plan(plan)
+    batch = {"global_batch_size": global_batch_size, "precision": chosen, "optimizer": optimizer,
+             "seq_len": planned.seq_len}
+    if clip_norm is not None:  # only then: a study made before clipping was planned keeps its fingerprint
+        batch["grad_clip_norm"] = clip_norm
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
-                   "batch": {"global_batch_size": global_batch_size, "precision": chosen,
-                             "optimizer": optimizer, "seq_len": planned.seq_len}}
+                   "batch": batch}
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
     try:

@@ -1,9 +1,10 @@
 """ZeRO-3 with NVMe offload through fit(): it trains where DeepSpeed's ``async_io`` op can be built (libaio), and
 is refused up front, with what to install, where it cannot. Exactly one of the two tests runs on any machine.
 
-``.ci/run`` installs libaio (``apt-get install libaio-dev``), so CI runs the training case; the refusal runs
-where ``ds_report`` shows ``async_io`` incompatible. The first run builds DeepSpeed's ``async_io`` op (minutes
-on 2 cores; cached under ``~/.cache/torch_extensions`` after).
+The training case runs where libaio is installed (the development machine); the refusal where ``ds_report``
+shows ``async_io`` incompatible (CI: ``.ci/run`` does not install libaio, whose op build took about 8 of its
+minutes). The first run builds DeepSpeed's ``async_io`` op (minutes on 2 cores; cached under
+``~/.cache/torch_extensions`` after).
 """
 
 from __future__ import annotations

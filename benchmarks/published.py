@@ -209,13 +209,15 @@ def _settings_problems(settings: Any, name: Any, gpu: Any, gpus: set[str]) -> li
 
 
 def _node_problems(hw: dict[str, Any]) -> list[str]:
-    """What is wrong with a point's ``hardware.node``: a node profile with the point's GPU and GPUs per node."""
+    """What is wrong with a point's ``hardware.node``: a node profile with the point's GPU and at least its GPUs
+    per node (a run on some of a node's GPUs has the whole host: ZeRO-Offload's one V100 of a DGX-2)."""
     name = hw["node"]
     if not isinstance(name, str) or not (PROFILES_NODES / f"{name}.yaml").is_file():
         return [f"node {name!r} is not a profile in profiles/nodes"]
     doc = yaml.safe_load((PROFILES_NODES / f"{name}.yaml").read_text(encoding="utf-8"))
     per_node = doc["gpus_per_node"]["value"] if isinstance(doc["gpus_per_node"], dict) else doc["gpus_per_node"]
-    if doc["gpu"] != hw.get("gpu") or per_node != hw.get("gpus_per_node"):
+    gpus = hw.get("gpus_per_node")
+    if doc["gpu"] != hw.get("gpu") or not isinstance(gpus, int) or gpus > per_node:
         return [f"node {name} has {per_node} x {doc['gpu']}, "
                 f"not the point's {hw.get('gpus_per_node')} x {hw.get('gpu')}"]
     return []

@@ -111,6 +111,20 @@ def test_a_point_naming_a_node_profile_gets_its_host(bench: ModuleType, data: di
     assert hardware.node.network is not None and hardware.node.network.ports == 4
 
 
+def test_a_point_may_run_on_some_of_a_nodes_gpus_with_the_whole_host(bench: ModuleType, data: dict[str, Any],
+                                                                     tmp_path: Path) -> None:
+    """ZeRO-Offload's one V100 of a DGX-2 has the DGX-2's 48 cores for its CPU Adam; more GPUs than the node has
+    are refused."""
+    point = next(p for p in data["points"] if p["id"] == "zero-offload-gpt2-10b-v100")
+    hardware = bench.Predictor(data, tmp_path).hardware(point)
+    assert hardware.world_size == 1 and hardware.node.cpu.physical_cores == 48
+    broken = copy.deepcopy(data)
+    too_many = next(p for p in broken["points"] if p["id"] == "zero-offload-gpt2-10b-v100")
+    too_many["hardware"]["gpus_per_node"] = 32
+    assert any("node dgx-2 has 16 x v100-sxm-32gb, not the point's 32 x v100-sxm-32gb" in problem
+               for problem in bench.validate(broken))
+
+
 def test_a_duplicate_id_is_reported(bench: ModuleType, data: dict[str, Any]) -> None:
     broken = copy.deepcopy(data)
     broken["points"].append(copy.deepcopy(broken["points"][0]))

@@ -110,8 +110,8 @@ def tune(
     return run_study(
         model, hardware=hardware, processes=processes, strategies=strategies, top_strategies=top_strategies,
         batch_size=batch_size, micro_batch_sizes=micro_batch_sizes, global_batch_size=global_batch_size,
-        seq_len=seq_len, precision=precision, optimizer=optimizer, grad_clip_norm=grad_clip_norm, trials=trials, timeout_s=timeout_s,
-        trial_timeout_s=trial_timeout_s, steps=steps, warmup_steps=warmup_steps, storage=storage,
+        seq_len=seq_len, precision=precision, optimizer=optimizer, grad_clip_norm=grad_clip_norm, trials=trials,
+        timeout_s=timeout_s, trial_timeout_s=trial_timeout_s, steps=steps, warmup_steps=warmup_steps, storage=storage,
         study_name=study_name, output_dir=output_dir, cache_dir=cache_dir, use_cache=use_cache, prune=prune,
         seed=seed, space=space, runner=runner, observers=observers,
     )

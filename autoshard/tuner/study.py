@@ -122,7 +122,7 @@ def run_study(
     estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
                               flops_per_s)
     planned = plan_file.from_plan(plan)
-    batch = {"global_batch_size": global_batch_size, "precision": chosen, "optimizer": optimizer,
+    batch: dict[str, Any] = {"global_batch_size": global_batch_size, "precision": chosen, "optimizer": optimizer,
              "seq_len": planned.seq_len}
     if clip_norm is not None:  # only then: a study made before clipping was planned keeps its fingerprint
         batch["grad_clip_norm"] = clip_norm

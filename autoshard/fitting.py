@@ -94,7 +94,7 @@ def fit(
                          hint="Run `autoshard tune MODEL` first, then fit(..., plan=\"autoshard-tune/best\").")
     best, note = _tuned(model, plan, tune, strategy=strategy, hardware=hardware, processes=processes,
                         precision=precision, batch_size=batch_size, seq_len=seq_len, optimizer=optimizer, seed=seed,
-                        cache=cache)
+                        grad_clip_norm=grad_clip_norm, cache=cache)
     result = train(model, data, plan=best, **given)
     return dataclasses.replace(result, notes=(note, *result.notes))
 
@@ -113,7 +113,8 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
                          hint="Pass the model.py path or catalog name (or run `autoshard tune` on a model.py).")
     kwargs: dict[str, Any] = dict(tune) if isinstance(tune, Mapping) else {}
     mapping = {"strategy": "strategies", "hardware": "hardware", "processes": "processes",
-               "precision": "precision", "batch_size": "batch_size", "seq_len": "seq_len", "seed": "seed"}
+               "precision": "precision", "batch_size": "batch_size", "seq_len": "seq_len", "seed": "seed",
+               "grad_clip_norm": "grad_clip_norm"}  # the trials clip as the run will
     for ours, theirs in mapping.items():
         value = given[ours]
         if value is not None and theirs not in kwargs:

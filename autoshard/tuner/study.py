@@ -123,7 +123,7 @@ def run_study(
                               flops_per_s)
     planned = plan_file.from_plan(plan)
     batch: dict[str, Any] = {"global_batch_size": global_batch_size, "precision": chosen, "optimizer": optimizer,
-             "seq_len": planned.seq_len}
+                             "seq_len": planned.seq_len}
     if clip_norm is not None:  # only then: a study made before clipping was planned keeps its fingerprint
         batch["grad_clip_norm"] = clip_norm
     fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),

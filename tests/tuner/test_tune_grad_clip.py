@@ -48,6 +48,17 @@ def test_every_trial_and_the_best_plan_clip_and_the_study_remembers_the_norm(tmp
                            grad_clip_norm=other, **ARGS)
 
 
+def test_fit_tunes_with_its_own_norm(tmp_path: Path) -> None:
+    """``fit(grad_clip_norm=, tune=...)``: the trials are planned with the norm the training run will clip to."""
+    calls: list[ExportedPlan] = []
+    result = autoshard.fit("tiny-gpt2", max_steps=1, seq_len=32, batch_size=1, grad_clip_norm=0.5,
+                           tune={"trials": 1, "output_dir": tmp_path, "space": SPACE, "runner": _replay(calls),
+                                 "processes": 2, "steps": 5, "warmup_steps": 2, "progress": False,
+                                 "use_cache": False, "prune": False})
+    assert calls and {e.grad_clip_norm for e in calls} == {0.5}
+    assert result.plan.grad_clip_norm == 0.5
+
+
 def test_a_study_made_without_clipping_resumes_as_before(tmp_path: Path) -> None:
     calls: list[ExportedPlan] = []
     autoshard.tune("tiny-gpt2", trials=1, output_dir=tmp_path, space=SPACE, runner=_replay(calls), **ARGS)

@@ -15,28 +15,16 @@ from autoshard.cli import main
 from autoshard.errors import UsageError
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
-from autoshard.tuner.runner import Measurement, TrialSpec
-from autoshard.tuner.space import SearchSpace, StrategySpace
+
+from .standin import DDP_SPACE, replay
 
 ARGS: dict[str, Any] = {"processes": 2, "seq_len": 32, "precision": "32-true", "steps": 5, "warmup_steps": 2,
                         "progress": False, "use_cache": False, "prune": False}
-SPACE = SearchSpace(strategies=(StrategySpace(strategy="ddp", family="ddp", micro_batch_sizes=(1, 2),
-                                              checkpointing=(False,), knobs=(), default_micro_batch_size=1,
-                                              default_checkpointing=False),))
-
-
-def _replay(calls: list[ExportedPlan]) -> Any:
-    def replay(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, **_: Any) -> Measurement:
-        calls.append(exported)
-        rate = 100.0 * exported.micro_batch_size
-        return Measurement(samples_per_s=rate, tokens_per_s=None, step_time_s=1.0, peak_memory_bytes=None,
-                           peak_memory_kind=None, step_times_s=(1.0,) * 5)
-    return replay
 
 
 def test_every_trial_and_the_best_plan_clip_and_the_study_remembers_the_norm(tmp_path: Path) -> None:
     calls: list[ExportedPlan] = []
-    result = autoshard.tune("tiny-gpt2", trials=2, output_dir=tmp_path, space=SPACE, runner=_replay(calls),
+    result = autoshard.tune("tiny-gpt2", trials=2, output_dir=tmp_path, space=DDP_SPACE, runner=replay(calls),
                             grad_clip_norm=0.5, **ARGS)
     assert calls and {e.grad_clip_norm for e in calls} == {0.5}  # from the plan's workload: planned with it
     assert result.best_plan is not None and result.best_plan.grad_clip_norm == 0.5
@@ -44,7 +32,7 @@ def test_every_trial_and_the_best_plan_clip_and_the_study_remembers_the_norm(tmp
 
     for other in (1.0, None):  # the same study under another norm, or none: another job
         with pytest.raises(UsageError, match="grad_clip_norm"):
-            autoshard.tune("tiny-gpt2", trials=3, output_dir=tmp_path, space=SPACE, runner=_replay([]),
+            autoshard.tune("tiny-gpt2", trials=3, output_dir=tmp_path, space=DDP_SPACE, runner=replay([]),
                            grad_clip_norm=other, **ARGS)
 
 
@@ -52,7 +40,7 @@ def test_fit_tunes_with_its_own_norm(tmp_path: Path) -> None:
     """``fit(grad_clip_norm=, tune=...)``: the trials are planned with the norm the training run will clip to."""
     calls: list[ExportedPlan] = []
     result = autoshard.fit("tiny-gpt2", max_steps=1, seq_len=32, batch_size=1, grad_clip_norm=0.5,
-                           tune={"trials": 1, "output_dir": tmp_path, "space": SPACE, "runner": _replay(calls),
+                           tune={"trials": 1, "output_dir": tmp_path, "space": DDP_SPACE, "runner": replay(calls),
                                  "processes": 2, "steps": 5, "warmup_steps": 2, "progress": False,
                                  "use_cache": False, "prune": False})
     assert calls and {e.grad_clip_norm for e in calls} == {0.5}
@@ -61,15 +49,15 @@ def test_fit_tunes_with_its_own_norm(tmp_path: Path) -> None:
 
 def test_a_study_made_without_clipping_resumes_as_before(tmp_path: Path) -> None:
     calls: list[ExportedPlan] = []
-    autoshard.tune("tiny-gpt2", trials=1, output_dir=tmp_path, space=SPACE, runner=_replay(calls), **ARGS)
-    autoshard.tune("tiny-gpt2", trials=2, output_dir=tmp_path, space=SPACE, runner=_replay(calls), **ARGS)
+    autoshard.tune("tiny-gpt2", trials=1, output_dir=tmp_path, space=DDP_SPACE, runner=replay(calls), **ARGS)
+    autoshard.tune("tiny-gpt2", trials=2, output_dir=tmp_path, space=DDP_SPACE, runner=replay(calls), **ARGS)
     assert len(calls) == 2 and {e.grad_clip_norm for e in calls} == {None}
 
 
 @pytest.mark.parametrize("value", [0, -1.0, "1.0", True])
 def test_a_bad_norm_is_refused_before_anything_is_traced(tmp_path: Path, value: object) -> None:
     with pytest.raises(UsageError, match="grad_clip_norm must be a positive number"):
-        autoshard.tune("tiny-gpt2", trials=1, output_dir=tmp_path, space=SPACE, runner=_replay([]),
+        autoshard.tune("tiny-gpt2", trials=1, output_dir=tmp_path, space=DDP_SPACE, runner=replay([]),
                        grad_clip_norm=value, **ARGS)  # type: ignore[arg-type]
     assert not (tmp_path / "study.db").exists()
 

@@ -11,8 +11,9 @@ import pytest
 import autoshard
 from autoshard.errors import UsageError
 from autoshard.planner.plan_file import ExportedPlan
-from autoshard.tuner.runner import Measurement, TrialSpec
 from autoshard.tuner.space import SearchSpace, StrategySpace
+
+from .standin import DDP_SPACE, replay
 
 ARGS: dict[str, Any] = {"processes": 2, "seq_len": 32, "precision": "32-true", "steps": 5, "warmup_steps": 2,
                         "progress": False, "use_cache": False, "prune": False}
@@ -20,17 +21,7 @@ ARGS: dict[str, Any] = {"processes": 2, "seq_len": 32, "precision": "32-true", "
 
 def test_a_stand_in_runner_and_a_given_space_drive_the_real_study(tmp_path: Path) -> None:
     calls: list[ExportedPlan] = []
-
-    def replay(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, **_: Any) -> Measurement:
-        calls.append(exported)
-        rate = 100.0 * exported.micro_batch_size  # larger micro-batches are faster in this recording
-        return Measurement(samples_per_s=rate, tokens_per_s=None, step_time_s=1.0, peak_memory_bytes=None,
-                           peak_memory_kind=None, step_times_s=(1.0,) * 5)
-
-    space = SearchSpace(strategies=(StrategySpace(strategy="ddp", family="ddp", micro_batch_sizes=(1, 2),
-                                                  checkpointing=(False,), knobs=(), default_micro_batch_size=1,
-                                                  default_checkpointing=False),))
-    result = autoshard.tune("tiny-gpt2", trials=2, output_dir=tmp_path, space=space, runner=replay, **ARGS)
+    result = autoshard.tune("tiny-gpt2", trials=2, output_dir=tmp_path, space=DDP_SPACE, runner=replay(calls), **ARGS)
     assert {e.strategy for e in calls} == {"ddp"}
     assert {e.micro_batch_size for e in calls} == {1, 2}
     assert result.best_plan is not None and result.best_plan.micro_batch_size == 2

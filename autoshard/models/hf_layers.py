@@ -40,8 +40,9 @@ _ABSENT = "<absent>"
 """Stands for an attribute or submodule that one block has and another lacks."""
 
 # Config keys listing layer indices (not a value per layer): Qwen2/3-MoE's dense layers, Llama-4's MoE layers,
-# Bamba's attention layers (transformers 5.23 configuration_*.py).
-_INDEX_LIST_KEYS = ("mlp_only_layers", "moe_layers", "attn_layer_indices")
+# Bamba's attention layers (transformers 5.23 configuration_*.py), Zamba2's hybrid layers (derived from
+# layers_block_type, but a saved config.json carries it and it overrides the derived list).
+_INDEX_LIST_KEYS = ("mlp_only_layers", "moe_layers", "attn_layer_indices", "hybrid_layer_ids")
 # Config keys counting the dense layers before the first MoE layer: DeepSeek-V2/V3, GLM-4-MoE, Dots1
 # (first_k_dense_replace), AFMoE and LFM2-MoE (num_dense_layers).
 _DENSE_PREFIX_KEYS = ("first_k_dense_replace", "num_dense_layers")

@@ -260,6 +260,15 @@ def _chunked_scan() -> list[Any]:
             "BambaForCausalLM",
             id="bamba",
         ),
+        pytest.param(  # 12 blocks: deep enough to extrapolate, whose copies must renumber hybrid_layer_ids
+            lambda: transformers.Zamba2Config(
+                **{**SSM, "num_hidden_layers": 12}, num_attention_heads=4, num_key_value_heads=4,
+                intermediate_size=64, n_mamba_heads=8, mamba_headdim=16, mamba_ngroups=1, mamba_d_state=8,
+                chunk_size=16, layers_block_type=["mamba"] * 2 + ["hybrid"] + ["mamba"] * 5 + ["hybrid"]
+                + ["mamba"] * 3),
+            "Zamba2ForCausalLM",
+            id="zamba2",
+        ),
     ]
 
 

@@ -63,7 +63,7 @@ def test_every_backend_trains_and_agrees_with_ddp(strategy: str, reference: dict
     assert out["state_digest"] == pytest.approx(reference["state_digest"], rel=LATER_STEPS_RTOL)
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed_stage_3"])
+@pytest.mark.parametrize("strategy", [pytest.param("ddp", marks=pytest.mark.slow), "fsdp", "deepspeed_stage_3"])
 def test_activation_checkpointing_changes_no_loss(strategy: str, reference: dict[str, Any]) -> None:
     # Recomputing each block in backward gives the same numbers (no dropout): ZeRO-3 must re-gather the block's
     # parameters for the recomputation, FSDP2 must not unshard twice.

@@ -141,11 +141,21 @@ def check_traceable(config: Any, cls: type, file: Path) -> None:
     without the mamba-ssm kernels: a tiny 2-layer Mamba took 22 s to trace at seq_len=512 and grows linearly
     with the sequence and the depth (measured under fake tensors, torch 2.13, transformers 5.23).
 
+    RecurrentGemma's RG-LRU layers (``lru_width``) loop over the sequence the same way (``_rnn_scan`` in
+    transformers 5.24's modeling_recurrent_gemma.py): its default 2B config took 50 s to profile at seq_len=128,
+    and a recommend 179 s (2026-11-28, this machine).
+
     Raises:
-        ModelSourceError: the config has Mamba-1 (selective-scan) mixer layers.
+        ModelSourceError: the config has Mamba-1 (selective-scan) mixer layers or RG-LRU recurrent layers.
     """
     text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
     for part in (config, text):
+        if getattr(part, "lru_width", None) is not None:
+            raise ModelSourceError(
+                f"{file}: autoshard cannot trace {cls.__name__} yet: its RG-LRU recurrent layers run a per-token "
+                "Python loop in transformers' PyTorch code, see docs/models.md.",
+                hint="Recurrent models with a chunked scan (Mamba2, Zamba2, Bamba, FalconH1) are supported.",
+            )
         state = next((k for k in _SSM_STATE_KEYS if getattr(part, k, None) is not None), None)
         chunked = any(getattr(part, k, None) is not None for k in _SSM_CHUNK_KEYS)
         if state is not None and not chunked:

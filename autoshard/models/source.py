@@ -96,6 +96,12 @@ class ModelSource:
             UserCodeError: ``batch()`` raised or returned something that is not a batch.
         """
         if seq_len is not None and not self.accepts_seq_len:
+            if self.kind != "file":  # a config's or catalog entry's inputs: images or audio, sized by the config
+                raise UsageError(
+                    f"--seq-len does not apply to {self.name}: its inputs are not a token sequence (they are "
+                    f"sized by its config, e.g. image_size).",
+                    hint="Drop --seq-len.",
+                )
             raise UsageError(
                 f"--seq-len was given but batch() in {self.origin} takes no seq_len argument.",
                 hint="Drop --seq-len, or define `def batch(batch_size, seq_len=...)` in your model file.",

@@ -82,12 +82,13 @@ def _converted(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 @contextlib.contextmanager
 def fake_module_conversions() -> Iterator[None]:
     """While it lasts, ``Module.to`` / ``.float()`` / ``.half()`` / ... on a module holding fake tensors convert
-    them by replacing each one in its module's ``_parameters`` / ``_buffers`` (a parameter stays a parameter with
-    its ``requires_grad``; a conversion that returns the tensor itself leaves it as it is) instead of swapping
-    them in place, which torch 2.13 refuses for fake tensors. Modules without fake tensors convert as torch
-    does. For building a model under ``FakeTensorMode``: a parameter converted while another module holds it
-    (weights tied before the call) would stop being shared, which a constructor converting its own fresh
-    submodules does not do.
+    them without swapping them in place, which torch 2.13 refuses for fake tensors: a parameter gets the
+    converted data (``param.data = ...``, as torch converts plain tensors: the same parameter object, so weights
+    tied to it and an optimizer holding it keep it), or, where that fails, is replaced by a parameter with its
+    ``requires_grad``; a buffer is replaced; a conversion that returns the tensor itself leaves it as it is.
+    Modules without fake tensors convert as torch does. For building a model under ``FakeTensorMode`` and for
+    tracing its steps (transformers' Switch Transformers router calls ``self.classifier.to(self.dtype)`` in its
+    forward).
 
     Example:
         >>> from torch._subclasses.fake_tensor import FakeTensorMode
@@ -109,7 +110,11 @@ def fake_module_conversions() -> Iterator[None]:
             for name, param in module._parameters.items():
                 if param is not None:
                     applied = fn(param)
-                    if applied is not param:
+                    if applied is param:
+                        continue
+                    try:  # as torch converts a plain tensor: the same parameter, new data (ties and optimizers keep it)
+                        param.data = applied
+                    except (RuntimeError, TypeError):
                         module._parameters[name] = nn.Parameter(applied, requires_grad=param.requires_grad)
             for name, buffer in module._buffers.items():
                 if buffer is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._guards import detect_fake_mode
 from torch.utils._pytree import tree_iter
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -30,6 +31,7 @@ from autoshard.models.source import (
 )
 from autoshard.profiler import fake_ops, flops, gpu
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
+from autoshard.profiler.build_constants import fake_leftovers, real_schedules
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
 from autoshard.profiler.collection import gc_paused, older_objects_frozen, warm_up_checkpoint
 from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
@@ -136,8 +138,9 @@ def trace_timelines(
     # The CUDA-semantics kernels stay registered for the session (registering them takes ~10 ms, and each step's
     # forward and backward would register and remove them again).
     kernels = gpu.kernels_registered() if options.target == "cuda" else contextlib.nullcontext()
+    conversions = fake_module_conversions() if fake else contextlib.nullcontext()  # a forward's Module.to too
     with older_objects_frozen(), fake_ops.installed() if fake else contextlib.nullcontext(), kernels, mode, \
-            fake_tensor_log_quiet():
+            fake_tensor_log_quiet(), conversions:
         model = _build(source, options)
         model.train()
         blocks = find_repeated_blocks(model)
@@ -228,16 +231,20 @@ def _phase_peaks(snapshots: dict[str, PeakSnapshot]) -> tuple[tuple[str, MemoryB
 
 def _build(source: ModelSource, options: ProfileOptions) -> nn.Module:
     """Build the model; for ``bf16-true`` under a bf16 default dtype, as Lightning's ``bf16-true`` does. A
-    constructor's own ``Module.to`` calls work on fake tensors (:func:`fake_module_conversions`)."""
+    constructor's own ``Module.to`` calls work on fake tensors (:func:`fake_module_conversions`), and so do the
+    schedules it reads back (:func:`real_schedules`)."""
     bf16_true = options.precision is Precision.BF16_TRUE
     previous = torch.get_default_dtype()
     if bf16_true:
         torch.set_default_dtype(torch.bfloat16)
     try:
-        with fake_module_conversions():
+        with fake_module_conversions(), real_schedules():
             model = source.build()
     finally:
         torch.set_default_dtype(previous)
+    mode = detect_fake_mode()
+    if mode is not None:
+        fake_leftovers(model, mode)
     if not bf16_true:
         return model
     # Buffers some models keep in fp32 (transformers' RoPE inv_freq) become bf16, as under Lightning's

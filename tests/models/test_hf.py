@@ -200,7 +200,7 @@ def test_sequence_length_default_and_bound_come_from_positions(
 def test_vision_model_takes_no_seq_len(write_config: Callable[..., Path]) -> None:
     source = load_config(write_config(TINY["vit"]))
     assert (source.accepts_seq_len, source.default_seq_len, source.max_seq_len) == (False, None, None)
-    with pytest.raises(UsageError, match="takes no seq_len"):
+    with pytest.raises(UsageError, match="--seq-len does not apply to .*: its inputs are not a token sequence"):
         source.batch(2, seq_len=16)
 
 

@@ -341,3 +341,18 @@ def test_inputs_autoshard_cannot_build_are_refused_in_two_lines(
         load_source(save("refused", config(), architecture))
     assert expected in str(info.value)
     assert str(info.value).count("\n") == 1 and "model.py" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["vit", "wav2vec2-ctc"])
+def test_seq_len_for_a_config_without_token_inputs_is_refused_in_its_terms(
+    name: str, save: Callable[..., Path]
+) -> None:
+    # It used to point at "batch() in .../config.json" and a model file the user does not have.
+    vit = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                                 image_size=32, patch_size=8)
+    folder = save(name, vit, "ViTForImageClassification") if name == "vit" else save(name)
+    source = load_source(folder)
+    with pytest.raises(UsageError) as info:
+        source.batch(2, 128)
+    assert str(info.value).startswith(f"--seq-len does not apply to {source.name}: its inputs are not a token")
+    assert "model file" not in str(info.value) and info.value.hint == "Drop --seq-len."

@@ -246,6 +246,20 @@ def test_mamba1_mixers_are_refused_in_two_lines_before_any_slow_work(
     assert "docs/models.md" in message and message.count("\n") == 1
 
 
+def test_recurrent_gemma_is_refused_in_two_lines_before_any_slow_work(save: Callable[..., Path]) -> None:
+    # Its RG-LRU layers loop over the tokens in Python: the default 2B config took 50 s to profile at 128 tokens.
+    folder = save(transformers.RecurrentGemmaConfig(hidden_size=64, lru_width=64, num_hidden_layers=3,
+                                                    num_attention_heads=4, intermediate_size=64, vocab_size=128),
+                  "RecurrentGemmaForCausalLM")
+    started = time.perf_counter()
+    with pytest.raises(ModelSourceError) as info:
+        autoshard.profile(folder, batch_size=1, seq_len=4096)
+    assert time.perf_counter() - started < 30.0
+    message = str(info.value)
+    assert "autoshard cannot trace RecurrentGemmaForCausalLM yet: its RG-LRU recurrent layers" in message
+    assert "docs/models.md" in message and message.count("\n") == 1
+
+
 def _chunked_scan() -> list[Any]:
     return [
         pytest.param(

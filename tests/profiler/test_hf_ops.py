@@ -441,3 +441,65 @@ def test_a_failing_flop_formula_is_an_internal_error_not_the_models(monkeypatch)
 
     with pytest.raises(UserCodeError):
         call_user(bad_model, what="forward", user_file=None)
+
+
+# -- convolutions --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("groups", [1, 4, 16], ids=lambda g: f"groups-{g}")
+def test_convolution_backward_flops_are_twice_the_forward_for_every_grouping(groups):
+    # Each multiply-add of the forward appears once in the input gradient and once in the weight gradient.
+    # torch 2.13's formula counted the weight gradient of a grouped convolution `groups` times over.
+    conv = nn.Conv2d(16, 16, kernel_size=3, padding=1, groups=groups)
+    x = torch.randn(2, 16, 8, 8, requires_grad=True)
+    expected_forward = 2 * 2 * 16 * (16 // groups) * 9 * 8 * 8  # 2·N·C_out·(C_in / groups)·k²·H·W
+    with flops.counter() as counted:
+        out = conv(x)
+    assert counted.get_total_flops() == expected_forward
+    with flops.counter() as counted:
+        out.sum().backward()
+    assert counted.get_total_flops() == 2 * expected_forward
+
+
+def test_convnext_builds_on_fake_tensors_and_its_step_counts_about_three_forwards(tmp_path):
+    # ConvNeXt's constructor reads its drop-path rates back from a torch.linspace (.tolist()): under the fake
+    # build that failed ("transformers cannot build ConvNextForImageClassification ...: DataDependentOutput...").
+    # Its depthwise 7x7 convolutions made the step 7.7 x its forward under torch's backward formula.
+    config = transformers.ConvNextConfig(depths=[1, 1, 2, 1], hidden_sizes=[16, 32, 64, 128], image_size=64,
+                                         drop_path_rate=0.1, num_labels=10)
+    config.architectures = ["ConvNextForImageClassification"]
+    folder = tmp_path / "convnext"
+    config.save_pretrained(folder)
+    p = autoshard.profile(folder, batch_size=2, precision="32-true", target="cpu", extrapolate=False)
+    real = transformers.ConvNextForImageClassification(config)
+    assert p.parameter_count == sum(t.numel() for t in real.parameters())
+    # The stem's input needs no gradient, so a little under 3 forwards.
+    assert 2.8 * p.forward_flops <= p.flops_per_step <= 3.0 * p.forward_flops
+
+
+class _RouterInFp32(nn.Module):
+    """Switch Transformers' router (transformers 5.24): ``self.classifier = self.classifier.to(self.dtype)`` in
+    its forward, fp32 whatever the model's dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.classifier = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.classifier = self.classifier.to(torch.float32)
+        return self.classifier(self.proj(x).float()).sum()
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-true"])
+def test_a_forward_that_calls_module_to_profiles(precision):
+    # Under the fake trace torch refused the swap ("Couldn't swap Linear.weight") and autoshard blamed the model.
+    source = ModelSource(name="router", kind="file", origin="tests", build_fn=_RouterInFp32,
+                         batch_fn=lambda b: torch.randn(b, 8), loss_fn=lambda out, batch: out)
+    profile = autoshard.profile(source, batch_size=2, precision=precision, target="cpu", extrapolate=False)
+    assert profile.parameter_count == 8 * 8 + 8 + 8 * 4 + 4
+    # bf16-true: the classifier is fp32 after the first forward, and still the parameter the optimizer steps
+    # (converted in place, as torch converts plain tensors): its AdamW moments are fp32 too.
+    classifier_bytes = 4 * (8 * 4 + 4)
+    proj_bytes = (2 if precision == "bf16-true" else 4) * (8 * 8 + 8)
+    assert profile.optimizer_state_bytes == 2 * (classifier_bytes + proj_bytes) + 4 * 4  # + a step count each

@@ -263,8 +263,8 @@ def _verdict(row: dict[str, Any]) -> dict[str, Any]:
 # -- report -------------------------------------------------------------------------------------------------
 
 
-def environment(argv: Sequence[str]) -> dict[str, Any]:
-    """Date, machine, versions and the benchmark's command line."""
+def environment(argv: Sequence[str], script: Path = SCRIPT) -> dict[str, Any]:
+    """Date, machine, versions and the benchmark's command line (``script`` run with ``argv``)."""
     import torch
     import transformers
 
@@ -279,14 +279,14 @@ def environment(argv: Sequence[str]) -> dict[str, Any]:
     except ImportError:
         versions["deepspeed"] = None
     return {"date": datetime.date.today().isoformat(), "machine": cpu_model(), "cpu_count": os.cpu_count(),
-            **versions, "command": shlex.join(["python", _script_path(), *argv])}
+            **versions, "command": shlex.join(["python", _script_path(script), *argv])}
 
 
-def _script_path() -> str:
+def _script_path(script: Path) -> str:
     try:
-        return str(SCRIPT.relative_to(Path.cwd().resolve()))
+        return str(script.relative_to(Path.cwd().resolve()))
     except ValueError:
-        return str(SCRIPT)
+        return str(script)
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -428,10 +428,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=[m.name for m in ZOO],
                         help="measure only these architectures (other rows of an existing report are kept)")
     parser.add_argument("--size", choices=SIZES, default="published")
+    add_run_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--hardware``, ``--timeout-s`` and ``--out``, as this benchmark and the architecture sweep take them."""
     parser.add_argument("--hardware", default=DEFAULT_HARDWARE, help="hardware profile for recommend")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, help="limit per command")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="directory for the report")
-    return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

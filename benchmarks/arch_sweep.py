@@ -87,13 +87,21 @@ _BLAMES_THE_MODEL = ("forward raised", "backward raised", "model() raised", "bat
 
 def head_classes() -> dict[str, str]:
     """``model_type`` -> the head class the sweep builds: the first auto mapping (in :data:`_MAPPINGS`' order)
-    that has the type, and that mapping's class for it."""
+    whose class for the type takes that type's config class (transformers 5.24 maps e.g. ``exaone`` to
+    ``LlamaForCausalLM``, which takes a ``LlamaConfig``: a mismatch a user's config.json would not have)."""
+    import transformers
     from transformers.models.auto import modeling_auto
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     heads: dict[str, str] = {}
     for mapping in _MAPPINGS:
         for model_type, cls in getattr(modeling_auto, mapping, {}).items():
-            heads.setdefault(model_type, cls if isinstance(cls, str) else cls[0])
+            name = cls if isinstance(cls, str) else cls[0]
+            if model_type in heads or model_type not in CONFIG_MAPPING:
+                continue
+            takes = getattr(getattr(transformers, name, None), "config_class", None)
+            if takes is None or takes is CONFIG_MAPPING[model_type]:
+                heads[model_type] = name
     return heads
 
 
@@ -227,7 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     kept: dict[str, dict[str, Any]] = {}
     previous = args.out / f"{STEM}.json"
     if args.only and previous.is_file():
-        kept = {r["model_type"]: r for r in json.loads(previous.read_text(encoding="utf-8"))["rows"]}
+        kept = {r["model_type"]: r for r in json.loads(previous.read_text(encoding="utf-8"))["rows"]
+                if heads.get(r["model_type"]) == r["architecture"]}  # a row of a class no longer picked goes
     setup = {"seq_len": args.seq_len, "hardware": args.hardware, "timeout_s": args.timeout_s, "batch_size": 1}
     report: dict[str, Any] = {}
     for model_type in todo:

@@ -59,7 +59,7 @@ BAD_INPUT = [
     (["profile", "tiny-gpt2", "--batch-size", "0"], "batch size must be a positive integer"),
     (["profile", "tiny-gpt2", "--seq-len", "-3"], "sequence length must be a positive integer"),
     (["profile", "tiny-gpt2", "--precision", "fp8"], "unknown precision"),
-    (["profile", "tiny-resnet", "--seq-len", "128"], "takes no seq_len"),
+    (["profile", "tiny-resnet", "--seq-len", "128"], "--seq-len does not apply to tiny-resnet"),
     (["profile", "gpt2", "--seq-len", "4096"], "exceeds the longest sequence"),
     (["profile", "tiny-gpt2", "--reserved", "--target", "cpu"], "--reserved predicts the CUDA caching allocator's"),
 ]

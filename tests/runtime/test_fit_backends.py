@@ -25,8 +25,11 @@ LATER_STEPS_RTOL = 1e-3
 """After an update DeepSpeed's flat fp32 partitions and fused/CPU Adam round differently from torch's AdamW."""
 
 
-def run_script(options: dict[str, Any], *, launcher: list[str] | None = None, timeout: float = 240,
+def run_script(options: dict[str, Any], *, launcher: list[str] | None = None, timeout: float = 600,
                check: bool = True) -> subprocess.CompletedProcess[str]:
+    # 600 s: the first offload run JIT-builds DeepSpeed's cpu_adam op, 200 s of a quiet 2-core CI run and over
+    # 240 s on a busy one (2026-11-28); a build killed half-way leaves torch's lock file, and every later load
+    # of the op then waits on it for good.
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
     env.pop("RANK", None)

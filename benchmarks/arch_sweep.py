@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -134,7 +135,20 @@ def measure(model_type: str, architecture: str, seq_len: int, hardware: str, tim
         row["seq_len"] = seq_len if takes_tokens else None
         row["profile"] = run_profile(folder, row["seq_len"], timeout_s)
         row["recommend"] = run_recommend(folder, row["seq_len"], hardware, timeout_s)
-    return {**row, **_verdict(row)}
+    return _without_temp_paths({**row, **_verdict(row)})
+
+
+def _without_temp_paths(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with the temporary folder left out of its messages (``/tmp/sweep-gpt2-x1y2/gpt2/config.json``
+    reads ``config.json``)."""
+    def clean(text: Any) -> Any:
+        return re.sub(r"\S*/sweep-[^/\s]+/[^/\s]+/", "", text) if isinstance(text, str) else text
+
+    out = {key: clean(value) for key, value in row.items()}
+    for part in ("profile", "recommend"):
+        if isinstance(out.get(part), dict):
+            out[part] = {key: clean(value) for key, value in out[part].items()}
+    return out
 
 
 def _verdict(row: dict[str, Any]) -> dict[str, Any]:
@@ -175,13 +189,15 @@ def _cell(text: str | None, limit: int = 220) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     """The report as Markdown."""
-    meta, s = report["meta"], report["summary"]
+    meta, s, setup = report["meta"], report["summary"], report["setup"]
     lines = [
         "# Architecture sweep", "",
         f"{meta['date']}, {meta['machine']}, {meta['cpu_count']} cores, Python {meta['python']}, torch "
         f"{meta['torch']}, transformers {meta['transformers']}, DeepSpeed {meta['deepspeed']}, autoshard "
         f"{meta['autoshard']}.", "",
-        f"Benchmark: `{meta['command']}`", "",
+        f"Benchmark: `{meta['command']}`" + (
+            f"; {len(setup['kept_from_earlier_runs'])} rows kept from `{setup['kept_command']}`"
+            if setup.get("kept_from_earlier_runs") else ""), "",
         DESCRIPTION, "",
         f"**Summary:** {s['architectures']} architectures: {s['ok']} ok, {s['refused']} refused, {s['failed']} "
         f"failed; {s['no_default_build']} whose default config transformers itself cannot build. Of the ok rows, "
@@ -235,9 +251,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     kept: dict[str, dict[str, Any]] = {}
     previous = args.out / f"{STEM}.json"
     if args.only and previous.is_file():
-        kept = {r["model_type"]: r for r in json.loads(previous.read_text(encoding="utf-8"))["rows"]
+        earlier = json.loads(previous.read_text(encoding="utf-8"))
+        kept = {r["model_type"]: _without_temp_paths(r) for r in earlier["rows"]
                 if heads.get(r["model_type"]) == r["architecture"]}  # a row of a class no longer picked goes
-    setup = {"seq_len": args.seq_len, "hardware": args.hardware, "timeout_s": args.timeout_s, "batch_size": 1}
+        kept_command = earlier["setup"].get("kept_command") or earlier["meta"]["command"]
+    setup = {"seq_len": args.seq_len, "hardware": args.hardware, "timeout_s": args.timeout_s, "batch_size": 1,
+             "kept_from_earlier_runs": sorted(set(kept) - set(todo))}
+    if setup["kept_from_earlier_runs"]:
+        setup["kept_command"] = kept_command
     report: dict[str, Any] = {}
     for model_type in todo:
         row = measure(model_type, heads[model_type], args.seq_len, args.hardware, args.timeout_s)

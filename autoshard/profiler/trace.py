@@ -230,15 +230,15 @@ def _phase_peaks(snapshots: dict[str, PeakSnapshot]) -> tuple[tuple[str, MemoryB
 
 
 def _build(source: ModelSource, options: ProfileOptions) -> nn.Module:
-    """Build the model; for ``bf16-true`` under a bf16 default dtype, as Lightning's ``bf16-true`` does. A
-    constructor's own ``Module.to`` calls work on fake tensors (:func:`fake_module_conversions`), and so do the
-    schedules it reads back (:func:`real_schedules`)."""
+    """Build the model; for ``bf16-true`` under a bf16 default dtype, as Lightning's ``bf16-true`` does. The
+    schedules a constructor reads back work on fake tensors (:func:`real_schedules`); so do its ``Module.to``
+    calls, under the caller's :func:`fake_module_conversions`, which lasts the whole trace."""
     bf16_true = options.precision is Precision.BF16_TRUE
     previous = torch.get_default_dtype()
     if bf16_true:
         torch.set_default_dtype(torch.bfloat16)
     try:
-        with fake_module_conversions(), real_schedules():
+        with real_schedules():
             model = source.build()
     finally:
         torch.set_default_dtype(previous)

@@ -57,8 +57,9 @@ def profile(
         batch_size: micro-batch size.
         seq_len: sequence length for token models (default: the model's own).
         precision: ``"32-true"``, ``"16-mixed"``, ``"bf16-mixed"`` (default) or ``"bf16-true"``.
-        optimizer: ``"adamw"`` (default), ``"adam"``, ``"sgd"`` or ``"adafactor"``; ignored when the model
-            file defines ``optimizer(params)``.
+        optimizer: ``"adamw"`` (default), ``"adam"``, ``"sgd"``, ``"adafactor"`` or ``"adamw8bit"``
+            (bitsandbytes' ``AdamW8bit``, which needs bitsandbytes >= 0.47); ignored when the model file defines
+            ``optimizer(params)``.
         activation_checkpointing: what to recompute in backward: ``False`` / ``"none"``, ``True`` / ``"full"``
             (every repeated block), ``"every-N"`` (every N-th block) or ``"op"`` (torchtitan's op-selective
             policy in every block); the trace runs the real checkpoint wrappers, so memory and recomputed FLOPs
@@ -90,6 +91,7 @@ def profile(
         >>> p.peak_bytes > p.parameter_bytes
         True
     """
+    from autoshard.profiler.optimizers import require_optimizer
     from autoshard.profiler.scaling import profile_source
 
     _check_source(source, "profile")
@@ -107,6 +109,7 @@ def profile(
         optimizer_impl=optimizer_impl,
         set_grads_to_none=set_grads_to_none,
     )
+    require_optimizer(options.optimizer)
     loaded = load_source(source)
     result = profile_source(loaded, options, extrapolate=extrapolate)
     if reserved:
@@ -148,7 +151,8 @@ def recommend(
         global_batch_size: samples per optimizer step across all devices (sets gradient accumulation).
         seq_len: sequence length for token models.
         precision: training precision (``bf16-mixed`` default).
-        optimizer: ``adamw`` (default), ``adam``, ``sgd`` or ``adafactor``.
+        optimizer: ``adamw`` (default), ``adam``, ``sgd``, ``adafactor`` or ``adamw8bit`` (bitsandbytes'
+            ``AdamW8bit``: ddp and DeepSpeed ZeRO without offload can step it, FSDP2 cannot).
         goal: ``pretrain`` (throughput, least communication) or ``finetune`` (memory headroom).
         strategies: restrict to these strategy names.
         safety_margin: fraction of device memory kept free (CUDA context, fragmentation, model error).

@@ -66,7 +66,7 @@ def tune(
         global_batch_size: samples per optimizer step over all ranks (fixes the accumulation per micro-batch).
         seq_len: sequence length of token models.
         precision: as ``fit()``'s (default ``bf16-mixed`` on GPUs that have it, else ``32-true``).
-        optimizer: ``adamw``, ``adam``, ``sgd`` or ``adafactor``.
+        optimizer: ``adamw``, ``adam``, ``sgd``, ``adafactor`` or ``adamw8bit`` (bitsandbytes' ``AdamW8bit``).
         grad_clip_norm: the norm the run clips the gradients' global 2-norm to before each optimizer step (a
             positive number; ``None``: no clipping): planned and priced as ``recommend()``'s, every trial clips
             so, and the best plan keeps it (``fit(plan=...)`` clips as it says). A study remembers it: one made

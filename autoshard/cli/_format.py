@@ -14,7 +14,7 @@ PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
 """``autoshard.profiler.options.Precision``'s values, written out so that ``--help`` imports no torch (a test keeps
 the two equal)."""
 
-OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor")
+OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor", "adamw8bit")
 """``autoshard.profiler.options.OPTIMIZERS``, for the same reason."""
 
 OPTIMIZER_IMPLS = ("foreach", "for-loop", "fused")

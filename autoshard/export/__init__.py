@@ -87,6 +87,9 @@ def notes(exported: ExportedPlan) -> list[str]:
     out = [("Your training script builds the model, data loader (batch size "
            f"{exported.micro_batch_size} per device), optimizer ({exported.optimizer}) and learning-rate schedule."),
            _clipping_note(exported)]
+    if exported.optimizer == "adamw8bit":
+        out.append("The plan steps bitsandbytes' 8-bit AdamW: build bitsandbytes.optim.AdamW8bit (the HF Trainer "
+                   "flags say --optim adamw_bnb_8bit).")
     if exported.optimizer_impl is not None:
         how = {"foreach": "foreach=True", "for-loop": "foreach=False", "fused": "fused=True"}[exported.optimizer_impl]
         out.append(f"The plan steps the optimizer {exported.optimizer_impl} ({how} in torch.optim): build it so"

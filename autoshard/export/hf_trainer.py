@@ -59,13 +59,16 @@ _HF_ADAMW = {"foreach": "adamw_torch", "fused": "adamw_torch_fused"}
 
 
 def optimizer_arguments(exported: ExportedPlan) -> list[str]:
-    """``["--optim", ...]`` when the plan names an AdamW implementation the Trainer can run, else nothing.
+    """``["--optim", ...]`` when the plan names an AdamW implementation the Trainer can run (bitsandbytes'
+    8-bit AdamW included), else nothing.
 
     Example:
         >>> import dataclasses
         >>> optimizer_arguments(dataclasses.replace(read("plan.json"), optimizer_impl="fused"))  # doctest: +SKIP
         ['--optim', 'adamw_torch_fused']
     """
+    if exported.optimizer == "adamw8bit":
+        return ["--optim", "adamw_bnb_8bit"]  # bnb.optim.AdamW(optim_bits=8): AdamW8bit's defaults
     if exported.optimizer != "adamw" or exported.optimizer_impl not in _HF_ADAMW:
         return []
     return ["--optim", _HF_ADAMW[exported.optimizer_impl]]

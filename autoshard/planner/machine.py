@@ -16,8 +16,9 @@ from autoshard.errors import UsageError
 from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
 from autoshard.planner.plan import Plan, PlanRequest
-from autoshard.planner.search import check_request, plan
+from autoshard.planner.search import check_optimizer, check_request, plan
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, parse_checkpointing
+from autoshard.profiler.optimizers import require_optimizer
 from autoshard.profiler.options import (
     OptimizerImpl,
     Precision,
@@ -161,6 +162,8 @@ def plan_for(
                           safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies),
                           settings=settings)
     check_request(request, hardware.world_size)
+    check_optimizer(parse_optimizer(optimizer), chosen)
+    require_optimizer(parse_optimizer(optimizer))
     workload, entry = cached_workload(
         load_source(source), directory=workloads_dir(os.environ) if cache else None,
         precision=precision or default_precision(hardware), optimizer=optimizer, seq_len=seq_len,

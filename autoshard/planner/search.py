@@ -79,7 +79,7 @@ def check_request(request: PlanRequest, world: int) -> None:
 
 
 def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest) -> list[Evaluation]:
-    reason = strategy.unsupported(hardware)
+    reason = strategy.unsupported(hardware) or strategy.refuses(workload.optimizer)
     checkpointing = workload.checkpointing_choices if workload.block_class is not None else (False,)
     if reason is not None:
         return [
@@ -257,10 +257,24 @@ def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule]) 
     return tuple(lines)
 
 
+def check_optimizer(optimizer: str, strategies: Sequence[Strategy]) -> None:
+    """At least one of ``strategies`` can step ``optimizer`` (checked before anything is traced).
+
+    Raises:
+        NoFeasiblePlan: none can, with each one's reason.
+    """
+    refusals = [r for r in (s.refuses(optimizer) for s in strategies) if r is not None]
+    if strategies and len(refusals) == len(strategies):
+        raise NoFeasiblePlan(f"none of the strategies asked for can step {optimizer}: "
+                             f"{'; '.join(sorted({r.rstrip('.') for r in refusals}))}.",
+                             hint="Choose other strategies (--strategies; strategy= in fit()) or another optimizer "
+                                  "(--optimizer).")
+
+
 def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec) -> NoFeasiblePlan:
     measured = [e for e in evaluations if e.memory is not None]
     if not measured:
-        reasons = "; ".join(sorted({r for e in evaluations for r in e.reasons}))
+        reasons = "; ".join(sorted({r.rstrip(".") for e in evaluations for r in e.reasons}))
         return NoFeasiblePlan(f"no strategy can run on this hardware: {reasons}.",
                               hint="Install what is missing, or plan for other hardware with --hardware.")
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]

@@ -295,10 +295,10 @@ class CensusCounter(FlopCounterMode):
 
 
 def _is_view(packet: Any) -> bool:
-    """Whether ``packet`` launches no kernel: a ``prim`` op (metadata), or an op whose tensor-returning
+    """Whether ``packet`` launches no kernel: a ``prim`` or ``profiler`` op (metadata, markers), or an op whose tensor-returning
     overloads return aliases of an input they do not write (a view: ``slice``, ``t``, ``split``, ...)."""
-    if getattr(packet, "_qualified_op_name", "").startswith("prim::"):
-        return True
+    if getattr(packet, "_qualified_op_name", "").startswith(("prim::", "profiler::")):
+        return True  # metadata; record_function's markers (Optimizer.step wraps every step in one)
     try:
         schemas = [getattr(packet, name)._schema for name in packet.overloads()]
     except (AttributeError, RuntimeError):

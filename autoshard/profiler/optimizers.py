@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoshard.profiler.options import OptimizerImpl, parse_optimizer, parse_optimizer_impl
+from autoshard.errors import UsageError
+from autoshard.profiler.options import OWN_KERNEL_OPTIMIZERS, OptimizerImpl, parse_optimizer, parse_optimizer_impl
 
 # Learning rates do not change memory; these are the usual fine-tuning defaults.
 _LR = 1e-4
@@ -50,6 +51,8 @@ def build_optimizer(name: str, params: Iterable[nn.Parameter], *, foreach: bool 
         UsageError: an unknown name, or ``fused`` for an optimizer without a fused kernel.
     """
     key = parse_optimizer(name)
+    if key in OWN_KERNEL_OPTIMIZERS:
+        impl = foreach = None  # one implementation: the library's kernel per parameter
     flags: dict[str, Any] = impl_flags(parse_optimizer_impl(impl, key)) if impl is not None else {"foreach": foreach}
     if flags.get("fused") is None:
         flags.pop("fused", None)
@@ -60,8 +63,46 @@ def build_optimizer(name: str, params: Iterable[nn.Parameter], *, foreach: bool 
         return torch.optim.Adam(params, lr=_LR, **flags)
     if key == "sgd":
         return torch.optim.SGD(params, lr=_LR, momentum=0.9, **flags)
+    if key == "adamw8bit":
+        return bitsandbytes().optim.AdamW8bit(params, lr=_LR)
     # Adafactor (torch.optim.Adafactor, torch >= 2.5): factored second moments, no first moment.
     return torch.optim.Adafactor(params, lr=1e-2, **flags)
+
+
+BITSANDBYTES_MIN = (0, 47)
+"""bitsandbytes registers its optimizer kernels as torch ops with shape rules (``register_fake``) from 0.47 on,
+which the fake-tensor trace needs; its CPU kernel of the 8-bit step (``fit()`` on CPU) came in 0.50."""
+
+
+def bitsandbytes() -> Any:
+    """Import bitsandbytes, quietly (0.50 logs a warning about an optional CPU 4-bit kernel at import).
+
+    Raises:
+        UsageError: not installed, or older than :data:`BITSANDBYTES_MIN`.
+    """
+    import logging
+
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    try:
+        import bitsandbytes as bnb
+    except ImportError as e:
+        raise UsageError("optimizer adamw8bit is bitsandbytes' AdamW8bit, and bitsandbytes is not installed.",
+                         hint="pip install 'bitsandbytes>=0.50'") from e
+    version = tuple(int(p) for p in bnb.__version__.split(".")[:2] if p.isdigit())
+    if version < BITSANDBYTES_MIN:
+        raise UsageError(f"optimizer adamw8bit needs bitsandbytes >= 0.47 (its optimizer kernels as torch ops), "
+                         f"but {bnb.__version__} is installed.", hint="pip install -U 'bitsandbytes>=0.50'")
+    return bnb
+
+
+def require_optimizer(name: str) -> None:
+    """Check that the library ``name`` needs is installed (bitsandbytes for ``adamw8bit``), before any slow work.
+
+    Raises:
+        UsageError: it is not, or is too old.
+    """
+    if parse_optimizer(name) == "adamw8bit":
+        bitsandbytes()
 
 
 def force_foreach_default(optimizer: torch.optim.Optimizer, foreach: bool = True) -> None:

@@ -55,8 +55,19 @@ _PRECISION_ALIASES = {
     "pure-bf16": Precision.BF16_TRUE,
 }
 
-OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor")
-"""Optimizers autoshard can build by name (``sgd`` is SGD with momentum 0.9)."""
+OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor", "adamw8bit")
+"""Optimizers autoshard can build by name (``sgd`` is SGD with momentum 0.9; ``adamw8bit`` is bitsandbytes'
+``AdamW8bit``, the Hugging Face Trainer's ``--optim adamw_bnb_8bit``)."""
+
+_OPTIMIZER_ALIASES = {"adamw_bnb_8bit": "adamw8bit", "adamw-8bit": "adamw8bit", "adamw_8bit": "adamw8bit",
+                      "bnb-adamw8bit": "adamw8bit"}
+"""Other spellings users type: the HF Trainer's ``optim`` name and bitsandbytes' class name with separators."""
+
+OWN_KERNEL_OPTIMIZERS = ("adamw8bit",)
+"""Optimizers with one implementation of their own, not ``torch.optim``'s for-loop / foreach / fused:
+bitsandbytes' ``AdamW8bit`` updates each parameter in one kernel, in place (``optimizer_update_8bit_blockwise``,
+``optimizer_update_32bit`` for tensors under its ``min_8bit_size`` of 4096 elements; bitsandbytes 0.50
+``optim/optimizer.py::Optimizer2State``), with 8-bit states whose size does not follow the parameters' dtype."""
 
 OptimizerImpl = Literal["foreach", "for-loop", "fused"]
 """How ``torch.optim`` runs a step (``torch/optim/adam.py``, torch 2.13):
@@ -111,6 +122,9 @@ def parse_optimizer_impl(value: str, optimizer: str = "adamw") -> OptimizerImpl:
     Raises:
         UsageError: unknown name, or ``fused`` for an optimizer torch has no fused kernel for.
     """
+    if optimizer in OWN_KERNEL_OPTIMIZERS:
+        raise UsageError(f"{optimizer} has one implementation (bitsandbytes' kernel per parameter), not torch's "
+                         f"{value!r}.", hint="Drop --optimizer-impl (optimizer_impl=).")
     key = str(value).strip().lower().replace("_", "-")
     key = {"forloop": "for-loop", "single": "for-loop", "single-tensor": "for-loop", "multi-tensor": "foreach"
            }.get(key, key)
@@ -121,6 +135,28 @@ def parse_optimizer_impl(value: str, optimizer: str = "adamw") -> OptimizerImpl:
         raise UsageError(f"torch has no fused {optimizer} (fused=True exists for {', '.join(_FUSED_OPTIMIZERS)}).",
                          hint="Use --optimizer-impl foreach or for-loop.")
     return key
+
+
+def steps_tensor_by_tensor(optimizer: str, impl: OptimizerImpl | None) -> bool:
+    """Whether the step launches its kernels parameter by parameter (torch's for-loop, bitsandbytes' kernels),
+    so that a flat partition (DeepSpeed's) takes one parameter's launches.
+
+    Example:
+        >>> steps_tensor_by_tensor("adamw", "for-loop"), steps_tensor_by_tensor("adamw8bit", None)
+        (True, True)
+    """
+    return impl == "for-loop" or optimizer in OWN_KERNEL_OPTIMIZERS
+
+
+def state_follows_parameter_dtype(optimizer: str) -> bool:
+    """Whether the optimizer state is kept in the parameters' dtype (torch's optimizers: ``zeros_like(p)``), so
+    that state traced on bf16 parameters doubles on an fp32 master copy; bitsandbytes' 8-bit states do not.
+
+    Example:
+        >>> state_follows_parameter_dtype("adamw"), state_follows_parameter_dtype("adamw8bit")
+        (True, False)
+    """
+    return optimizer not in OWN_KERNEL_OPTIMIZERS
 
 
 Float32MatmulPrecision = Literal["highest", "high", "medium"]
@@ -169,6 +205,7 @@ def parse_optimizer(value: str) -> str:
         UsageError: unknown name, with the closest valid one suggested.
     """
     key = value.strip().lower()
+    key = _OPTIMIZER_ALIASES.get(key, key)
     if key not in OPTIMIZERS:
         close = difflib.get_close_matches(key, OPTIMIZERS, n=1)
         maybe = f" Did you mean {close[0]!r}?" if close else ""
@@ -191,7 +228,8 @@ class ProfileOptions:
     optimizer_impl: OptimizerImpl | None = None
     """How the optimizer steps (:data:`OptimizerImpl`); ``None`` takes torch's default on ``target``
     (:func:`default_optimizer_impl`: ``foreach`` on CUDA). A model source's own optimizer keeps the flags it
-    was built with; only groups that left ``foreach`` to torch get ``foreach`` / ``for-loop`` from here."""
+    was built with; only groups that left ``foreach`` to torch get ``foreach`` / ``for-loop`` from here. Always
+    ``None`` for :data:`OWN_KERNEL_OPTIMIZERS`."""
     activation_checkpointing: bool = False
     """Recompute repeated blocks' activations in backward instead of saving them (``True``: every block,
     unless :attr:`checkpointing` says how); always ``bool(checkpointing)`` once constructed."""
@@ -232,6 +270,8 @@ class ProfileOptions:
             raise UsageError(f"activation_checkpointing=True contradicts checkpointing={self.checkpointing!r}.")
         object.__setattr__(self, "checkpointing", ckpt)
         object.__setattr__(self, "activation_checkpointing", bool(ckpt))
+        if self.optimizer in OWN_KERNEL_OPTIMIZERS and self.optimizer_impl is None:
+            return
         impl = default_optimizer_impl(self.target) if self.optimizer_impl is None else self.optimizer_impl
         object.__setattr__(self, "optimizer_impl", parse_optimizer_impl(impl, self.optimizer))
 

@@ -144,7 +144,8 @@ def trace_timelines(
         model = _build(source, options)
         model.train()
         blocks = find_repeated_blocks(model)
-        optimizer = _make_optimizer(source, options, model)
+        with real_schedules():  # bitsandbytes builds its quantization maps with torch.linspace(...).tolist()
+            optimizer = _make_optimizer(source, options, model)
         tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None,
                                 record_events=record)
         tracker.norm_stats_fp32 = "always" if options.target == "cuda" else "mixed"

@@ -89,8 +89,8 @@ def fit(
             (a plain loop's ``F.mse_loss`` works as is); otherwise ``loss_fn(output, batch)``. Default: the
             source's loss, else ``output.loss`` / the mean of the output.
         optimizer: a factory ``params -> Optimizer``, an optimizer class or instance (its hyper-parameters are
-            reused over the sharded parameters), a name (``adamw``, ``adam``, ``sgd``, ``adafactor``), or
-            ``None`` for the source's or the plan's.
+            reused over the sharded parameters), a name (``adamw``, ``adam``, ``sgd``, ``adafactor``,
+            ``adamw8bit``: bitsandbytes' ``AdamW8bit``), or ``None`` for the source's or the plan's.
         max_steps: optimizer steps to train in total (counting steps before a resume).
         epochs: passes over ``data`` (default 1 when ``max_steps`` is not given).
         plan: ``"auto"`` (plan for this machine now), a :class:`~autoshard.planner.plan.Plan`, an

@@ -29,7 +29,8 @@ OptimizerSpec: TypeAlias = (
 )
 """What ``fit(optimizer=...)`` takes: an optimizer built over the unwrapped model (its class and
 hyper-parameters are reused over the parameters the backend trains), its class, a factory ``params ->
-Optimizer``, a name (``adamw``, ``adam``, ``sgd``, ``adafactor``), or ``None`` for the source's or the plan's."""
+Optimizer``, a name (``adamw``, ``adam``, ``sgd``, ``adafactor``, ``adamw8bit``), or ``None`` for the source's or
+the plan's."""
 
 DataSpec: TypeAlias = Dataset[Any] | Iterable[Any] | None
 """What ``fit(data=...)`` takes: a map-style ``Dataset``, a ``DataLoader`` or any iterable of batches, or

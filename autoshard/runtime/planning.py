@@ -200,6 +200,7 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
                                 gpu=None)
         for difference in check(exported, fingerprint, run, source=where, force=options.force):
             notes.append(f"force=True: trained although {difference}.")
+        _check_optimizer(job, exported)
         if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
             exported = replace(exported, optimizer_impl=options.optimizer_impl)
         if options.checkpointing is not None and options.checkpointing != exported.checkpointing_choice:
@@ -213,6 +214,24 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
         return exported, notes, job
     exported, job = _auto(job, options, notes)
     return exported, notes, job
+
+
+def _check_optimizer(job: TrainJob, exported: ExportedPlan) -> None:
+    """The plan's strategy can step the optimizer named (by ``optimizer=`` or the plan), before any process starts.
+
+    Raises:
+        UsageError: it cannot (bitsandbytes' optimizers under FSDP2 or ZeRO-Offload).
+    """
+    from autoshard.profiler.options import parse_optimizer
+    from autoshard.strategies import get
+
+    name = job.optimizer if isinstance(job.optimizer, str) else exported.optimizer if job.optimizer is None else None
+    if name is None or (job.optimizer is None and job.source is not None and job.source.optimizer_fn is not None):
+        return
+    reason = get(exported.strategy).refuses(parse_optimizer(name))
+    if reason is not None:
+        raise UsageError(f"the plan's strategy {exported.strategy} cannot step optimizer {name}: {reason}",
+                         hint="Pass a plan for another strategy, or plan='auto' to plan for this optimizer.")
 
 
 def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[ExportedPlan, TrainJob]:

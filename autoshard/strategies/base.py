@@ -304,6 +304,12 @@ class Strategy(abc.ABC):
         """Why this strategy cannot run on ``hardware`` (a sentence), or ``None`` when it can."""
         return None
 
+    def refuses(self, optimizer: str) -> str | None:
+        """Why this strategy's backend cannot step ``optimizer`` (a name of
+        :data:`~autoshard.profiler.options.OPTIMIZERS`; a sentence), or ``None`` when it can. Known before
+        anything is traced."""
+        return None
+
     def settings(self, hardware: HardwareSpec, candidate: Candidate,
                  workload: Workload | None = None) -> dict[str, Any]:
         """The knob values in force: the candidate's, else what ``workload`` needs

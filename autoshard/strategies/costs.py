@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autoshard.hardware.specs import HardwareSpec
-from autoshard.profiler.options import Precision
+from autoshard.profiler.options import Precision, steps_tensor_by_tensor
 from autoshard.strategies import step_time
 from autoshard.strategies.base import Collective
 
@@ -194,14 +194,15 @@ def optimizer_step_seconds(workload: Workload, hardware: HardwareSpec, checkpoin
     The optimizer step traced in the user's precision (mode ``amp``: the fp32 master weights of mixed
     precision, which DDP, FSDP's sharded parameters and DeepSpeed's ZeRO partitions all step), priced by
     :func:`autoshard.strategies.step_time.optimizer_seconds` on ``1 / shard`` of the parameters. ``flat``:
-    DeepSpeed steps one flat fp32 partition, so a for-loop optimizer launches its per-tensor kernels once.
+    DeepSpeed steps one flat fp32 partition, so an optimizer that steps tensor by tensor (torch's for-loop,
+    bitsandbytes) launches its per-tensor kernels once.
     Zero without a GPU or without a traced optimizer step.
     """
     census = workload.trace("amp", checkpointing).at_1.optimizer_census
     if hardware.gpu is None or census is None:
         return 0.0, None
     kernels = None
-    if flat and workload.optimizer_impl == "for-loop":
+    if flat and steps_tensor_by_tensor(workload.optimizer, workload.optimizer_impl):
         kernels = max(1, census.kernels // max(1, len(workload.parameter_numels)))
     seconds = step_time.optimizer_seconds(census, hardware.gpu, shard=1 / max(1, shard), kernels=kernels)
     per = optimizer_step_bytes_per_parameter(workload, checkpointing) or 0.0

@@ -2,7 +2,7 @@
 
 It builds tiny-gpt2 with a fixed seed and no dropout, trains on a fixed list of batches (three distinct batches repeated, so
 the loss falls), and prints one JSON line: ``RESULT {...}``. Options (all optional): ``strategy``,
-``processes``, ``max_steps``, ``checkpoint_dir``, ``checkpoint_every``, ``resume`` (passed as
+``processes``, ``max_steps``, ``optimizer`` (``adamw``, ``sgd``, ``adamw8bit``), ``checkpoint_dir``, ``checkpoint_every``, ``resume`` (passed as
 ``Checkpointing(dir=, every=, resume=)``), ``precision``,
 ``fail`` (``{"rank": r, "step": s, "how": "raise" | "kill"}``),
 ``plan`` (a plan.json path), ``force``, ``checkpointing`` (the strategy's plan with activation checkpointing),
@@ -26,6 +26,8 @@ from autoshard.runtime import Checkpointing, fit
 
 
 def _optimizer(name: str):  # type: ignore[no-untyped-def]
+    if name == "adamw8bit":  # by name: fit() builds bitsandbytes' AdamW8bit itself
+        return name
     if name == "sgd":
         return lambda params: torch.optim.SGD(params, lr=0.5)
     return lambda params: torch.optim.AdamW(params, lr=1e-2)

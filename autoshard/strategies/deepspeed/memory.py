@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from autoshard.hardware.specs import HardwareSpec
-from autoshard.profiler.options import Precision
+from autoshard.profiler.options import Precision, state_follows_parameter_dtype
 from autoshard.profiler.result import MemoryBreakdown
 from autoshard.strategies.base import Candidate, GpuMemory, MemoryEstimate
 from autoshard.strategies.deepspeed.layout import (
@@ -71,8 +71,10 @@ def state_bytes_per_parameter(workload: Workload) -> float:
 
     DeepSpeed's optimizer always steps fp32 master partitions (``single_partition_of_fp32_groups`` in
     ``stage_1_and_2.py``, ``fp32_partitioned_groups_flat`` in ``stage3.py``), so state profiled on bf16 weights
-    (``bf16-true``) is scaled to fp32.
+    (``bf16-true``) is scaled to fp32; bitsandbytes' 8-bit state is not (its size does not follow the dtype).
     """
+    if not state_follows_parameter_dtype(workload.optimizer):
+        return workload.optimizer_state_bytes_per_parameter
     profiled = 2 if workload.precision is Precision.BF16_TRUE else FP32_BYTES
     return workload.optimizer_state_bytes_per_parameter * FP32_BYTES / profiled
 

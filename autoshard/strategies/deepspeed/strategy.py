@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoshard.hardware.specs import HardwareSpec
+from autoshard.profiler.options import OWN_KERNEL_OPTIMIZERS
 from autoshard.strategies.base import (
     Candidate,
     CostEstimate,
@@ -94,6 +95,13 @@ class DeepSpeedZero(Strategy):
         if "nvme" in (self.offload_optimizer, self.offload_param) and not hardware.node.nvme:
             return (f"{self.name} offloads to NVMe, but no NVMe device or path is known on this hardware; "
                     "name one with --nvme PATH.")
+        return None
+
+    def refuses(self, optimizer: str) -> str | None:
+        """ZeRO-Offload steps on the host with DeepSpeed's CPU Adam, not a client's bitsandbytes optimizer."""
+        if optimizer in OWN_KERNEL_OPTIMIZERS and self.offload_optimizer != "none":
+            return ("ZeRO-Offload steps the optimizer on the host with DeepSpeed's CPU Adam and refuses "
+                    "bitsandbytes' AdamW8bit (zero_force_ds_cpu_optimizer). ZeRO without offload steps it on the GPU.")
         return None
 
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:

@@ -140,7 +140,7 @@ class Layout:
     round_bytes: Callable[[int], int]
     """The allocator's rounding of one allocation (identity on CPU)."""
     optimizer: str
-    """The optimizer's name (``adamw``, ``adam``, ``sgd``, ``adafactor``)."""
+    """The optimizer's name (``adamw``, ``adam``, ``sgd``, ``adafactor``, ``adamw8bit``)."""
     foreach: bool
     """Whether the optimizer runs its multi-tensor (foreach) implementation on the shards."""
     reduce_scatter_copies_input: bool = False

@@ -21,7 +21,7 @@ from typing import Any
 
 from autoshard.errors import UsageError
 from autoshard.hardware.specs import HardwareSpec
-from autoshard.profiler.options import Precision
+from autoshard.profiler.options import OWN_KERNEL_OPTIMIZERS, Precision
 from autoshard.strategies import costs
 from autoshard.strategies.base import (
     Candidate,
@@ -87,6 +87,13 @@ class FSDPStrategy(Strategy):
                     "shards across all its ranks.")
         if self.offload and hardware.gpu is None:
             return "CPU offload moves GPU memory to the host; without a GPU the parameters are on the host already."
+        return None
+
+    def refuses(self, optimizer: str) -> str | None:
+        """bitsandbytes' optimizers cannot step FSDP2's sharded parameters."""
+        if optimizer in OWN_KERNEL_OPTIMIZERS:
+            return ("bitsandbytes' AdamW8bit cannot step FSDP2's sharded (DTensor) parameters: its kernel takes "
+                    "plain tensors. ddp and DeepSpeed ZeRO without offload can.")
         return None
 
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:

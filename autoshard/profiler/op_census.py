@@ -295,8 +295,8 @@ class CensusCounter(FlopCounterMode):
 
 
 def _is_view(packet: Any) -> bool:
-    """Whether ``packet`` launches no kernel: a ``prim`` or ``profiler`` op (metadata, markers), or an op whose tensor-returning
-    overloads return aliases of an input they do not write (a view: ``slice``, ``t``, ``split``, ...)."""
+    """Whether ``packet`` launches no kernel: a ``prim`` or ``profiler`` op (metadata, markers), or an op whose
+    tensor-returning overloads return aliases of an input they do not write (a view: ``slice``, ``t``, ...)."""
     if getattr(packet, "_qualified_op_name", "").startswith(("prim::", "profiler::")):
         return True  # metadata; record_function's markers (Optimizer.step wraps every step in one)
     try:

@@ -22,6 +22,7 @@ from autoshard.errors import UsageError
 from autoshard.models.source import CallFn, call_model, cast_floats
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 from autoshard.runtime.backends.base import Backend, ModelInit, OptimizerFactory
+from autoshard.runtime.extension_locks import check_extension_locks
 from autoshard.strategies.deepspeed import config as ds_config_mod
 
 TAG = "deepspeed"
@@ -53,8 +54,10 @@ class DeepSpeedBackend(Backend):
 
     @classmethod
     def check_dependencies(cls, device_type: str) -> None:
-        """DeepSpeed must import (on its CPU accelerator for a CPU run)."""
+        """DeepSpeed must import (on its CPU accelerator for a CPU run), and no interrupted build of its JIT ops
+        may have left a lock that would make loading them wait for ever (:mod:`autoshard.runtime.extension_locks`)."""
         import_deepspeed(device_type)
+        check_extension_locks()
 
     def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
         """Build (inside ``zero.Init`` at stage 3 when given a build function), then ``deepspeed.initialize``."""

@@ -48,6 +48,14 @@ def test_nothing_fits_exits_3_with_the_smallest_requirement(capsys):
     assert "nothing fits" in err and "the smallest is" in err and "Traceback" not in err
 
 
+def test_nothing_fits_names_the_host_ram_when_the_device_is_not_what_is_short(capsys):
+    # On this CPU machine ZeRO-3 offload's device share is small; its offloaded states are what do not fit.
+    code = main(["recommend", "llama-2-70b", "--seq-len", "128", "--strategies", "deepspeed_stage_3_offload"])
+    assert code == 3
+    err = capsys.readouterr().err
+    assert "the smallest is deepspeed_stage_3_offload" in err and "but it needs" in err and "of CPU RAM" in err
+
+
 BAD = [
     (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--strategies", "zero3"], "unknown strategy"),
     (["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--global-batch-size", "12"], "not divisible by the 8"),

@@ -339,19 +339,29 @@ def _tower_stacks(model: nn.Module, keys: tuple[str, ...],
     config = getattr(model, "config", None)
     if not keys or len(keys) != len(depths) or config is None:
         return None
-    types = [type(getattr(config, key, None)) for key in keys]
-    if len(set(types)) != len(types):
-        return None
+    subs = [getattr(config, key, None) for key in keys]
     modules = dict(model.named_modules())
+    # The submodule built from a sub-config holds that very object (T5Gemma's encoder and decoder: two configs
+    # of one class); else one of its class, where the towers' classes differ (LLaVA's vision tower copies it).
+    by_identity = any(getattr(m, "config", None) is sub for m in modules.values() for sub in subs)
+    types = [type(sub) for sub in subs]
+    if not by_identity and len(set(types)) != len(types):
+        return None
+
+    def tower_of(module: nn.Module) -> int | None:
+        held = getattr(module, "config", None)
+        if by_identity:
+            return next((i for i, sub in enumerate(subs) if held is sub), None)
+        return types.index(type(held)) if type(held) in types else None
+
     found: dict[str, list[tuple[str, nn.ModuleList]]] = {key: [] for key in keys}
     for name, module in modules.items():
         if not isinstance(module, nn.ModuleList) or not name:
             continue
-        owner = next((type(getattr(modules[prefix], "config", None)) for prefix in _prefixes(name)
-                      if type(getattr(modules[prefix], "config", None)) in types), None)
+        owner = next((i for i in (tower_of(modules[prefix]) for prefix in _prefixes(name)) if i is not None), None)
         if owner is None:
             continue
-        key = keys[types.index(owner)]
+        key = keys[owner]
         if (len(module) == depths[keys.index(key)] and all(any(True for _ in b.children()) for b in module)
                 and not any(name.startswith(outer + ".") for outer, _ in found[key])):
             found[key].append((name, module))

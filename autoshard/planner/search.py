@@ -41,7 +41,7 @@ def plan(
         evaluations.extend(_evaluate(strategy, workload, hardware, request))
     fitting = tuple(e for e in evaluations if e.fits)
     if not fitting:
-        raise _no_fit(evaluations, workload, hardware)
+        raise _no_fit(evaluations, workload, hardware, request)
     ctx = Context(workload=workload, hardware=hardware, request=request, fitting=fitting)
     ranked = []
     for e in evaluations:
@@ -271,7 +271,8 @@ def check_optimizer(optimizer: str, strategies: Sequence[Strategy]) -> None:
                                   "(--optimizer).")
 
 
-def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec) -> NoFeasiblePlan:
+def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec,
+            request: PlanRequest) -> NoFeasiblePlan:
     measured = [e for e in evaluations if e.memory is not None]
     if not measured:
         reasons = "; ".join(sorted({r.rstrip(".") for e in evaluations for r in e.reasons}))
@@ -285,6 +286,8 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
             + (" with activation checkpointing" if smallest.candidate.activation_checkpointing else "")
             + f" at micro-batch {smallest.candidate.micro_batch_size}: {_gib(need)} per device against "
             f"{_gib(usable)}")
+    if need <= usable_gpu_bytes(hardware, request) and smallest.reasons:
+        what += f", but it {smallest.reasons[0].rstrip('.')}"  # it fails on something else: host RAM
     return NoFeasiblePlan(
         f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
         hint=f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), "

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,6 +231,16 @@ class CensusCounter(FlopCounterMode):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.block_of: Callable[[], str] | None = None
+        """Which repeated block an op runs in (``""``: none); set, each op's FLOPs also go to
+        :attr:`block_flops`."""
+        self.block_flops: dict[str, int] = {}
+        """FLOPs per repeated block, as :attr:`block_of` places the ops: in backward, the block whose gradient
+        nodes run. ``FlopCounterMode``'s per-module totals count a backward op for every module whose backward
+        has begun and not ended, and a module's backward ends only when its inputs' gradients are whole: a
+        decoder block's cross-attention input (the encoder's output, shared by every decoder block) keeps
+        every decoder block open until the last one's backward, so each would count the backward of all the
+        blocks after it."""
         self._mm: dict[tuple[str, str, int], list[int]] = {}
         self._mem: dict[int, list[int]] = {}
         self._no_kernel: dict[Any, bool] = {}
@@ -242,6 +252,10 @@ class CensusCounter(FlopCounterMode):
             flops = formula(*args, **kwargs, out_val=out)
             for parent in set(self.mod_tracker.parents):
                 self.flop_counts[parent][func_packet] += flops
+            if self.block_of is not None:
+                block = self.block_of()
+                if block:
+                    self.block_flops[block] = self.block_flops.get(block, 0) + flops
             kind = _kind(func_packet)
             first = next(iter(_tensors(args)), None)
             dtype = dtype_name(first.dtype) if first is not None else "unknown"

@@ -323,6 +323,8 @@ def _run_steps(
                 for micro in range(accumulation):
                     count = count_flops and step == 0 and micro == 0
                     flops_total = flops.counter(census=True) if count else None
+                    if isinstance(flops_total, CensusCounter):
+                        flops_total.block_of = tracker.block  # backward by the block running, not by ModTracker
                     with flops_total or contextlib.nullcontext():
                         flops_fwd = flops.counter() if count else None
                         tracker.phase = "forward"
@@ -345,7 +347,9 @@ def _run_steps(
                         if isinstance(flops_total, CensusCounter):
                             facts.census = flops_total.census()
                         facts.block_forward_flops = _flops_by_module(flops_fwd, model)
-                        facts.block_total_flops = _flops_by_module(flops_total, model)
+                        facts.block_total_flops = (dict(flops_total.block_flops)
+                                                   if isinstance(flops_total, CensusCounter)
+                                                   else _flops_by_module(flops_total, model))
                 facts.gradient_bytes = tracker.totals[Category.GRADIENTS]
                 facts.unused = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
                 tracker.phase = "optimizer"

@@ -377,3 +377,29 @@ def test_composite_configs_extrapolate_tower_by_tower_exactly(name, text, vision
         assert getattr(fast, field) == getattr(full, field), field
     if name.startswith("llava"):
         assert full.unused_parameter_count > 0
+
+
+def _t5gemma() -> Any:
+    # Encoder and decoder are two sub-configs of one class (T5GemmaModuleConfig), each alternating sliding and
+    # full attention (layer_types): 4 kinds of block in 2 towers.
+    module = {**SMALL, "num_hidden_layers": 7, "head_dim": 8, "sliding_window": 8}
+    return transformers.T5GemmaConfig(encoder=module, decoder=module, vocab_size=128,
+                                      architectures=["T5GemmaForConditionalGeneration"])
+
+
+@OPTIONS
+def test_towers_built_from_sub_configs_of_one_class_extrapolate_exactly(options, saved):
+    # T5Gemma's towers hold the very sub-config objects they were built from: found by identity, not by class.
+    source = saved(_t5gemma)
+    assert source.num_layers == 14
+    opts = ProfileOptions(batch_size=2, seq_len=16, **options)
+    full = profile_source(source, opts, extrapolate=False)
+    fast = profile_source(source, opts, extrapolate=True)
+    assert fast.extrapolated_from_layers is not None and max(fast.extrapolated_from_layers) < 14
+    assert fast.depth is not None and len(fast.depth.kinds) == 4 and sum(fast.depth.counts) == 14
+    for field in FIELDS:
+        assert getattr(fast, field) == getattr(full, field), field
+    # Each block's backward is its own: twice its forward, three times under checkpointing (its recomputation),
+    # although every decoder block reads the encoder's output, whose gradient is whole only after the last one.
+    times = 3 if opts.activation_checkpointing else 2
+    assert [b.backward_flops for b in full.blocks] == [times * b.forward_flops for b in full.blocks]

@@ -66,6 +66,9 @@ class LayerKinds:
     """Per kind, what defines it (compared by :meth:`match`)."""
     varying: frozenset[tuple[str, str]]
     """The scalar attributes, as ``(path, name)``, whose values tell kinds apart."""
+    presence_only: frozenset[tuple[str, str]] = frozenset()
+    """Those of :attr:`varying` that only some blocks have, with one value wherever they are: kinds differ by
+    having them, not by their value (a copy may change the value: MiniMax's attention keeps the depth)."""
     towers: tuple[str, ...] = ()
     """Per stack, the sub-config holding it (``"vision_config"``) when the stacks are a composite config's
     towers, their blocks numbered one stack after the other (:func:`towers`); empty otherwise, every stack then
@@ -114,7 +117,8 @@ class LayerKinds:
             return None
         known = {s: i for i, s in enumerate(self.signatures)}
         return tuple(
-            tuple(known.get(_signature(*_features(block), self.varying, tower), -1) for block in found[name])
+            tuple(known.get(_signature(*_features(block), self.varying, tower, self.presence_only), -1)
+                  for block in found[name])
             for name, tower in zip(self.stacks, self.towers or ("",) * len(self.stacks), strict=True)
         )
 
@@ -159,12 +163,17 @@ def layer_kinds(model: nn.Module, num_layers: int) -> LayerKinds | None:
             if len(set(map(repr, values))) > 1 and not _is_index(values):
                 varying.add(key)
     frozen = frozenset(varying)
+    # An attribute only some blocks have, with one value wherever it is (MiniMax's lightning attention keeps
+    # num_hidden_layers): its presence tells kinds apart, its value is the config's, which a copy changes.
+    presence_only = frozenset(
+        key for key in frozen
+        if len({repr(attrs[key]) for per_block in features for _, attrs in per_block if key in attrs}) == 1)
     signatures: list[tuple[Any, ...]] = []
     kinds = []
     for per_block, tower in zip(features, tower_keys or ("",) * len(features), strict=True):
         stack_kinds = []
         for structure, attrs in per_block:
-            signature = _signature(structure, attrs, frozen, tower)
+            signature = _signature(structure, attrs, frozen, tower, presence_only)
             if signature not in signatures:
                 signatures.append(signature)
             stack_kinds.append(signatures.index(signature))
@@ -175,6 +184,7 @@ def layer_kinds(model: nn.Module, num_layers: int) -> LayerKinds | None:
         labels=_labels(signatures),
         signatures=tuple(signatures),
         varying=frozen,
+        presence_only=presence_only,
         towers=tower_keys,
         last_used=_last_used(model.config, tower_keys) if tower_keys else (),
     )
@@ -411,8 +421,10 @@ def _signature(
     attrs: dict[tuple[str, str], Any],
     varying: frozenset[tuple[str, str]],
     tower: str = "",
+    presence_only: frozenset[tuple[str, str]] = frozenset(),
 ) -> tuple[Any, ...]:
-    signature = structure, tuple((key, repr(attrs.get(key, _ABSENT))) for key in sorted(varying))
+    signature = structure, tuple((key, ("<present>" if key in attrs else _ABSENT) if key in presence_only
+                                  else repr(attrs.get(key, _ABSENT))) for key in sorted(varying))
     return (*signature, tower) if tower else signature
 
 

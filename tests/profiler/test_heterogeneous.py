@@ -403,3 +403,19 @@ def test_towers_built_from_sub_configs_of_one_class_extrapolate_exactly(options,
     # although every decoder block reads the encoder's output, whose gradient is whole only after the last one.
     times = 3 if opts.activation_checkpointing else 2
     assert [b.backward_flops for b in full.blocks] == [times * b.forward_flops for b in full.blocks]
+
+
+def _minimax() -> Any:
+    # Lightning (linear) attention blocks keep the model's depth as an attribute (num_hidden_layers, for their
+    # decay rates), which full-attention blocks lack: a copy's blocks must still be of the full model's kinds.
+    return transformers.MiniMaxConfig(**SMALL, head_dim=8, num_local_experts=4, num_experts_per_tok=2,
+                                      block_size=8, architectures=["MiniMaxForCausalLM"])
+
+
+def test_an_attribute_only_some_blocks_have_tells_kinds_apart_by_presence(saved):
+    source = saved(_minimax)
+    opts = ProfileOptions(batch_size=1, seq_len=32, precision="32-true", target="cpu")
+    full, fast = profile_source(source, opts, extrapolate=False), profile_source(source, opts)
+    assert fast.depth is not None and fast.depth.traced_counts and len(fast.depth.kinds) == 2, fast.depth
+    for field in FIELDS:
+        assert getattr(fast, field) == getattr(full, field), field

@@ -241,3 +241,31 @@ def test_readme_names_only_files_the_export_has(plan, strategy):
     files = render(cpu_plan(plan, strategy, ranks=2), validate=False)
     named = set(re.findall(r"[\w.-]+\.(?:json|yaml|py|txt|sh|sbatch)\b", files["README.md"]))
     assert named <= set(files), named - set(files)
+
+
+def test_hf_trainer_steps_bitsandbytes_8bit_adamw_from_the_exported_flags(plan, tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("bitsandbytes")
+    import torch
+    from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+    e = dataclasses.replace(cpu_plan(plan, "ddp", ranks=1), optimizer="adamw8bit", optimizer_impl=None)
+    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--max_steps", "2", "--use_cpu", "--report_to", "none",
+         "--save_strategy", "no", *hf_trainer.arguments(e)])
+    assert args.optim == "adamw_bnb_8bit"
+
+    class Wide(torch.nn.Module):  # 4096 weights: bitsandbytes keeps 8-bit state from its min_8bit_size on
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(64, 64)
+
+        def forward(self, x, labels):
+            return {"loss": torch.nn.functional.mse_loss(self.linear(x), labels)}
+
+    model = Wide()
+    data = [{"x": torch.randn(64), "labels": torch.randn(64)} for _ in range(16)]
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    assert trainer.train().global_step == 2
+    state = trainer.optimizer.optimizer.state[model.linear.weight]
+    assert state["state1"].dtype == torch.uint8 and state["state2"].dtype == torch.uint8

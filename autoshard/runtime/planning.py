@@ -216,19 +216,40 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
     return exported, notes, job
 
 
+def optimizer_name(optimizer: Any) -> str | None:
+    """The name (of :data:`~autoshard.profiler.options.OPTIMIZERS`) to plan ``fit(optimizer=...)`` with: a name
+    as given; ``adamw8bit`` for bitsandbytes' 8-bit Adam / AdamW given as a class or an instance (its state is
+    what the plan must hold, and FSDP2 cannot step it); ``None`` for anything else (planned as ``adamw``).
+
+    Example:
+        >>> optimizer_name("AdamW"), optimizer_name(torch.optim.SGD)
+        ('adamw', None)
+    """
+    from autoshard.profiler.options import parse_optimizer
+
+    if isinstance(optimizer, str):
+        return parse_optimizer(optimizer)
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if not cls.__module__.startswith("bitsandbytes") or not cls.__name__.lower().startswith(("adam", "pagedadam")):
+        return None
+    bits = getattr(getattr(optimizer, "args", None), "optim_bits", 8 if "8bit" in cls.__name__ else 32)
+    return "adamw8bit" if bits == 8 else None
+
+
 def _check_optimizer(job: TrainJob, exported: ExportedPlan) -> None:
     """The plan's strategy can step the optimizer named (by ``optimizer=`` or the plan), before any process starts.
 
     Raises:
         UsageError: it cannot (bitsandbytes' optimizers under FSDP2 or ZeRO-Offload).
     """
-    from autoshard.profiler.options import parse_optimizer
     from autoshard.strategies import get
 
-    name = job.optimizer if isinstance(job.optimizer, str) else exported.optimizer if job.optimizer is None else None
-    if name is None or (job.optimizer is None and job.source is not None and job.source.optimizer_fn is not None):
+    if job.optimizer is None and job.source is not None and job.source.optimizer_fn is not None:
         return
-    reason = get(exported.strategy).refuses(parse_optimizer(name))
+    name = exported.optimizer if job.optimizer is None else optimizer_name(job.optimizer)
+    if name is None:
+        return
+    reason = get(exported.strategy).refuses(name)
     if reason is not None:
         raise UsageError(f"the plan's strategy {exported.strategy} cannot step optimizer {name}: {reason}",
                          hint="Pass a plan for another strategy, or plan='auto' to plan for this optimizer.")
@@ -254,7 +275,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
     def planned(source: ModelSource) -> Any:
         # Priced as this process runs fp32 matmuls (torch.set_float32_matmul_precision, set by the user's script).
         return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
-                        optimizer=job.optimizer if isinstance(job.optimizer, str) else "adamw",
+                        optimizer=optimizer_name(job.optimizer) or "adamw",
                         optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
                         reduce_dtype=options.reduce_dtype,
                         float32_matmul_precision=torch.get_float32_matmul_precision(),

@@ -80,3 +80,16 @@ def test_the_hf_trainer_builds_bitsandbytes_8bit_adamw_from_the_exported_flags()
     args = hf_trainer.training_arguments(exported, output_dir="out", use_cpu=True)
     cls, kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(args)
     assert cls is bitsandbytes.optim.AdamW and kwargs["optim_bits"] == 8
+
+
+def test_fit_plans_bitsandbytes_8bit_adam_given_as_a_class_or_an_instance_by_its_name() -> None:
+    import bitsandbytes
+    import torch
+
+    from autoshard.runtime.planning import optimizer_name
+
+    params = [torch.nn.Parameter(torch.zeros(8))]
+    assert optimizer_name(bitsandbytes.optim.AdamW8bit) == "adamw8bit"
+    assert optimizer_name(bitsandbytes.optim.AdamW(params, optim_bits=8)) == "adamw8bit"
+    assert optimizer_name(bitsandbytes.optim.AdamW(params)) is None  # 32-bit state: planned as AdamW
+    assert optimizer_name(torch.optim.AdamW) is None and optimizer_name("adamw_bnb_8bit") == "adamw8bit"

@@ -60,6 +60,11 @@ WIDELY_USED = (
     "camembert", "esm", "longformer", "convnext", "resnet", "deit", "beit", "dinov2", "efficientnet", "swinv2",
     "regnet", "mobilenet_v2", "segformer", "wav2vec2", "hubert", "wavlm", "qwen2_vl", "qwen2_5_vl", "idefics3",
     "paligemma", "mllama", "llava_next", "smolvlm", "internvl", "mistral3", "aya_vision", "qwen3_vl",
+    # families of 2025-2026 (transformers 5.x)
+    "qwen3_5_text", "qwen3_5_moe_text", "gemma4_text", "gemma3n_text", "llama4", "ministral3", "mistral4",
+    "deepseek_v32", "deepseek_v4", "kimi_linear", "olmo3", "exaone4", "minimax_m2", "ernie4_5_moe",
+    "hunyuan_v1_moe", "glm4_moe_lite", "mamba2", "nemotron_h", "granitemoehybrid", "apertus", "arcee", "dots1",
+    "vaultgemma", "siglip2", "convnextv2",
 )
 """The default sweep: widely used architectures outside the zoo (decoders, MoE, state-space, encoder-decoders,
 encoders, vision, speech, vision-language)."""

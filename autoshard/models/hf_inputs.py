@@ -77,6 +77,14 @@ def input_spec(cls: type, config: Any, file: Path) -> InputSpec:
             hint='Set "architectures" to another head (e.g. the bare model), or write a model.py '
             "(docs/models.md).",
         )
+    if "pixel_values" in params and "spatial_shapes" in params:
+        raise ModelSourceError(
+            f"{file}: {cls.__name__} takes images as variable-resolution patches (pixel_values per patch, "
+            "pixel_attention_mask, spatial_shapes) and resizes its position embeddings to each image's patch grid "
+            "by reading spatial_shapes' values, which autoshard's trace (shapes without data) cannot do yet.",
+            hint="Profile a fixed-resolution SigLIP config of the same sizes instead (model_type siglip: the same "
+                 "encoder blocks); a model.py of this class meets the same limit.",
+        )
     if main == "input_ids" and "pixel_values" in params:
         if _image_token_id(config) is not None:
             return _vision_language_spec(cls, config, file, params)

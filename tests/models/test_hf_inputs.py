@@ -324,6 +324,12 @@ def _refused() -> list[Any]:
             "its vision tower is 'clip_vision_model'",
             id="gemma3-clip",
         ),
+        pytest.param(  # NaFlex: position embeddings resized to each image's grid, read from spatial_shapes
+            lambda: transformers.Siglip2Config(),
+            "Siglip2ForImageClassification",
+            "takes images as variable-resolution patches",
+            id="siglip2",
+        ),
         pytest.param(
             lambda: transformers.BlipConfig(),
             "BlipForConditionalGeneration",

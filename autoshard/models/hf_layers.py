@@ -352,16 +352,17 @@ def _tower_stacks(model: nn.Module, keys: tuple[str, ...],
     subs = [getattr(config, key, None) for key in keys]
     modules = dict(model.named_modules())
     # The submodule built from a sub-config holds that very object (T5Gemma's encoder and decoder: two configs
-    # of one class); else one of its class, where the towers' classes differ (LLaVA's vision tower copies it).
-    by_identity = any(getattr(m, "config", None) is sub for m in modules.values() for sub in subs)
+    # of one class), or one of its class where the towers' classes differ (a tower built from a copy of it).
     types = [type(sub) for sub in subs]
-    if not by_identity and len(set(types)) != len(types):
+    distinct = len(set(types)) == len(types)
+    if not distinct and not any(getattr(m, "config", None) is sub for m in modules.values() for sub in subs):
         return None
 
     def tower_of(module: nn.Module) -> int | None:
         held = getattr(module, "config", None)
-        if by_identity:
-            return next((i for i, sub in enumerate(subs) if held is sub), None)
+        same = next((i for i, sub in enumerate(subs) if held is sub), None)
+        if same is not None or not distinct:
+            return same
         return types.index(type(held)) if type(held) in types else None
 
     found: dict[str, list[tuple[str, nn.ModuleList]]] = {key: [] for key in keys}

@@ -344,12 +344,12 @@ def _run_steps(
                     if flops_fwd is not None and flops_total is not None:  # they exist exactly when count
                         facts.forward_flops = flops_fwd.get_total_flops()
                         facts.total_flops = flops_total.get_total_flops()
+                        facts.block_forward_flops = _flops_by_module(flops_fwd, model)
                         if isinstance(flops_total, CensusCounter):
                             facts.census = flops_total.census()
-                        facts.block_forward_flops = _flops_by_module(flops_fwd, model)
-                        facts.block_total_flops = (dict(flops_total.block_flops)
-                                                   if isinstance(flops_total, CensusCounter)
-                                                   else _flops_by_module(flops_total, model))
+                            facts.block_total_flops = dict(flops_total.block_flops)
+                        else:
+                            facts.block_total_flops = _flops_by_module(flops_total, model)
                 facts.gradient_bytes = tracker.totals[Category.GRADIENTS]
                 facts.unused = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
                 tracker.phase = "optimizer"

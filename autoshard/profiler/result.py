@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.op_census import OpCensus
 from autoshard.profiler.options import ProfileOptions
 
@@ -222,6 +223,12 @@ class ModelProfile:
         """The block classes comma-separated (as accelerate's ``fsdp_transformer_layer_cls_to_wrap`` takes
         them), ``None`` when nothing repeats; one class name for a decoder, as before block sets."""
         return ",".join(self.block_classes) or None
+
+    @property
+    def checkpointed_blocks(self) -> int:
+        """Blocks the traced step wraps in activation checkpointing (0 without it)."""
+        choice = parse_checkpointing(self.options.checkpointing)
+        return len(choice.checkpointed([b.name for b in self.blocks]))
 
     @property
     def model_state_bytes(self) -> int:

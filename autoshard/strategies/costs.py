@@ -146,15 +146,16 @@ def step_compute_seconds(trace: StepTrace, micro_batch: int, hardware: HardwareS
 
     On a GPU, the traced step's op census priced by :func:`autoshard.strategies.step_time.estimate` (matmuls at
     the GPU model's achievable tensor-core rate, memory-bound ops at its achievable bandwidth, a launch floor
-    per kernel; ``host_extra_s``, a strategy's own host time per step, joins the launches on the host's side;
-    ``tf32_matmuls``: fp32 matmuls on TF32 tensor cores).
+    per kernel; the host's time per kernel and per checkpointed block bounds it from below; ``host_extra_s``, a
+    strategy's own host time per step, joins the launches on the host's side; ``tf32_matmuls``: fp32 matmuls on
+    TF32 tensor cores).
     Without a census, MFU × the GPU's dense ``dtype`` peak; without a GPU peak,
     :data:`CPU_PLACEHOLDER_FLOPS_PER_S`.
     """
     census = trace.at_1.census
     if hardware.gpu is not None and census is not None:
         estimate = step_time.estimate(census, micro_batch, hardware.gpu, host_extra_s=host_extra_s,
-                                      tf32_matmuls=tf32_matmuls)
+                                      checkpointed_blocks=trace.at_1.checkpointed_blocks, tf32_matmuls=tf32_matmuls)
         if estimate is not None:
             return estimate.seconds, estimate.note
     flops = trace.flops_per_sample() * micro_batch

@@ -20,7 +20,7 @@ does not):
   ``torch.set_float32_matmul_precision("high")`` (``tf32_matmuls``);
 * kernels run one after another on one stream, so the GPU's time is the **sum** over classes; the host must
   also launch every kernel, so the step takes ``max(GPU time, kernels · launch)``: with small kernels, the
-  launch overhead is the floor.
+  launch overhead is the floor (``launch``: the host's time per kernel, measured: :data:`LAUNCH_S`).
 
 ``matmul`` (and ``matmul_fp32``, ``matmul_tf32``), ``attention`` and ``memory`` are per-GPU-model constants in
 ``profiles/gpus/*.yaml`` (:class:`autoshard.hardware.specs.Achievable`), each with its source; a GPU without them gets
@@ -45,10 +45,25 @@ KERNEL_FLOOR_S = 3e-6
 """Shortest time a kernel occupies the GPU, launch latency included: short kernels launched back to back take
 about 3-4 µs each (A. Gray, "Getting Started with CUDA Graphs", NVIDIA technical blog, 2019)."""
 
-LAUNCH_S = 10e-6
-"""Host time to dispatch and launch one op in PyTorch eager mode (Python, the dispatcher, the CUDA launch): of
-the order of 10 µs (the "overhead" regime of He 2022, above). An assumption that
-``benchmarks/step_time_fit.py`` can refit."""
+LAUNCH_S = 18.4e-6
+"""Host time per kernel of a forward + backward in PyTorch eager mode (Python, the module calls, the dispatcher,
+autograd, the launch), per kernel the op census counts: 18.4 µs, the median over narrow copies of BERT-large,
+GPT-2 medium, Llama 3.2 1B and T5-base at their real depth (range 12.6-28.8 µs), measured on the CPU by
+``benchmarks/host_overhead.py`` with torch 2.13.0 (``docs/benchmarks/host_overhead.md``; a run ten minutes
+earlier gave 20.3 µs, this VM's drift). It bounds the step only where kernels are short (the "overhead" regime of
+He 2022, above)."""
+
+CHECKPOINT_BLOCK_S = 1.105e-3
+"""Host time activation checkpointing adds per checkpointed block beyond its kernels (whose recomputation the census
+counts): torch's non-reentrant checkpoint wrapper's saved-tensor hooks, RNG state and the recomputation's Python.
+1.1 ms, the median over the same four models (range 0.74-2.02 ms; the earlier run: 1.35 ms), measured by the
+same benchmark as the checkpointed step's host time less its kernels at the plain step's cost per kernel of the same
+model, over its blocks."""
+
+OPTIMIZER_LAUNCH_S = 5.45e-6
+"""Host time per kernel of an optimizer step: 5.45 µs, the median of torch's for-loop AdamW step over the same
+models' parameters (range 4.2-7.5 µs; ``docs/benchmarks/host_overhead.md``): a loop over tensors in one function,
+without module calls or autograd."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,7 +126,8 @@ def _achievable_bandwidth(gpu: GPUSpec) -> float | None:
 
 
 def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float = KERNEL_FLOOR_S,
-             launch_s: float = LAUNCH_S, host_extra_s: float = 0.0, tf32_matmuls: bool = False) -> StepTime | None:
+             launch_s: float = LAUNCH_S, checkpointed_blocks: int = 0, host_extra_s: float = 0.0,
+             tf32_matmuls: bool = False) -> StepTime | None:
     """Compute time of ``micro_batch`` samples' forward + backward on ``gpu`` under the module's model.
 
     Args:
@@ -120,6 +136,8 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         gpu: the GPU model (peaks, memory bandwidth, achievable fractions).
         floor_s: shortest time of one kernel.
         launch_s: host time to launch one kernel.
+        checkpointed_blocks: blocks wrapped in activation checkpointing, each adding :data:`CHECKPOINT_BLOCK_S`
+            of host time.
         host_extra_s: other host time on the launching thread per step (a strategy's Python hooks), added to
             the launches.
         tf32_matmuls: fp32 matmuls run on TF32 tensor cores (``torch.set_float32_matmul_precision("high")``);
@@ -159,22 +177,25 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     for m in census.memory:
         memory_s += max(0.0 if hbm is None else m.bytes * b / hbm, m.kernels * floor_s)
     gpu_s = matmul_s + attention_s + memory_s
-    host_s = census.kernels * launch_s + host_extra_s
+    checkpoint_s = checkpointed_blocks * CHECKPOINT_BLOCK_S
+    host_s = census.kernels * launch_s + checkpoint_s + host_extra_s
     seconds = max(gpu_s, host_s)
     flops = census.matmul_flops * b
     where = "the profile's" if gpu.achievable is not None else "generic (no measurements in the profile)"
     if host_s > gpu_s:
-        bound = "host-bound" if host_extra_s else "launch-bound"
+        bound = "host-bound" if host_extra_s or checkpoint_s else "launch-bound"
     else:
         bound = f"{(matmul_s + attention_s) / max(gpu_s, 1e-30):.0%} matmul"
     units = {"fp32": "on the CUDA cores", "tf32": "on TF32 tensor cores"}
     fp32 = "".join(f", fp32 {units[u]} at {matmul_fraction(u, fractions):g} of the {u} peak"
                    for u in sorted(fp32_units))
+    checkpointing = (f", {checkpointed_blocks} checkpointed blocks at {CHECKPOINT_BLOCK_S * 1e3:g} ms of host time "
+                     "each" if checkpointed_blocks else "")
     note = (f"compute from the traced ops: matmuls at {fractions.matmul:g}{fp32} and attention at "
             f"{fractions.attention:g} of the dense peak, memory-bound ops at {fractions.memory:g} of the memory "
             f"bandwidth ({where} "
-            f"fractions), {census.kernels:,} kernels ({floor_s * 1e6:g} µs floor, {launch_s * 1e6:g} µs to launch "
-            f"each); {bound}, {flops / seconds / 1e12 if seconds else 0:.0f} TFLOP/s")
+            f"fractions), {census.kernels:,} kernels ({floor_s * 1e6:g} µs floor, {launch_s * 1e6:g} µs of host time "
+            f"each{checkpointing}); {bound}, {flops / seconds / 1e12 if seconds else 0:.0f} TFLOP/s")
     if hbm is None:
         note += "; memory bandwidth unknown: memory-bound ops priced at the kernel floor only"
     return StepTime(seconds=seconds, matmul_s=matmul_s, attention_s=attention_s, memory_s=memory_s, gpu_s=gpu_s,
@@ -200,7 +221,7 @@ def memory_bound_seconds(traffic_bytes: float, gpu: GPUSpec, *, kernels: int = 1
 
 
 def optimizer_seconds(census: OpCensus, gpu: GPUSpec, *, shard: float = 1.0, kernels: int | None = None,
-                      floor_s: float = KERNEL_FLOOR_S, launch_s: float = LAUNCH_S) -> float:
+                      floor_s: float = KERNEL_FLOOR_S, launch_s: float = OPTIMIZER_LAUNCH_S) -> float:
     """Time of one optimizer step on ``gpu`` from the census of the traced step (no micro-batch: the step is the
     same at any batch): its kernels are memory-bound (AdamW reads parameters, gradients and both moments and
     writes three of them back: 84 bytes per fp32 parameter for torch's foreach and for-loop steps, 28 fused),

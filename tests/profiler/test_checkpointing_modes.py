@@ -74,6 +74,10 @@ def test_each_mode_saves_and_recomputes_what_it_says() -> None:
     assert none.forward_flops == full.forward_flops == op.forward_flops == every2.forward_flops
     assert none.backward_flops < op.backward_flops < full.backward_flops
     assert every2.backward_flops - none.backward_flops == (full.backward_flops - none.backward_flops) // 2
+    # The step-time model charges the host per checkpointed block.
+    assert len(full.blocks) == 2
+    assert (none.checkpointed_blocks, every2.checkpointed_blocks, full.checkpointed_blocks,
+            op.checkpointed_blocks) == (0, 1, 2, 2)
 
 
 def test_a_cuda_trace_runs_the_op_policy_under_cuda_semantics() -> None:

@@ -106,6 +106,20 @@ def test_many_tiny_kernels_are_bound_by_their_launches():
     assert "launch-bound" in estimate.note
 
 
+def test_checkpointed_blocks_add_host_time_where_the_host_bounds_the_step():
+    census = OpCensus(memory=(MemoryClass(size_bytes=1024, bytes=1024 * 10_000, kernels=10_000),))
+    plain = step_time.estimate(census, 1, _gpu())
+    checkpointed = step_time.estimate(census, 1, _gpu(), checkpointed_blocks=24)
+    assert plain is not None and checkpointed is not None
+    assert checkpointed.seconds == pytest.approx(plain.seconds + 24 * step_time.CHECKPOINT_BLOCK_S)
+    assert "24 checkpointed blocks" in checkpointed.note and "host-bound" in checkpointed.note
+    # A step the GPU bounds hides the host's checkpointing work.
+    gemm = MatmulClass(kind="gemm", dtype="bf16", min_dim=8192, flops=10**15, bytes=10**9, kernels=1)
+    big = OpCensus(matmuls=(gemm,))
+    long = step_time.estimate(big, 1, _gpu(), checkpointed_blocks=24)
+    assert long is not None and long.seconds == step_time.estimate(big, 1, _gpu()).seconds  # type: ignore[union-attr]
+
+
 def test_a_gpu_without_measurements_gets_the_generic_fractions_and_says_so():
     gpu = dataclasses.replace(_gpu(), achievable=None)
     gemm = MatmulClass(kind="gemm", dtype="bf16", min_dim=8192, flops=10**15, bytes=10**9, kernels=1)

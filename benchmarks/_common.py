@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 
 def cpu_seconds() -> tuple[float, float] | None:
@@ -73,3 +74,27 @@ def cpu_model() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
+
+
+def run_meta(script: str, argv: list[str], **extra: Any) -> dict[str, Any]:
+    """A report's ``meta``: the UTC time, the CPU, Python's and torch's versions, the command that made it
+    (``python benchmarks/<script> ...``) and ``extra``."""
+    import datetime
+    import platform
+    import shlex
+
+    import torch
+
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": cpu_model(), "python": platform.python_version(), "torch": torch.__version__, **extra,
+            "command": shlex.join(["python", f"benchmarks/{script}", *argv])}
+
+
+def write_report(out: Path, stem: str, report: dict[str, Any], text: str) -> None:
+    """``<stem>.json`` (the report) and ``<stem>.md`` (``text``) under ``out``, made if missing; ``text`` printed."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    (out / f"{stem}.md").write_text(text, encoding="utf-8")
+    print(text)

@@ -22,10 +22,6 @@ Writes ``cpu_optimizer.{md,json}`` under ``--out`` and prints the table.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
-import shlex
 import statistics
 import sys
 import tempfile
@@ -37,7 +33,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import cpu_model, positive
+from _common import positive, run_meta, write_report
 
 CASES: tuple[tuple[str, torch.dtype], ...] = (
     ("adamw", torch.float32), ("sgd", torch.float32), ("adafactor", torch.float32),
@@ -158,17 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     traced = {(n, str(d).removeprefix("torch.")): traced_bytes_per_parameter(n, d) for n, d in CASES}
     rows = measure(args.params, args.tensors, args.steps, args.repeats)
-    report = {"meta": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                       "machine": cpu_model(), "python": platform.python_version(), "torch": torch.__version__,
-                       "command": shlex.join(["python", "benchmarks/cpu_optimizer.py", *argv])},
+    report = {"meta": run_meta("cpu_optimizer.py", argv),
               "settings": {"params": args.params, "tensors": args.tensors, "steps": args.steps,
                            "repeats": args.repeats},
               "summary": summarise(rows, traced), "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cpu_optimizer.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    text = markdown(report)
-    (args.out / "cpu_optimizer.md").write_text(text, encoding="utf-8")
-    print(text)
+    write_report(args.out, "cpu_optimizer", report, markdown(report))
     return 0
 
 

@@ -29,11 +29,8 @@ Each case is timed ``--repeats`` times, the order rotated each round (the VM dri
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
-import platform
-import shlex
 import statistics
 import sys
 import tempfile
@@ -47,7 +44,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import cpu_model, cpu_seconds, foreign_cores, package_version, positive
+from _common import cpu_seconds, foreign_cores, package_version, positive, run_meta, write_report
 
 WIDTH = {"hidden": 64, "heads": 2, "ffn": 128, "vocab": 128}
 """The narrow copies' sizes: every kernel's own work is small next to the host's per-op time."""
@@ -275,17 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "seconds": median_seconds(fns[arch][mode], args.steps)})
         busy = foreign_cores(before, cpu_seconds(), time.perf_counter() - start)
     summary = summarise(rows, kernels)
-    report = {"meta": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                       "machine": cpu_model(), "python": platform.python_version(), "torch": torch.__version__,
-                       "transformers": package_version("transformers"), "foreign_cores": busy,
-                       "command": shlex.join(["python", "benchmarks/host_overhead.py", *argv])},
+    report = {"meta": run_meta("host_overhead.py", argv, transformers=package_version("transformers"),
+                               foreign_cores=busy),
               "settings": {"steps": args.steps, "repeats": args.repeats, "width": WIDTH, "seq_len": SEQ_LEN},
               "overall": overall(summary), "summary": summary, "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "host_overhead.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    text = markdown(report)
-    (args.out / "host_overhead.md").write_text(text, encoding="utf-8")
-    print(text)
+    write_report(args.out, "host_overhead", report, markdown(report))
     return 0
 
 

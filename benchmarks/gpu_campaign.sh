@@ -23,14 +23,17 @@
 #                   is stopped half-way through a compile (a stopped compile leaves a lock that blocks the next)
 #   strategies      python benchmarks/gpu_strategies.py: every strategy that fits, measured vs predicted
 #                   (--models LIST: only these of gpt2, llama-1.1b, gpt2-xl)
+#   host            python benchmarks/host_overhead.py --device cuda: the host's time per kernel and per
+#                   checkpointed block with real CUDA launches, against the CPU figures the step-time model uses
 #
 # A failed or timed-out step is recorded and the campaign goes on; a memory step in which any case failed is
-# "failed" (its table is still written). The limits add up to 27.5 minutes (setup counted three times); one device
-# call runs 10 minutes at most, so the whole campaign is three calls:
+# "failed" (its table is still written). The limits add up to 29 minutes (setup counted four times); one device
+# call runs 10 minutes at most, so the whole campaign is four calls:
 #
 #   --steps pytest,kernels,memory-single  40 + 120 + 30 + 400 s
 #   --steps memory-sharded,published,zero-hooks   40 + 150 + 250 + 150 s
 #   --steps ops,strategies                40 + 150 + 380 s
+#   --steps host                          40 + 60 s (a fourth, short call)
 #
 # --short is the campaign for ONE call (a session is lent 15 minutes of device time, starting the machine
 # included): setup, pytest, kernels, memory-single on six models (most telling first: gpt2, mistral-7b, t5-small,
@@ -57,7 +60,7 @@ DRY=0
 SHORT=0
 STEPS_GIVEN=0
 OUT_DIR=""
-STEPS="pytest,kernels,memory-single,memory-sharded,published,zero-hooks,ops,strategies"
+STEPS="pytest,kernels,memory-single,memory-sharded,published,zero-hooks,ops,strategies,host"
 MODELS=""
 SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
 usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -75,7 +78,7 @@ while (($#)); do
     esac
 done
 ((SHORT && ! STEPS_GIVEN)) && STEPS="pytest,kernels,memory-single,memory-sharded,published,strategies"
-KNOWN="pytest kernels memory-single memory-sharded published zero-hooks ops strategies"
+KNOWN="pytest kernels memory-single memory-sharded published zero-hooks ops strategies host"
 IFS=',' read -r -a WANTED <<< "$STEPS"
 for s in "${WANTED[@]}"; do
     [[ " $KNOWN " == *" $s "* ]] || fail "--steps: unknown step '$s'; known: ${KNOWN// /, } (setup always runs)."
@@ -105,13 +108,13 @@ fi
 
 # Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
 declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [memory-single]=400 [memory-sharded]=150 [published]=250
-                  [zero-hooks]=150 [ops]=150 [strategies]=380)
+                  [zero-hooks]=150 [ops]=150 [strategies]=380 [host]=60)
 # The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
 # --short: one 10-minute device call (550 s in all, 50 s left for packing and the transfers).
 ((SHORT)) && LIMIT=([setup]=40 [pytest]=100 [kernels]=30 [memory-single]=140 [memory-sharded]=50 [published]=100
-                    [zero-hooks]=60 [ops]=150 [strategies]=90)
+                    [zero-hooks]=60 [ops]=150 [strategies]=90 [host]=60)
 if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [memory-single]=240 [memory-sharded]=240 [published]=60
-                        [zero-hooks]=180 [ops]=60 [strategies]=300); fi
+                        [zero-hooks]=180 [ops]=60 [strategies]=300 [host]=120); fi
 STARTED=$(date +%s)
 N=0
 {
@@ -361,8 +364,15 @@ step_strategies() {
     # Start no run later than 30 s before the step's limit, so the table is complete when the step ends.
     "$PY" benchmarks/gpu_strategies.py "${args[@]}" --budget-s "$((STEP_LIMIT - 30))"
 }
+step_host() {
+    if ((DRY)); then  # one narrow copy on the CPU, one step a case: the plumbing, not a figure
+        "$PY" benchmarks/host_overhead.py --only gpt2-medium --steps 1 --repeats 1 --out "$DOCS"
+    else
+        "$PY" benchmarks/host_overhead.py --device cuda --steps 10 --repeats 3 --out "$DOCS"
+    fi
+}
 export -f step_setup step_pytest step_kernels memory_by_model step_memory_single step_memory_sharded step_published \
-    step_zero_hooks step_ops step_strategies
+    step_zero_hooks step_ops step_strategies step_host
 
 # run_step NAME: run step_NAME under `timeout`, log to logs/NN-NAME.log, record its status; never stops the campaign.
 run_step() {
@@ -399,7 +409,7 @@ else
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 fi
 run_step setup
-for step in pytest kernels memory-single memory-sharded published zero-hooks ops strategies; do
+for step in pytest kernels memory-single memory-sharded published zero-hooks ops strategies host; do
     wanted "$step" || continue
     if [[ $step == published && ! -f benchmarks/published.py ]]; then
         skip_step published "benchmarks/published.py is not in this checkout"

@@ -117,17 +117,17 @@ def census_kernels(config: Path) -> dict[str, int]:
             "optimizer": plain.optimizer_census.kernels, "blocks": checkpointed.checkpointed_blocks}
 
 
-def timers(arch: Arch, config: Path) -> dict[str, Callable[[], None]]:
-    """One callable per mode, each doing one host step of the real narrow model on the CPU."""
+def timers(arch: Arch, config: Path, device: str = "cpu") -> dict[str, Callable[[], None]]:
+    """One callable per mode, each doing one step of the real narrow model on ``device`` (``cpu`` or ``cuda``)."""
     import transformers
 
     loaded = transformers.AutoConfig.from_pretrained(config.parent)
     loaded._attn_implementation = "eager"
     model_class = getattr(transformers, arch.model_class)
-    ids = torch.randint(0, WIDTH["vocab"], (1, SEQ_LEN))
-    labels = ids if arch.labels == "tokens" else torch.tensor([1])
-    plain = model_class(loaded).train()
-    checkpointed = model_class(loaded).train()
+    ids = torch.randint(0, WIDTH["vocab"], (1, SEQ_LEN), device=device)
+    labels = ids if arch.labels == "tokens" else torch.tensor([1], device=device)
+    plain = model_class(loaded).to(device).train()
+    checkpointed = model_class(loaded).to(device).train()
     # transformers 5 renamed gradient_checkpointing_enable (kept as a deprecated alias).
     enable = getattr(checkpointed, "activation_checkpointing_enable", None)
     (enable or checkpointed.gradient_checkpointing_enable)()
@@ -143,14 +143,17 @@ def timers(arch: Arch, config: Path) -> dict[str, Callable[[], None]]:
     return {"step": step(plain), "checkpointed": step(checkpointed), "optimizer": optimizer.step}
 
 
-def median_seconds(fn: Callable[[], None], steps: int) -> float:
-    """Median wall time of ``steps`` calls after three warm-ups."""
+def median_seconds(fn: Callable[[], None], steps: int, sync: Callable[[], None] = lambda: None) -> float:
+    """Median wall time of ``steps`` calls after three warm-ups, each from a ``sync`` to a ``sync`` (on a GPU:
+    ``torch.cuda.synchronize``, so that a call's kernels are done within its own time)."""
     for _ in range(3):
         fn()
     times = []
     for _ in range(steps):
+        sync()
         start = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -207,6 +210,8 @@ def overall(summary: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def markdown(report: dict[str, Any]) -> str:
     """The table with its header."""
     meta, s, o = report["meta"], report["settings"], report["overall"]
+    device = meta.get("device", "cpu")
+    where = "on the CPU" if device == "cpu" else f"on the GPU ({device}, each step from a synchronize to a synchronize)"
     lines = ["# The host's time per kernel in PyTorch eager mode", "",
              f"{meta['date']}, {meta['machine']}, Python {meta['python']}, torch {meta['torch']}, transformers "
              f"{meta['transformers']}; one thread; other processes kept {meta['foreign_cores']} cores busy on "
@@ -215,7 +220,7 @@ def markdown(report: dict[str, Any]) -> str:
              "rounds in rotated order; the median over the rounds).", "",
              "What is measured: the host's wall time of one training step of a narrow copy of each architecture "
              f"(its real depth, {WIDTH['hidden']} wide, {WIDTH['heads']} heads, a vocabulary of "
-             f"{WIDTH['vocab']}, {SEQ_LEN} tokens, one sample, fp32, eager attention) on the CPU, divided by the "
+             f"{WIDTH['vocab']}, {SEQ_LEN} tokens, one sample, fp32, eager attention) {where}, divided by the "
              "kernels autoshard's op census counts for the same step on a CUDA GPU. A checkpointed step costs the "
              "host more than its kernels (recomputation's kernels are in the census): the checkpoint wrapper's own "
              "work per block (saved-tensor hooks, RNG state, the recomputation's Python), here the checkpointed "
@@ -252,16 +257,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=positive, default=5, help="rounds over the cases (default 5)")
     parser.add_argument("--only", nargs="+", choices=[a.name for a in ARCHS], metavar="ARCH",
                         help=f"measure only these architectures (of {', '.join(a.name for a in ARCHS)})")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the narrow copies run (default cpu; cuda: the real launches of this GPU's host, "
+                             "written as gpu_host_overhead.{md,json})")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"), help="where to write the report")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda: no CUDA device is available here; measure on the CPU (--device cpu).",
+              file=sys.stderr)
+        return 2
     archs = [a for a in ARCHS if not args.only or a.name in args.only]
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         configs = {a.name: write_config(a, Path(tmp) / a.name) for a in archs}
         kernels = {a.name: census_kernels(configs[a.name]) for a in archs}
-        fns = {a.name: timers(a, configs[a.name]) for a in archs}
+        fns = {a.name: timers(a, configs[a.name], args.device) for a in archs}
         cases = [(a.name, mode) for a in archs for mode in MODES]
         before, start = cpu_seconds(), time.perf_counter()
         rows = []
@@ -269,14 +282,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             shift = r * len(MODES) % len(cases)
             for arch, mode in cases[shift:] + cases[:shift]:
                 rows.append({"arch": arch, "mode": mode, "repeat": r,
-                             "seconds": median_seconds(fns[arch][mode], args.steps)})
+                             "seconds": median_seconds(fns[arch][mode], args.steps, sync)})
         busy = foreign_cores(before, cpu_seconds(), time.perf_counter() - start)
     summary = summarise(rows, kernels)
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     report = {"meta": run_meta("host_overhead.py", argv, transformers=package_version("transformers"),
-                               foreign_cores=busy),
+                               foreign_cores=busy, device=device),
               "settings": {"steps": args.steps, "repeats": args.repeats, "width": WIDTH, "seq_len": SEQ_LEN},
               "overall": overall(summary), "summary": summary, "rows": rows}
-    write_report(args.out, "host_overhead", report, markdown(report))
+    write_report(args.out, "gpu_host_overhead" if args.device == "cuda" else "host_overhead", report,
+                 markdown(report))
     return 0
 
 

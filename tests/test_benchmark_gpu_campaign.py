@@ -115,11 +115,11 @@ def test_campaign_dry_run_writes_every_table(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     summary = (out / "summary.md").read_text()
     for step in ("setup", "pytest", "kernels", "memory-single", "memory-sharded", "published", "zero-hooks", "ops",
-                 "strategies"):
+                 "strategies", "host"):
         assert f"| {step} | ok |" in summary, summary
     docs = out / "campaign" / "docs" / "benchmarks"
     for name in ("gpu_kernels", "gpu_published", "gpu_memory_accuracy_single", "gpu_memory_accuracy_sharded",
-                 "gpu_zero_hooks", "gpu_strategies"):
+                 "gpu_zero_hooks", "gpu_strategies", "host_overhead"):
         assert (docs / f"{name}.md").is_file() and json.loads((docs / f"{name}.json").read_text())
     single = json.loads((docs / "gpu_memory_accuracy_single.json").read_text())
     assert {r["model"] for r in single["rows"]} == {"tiny-gpt2", "tiny-llama"}
@@ -134,5 +134,5 @@ def test_short_campaign_runs_the_one_call_steps_only(tmp_path: Path) -> None:
     summary = (out / "summary.md").read_text()
     for step in ("setup", "pytest", "kernels", "memory-single", "memory-sharded", "published", "strategies"):
         assert f"| {step} | ok |" in summary, summary
-    for step in ("zero-hooks", "ops"):
+    for step in ("zero-hooks", "ops", "host"):
         assert f"| {step} |" not in summary, summary

@@ -64,3 +64,13 @@ def test_an_unknown_architecture_is_refused() -> None:
     with pytest.raises(SystemExit) as exit_info:
         load("host_overhead").main(["--only", "resnet"])
     assert exit_info.value.code == 2
+
+
+def test_cuda_without_a_gpu_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal is for machines without one")
+    assert load("host_overhead").main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --device cuda:") and "\n" not in err

@@ -3,7 +3,9 @@
 * The config is made a *training* config once, when the source is loaded: ``use_cache=False`` in it and in
   every sub-config (text_config, decoder, ...), as transformers' own ``gradient_checkpointing_enable()`` does
   for training. With the KV cache on, a checkpointed block that is recomputed in backward appends its keys and
-  values to the cache a second time, and the recomputed attention no longer matches the mask.
+  values to the cache a second time, and the recomputed attention no longer matches the mask. A model given as an
+  object (a ``model.py``'s, ``fit(model)``'s) gets the same in place wherever autoshard checkpoints its blocks
+  (:func:`kv_cache_off`).
 * A build that allocates nothing (meta device, fake tensors) skips weight initialization and turns off the
   stochastic layer skipping of LayerDrop and SpecAugment's random masks: both branch on random values, which a
   trace without data cannot read, and the traced step is then the one where every layer runs (the peak).
@@ -28,7 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from autoshard.errors import ModelSourceError
 
-__all__ = ["attention_implementation", "build_model", "sub_configs", "training_config"]
+__all__ = ["attention_implementation", "build_model", "kv_cache_off", "sub_configs", "training_config"]
 
 _FLASH = ("flash_attention_2", "flash_attention_3")
 """Implementations built as SDPA: the flash-attn package is a CUDA build, absent where autoshard traces, and on a
@@ -50,6 +52,31 @@ def training_config(config: Any) -> Any:
         if hasattr(part, "use_cache"):
             part.use_cache = False
     return config
+
+
+def kv_cache_off(model: nn.Module) -> int:
+    """Turn the KV cache off, in place, in the config a Hugging Face model holds (``model.config``) and in every
+    sub-config that has the setting, as :func:`training_config` does for the models autoshard builds; returns how
+    many were on. For a model given as an object (a ``model.py``'s, or ``fit(model)``'s) whose blocks autoshard
+    checkpoints: transformers turns the cache off itself only under its own ``gradient_checkpointing_enable()``,
+    and a recomputed block would append its keys and values a second time (see the module docstring). Anything
+    without a transformers config is left alone.
+
+    Example:
+        >>> from transformers import GPT2Config, GPT2LMHeadModel
+        >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8))
+        >>> kv_cache_off(model), model.config.use_cache, kv_cache_off(model), kv_cache_off(nn.Linear(2, 2))
+        (1, False, 0, 0)
+    """
+    config = getattr(model, "config", None)
+    if config is None or not _is_config(config, config):
+        return 0
+    turned = 0
+    for part in sub_configs(config):
+        if getattr(part, "use_cache", False):
+            part.use_cache = False
+            turned += 1
+    return turned
 
 
 def sub_configs(config: Any) -> Iterator[Any]:

@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import autoshard
 from autoshard.errors import UserCodeError
+from autoshard.models.hf_build import kv_cache_off
 from autoshard.models.source import (
     ModelSource,
     call_model,
@@ -464,6 +465,8 @@ def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.
     from torch.utils.checkpoint import checkpoint
 
     warm_up_checkpoint()
+    if choice.checkpointed(blocks.names):
+        kv_cache_off(model)  # a recomputed block would append to the KV cache again (hf_build's docstring)
     extra: dict[str, Any] = {}
     if choice.mode == "op":
         def saved(output: Any) -> None:

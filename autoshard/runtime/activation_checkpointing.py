@@ -10,6 +10,10 @@ serves it.
 Which blocks, and what is recomputed inside them, follows a
 :class:`~autoshard.profiler.checkpointing.ActivationCheckpointing`: every block (``full``), every N-th (``every-N``), or
 every block under torchtitan's op-selective policy (``op``) — the same choice and policy the profiler traces.
+
+A Hugging Face model's KV cache is turned off in its config when any block is checkpointed
+(:func:`autoshard.models.hf_build.kv_cache_off`): a recomputed block would otherwise append its keys and values to
+the cache a second time (with eager attention, backward then fails on the mask's shape).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from autoshard.models.hf_build import kv_cache_off
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
 
 
@@ -36,7 +41,7 @@ _OP_CONTEXT = op_selective_context()
 def checkpoint_blocks(model: nn.Module, block_names: tuple[str, ...],
                       checkpointing: ActivationCheckpointing | str | bool = FULL) -> int:
     """Checkpoint the named submodules of ``model`` that ``checkpointing`` selects; returns how many were
-    wrapped.
+    wrapped. A Hugging Face model then trains with its KV cache off (``model.config.use_cache = False``).
 
     Example:
         >>> import torch
@@ -48,6 +53,8 @@ def checkpoint_blocks(model: nn.Module, block_names: tuple[str, ...],
         1
     """
     choice = parse_checkpointing(checkpointing)
+    if choice.checkpointed(block_names):
+        kv_cache_off(model)
     call, prefix = (_op_selective_call, "OpCheckpointed") if choice.mode == "op" else (_checkpointed_call,
                                                                                        "Checkpointed")
     classes: dict[type, type] = {}

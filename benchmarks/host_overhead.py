@@ -12,8 +12,11 @@ op and module call is there, but 64 wide, 2 heads, a vocabulary of 128, 16 token
 kernel's own work is a few microseconds, and times on the CPU, one thread, what the host does per step:
 
 * ``step``: one forward and backward (eager attention, fp32);
-* ``checkpointed``: the same with the model's own activation checkpointing (``activation_checkpointing_enable``,
-  ``gradient_checkpointing_enable`` before transformers 5);
+* ``checkpointed``: the same with every block checkpointed as ``fit()`` does it
+  (``autoshard.runtime.activation_checkpointing.checkpoint_blocks``: non-reentrant ``torch.utils.checkpoint``, as
+  transformers' own ``gradient_checkpointing_enable`` runs it too);
+* ``op-checkpointed``: every block under torchtitan's op-selective policy (``checkpoint_blocks(..., "op")``: the
+  policy, a Python function, sees every op of the block in forward and in the recomputation);
 * ``optimizer``: one step of torch's for-loop AdamW (``foreach=False``; on CPU tensors torch's foreach falls back
   to a loop of its own, so it is not timed).
 
@@ -49,7 +52,9 @@ from _common import cpu_seconds, foreign_cores, package_version, positive, run_m
 WIDTH = {"hidden": 64, "heads": 2, "ffn": 128, "vocab": 128}
 """The narrow copies' sizes: every kernel's own work is small next to the host's per-op time."""
 SEQ_LEN = 16
-MODES = ("step", "checkpointed", "optimizer")
+MODES = ("step", "checkpointed", "op-checkpointed", "optimizer")
+CHECKPOINTING = {"checkpointed": "full", "op-checkpointed": "op"}
+"""The benchmark's checkpointed modes and autoshard's checkpointing choice each runs."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,25 +106,31 @@ def write_config(arch: Arch, folder: Path) -> Path:
     return path
 
 
-def census_kernels(config: Path) -> dict[str, int]:
-    """Kernels of the traced step per mode, as autoshard counts them for a CUDA GPU, and the blocks the
-    checkpointed step wraps (``blocks``)."""
+def census_kernels(config: Path) -> dict[str, Any]:
+    """Kernels of the traced step per mode, as autoshard counts them for a CUDA GPU; the blocks a checkpointed
+    step wraps (``blocks``, the same for both policies) and their names (``block_names``)."""
     import autoshard
 
-    def profile(checkpointing: bool) -> Any:
+    def profile(checkpointing: str) -> Any:
         return autoshard.profile(config, batch_size=1, seq_len=SEQ_LEN, precision="32-true",
                                  activation_checkpointing=checkpointing, optimizer_impl="for-loop", target="cuda")
 
-    plain, checkpointed = profile(False), profile(True)
-    if plain.census is None or checkpointed.census is None or plain.optimizer_census is None:
+    plain = profile("none")
+    traced = {mode: profile(choice) for mode, choice in CHECKPOINTING.items()}
+    if plain.census is None or plain.optimizer_census is None or any(p.census is None for p in traced.values()):
         raise RuntimeError(f"{config}: the profile has no op census")
-    return {"step": plain.census.kernels, "checkpointed": checkpointed.census.kernels,
-            "optimizer": plain.optimizer_census.kernels, "blocks": checkpointed.checkpointed_blocks}
+    full = traced["checkpointed"]
+    return {"step": plain.census.kernels, **{mode: p.census.kernels for mode, p in traced.items()},
+            "optimizer": plain.optimizer_census.kernels, "blocks": full.checkpointed_blocks,
+            "block_names": [b.name for b in full.blocks]}
 
 
-def timers(arch: Arch, config: Path, device: str = "cpu") -> dict[str, Callable[[], None]]:
-    """One callable per mode, each doing one step of the real narrow model on ``device`` (``cpu`` or ``cuda``)."""
+def timers(arch: Arch, config: Path, block_names: Sequence[str], device: str = "cpu") -> dict[str, Callable[[], None]]:
+    """One callable per mode, each doing one step of the real narrow model on ``device`` (``cpu`` or ``cuda``), its
+    ``block_names`` checkpointed in the checkpointed modes."""
     import transformers
+
+    from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 
     loaded = transformers.AutoConfig.from_pretrained(config.parent)
     loaded._attn_implementation = "eager"
@@ -127,10 +138,10 @@ def timers(arch: Arch, config: Path, device: str = "cpu") -> dict[str, Callable[
     ids = torch.randint(0, WIDTH["vocab"], (1, SEQ_LEN), device=device)
     labels = ids if arch.labels == "tokens" else torch.tensor([1], device=device)
     plain = model_class(loaded).to(device).train()
-    checkpointed = model_class(loaded).to(device).train()
-    # transformers 5 renamed gradient_checkpointing_enable (kept as a deprecated alias).
-    enable = getattr(checkpointed, "activation_checkpointing_enable", None)
-    (enable or checkpointed.gradient_checkpointing_enable)()
+    checkpointed = {}
+    for mode, choice in CHECKPOINTING.items():
+        checkpointed[mode] = model_class(loaded).to(device).train()
+        checkpoint_blocks(checkpointed[mode], tuple(block_names), choice)
     optimizer = torch.optim.AdamW(plain.parameters(), lr=1e-4, foreach=False)
 
     def step(model: torch.nn.Module) -> Callable[[], None]:
@@ -140,7 +151,7 @@ def timers(arch: Arch, config: Path, device: str = "cpu") -> dict[str, Callable[
         return run
 
     step(plain)()  # gradients for the optimizer to step
-    return {"step": step(plain), "checkpointed": step(checkpointed), "optimizer": optimizer.step}
+    return {"step": step(plain), **{mode: step(m) for mode, m in checkpointed.items()}, "optimizer": optimizer.step}
 
 
 def median_seconds(fn: Callable[[], None], steps: int, sync: Callable[[], None] = lambda: None) -> float:
@@ -158,7 +169,7 @@ def median_seconds(fn: Callable[[], None], steps: int, sync: Callable[[], None] 
     return statistics.median(times)
 
 
-def summarise(rows: Sequence[dict[str, Any]], kernels: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+def summarise(rows: Sequence[dict[str, Any]], kernels: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per architecture and mode: the median over the repeats, and microseconds per counted kernel; for a
     checkpointed step also what checkpointing costs the host per block beyond its kernels (the checkpointed time
     less its kernels at the plain step's cost per kernel, over the blocks it wraps).
@@ -177,7 +188,7 @@ def summarise(rows: Sequence[dict[str, Any]], kernels: dict[str, dict[str, int]]
         count = kernels[arch][mode]
         row = {"arch": arch, "mode": mode, "median_s": seconds, "kernels": count,
                "us_per_kernel": round(seconds / count * 1e6, 1)}
-        if mode == "checkpointed" and (arch, "step") in medians:
+        if mode in CHECKPOINTING and (arch, "step") in medians:
             per_kernel = medians[(arch, "step")] / kernels[arch]["step"]
             row["blocks"] = kernels[arch]["blocks"]
             row["ms_per_block"] = round((seconds - count * per_kernel) / max(1, row["blocks"]) * 1e3, 2)
@@ -187,24 +198,35 @@ def summarise(rows: Sequence[dict[str, Any]], kernels: dict[str, dict[str, int]]
 
 def overall(summary: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The medians over the architectures, with their ranges: µs per kernel of a forward + backward
-    (``step_us``), ms per checkpointed block (``checkpoint_block_ms``) and µs per kernel of the optimizer step.
+    (``step_us``), ms per block checkpointed whole (``checkpoint_block_ms``) and under the op-selective policy
+    (``op_checkpoint_block_ms``), µs per kernel of the optimizer step.
 
     Example:
         >>> s = [{"mode": "step", "us_per_kernel": 20.0}, {"mode": "step", "us_per_kernel": 30.0},
         ...      {"mode": "checkpointed", "us_per_kernel": 40.0, "ms_per_block": 1.0},
+        ...      {"mode": "op-checkpointed", "us_per_kernel": 90.0, "ms_per_block": 9.0},
         ...      {"mode": "optimizer", "us_per_kernel": 5.0}]
         >>> o = overall(s)
-        >>> o["step_us"], o["checkpoint_block_ms"], o["optimizer_us"]
-        (25.0, 1.0, 5.0)
+        >>> o["step_us"], o["checkpoint_block_ms"], o["op_checkpoint_block_ms"], o["optimizer_us"]
+        (25.0, 1.0, 9.0, 5.0)
     """
     def median_range(values: list[float]) -> tuple[float, list[float]]:
         return statistics.median(values), [min(values), max(values)]
 
-    step, step_range = median_range([r["us_per_kernel"] for r in summary if r["mode"] == "step"])
-    block, block_range = median_range([r["ms_per_block"] for r in summary if "ms_per_block" in r])
-    optimizer, optimizer_range = median_range([r["us_per_kernel"] for r in summary if r["mode"] == "optimizer"])
+    def per_kernel(mode: str) -> list[float]:
+        return [r["us_per_kernel"] for r in summary if r["mode"] == mode]
+
+    def per_block(mode: str) -> list[float]:
+        return [r["ms_per_block"] for r in summary if r["mode"] == mode and "ms_per_block" in r]
+
+    step, step_range = median_range(per_kernel("step"))
+    block, block_range = median_range(per_block("checkpointed"))
+    op_block, op_block_range = median_range(per_block("op-checkpointed"))
+    optimizer, optimizer_range = median_range(per_kernel("optimizer"))
     return {"step_us": step, "step_range_us": step_range, "checkpoint_block_ms": block,
-            "checkpoint_block_range_ms": block_range, "optimizer_us": optimizer, "optimizer_range_us": optimizer_range}
+            "checkpoint_block_range_ms": block_range, "op_checkpoint_block_ms": op_block,
+            "op_checkpoint_block_range_ms": op_block_range, "optimizer_us": optimizer,
+            "optimizer_range_us": optimizer_range}
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -225,12 +247,15 @@ def markdown(report: dict[str, Any]) -> str:
              "host more than its kernels (recomputation's kernels are in the census): the checkpoint wrapper's own "
              "work per block (saved-tensor hooks, RNG state, the recomputation's Python), here the checkpointed "
              "time less its kernels at the plain step's cost per kernel, over the blocks wrapped. The step-time "
-             "model takes the medians: per kernel of a forward + backward `step_time.LAUNCH_S`, per checkpointed "
-             "block `step_time.CHECKPOINT_BLOCK_S`, per kernel of an optimizer step "
+             "model takes the medians: per kernel of a forward + backward `step_time.LAUNCH_S`, per block "
+             "checkpointed whole (`full`, `every-N`) `step_time.CHECKPOINT_BLOCK_S`, per block under the "
+             "op-selective policy `step_time.OP_CHECKPOINT_BLOCK_S`, per kernel of an optimizer step "
              "`step_time.OPTIMIZER_LAUNCH_S`.", "",
              f"**Forward + backward: {o['step_us']:g} µs per kernel** (median; range {o['step_range_us'][0]:g}–"
              f"{o['step_range_us'][1]:g}). **Checkpointing: {o['checkpoint_block_ms']:g} ms per block** (range "
-             f"{o['checkpoint_block_range_ms'][0]:g}–{o['checkpoint_block_range_ms'][1]:g}). **Optimizer step "
+             f"{o['checkpoint_block_range_ms'][0]:g}–{o['checkpoint_block_range_ms'][1]:g}); **op-selective: "
+             f"{o['op_checkpoint_block_ms']:g} ms per block** (range {o['op_checkpoint_block_range_ms'][0]:g}–"
+             f"{o['op_checkpoint_block_range_ms'][1]:g}). **Optimizer step "
              f"(for-loop AdamW): {o['optimizer_us']:g} µs per kernel** (range {o['optimizer_range_us'][0]:g}–"
              f"{o['optimizer_range_us'][1]:g}).", "",
              "| architecture | mode | median host time | kernels (census) | µs per kernel | checkpointed blocks | "
@@ -274,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         configs = {a.name: write_config(a, Path(tmp) / a.name) for a in archs}
         kernels = {a.name: census_kernels(configs[a.name]) for a in archs}
-        fns = {a.name: timers(a, configs[a.name], args.device) for a in archs}
+        fns = {a.name: timers(a, configs[a.name], kernels[a.name]["block_names"], args.device) for a in archs}
         cases = [(a.name, mode) for a in archs for mode in MODES]
         before, start = cpu_seconds(), time.perf_counter()
         rows = []

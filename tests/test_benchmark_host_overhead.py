@@ -16,9 +16,10 @@ from tests.benchmark_scripts import load
 def test_each_case_is_its_median_over_the_rounds_per_counted_kernel() -> None:
     bench = load("host_overhead")
     rows = [{"arch": "a", "mode": m, "repeat": r, "seconds": s} for m, times in
-            (("step", (0.030, 0.020, 0.025)), ("checkpointed", (0.06, 0.05, 0.04)), ("optimizer", (0.01,) * 3))
+            (("step", (0.030, 0.020, 0.025)), ("checkpointed", (0.06, 0.05, 0.04)),
+             ("op-checkpointed", (0.13, 0.13, 0.13)), ("optimizer", (0.01,) * 3))
             for r, s in enumerate(times)]
-    kernels = {"a": {"step": 1000, "checkpointed": 1250, "optimizer": 2000, "blocks": 10}}
+    kernels = {"a": {"step": 1000, "checkpointed": 1250, "op-checkpointed": 1200, "optimizer": 2000, "blocks": 10}}
     summary = {r["mode"]: r for r in bench.summarise(rows, kernels)}
     assert summary["step"]["us_per_kernel"] == pytest.approx(25.0)
     assert summary["checkpointed"]["us_per_kernel"] == pytest.approx(40.0)
@@ -29,6 +30,8 @@ def test_each_case_is_its_median_over_the_rounds_per_counted_kernel() -> None:
     overall = bench.overall(list(summary.values()))
     assert overall["step_us"] == pytest.approx(25.0) and overall["step_range_us"] == [25.0, 25.0]
     assert overall["checkpoint_block_ms"] == pytest.approx(1.875, abs=0.01)
+    # The op-selective policy's own cost: 130 ms less 1,200 kernels at 25 µs, over the same 10 blocks.
+    assert overall["op_checkpoint_block_ms"] == pytest.approx(10.0, abs=0.01)
     assert overall["optimizer_us"] == pytest.approx(5.0)
 
 
@@ -42,7 +45,7 @@ def test_the_narrow_copies_keep_their_depth_and_train(tmp_path: Path) -> None:
         assert json.loads((tmp_path / arch.name / "config.json").read_text(encoding="utf-8"))[
             "attn_implementation"] == "eager"
     gpt2 = next(a for a in bench.ARCHS if a.name == "gpt2-medium")
-    fns = bench.timers(gpt2, tmp_path / gpt2.name / "config.json")
+    fns = bench.timers(gpt2, tmp_path / gpt2.name / "config.json", [f"transformer.h.{i}" for i in range(24)])
     assert set(fns) == set(bench.MODES)
     for fn in fns.values():
         fn()  # a forward + backward (plain, checkpointed) and an optimizer step run for real
@@ -56,6 +59,7 @@ def test_a_small_run_writes_the_report(tmp_path: Path) -> None:
     assert set(kernels) == set(bench.MODES)
     assert kernels["checkpointed"] > kernels["step"] > 24  # recomputation adds the blocks' forward kernels
     assert next(r for r in report["summary"] if r["mode"] == "checkpointed")["blocks"] == 24  # every layer
+    assert "ms_per_block" in next(r for r in report["summary"] if r["mode"] == "op-checkpointed")
     assert all(math.isfinite(r["us_per_kernel"]) and r["us_per_kernel"] > 0 for r in report["summary"])
     assert "| gpt2-medium | checkpointed |" in (tmp_path / "host_overhead.md").read_text(encoding="utf-8")
 

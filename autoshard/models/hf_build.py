@@ -55,12 +55,12 @@ def training_config(config: Any) -> Any:
 
 
 def kv_cache_off(model: nn.Module) -> int:
-    """Turn the KV cache off, in place, in the config a Hugging Face model holds (``model.config``) and in every
-    sub-config that has the setting, as :func:`training_config` does for the models autoshard builds; returns how
-    many were on. For a model given as an object (a ``model.py``'s, or ``fit(model)``'s) whose blocks autoshard
-    checkpoints: transformers turns the cache off itself only under its own ``gradient_checkpointing_enable()``,
-    and a recomputed block would append its keys and values a second time (see the module docstring). Anything
-    without a transformers config is left alone.
+    """Turn the KV cache off, in place, in every transformers config the model's modules hold (``model.config``,
+    and the copies some submodules keep, as T5's encoder and decoder stacks do) and in their sub-configs, as
+    :func:`training_config` does for the models autoshard builds; returns how many were on. For a model given as an
+    object (a ``model.py``'s, ``fit(model)``'s) whose blocks autoshard checkpoints: transformers turns the cache off
+    itself only under its own ``gradient_checkpointing_enable()``, and a recomputed block would append its keys and
+    values a second time (see the module docstring). A module without a transformers config is left alone.
 
     Example:
         >>> from transformers import GPT2Config, GPT2LMHeadModel
@@ -68,14 +68,16 @@ def kv_cache_off(model: nn.Module) -> int:
         >>> kv_cache_off(model), model.config.use_cache, kv_cache_off(model), kv_cache_off(nn.Linear(2, 2))
         (1, False, 0, 0)
     """
-    config = getattr(model, "config", None)
-    if config is None or not _is_config(config, config):
-        return 0
-    turned = 0
-    for part in sub_configs(config):
-        if getattr(part, "use_cache", False):
-            part.use_cache = False
-            turned += 1
+    turned, seen = 0, set()
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is None or id(config) in seen or not _is_config(config, config):
+            continue
+        seen.add(id(config))
+        for part in sub_configs(config):
+            if getattr(part, "use_cache", False):
+                part.use_cache = False
+                turned += 1
     return turned
 
 

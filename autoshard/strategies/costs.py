@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autoshard.hardware.specs import HardwareSpec
+from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import Precision, steps_tensor_by_tensor
 from autoshard.strategies import step_time
 from autoshard.strategies.base import Collective
@@ -154,8 +155,11 @@ def step_compute_seconds(trace: StepTrace, micro_batch: int, hardware: HardwareS
     """
     census = trace.at_1.census
     if hardware.gpu is not None and census is not None:
+        op_selective = parse_checkpointing(trace.at_1.options.checkpointing).mode == "op"
         estimate = step_time.estimate(census, micro_batch, hardware.gpu, host_extra_s=host_extra_s,
-                                      checkpointed_blocks=trace.at_1.checkpointed_blocks, tf32_matmuls=tf32_matmuls)
+                                      checkpointed_blocks=trace.at_1.checkpointed_blocks,
+                                      checkpoint_block_s=step_time.OP_CHECKPOINT_BLOCK_S if op_selective
+                                      else step_time.CHECKPOINT_BLOCK_S, tf32_matmuls=tf32_matmuls)
         if estimate is not None:
             return estimate.seconds, estimate.note
     flops = trace.flops_per_sample() * micro_batch
@@ -237,7 +241,9 @@ def grad_clip_seconds(workload: Workload, hardware: HardwareSpec, *, shard: int 
 
     Three passes over the rank's gradients (:data:`CLIP_PASSES`: the norm, then the scaling), in the dtype the
     optimizer steps (fp32 but for ``bf16-true``): on the GPU at the memory-bound rate with ``foreach`` launches
-    (torch's default on CUDA), on the host (``on_host``: CPU offload) at the CPU optimizer's measured rate.
+    (torch's default on CUDA), each at least the host time of an optimizer step's kernel
+    (:data:`~autoshard.strategies.step_time.OPTIMIZER_LAUNCH_S`: one function looping over tensors, no modules or
+    autograd); on the host (``on_host``: CPU offload) at the CPU optimizer's measured rate.
     ``shard``: the ranks the gradients are split over (FSDP, ZeRO); ``tensors``: gradient tensors per rank (1 for
     DeepSpeed's flat partition; default: the model's). The all-reduce of the shards' norms (one scalar) is not
     priced.
@@ -257,7 +263,7 @@ def grad_clip_seconds(workload: Workload, hardware: HardwareSpec, *, shard: int 
     launches = max(math.ceil(count / 110), math.ceil(elements / FOREACH_ELEMENTS_PER_LAUNCH), 1)
     kernels = 2 * launches + 3  # foreach norm and scale, plus the norms' stack, total norm and clamp
     seconds = max(step_time.memory_bound_seconds(CLIP_PASSES * grad_bytes * elements, hardware.gpu, kernels=kernels),
-                  kernels * step_time.LAUNCH_S)
+                  kernels * step_time.OPTIMIZER_LAUNCH_S)
     return seconds, (f"gradient clipping at norm {workload.grad_clip_norm:g}: {seconds * 1e3:.3g} ms "
                      f"(clip_grad_norm_: a norm and a scaling pass over {where}, "
                      f"{CLIP_PASSES * grad_bytes} bytes per parameter at the memory-bound rate)")

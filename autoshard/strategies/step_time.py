@@ -45,24 +45,31 @@ KERNEL_FLOOR_S = 3e-6
 """Shortest time a kernel occupies the GPU, launch latency included: short kernels launched back to back take
 about 3-4 µs each (A. Gray, "Getting Started with CUDA Graphs", NVIDIA technical blog, 2019)."""
 
-LAUNCH_S = 18.4e-6
+LAUNCH_S = 16.4e-6
 """Host time per kernel of a forward + backward in PyTorch eager mode (Python, the module calls, the dispatcher,
-autograd, the launch), per kernel the op census counts: 18.4 µs, the median over narrow copies of BERT-large,
-GPT-2 medium, Llama 3.2 1B and T5-base at their real depth (range 12.6-28.8 µs), measured on the CPU by
-``benchmarks/host_overhead.py`` with torch 2.13.0 (``docs/benchmarks/host_overhead.md``; a run ten minutes
-earlier gave 20.3 µs, this VM's drift). It bounds the step only where kernels are short (the "overhead" regime of
-He 2022, above)."""
+autograd, the launch), per kernel the op census counts: 16.4 µs, the median over narrow copies of BERT-large,
+GPT-2 medium, Llama 3.2 1B and T5-base at their real depth (range 11.8-24.6 µs), measured on the CPU by
+``benchmarks/host_overhead.py`` with torch 2.13.0 (``docs/benchmarks/host_overhead.md``; runs of the same morning
+gave 16-20 µs, this VM's drift). It bounds the step only where kernels are short (the "overhead" regime of He
+2022, above)."""
 
-CHECKPOINT_BLOCK_S = 1.105e-3
-"""Host time activation checkpointing adds per checkpointed block beyond its kernels (whose recomputation the census
-counts): torch's non-reentrant checkpoint wrapper's saved-tensor hooks, RNG state and the recomputation's Python.
-1.1 ms, the median over the same four models (range 0.74-2.02 ms; the earlier run: 1.35 ms), measured by the
-same benchmark as the checkpointed step's host time less its kernels at the plain step's cost per kernel of the same
-model, over its blocks."""
+CHECKPOINT_BLOCK_S = 1.355e-3
+"""Host time activation checkpointing adds per block checkpointed whole (``full``, ``every-N``) beyond its kernels
+(whose recomputation the census counts): torch's non-reentrant checkpoint wrapper's saved-tensor hooks, RNG state
+and the recomputation's Python. 1.36 ms, the median over the same four models (range 1.31-1.57 ms), measured by
+the same benchmark with ``fit()``'s wrapper (:func:`autoshard.runtime.activation_checkpointing.checkpoint_blocks`)
+as the checkpointed step's host time less its kernels at the plain step's cost per kernel of the same model, over
+its blocks."""
 
-OPTIMIZER_LAUNCH_S = 5.45e-6
-"""Host time per kernel of an optimizer step: 5.45 µs, the median of torch's for-loop AdamW step over the same
-models' parameters (range 4.2-7.5 µs; ``docs/benchmarks/host_overhead.md``): a loop over tensors in one function,
+OP_CHECKPOINT_BLOCK_S = 3.955e-3
+"""Host time the op-selective policy (torchtitan's, ``checkpoint(..., context_fn=...)``) adds per block beyond its
+kernels: the policy is a Python function that every op of the block passes through, in forward and again in the
+recomputation. 3.96 ms, the median over the same four models (range 3.03-5.26 ms), measured as
+:data:`CHECKPOINT_BLOCK_S` is, under ``checkpoint_blocks(..., "op")``."""
+
+OPTIMIZER_LAUNCH_S = 5.1e-6
+"""Host time per kernel of an optimizer step: 5.1 µs, the median of torch's for-loop AdamW step over the same
+models' parameters (range 4-5.5 µs; ``docs/benchmarks/host_overhead.md``): a loop over tensors in one function,
 without module calls or autograd."""
 
 
@@ -126,8 +133,8 @@ def _achievable_bandwidth(gpu: GPUSpec) -> float | None:
 
 
 def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float = KERNEL_FLOOR_S,
-             launch_s: float = LAUNCH_S, checkpointed_blocks: int = 0, host_extra_s: float = 0.0,
-             tf32_matmuls: bool = False) -> StepTime | None:
+             launch_s: float = LAUNCH_S, checkpointed_blocks: int = 0, checkpoint_block_s: float = CHECKPOINT_BLOCK_S,
+             host_extra_s: float = 0.0, tf32_matmuls: bool = False) -> StepTime | None:
     """Compute time of ``micro_batch`` samples' forward + backward on ``gpu`` under the module's model.
 
     Args:
@@ -136,8 +143,8 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         gpu: the GPU model (peaks, memory bandwidth, achievable fractions).
         floor_s: shortest time of one kernel.
         launch_s: host time to launch one kernel.
-        checkpointed_blocks: blocks wrapped in activation checkpointing, each adding :data:`CHECKPOINT_BLOCK_S`
-            of host time.
+        checkpointed_blocks: blocks wrapped in activation checkpointing, each adding ``checkpoint_block_s`` of
+            host time (:data:`CHECKPOINT_BLOCK_S`, :data:`OP_CHECKPOINT_BLOCK_S` under the op-selective policy).
         host_extra_s: other host time on the launching thread per step (a strategy's Python hooks), added to
             the launches.
         tf32_matmuls: fp32 matmuls run on TF32 tensor cores (``torch.set_float32_matmul_precision("high")``);
@@ -177,7 +184,7 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     for m in census.memory:
         memory_s += max(0.0 if hbm is None else m.bytes * b / hbm, m.kernels * floor_s)
     gpu_s = matmul_s + attention_s + memory_s
-    checkpoint_s = checkpointed_blocks * CHECKPOINT_BLOCK_S
+    checkpoint_s = checkpointed_blocks * checkpoint_block_s
     host_s = census.kernels * launch_s + checkpoint_s + host_extra_s
     seconds = max(gpu_s, host_s)
     flops = census.matmul_flops * b
@@ -189,7 +196,7 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     units = {"fp32": "on the CUDA cores", "tf32": "on TF32 tensor cores"}
     fp32 = "".join(f", fp32 {units[u]} at {matmul_fraction(u, fractions):g} of the {u} peak"
                    for u in sorted(fp32_units))
-    checkpointing = (f", {checkpointed_blocks} checkpointed blocks at {CHECKPOINT_BLOCK_S * 1e3:g} ms of host time "
+    checkpointing = (f", {checkpointed_blocks} checkpointed blocks at {checkpoint_block_s * 1e3:g} ms of host time "
                      "each" if checkpointed_blocks else "")
     note = (f"compute from the traced ops: matmuls at {fractions.matmul:g}{fp32} and attention at "
             f"{fractions.attention:g} of the dense peak, memory-bound ops at {fractions.memory:g} of the memory "

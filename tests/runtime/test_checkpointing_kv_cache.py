@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
@@ -45,13 +46,28 @@ def _gpt2() -> transformers.GPT2LMHeadModel:
     return transformers.GPT2LMHeadModel(config).train()
 
 
-def test_the_runtime_checkpoints_a_cached_hf_model_with_the_same_gradients() -> None:
-    plain = _gpt2()
-    assert plain.config.use_cache  # transformers' default, which fit(model) receives
+def _t5() -> transformers.T5ForConditionalGeneration:
+    """T5's encoder and decoder stacks each hold their own copy of the config (use_cache on in the decoder's)."""
+    torch.manual_seed(0)
+    config = transformers.T5Config(num_layers=2, num_decoder_layers=2, d_model=64, num_heads=2, d_kv=32, d_ff=128,
+                                   vocab_size=128, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
+    config._attn_implementation = "eager"
+    return transformers.T5ForConditionalGeneration(config).train()
+
+
+BLOCKS = {"gpt2": ("transformer.h.0", "transformer.h.1"),
+          "t5": ("encoder.block.0", "encoder.block.1", "decoder.block.0", "decoder.block.1")}
+
+
+@pytest.mark.parametrize("make", [_gpt2, _t5], ids=["gpt2", "t5"])
+def test_the_runtime_checkpoints_a_cached_hf_model_with_the_same_gradients(make: Any) -> None:
+    plain = make()
+    assert any(getattr(m, "config", plain.config).use_cache for m in plain.modules())  # transformers' default
     checkpointed = copy.deepcopy(plain)
-    assert checkpoint_blocks(checkpointed, ("transformer.h.0", "transformer.h.1")) == 2
-    assert checkpointed.config.use_cache is False
-    ids = torch.randint(0, 128, (2, 16))
+    blocks = BLOCKS["t5" if isinstance(plain, transformers.T5ForConditionalGeneration) else "gpt2"]
+    assert checkpoint_blocks(checkpointed, blocks) == len(blocks)
+    assert not any(getattr(m, "config", checkpointed.config).use_cache for m in checkpointed.modules())
+    ids = torch.randint(1, 128, (2, 16))
     for model in (plain, checkpointed):
         for _ in range(2):  # the second step too: nothing left over from the first
             model.zero_grad()

@@ -120,6 +120,25 @@ def test_checkpointed_blocks_add_host_time_where_the_host_bounds_the_step():
     assert long is not None and long.seconds == step_time.estimate(big, 1, _gpu()).seconds  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("mode", ["full", "op"])
+def test_a_traced_checkpointing_choice_is_priced_at_its_own_host_cost_per_block(mode):
+    # tiny-llama at micro-batch 1 on an H100 is host-bound: the step is its kernels' and its blocks' host time.
+    from autoshard.models import load_source
+    from autoshard.profiler.checkpointing import parse_checkpointing
+    from autoshard.strategies import build_workload, costs
+
+    choice = parse_checkpointing(mode)
+    workload = build_workload(load_source("tiny-llama"), precision="bf16-mixed", seq_len=64, checkpointing=(True,),
+                              target="cuda", checkpoint_mode=choice, jobs=1)
+    trace = workload.trace("amp", True)
+    seconds, note = costs.step_compute_seconds(trace, 1, load_hardware("h100-sxm-80gb", gpus=1), "bf16")
+    per_block = step_time.OP_CHECKPOINT_BLOCK_S if mode == "op" else step_time.CHECKPOINT_BLOCK_S
+    blocks = trace.at_1.checkpointed_blocks
+    assert blocks == len(trace.at_1.blocks) > 0
+    assert seconds == pytest.approx(trace.at_1.census.kernels * step_time.LAUNCH_S + blocks * per_block)
+    assert f"{blocks} checkpointed blocks at {per_block * 1e3:g} ms" in note and "host-bound" in note
+
+
 def test_a_gpu_without_measurements_gets_the_generic_fractions_and_says_so():
     gpu = dataclasses.replace(_gpu(), achievable=None)
     gemm = MatmulClass(kind="gemm", dtype="bf16", min_dim=8192, flops=10**15, bytes=10**9, kernels=1)

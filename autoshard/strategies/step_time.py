@@ -19,8 +19,10 @@ does not):
   rate (``torch.backends.cuda.matmul.allow_tf32 = False``) unless the run sets
   ``torch.set_float32_matmul_precision("high")`` (``tf32_matmuls``);
 * kernels run one after another on one stream, so the GPU's time is the **sum** over classes; the host must
-  also launch every kernel, so the step takes ``max(GPU time, kernels · launch)``: with small kernels, the
-  launch overhead is the floor (``launch``: the host's time per kernel, measured: :data:`LAUNCH_S`).
+  also launch every kernel, so the step takes ``max(GPU time, kernels · launch + checkpointed blocks · block)``:
+  with small kernels, the host's overhead is the floor (``launch``: its time per kernel, :data:`LAUNCH_S`;
+  ``block``: activation checkpointing's own work per block, :data:`CHECKPOINT_BLOCK_S` or
+  :data:`OP_CHECKPOINT_BLOCK_S`; both measured).
 
 ``matmul`` (and ``matmul_fp32``, ``matmul_tf32``), ``attention`` and ``memory`` are per-GPU-model constants in
 ``profiles/gpus/*.yaml`` (:class:`autoshard.hardware.specs.Achievable`), each with its source; a GPU without them gets
@@ -85,7 +87,7 @@ class StepTime:
     gpu_s: float
     """``matmul_s + attention_s + memory_s``: the GPU's busy time."""
     launch_s: float
-    """The host's time to launch every kernel."""
+    """The host's time: every kernel's launch, checkpointing's work per block and a strategy's own host time."""
     flops: int
     note: str
 

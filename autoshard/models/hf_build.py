@@ -48,9 +48,7 @@ def training_config(config: Any) -> Any:
         (False, False)
     """
     config = copy.deepcopy(config)
-    for part in sub_configs(config):
-        if hasattr(part, "use_cache"):
-            part.use_cache = False
+    _cache_off(config)
     return config
 
 
@@ -74,10 +72,17 @@ def kv_cache_off(model: nn.Module) -> int:
         if config is None or id(config) in seen or not _is_config(config, config):
             continue
         seen.add(id(config))
-        for part in sub_configs(config):
-            if getattr(part, "use_cache", False):
-                part.use_cache = False
-                turned += 1
+        turned += _cache_off(config)
+    return turned
+
+
+def _cache_off(config: Any) -> int:
+    """``use_cache = False`` in ``config`` and every sub-config that has the setting; how many had it on."""
+    turned = 0
+    for part in sub_configs(config):
+        if hasattr(part, "use_cache"):
+            turned += bool(part.use_cache)
+            part.use_cache = False
     return turned
 
 

@@ -69,6 +69,24 @@ bitsandbytes' ``AdamW8bit`` updates each parameter in one kernel, in place (``op
 ``optimizer_update_32bit`` for tensors under its ``min_8bit_size`` of 4096 elements; bitsandbytes 0.50
 ``optim/optimizer.py::Optimizer2State``), with 8-bit states whose size does not follow the parameters' dtype."""
 
+BITSANDBYTES_OBJECT = "bitsandbytes."
+"""How a bitsandbytes optimizer given to ``fit()`` as a class or an instance is named to the strategies when it is
+not AdamW8bit: ``bitsandbytes.<Class>`` (``bitsandbytes.Lion8bit``, ``bitsandbytes.AdamW`` with 32-bit state)."""
+
+
+def own_kernel(optimizer: str) -> bool:
+    """Whether ``optimizer`` steps each parameter with a kernel of its own rather than ``torch.optim``'s: a name of
+    :data:`OWN_KERNEL_OPTIMIZERS`, or ``bitsandbytes.<Class>`` for any other bitsandbytes optimizer. Every
+    bitsandbytes optimizer does (``optimizer_update_32bit`` or ``optimizer_update_8bit_blockwise``, bitsandbytes
+    0.50), and none of those kernels takes FSDP2's DTensor parameters.
+
+    Example:
+        >>> own_kernel("adamw8bit"), own_kernel("bitsandbytes.Lion8bit"), own_kernel("adamw")
+        (True, True, False)
+    """
+    return optimizer in OWN_KERNEL_OPTIMIZERS or optimizer.startswith(BITSANDBYTES_OBJECT)
+
+
 OptimizerImpl = Literal["foreach", "for-loop", "fused"]
 """How ``torch.optim`` runs a step (``torch/optim/adam.py``, torch 2.13):
 

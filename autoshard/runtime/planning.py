@@ -236,6 +236,24 @@ def optimizer_name(optimizer: Any) -> str | None:
     return "adamw8bit" if bits == 8 else None
 
 
+def optimizer_label(optimizer: Any) -> str | None:
+    """What a strategy's :meth:`~autoshard.strategies.base.Strategy.refuses` is asked about for ``fit(optimizer=
+    ...)``: :func:`optimizer_name`'s name, else ``bitsandbytes.<Class>`` for any other bitsandbytes optimizer given
+    as a class or an instance (Lion8bit, 32-bit AdamW: kernels of their own, which FSDP2 cannot run), else ``None``.
+
+    Example:
+        >>> optimizer_label("adamw"), optimizer_label(torch.optim.SGD)
+        ('adamw', None)
+    """
+    from autoshard.profiler.options import BITSANDBYTES_OBJECT
+
+    name = optimizer_name(optimizer)
+    if name is not None or optimizer is None or isinstance(optimizer, str):
+        return name
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    return f"{BITSANDBYTES_OBJECT}{cls.__name__}" if cls.__module__.startswith("bitsandbytes") else None
+
+
 def _check_optimizer(job: TrainJob, exported: ExportedPlan) -> None:
     """The plan's strategy can step the optimizer named (by ``optimizer=`` or the plan), before any process starts.
 
@@ -246,7 +264,7 @@ def _check_optimizer(job: TrainJob, exported: ExportedPlan) -> None:
 
     if job.optimizer is None and job.source is not None and job.source.optimizer_fn is not None:
         return
-    name = exported.optimizer if job.optimizer is None else optimizer_name(job.optimizer)
+    name = exported.optimizer if job.optimizer is None else optimizer_label(job.optimizer)
     if name is None:
         return
     reason = get(exported.strategy).refuses(name)
@@ -272,6 +290,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         job = replace(job, data=data)  # a generator's first batch was put back in front
         source = module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
                                         training_step=job.training_step)
+    strategies = _able_strategies(job.optimizer, options.strategy, notes)
+
     def planned(source: ModelSource) -> Any:
         # Priced as this process runs fp32 matmuls (torch.set_float32_matmul_precision, set by the user's script).
         return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
@@ -279,8 +299,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                         optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
                         reduce_dtype=options.reduce_dtype,
                         float32_matmul_precision=torch.get_float32_matmul_precision(),
-                        grad_clip_norm=job.grad_clip_norm,
-                        strategies=None if options.strategy is None else [options.strategy], cache=options.cache)
+                        grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache)
 
     try:
         plan = planned(source)
@@ -309,6 +328,28 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
     notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
                  f"{exported.micro_batch_size}, {precision}.")
     return exported, job
+
+
+def _able_strategies(optimizer: Any, strategy: str | None, notes: list[str]) -> list[str] | None:
+    """The strategies to plan over (``None``: all): ``strategy`` if named, less those that cannot step a
+    bitsandbytes optimizer given as an object other than AdamW8bit (planned with AdamW's two 32-bit states per
+    parameter: as much as 32-bit Adam holds, more than Lion8bit, less than AdEMAMix's three).
+
+    Raises:
+        NoFeasiblePlan: none of them can step it.
+    """
+    from autoshard.planner.search import check_optimizer
+    from autoshard.strategies import get, names
+
+    label = optimizer_label(optimizer)
+    asked = None if strategy is None else [strategy]
+    if label is None or label == optimizer_name(optimizer):
+        return asked
+    check_optimizer(label, [get(n) for n in asked or names()])
+    able = [n for n in asked or names() if get(n).refuses(label) is None]
+    notes.append(f"optimizer {label} is planned with AdamW's memory (two 32-bit states per parameter: 8-bit "
+                 f"states hold less, AdEMAMix more), over the strategies that can step it: {', '.join(able)}.")
+    return able
 
 
 def _fingerprint(job: TrainJob) -> ModelFingerprint:

@@ -61,7 +61,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         # before the setting) the process keeps what the user's script set.
         torch.set_float32_matmul_precision(plan.float32_matmul_precision)
     init = _model_init(job, plan, notes)
-    make_optimizer = optimizer_factory(job.optimizer, plan, job.source)
+    make_optimizer = _steppable(optimizer_factory(job.optimizer, plan, job.source), plan.strategy)
     clip = job.grad_clip_norm
     if clip is None and plan.grad_clip_norm is not None:
         clip = plan.grad_clip_norm
@@ -194,6 +194,26 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
         return _checked(optimizer)
     raise UsageError(f"optimizer must be a name, an optimizer, its class or a factory, but got "
                      f"{type(optimizer).__name__}.")
+
+
+def _steppable(factory: Callable[[Any], torch.optim.Optimizer], strategy: str
+               ) -> Callable[[Any], torch.optim.Optimizer]:
+    """``factory``, refusing an optimizer ``strategy`` cannot step (a bitsandbytes one under FSDP2) as soon as it
+    is built, in the strategy's words: a factory's class is known only then (classes and instances are refused
+    before any process starts)."""
+    from autoshard.runtime.planning import optimizer_label
+    from autoshard.strategies import get
+
+    def build(params: Any) -> torch.optim.Optimizer:
+        opt = factory(params)
+        label = optimizer_label(opt)
+        reason = None if label is None else get(strategy).refuses(label)
+        if reason is not None:
+            raise UsageError(f"strategy {strategy} cannot step the optimizer the factory built ({label}): {reason}",
+                             hint="Plan another strategy (strategy= in fit()), or another optimizer.")
+        return opt
+
+    return build
 
 
 def _checked(factory: Callable[[Any], Any]) -> Callable[[Any], torch.optim.Optimizer]:

@@ -306,8 +306,9 @@ class Strategy(abc.ABC):
 
     def refuses(self, optimizer: str) -> str | None:
         """Why this strategy's backend cannot step ``optimizer`` (a name of
-        :data:`~autoshard.profiler.options.OPTIMIZERS`; a sentence), or ``None`` when it can. Known before
-        anything is traced."""
+        :data:`~autoshard.profiler.options.OPTIMIZERS`, or ``bitsandbytes.<Class>`` for another bitsandbytes
+        optimizer given to ``fit()`` as an object; a sentence), or ``None`` when it can. Known before anything is
+        traced."""
         return None
 
     def settings(self, hardware: HardwareSpec, candidate: Candidate,

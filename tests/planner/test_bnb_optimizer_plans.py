@@ -93,3 +93,29 @@ def test_fit_plans_bitsandbytes_8bit_adam_given_as_a_class_or_an_instance_by_its
     assert optimizer_name(bitsandbytes.optim.AdamW(params, optim_bits=8)) == "adamw8bit"
     assert optimizer_name(bitsandbytes.optim.AdamW(params)) is None  # 32-bit state: planned as AdamW
     assert optimizer_name(torch.optim.AdamW) is None and optimizer_name("adamw_bnb_8bit") == "adamw8bit"
+
+
+def test_any_other_bitsandbytes_optimizer_is_planned_away_from_the_strategies_that_cannot_step_it() -> None:
+    """Every bitsandbytes optimizer steps with its own kernels (Lion8bit, 32-bit AdamW, ...): named
+    ``bitsandbytes.<Class>`` to the strategies, planned over those that can step it, refused where none can."""
+    import bitsandbytes
+    import torch
+
+    from autoshard.runtime.planning import _able_strategies, optimizer_label
+    from autoshard.strategies import get, names
+
+    params = [torch.nn.Parameter(torch.zeros(8))]
+    assert optimizer_label(bitsandbytes.optim.Lion8bit) == "bitsandbytes.Lion8bit"
+    assert optimizer_label(bitsandbytes.optim.AdamW(params)) == "bitsandbytes.AdamW"
+    assert optimizer_label(bitsandbytes.optim.AdamW8bit) == "adamw8bit"
+    assert optimizer_label(torch.optim.AdamW) is None and optimizer_label(lambda p: None) is None
+    notes: list[str] = []
+    able = _able_strategies(bitsandbytes.optim.Lion8bit, None, notes)
+    assert able is not None and "ddp" in able and "deepspeed_stage_2" in able
+    left_out = set(names()) - set(able)
+    assert {"fsdp", "deepspeed_stage_2_offload"} <= left_out
+    assert all(get(n).refuses("bitsandbytes.Lion8bit") for n in left_out)
+    assert "bitsandbytes.Lion8bit" in notes[0]
+    assert _able_strategies(torch.optim.AdamW, "fsdp", []) == ["fsdp"]  # torch's own: nothing left out
+    with pytest.raises(NoFeasiblePlan, match="can step bitsandbytes.Lion8bit: bitsandbytes' optimizers cannot"):
+        _able_strategies(bitsandbytes.optim.Lion8bit, "fsdp", [])

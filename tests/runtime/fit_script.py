@@ -2,8 +2,9 @@
 
 It builds tiny-gpt2 with a fixed seed and no dropout, trains on a fixed list of batches (three distinct batches repeated, so
 the loss falls), and prints one JSON line: ``RESULT {...}``. Options (all optional): ``strategy``,
-``processes``, ``max_steps``, ``optimizer`` (``adamw``, ``sgd``, ``adamw8bit``), ``checkpoint_dir``, ``checkpoint_every``, ``resume`` (passed as
-``Checkpointing(dir=, every=, resume=)``), ``precision``,
+``processes``, ``max_steps``, ``optimizer`` (``adamw``, ``sgd``, ``adamw8bit``; ``bnb:<Class>`` /
+``bnb-factory:<Class>``: a bitsandbytes optimizer class, or a factory building one), ``checkpoint_dir``,
+``checkpoint_every``, ``resume`` (passed as ``Checkpointing(dir=, every=, resume=)``), ``precision``,
 ``fail`` (``{"rank": r, "step": s, "how": "raise" | "kill"}``),
 ``plan`` (a plan.json path), ``force``, ``checkpointing`` (the strategy's plan with activation checkpointing),
 ``plan_for`` (``{"strategy": s, "precision": p, "nodes": n}``: a plan built by hand for ``processes`` ranks over
@@ -28,6 +29,12 @@ from autoshard.runtime import Checkpointing, fit
 def _optimizer(name: str):  # type: ignore[no-untyped-def]
     if name == "adamw8bit":  # by name: fit() builds bitsandbytes' AdamW8bit itself
         return name
+    if name.startswith(("bnb:", "bnb-factory:")):  # a bitsandbytes class, or a factory building one
+        import bitsandbytes
+
+        how, cls_name = name.split(":")
+        cls = getattr(bitsandbytes.optim, cls_name)
+        return cls if how == "bnb" else (lambda params: cls(params, lr=1e-3))
     if name == "sgd":
         return lambda params: torch.optim.SGD(params, lr=0.5)
     return lambda params: torch.optim.AdamW(params, lr=1e-2)

@@ -36,3 +36,32 @@ def test_a_plan_for_fsdp_is_refused_before_any_process_starts() -> None:
     assert proc.returncode != 0
     assert "cannot step optimizer adamw8bit" in proc.stderr and "DTensor" in proc.stderr
     assert "rank 1 failed" not in proc.stderr  # refused in the launching process, not by a worker
+
+
+@pytest.mark.parametrize("optimizer", ["bnb:Lion8bit", "bnb:AdamW"])
+def test_another_bitsandbytes_class_is_refused_under_fsdp_before_any_process_starts(optimizer: str) -> None:
+    """Lion8bit (8-bit, not Adam) and AdamW with 32-bit state: planned as AdamW, their kernels are bitsandbytes'
+    own (``optimizer_update_8bit_blockwise``, ``optimizer_update_32bit``), which FSDP2's DTensors fail in."""
+    proc = run_script({"plan_for": {"strategy": "fsdp"}, "processes": 2, "optimizer": optimizer}, check=False)
+    assert proc.returncode != 0
+    assert f"cannot step optimizer bitsandbytes.{optimizer[4:]}" in proc.stderr and "DTensor" in proc.stderr
+    assert "rank 1 failed" not in proc.stderr  # refused in the launching process, not by a worker
+
+
+def test_a_factory_building_one_under_fsdp_is_refused_in_the_strategys_words() -> None:
+    """A factory's class is known only once it has built the optimizer, in the workers: refused there, by name,
+    not by the DTensor dispatcher's NotImplementedError."""
+    proc = run_script({"plan_for": {"strategy": "fsdp"}, "processes": 2, "optimizer": "bnb-factory:Lion8bit"},
+                      check=False)
+    assert proc.returncode != 0
+    assert "cannot step the optimizer the factory built (bitsandbytes.Lion8bit)" in proc.stderr
+    assert "sharding strategy" not in proc.stderr and "mixed torch.Tensor and DTensor" not in proc.stderr
+
+
+def test_planned_automatically_it_trains_on_a_strategy_that_can_step_it() -> None:
+    """plan='auto' with Lion8bit as a class: the planner leaves out FSDP2 and ZeRO-Offload, and the run trains."""
+    proc = run_script({"processes": 2, "optimizer": "bnb:Lion8bit"})
+    out = results(proc)[0]
+    assert not out["strategy"].startswith("fsdp") and "offload" not in out["strategy"]
+    assert out["losses"][-1] < out["losses"][0]
+    assert "optimizer bitsandbytes.Lion8bit is planned with AdamW's memory" in proc.stdout + proc.stderr

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoshard.hardware.specs import HardwareSpec
-from autoshard.profiler.options import OWN_KERNEL_OPTIMIZERS
+from autoshard.profiler.options import own_kernel
 from autoshard.strategies.base import (
     Candidate,
     CostEstimate,
@@ -99,9 +99,9 @@ class DeepSpeedZero(Strategy):
 
     def refuses(self, optimizer: str) -> str | None:
         """ZeRO-Offload steps on the host with DeepSpeed's CPU Adam, not a client's bitsandbytes optimizer."""
-        if optimizer in OWN_KERNEL_OPTIMIZERS and self.offload_optimizer != "none":
-            return ("ZeRO-Offload steps the optimizer on the host with DeepSpeed's CPU Adam and refuses "
-                    "bitsandbytes' AdamW8bit (zero_force_ds_cpu_optimizer). ZeRO without offload steps it on the GPU.")
+        if own_kernel(optimizer) and self.offload_optimizer != "none":
+            return ("ZeRO-Offload steps the optimizer on the host with DeepSpeed's CPU Adam and refuses a "
+                    "bitsandbytes optimizer (zero_force_ds_cpu_optimizer). ZeRO without offload steps it on the GPU.")
         return None
 
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:

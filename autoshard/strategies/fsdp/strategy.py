@@ -21,7 +21,7 @@ from typing import Any
 
 from autoshard.errors import UsageError
 from autoshard.hardware.specs import HardwareSpec
-from autoshard.profiler.options import OWN_KERNEL_OPTIMIZERS, Precision
+from autoshard.profiler.options import Precision, own_kernel
 from autoshard.strategies import costs
 from autoshard.strategies.base import (
     Candidate,
@@ -91,8 +91,8 @@ class FSDPStrategy(Strategy):
 
     def refuses(self, optimizer: str) -> str | None:
         """bitsandbytes' optimizers cannot step FSDP2's sharded parameters."""
-        if optimizer in OWN_KERNEL_OPTIMIZERS:
-            return ("bitsandbytes' AdamW8bit cannot step FSDP2's sharded (DTensor) parameters: its kernel takes "
+        if own_kernel(optimizer):
+            return ("bitsandbytes' optimizers cannot step FSDP2's sharded (DTensor) parameters: their kernels take "
                     "plain tensors. ddp and DeepSpeed ZeRO without offload can.")
         return None
 

@@ -32,6 +32,7 @@ from torch import nn
 from autoshard.errors import ModelSourceError, UserCodeError
 from autoshard.models.fingerprint import file_fingerprint
 from autoshard.models.source import ModelSource, takes_keyword, user_frame
+from autoshard.models.step import FileCall
 
 __all__ = ["load_file"]
 
@@ -96,6 +97,7 @@ def load_file(path: str | os.PathLike[str]) -> ModelSource:
         build_fn=functions["model"],
         batch_fn=batch_fn,
         loss_fn=functions.get("loss"),
+        call_fn=FileCall(),
         optimizer_fn=functions.get("optimizer"),
         accepts_seq_len=accepts_seq_len,
         default_seq_len=default_seq_len,

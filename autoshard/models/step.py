@@ -121,6 +121,27 @@ class _Loss:
         return self.loss_fn(output, parts[1])
 
 
+@dataclass(frozen=True, slots=True)
+class FileCall:
+    """How a model file's batch reaches its model: ``model(*batch[:k])`` when the forward takes ``k`` positional
+    arguments and the tuple has more elements (the rest are targets, which the file's ``loss(output, batch)`` reads
+    from the whole batch), else :func:`call_model`. The forward asked is the user's module's, under whatever
+    wraps it (DDP's and DeepSpeed's ``forward(*inputs, **kwargs)`` pass everything on to ``.module``)."""
+
+    def __call__(self, model: nn.Module, batch: Batch) -> Any:
+        parts = split(batch, positional_inputs(_user_module(model)))
+        return call_model(model, batch if parts is None else parts[0])
+
+
+def _user_module(model: nn.Module) -> nn.Module:
+    """The module under DDP / a DeepSpeed engine: wrappers whose ``forward`` takes ``*inputs`` and who hold the
+    user's module as ``.module`` (a module of the user's own with a ``.module`` and a forward of its own is not
+    unwrapped)."""
+    while positional_inputs(model) is None and isinstance(getattr(model, "module", None), nn.Module):
+        model = model.module
+    return model
+
+
 def _returned_loss(output: Any, batch: Batch) -> torch.Tensor:
     """``training_step`` returned the loss: it is the output."""
     return output

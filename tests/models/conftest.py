@@ -51,7 +51,7 @@ def train_step() -> Callable[[ModelSource, torch.nn.Module, Any], torch.Tensor]:
     """``train_step(source, module, batch)``: one real forward and backward; returns the detached loss."""
 
     def step(source: ModelSource, module: torch.nn.Module, batch: Any) -> torch.Tensor:
-        output = call_model(module, batch)
+        output = (source.call_fn or call_model)(module, batch)
         loss = (source.loss_fn or default_loss)(output, batch)
         loss.backward()
         return loss.detach()

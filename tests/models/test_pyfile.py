@@ -138,6 +138,70 @@ def test_batch_is_fed_as_tensor_star_args_or_kwargs(
     assert loss.ndim == 0
 
 
+INPUTS_AND_TARGETS = """
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    def model():
+        return Net()
+
+    def batch(batch_size):
+        return torch.randn(batch_size, 4), torch.randint(0, 3, (batch_size,))
+
+    def loss(output, batch):
+        return F.cross_entropy(output, batch[1])
+"""
+
+
+def test_a_tuple_with_targets_feeds_the_forward_its_inputs_and_the_loss_the_whole_batch(
+    write_model: Callable[..., Path], train_step: Callable[..., torch.Tensor]
+) -> None:
+    """``(x, y)`` with ``forward(self, x)``, the plain PyTorch loop's shape: ``model(x)``, ``loss(output, batch)``
+    (was ``model(x, y)``: "forward() takes 2 positional arguments but 3 were given")."""
+    source = load_file(write_model(INPUTS_AND_TARGETS))
+    torch.manual_seed(0)
+    module, data = source.build(), source.batch(5)
+    loss = train_step(source, module, data)
+    with torch.no_grad():
+        assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(module(data[0]), data[1])))
+
+
+def test_the_inputs_are_counted_on_the_users_forward_under_ddp(write_model: Callable[..., Path]) -> None:
+    """DDP's ``forward(*inputs, **kwargs)`` passes everything to ``.module``: the count is the user's forward's,
+    and a module of the user's own that keeps another as ``.module`` is asked itself."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from autoshard.models.step import FileCall
+
+    source = load_file(write_model(INPUTS_AND_TARGETS))
+    data = source.batch(2)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert FileCall()(DistributedDataParallel(source.build()), data).shape == (2, 3)
+    finally:
+        dist.destroy_process_group()
+
+    class Both(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = torch.nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return self.module(x)[torch.arange(len(y)), y]
+
+    assert FileCall()(Both(), data).shape == (2,)
+
+
 @pytest.mark.parametrize(
     ("signature", "accepts_seq_len", "default_seq_len"),
     [

@@ -78,7 +78,8 @@ def fit(
     Args:
         model: an ``nn.Module``, or a model source as ``recommend`` takes (``model.py``, ``config.json``, a
             catalog name). A source under FSDP2 / ZeRO-3 is built sharded when it can re-initialise itself
-            (the catalog); a module is used as built.
+            (the catalog); a module is used as built; a ``torch.compile``'d module is trained as the module it
+            wraps, uncompiled (noted).
         data: a map-style ``Dataset`` (batched at the plan's micro-batch, sharded with a ``DistributedSampler``),
             a ``DataLoader`` (its batch size kept, re-sharded), any iterable of batches (dealt out to the ranks
             in turn), or ``None`` to train on the model source's example batches (needs ``max_steps``).
@@ -150,8 +151,9 @@ def fit(
     environ = os.environ  # the edge: the launcher's variables are read here only
     launch = LaunchInfo.from_environ(environ)
     ckpt = checkpointing or Checkpointing()
+    module, arrival = _uncompiled(module)
     job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, training_step=training_step,
-                   optimizer=optimizer,
+                   optimizer=optimizer, notes=arrival,
                    max_steps=max_steps, epochs=epochs, seed=seed,
                    checkpoint_dir=None if ckpt.dir is None else Path(ckpt.dir),
                    checkpoint_every=ckpt.every,
@@ -389,6 +391,23 @@ def _model(model: Any, loss_fn: Any) -> tuple[nn.Module | None, ModelSource | No
         return None, load_source(model)
     raise UsageError(f"model must be a torch.nn.Module or a model source (a model.py path, a config.json path or "
                      f"a catalog name), but got {type(model).__name__}.")
+
+
+def _uncompiled(module: nn.Module | None) -> tuple[nn.Module | None, tuple[str, ...]]:
+    """The module a ``torch.compile``'d one wraps (``_orig_mod``), with a note; any other as given. DDP, FSDP2 and
+    DeepSpeed wrap the user's module, and its ``forward`` says how a batch is fed: torch.compile's wrapper
+    (``forward(*args, **kwargs)``) hid both."""
+    if "torch._dynamo" not in sys.modules:  # nothing was compiled: importing dynamo costs a second
+        return module, ()
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    if not isinstance(module, OptimizedModule):
+        return module, ()
+    inner = module._orig_mod
+    if not isinstance(inner, nn.Module):  # pragma: no cover - torch.compile wraps modules in OptimizedModule only
+        return module, ()
+    return inner, (f"model is torch.compile'd: fit() plans and trains the {type(inner).__name__} it wraps, "
+                   "uncompiled (autoshard neither models nor applies torch.compile).",)
 
 
 def _check_checkpointing(checkpointing: Any) -> None:

@@ -189,7 +189,7 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
              ) -> tuple[ExportedPlan, list[str], TrainJob]:
     """The plan to train with, notes on what was decided, and the job (its data may have been peeked at)."""
     explicit = load_plan(options.plan)
-    notes: list[str] = []
+    notes = list(job.notes)
     if explicit is not None:
         exported, where = explicit
         fingerprint = _fingerprint(job)

@@ -51,6 +51,8 @@ class TrainJob:
     """Called on every rank after each optimizer step (step number, seconds): the tuner's progress channel."""
     training_step: Callable[[Any, Any], torch.Tensor] | None = None
     """``training_step(model, batch) -> loss`` in place of forward + loss (:mod:`autoshard.models.step`)."""
+    notes: tuple[str, ...] = ()
+    """What checking the arguments decided (a ``torch.compile``'d module trained uncompiled): the first notes."""
 
 
 def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) -> FitResult:

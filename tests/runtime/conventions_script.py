@@ -8,6 +8,7 @@ process.
 * ``hf-loader``: a ``LlamaForCausalLM`` from a small ``LlamaConfig``, a ``DataLoader`` over a list of dict samples.
 * ``hf-list``: the same list of dict samples passed as ``data`` directly.
 * ``training-step``: a ``training_step(model, batch) -> loss`` hook.
+* ``compiled``: ``plain`` with the model given as ``torch.compile(model)``.
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ def _training_step() -> dict:
 
 
 def main(case: str) -> None:
-    if case == "plain":
+    if case in ("plain", "compiled"):
         kwargs = _plain()
+        if case == "compiled":
+            kwargs["model"] = torch.compile(kwargs["model"])
     elif case in ("hf-loader", "hf-list"):
         model, samples = _llama_samples()
         kwargs = {"model": model, "data": DataLoader(samples, batch_size=4) if case == "hf-loader" else samples}

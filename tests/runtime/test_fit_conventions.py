@@ -4,6 +4,7 @@ gloo processes as a user's script runs them — and errors worded for the code t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -24,6 +25,7 @@ SCRIPT = Path(__file__).with_name("conventions_script.py")
 REPO = Path(__file__).resolve().parents[2]
 
 
+@functools.cache
 def _run(case: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(SCRIPT), case], cwd=REPO, env=env, capture_output=True, text=True,
@@ -41,6 +43,14 @@ def test_the_common_training_loops_train_on_two_processes(case: str) -> None:
     assert losses[-1] < losses[0], losses
     if case == "hf-list":
         assert any("single samples" in n for n in result["notes"]), result["notes"]
+
+
+def test_a_compiled_module_trains_as_the_module_it_wraps_and_says_so() -> None:
+    """torch.compile's wrapper takes ``*args``: fed as is, ``(x, y)`` reached ``Sequential.forward`` whole."""
+    compiled, plain = _run("compiled"), _run("plain")
+    assert compiled["strategy"] == plain["strategy"]
+    assert compiled["losses"] == pytest.approx(plain["losses"], rel=1e-6)
+    assert any("torch.compile'd" in n and "uncompiled" in n for n in compiled["notes"]), compiled["notes"]
 
 
 class _Two(torch.nn.Module):

@@ -137,8 +137,9 @@ def _user_module(model: nn.Module) -> nn.Module:
     """The module under DDP / a DeepSpeed engine: wrappers whose ``forward`` takes ``*inputs`` and who hold the
     user's module as ``.module`` (a module of the user's own with a ``.module`` and a forward of its own is not
     unwrapped)."""
-    while positional_inputs(model) is None and isinstance(getattr(model, "module", None), nn.Module):
-        model = model.module
+    inner = getattr(model, "module", None)
+    while positional_inputs(model) is None and isinstance(inner, nn.Module):
+        model, inner = inner, getattr(inner, "module", None)
     return model
 
 

@@ -117,5 +117,5 @@ def test_any_other_bitsandbytes_optimizer_is_planned_away_from_the_strategies_th
     assert all(get(n).refuses("bitsandbytes.Lion8bit") for n in left_out)
     assert "bitsandbytes.Lion8bit" in notes[0]
     assert _able_strategies(torch.optim.AdamW, "fsdp", []) == ["fsdp"]  # torch's own: nothing left out
-    with pytest.raises(NoFeasiblePlan, match="can step bitsandbytes.Lion8bit: bitsandbytes' optimizers cannot"):
+    with pytest.raises(NoFeasiblePlan, match=r"can step bitsandbytes\.Lion8bit: bitsandbytes' optimizers cannot"):
         _able_strategies(bitsandbytes.optim.Lion8bit, "fsdp", [])

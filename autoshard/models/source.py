@@ -10,6 +10,7 @@ builds under ``FakeTensorMode``, ``fit`` on a real device).
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -85,6 +86,13 @@ class ModelSource:
             raise UserCodeError(
                 f"model() in {self.origin} returned {type(module).__name__}, expected a torch.nn.Module.",
                 hint="Make model() return the module itself, e.g. `return MyNet()`.",
+            )
+        if is_compiled(module):
+            raise UserCodeError(
+                f"model() in {self.origin} returned a torch.compile'd module: autoshard profiles and trains the "
+                "module itself, eagerly (it neither models nor applies torch.compile).",
+                hint="Return the module uncompiled, e.g. `return MyNet()`; compile it in your own script if you "
+                     "train there.",
             )
         return module
 
@@ -201,6 +209,16 @@ def check_batch(batch: Batch, *, origin: str) -> None:
             f"batch() in {origin} returned a {type(batch).__name__} with no tensor in it.",
             hint="At least one input of the training step must be a torch.Tensor.",
         )
+
+
+def is_compiled(module: nn.Module) -> bool:
+    """Whether ``module`` is ``torch.compile``'s wrapper (``OptimizedModule``, the user's module in ``_orig_mod``);
+    without importing dynamo, which costs a second, when nothing imported it."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    return isinstance(module, OptimizedModule)
 
 
 def call_model(module: nn.Module, batch: Batch) -> Any:

@@ -18,7 +18,7 @@ from torch import nn
 
 from autoshard.errors import AutoshardError, UsageError
 from autoshard.models import load_source
-from autoshard.models.source import ModelSource
+from autoshard.models.source import ModelSource, is_compiled
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.checkpointing import parse_checkpointing
@@ -397,11 +397,7 @@ def _uncompiled(module: nn.Module | None) -> tuple[nn.Module | None, tuple[str, 
     """The module a ``torch.compile``'d one wraps (``_orig_mod``), with a note; any other as given. DDP, FSDP2 and
     DeepSpeed wrap the user's module, and its ``forward`` says how a batch is fed: torch.compile's wrapper
     (``forward(*args, **kwargs)``) hid both."""
-    if "torch._dynamo" not in sys.modules:  # nothing was compiled: importing dynamo costs a second
-        return module, ()
-    from torch._dynamo.eval_frame import OptimizedModule
-
-    if not isinstance(module, OptimizedModule):
+    if module is None or not is_compiled(module):
         return module, ()
     inner = module._orig_mod
     if not isinstance(inner, nn.Module):  # pragma: no cover - torch.compile wraps modules in OptimizedModule only

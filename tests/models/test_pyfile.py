@@ -578,3 +578,12 @@ def test_model_and_batch_misbehaving_become_user_code_errors(
         source.build() if call == "build" else source.batch(2)
     at = f"{path}:{line_of(CALL_TIME, '{model_body}' if call == 'build' else '{batch_body}')}"
     assert expected.format(path=path, at=at) in str(info.value)
+
+
+def test_a_compiled_module_from_model_is_refused_in_the_files_terms(write_model: Callable[..., Path]) -> None:
+    """torch.compile's wrapper takes ``*args`` and would be traced through dynamo under fake tensors: refused when
+    built, with the fix (``fit()`` given a compiled module object trains the module it wraps, with a note)."""
+    source = load_file(write_model(MINIMAL.replace("return nn.Linear(4, 2)", "return torch.compile(nn.Linear(4, 2))")))
+    with pytest.raises(UserCodeError, match="returned a torch.compile'd module") as info:
+        source.build()
+    assert "Return the module uncompiled" in str(info.value.hint)

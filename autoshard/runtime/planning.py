@@ -200,6 +200,16 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
                                 gpu=None)
         for difference in check(exported, fingerprint, run, source=where, force=options.force):
             notes.append(f"force=True: trained although {difference}.")
+        loader = _loader_batch_size(job.data)
+        if loader is not None and loader != exported.micro_batch_size:
+            if not options.force:
+                raise UsageError(
+                    f"the DataLoader batches {loader} samples, and the plan ({where}) was made for micro-batch "
+                    f"{exported.micro_batch_size}: its memory and speed are not those of this run.",
+                    hint=f"Build the DataLoader with batch_size={exported.micro_batch_size}, pass its Dataset "
+                         "(autoshard batches it at the plan's micro-batch), or force=True.")
+            notes.append(f"force=True: trained at the DataLoader's {loader} samples per batch although the plan "
+                         f"was made for micro-batch {exported.micro_batch_size}.")
         _check_optimizer(job, exported)
         if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
             exported = replace(exported, optimizer_impl=options.optimizer_impl)
@@ -276,6 +286,12 @@ def _check_optimizer(job: TrainJob, exported: ExportedPlan) -> None:
 def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[ExportedPlan, TrainJob]:
     from autoshard.planner.machine import default_precision, hardware_for, plan_for
 
+    loader = _loader_batch_size(job.data)
+    if options.batch_size is not None and loader is not None and options.batch_size != loader:
+        raise UsageError(f"batch_size={options.batch_size}, and the DataLoader batches {loader} samples: fit() "
+                         "trains on the DataLoader's batches as they come.",
+                         hint="Pass one of them: the DataLoader's batch size is the micro-batch when batch_size is "
+                              "not given; or pass its Dataset, which autoshard batches at batch_size.")
     hw = hardware_for(options.hardware, processes=options.processes)
     precision = options.precision or default_precision(hw)
     batch_size = options.batch_size or _fixed_batch_size(job.data)
@@ -360,6 +376,13 @@ def _fingerprint(job: TrainJob) -> ModelFingerprint:
         raise ValueError("TrainJob needs a module or a source")
     with torch.device("meta"):
         return model_fingerprint(source.build(), source.name)
+
+
+def _loader_batch_size(data: Any) -> int | None:
+    """The samples per batch of a ``DataLoader`` that batches by a fixed size, else ``None``."""
+    from torch.utils.data import DataLoader
+
+    return data.batch_size if isinstance(data, DataLoader) else None
 
 
 def _fixed_batch_size(data: Any) -> int | None:

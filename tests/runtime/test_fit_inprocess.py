@@ -278,3 +278,27 @@ def test_a_fit_worker_whose_launcher_is_gone_leaves_without_training(tmp_path, l
     assert done.returncode == 1
     # Alive, the worker goes on to read the plan its launcher should have written, and reports it missing.
     assert (tmp_path / "error-rank0.json").exists() is launcher_is_parent, done.stderr.decode()[-2000:]
+
+
+def _loader(batch_size: int) -> torch.utils.data.DataLoader:
+    data = torch.utils.data.TensorDataset(torch.randn(16, 8), torch.randn(16, 1))
+    return torch.utils.data.DataLoader(data, batch_size=batch_size)
+
+
+def test_a_batch_size_other_than_the_loaders_is_refused_before_planning() -> None:
+    """The DataLoader's batches are trained as they come: a plan for batch_size=16 would have priced a step the
+    run never takes (it planned 16 and trained 8)."""
+    model = _Regressor()
+    with pytest.raises(UsageError, match="batch_size=16, and the DataLoader batches 8 samples"):
+        fit(model, _loader(8), loss_fn=_mse, batch_size=16, max_steps=1)
+    result = fit(model, _loader(8), loss_fn=_mse, batch_size=8, max_steps=1)
+    assert result.plan.micro_batch_size == 8
+
+
+def test_a_plan_for_another_micro_batch_than_the_loaders_is_refused_then_forced() -> None:
+    model = _Regressor()
+    with pytest.raises(UsageError, match="batches 8 samples, and the plan .* micro-batch 4") as info:
+        fit(model, _loader(8), loss_fn=_mse, plan=_exported(model), max_steps=1)
+    assert "force=True" in str(info.value.hint)
+    result = fit(model, _loader(8), loss_fn=_mse, plan=_exported(model), max_steps=1, force=True)
+    assert any("the DataLoader's 8 samples per batch" in n for n in result.notes), result.notes

@@ -113,6 +113,7 @@ def plan_for(
     reduce_dtype: ReduceDtype | str | None = None,
     cache: bool = True,
     jobs: int | None = None,
+    max_batch_size: int | None = None,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
@@ -129,6 +130,7 @@ def plan_for(
     (:mod:`autoshard.planner.workload_cache`; the directory is :func:`autoshard.cache.workloads_dir` of the
     environment); :attr:`Plan.cached_workload` says whether it was read. ``jobs``: processes tracing at once, at
     most (``None``: one per usable core; see :func:`autoshard.strategies.workload.build_workload`).
+    ``max_batch_size``: the largest micro-batch to choose (``fit()``: the samples each rank's data has).
 
     Raises:
         UsageError: contradictory or out-of-range arguments, checked before anything is traced.
@@ -160,7 +162,7 @@ def plan_for(
     settings = {} if reduce_dtype is None else {"reduce_dtype": parse_reduce_dtype(reduce_dtype)}
     request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
                           safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies),
-                          settings=settings)
+                          settings=settings, max_micro_batch_size=max_batch_size)
     check_request(request, hardware.world_size)
     check_optimizer(parse_optimizer(optimizer), chosen)
     require_optimizer(parse_optimizer(optimizer))

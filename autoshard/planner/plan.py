@@ -27,6 +27,9 @@ class PlanRequest:
     """Restrict to these strategy names (``None``: all)."""
     settings: Mapping[str, Any] = field(default_factory=dict)
     """Knob values every candidate takes whose strategy has the knob (e.g. FSDP's ``reduce_dtype``)."""
+    max_micro_batch_size: int | None = None
+    """The most samples a chosen micro-batch may hold: what each rank's data has (``fit()`` on a dataset of known
+    length), or ``None`` (:data:`~autoshard.planner.search.MAX_MICRO_BATCH`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -37,6 +40,7 @@ class PlanRequest:
             "safety_margin": self.safety_margin,
             "strategies": None if self.strategies is None else list(self.strategies),
             "settings": dict(self.settings),
+            "max_micro_batch_size": self.max_micro_batch_size,
         }
 
 

@@ -162,7 +162,7 @@ def _max_micro_batch(strategy: Strategy, workload: Workload, hardware: HardwareS
         candidate = _candidate(strategy, hardware, request, mb, ckpt)
         return _does_not_fit(strategy.memory(workload, hardware, candidate), hardware, request) is None
 
-    return largest_micro_batch(fits)
+    return largest_micro_batch(fits, limit=min(MAX_MICRO_BATCH, request.max_micro_batch_size or MAX_MICRO_BATCH))
 
 
 def largest_micro_batch(fits: Callable[[int], bool], limit: int = MAX_MICRO_BATCH) -> int:

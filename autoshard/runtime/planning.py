@@ -295,6 +295,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
     hw = hardware_for(options.hardware, processes=options.processes)
     precision = options.precision or default_precision(hw)
     batch_size = options.batch_size or _fixed_batch_size(job.data)
+    per_rank = _samples_per_rank(job.data, hw.world_size)
+    _check_batch_fits_data(options.batch_size, per_rank)
     source = job.source
     if source is None:
         from autoshard.runtime.data import peek
@@ -315,7 +317,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                         optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
                         reduce_dtype=options.reduce_dtype,
                         float32_matmul_precision=torch.get_float32_matmul_precision(),
-                        grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache)
+                        grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache,
+                        max_batch_size=per_rank)
 
     try:
         plan = planned(source)
@@ -330,6 +333,11 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
 
         source = module_source(job.module, default_collate([samples[0]]),  # type: ignore[arg-type]
                                         loss_fn=job.loss_fn, training_step=job.training_step)
+        # A sample's first dimension is not a batch size (a token sequence's length, a feature vector's width):
+        # the micro-batch is the planner's choice, at most each rank's share of the samples, or batch_size=.
+        batch_size = options.batch_size
+        per_rank = _samples_per_rank(samples, hw.world_size)
+        _check_batch_fits_data(options.batch_size, per_rank)
         try:
             plan = planned(source)
         except UserCodeError:
@@ -376,6 +384,35 @@ def _fingerprint(job: TrainJob) -> ModelFingerprint:
         raise ValueError("TrainJob needs a module or a source")
     with torch.device("meta"):
         return model_fingerprint(source.build(), source.name)
+
+
+def _samples_per_rank(data: Any, world_size: int) -> int | None:
+    """Each rank's whole share of a map-style dataset (``fit()`` batches it with a ``DistributedSampler``,
+    ``drop_last``): the largest micro-batch that trains at all. ``None`` for data batched already.
+
+    Raises:
+        UsageError: a rank's share is empty.
+    """
+    from torch.utils.data import Dataset, IterableDataset
+
+    if not isinstance(data, Dataset) or isinstance(data, IterableDataset):
+        return None
+    try:
+        samples = len(data)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    if samples < world_size:
+        raise UsageError(f"the dataset has {samples} samples for {world_size} ranks: a rank would have none.",
+                         hint="Pass more data, or fewer processes (processes=).")
+    return samples // world_size
+
+
+def _check_batch_fits_data(batch_size: int | None, per_rank: int | None) -> None:
+    """Raise :class:`UsageError` when ``batch_size`` is more than each rank's ``per_rank`` samples."""
+    if batch_size is not None and per_rank is not None and batch_size > per_rank:
+        raise UsageError(f"batch_size={batch_size}, and each rank's share of the data is {per_rank} samples: "
+                         "no whole batch, nothing would train.",
+                         hint=f"Pass batch_size={per_rank} or less, or more data.")
 
 
 def _loader_batch_size(data: Any) -> int | None:

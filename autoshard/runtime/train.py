@@ -82,6 +82,10 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         feed = DataFeed(job.data, micro_batch_size=plan.micro_batch_size, ctx=ctx, seed=job.seed, synthetic=synthetic)
         if job.max_steps is None and feed.endless:
             raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
+        if feed.batches_per_epoch == 0:
+            raise UsageError(f"each rank's share of the data holds no whole micro-batch of {plan.micro_batch_size} "
+                             "samples: nothing would train.",
+                             hint="Pass more data, a plan with a smaller micro-batch, or fewer processes.")
         start, resumed = Position(), None
         where = _resume_from(job)
         if where is not None:

@@ -254,3 +254,14 @@ def test_plan_json_has_the_documented_shape():
     assert set(c) >= {"strategy", "fits", "memory", "max_micro_batch_size", "step_time_s", "throughput", "reasons"}
     assert set(c["memory"]["gpu"]) == {"parameters", "gradients", "optimizer", "activations", "buffers", "overhead",
                                        "total"}
+
+
+def test_the_chosen_micro_batch_is_capped_at_what_the_data_holds_per_rank():
+    """fit() on a dataset of known length asks for no micro-batch larger than each rank's share: above it the
+    sampler drops the incomplete batch and nothing trains."""
+    strategies = [Synthetic("ddp", state_gib=2, act_gib=0.01, per_device_samples_s=100)]
+    free = plan(workload(), H100x8, request(), strategies)
+    capped = plan(workload(), H100x8, request(max_micro_batch_size=12), strategies)
+    assert free.recommended.candidate.micro_batch_size > 12
+    assert capped.recommended.candidate.micro_batch_size == 12 and capped.recommended.max_micro_batch_size == 12
+    assert capped.to_dict()["request"]["max_micro_batch_size"] == 12

@@ -302,3 +302,20 @@ def test_a_plan_for_another_micro_batch_than_the_loaders_is_refused_then_forced(
     assert "force=True" in str(info.value.hint)
     result = fit(model, _loader(8), loss_fn=_mse, plan=_exported(model), max_steps=1, force=True)
     assert any("the DataLoader's 8 samples per batch" in n for n in result.notes), result.notes
+
+
+def test_a_dataset_smaller_than_the_largest_micro_batch_trains_at_its_size() -> None:
+    """The planner chose the largest micro-batch that fits (1,024 here), the sampler dropped the incomplete batch,
+    and fit() returned after 0 steps without a word. The micro-batch is now at most each rank's samples."""
+    data = torch.utils.data.TensorDataset(torch.randn(24, 8), torch.randn(24, 1))
+    result = fit(_Regressor(), data, loss_fn=_mse, max_steps=2)
+    assert result.plan.micro_batch_size == 24 and len(result.steps) == 2
+    with pytest.raises(UsageError, match="batch_size=32, and each rank's share of the data is 24 samples"):
+        fit(_Regressor(), data, loss_fn=_mse, max_steps=2, batch_size=32)
+
+
+def test_a_plan_whose_micro_batch_exceeds_the_data_is_refused_not_trained_for_zero_steps() -> None:
+    model = _Regressor()
+    data = torch.utils.data.TensorDataset(torch.randn(3, 8), torch.randn(3, 1))
+    with pytest.raises(UsageError, match="no whole micro-batch of 4 samples"):
+        fit(model, data, loss_fn=_mse, plan=_exported(model), max_steps=1)

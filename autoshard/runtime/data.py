@@ -11,9 +11,10 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
+import torch
 from torch.utils.data import (
     DataLoader,
     Dataset,
@@ -192,3 +193,50 @@ def _rebuildable(loader: DataLoader[Any]) -> bool:
 
     return (loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler
             and isinstance(loader.sampler, (RandomSampler, SequentialSampler)))
+
+
+def samples_per_rank(data: Any, world_size: int) -> int | None:
+    """Each rank's whole share of a map-style dataset (``fit()`` batches it with a ``DistributedSampler``,
+    ``drop_last``): the largest micro-batch that trains at all. ``None`` for data batched already.
+
+    Raises:
+        UsageError: a rank's share is empty.
+    """
+    if not isinstance(data, Dataset) or isinstance(data, IterableDataset):
+        return None
+    try:
+        samples = len(data)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    if samples < world_size:
+        raise UsageError(f"the dataset has {samples} samples for {world_size} ranks: a rank would have none.",
+                         hint="Pass more data, or fewer processes (processes=).")
+    return samples // world_size
+
+
+def check_batch_fits_data(batch_size: int | None, per_rank: int | None) -> None:
+    """Raise :class:`UsageError` when ``batch_size`` is more than each rank's ``per_rank`` samples."""
+    if batch_size is not None and per_rank is not None and batch_size > per_rank:
+        raise UsageError(f"batch_size={batch_size}, and each rank's share of the data is {per_rank} samples: "
+                         "no whole batch, nothing would train.",
+                         hint=f"Pass batch_size={per_rank} or less, or more data.")
+
+
+def loader_batch_size(data: Any) -> int | None:
+    """The samples per batch of a ``DataLoader`` that batches by a fixed size, else ``None``."""
+    return data.batch_size if isinstance(data, DataLoader) else None
+
+
+def fixed_batch_size(data: Any) -> int | None:
+    """The micro-batch ``data`` already has: a ``DataLoader``'s batch size, or the first dimension of a list of
+    batches' first batch (``None`` when its tensors disagree or there is none)."""
+    if isinstance(data, DataLoader):
+        return data.batch_size
+    if isinstance(data, (list, tuple)) and data:
+        first = data[0]
+        tensors = [first] if isinstance(first, torch.Tensor) else list(
+            first.values() if isinstance(first, Mapping) else first if isinstance(first, (list, tuple)) else [])
+        sizes = {t.shape[0] for t in tensors if isinstance(t, torch.Tensor) and t.dim() > 0}
+        if len(sizes) == 1:
+            return sizes.pop()
+    return None

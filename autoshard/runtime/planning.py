@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,13 @@ from autoshard.planner.plan_file import (
 )
 from autoshard.profiler.checkpointing import ActivationCheckpointing
 from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
-from autoshard.runtime.data import as_samples
+from autoshard.runtime.data import (
+    as_samples,
+    check_batch_fits_data,
+    fixed_batch_size,
+    loader_batch_size,
+    samples_per_rank,
+)
 from autoshard.strategies.workload import parameter_layout
 
 if TYPE_CHECKING:
@@ -200,7 +205,7 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
                                 gpu=None)
         for difference in check(exported, fingerprint, run, source=where, force=options.force):
             notes.append(f"force=True: trained although {difference}.")
-        loader = _loader_batch_size(job.data)
+        loader = loader_batch_size(job.data)
         if loader is not None and loader != exported.micro_batch_size:
             if not options.force:
                 raise UsageError(
@@ -286,7 +291,7 @@ def _check_optimizer(job: TrainJob, exported: ExportedPlan) -> None:
 def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[ExportedPlan, TrainJob]:
     from autoshard.planner.machine import default_precision, hardware_for, plan_for
 
-    loader = _loader_batch_size(job.data)
+    loader = loader_batch_size(job.data)
     if options.batch_size is not None and loader is not None and options.batch_size != loader:
         raise UsageError(f"batch_size={options.batch_size}, and the DataLoader batches {loader} samples: fit() "
                          "trains on the DataLoader's batches as they come.",
@@ -294,9 +299,9 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                               "not given; or pass its Dataset, which autoshard batches at batch_size.")
     hw = hardware_for(options.hardware, processes=options.processes)
     precision = options.precision or default_precision(hw)
-    batch_size = options.batch_size or _fixed_batch_size(job.data)
-    per_rank = _samples_per_rank(job.data, hw.world_size)
-    _check_batch_fits_data(options.batch_size, per_rank)
+    batch_size = options.batch_size or fixed_batch_size(job.data)
+    per_rank = samples_per_rank(job.data, hw.world_size)
+    check_batch_fits_data(options.batch_size, per_rank)
     source = job.source
     if source is None:
         from autoshard.runtime.data import peek
@@ -336,8 +341,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         # A sample's first dimension is not a batch size (a token sequence's length, a feature vector's width):
         # the micro-batch is the planner's choice, at most each rank's share of the samples, or batch_size=.
         batch_size = options.batch_size
-        per_rank = _samples_per_rank(samples, hw.world_size)
-        _check_batch_fits_data(options.batch_size, per_rank)
+        per_rank = samples_per_rank(samples, hw.world_size)
+        check_batch_fits_data(options.batch_size, per_rank)
         try:
             plan = planned(source)
         except UserCodeError:
@@ -386,52 +391,8 @@ def _fingerprint(job: TrainJob) -> ModelFingerprint:
         return model_fingerprint(source.build(), source.name)
 
 
-def _samples_per_rank(data: Any, world_size: int) -> int | None:
-    """Each rank's whole share of a map-style dataset (``fit()`` batches it with a ``DistributedSampler``,
-    ``drop_last``): the largest micro-batch that trains at all. ``None`` for data batched already.
-
-    Raises:
-        UsageError: a rank's share is empty.
-    """
-    from torch.utils.data import Dataset, IterableDataset
-
-    if not isinstance(data, Dataset) or isinstance(data, IterableDataset):
-        return None
-    try:
-        samples = len(data)  # type: ignore[arg-type]
-    except TypeError:
-        return None
-    if samples < world_size:
-        raise UsageError(f"the dataset has {samples} samples for {world_size} ranks: a rank would have none.",
-                         hint="Pass more data, or fewer processes (processes=).")
-    return samples // world_size
 
 
-def _check_batch_fits_data(batch_size: int | None, per_rank: int | None) -> None:
-    """Raise :class:`UsageError` when ``batch_size`` is more than each rank's ``per_rank`` samples."""
-    if batch_size is not None and per_rank is not None and batch_size > per_rank:
-        raise UsageError(f"batch_size={batch_size}, and each rank's share of the data is {per_rank} samples: "
-                         "no whole batch, nothing would train.",
-                         hint=f"Pass batch_size={per_rank} or less, or more data.")
 
 
-def _loader_batch_size(data: Any) -> int | None:
-    """The samples per batch of a ``DataLoader`` that batches by a fixed size, else ``None``."""
-    from torch.utils.data import DataLoader
 
-    return data.batch_size if isinstance(data, DataLoader) else None
-
-
-def _fixed_batch_size(data: Any) -> int | None:
-    from torch.utils.data import DataLoader
-
-    if isinstance(data, DataLoader):
-        return data.batch_size
-    if isinstance(data, (list, tuple)) and data:
-        first = data[0]
-        tensors = [first] if isinstance(first, torch.Tensor) else list(
-            first.values() if isinstance(first, Mapping) else first if isinstance(first, (list, tuple)) else [])
-        sizes = {t.shape[0] for t in tensors if isinstance(t, torch.Tensor) and t.dim() > 0}
-        if len(sizes) == 1:
-            return sizes.pop()
-    return None

@@ -44,6 +44,7 @@ def fit(
     processes: int | None = None,
     precision: PrecisionName | None = None,
     batch_size: int | None = None,
+    global_batch_size: int | None = None,
     seq_len: int | None = None,
     checkpointing: Checkpointing | None = None,
     consolidate: bool = True,
@@ -80,20 +81,21 @@ def fit(
     given: dict[str, Any] = dict(
         loss_fn=loss_fn, training_step=training_step, optimizer=optimizer, max_steps=max_steps, epochs=epochs,
         strategy=strategy, hardware=hardware, processes=processes, precision=precision, batch_size=batch_size,
-        seq_len=seq_len, checkpointing=checkpointing, consolidate=consolidate, grad_clip_norm=grad_clip_norm,
-        seed=seed, log_every=log_every, force=force, timeout_s=timeout_s, lr_scheduler=lr_scheduler,
-        optimizer_impl=optimizer_impl, activation_checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype,
-        cache=cache)
+        global_batch_size=global_batch_size, seq_len=seq_len, checkpointing=checkpointing, consolidate=consolidate,
+        grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, force=force, timeout_s=timeout_s,
+        lr_scheduler=lr_scheduler, optimizer_impl=optimizer_impl, activation_checkpointing=activation_checkpointing,
+        reduce_dtype=reduce_dtype, cache=cache)
     if not tune:
         return train(model, data, plan=plan, **given)
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
                     log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,
-                    grad_clip_norm=grad_clip_norm)
+                    grad_clip_norm=grad_clip_norm, global_batch_size=global_batch_size)
     if under_launcher():
         raise UsageError("fit(tune=True) under a launcher would tune once per rank.",
                          hint="Run `autoshard tune MODEL` first, then fit(..., plan=\"autoshard-tune/best\").")
     best, note = _tuned(model, plan, tune, strategy=strategy, hardware=hardware, processes=processes,
-                        precision=precision, batch_size=batch_size, seq_len=seq_len, optimizer=optimizer, seed=seed,
+                        precision=precision, batch_size=batch_size, global_batch_size=global_batch_size,
+                        seq_len=seq_len, optimizer=optimizer, seed=seed,
                         grad_clip_norm=grad_clip_norm, cache=cache)
     result = train(model, data, plan=best, **given)
     return dataclasses.replace(result, notes=(note, *result.notes))
@@ -113,7 +115,8 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
                          hint="Pass the model.py path or catalog name (or run `autoshard tune` on a model.py).")
     kwargs: dict[str, Any] = dict(tune) if isinstance(tune, Mapping) else {}
     mapping = {"strategy": "strategies", "hardware": "hardware", "processes": "processes",
-               "precision": "precision", "batch_size": "batch_size", "seq_len": "seq_len", "seed": "seed",
+               "precision": "precision", "batch_size": "batch_size", "global_batch_size": "global_batch_size",
+               "seq_len": "seq_len", "seed": "seed",
                "grad_clip_norm": "grad_clip_norm"}  # the trials clip as the run will
     for ours, theirs in mapping.items():
         value = given[ours]

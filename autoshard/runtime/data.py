@@ -88,10 +88,12 @@ class DataFeed:
         """This rank's batches per epoch, when known (equal on every rank)."""
         if self._loader is not None:
             return len(self._loader)
-        if self._iterable is not None and hasattr(self._iterable, "__len__") and not isinstance(
-                self._iterable, (IterableDataset, DataLoader)):
-            return len(self._iterable) // self.ctx.world_size  # type: ignore[arg-type]
-        return None
+        iterable = self._iterable
+        if iterable is None or not hasattr(iterable, "__len__") or isinstance(iterable, IterableDataset):
+            return None
+        if isinstance(iterable, DataLoader) and not _map_style(iterable.dataset):
+            return None  # a loader over an IterableDataset: its length is the dataset's claim
+        return len(iterable) // self.ctx.world_size  # type: ignore[arg-type]
 
     def epoch(self, epoch: int, *, skip: int = 0) -> Iterator[Any]:
         """This rank's batches of ``epoch``, after skipping the first ``skip`` (resuming mid-epoch).
@@ -220,6 +222,38 @@ def check_batch_fits_data(batch_size: int | None, per_rank: int | None) -> None:
         raise UsageError(f"batch_size={batch_size}, and each rank's share of the data is {per_rank} samples: "
                          "no whole batch, nothing would train.",
                          hint=f"Pass batch_size={per_rank} or less, or more data.")
+
+
+def check_global_batch(global_batch: int | None, world: int, micro: int | None, data: Any, *, bounded: bool,
+                       epochs: int) -> None:
+    """Refuse a ``global_batch_size`` that cannot be trained as asked, before anything is planned: not a whole
+    number of samples per rank, not a whole number of the fixed ``micro``-batches per rank, or (``bounded``: the
+    run ends after ``epochs``) more samples per rank than those epochs of ``data`` hold (a map-style dataset, or a
+    ``DataLoader`` over one), so no optimizer step.
+
+    Raises:
+        UsageError: with the nearest sizes that work.
+    """
+    if global_batch is None:
+        return
+    if global_batch % world:
+        raise UsageError(f"global_batch_size={global_batch} does not divide among the {world} ranks.",
+                         hint=f"Pass a multiple of {world}, e.g. global_batch_size="
+                              f"{world * max(1, global_batch // world)}.")
+    per_step = global_batch // world
+    dataset = data.dataset if isinstance(data, DataLoader) else data
+    per_rank = samples_per_rank(dataset, world) if bounded else None
+    if micro is not None and per_step % micro:
+        raise UsageError(f"global_batch_size={global_batch} is {per_step} samples per rank per optimizer step, not a "
+                         f"whole number of micro-batches of {micro}.",
+                         hint=f"Pass a multiple of {micro * world} (micro-batch {micro} × {world} rank(s)), e.g. "
+                              f"global_batch_size={micro * world * max(1, per_step // micro)}.")
+    if per_rank is not None and per_step > per_rank * epochs:
+        over = f" × {epochs} epochs" if epochs > 1 else ""
+        raise UsageError(f"global_batch_size={global_batch} is {per_step} samples per rank per optimizer step, and "
+                         f"each rank's share of the data is {per_rank} samples{over}: not one whole step.",
+                         hint="Pass more data, more epochs, max_steps= (steps then run on over the epochs), or a "
+                              "smaller global_batch_size.")
 
 
 def loader_batch_size(data: Any) -> int | None:

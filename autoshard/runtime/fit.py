@@ -58,6 +58,7 @@ def fit(
     processes: int | None = None,
     precision: PrecisionName | None = None,
     batch_size: int | None = None,
+    global_batch_size: int | None = None,
     seq_len: int | None = None,
     checkpointing: Checkpointing | None = None,
     consolidate: bool = True,
@@ -103,6 +104,9 @@ def fit(
         precision: ``32-true``, ``16-mixed``, ``bf16-mixed`` or ``bf16-true``; default ``bf16-mixed`` on GPUs
             that support it, else ``32-true``.
         batch_size: micro-batch per device (default: the loader's, else the planner's choice).
+        global_batch_size: samples per optimizer step over all ranks (micro-batch × gradient accumulation ×
+            ranks): with ``plan="auto"`` the planner chooses the micro-batch that fits and accumulates the rest;
+            a given plan must train this many (default: one micro-batch per rank, no accumulation).
         seq_len: sequence length of a source's example batches.
         checkpointing: where to save checkpoints, how often, how many to keep, and where to resume
             (:class:`~autoshard.runtime.options.Checkpointing`; ``None``: no checkpoints).
@@ -144,8 +148,8 @@ def fit(
     """
     module, source = check_arguments(
         model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
-        log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,
-        grad_clip_norm=grad_clip_norm)
+        log_every=log_every, processes=processes, batch_size=batch_size, global_batch_size=global_batch_size,
+        lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm)
     from autoshard.planner.machine import parse_reduce_dtype
 
     environ = os.environ  # the edge: the launcher's variables are read here only
@@ -162,7 +166,7 @@ def fit(
                    lr_scheduler=lr_scheduler, keep_last_checkpoints=ckpt.keep_last)
     options = planning.PlanOptions(
         plan=plan, strategy=strategy, hardware=hardware, processes=processes, precision=precision,
-        batch_size=batch_size, seq_len=seq_len, force=force,
+        batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len, force=force,
         optimizer_impl=planning.optimizer_impl_for(optimizer_impl, optimizer),
         checkpointing=None if activation_checkpointing is None else parse_checkpointing(activation_checkpointing),
         reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype), cache=cache)
@@ -184,14 +188,15 @@ def fit(
 
 def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | None, epochs: int | None,
                     checkpointing: Any, log_every: int, processes: int | None, batch_size: int | None,
-                    lr_scheduler: Any, grad_clip_norm: float | None) -> tuple[nn.Module | None, ModelSource | None]:
+                    lr_scheduler: Any, grad_clip_norm: float | None, global_batch_size: int | None = None
+                    ) -> tuple[nn.Module | None, ModelSource | None]:
     """:func:`fit`'s checks of its arguments, before anything slow: the module or the loaded source.
 
     Raises:
         UsageError: a bad argument or model source.
     """
     _check_counts(max_steps=max_steps, epochs=epochs, log_every=log_every, processes=processes,
-                  batch_size=batch_size)
+                  batch_size=batch_size, global_batch_size=global_batch_size)
     _check_checkpointing(checkpointing)
     if lr_scheduler is not None and not callable(lr_scheduler):
         raise UsageError(f"lr_scheduler must be a factory optimizer -> LRScheduler, but got "

@@ -31,6 +31,7 @@ from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
 from autoshard.runtime.data import (
     as_samples,
     check_batch_fits_data,
+    check_global_batch,
     fixed_batch_size,
     loader_batch_size,
     samples_per_rank,
@@ -177,6 +178,7 @@ class PlanOptions:
     batch_size: int | None
     seq_len: int | None
     force: bool
+    global_batch_size: int | None = None
     optimizer_impl: OptimizerImpl | None = None
     checkpointing: ActivationCheckpointing | None = None
     reduce_dtype: str | None = None
@@ -215,6 +217,7 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
                          "(autoshard batches it at the plan's micro-batch), or force=True.")
             notes.append(f"force=True: trained at the DataLoader's {loader} samples per batch although the plan "
                          f"was made for micro-batch {exported.micro_batch_size}.")
+        _check_plan_global_batch(options.global_batch_size, exported, ranks, where)
         _check_optimizer(job, exported)
         if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
             exported = replace(exported, optimizer_impl=options.optimizer_impl)
@@ -302,6 +305,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
     batch_size = options.batch_size or fixed_batch_size(job.data)
     per_rank = samples_per_rank(job.data, hw.world_size)
     check_batch_fits_data(options.batch_size, per_rank)
+    check_global_batch(options.global_batch_size, hw.world_size, batch_size, job.data,
+                       bounded=job.max_steps is None or job.epochs is not None, epochs=job.epochs or 1)
     source = job.source
     if source is None:
         from autoshard.runtime.data import peek
@@ -317,7 +322,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
 
     def planned(source: ModelSource) -> Any:
         # Priced as this process runs fp32 matmuls (torch.set_float32_matmul_precision, set by the user's script).
-        return plan_for(source, hw, batch_size=batch_size, seq_len=options.seq_len, precision=precision,
+        return plan_for(source, hw, batch_size=batch_size, global_batch_size=options.global_batch_size,
+                        seq_len=options.seq_len, precision=precision,
                         optimizer=optimizer_name(job.optimizer) or "adamw",
                         optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
                         reduce_dtype=options.reduce_dtype,
@@ -343,6 +349,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         batch_size = options.batch_size
         per_rank = samples_per_rank(samples, hw.world_size)
         check_batch_fits_data(options.batch_size, per_rank)
+        check_global_batch(options.global_batch_size, hw.world_size, batch_size, samples,
+                           bounded=job.max_steps is None or job.epochs is not None, epochs=job.epochs or 1)
         try:
             plan = planned(source)
         except UserCodeError:
@@ -354,9 +362,27 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
     exported = from_plan(plan)
     if plan.cached_workload is not None:
         notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")
+    accumulating = (f" × {exported.gradient_accumulation} accumulated (global batch "
+                    f"{exported.micro_batch_size * exported.gradient_accumulation * hw.world_size})"
+                    if exported.gradient_accumulation > 1 else "")
     notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
-                 f"{exported.micro_batch_size}, {precision}.")
+                 f"{exported.micro_batch_size}{accumulating}, {precision}.")
     return exported, job
+
+
+def _check_plan_global_batch(global_batch: int | None, exported: ExportedPlan, ranks: int, where: str) -> None:
+    """A ``global_batch_size=`` given with a plan is the one the plan trains.
+
+    Raises:
+        UsageError: it is not (the plan priced another step: its accumulation and memory are the planner's).
+    """
+    planned = exported.micro_batch_size * exported.gradient_accumulation * ranks
+    if global_batch is not None and global_batch != planned:
+        raise UsageError(
+            f"global_batch_size={global_batch}, and the plan ({where}) trains {planned} samples per optimizer step "
+            f"(micro-batch {exported.micro_batch_size} × {exported.gradient_accumulation} accumulated × {ranks} "
+            "rank(s)).",
+            hint="Drop global_batch_size= to train as the plan says, or plan again with it (plan='auto').")
 
 
 def _able_strategies(optimizer: Any, strategy: str | None, notes: list[str]) -> list[str] | None:
@@ -389,10 +415,3 @@ def _fingerprint(job: TrainJob) -> ModelFingerprint:
         raise ValueError("TrainJob needs a module or a source")
     with torch.device("meta"):
         return model_fingerprint(source.build(), source.name)
-
-
-
-
-
-
-

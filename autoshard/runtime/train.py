@@ -86,6 +86,14 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
             raise UsageError(f"each rank's share of the data holds no whole micro-batch of {plan.micro_batch_size} "
                              "samples: nothing would train.",
                              hint="Pass more data, a plan with a smaller micro-batch, or fewer processes.")
+        epochs = job.epochs if job.epochs is not None or job.max_steps is not None else 1
+        per_epoch = feed.batches_per_epoch
+        if epochs is not None and per_epoch is not None and per_epoch * epochs < plan.gradient_accumulation:
+            raise UsageError(f"each rank's share of the data holds {per_epoch * epochs} micro-batch(es) of "
+                             f"{plan.micro_batch_size} in {epochs} epoch(s), and an optimizer step accumulates "
+                             f"{plan.gradient_accumulation}: nothing would train.",
+                             hint="Pass more data or epochs, max_steps= (steps then run on over the epochs), or a "
+                                  "smaller global batch.")
         start, resumed = Position(), None
         where = _resume_from(job)
         if where is not None:
@@ -100,7 +108,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         fns = step_functions_for(job, backend.module)
         config = loop.LoopConfig(
             accumulation=plan.gradient_accumulation, max_steps=job.max_steps,
-            epochs=job.epochs if job.epochs is not None or job.max_steps is not None else 1,
+            epochs=epochs,
             samples_per_step=plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size,
             tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
             checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,

@@ -319,3 +319,82 @@ def test_a_plan_whose_micro_batch_exceeds_the_data_is_refused_not_trained_for_ze
     data = torch.utils.data.TensorDataset(torch.randn(3, 8), torch.randn(3, 1))
     with pytest.raises(UsageError, match="no whole micro-batch of 4 samples"):
         fit(model, data, loss_fn=_mse, plan=_exported(model), max_steps=1)
+
+
+# -- global_batch_size: gradient accumulation asked for in fit() ------------------------------------------------
+
+
+def _fixed_loader(batch_size: int, samples: int = 32) -> torch.utils.data.DataLoader:
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(samples, 8, generator=g)
+    data = torch.utils.data.TensorDataset(x, x @ torch.randn(8, 1, generator=g))
+    return torch.utils.data.DataLoader(data, batch_size=batch_size)
+
+
+def test_global_batch_size_accumulates_micro_batches_into_the_step_of_one_large_batch() -> None:
+    """fit() had no way to ask for gradient accumulation but a plan made elsewhere: global_batch_size=16 over
+    micro-batches of 4 steps once per 4 micro-batches, with the weights one batch of 16 gives."""
+    sgd = lambda p: torch.optim.SGD(p, lr=0.05)  # noqa: E731
+    accumulated = fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, global_batch_size=16, optimizer=sgd)
+    whole = fit(_Regressor(), _fixed_loader(16), loss_fn=_mse, optimizer=sgd)
+    assert (accumulated.plan.micro_batch_size, accumulated.plan.gradient_accumulation) == (4, 4)
+    assert (whole.plan.micro_batch_size, whole.plan.gradient_accumulation) == (16, 1)
+    assert len(accumulated.steps) == len(whole.steps) == 2
+    assert accumulated.losses == pytest.approx(whole.losses, rel=1e-5)
+    assert accumulated.state_dict is not None and whole.state_dict is not None
+    for name, tensor in whole.state_dict.items():
+        torch.testing.assert_close(accumulated.state_dict[name], tensor, rtol=1e-5, atol=1e-6)
+    assert any("micro-batch 4 × 4 accumulated (global batch 16)" in n for n in accumulated.notes)
+    assert accumulated.steps[0].samples_per_s == pytest.approx(16 / accumulated.steps[0].step_time_s)
+
+
+def test_global_batch_size_over_a_dataset_plans_the_micro_batch_and_the_accumulation() -> None:
+    data = _fixed_loader(1, samples=64).dataset
+    result = fit(_Regressor(), data, loss_fn=_mse, global_batch_size=64, batch_size=16)
+    assert (result.plan.micro_batch_size, result.plan.gradient_accumulation, len(result.steps)) == (16, 4, 1)
+    planned = fit(_Regressor(), data, loss_fn=_mse, global_batch_size=48, max_steps=1)
+    assert planned.plan.micro_batch_size * planned.plan.gradient_accumulation == 48
+    # More than the data holds is fine with max_steps: the steps run on over the epochs.
+    longer = fit(_Regressor(), data, loss_fn=_mse, global_batch_size=128, batch_size=32, max_steps=2)
+    assert [s.step for s in longer.steps] == [1, 2] and longer.steps[-1].epoch == 3
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"global_batch_size": 20}, r"global_batch_size=20 is 20 samples per rank per optimizer step, not a whole "
+                                r"number of micro-batches of 8"),
+    ({"global_batch_size": 64}, r"global_batch_size=64 is 64 samples per rank .* share of the data is 32 samples"),
+    ({"global_batch_size": 96, "epochs": 2}, r"share of the data is 32 samples × 2 epochs"),
+    ({"global_batch_size": 9, "processes": 2}, r"global_batch_size=9 does not divide among the 2 ranks"),
+    ({"global_batch_size": 0}, r"global_batch_size must be a positive whole number"),
+])
+def test_a_global_batch_size_that_cannot_train_is_refused_before_planning(kwargs: dict, message: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoshard.planner import machine
+
+    def never(*args: object, **kw: object) -> None:
+        raise AssertionError("planned before refusing")
+
+    monkeypatch.setattr(machine, "plan_for", never)
+    with pytest.raises(UsageError, match=message):
+        fit(_Regressor(), _fixed_loader(8), loss_fn=_mse, **kwargs)
+
+
+def test_a_global_batch_size_other_than_the_plans_is_refused() -> None:
+    model = _Regressor()
+    with pytest.raises(UsageError, match=r"global_batch_size=16, and the plan \(the given plan\) trains 8 samples "
+                                         r"per optimizer step \(micro-batch 4 × 2 accumulated × 1 rank"):
+        fit(model, _fixed_loader(4), loss_fn=_mse, plan=_exported(model, gradient_accumulation=2),
+            global_batch_size=16)
+    result = fit(model, _fixed_loader(4), loss_fn=_mse, plan=_exported(model, gradient_accumulation=2),
+                 global_batch_size=8, optimizer="sgd")
+    assert len(result.steps) == 4
+
+
+def test_a_plan_accumulating_more_micro_batches_than_the_epochs_hold_is_refused() -> None:
+    model = _Regressor()
+    with pytest.raises(UsageError, match=r"holds 2 micro-batch\(es\) of 4 in 1 epoch\(s\), and an optimizer step "
+                                         "accumulates 4: nothing would train"):
+        fit(model, _fixed_loader(4, samples=8), loss_fn=_mse, plan=_exported(model, gradient_accumulation=4))
+    result = fit(model, _fixed_loader(4, samples=8), loss_fn=_mse, plan=_exported(model, gradient_accumulation=4),
+                 epochs=2, optimizer="sgd")
+    assert len(result.steps) == 1

@@ -77,6 +77,7 @@ def fit(
     """
     from autoshard.runtime.fit import check_arguments, under_launcher
     from autoshard.runtime.fit import fit as train
+    from autoshard.runtime.supervisor import is_worker
 
     given: dict[str, Any] = dict(
         loss_fn=loss_fn, training_step=training_step, optimizer=optimizer, max_steps=max_steps, epochs=epochs,
@@ -85,7 +86,7 @@ def fit(
         grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, force=force, timeout_s=timeout_s,
         lr_scheduler=lr_scheduler, optimizer_impl=optimizer_impl, activation_checkpointing=activation_checkpointing,
         reduce_dtype=reduce_dtype, cache=cache)
-    if not tune:
+    if not tune or is_worker():  # a worker fit() started trains with the plan the launching process tuned
         return train(model, data, plan=plan, **given)
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
                     log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,

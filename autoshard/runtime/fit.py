@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from autoshard.errors import AutoshardError, UsageError
+from autoshard.errors import AutoshardError, UsageError, WorkerError
 from autoshard.models import load_source
 from autoshard.models.source import ModelSource, is_compiled
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import OptimizerImpl, parse_grad_clip_norm
-from autoshard.runtime import planning, supervisor
+from autoshard.runtime import calls, planning, supervisor
 from autoshard.runtime.data import SampleList, as_samples
 from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, join
 from autoshard.runtime.options import Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
-from autoshard.runtime.result import FitResult, StepMetrics
+from autoshard.runtime.result import FitResult
 from autoshard.runtime.train import TrainJob, train
 
 RESULT_FILE = "result.json"
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from autoshard.strategies.base import StrategyName
 
 
+@calls.identified
 def fit(
     model: nn.Module | str | os.PathLike[str] | ModelSource,
     data: DataSpec = None,
@@ -297,6 +298,7 @@ def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:
         exported = plan_file.read(run_dir / "plan.json")
         notes = json.loads((run_dir / "notes.json").read_text(encoding="utf-8"))
         job = _as_rank_0_read_it(job, samples=(run_dir / SAMPLES_FILE).is_file())
+        _load_start_weights(job.module, run_dir / START_WEIGHTS_FILE)
         ctx = join(launch, device_type=exported.hardware.device_type)
         result = train(job, exported, ctx, notes)
         if ctx.is_main:
@@ -315,6 +317,28 @@ def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:
     # The rest of the user's script is the launching process's to run; leave without interpreter teardown
     # (DeepSpeed's CPU communication threads can abort a normal exit after the work is done).
     os._exit(code)
+
+
+START_WEIGHTS_FILE = "start.pt"
+"""In a run directory: the module's weights in the launching process when it started the workers."""
+
+
+def _load_start_weights(module: nn.Module | None, path: Path) -> None:
+    """Give a worker's module the launching process's weights: the script built it afresh (an unseeded
+    initialisation, and nothing of what earlier ``fit()`` calls trained).
+
+    Raises:
+        UsageError: the script built another model in the worker.
+    """
+    if module is None or not path.is_file():
+        return
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:
+        raise UsageError(f"the model your script builds in this worker is not the one the launching process "
+                         f"passed to fit(): {e}",
+                         hint="Build the same model in every process (the workers run your script again).") from e
 
 
 SAMPLES_FILE = "data-is-samples"
@@ -344,6 +368,10 @@ def _spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
             (run_dir / SAMPLES_FILE).touch()  # the workers read the list as samples too
         if command[1:3] == ["-m", "autoshard.runtime.worker"]:
             (run_dir / JOB_FILE).write_text(json.dumps(_job_spec(job, model)), encoding="utf-8")
+        else:  # the workers run the script again: which call they are for, and the module's weights as they are
+            calls.write(run_dir)
+            if job.module is not None:
+                torch.save(job.module.state_dict(), run_dir / START_WEIGHTS_FILE)
         supervisor.run_workers(command, world_size=exported.hardware.world_size, run_dir=run_dir,
                                environ=os.environ, timeout_s=timeout_s)
         return _collect(run_dir, exported, job.module)
@@ -352,15 +380,23 @@ def _spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
 
 
 def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) -> FitResult:
+    """Rank 0's result, and the trained weights loaded into ``module``.
+
+    Raises:
+        WorkerError: the workers ran the script to its end without training (they never reached this call).
+    """
+    if not (run_dir / RESULT_FILE).is_file():
+        raise WorkerError("the workers ran your script to its end without reaching this fit() call: nothing was "
+                          "trained.",
+                          hint="The workers run your script again from the top: this call must not depend on "
+                               "`autoshard.is_worker()` or anything else that differs there.")
     data = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
     state = None
     if (run_dir / WEIGHTS_FILE).is_file():
         state = torch.load(run_dir / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         if module is not None:
             module.load_state_dict(state)
-    return FitResult(plan=exported, steps=tuple(StepMetrics(**s) for s in data["steps"]), model=module,
-                     state_dict=state, rank=0, world_size=data["world_size"], resumed_from=data["resumed_from"],
-                     last_checkpoint=data["last_checkpoint"], notes=tuple(data["notes"]))
+    return dataclasses.replace(FitResult.from_dict(data, model=module, state_dict=state), plan=exported, rank=0)
 
 
 def _module_worker_command(job: TrainJob, model: Any) -> list[str]:

@@ -65,6 +65,19 @@ class FitResult:
         """Loss per step."""
         return [s.loss for s in self.steps]
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, model: nn.Module | None = None,
+                  state_dict: dict[str, torch.Tensor] | None = None) -> FitResult:
+        """A result as :meth:`to_dict` wrote it (another process's), with the module and weights of this one."""
+        import json
+
+        from autoshard.planner.plan_file import loads
+
+        return cls(plan=loads(json.dumps(data["plan"]), source="a fit() result"),
+                   steps=tuple(StepMetrics(**s) for s in data["steps"]), model=model, state_dict=state_dict,
+                   rank=data.get("rank", 0), world_size=data["world_size"], resumed_from=data["resumed_from"],
+                   last_checkpoint=data["last_checkpoint"], notes=tuple(data["notes"]))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (no tensors)."""
         return {

@@ -197,12 +197,31 @@ def test_cli_bad_input_is_one_line_and_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2
 
 
+TUNED_FIT_SCRIPT = """
+import json, sys
+import autoshard
+
+result = autoshard.fit("tiny-gpt2", processes=2, seq_len=32, precision="32-true", max_steps=2,
+                       tune=json.loads(sys.argv[1]))
+if not autoshard.is_worker():
+    print("RESULT " + json.dumps({"plan": result.plan.to_dict(), "notes": result.notes, "steps": len(result.steps)}))
+"""
+
+
 def test_fit_tunes_first_when_asked(study: tuple[autoshard.TuneResult, Path], tmp_path: Path) -> None:
+    """Run as a user runs it, a script: fit()'s workers run it again and reach fit(tune=...), where they train
+    with the plan tuned in the launching process (they failed there: "fit(tune=True) under a launcher")."""
     result, root = study
     # The same job as the module's study, with its cache: the trials are taken from the cache, then fit trains.
     tune_args = {k: v for k, v in SMALL.items() if k not in ("processes", "seq_len", "precision")}
-    fitted = autoshard.fit("tiny-gpt2", processes=2, seq_len=32, precision="32-true", max_steps=2,
-                           tune={**tune_args, "trials": 6, "prune": False, "output_dir": tmp_path / "t",
-                                 "cache_dir": root / "cache"})
-    assert fitted.plan == result.best_plan
-    assert any(n.startswith("Tuned with") for n in fitted.notes)
+    tune = {**tune_args, "trials": 6, "prune": False, "output_dir": str(tmp_path / "t"),
+            "cache_dir": str(root / "cache")}
+    script = tmp_path / "train.py"
+    script.write_text(TUNED_FIT_SCRIPT, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script), json.dumps(tune)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    fitted = json.loads(line.removeprefix("RESULT "))
+    assert fitted["plan"] == result.best_plan.to_dict() and fitted["steps"] == 2
+    assert any(n.startswith("Tuned with") for n in fitted["notes"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -181,3 +182,14 @@ def all_true(flag: bool, ctx: RunContext) -> bool:
                      device=ctx.device if ctx.backend == "nccl" else "cpu")
     dist.all_reduce(t)
     return int(t.item()) == 0
+
+
+def destroy_group() -> None:
+    """Destroy the default process group — through ``deepspeed.comm`` when DeepSpeed joined it, which also
+    drops DeepSpeed's clones of it (``groups._WORLD_GROUP``); left behind, the next run's engine broadcasts
+    over a group of the destroyed one and fails ("Group ... is not registered", DeepSpeed 0.19.8)."""
+    ds_comm = sys.modules.get("deepspeed.comm.comm")
+    if ds_comm is not None and getattr(ds_comm, "cdb", None) is not None:
+        ds_comm.destroy_process_group()
+    else:
+        dist.destroy_process_group()

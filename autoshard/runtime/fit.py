@@ -3,12 +3,8 @@ one worker per device itself."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import shutil
-import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,24 +12,20 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from autoshard.errors import AutoshardError, UsageError, WorkerError
+from autoshard.errors import AutoshardError, UsageError
 from autoshard.models import load_source
 from autoshard.models.source import ModelSource, is_compiled
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import OptimizerImpl, parse_grad_clip_norm
-from autoshard.runtime import calls, planning, supervisor
-from autoshard.runtime.data import SampleList, as_samples
+from autoshard.runtime import calls, planning, supervisor, workers
+from autoshard.runtime.data import SampleList
 from autoshard.runtime.data import check as check_data
-from autoshard.runtime.distributed import LaunchInfo, broadcast_json, join
+from autoshard.runtime.distributed import LaunchInfo, broadcast_json, destroy_group, join
 from autoshard.runtime.options import Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
 from autoshard.runtime.result import FitResult
 from autoshard.runtime.train import TrainJob, train
-
-RESULT_FILE = "result.json"
-WEIGHTS_FILE = "model.pt"
-JOB_FILE = "job.json"
 
 if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
@@ -174,7 +166,7 @@ def fit(
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         supervisor.leave_with_launcher(environ)  # no worker outlives the process that started it
-        _worker(job, launch, Path(run_dir))  # never returns
+        workers.run(job, launch, Path(run_dir))  # never returns
     if launch is not None:
         return _launched(job, options, launch)
     exported, notes, job = planning.resolve(job, options, world_size=None)
@@ -184,7 +176,7 @@ def fit(
                                        "`autoshard export`).")
     if exported.hardware.world_size == 1:
         return _single(job, exported, notes)
-    return _spawn(job, exported, notes, model, timeout_s)
+    return workers.spawn(job, exported, notes, model, timeout_s)
 
 
 def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | None, epochs: int | None,
@@ -237,25 +229,12 @@ def _single(job: TrainJob, exported: ExportedPlan, notes: list[str]) -> FitResul
         return train(job, exported, ctx, notes)
     finally:
         if ctx is not None and ctx.owns_group and dist.is_initialized():
-            _destroy_group()
+            destroy_group()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-def _destroy_group() -> None:
-    """Destroy the default process group — through ``deepspeed.comm`` when DeepSpeed joined it, which also
-    drops DeepSpeed's clones of it (``groups._WORLD_GROUP``); left behind, the next run's engine broadcasts
-    over a group of the destroyed one and fails ("Group ... is not registered", DeepSpeed 0.19.8)."""
-    import torch.distributed as dist
-
-    ds_comm = sys.modules.get("deepspeed.comm.comm")
-    if ds_comm is not None and getattr(ds_comm, "cdb", None) is not None:
-        ds_comm.destroy_process_group()
-    else:
-        dist.destroy_process_group()
 
 
 def _launched(job: TrainJob, options: planning.PlanOptions, launch: LaunchInfo) -> FitResult:
@@ -276,7 +255,7 @@ def _launched(job: TrainJob, options: planning.PlanOptions, launch: LaunchInfo) 
         message = err["message"] if ctx.is_main else f"rank 0 could not plan: {err['message']}"
         raise supervisor.rebuild_error(err["type"], message, err.get("hint"))
     exported = plan_file.loads(json.dumps(payload["plan"]), source="rank 0's plan")
-    job = _as_rank_0_read_it(job, samples=bool(payload.get("samples")))
+    job = workers.as_rank_0_read_it(job, samples=bool(payload.get("samples")))
     result = train(job, exported, ctx, list(payload["notes"]))
     if ctx.owns_group:
         # A gloo group left for interpreter teardown can abort the process after the script's work is done
@@ -285,141 +264,8 @@ def _launched(job: TrainJob, options: planning.PlanOptions, launch: LaunchInfo) 
         import torch.distributed as dist
 
         dist.barrier()
-        _destroy_group()
+        destroy_group()
     return result
-
-
-def _worker(job: TrainJob, launch: LaunchInfo, run_dir: Path) -> None:
-    """A worker ``fit()`` started: train with the plan in ``run_dir``, rank 0 writes the result, then exit."""
-    import torch.distributed as dist
-
-    code = 0
-    try:
-        exported = plan_file.read(run_dir / "plan.json")
-        notes = json.loads((run_dir / "notes.json").read_text(encoding="utf-8"))
-        job = _as_rank_0_read_it(job, samples=(run_dir / SAMPLES_FILE).is_file())
-        _load_start_weights(job.module, run_dir / START_WEIGHTS_FILE)
-        ctx = join(launch, device_type=exported.hardware.device_type)
-        result = train(job, exported, ctx, notes)
-        if ctx.is_main:
-            if result.state_dict is not None:
-                torch.save(result.state_dict, run_dir / WEIGHTS_FILE)
-            tmp = run_dir / (RESULT_FILE + ".partial")
-            tmp.write_text(json.dumps(result.to_dict()), encoding="utf-8")
-            tmp.replace(run_dir / RESULT_FILE)
-        dist.barrier()
-        _destroy_group()
-    except BaseException as e:  # noqa: BLE001  # reported to the launching process, which raises it
-        supervisor.write_error(run_dir, launch.rank, e)
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # The rest of the user's script is the launching process's to run; leave without interpreter teardown
-    # (DeepSpeed's CPU communication threads can abort a normal exit after the work is done).
-    os._exit(code)
-
-
-START_WEIGHTS_FILE = "start.pt"
-"""In a run directory: the module's weights in the launching process when it started the workers."""
-
-
-def _load_start_weights(module: nn.Module | None, path: Path) -> None:
-    """Give a worker's module the launching process's weights: the script built it afresh (an unseeded
-    initialisation, and nothing of what earlier ``fit()`` calls trained).
-
-    Raises:
-        UsageError: the script built another model in the worker.
-    """
-    if module is None or not path.is_file():
-        return
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    try:
-        module.load_state_dict(state)
-    except RuntimeError as e:
-        raise UsageError(f"the model your script builds in this worker is not the one the launching process "
-                         f"passed to fit(): {e}",
-                         hint="Build the same model in every process (the workers run your script again).") from e
-
-
-SAMPLES_FILE = "data-is-samples"
-"""Present in a run directory when the launching process read a list given as data as single samples."""
-
-
-def _as_rank_0_read_it(job: TrainJob, *, samples: bool) -> TrainJob:
-    """The job with its data read as the planning process read it: a list of single samples as a dataset."""
-    if samples and not isinstance(job.data, SampleList):
-        wrapped = as_samples(job.data)
-        if wrapped is not None:
-            return dataclasses.replace(job, data=wrapped)
-    return job
-
-
-def _spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
-           timeout_s: float | None) -> FitResult:
-    """Start one worker per rank on this machine, wait, and return rank 0's result."""
-    command = supervisor.script_command()
-    if command is None:
-        command = _module_worker_command(job, model)
-    run_dir = Path(tempfile.mkdtemp(prefix="autoshard-fit-"))
-    try:
-        plan_file.write(exported, run_dir / "plan.json")
-        (run_dir / "notes.json").write_text(json.dumps(notes), encoding="utf-8")
-        if isinstance(job.data, SampleList):
-            (run_dir / SAMPLES_FILE).touch()  # the workers read the list as samples too
-        if command[1:3] == ["-m", "autoshard.runtime.worker"]:
-            (run_dir / JOB_FILE).write_text(json.dumps(_job_spec(job, model)), encoding="utf-8")
-        else:  # the workers run the script again: which call they are for, and the module's weights as they are
-            calls.write(run_dir)
-            if job.module is not None:
-                torch.save(job.module.state_dict(), run_dir / START_WEIGHTS_FILE)
-        supervisor.run_workers(command, world_size=exported.hardware.world_size, run_dir=run_dir,
-                               environ=os.environ, timeout_s=timeout_s)
-        return _collect(run_dir, exported, job.module)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) -> FitResult:
-    """Rank 0's result, and the trained weights loaded into ``module``.
-
-    Raises:
-        WorkerError: the workers ran the script to its end without training (they never reached this call).
-    """
-    if not (run_dir / RESULT_FILE).is_file():
-        raise WorkerError("the workers ran your script to its end without reaching this fit() call: nothing was "
-                          "trained.",
-                          hint="The workers run your script again from the top: this call must not depend on "
-                               "`autoshard.is_worker()` or anything else that differs there.")
-    data = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
-    state = None
-    if (run_dir / WEIGHTS_FILE).is_file():
-        state = torch.load(run_dir / WEIGHTS_FILE, map_location="cpu", weights_only=True)
-        if module is not None:
-            module.load_state_dict(state)
-    return dataclasses.replace(FitResult.from_dict(data, model=module, state_dict=state), plan=exported, rank=0)
-
-
-def _module_worker_command(job: TrainJob, model: Any) -> list[str]:
-    spec_ok = isinstance(model, (str, os.PathLike)) or (isinstance(model, ModelSource) and model.kind in (
-        "catalog", "file", "hf-config"))
-    if not spec_ok or job.data is not None or job.loss_fn is not None or job.training_step is not None or \
-            job.lr_scheduler is not None or not (
-            job.optimizer is None or isinstance(job.optimizer, str)):
-        raise UsageError("fit() needs to start one worker process per device, and this session cannot be started "
-                         "again as a worker (an interactive session, a notebook or pytest).",
-                         hint="Run your training script with python (fit() starts the workers) or torchrun, or "
-                              "pass processes=1.")
-    return [sys.executable, "-m", "autoshard.runtime.worker"]
-
-
-def _job_spec(job: TrainJob, model: Any) -> dict[str, Any]:
-    origin = model.origin if isinstance(model, ModelSource) else os.fspath(model)
-    return {"model": origin.removeprefix("catalog:"), "optimizer": job.optimizer, "max_steps": job.max_steps,
-            "epochs": job.epochs, "seed": job.seed,
-            "checkpointing": {"dir": None if job.checkpoint_dir is None else str(job.checkpoint_dir),
-                              "every": job.checkpoint_every, "keep_last": job.keep_last_checkpoints,
-                              "resume": job.resume if isinstance(job.resume, bool) else str(job.resume)},
-            "consolidate": job.consolidate, "log_every": job.log_every, "grad_clip_norm": job.grad_clip_norm}
 
 
 # -- arguments -----------------------------------------------------------------------------------------------

@@ -11,9 +11,10 @@ from pathlib import Path
 
 def main() -> None:
     """Run the job in ``$AUTOSHARD_RUN_DIR/job.json``."""
-    from autoshard.runtime.fit import JOB_FILE, fit
+    from autoshard.runtime.fit import fit
     from autoshard.runtime.options import Checkpointing
     from autoshard.runtime.supervisor import RUN_DIR_VAR
+    from autoshard.runtime.workers import JOB_FILE
 
     spec = json.loads((Path(os.environ[RUN_DIR_VAR]) / JOB_FILE).read_text(encoding="utf-8"))
     model = spec.pop("model")

@@ -30,7 +30,7 @@ from autoshard.models.source import (
     cast_floats,
     default_loss,
 )
-from autoshard.profiler import fake_ops, flops, gpu
+from autoshard.profiler import batch_checks, fake_ops, flops, gpu
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
 from autoshard.profiler.build_constants import fake_leftovers, real_schedules
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
@@ -141,7 +141,7 @@ def trace_timelines(
     kernels = gpu.kernels_registered() if options.target == "cuda" else contextlib.nullcontext()
     conversions = fake_module_conversions() if fake else contextlib.nullcontext()  # a forward's Module.to too
     with older_objects_frozen(), fake_ops.installed() if fake else contextlib.nullcontext(), kernels, mode, \
-            fake_tensor_log_quiet(), conversions:
+            fake_tensor_log_quiet(), conversions, batch_checks.lifted():
         model = _build(source, options)
         model.train()
         blocks = find_repeated_blocks(model)

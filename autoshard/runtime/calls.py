@@ -12,6 +12,7 @@ workers of a second call trained the first call's model and data with the second
 
 from __future__ import annotations
 
+import builtins
 import functools
 import json
 import os
@@ -62,7 +63,7 @@ def identified(fit: Callable[P, FitResult]) -> Callable[P, FitResult]:
         _current.append(key)
         try:
             result = fit(*args, **kwargs)
-        except AutoshardError as e:
+        except Exception as e:
             record(key, error=e)
             raise
         finally:
@@ -88,10 +89,12 @@ def call_key() -> str:
     return f"{site}#{_made[site]}"
 
 
-def record(key: str, *, result: dict[str, Any] | None = None, error: AutoshardError | None = None) -> None:
+def record(key: str, *, result: dict[str, Any] | None = None, error: Exception | None = None) -> None:
     """Remember what call ``key`` returned (``FitResult.to_dict()``) or raised, for workers started later."""
     if error is not None:
-        _outcomes[key] = {"error": {"type": type(error).__name__, "message": error.message, "hint": error.hint}}
+        _outcomes[key] = {"error": {"type": type(error).__name__, "message": getattr(error, "message", str(error)),
+                                    "hint": getattr(error, "hint", None),
+                                    "autoshard": isinstance(error, AutoshardError)}}
     elif result is not None:
         _outcomes[key] = {"result": result}
 
@@ -137,7 +140,12 @@ def _replay(outcome: dict[str, Any], model: Any) -> FitResult:
 
     if "error" in outcome:
         error = outcome["error"]
-        raise rebuild_error(error["type"], error["message"], error["hint"])
+        if error.get("autoshard", True):
+            raise rebuild_error(error["type"], error["message"], error["hint"])
+        builtin = getattr(builtins, error["type"], None)  # what the user's own `except TypeError:` caught there
+        if isinstance(builtin, type) and issubclass(builtin, Exception):
+            raise builtin(error["message"])
+        raise RuntimeError(f"{error['type']}: {error['message']}")
     return FitResult.from_dict(outcome["result"], model=model if isinstance(model, nn.Module) else None)
 
 

@@ -224,6 +224,24 @@ def check_batch_fits_data(batch_size: int | None, per_rank: int | None) -> None:
                          hint=f"Pass batch_size={per_rank} or less, or more data.")
 
 
+def check_loader_fits_ranks(data: Any, world: int) -> None:
+    """Refuse a ``DataLoader`` over a map-style dataset that gives each of ``world`` ranks no whole batch (re-sharded
+    with a ``DistributedSampler`` that drops the incomplete batch, or dealt out a batch per rank in turn), before
+    any process starts: it would train nothing.
+
+    Raises:
+        UsageError: with the numbers.
+    """
+    if not isinstance(data, DataLoader) or world == 1 or not _map_style(data.dataset) or not data.batch_size:
+        return
+    samples = len(data.dataset)  # type: ignore[arg-type]  # map-style: it has a length
+    batches = samples // world // data.batch_size if _rebuildable(data) else len(data) // world
+    if batches == 0:
+        raise UsageError(f"the DataLoader's {samples} samples give each of the {world} ranks no whole batch of "
+                         f"{data.batch_size}: nothing would train.",
+                         hint="Pass more data, a DataLoader with a smaller batch_size, or fewer processes.")
+
+
 def check_global_batch(global_batch: int | None, world: int, micro: int | None, data: Any, *, bounded: bool,
                        epochs: int) -> None:
     """Refuse a ``global_batch_size`` that cannot be trained as asked, before anything is planned: not a whole

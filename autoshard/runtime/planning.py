@@ -32,6 +32,7 @@ from autoshard.runtime.data import (
     as_samples,
     check_batch_fits_data,
     check_global_batch,
+    check_loader_fits_ranks,
     fixed_batch_size,
     loader_batch_size,
     samples_per_rank,
@@ -217,6 +218,7 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
                          "(autoshard batches it at the plan's micro-batch), or force=True.")
             notes.append(f"force=True: trained at the DataLoader's {loader} samples per batch although the plan "
                          f"was made for micro-batch {exported.micro_batch_size}.")
+        check_loader_fits_ranks(job.data, ranks)
         _check_plan_global_batch(options.global_batch_size, exported, ranks, where)
         _check_optimizer(job, exported)
         if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
@@ -305,6 +307,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
     batch_size = options.batch_size or fixed_batch_size(job.data)
     per_rank = samples_per_rank(job.data, hw.world_size)
     check_batch_fits_data(options.batch_size, per_rank)
+    check_loader_fits_ranks(job.data, hw.world_size)
     check_global_batch(options.global_batch_size, hw.world_size, batch_size, job.data,
                        bounded=job.max_steps is None or job.epochs is not None, epochs=job.epochs or 1)
     source = job.source

@@ -199,7 +199,7 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
         if len(optimizer.param_groups) != 1:
             raise UsageError("an optimizer instance with several parameter groups cannot be rebuilt over the "
                              "sharded parameters.", hint="Pass optimizer=lambda params: YourOptimizer(...) instead.")
-        cls, defaults = type(optimizer), dict(optimizer.defaults)
+        cls, defaults = type(optimizer), _accepted(type(optimizer), optimizer.defaults)
         return lambda params: cls(params, **defaults)
     if inspect.isclass(optimizer) and issubclass(optimizer, torch.optim.Optimizer):
         factory: Callable[..., torch.optim.Optimizer] = optimizer  # a subclass's __init__ need not take defaults
@@ -208,6 +208,17 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
         return _checked(optimizer)
     raise UsageError(f"optimizer must be a name, an optimizer, its class or a factory, but got "
                      f"{type(optimizer).__name__}.")
+
+
+def _accepted(cls: type[torch.optim.Optimizer], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The hyper-parameters of an optimizer instance that its class's constructor takes: torch's ``AdamW`` keeps
+    ``decoupled_weight_decay`` in its defaults (it is an ``Adam`` that always decouples) and refuses it as an
+    argument (torch 2.13)."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return dict(defaults)
+    names = {p.name for p in parameters}
+    return {k: v for k, v in defaults.items() if k in names}
 
 
 def _steppable(factory: Callable[[Any], torch.optim.Optimizer], strategy: str

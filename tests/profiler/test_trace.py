@@ -266,3 +266,30 @@ def test_a_trace_freezes_older_objects_although_the_interpreter_keeps_immortal_o
     with collection.older_objects_frozen():
         seen.append(gc.get_freeze_count())
     assert seen[0] > own  # this session froze the process's objects
+
+
+def _batch_norm_mlp() -> ModelSource:
+    """A tabular model: BatchNorm1d over (batch, features), one value per channel at micro-batch 1."""
+    from autoshard.runtime.planning import module_source
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 4))
+    return module_source(model, (torch.randn(2, 16), torch.randint(0, 4, (2,))),
+                         loss_fn=torch.nn.functional.cross_entropy)
+
+
+def test_batch_norm_over_features_traces_at_micro_batch_one_as_the_planner_traces_it():
+    """The planner traces micro-batches 1, 2 and 3. BatchNorm1d refused one value per channel in training and,
+    past that check, the fake running-variance update divided by zero: every such model failed to plan
+    ("forward raised ValueError: Expected more than 1 value per channel when training")."""
+    import torch.nn.functional as F
+
+    checks = (F.batch_norm, F._verify_batch_size)
+    peaks = [trace(_batch_norm_mlp(), ProfileOptions(batch_size=b, target="cpu"), fake=True).peak_bytes
+             for b in (1, 2, 3)]
+    assert peaks[0] < peaks[1] < peaks[2]
+    assert (F.batch_norm, F._verify_batch_size) == checks  # the checks are back after the trace
+    real = trace(_batch_norm_mlp(), ProfileOptions(batch_size=2, target="cpu"), fake=False)
+    assert real.peak_bytes == peaks[1]
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
+        torch.nn.BatchNorm1d(4).train()(torch.randn(1, 4))  # outside a trace, torch's checks hold

@@ -38,3 +38,27 @@ def test_each_call_trains_itself_from_the_launching_process_weights(tmp_path: Pa
     assert calls["after"]["before"] == calls["launcher-only"]["after"] != calls["launcher-only"]["before"]
     assert calls["after"]["after"] == pytest.approx(calls["after"]["before"], abs=1e-6)
     assert "batch_size=3, and the DataLoader batches 4 samples" in calls["refused"]["message"]
+
+
+def test_a_worker_replays_an_earlier_calls_error_as_the_launching_process_caught_it(tmp_path: Path) -> None:
+    """What an earlier call raised there is raised again in the worker, so the script's own ``except`` takes the
+    same path: autoshard's errors by class, Python's built-in ones by class, anything else as RuntimeError."""
+    from autoshard.errors import UsageError
+    from autoshard.runtime import calls
+
+    earlier = {
+        "s.py:3#1": {"error": {"type": "UsageError", "message": "m", "hint": "h", "autoshard": True}},
+        "s.py:3#2": {"error": {"type": "TypeError", "message": "t", "hint": None, "autoshard": False}},
+        "s.py:3#3": {"error": {"type": "MyError", "message": "x", "hint": None, "autoshard": False}},
+    }
+    (tmp_path / calls.CALLS_FILE).write_text(json.dumps({"target": "s.py:9#1", "earlier": earlier}), "utf-8")
+    raised = []
+    for key in earlier:
+        with pytest.raises(Exception) as info:  # noqa: PT011  # each case's class is checked below
+            calls._replay(calls.at_worker(tmp_path, key), None)  # type: ignore[arg-type]
+        raised.append((type(info.value), str(info.value)))
+    assert raised[0][0] is UsageError and raised[1] == (TypeError, "t") and raised[2] == (RuntimeError, "MyError: x")
+    assert calls.at_worker(tmp_path, "s.py:9#1") is None
+    with pytest.raises(UsageError, match=r"reached a fit\(\) call \(s.py:5\) that the launching process did not make "
+                                         r"before the one it started the workers for \(s.py:9\)"):
+        calls.at_worker(tmp_path, "s.py:5#1")

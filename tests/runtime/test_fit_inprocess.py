@@ -398,3 +398,38 @@ def test_a_plan_accumulating_more_micro_batches_than_the_epochs_hold_is_refused(
     result = fit(model, _fixed_loader(4, samples=8), loss_fn=_mse, plan=_exported(model, gradient_accumulation=4),
                  epochs=2, optimizer="sgd")
     assert len(result.steps) == 1
+
+
+def test_a_model_with_batch_norm_plans_and_trains() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 1))
+    result = fit(model, _fixed_loader(8), loss_fn=nn.functional.mse_loss, max_steps=2)
+    assert len(result.steps) == 2 and result.plan.micro_batch_size == 8
+    assert model[1].num_batches_tracked.item() == 2
+
+
+@pytest.mark.parametrize("cls", [torch.optim.AdamW, torch.optim.Adam, torch.optim.SGD])
+def test_an_optimizer_instance_is_rebuilt_with_its_hyper_parameters(cls: type) -> None:
+    """torch's AdamW keeps decoupled_weight_decay in its defaults and refuses it as an argument: an AdamW instance
+    failed with a TypeError where it was rebuilt over the parameters."""
+    kwargs = {"lr": 0.02, "weight_decay": 0.1} | ({"momentum": 0.9} if cls is torch.optim.SGD else {})
+    given = _Regressor()
+    instance = fit(given, _fixed_loader(4), loss_fn=_mse, max_steps=3, optimizer=cls(given.parameters(), **kwargs))
+    factory = fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, max_steps=3,
+                  optimizer=lambda params: cls(params, **kwargs))
+    assert [s.lr for s in instance.steps] == [0.02] * 3
+    assert instance.losses == pytest.approx(factory.losses, rel=1e-6)
+    assert instance.state_dict is not None and factory.state_dict is not None
+    for name, tensor in factory.state_dict.items():
+        torch.testing.assert_close(instance.state_dict[name], tensor)
+
+
+def test_a_dataloader_giving_some_rank_no_batch_is_refused_before_any_process_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoshard.runtime import workers
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("workers started")
+
+    monkeypatch.setattr(workers, "spawn", never)
+    with pytest.raises(UsageError, match="the DataLoader's 32 samples give each of the 8 ranks no whole batch of 8"):
+        fit(_Regressor(), _fixed_loader(8), loss_fn=_mse, processes=8, max_steps=1)

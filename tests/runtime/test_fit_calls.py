@@ -54,7 +54,7 @@ def test_a_worker_replays_an_earlier_calls_error_as_the_launching_process_caught
     (tmp_path / calls.CALLS_FILE).write_text(json.dumps({"target": "s.py:9#1", "earlier": earlier}), "utf-8")
     raised = []
     for key in earlier:
-        with pytest.raises(Exception) as info:  # noqa: PT011  # each case's class is checked below
+        with pytest.raises(Exception) as info:  # each case's class is checked below
             calls._replay(calls.at_worker(tmp_path, key), None)  # type: ignore[arg-type]
         raised.append((type(info.value), str(info.value)))
     assert raised[0][0] is UsageError and raised[1] == (TypeError, "t") and raised[2] == (RuntimeError, "MyError: x")

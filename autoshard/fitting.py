@@ -51,6 +51,7 @@ def fit(
     grad_clip_norm: float | None = None,
     seed: int = 0,
     log_every: int = 10,
+    progress: bool = True,
     force: bool = False,
     timeout_s: float | None = None,
     tune: bool | Mapping[str, Any] = False,
@@ -83,9 +84,9 @@ def fit(
         loss_fn=loss_fn, training_step=training_step, optimizer=optimizer, max_steps=max_steps, epochs=epochs,
         strategy=strategy, hardware=hardware, processes=processes, precision=precision, batch_size=batch_size,
         global_batch_size=global_batch_size, seq_len=seq_len, checkpointing=checkpointing, consolidate=consolidate,
-        grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, force=force, timeout_s=timeout_s,
-        lr_scheduler=lr_scheduler, optimizer_impl=optimizer_impl, activation_checkpointing=activation_checkpointing,
-        reduce_dtype=reduce_dtype, cache=cache)
+        grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, progress=progress, force=force,
+        timeout_s=timeout_s, lr_scheduler=lr_scheduler, optimizer_impl=optimizer_impl,
+        activation_checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache)
     if not tune or is_worker():  # a worker fit() started trains with the plan the launching process tuned
         return train(model, data, plan=plan, **given)
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,

@@ -58,6 +58,7 @@ def fit(
     grad_clip_norm: float | None = None,
     seed: int = 0,
     log_every: int = 10,
+    progress: bool = True,
     force: bool = False,
     timeout_s: float | None = None,
     lr_scheduler: LrSchedulerFactory | None = None,
@@ -108,7 +109,9 @@ def fit(
             (``None``: no clipping — also for DeepSpeed, whose own default clips at 1.0 — unless a plan file
             given as ``plan`` says to clip). ``plan="auto"`` prices it.
         seed: seeds torch on every rank and the data sampler.
-        log_every: steps between the all-reduces that average the loss over ranks.
+        log_every: steps between the all-reduces that average the loss over ranks, and between progress lines.
+        progress: rank 0 writes the plan it trains and, every ``log_every`` steps, the step, loss, learning rate
+            and throughput to standard error (:mod:`autoshard.runtime.progress`); ``False``: nothing.
         force: train with a ``plan.json`` whose model or GPU fingerprint differs from this run's.
         timeout_s: stop worker processes this starts after this long.
         lr_scheduler: a factory ``optimizer -> torch.optim.lr_scheduler.LRScheduler``, called once the backend
@@ -155,7 +158,8 @@ def fit(
                    checkpoint_dir=None if ckpt.dir is None else Path(ckpt.dir),
                    checkpoint_every=ckpt.every,
                    resume=ckpt.resume if isinstance(ckpt.resume, bool) else Path(ckpt.resume),
-                   consolidate=consolidate, log_every=log_every, grad_clip_norm=grad_clip_norm,
+                   consolidate=consolidate, log_every=log_every, progress=progress,
+                   grad_clip_norm=grad_clip_norm,
                    lr_scheduler=lr_scheduler, keep_last_checkpoints=ckpt.keep_last)
     options = planning.PlanOptions(
         plan=plan, strategy=strategy, hardware=hardware, processes=processes, precision=precision,

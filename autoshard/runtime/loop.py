@@ -48,6 +48,8 @@ class LoopConfig:
     """Keep only this many newest checkpoints (``None``: all)."""
     on_step: Callable[[int, float], None] | None = None
     """Called on every rank after each optimizer step with the step number and its wall-clock seconds."""
+    on_log: Callable[[list[StepMetrics]], None] | None = None
+    """Called with the steps whose losses were just averaged over the ranks (every ``log_every`` steps)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -107,6 +109,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     def flush() -> None:
         if not pending:
             return
+        logged = len(steps)
         losses = mean_over_ranks(torch.stack([p[2] for p in pending]), ctx)
         peaks = _max_over_ranks([p[4] for p in pending], backend) if cuda else [None] * len(pending)
         for (step, ep, _, seconds, _, lr), loss, peak in zip(pending, losses, peaks, strict=True):
@@ -116,6 +119,8 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
                                      tokens_per_s=None if tokens is None else tokens / seconds,
                                      peak_memory_bytes=peak, lr=lr))
         pending.clear()
+        if config.on_log is not None:
+            config.on_log(steps[logged:])
 
     while not _done(position, config):
         if cuda:

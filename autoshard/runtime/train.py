@@ -22,6 +22,7 @@ from autoshard.runtime.backends import ModelInit
 from autoshard.runtime.checkpoint import Position
 from autoshard.runtime.data import DataFeed
 from autoshard.runtime.distributed import RunContext
+from autoshard.runtime.progress import Reporter
 from autoshard.runtime.result import FitResult
 
 
@@ -53,6 +54,8 @@ class TrainJob:
     """``training_step(model, batch) -> loss`` in place of forward + loss (:mod:`autoshard.models.step`)."""
     notes: tuple[str, ...] = ()
     """What checking the arguments decided (a ``torch.compile``'d module trained uncompiled): the first notes."""
+    progress: bool = False
+    """Rank 0 writes the plan and a line every ``log_every`` steps to standard error (:mod:`.progress`)."""
 
 
 def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) -> FitResult:
@@ -106,13 +109,20 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         elif job.resume is True:
             notes.append(f"No checkpoint in {job.checkpoint_dir} to resume from: started afresh.")
         fns = step_functions_for(job, backend.module)
+        reporter = None
+        if job.progress and ctx.is_main:
+            total = job.max_steps
+            if total is None and per_epoch is not None and epochs is not None:
+                total = per_epoch * epochs // plan.gradient_accumulation
+            reporter = Reporter(total)
+            reporter.start(plan, ctx.world_size, ctx.device.type, start.step)
         config = loop.LoopConfig(
             accumulation=plan.gradient_accumulation, max_steps=job.max_steps,
             epochs=epochs,
             samples_per_step=plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size,
             tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
             checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,
-            on_step=job.on_step)
+            on_step=job.on_step, on_log=reporter)
         outcome = loop.run(backend, feed, fns, config, start, scheduler)
         state = backend.full_state_dict() if job.consolidate else None
         module = backend.module

@@ -177,4 +177,5 @@ def _job_spec(job: TrainJob, model: Any) -> dict[str, Any]:
             "checkpointing": {"dir": None if job.checkpoint_dir is None else str(job.checkpoint_dir),
                               "every": job.checkpoint_every, "keep_last": job.keep_last_checkpoints,
                               "resume": job.resume if isinstance(job.resume, bool) else str(job.resume)},
-            "consolidate": job.consolidate, "log_every": job.log_every, "grad_clip_norm": job.grad_clip_norm}
+            "consolidate": job.consolidate, "log_every": job.log_every, "progress": job.progress,
+            "grad_clip_norm": job.grad_clip_norm}

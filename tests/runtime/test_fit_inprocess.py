@@ -433,3 +433,16 @@ def test_a_dataloader_giving_some_rank_no_batch_is_refused_before_any_process_st
     monkeypatch.setattr(workers, "spawn", never)
     with pytest.raises(UsageError, match="the DataLoader's 32 samples give each of the 8 ranks no whole batch of 8"):
         fit(_Regressor(), _fixed_loader(8), loss_fn=_mse, processes=8, max_steps=1)
+
+
+def test_progress_says_the_plan_then_every_log_every_steps_and_nothing_when_off(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A run of hours said nothing until it returned."""
+    result = fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, global_batch_size=8, log_every=2)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == ("autoshard: training ddp on 1 cpu rank(s), micro-batch 4 × 2 accumulated (global batch 8), "
+                        "32-true, to step 4")
+    assert [line.split("  ")[0] for line in lines[1:]] == ["autoshard: step 2/4", "autoshard: step 4/4"]
+    assert f"loss {(result.losses[2] + result.losses[3]) / 2:.4g}" in lines[2]
+    fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, max_steps=2, progress=False)
+    assert capsys.readouterr().err == ""

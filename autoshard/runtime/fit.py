@@ -166,7 +166,8 @@ def fit(
         batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len, force=force,
         optimizer_impl=planning.optimizer_impl_for(optimizer_impl, optimizer),
         checkpointing=None if activation_checkpointing is None else parse_checkpointing(activation_checkpointing),
-        reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype), cache=cache)
+        reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype), cache=cache,
+        progress=progress)
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         supervisor.leave_with_launcher(environ)  # no worker outlives the process that started it

@@ -184,6 +184,8 @@ class PlanOptions:
     checkpointing: ActivationCheckpointing | None = None
     reduce_dtype: str | None = None
     cache: bool = True
+    progress: bool = False
+    """Say that planning starts (tracing a step takes from seconds to minutes)."""
 
 
 def optimizer_impl_for(impl: OptimizerImpl | str | None, optimizer: Any) -> OptimizerImpl | None:
@@ -334,6 +336,11 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                         grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache,
                         max_batch_size=per_rank)
 
+    if options.progress:
+        from autoshard.runtime.progress import say
+
+        say(f"planning {source.name} for {hw.world_size} {hw.gpu.name if hw.gpu else 'cpu'} rank(s) (tracing a "
+            "training step on fake tensors)")
     try:
         plan = planned(source)
     except UserCodeError as first:

@@ -11,6 +11,13 @@ from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime.result import StepMetrics
 
 
+def say(line: str, stream: TextIO | None = None) -> None:
+    """Write one progress line (``autoshard: ...``) to ``stream`` (default: standard error)."""
+    out = stream or sys.stderr
+    out.write(f"autoshard: {line}\n")
+    out.flush()
+
+
 class Reporter:
     """Writes the progress lines of one run.
 
@@ -24,9 +31,7 @@ class Reporter:
         self.stream = stream
 
     def _write(self, line: str) -> None:
-        stream = self.stream or sys.stderr
-        stream.write(f"autoshard: {line}\n")
-        stream.flush()
+        say(line, self.stream)
 
     def start(self, plan: ExportedPlan, world_size: int, device_type: str, first_step: int) -> None:
         """The plan about to train."""

@@ -439,7 +439,8 @@ def test_progress_says_the_plan_then_every_log_every_steps_and_nothing_when_off(
         capsys: pytest.CaptureFixture[str]) -> None:
     """A run of hours said nothing until it returned."""
     result = fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, global_batch_size=8, log_every=2)
-    lines = capsys.readouterr().err.splitlines()
+    planning, *lines = capsys.readouterr().err.splitlines()
+    assert planning == "autoshard: planning _Regressor for 1 cpu rank(s) (tracing a training step on fake tensors)"
     assert lines[0] == ("autoshard: training ddp on 1 cpu rank(s), micro-batch 4 × 2 accumulated (global batch 8), "
                         "32-true, to step 4")
     assert [line.split("  ")[0] for line in lines[1:]] == ["autoshard: step 2/4", "autoshard: step 4/4"]

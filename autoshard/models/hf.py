@@ -149,6 +149,8 @@ def _build_config(transformers: ModuleType, data: Mapping[str, Any], file: Path)
         close = difflib.get_close_matches(model_type, list(known.keys()), n=3)
         newer = "A newer transformers may know it: pip install -U transformers."
         hint = f"Did you mean {', '.join(close)}?" if close else newer
+        if "auto_map" in data:  # the Hub's custom code (trust_remote_code) defines it
+            hint = "It is custom code from the Hub (auto_map), which autoshard does not run: write a model.py."
         raise ModelSourceError(
             f"{file}: model_type {model_type!r} is unknown to transformers {transformers.__version__}.", hint=hint
         )

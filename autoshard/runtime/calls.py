@@ -13,6 +13,7 @@ workers of a second call trained the first call's model and data with the second
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import json
 import os
@@ -21,12 +22,10 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, ParamSpec
+from typing import Any, ParamSpec
 
 from autoshard.errors import AutoshardError, UsageError
-
-if TYPE_CHECKING:
-    from autoshard.runtime.result import FitResult
+from autoshard.runtime.result import FitResult
 
 P = ParamSpec("P")
 
@@ -35,7 +34,8 @@ CALLS_FILE = "calls.json"
 
 SEPARATOR = " < "
 _made: Counter[str] = Counter()
-_outcomes: dict[str, dict[str, Any]] = {}
+_outcomes: dict[str, FitResult | dict[str, Any]] = {}
+"""Each call's result (without its model and weights: the steps are shared, not copied) or error record."""
 _current: list[str] = []
 
 
@@ -68,7 +68,7 @@ def identified(fit: Callable[P, FitResult]) -> Callable[P, FitResult]:
             raise
         finally:
             _current.pop()
-        record(key, result=result.to_dict())
+        record(key, result=result)
         return result
 
     return call
@@ -89,21 +89,23 @@ def call_key() -> str:
     return f"{site}#{_made[site]}"
 
 
-def record(key: str, *, result: dict[str, Any] | None = None, error: Exception | None = None) -> None:
-    """Remember what call ``key`` returned (``FitResult.to_dict()``) or raised, for workers started later."""
+def record(key: str, *, result: FitResult | None = None, error: Exception | None = None) -> None:
+    """Remember what call ``key`` returned or raised, for workers started later."""
     if error is not None:
         _outcomes[key] = {"error": {"type": type(error).__name__, "message": getattr(error, "message", str(error)),
                                     "hint": getattr(error, "hint", None),
                                     "autoshard": isinstance(error, AutoshardError)}}
     elif result is not None:
-        _outcomes[key] = {"result": result}
+        _outcomes[key] = dataclasses.replace(result, model=None, state_dict=None)
 
 
 def write(run_dir: Path) -> None:
     """Tell the workers started in ``run_dir`` that they are for the call under way, and what the earlier
     calls did."""
     if _current:
-        (run_dir / CALLS_FILE).write_text(json.dumps({"target": _current[-1], "earlier": _outcomes}),
+        earlier = {key: outcome if isinstance(outcome, dict) else {"result": outcome.to_dict()}
+                   for key, outcome in _outcomes.items()}
+        (run_dir / CALLS_FILE).write_text(json.dumps({"target": _current[-1], "earlier": earlier}),
                                           encoding="utf-8")
 
 
@@ -135,7 +137,6 @@ def at_worker(run_dir: Path, key: str) -> dict[str, Any] | None:
 def _replay(outcome: dict[str, Any], model: Any) -> FitResult:
     from torch import nn
 
-    from autoshard.runtime.result import FitResult
     from autoshard.runtime.supervisor import rebuild_error
 
     if "error" in outcome:

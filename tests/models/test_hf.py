@@ -317,6 +317,10 @@ def test_name_falls_back_to_the_folder(write_config: Callable[..., Path]) -> Non
         ('{"hidden_size": 32}', ['has no "model_type"', '"model_type": "llama"']),
         ('{"model_type": "lama"}', ["model_type 'lama' is unknown to transformers", "Did you mean llama"]),
         ('{"model_type": "zzzzzzzz"}', ["model_type 'zzzzzzzz' is unknown", "pip install -U transformers"]),
+        (  # a Hub repository with its own modeling code (trust_remote_code)
+            '{"model_type": "my_custom", "auto_map": {"AutoModelForCausalLM": "modeling_my.MyForCausalLM"}}',
+            ["model_type 'my_custom' is unknown", "custom code from the Hub (auto_map)", "write a model.py"],
+        ),
         (
             '{"model_type": "llama", "rope_scaling": {"rope_type": "linear"}}',
             ["transformers rejects this llama config", "Missing required keys", "'factor'"],
@@ -348,6 +352,7 @@ def test_name_falls_back_to_the_folder(write_config: Callable[..., Path]) -> Non
         "no-model-type",
         "misspelt-model-type",
         "unknown-model-type",
+        "hub-custom-code",
         "rejected-values",
         "audio-features-not-whisper",
         "misspelt-architecture",

@@ -216,12 +216,18 @@ def samples_per_rank(data: Any, world_size: int) -> int | None:
     return samples // world_size
 
 
-def check_batch_fits_data(batch_size: int | None, per_rank: int | None) -> None:
-    """Raise :class:`UsageError` when ``batch_size`` is more than each rank's ``per_rank`` samples."""
-    if batch_size is not None and per_rank is not None and batch_size > per_rank:
-        raise UsageError(f"batch_size={batch_size}, and each rank's share of the data is {per_rank} samples: "
-                         "no whole batch, nothing would train.",
-                         hint=f"Pass batch_size={per_rank} or less, or more data.")
+def check_batch_fits_data(batch_size: int | None, per_rank: int | None, *, plan: str | None = None) -> None:
+    """Raise :class:`UsageError` when ``batch_size`` (``fit(batch_size=)``, or the micro-batch of the plan from
+    ``plan``) is more than each rank's ``per_rank`` samples."""
+    if batch_size is None or per_rank is None or batch_size <= per_rank:
+        return
+    if plan is not None:
+        raise UsageError(f"the plan ({plan}) trains micro-batches of {batch_size}, and each rank's share of the data "
+                         f"is {per_rank} samples: no whole micro-batch, nothing would train.",
+                         hint="Plan for this data (plan='auto' takes at most each rank's share), or pass more data.")
+    raise UsageError(f"batch_size={batch_size}, and each rank's share of the data is {per_rank} samples: "
+                     "no whole batch, nothing would train.",
+                     hint=f"Pass batch_size={per_rank} or less, or more data.")
 
 
 def check_loader_fits_ranks(data: Any, world: int) -> None:

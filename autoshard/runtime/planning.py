@@ -221,6 +221,8 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
             notes.append(f"force=True: trained at the DataLoader's {loader} samples per batch although the plan "
                          f"was made for micro-batch {exported.micro_batch_size}.")
         check_loader_fits_ranks(job.data, ranks)
+        if loader is None:
+            check_batch_fits_data(exported.micro_batch_size, samples_per_rank(job.data, ranks), plan=where)
         _check_plan_global_batch(options.global_batch_size, exported, ranks, where)
         _check_optimizer(job, exported)
         if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:

@@ -317,7 +317,8 @@ def test_a_dataset_smaller_than_the_largest_micro_batch_trains_at_its_size() -> 
 def test_a_plan_whose_micro_batch_exceeds_the_data_is_refused_not_trained_for_zero_steps() -> None:
     model = _Regressor()
     data = torch.utils.data.TensorDataset(torch.randn(3, 8), torch.randn(3, 1))
-    with pytest.raises(UsageError, match="no whole micro-batch of 4 samples"):
+    with pytest.raises(UsageError, match=r"the plan \(the given plan\) trains micro-batches of 4, and each rank's "
+                                         "share of the data is 3 samples: no whole micro-batch"):
         fit(model, data, loss_fn=_mse, plan=_exported(model), max_steps=1)
 
 

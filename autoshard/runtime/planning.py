@@ -379,6 +379,11 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                     if exported.gradient_accumulation > 1 else "")
     notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
                  f"{exported.micro_batch_size}{accumulating}, {precision}.")
+    if batch_size is None and job.data is not None:
+        capped = " (each rank's whole share of the data)" if exported.micro_batch_size == per_rank else ""
+        notes.append(f"Micro-batch {exported.micro_batch_size} is the planner's choice{capped}: the fastest that fits "
+                     "memory. The batch size also changes what training learns: pass batch_size= (or a DataLoader) "
+                     "to choose it, global_batch_size= to accumulate.")
     return exported, job
 
 

@@ -33,8 +33,12 @@ class Reporter:
     def _write(self, line: str) -> None:
         say(line, self.stream)
 
-    def start(self, plan: ExportedPlan, world_size: int, device_type: str, first_step: int) -> None:
-        """The plan about to train."""
+    def start(self, plan: ExportedPlan, world_size: int, device_type: str, first_step: int,
+              notes: Sequence[str] = ()) -> None:
+        """The plan about to train, and what was decided on the way (``FitResult.notes``) but the plan itself."""
+        for note in notes:
+            if not note.startswith("Planned "):
+                self._write(f"note: {note}")
         accumulated = (f" × {plan.gradient_accumulation} accumulated (global batch "
                        f"{plan.micro_batch_size * plan.gradient_accumulation * world_size})"
                        if plan.gradient_accumulation > 1 else "")

@@ -115,7 +115,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
             if total is None and per_epoch is not None and epochs is not None:
                 total = per_epoch * epochs // plan.gradient_accumulation
             reporter = Reporter(total)
-            reporter.start(plan, ctx.world_size, ctx.device.type, start.step)
+            reporter.start(plan, ctx.world_size, ctx.device.type, start.step, notes)
         config = loop.LoopConfig(
             accumulation=plan.gradient_accumulation, max_steps=job.max_steps,
             epochs=epochs,

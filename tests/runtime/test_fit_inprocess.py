@@ -310,6 +310,11 @@ def test_a_dataset_smaller_than_the_largest_micro_batch_trains_at_its_size() -> 
     data = torch.utils.data.TensorDataset(torch.randn(24, 8), torch.randn(24, 1))
     result = fit(_Regressor(), data, loss_fn=_mse, max_steps=2)
     assert result.plan.micro_batch_size == 24 and len(result.steps) == 2
+    # Chosen for memory and speed, it also decides what training learns: the run says so.
+    assert any(n.startswith("Micro-batch 24 is the planner's choice (each rank's whole share of the data)")
+               for n in result.notes), result.notes
+    assert not any("planner's choice" in n for n in fit(_Regressor(), data, loss_fn=_mse, max_steps=1,
+                                                          batch_size=8).notes)
     with pytest.raises(UsageError, match="batch_size=32, and each rank's share of the data is 24 samples"):
         fit(_Regressor(), data, loss_fn=_mse, max_steps=2, batch_size=32)
 

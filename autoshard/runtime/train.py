@@ -128,6 +128,8 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         module = backend.module
     finally:
         backend.close()  # also after an error: a backend may hold process-wide state (DeepSpeed's linear)
+    if state is not None:
+        backend.hand_back(state)
     return FitResult(plan=plan, steps=tuple(outcome.steps), model=module, state_dict=state, rank=ctx.rank,
                      world_size=ctx.world_size, resumed_from=resumed,
                      last_checkpoint=None if outcome.last_checkpoint is None else str(outcome.last_checkpoint),

@@ -453,3 +453,21 @@ def test_progress_says_the_plan_then_every_log_every_steps_and_nothing_when_off(
     assert f"loss {(result.losses[2] + result.losses[3]) / 2:.4g}" in lines[2]
     fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, max_steps=2, progress=False)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("strategy", ["deepspeed_stage_2", "deepspeed_stage_3"])
+def test_a_module_trained_by_deepspeed_in_this_process_is_handed_back_plain(strategy: str) -> None:
+    """After fit() in one process the user's module was DeepSpeed's: cast to bf16 (ZeRO-1/2), or partitioned with
+    its parameters empty outside hooks that need the destroyed process group (ZeRO-3: "DeepSpeed backend not
+    set"), its gradient hooks still on. It is handed back as it came, fp32, holding the trained master weights."""
+    pytest.importorskip("deepspeed")
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    result = fit(model, _fixed_loader(8), loss_fn=nn.functional.mse_loss, max_steps=2, strategy=strategy,
+                 precision="bf16-mixed", progress=False)
+    assert result.model is model and result.state_dict is not None
+    for name, p in model.named_parameters():
+        assert p.dtype == torch.float32 and torch.equal(p.detach(), result.state_dict[name]), name
+    x, y = next(iter(_fixed_loader(8)))
+    nn.functional.mse_loss(model(x), y).backward()  # plain torch from here: no DeepSpeed hook runs
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    assert all(p.grad is not None for p in model.parameters())

@@ -119,6 +119,11 @@ class Backend(abc.ABC):
     def close(self) -> None:  # noqa: B027 — an optional hook, a no-op unless overridden
         """Release what the backend holds outside the module (engines, hooks)."""
 
+    def hand_back(self, state: dict[str, torch.Tensor]) -> None:  # noqa: B027 — optional, a no-op unless overridden
+        """After :meth:`close`, on the rank holding the consolidated ``state``: leave a module the user gave as a
+        plain module holding ``state``, in the dtypes it came in (a backend that cast or partitioned it in place
+        undoes that here)."""
+
     @property
     def torch_optimizer(self) -> torch.optim.Optimizer:
         """The ``torch.optim.Optimizer`` whose parameter groups' ``lr`` the optimizer step uses: what a

@@ -11,6 +11,7 @@ does that at the edge and nowhere else.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -51,6 +52,9 @@ class DeepSpeedBackend(Backend):
     family = "deepspeed"
     _linear: Any = None
     """``torch.nn.functional.linear`` as it was before ``zero.Init`` replaced it (``None``: not replaced)."""
+    _given_dtypes: dict[str, torch.dtype] | None = None
+    """The dtypes of the user's module's parameters and buffers before the engine cast them (``None``: the
+    backend built the module)."""
 
     @classmethod
     def check_dependencies(cls, device_type: str) -> None:
@@ -76,6 +80,9 @@ class DeepSpeedBackend(Backend):
                 module = model.materialise()
         else:
             module = model.materialise()
+        if model.module is not None:
+            self._given_dtypes = {name: t.dtype for name, t in (*module.named_parameters(),
+                                                                 *module.named_buffers())}
         if self.plan.activation_checkpointing and model.block_names:
             checkpoint_blocks(module, model.block_names, self.plan.checkpointing_choice)
         optimizer = make_optimizer(p for p in module.parameters() if p.requires_grad)
@@ -152,11 +159,30 @@ class DeepSpeedBackend(Backend):
         return out
 
     def close(self) -> None:
-        """Drop the engine's references; undo zero.Init's replacement of ``torch.nn.functional.linear``."""
-        self.engine = None
-        if self._linear is not None:
-            torch.nn.functional.linear = self._linear
-            self._linear = None
+        """Remove the engine's hooks from the module (``engine.destroy()``: ZeRO's gradient hooks, stage 3's
+        gathering hooks) and drop it; undo zero.Init's replacement of ``torch.nn.functional.linear``."""
+        failing = sys.exc_info()[1] is not None  # closing after an error: that error is the one to report
+        engine, self.engine = self.engine, None
+        try:
+            if engine is not None:
+                engine.destroy()
+        except Exception:
+            if not failing:
+                raise
+        finally:
+            if self._linear is not None:
+                torch.nn.functional.linear = self._linear
+                self._linear = None
+
+    def hand_back(self, state: dict[str, torch.Tensor]) -> None:
+        """The user's module holding the trained fp32 master weights in the dtypes it came in: the engine cast it to
+        the run's 16-bit dtype in place, and stage 3 left its parameters partitioned, empty outside its hooks."""
+        if self._given_dtypes is None:
+            return
+        module = self._module
+        for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+            if name in state and name in self._given_dtypes:
+                tensor.data = state[name].to(device=tensor.device, dtype=self._given_dtypes[name])
 
 
 def _check_nvme(path: str | None) -> None:

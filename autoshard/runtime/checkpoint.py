@@ -47,6 +47,9 @@ class CheckpointMeta:
     world_size: int
     layout_hash: str
     """The model fingerprint of the plan (:func:`autoshard.planner.plan_file.layout_hash`)."""
+    micro_batch_size: int | None = None
+    """The run's micro-batch (``None`` in checkpoints written before 2026-11-28): with ``world_size``, how many
+    samples of the epoch ``position.batch_in_epoch`` stands for."""
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -81,7 +84,8 @@ def save(backend: Backend, root: Path, position: Position, *, scheduler: LRSched
     dist.barrier()
     if ctx.is_main:
         meta = CheckpointMeta(position=position, strategy=backend.plan.strategy, family=backend.plan.family,
-                              world_size=ctx.world_size, layout_hash=backend.plan.model.layout_hash)
+                              world_size=ctx.world_size, layout_hash=backend.plan.model.layout_hash,
+                              micro_batch_size=backend.plan.micro_batch_size)
         (partial / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n", encoding="utf-8")
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
@@ -139,11 +143,13 @@ def read_meta(directory: Path) -> CheckpointMeta:
 
 def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None = None) -> Position:
     """Load a checkpoint into ``backend`` (collective) after checking it belongs to this run; with
-    ``scheduler``, restore its state too and set the optimizer's learning rates to the schedule's.
+    ``scheduler``, restore its state too and set the optimizer's learning rates to the schedule's. The position
+    returned is in this run's micro-batches per rank (:func:`rescaled`).
 
     Raises:
-        UsageError: written for another model, strategy family, or (DDP / DeepSpeed) world size; or a
-            ``scheduler`` is given and the checkpoint holds none.
+        UsageError: written for another model, strategy family, or (DeepSpeed: its ZeRO state is partitioned per
+            rank) world size; a mid-epoch position this run's batches cannot reach; or a ``scheduler`` is given
+            and the checkpoint holds none.
     """
     meta = read_meta(directory)
     plan, ctx = backend.plan, backend.ctx
@@ -155,7 +161,9 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
                          f"{plan.strategy}.", hint="Resume with the same strategy family, or start afresh.")
     if meta.world_size != ctx.world_size and not backend.reshards_checkpoints:
         raise UsageError(f"checkpoint {directory} was written by {meta.world_size} ranks, and this run has "
-                         f"{ctx.world_size}.", hint="Resume with the same number of processes.")
+                         f"{ctx.world_size}: {backend.plan.strategy}'s checkpoint is partitioned per rank.",
+                         hint="Resume with the same number of processes.")
+    position = rescaled(meta, ctx.world_size, backend.plan.micro_batch_size, directory)
     if scheduler is not None and not (directory / SCHEDULER_FILE).is_file():
         raise UsageError(f"checkpoint {directory} was saved without a learning-rate scheduler, and this run has "
                          "one: its schedule cannot be continued.",
@@ -172,7 +180,33 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
                 group["lr"].fill_(lr)
             else:
                 group["lr"] = lr
-    return meta.position
+    return position
+
+
+def rescaled(meta: CheckpointMeta, world_size: int, micro_batch_size: int, directory: Path) -> Position:
+    """The checkpoint's position in micro-batches of ``micro_batch_size`` per rank over ``world_size`` ranks.
+
+    Every rank's micro-batches of an epoch come from one order of the samples (the ``DistributedSampler``'s, the
+    same for every world size; or the batches of an iterable, dealt out in turn), rank ``r`` taking every
+    ``world_size``-th: what an epoch has consumed is its first ``batch_in_epoch × micro-batch × ranks`` samples,
+    whatever the ranks. Another run continues after the same samples — but for a ``DataLoader`` at one rank, which
+    keeps its own sampler (a shuffled one's order is its own, not the ``DistributedSampler``'s).
+
+    Raises:
+        UsageError: mid-epoch, this run's micro-batches over its ranks do not divide what was consumed.
+    """
+    pos = meta.position
+    old = meta.micro_batch_size or micro_batch_size
+    if (meta.world_size, old) == (world_size, micro_batch_size) or pos.batch_in_epoch == 0:
+        return pos
+    consumed = pos.batch_in_epoch * old * meta.world_size
+    per_step = micro_batch_size * world_size
+    if consumed % per_step:
+        raise UsageError(f"checkpoint {directory} stands {consumed} samples into epoch {pos.epoch} "
+                         f"({pos.batch_in_epoch} micro-batches of {old} on each of {meta.world_size} ranks), which "
+                         f"this run's micro-batches of {micro_batch_size} on {world_size} ranks do not reach.",
+                         hint=f"Resume with a micro-batch × ranks that divides {consumed}, or from an epoch's end.")
+    return Position(step=pos.step, epoch=pos.epoch, batch_in_epoch=consumed // per_step)
 
 
 def _rng_state() -> dict[str, torch.Tensor]:

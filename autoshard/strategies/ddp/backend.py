@@ -28,6 +28,7 @@ class DDPBackend(Backend):
     """Full replicas; gradients all-reduced in buckets during backward."""
 
     family = "ddp"
+    reshards_checkpoints = True  # one file of the replicated state, the same whatever the number of ranks
 
     def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
         """Move the module to this rank's device, wrap it, register the comm hook, build the optimizer."""

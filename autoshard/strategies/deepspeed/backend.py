@@ -162,7 +162,7 @@ class DeepSpeedBackend(Backend):
         """Remove the engine's hooks from the module (``engine.destroy()``: ZeRO's gradient hooks, stage 3's
         gathering hooks) and drop it; undo zero.Init's replacement of ``torch.nn.functional.linear``."""
         failing = sys.exc_info()[1] is not None  # closing after an error: that error is the one to report
-        engine, self.engine = self.engine, None
+        engine, self.engine = getattr(self, "engine", None), None  # None: setup failed before deepspeed.initialize
         try:
             if engine is not None:
                 engine.destroy()

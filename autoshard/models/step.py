@@ -11,6 +11,9 @@
    - When ``forward`` takes every element (or ``*args``), the model gets them all and the loss gets the whole
      batch: ``loss_fn(model(*batch), batch)``.
 
+   A dictionary's keys that ``forward`` does not take (it has no ``**kwargs``) are left out of its call and reach
+   the loss only: a dataset's ``text`` or ``idx`` column, or ``labels`` for a model that returns logits.
+
 A single tensor goes to ``model(batch)``; the loss gets ``loss_fn(output, batch)``. Without ``loss_fn``, the
 output's ``loss`` is used, else the mean of its floating-point tensors (:func:`~autoshard.models.source.default_loss`).
 A tuple batch split into inputs and targets needs ``loss_fn``: a loss that ignored the targets would train on
@@ -63,6 +66,37 @@ def positional_inputs(module: nn.Module) -> int | None:
                and p.default is inspect.Parameter.empty)
 
 
+def keyword_inputs(module: nn.Module) -> frozenset[str] | None:
+    """The argument names ``module.forward`` takes by keyword (``None``: it takes ``**kwargs``, or its signature
+    cannot be read).
+
+    Example:
+        >>> sorted(keyword_inputs(torch.nn.Linear(2, 2)))
+        ['input']
+    """
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return frozenset(p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                          inspect.Parameter.KEYWORD_ONLY))
+
+
+def unused_keys(module: nn.Module, batch: Batch) -> list[str]:
+    """The keys of a dictionary batch that ``module.forward`` does not take: they reach the loss only.
+
+    Example:
+        >>> unused_keys(torch.nn.Linear(2, 2), {"input": 1, "labels": 2, "text": "a"})
+        ['labels', 'text']
+    """
+    accepted = keyword_inputs(module)
+    if not isinstance(batch, Mapping) or accepted is None:
+        return []
+    return [k for k in batch if k not in accepted]
+
+
 def step_functions(module: nn.Module, *, loss_fn: LossFn | None = None,
                    training_step: TrainingStep | None = None) -> StepFunctions:
     """The forward and loss for batches of ``module`` (see the module docs for the rules).
@@ -78,7 +112,7 @@ def step_functions(module: nn.Module, *, loss_fn: LossFn | None = None,
             raise UsageError("pass loss_fn or training_step, not both: training_step returns the loss itself.")
         return StepFunctions(call=training_step, loss=_returned_loss)
     inputs = positional_inputs(module)
-    return StepFunctions(call=_Call(inputs), loss=_Loss(inputs, loss_fn))
+    return StepFunctions(call=_Call(inputs, keyword_inputs(module)), loss=_Loss(inputs, loss_fn))
 
 
 def split(batch: Batch, inputs: int | None) -> tuple[tuple[Any, ...], Any] | None:
@@ -97,8 +131,13 @@ def split(batch: Batch, inputs: int | None) -> tuple[tuple[Any, ...], Any] | Non
 @dataclass(frozen=True, slots=True)
 class _Call:
     inputs: int | None
+    keywords: frozenset[str] | None = None
+    """What the forward takes by keyword: a dictionary batch's other keys (a dataset's ``text`` or ``idx`` column,
+    labels the forward does not take) reach the loss only, as the HF Trainer drops unused columns."""
 
     def __call__(self, model: nn.Module, batch: Batch) -> Any:
+        if isinstance(batch, Mapping) and self.keywords is not None:
+            return call_model(model, {k: v for k, v in batch.items() if k in self.keywords})
         parts = split(batch, self.inputs)
         return call_model(model, batch if parts is None else parts[0])
 

@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_map
 
 from autoshard.errors import UsageError, UserCodeError
 from autoshard.models.source import ModelSource
-from autoshard.models.step import step_functions
+from autoshard.models.step import step_functions, unused_keys
 from autoshard.planner.plan_file import (
     ExportedPlan,
     ModelFingerprint,
@@ -325,6 +325,10 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         job = replace(job, data=data)  # a generator's first batch was put back in front
         source = module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
                                         training_step=job.training_step)
+        unused = [] if job.training_step is not None else unused_keys(job.module, example)  # type: ignore[arg-type]
+        if unused:
+            notes.append(f"The batches' {', '.join(unused)} reach the loss only: {type(job.module).__name__}.forward "
+                         "does not take them (as the Hugging Face Trainer drops unused columns).")
     strategies = _able_strategies(job.optimizer, options.strategy, notes)
 
     def planned(source: ModelSource) -> Any:

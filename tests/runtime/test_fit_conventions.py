@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from autoshard.errors import UsageError, UserCodeError
 from autoshard.models.step import positional_inputs, split, step_functions
@@ -111,3 +112,43 @@ def test_an_error_in_a_module_is_not_blamed_on_a_model_file() -> None:
         fit(Broken(), [(torch.randn(4, 3), torch.randn(4, 1))] * 2, loss_fn=F.mse_loss, max_steps=1)
     text = f"{info.value.message} {info.value.hint}"
     assert "model file" not in text and "report it" not in text
+
+
+class _LogitsOnly(nn.Module):
+    """A model of one's own over tokenised rows: it takes the ids, returns logits; the labels are the loss's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.out = nn.Embedding(32, 8), nn.Linear(8, 32)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.out(self.emb(input_ids))
+
+
+def test_dictionary_keys_the_forward_does_not_take_reach_the_loss_only() -> None:
+    """model(**batch) failed on a column the forward does not take ("unexpected keyword argument 'labels'"); the HF
+    Trainer drops such columns. A forward with **kwargs still gets every key."""
+    samples = [{"input_ids": torch.arange(8) % 32, "labels": torch.arange(8) % 32, "text": f"row {i}", "idx": i}
+               for i in range(16)]
+
+    def loss(output: torch.Tensor, batch: dict) -> torch.Tensor:
+        return F.cross_entropy(output.flatten(0, 1), batch["labels"].flatten())
+
+    result = fit(_LogitsOnly(), samples, loss_fn=loss, batch_size=4, max_steps=2, progress=False)
+    assert len(result.steps) == 2
+    assert any(n.startswith("The batches' labels, text, idx reach the loss only: _LogitsOnly.forward does not "
+                            "take them") for n in result.notes), result.notes
+    seen = {}
+
+    class _Takes(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 1)
+
+        def forward(self, x: torch.Tensor, **kwargs: object) -> torch.Tensor:
+            seen.update(kwargs)
+            return self.lin(x)
+
+    fit(_Takes(), [{"x": torch.ones(2, 2), "extra": torch.zeros(2)}], loss_fn=lambda o, b: o.sum(), max_steps=1,
+        progress=False)
+    assert "extra" in seen

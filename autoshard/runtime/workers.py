@@ -114,7 +114,7 @@ def as_rank_0_read_it(job: TrainJob, *, samples: bool) -> TrainJob:
 
 
 def spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
-           timeout_s: float | None) -> FitResult:
+          timeout_s: float | None) -> FitResult:
     """Start one worker per rank on this machine, wait, and return rank 0's result."""
     command = supervisor.script_command()
     if command is None:

@@ -30,6 +30,10 @@ def test_bad_arguments_are_refused_before_tuning() -> None:
 
 
 def test_tuning_under_a_launcher_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv(supervisor.RUN_DIR_VAR, str(tmp_path))
+    """Under torchrun every rank would tune. (A worker fit() started itself reaches fit(tune=...) too, running the
+    script again: it trains the plan the launching process tuned, tests/tuner/test_tune_study.py.)"""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(supervisor.RUN_DIR_VAR, raising=False)
     with pytest.raises(UsageError, match="under a launcher would tune once per rank"):
         autoshard.fit("tiny-gpt2", max_steps=1, tune=True)

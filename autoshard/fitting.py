@@ -33,6 +33,8 @@ def fit(
     model: nn.Module | str | os.PathLike[str] | ModelSource,
     data: DataSpec = None,
     *,
+    eval_data: DataSpec = None,
+    eval_every: int | None = None,
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
     training_step: Callable[[Any, Any], torch.Tensor] | None = None,
     optimizer: OptimizerSpec = None,
@@ -81,7 +83,8 @@ def fit(
     from autoshard.runtime.supervisor import is_worker
 
     given: dict[str, Any] = dict(
-        loss_fn=loss_fn, training_step=training_step, optimizer=optimizer, max_steps=max_steps, epochs=epochs,
+        eval_data=eval_data, eval_every=eval_every, loss_fn=loss_fn, training_step=training_step,
+        optimizer=optimizer, max_steps=max_steps, epochs=epochs,
         strategy=strategy, hardware=hardware, processes=processes, precision=precision, batch_size=batch_size,
         global_batch_size=global_batch_size, seq_len=seq_len, checkpointing=checkpointing, consolidate=consolidate,
         grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, progress=progress, force=force,
@@ -91,7 +94,8 @@ def fit(
         return train(model, data, plan=plan, **given)
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
                     log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,
-                    grad_clip_norm=grad_clip_norm, global_batch_size=global_batch_size)
+                    grad_clip_norm=grad_clip_norm, global_batch_size=global_batch_size, eval_data=eval_data,
+                    eval_every=eval_every)
     if under_launcher():
         raise UsageError("fit(tune=True) under a launcher would tune once per rank.",
                          hint="Run `autoshard tune MODEL` first, then fit(..., plan=\"autoshard-tune/best\").")

@@ -39,8 +39,11 @@ class DataFeed:
     """
 
     def __init__(self, data: Any, *, micro_batch_size: int, ctx: RunContext, seed: int,
-                 synthetic: Callable[[], Any] | None = None) -> None:
+                 synthetic: Callable[[], Any] | None = None, scoring: bool = False) -> None:
         self.ctx = ctx
+        self.scoring = scoring
+        """Held-out data: a dataset is sharded in order and whole (the ``DistributedSampler`` pads each rank's
+        share to the same length with repeated samples, at most ``world_size - 1``; the last batch may be short)."""
         self._synthetic = synthetic
         self._sampler: DistributedSampler[Any] | None = None
         self._iterable: Iterable[Any] | None = None
@@ -67,8 +70,8 @@ class DataFeed:
     def _distributed_loader(self, dataset: Any, batch_size: int, seed: int, *, shuffle: bool,
                             like: DataLoader[Any] | None) -> DataLoader[Any]:
         sampler: DistributedSampler[Any] = DistributedSampler(dataset, num_replicas=self.ctx.world_size,
-                                                              rank=self.ctx.rank, shuffle=shuffle, seed=seed,
-                                                              drop_last=True)
+                                                              rank=self.ctx.rank, shuffle=shuffle and not self.scoring,
+                                                              seed=seed, drop_last=not self.scoring)
         self._sampler = sampler
         extra: dict[str, Any] = {}
         if like is not None:
@@ -76,7 +79,7 @@ class DataFeed:
                      "worker_init_fn": like.worker_init_fn, "persistent_workers": like.persistent_workers}
             if like.num_workers > 0:
                 extra["prefetch_factor"] = like.prefetch_factor
-        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, **extra)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=not self.scoring, **extra)
 
     @property
     def endless(self) -> bool:

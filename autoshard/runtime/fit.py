@@ -40,6 +40,8 @@ def fit(
     model: nn.Module | str | os.PathLike[str] | ModelSource,
     data: DataSpec = None,
     *,
+    eval_data: DataSpec = None,
+    eval_every: int | None = None,
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
     training_step: Callable[[Any, Any], torch.Tensor] | None = None,
     optimizer: OptimizerSpec = None,
@@ -78,6 +80,11 @@ def fit(
         data: a map-style ``Dataset`` (batched at the plan's micro-batch, sharded with a ``DistributedSampler``),
             a ``DataLoader`` (its batch size kept, re-sharded), any iterable of batches (dealt out to the ranks
             in turn), or ``None`` to train on the model source's example batches (needs ``max_steps``).
+        eval_data: held-out data (any kind ``data`` takes), scored every ``eval_every`` optimizer steps (default:
+            only at the end) and when training ends, with the training step's forward and loss under
+            ``torch.no_grad()`` and the module in eval mode; each rank scores its share. The losses are
+            :attr:`FitResult.evals` (:mod:`autoshard.runtime.evaluation`).
+        eval_every: optimizer steps between scorings of ``eval_data``.
         training_step: ``training_step(model, batch) -> loss`` in place of forward + loss, for anything the batch
             conventions do not cover (:mod:`autoshard.models.step`); ``model`` is the module as the backend wraps it.
         loss_fn: how the output is scored. For a module, by the batch's shape (:mod:`autoshard.models.step`):
@@ -145,14 +152,15 @@ def fit(
     module, source = check_arguments(
         model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
         log_every=log_every, processes=processes, batch_size=batch_size, global_batch_size=global_batch_size,
-        lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm)
+        lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm, eval_data=eval_data, eval_every=eval_every)
     from autoshard.planner.machine import parse_reduce_dtype
 
     environ = os.environ  # the edge: the launcher's variables are read here only
     launch = LaunchInfo.from_environ(environ)
     ckpt = checkpointing or Checkpointing()
     module, arrival = _uncompiled(module)
-    job = TrainJob(module=module, source=source, data=data, loss_fn=loss_fn, training_step=training_step,
+    job = TrainJob(module=module, source=source, data=data, eval_data=eval_data, eval_every=eval_every,
+                   loss_fn=loss_fn, training_step=training_step,
                    optimizer=optimizer, notes=arrival,
                    max_steps=max_steps, epochs=epochs, seed=seed,
                    checkpoint_dir=None if ckpt.dir is None else Path(ckpt.dir),
@@ -186,7 +194,8 @@ def fit(
 
 def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | None, epochs: int | None,
                     checkpointing: Any, log_every: int, processes: int | None, batch_size: int | None,
-                    lr_scheduler: Any, grad_clip_norm: float | None, global_batch_size: int | None = None
+                    lr_scheduler: Any, grad_clip_norm: float | None, global_batch_size: int | None = None,
+                    eval_data: Any = None, eval_every: int | None = None
                     ) -> tuple[nn.Module | None, ModelSource | None]:
     """:func:`fit`'s checks of its arguments, before anything slow: the module or the loaded source.
 
@@ -194,7 +203,10 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
         UsageError: a bad argument or model source.
     """
     _check_counts(max_steps=max_steps, epochs=epochs, log_every=log_every, processes=processes,
-                  batch_size=batch_size, global_batch_size=global_batch_size)
+                  batch_size=batch_size, global_batch_size=global_batch_size, eval_every=eval_every)
+    if eval_every is not None and eval_data is None:
+        raise UsageError("eval_every= says how often to score eval_data, and no eval_data was given.",
+                         hint="Pass eval_data= (a Dataset, DataLoader or list of batches), or drop eval_every.")
     _check_checkpointing(checkpointing)
     if lr_scheduler is not None and not callable(lr_scheduler):
         raise UsageError(f"lr_scheduler must be a factory optimizer -> LRScheduler, but got "
@@ -204,8 +216,9 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
     if max_steps is None and epochs is None and data is None:
         raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
     module, source = _model(model, loss_fn)
-    if data is not None:
-        check_data(data)
+    for given in (data, eval_data):
+        if given is not None:
+            check_data(given)
     return module, source
 
 

@@ -24,7 +24,7 @@ from autoshard.runtime.distributed import (
     communication_failure,
     mean_over_ranks,
 )
-from autoshard.runtime.result import StepMetrics
+from autoshard.runtime.result import EvalMetrics, StepMetrics
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,6 +50,10 @@ class LoopConfig:
     """Called on every rank after each optimizer step with the step number and its wall-clock seconds."""
     on_log: Callable[[list[StepMetrics]], None] | None = None
     """Called with the steps whose losses were just averaged over the ranks (every ``log_every`` steps)."""
+    evaluate: Callable[[int], EvalMetrics] | None = None
+    """Scores the held-out data at a step (collective): every ``eval_every`` steps and at the end."""
+    eval_every: int | None = None
+    on_eval: Callable[[EvalMetrics], None] | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -59,6 +63,7 @@ class LoopOutcome:
     steps: list[StepMetrics]
     position: Position
     last_checkpoint: Path | None
+    evals: list[EvalMetrics]
 
 
 def build_scheduler(factory: Any, optimizer: torch.optim.Optimizer, *, checkpointed: bool) -> LRScheduler:
@@ -98,6 +103,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     scale = backend.loss_scale_for(config.accumulation)
     position = start
     steps: list[StepMetrics] = []
+    evals: list[EvalMetrics] = []
     pending: list[tuple[int, int, torch.Tensor, float, int | None, float]] = []
     last_ckpt: Path | None = None
     # Lengths unknown (a generator, an IterableDataset): agree with the other ranks on every micro-batch.
@@ -136,14 +142,15 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             if check_each_step and not all_true(batch is not _END, ctx):
                 batch = _END  # some rank ran out: every rank stops at the same step
             if batch is _END:
-                flush()
-                return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt)
+                break
             consumed += 1
             sync = micro == config.accumulation - 1
             batch = to_device(batch, ctx.device)
             loss = _loss(backend, steps_fns, batch, sync=sync, checked=not first)
             backend.backward(loss * scale if scale != 1.0 else loss, sync=sync)
             micro_losses.append(loss.detach())
+        if batch is _END:  # the data ran out: an incomplete accumulation is not stepped
+            break
         first = False
         lr = float(optimizer.param_groups[0]["lr"])  # what this step's update uses
         backend.step()
@@ -163,12 +170,26 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
                 and position.step % config.checkpoint_every == 0 and not _done(position, config)):
             last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position, scheduler=scheduler,
                                         keep_last=config.keep_last_checkpoints)
+        if (config.evaluate is not None and config.eval_every
+                and position.step % config.eval_every == 0 and not _done(position, config)):
+            flush()
+            evals.append(_evaluated(config, position.step))
+    # The end: max_steps reached, or the data ran out (the epochs asked for are done).
     flush()
     if config.checkpoint_dir is not None and (last_ckpt is None or last_ckpt != checkpoint.step_dir(
             config.checkpoint_dir, position.step)) and position.step > start.step:
         last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position, scheduler=scheduler,
                                     keep_last=config.keep_last_checkpoints)
-    return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt)
+    if config.evaluate is not None and position.step > start.step and (not evals or evals[-1].step != position.step):
+        evals.append(_evaluated(config, position.step))
+    return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt, evals=evals)
+
+
+def _evaluated(config: LoopConfig, step: int) -> EvalMetrics:
+    metrics = config.evaluate(step)  # type: ignore[misc]  # called only with an evaluator
+    if config.on_eval is not None:
+        config.on_eval(metrics)
+    return metrics
 
 
 _END = object()

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from autoshard.planner.plan_file import ExportedPlan
-from autoshard.runtime.result import StepMetrics
+from autoshard.runtime.result import EvalMetrics, StepMetrics
 
 
 def say(line: str, stream: TextIO | None = None) -> None:
@@ -61,3 +61,7 @@ class Reporter:
         tokens = "" if per_sample is None else f"  {per_sample * samples / seconds:,.0f} tokens/s"
         self._write(f"step {s.step:,}{total}  epoch {s.epoch}  loss {sum(x.loss for x in steps) / len(steps):.4g}{lr}"
                     f"  {samples / seconds:,.1f} samples/s{tokens}  {seconds / len(steps):.3g} s/step")
+
+    def evaluated(self, metrics: EvalMetrics) -> None:
+        """A scoring of ``eval_data``."""
+        self._write(f"eval at step {metrics.step:,}  loss {metrics.loss:.4g}  ({metrics.batches:,} batches)")

@@ -36,6 +36,22 @@ class StepMetrics:
         return asdict(self)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvalMetrics:
+    """One evaluation of ``eval_data``."""
+
+    step: int
+    """The optimizer steps trained when it was scored."""
+    loss: float
+    """Mean loss of its batches over every rank."""
+    batches: int
+    """Batches scored, over every rank."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
 @dataclass(frozen=True, kw_only=True)
 class FitResult:
     """The outcome of :func:`autoshard.fit`."""
@@ -60,6 +76,8 @@ class FitResult:
     """The newest checkpoint written."""
     notes: tuple[str, ...] = ()
     """What fit() decided for you that you may want to know (one sentence each)."""
+    evals: tuple[EvalMetrics, ...] = ()
+    """Each scoring of ``eval_data`` (every ``eval_every`` steps and at the end; empty without ``eval_data``)."""
 
     @property
     def losses(self) -> list[float]:
@@ -77,7 +95,8 @@ class FitResult:
         return cls(plan=loads(json.dumps(data["plan"]), source="a fit() result"),
                    steps=tuple(StepMetrics(**s) for s in data["steps"]), model=model, state_dict=state_dict,
                    rank=data.get("rank", 0), world_size=data["world_size"], resumed_from=data["resumed_from"],
-                   last_checkpoint=data["last_checkpoint"], notes=tuple(data["notes"]))
+                   last_checkpoint=data["last_checkpoint"], notes=tuple(data["notes"]),
+                   evals=tuple(EvalMetrics(**e) for e in data.get("evals", ())))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (no tensors)."""
@@ -89,4 +108,5 @@ class FitResult:
             "resumed_from": self.resumed_from,
             "last_checkpoint": self.last_checkpoint,
             "notes": list(self.notes),
+            "evals": [e.to_dict() for e in self.evals],
         }

@@ -22,6 +22,7 @@ from autoshard.runtime.backends import ModelInit
 from autoshard.runtime.checkpoint import Position
 from autoshard.runtime.data import DataFeed
 from autoshard.runtime.distributed import RunContext
+from autoshard.runtime.evaluation import Evaluator
 from autoshard.runtime.progress import Reporter
 from autoshard.runtime.result import FitResult
 
@@ -56,6 +57,9 @@ class TrainJob:
     """What checking the arguments decided (a ``torch.compile``'d module trained uncompiled): the first notes."""
     progress: bool = False
     """Rank 0 writes the plan and a line every ``log_every`` steps to standard error (:mod:`.progress`)."""
+    eval_data: Any = None
+    """Held-out data scored every ``eval_every`` steps and at the end (:mod:`.evaluation`)."""
+    eval_every: int | None = None
 
 
 def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) -> FitResult:
@@ -109,6 +113,8 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         elif job.resume is True:
             notes.append(f"No checkpoint in {job.checkpoint_dir} to resume from: started afresh.")
         fns = step_functions_for(job, backend.module)
+        evaluator = None if job.eval_data is None else Evaluator(
+            job.eval_data, backend=backend, fns=fns, micro_batch_size=plan.micro_batch_size, seed=job.seed)
         reporter = None
         if job.progress and ctx.is_main:
             total = job.max_steps
@@ -122,7 +128,8 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
             samples_per_step=plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size,
             tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
             checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,
-            on_step=job.on_step, on_log=reporter)
+            on_step=job.on_step, on_log=reporter, evaluate=evaluator, eval_every=job.eval_every,
+            on_eval=None if reporter is None else reporter.evaluated)
         outcome = loop.run(backend, feed, fns, config, start, scheduler)
         state = backend.full_state_dict() if job.consolidate else None
         module = backend.module
@@ -133,7 +140,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
     return FitResult(plan=plan, steps=tuple(outcome.steps), model=module, state_dict=state, rank=ctx.rank,
                      world_size=ctx.world_size, resumed_from=resumed,
                      last_checkpoint=None if outcome.last_checkpoint is None else str(outcome.last_checkpoint),
-                     notes=tuple(notes))
+                     notes=tuple(notes), evals=tuple(outcome.evals))
 
 
 def step_functions_for(job: TrainJob, module: nn.Module) -> StepFunctions:

@@ -160,8 +160,8 @@ def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) ->
 def _module_worker_command(job: TrainJob, model: Any) -> list[str]:
     spec_ok = isinstance(model, (str, os.PathLike)) or (isinstance(model, ModelSource) and model.kind in (
         "catalog", "file", "hf-config"))
-    if not spec_ok or job.data is not None or job.loss_fn is not None or job.training_step is not None or \
-            job.lr_scheduler is not None or not (
+    own_code = (job.data, job.eval_data, job.loss_fn, job.training_step, job.lr_scheduler)
+    if not spec_ok or any(x is not None for x in own_code) or not (
             job.optimizer is None or isinstance(job.optimizer, str)):
         raise UsageError("fit() needs to start one worker process per device, and this session cannot be started "
                          "again as a worker (an interactive session, a notebook or pytest).",

@@ -471,3 +471,43 @@ def test_a_module_trained_by_deepspeed_in_this_process_is_handed_back_plain(stra
     nn.functional.mse_loss(model(x), y).backward()  # plain torch from here: no DeepSpeed hook runs
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     assert all(p.grad is not None for p in model.parameters())
+
+
+# -- eval_data: held-out loss during training -----------------------------------------------------------------
+
+
+def _held_out() -> torch.utils.data.TensorDataset:
+    return _fixed_loader(8, samples=24).dataset  # the same task as _fixed_loader's: a held-out draw of it
+
+
+def test_eval_data_is_scored_every_eval_every_steps_and_at_the_end_as_the_model_scores_it() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 1))
+    result = fit(model, _fixed_loader(4), loss_fn=nn.functional.mse_loss, eval_data=_held_out(), eval_every=3,
+                 epochs=1, optimizer=lambda p: torch.optim.SGD(p, lr=0.05), batch_size=4, progress=False)
+    assert [(e.step, e.batches) for e in result.evals] == [(3, 6), (6, 6), (8, 6)]  # 24 samples in batches of 4
+    x, y = _held_out().tensors
+    model.eval()
+    with torch.no_grad():  # the last scoring is the trained model's, dropout off
+        assert result.evals[-1].loss == pytest.approx(nn.functional.mse_loss(model(x), y).item(), rel=1e-6)
+    assert json.loads(json.dumps(result.to_dict()))["evals"][0]["step"] == 3
+    assert model.training is False  # as the test left it; fit() restored training mode after each scoring
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"eval_every": 2}, "eval_every= says how often to score eval_data, and no eval_data was given"),
+    ({"eval_every": 0, "eval_data": [(torch.ones(4, 8), torch.ones(4, 1))]}, "eval_every must be a positive whole"),
+    ({"eval_data": 3}, "data is a int, which is neither a Dataset nor an iterable"),
+    ({"eval_data": (b for b in [(torch.ones(4, 8), torch.ones(4, 1))])}, "eval_data is a one-pass iterator"),
+])
+def test_eval_data_that_cannot_be_scored_is_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, max_steps=1, progress=False, **kwargs)
+
+
+def test_a_run_ending_with_its_epochs_writes_its_last_checkpoint(tmp_path: Path) -> None:
+    """The run saved at the end only when max_steps ended it: running out of data (epochs=, the usual way to
+    train) returned without the checkpoint Checkpointing(dir=...) promises."""
+    result = fit(_Regressor(), _fixed_loader(8), loss_fn=_mse, epochs=2, progress=False,
+                 checkpointing=autoshard.Checkpointing(dir=tmp_path))
+    assert len(result.steps) == 8 and result.last_checkpoint == str(tmp_path / "step-00000008")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000008"]

@@ -13,6 +13,7 @@ workers of a second call trained the first call's model and data with the second
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import functools
 import json
@@ -36,7 +37,7 @@ SEPARATOR = " < "
 _made: Counter[str] = Counter()
 _outcomes: dict[str, FitResult | dict[str, Any]] = {}
 """Each call's result (without its model and weights: the steps are shared, not copied) or error record."""
-_current: list[str] = []
+_current: list[tuple[str, dict[str, Any]]] = []
 
 
 def identified(fit: Callable[P, FitResult]) -> Callable[P, FitResult]:
@@ -50,17 +51,17 @@ def identified(fit: Callable[P, FitResult]) -> Callable[P, FitResult]:
     def call(*args: P.args, **kwargs: P.kwargs) -> FitResult:
         from autoshard.runtime import supervisor
 
-        key = call_key()
+        key, summary = call_key(), call_summary(args, kwargs)
         run_dir = os.environ.get(supervisor.RUN_DIR_VAR)
         if run_dir is not None:
             try:
-                outcome = at_worker(Path(run_dir), key)
+                outcome = at_worker(Path(run_dir), key, summary)
             except AutoshardError as e:
                 supervisor.write_error(Path(run_dir), int(os.environ.get("RANK", "0")), e)
                 raise
             if outcome is not None:
                 return _replay(outcome, args[0] if args else kwargs.get("model"))
-        _current.append(key)
+        _current.append((key, summary))
         try:
             result = fit(*args, **kwargs)
         except Exception as e:
@@ -105,18 +106,41 @@ def write(run_dir: Path) -> None:
     if _current:
         earlier = {key: outcome if isinstance(outcome, dict) else {"result": outcome.to_dict()}
                    for key, outcome in _outcomes.items()}
-        (run_dir / CALLS_FILE).write_text(json.dumps({"target": _current[-1], "earlier": earlier}),
+        target, summary = _current[-1]
+        (run_dir / CALLS_FILE).write_text(json.dumps({"target": target, "summary": summary, "earlier": earlier}),
                                           encoding="utf-8")
 
 
-def at_worker(run_dir: Path, key: str) -> dict[str, Any] | None:
-    """In a worker, at call ``key``: ``None`` to train (the call the workers were started for, or a worker that
-    runs one job, ``python -m autoshard.runtime.worker``); else the launching process's outcome of this earlier
-    call to replay (``{"result": ...}`` or ``{"error": ...}``).
+def call_summary(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What a ``fit()`` call trains, in a few JSON values: the model (class and parameter count, or the source
+    named), the data (type, length, a loader's batch size) and the run's length and batch arguments."""
+    from torch import nn
+
+    model = args[0] if args else kwargs.get("model")
+    data = args[1] if len(args) > 1 else kwargs.get("data")
+    if isinstance(model, nn.Module):
+        described = f"{type(model).__name__} of {sum(p.numel() for p in model.parameters()):,} parameters"
+    else:
+        described = str(getattr(model, "origin", model))
+    shape: list[Any] = [type(data).__name__]
+    if hasattr(data, "__len__"):
+        with contextlib.suppress(TypeError):  # a DataLoader over an IterableDataset without a length
+            shape.append(len(data))  # type: ignore[arg-type]  # it has __len__
+    shape.append(getattr(data, "batch_size", None))
+    return {"model": described, "data": shape,
+            **{name: kwargs.get(name) for name in ("max_steps", "epochs", "batch_size", "global_batch_size")}}
+
+
+def at_worker(run_dir: Path, key: str, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """In a worker, at call ``key`` training what ``summary`` says (:func:`call_summary`): ``None`` to train (the
+    call the workers were started for — by its name, or the same call reached along another path of the script,
+    as a script that sends its workers straight to ``fit()`` does — or a worker that runs one job, ``python -m
+    autoshard.runtime.worker``); else the launching process's outcome of this earlier call to replay
+    (``{"result": ...}`` or ``{"error": ...}``).
 
     Raises:
-        UsageError: the launching process made no such call before the workers' own (the script took another
-            path in the worker).
+        UsageError: the launching process made no such call before the workers' own, and this one trains
+            something else (the script took another path in the worker).
     """
     path = run_dir / CALLS_FILE
     if not path.is_file():
@@ -127,11 +151,18 @@ def at_worker(run_dir: Path, key: str) -> dict[str, Any] | None:
     earlier: dict[str, dict[str, Any]] = calls["earlier"]
     if key in earlier:
         return earlier[key]
+    if summary == calls.get("summary"):
+        return None
     raise UsageError(
-        f"a worker running your script again reached a fit() call ({_where(key)}) that the launching process did "
-        f"not make before the one it started the workers for ({_where(calls['target'])}).",
+        f"a worker running your script again reached a fit() call ({_where(key)}: {_said(summary)}) that the "
+        f"launching process did not make before the one it started the workers for ({_where(calls['target'])}: "
+        f"{_said(calls.get('summary') or {})}).",
         hint="The script must make the same fit() calls in the workers: do not let `autoshard.is_worker()` or "
              "anything else that differs there decide which run; or launch every rank with torchrun.")
+
+
+def _said(summary: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in summary.items() if v is not None)
 
 
 def _replay(outcome: dict[str, Any], model: Any) -> FitResult:

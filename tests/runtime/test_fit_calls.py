@@ -55,10 +55,10 @@ def test_a_worker_replays_an_earlier_calls_error_as_the_launching_process_caught
     raised = []
     for key in earlier:
         with pytest.raises(Exception) as info:  # each case's class is checked below
-            calls._replay(calls.at_worker(tmp_path, key), None)  # type: ignore[arg-type]
+            calls._replay(calls.at_worker(tmp_path, key, {}), None)  # type: ignore[arg-type]
         raised.append((type(info.value), str(info.value)))
     assert raised[0][0] is UsageError and raised[1] == (TypeError, "t") and raised[2] == (RuntimeError, "MyError: x")
-    assert calls.at_worker(tmp_path, "s.py:9#1") is None
-    with pytest.raises(UsageError, match=r"reached a fit\(\) call \(s.py:5\) that the launching process did not make "
-                                         r"before the one it started the workers for \(s.py:9\)"):
-        calls.at_worker(tmp_path, "s.py:5#1")
+    assert calls.at_worker(tmp_path, "s.py:9#1", {}) is None
+    with pytest.raises(UsageError, match=r"reached a fit\(\) call \(s.py:5: max_steps 2\) that the launching "
+                                         r"process did not make before the one it started the workers for \(s.py:9"):
+        calls.at_worker(tmp_path, "s.py:5#1", {"max_steps": 2})

@@ -55,15 +55,20 @@ def positional_inputs(module: nn.Module) -> int | None:
         >>> positional_inputs(torch.nn.Linear(2, 2)), positional_inputs(torch.nn.Sequential())
         (1, 1)
     """
-    try:
-        params = inspect.signature(module.forward).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+    params = _forward_parameters(module)
+    if params is None or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
         return None
     return sum(1 for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
                                                inspect.Parameter.POSITIONAL_OR_KEYWORD)
                and p.default is inspect.Parameter.empty)
+
+
+def _forward_parameters(module: nn.Module) -> list[inspect.Parameter] | None:
+    """The parameters of ``module.forward`` (``None``: its signature cannot be read)."""
+    try:
+        return list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
 
 
 def keyword_inputs(module: nn.Module) -> frozenset[str] | None:
@@ -74,11 +79,8 @@ def keyword_inputs(module: nn.Module) -> frozenset[str] | None:
         >>> sorted(keyword_inputs(torch.nn.Linear(2, 2)))
         ['input']
     """
-    try:
-        params = inspect.signature(module.forward).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+    params = _forward_parameters(module)
+    if params is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
     return frozenset(p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                           inspect.Parameter.KEYWORD_ONLY))

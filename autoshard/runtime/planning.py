@@ -196,48 +196,61 @@ def optimizer_impl_for(impl: OptimizerImpl | str | None, optimizer: Any) -> Opti
 
 
 def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
-             ) -> tuple[ExportedPlan, list[str], TrainJob]:
+            ) -> tuple[ExportedPlan, list[str], TrainJob]:
     """The plan to train with, notes on what was decided, and the job (its data may have been peeked at)."""
     explicit = load_plan(options.plan)
     notes = list(job.notes)
-    if explicit is not None:
-        exported, where = explicit
-        fingerprint = _fingerprint(job)
-        # Launched: the launcher's world. Otherwise fit() starts the plan's world unless processes= says otherwise.
-        ranks = world_size or options.processes or exported.hardware.world_size
-        # GPU model names from NVML and from profiles are spelled differently: world size and device type rule.
-        run = RunShape(world_size=ranks, device_type="cuda" if torch.cuda.is_available() else "cpu",
-                                gpu=None)
-        for difference in check(exported, fingerprint, run, source=where, force=options.force):
-            notes.append(f"force=True: trained although {difference}.")
-        loader = loader_batch_size(job.data)
-        if loader is not None and loader != exported.micro_batch_size:
-            if not options.force:
-                raise UsageError(
-                    f"the DataLoader batches {loader} samples, and the plan ({where}) was made for micro-batch "
-                    f"{exported.micro_batch_size}: its memory and speed are not those of this run.",
-                    hint=f"Build the DataLoader with batch_size={exported.micro_batch_size}, pass its Dataset "
-                         "(autoshard batches it at the plan's micro-batch), or force=True.")
-            notes.append(f"force=True: trained at the DataLoader's {loader} samples per batch although the plan "
-                         f"was made for micro-batch {exported.micro_batch_size}.")
-        check_loader_fits_ranks(job.data, ranks)
-        if loader is None:
-            check_batch_fits_data(exported.micro_batch_size, samples_per_rank(job.data, ranks), plan=where)
-        _check_plan_global_batch(options.global_batch_size, exported, ranks, where)
-        _check_optimizer(job, exported)
-        if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
-            exported = replace(exported, optimizer_impl=options.optimizer_impl)
-        if options.checkpointing is not None and options.checkpointing != exported.checkpointing_choice:
-            exported = replace(exported, activation_checkpointing=bool(options.checkpointing),
-                                           checkpointing=str(options.checkpointing) if options.checkpointing
-                                           else None)
-            notes.append(f"Trained with {options.checkpointing.label}, as asked, in place of the plan's.")
-        if options.reduce_dtype is not None and "reduce_dtype" in exported.settings:
-            exported = replace(exported, settings={**exported.settings,
-                                                               "reduce_dtype": options.reduce_dtype})
+    if explicit is None:
+        exported, job = _auto(job, options, notes)
         return exported, notes, job
-    exported, job = _auto(job, options, notes)
-    return exported, notes, job
+    exported, where = explicit
+    # Launched: the launcher's world. Otherwise fit() starts the plan's world unless processes= says otherwise.
+    ranks = world_size or options.processes or exported.hardware.world_size
+    # GPU model names from NVML and from profiles are spelled differently: world size and device type rule.
+    run = RunShape(world_size=ranks, device_type="cuda" if torch.cuda.is_available() else "cpu", gpu=None)
+    for difference in check(exported, _fingerprint(job), run, source=where, force=options.force):
+        notes.append(f"force=True: trained although {difference}.")
+    _check_plan_data(job, exported, ranks, where, force=options.force, notes=notes)
+    _check_plan_global_batch(options.global_batch_size, exported, ranks, where)
+    _check_optimizer(job, exported)
+    return _with_overrides(exported, options, notes), notes, job
+
+
+def _check_plan_data(job: TrainJob, exported: ExportedPlan, ranks: int, where: str, *, force: bool,
+                     notes: list[str]) -> None:
+    """The data batches as the plan was made (a DataLoader's batch size: ``force`` lets another through, noted)
+    and gives every rank a whole micro-batch.
+
+    Raises:
+        UsageError: it does not.
+    """
+    loader = loader_batch_size(job.data)
+    if loader is not None and loader != exported.micro_batch_size:
+        if not force:
+            raise UsageError(
+                f"the DataLoader batches {loader} samples, and the plan ({where}) was made for micro-batch "
+                f"{exported.micro_batch_size}: its memory and speed are not those of this run.",
+                hint=f"Build the DataLoader with batch_size={exported.micro_batch_size}, pass its Dataset "
+                     "(autoshard batches it at the plan's micro-batch), or force=True.")
+        notes.append(f"force=True: trained at the DataLoader's {loader} samples per batch although the plan "
+                     f"was made for micro-batch {exported.micro_batch_size}.")
+    check_loader_fits_ranks(job.data, ranks)
+    if loader is None:
+        check_batch_fits_data(exported.micro_batch_size, samples_per_rank(job.data, ranks), plan=where)
+
+
+def _with_overrides(exported: ExportedPlan, options: PlanOptions, notes: list[str]) -> ExportedPlan:
+    """A given plan with what ``fit()``'s arguments replace: the optimizer implementation, activation
+    checkpointing (noted) and FSDP2's reduce dtype."""
+    if options.optimizer_impl is not None and options.optimizer_impl != exported.optimizer_impl:
+        exported = replace(exported, optimizer_impl=options.optimizer_impl)
+    if options.checkpointing is not None and options.checkpointing != exported.checkpointing_choice:
+        exported = replace(exported, activation_checkpointing=bool(options.checkpointing),
+                           checkpointing=str(options.checkpointing) if options.checkpointing else None)
+        notes.append(f"Trained with {options.checkpointing.label}, as asked, in place of the plan's.")
+    if options.reduce_dtype is not None and "reduce_dtype" in exported.settings:
+        exported = replace(exported, settings={**exported.settings, "reduce_dtype": options.reduce_dtype})
+    return exported
 
 
 def optimizer_name(optimizer: Any) -> str | None:

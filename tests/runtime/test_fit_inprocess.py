@@ -461,9 +461,12 @@ def test_a_module_trained_by_deepspeed_in_this_process_is_handed_back_plain(stra
     its parameters empty outside hooks that need the destroyed process group (ZeRO-3: "DeepSpeed backend not
     set"), its gradient hooks still on. It is handed back as it came, fp32, holding the trained master weights."""
     pytest.importorskip("deepspeed")
+    linear = nn.functional.linear
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     result = fit(model, _fixed_loader(8), loss_fn=nn.functional.mse_loss, max_steps=2, strategy=strategy,
                  precision="bf16-mixed", progress=False)
+    # The engine's zero.Init over a module built without it replaced torch's linear too, and left it replaced.
+    assert nn.functional.linear is linear
     assert result.model is model and result.state_dict is not None
     for name, p in model.named_parameters():
         assert p.dtype == torch.float32 and torch.equal(p.detach(), result.state_dict[name]), name

@@ -70,12 +70,13 @@ class DeepSpeedBackend(Backend):
         deepspeed.init_distributed(dist_backend=self.ctx.backend)
         self.config = self._config()
         zero = self.config["zero_optimization"]
-        if zero["stage"] == 3 and model.module is None:
-            # zero.Init replaces torch.nn.functional.linear process-wide with its memory-efficient version and
-            # leaves it there ("This will persist unless manually reset", partition_parameters.py, 0.19.8):
-            # close() puts the original back, so code the process runs after fit() (a second fit, a trace) does
-            # not run DeepSpeed's linear.
+        if zero["stage"] == 3:
+            # zero.Init — here, or the engine's own over a module built without it — replaces
+            # torch.nn.functional.linear process-wide with its memory-efficient version and leaves it there ("This
+            # will persist unless manually reset", partition_parameters.py, 0.19.8): close() puts the original
+            # back, so code the process runs after fit() (a second fit, a trace) does not run DeepSpeed's linear.
             self._linear = torch.nn.functional.linear
+        if zero["stage"] == 3 and model.module is None:
             with deepspeed.zero.Init(config_dict_or_path=self.config):
                 module = model.materialise()
         else:

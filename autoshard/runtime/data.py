@@ -251,12 +251,12 @@ def check_loader_fits_ranks(data: Any, world: int) -> None:
                          hint="Pass more data, a DataLoader with a smaller batch_size, or fewer processes.")
 
 
-def check_global_batch(global_batch: int | None, world: int, micro: int | None, data: Any, *, bounded: bool,
-                       epochs: int) -> None:
+def check_global_batch(global_batch: int | None, world: int, micro: int | None, data: Any, *,
+                       epochs: int | None) -> None:
     """Refuse a ``global_batch_size`` that cannot be trained as asked, before anything is planned: not a whole
-    number of samples per rank, not a whole number of the fixed ``micro``-batches per rank, or (``bounded``: the
-    run ends after ``epochs``) more samples per rank than those epochs of ``data`` hold (a map-style dataset, or a
-    ``DataLoader`` over one), so no optimizer step.
+    number of samples per rank, not a whole number of the fixed ``micro``-batches per rank, or (when the run ends
+    after ``epochs``; ``None``: ``max_steps`` ends it) more samples per rank than those epochs of ``data`` hold (a
+    map-style dataset, or a ``DataLoader`` over one), so no optimizer step.
 
     Raises:
         UsageError: with the nearest sizes that work.
@@ -269,13 +269,13 @@ def check_global_batch(global_batch: int | None, world: int, micro: int | None, 
                               f"{world * max(1, global_batch // world)}.")
     per_step = global_batch // world
     dataset = data.dataset if isinstance(data, DataLoader) else data
-    per_rank = samples_per_rank(dataset, world) if bounded else None
+    per_rank = None if epochs is None else samples_per_rank(dataset, world)
     if micro is not None and per_step % micro:
         raise UsageError(f"global_batch_size={global_batch} is {per_step} samples per rank per optimizer step, not a "
                          f"whole number of micro-batches of {micro}.",
                          hint=f"Pass a multiple of {micro * world} (micro-batch {micro} × {world} rank(s)), e.g. "
                               f"global_batch_size={micro * world * max(1, per_step // micro)}.")
-    if per_rank is not None and per_step > per_rank * epochs:
+    if epochs is not None and per_rank is not None and per_step > per_rank * epochs:
         over = f" × {epochs} epochs" if epochs > 1 else ""
         raise UsageError(f"global_batch_size={global_batch} is {per_step} samples per rank per optimizer step, and "
                          f"each rank's share of the data is {per_rank} samples{over}: not one whole step.",

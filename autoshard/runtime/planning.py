@@ -326,7 +326,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
     check_batch_fits_data(options.batch_size, per_rank)
     check_loader_fits_ranks(job.data, hw.world_size)
     check_global_batch(options.global_batch_size, hw.world_size, batch_size, job.data,
-                       bounded=job.max_steps is None or job.epochs is not None, epochs=job.epochs or 1)
+                       epochs=job.epoch_limit)
     source = job.source
     if source is None:
         from autoshard.runtime.data import peek
@@ -379,7 +379,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         per_rank = samples_per_rank(samples, hw.world_size)
         check_batch_fits_data(options.batch_size, per_rank)
         check_global_batch(options.global_batch_size, hw.world_size, batch_size, samples,
-                           bounded=job.max_steps is None or job.epochs is not None, epochs=job.epochs or 1)
+                           epochs=job.epoch_limit)
         try:
             plan = planned(source)
         except UserCodeError:

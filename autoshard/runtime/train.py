@@ -61,6 +61,11 @@ class TrainJob:
     """Held-out data scored every ``eval_every`` steps and at the end (:mod:`.evaluation`)."""
     eval_every: int | None = None
 
+    @property
+    def epoch_limit(self) -> int | None:
+        """The epochs the run may take: ``epochs``, else 1 when no ``max_steps`` ends it, else none (``None``)."""
+        return self.epochs if self.epochs is not None or self.max_steps is not None else 1
+
 
 def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) -> FitResult:
     """Build the backend, train, consolidate; returns this rank's result."""
@@ -93,7 +98,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
             raise UsageError(f"each rank's share of the data holds no whole micro-batch of {plan.micro_batch_size} "
                              "samples: nothing would train.",
                              hint="Pass more data, a plan with a smaller micro-batch, or fewer processes.")
-        epochs = job.epochs if job.epochs is not None or job.max_steps is not None else 1
+        epochs = job.epoch_limit
         per_epoch = feed.batches_per_epoch
         if epochs is not None and per_epoch is not None and per_epoch * epochs < plan.gradient_accumulation:
             raise UsageError(f"each rank's share of the data holds {per_epoch * epochs} micro-batch(es) of "

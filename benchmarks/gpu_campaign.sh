@@ -318,16 +318,16 @@ EOF
     fi
 }
 
-# --short: torchtune's point and two of the guide's BERT-large configurations (the full set traces 8 models whole).
-SHORT_PUBLISHED=(torchtune-a100-llama32-3b-packed-memory torchtune-a100-llama32-3b-packed-tps
+step_published() {
+    # --short: torchtune's point and two of the guide's BERT-large configurations (the full set traces 8 models
+    # whole). Defined here: an array does not cross the `bash -c` each step runs in.
+    local short=(torchtune-a100-llama32-3b-packed-memory torchtune-a100-llama32-3b-packed-tps
                  hf1gpu-v100-bert-large-vanilla-memory hf1gpu-v100-bert-large-vanilla-tps
                  hf1gpu-v100-bert-large-ga4-ckpt-fp16-memory hf1gpu-v100-bert-large-ga4-ckpt-fp16-tps)
-
-step_published() {
     if ((DRY)); then
         "$PY" benchmarks/published.py --measure-on-gpu --dry-run --out "$DOCS"
     elif ((SHORT)); then
-        "$PY" benchmarks/published.py --measure-on-gpu --out "$DOCS" --only "${SHORT_PUBLISHED[@]}"
+        "$PY" benchmarks/published.py --measure-on-gpu --out "$DOCS" --only "${short[@]}"
     else
         "$PY" benchmarks/published.py --measure-on-gpu --out "$DOCS"
     fi

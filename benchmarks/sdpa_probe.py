@@ -1,0 +1,79 @@
+"""Which fused-attention kernel CUDA's SDPA picks in a training step of the catalog's decoders, and that step's peak.
+
+    python benchmarks/sdpa_probe.py [--out DIR]
+
+For each case (model with 4 blocks, batch, precision) it records every ``scaled_dot_product_attention`` call's
+arguments (dtype, mask shape or None, is_causal, enable_gqa, query / key heads) with the backend
+``torch._fused_sdp_choice`` names for them, and ``max_memory_allocated`` over the measured step
+(``memory_accuracy.measure_peak``), beside ``autoshard.profile(..., target="cuda")``'s prediction. GPU only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+import autoshard  # noqa: E402
+import memory_accuracy as m  # noqa: E402
+from autoshard.profiler import ProfileOptions  # noqa: E402
+
+CASES = [("mistral-7b", 1, "32-true"), ("mistral-7b", 4, "32-true"), ("llama-2-7b", 4, "32-true"),
+         ("mistral-7b", 4, "bf16-mixed")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=Path("."))
+    args = parser.parse_args()
+    original = F.scaled_dot_product_attention
+    calls: list[dict] = []
+
+    def recording(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, **kw):
+        try:
+            choice = torch._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale,
+                                              enable_gqa=enable_gqa)
+        except Exception as error:  # noqa: BLE001 - recorded
+            choice = repr(error)
+        calls.append({"dtype": str(q.dtype), "q": list(q.shape), "k": list(k.shape),
+                      "mask": None if attn_mask is None else [list(attn_mask.shape), str(attn_mask.dtype)],
+                      "is_causal": is_causal, "enable_gqa": enable_gqa, "choice": str(choice),
+                      "grad": q.requires_grad})
+        return original(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                        enable_gqa=enable_gqa, **kw)
+
+    F.scaled_dot_product_attention = recording
+    torch.nn.functional.scaled_dot_product_attention = recording
+    rows = []
+    for model, batch, precision in CASES:
+        calls.clear()
+        case = m.Case(model, batch, 2048, precision, False, 4)
+        source = m.load_case(case)
+        options = ProfileOptions(batch_size=batch, seq_len=2048, precision=precision, target="cuda")
+        row = {"model": model, "batch": batch, "precision": precision}
+        try:
+            F.scaled_dot_product_attention = original
+            torch.nn.functional.scaled_dot_product_attention = original
+            row["predicted"] = autoshard.profile(source, batch_size=batch, seq_len=2048, precision=precision,
+                                                 target="cuda").peak_bytes
+            F.scaled_dot_product_attention = recording
+            torch.nn.functional.scaled_dot_product_attention = recording
+            row["measured"] = m.measure_peak(source, options, torch.device("cuda"))["allocated"]
+        except Exception as error:  # noqa: BLE001 - recorded
+            row["error"] = repr(error)
+        row["sdpa_calls"] = len(calls)
+        row["sdpa_distinct"] = [json.loads(s) for s in sorted({json.dumps(c, sort_keys=True) for c in calls})]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        torch.cuda.empty_cache()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "sdpa_probe.json").write_text(json.dumps({"torch": torch.__version__, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

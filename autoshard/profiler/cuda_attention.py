@@ -1,12 +1,19 @@
-"""CUDA's memory-efficient attention for calls the CPU flash kernel refuses (DeepSeek's multi-head latent
-attention), used by :mod:`autoshard.profiler.cuda_semantics` while tracing for a CUDA target.
+"""CUDA's attention kernel choice where it differs from the CPU's, used by :mod:`autoshard.profiler.cuda_semantics`
+while tracing for a CUDA target: the memory-efficient kernel for calls the CPU flash kernel refuses (DeepSeek's
+multi-head latent attention), and the math path for calls no CUDA fused kernel takes but the CPU flash kernel does
+(grouped-query attention in fp32).
 
 Sources (torch 2.13): ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`` (``select_sdp_backend``,
 ``check_head_dim_size_flash``, ``check_head_dim_size_mem_efficient``, ``can_use_mem_efficient_attention``,
 ``check_prefer_cudnn_attention``, ``check_cudnn_tensor_shapes``) and
 ``aten/src/ATen/native/transformers/attention.cpp`` (the efficient branch of ``scaled_dot_product_attention``:
 ``convert_boolean_attn_mask``, ``preprocess_mask``, ``should_compute_logsumexp``); the backend order from the
-installed ``ATen/Context.h``.
+installed ``ATen/Context.h``; the installed ``ATen/native/transformers/sdp_utils_cpp.h``
+(``check_batch_size_and_num_heads_dense``: a kernel without grouped-query support needs equal heads). Measured on an
+H200 with torch 2.11 (``benchmarks/sdpa_probe.py``, ``docs/benchmarks/gpu_2026-11-28/sdpa_probe.json``):
+``torch._fused_sdp_choice`` names the math backend for Mistral's fp32 call (32 query / 8 key heads,
+``enable_gqa=True``, no mask, causal), the memory-efficient one for Llama-2's (32 / 32), cuDNN's for Mistral's in
+bf16.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-__all__ = ["efficient_attention", "takes_efficient_attention"]
+__all__ = ["efficient_attention", "runs_math_attention", "takes_efficient_attention"]
 
 _HALF_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -49,6 +56,20 @@ def takes_efficient_attention(query: torch.Tensor, key: torch.Tensor, value: tor
         and key.size(2) > 0
         and query.shape[:2] == key.shape[:2] == value.shape[:2]
     )
+
+
+def runs_math_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, enable_gqa: bool) -> bool:
+    """Whether CUDA runs the math path (``_scaled_dot_product_attention_math``) for a call the CPU flash kernel takes.
+
+    Grouped-query attention (fewer key / value heads than query heads, ``enable_gqa=True``, as transformers passes it
+    when there is no mask) in fp32: flash and cuDNN attention take 16-bit inputs only, and the memory-efficient
+    kernel, the one fused kernel for fp32, has no grouped-query support (it needs equal heads). The math path repeats
+    the key and value heads and keeps the ``b x heads x s x s`` probabilities for backward, where a fused kernel keeps
+    the output and a logsumexp row per query. In 16-bit the flash or cuDNN kernel takes the call.
+    """
+    if not enable_gqa or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return False
+    return query.dtype == torch.float32 and (key.size(-3) != query.size(-3) or value.size(-3) != query.size(-3))
 
 
 def efficient_attention(

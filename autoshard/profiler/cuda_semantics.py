@@ -11,7 +11,8 @@ would allocate. CPU and CUDA differ where memory is concerned in three ways, and
   ``s x s`` tensor; CPU falls back to the math path, which materialises the attention matrix
   and a float mask. Likewise a value head dim other than the query/key one (DeepSeek's
   multi-head latent attention): CUDA's memory-efficient kernel takes it, CPU's flash kernel
-  refuses it. Also fp16 ``softmax``/``log_softmax`` with ``dtype=torch.float32``: CUDA
+  refuses it. The other way round, grouped-query attention in fp32: CPU's flash kernel takes it,
+  no CUDA fused kernel does, and CUDA's math path keeps the attention probabilities. Also fp16 ``softmax``/``log_softmax`` with ``dtype=torch.float32``: CUDA
   converts inside the kernel; CPU first makes an fp32 copy of the input.
 * autocast: the CUDA autocast policy (which ops run in lower precision, which in fp32, which
   promote) is not the CPU one, and ``torch.autocast("cuda")`` is disabled on a CPU-only build.
@@ -60,6 +61,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from autoshard.profiler.cuda_attention import (
     efficient_attention,
+    runs_math_attention,
     takes_efficient_attention,
 )
 from autoshard.profiler.cuda_autocast_policy import (
@@ -425,6 +427,10 @@ def _scaled_dot_product_attention(
     if _is_active():
         if takes_efficient_attention(query, key, value):
             return efficient_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+        if runs_math_attention(query, key, value, enable_gqa):  # what CUDA runs, dropout mask and all
+            return torch.ops.aten._scaled_dot_product_attention_math.default(
+                query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+            )[0]
         # CUDA flash / memory-efficient attention apply dropout inside the kernel, so the memory
         # is that of dropout_p=0; on CPU dropout_p > 0 would select the math path.
         dropout_p = 0.0

@@ -30,7 +30,7 @@ from autoshard.models.source import (
     cast_floats,
     default_loss,
 )
-from autoshard.profiler import batch_checks, fake_ops, flops, gpu
+from autoshard.profiler import batch_checks, fake_ops, flops, gpu, hf_masks
 from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
 from autoshard.profiler.build_constants import fake_leftovers, real_schedules
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
@@ -164,8 +164,9 @@ def trace_timelines(
                 batch = source.batch(batch_size, seq_len=options.seq_len)
                 if options.precision is Precision.BF16_TRUE:
                     batch = cast_floats(batch, torch.bfloat16)
-                facts = _run_steps(source, at, model, batch, optimizer, tracker, blocks, count_flops and not i,
-                                   semantics=semantics, warm=not i)
+                with hf_masks.as_run(batch):  # no mask where the run passes none (unpacked positions)
+                    facts = _run_steps(source, at, model, batch, optimizer, tracker, blocks,
+                                       count_flops and not i, semantics=semantics, warm=not i)
                 del batch
                 steps.append((at, facts, tracker.peak, dict(tracker.phase_peaks), tracker.events,
                               time.perf_counter() - started))

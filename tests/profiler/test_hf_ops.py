@@ -351,12 +351,18 @@ def test_step_flops_are_the_active_weights_plus_attention(make, weights, head_di
     assert p.backward_flops == pytest.approx(4 * weights(config) * tokens + 2.5 * attention, rel=0.01)
 
 
-def test_llama_forward_flops_are_exactly_the_linears_and_the_sdpa_formula(tmp_path):
+@pytest.mark.parametrize("target", ["cuda", "cpu"])
+def test_llama_forward_flops_are_exactly_the_linears_and_the_sdpa_formula(tmp_path, target):
+    # Grouped-query attention in fp32: the CPU runs its flash kernel (backward recomputes the scores: 2.5 x the
+    # forward's attention FLOPs), a CUDA GPU the math path (no fused CUDA kernel takes fp32 grouped-query
+    # attention, cuda_attention.runs_math_attention): its backward is the four products of two matmuls, 2 x.
     config = _llama()
-    p = _profile(config, tmp_path, "32-true")
+    assert config.num_key_value_heads < config.num_attention_heads
+    p = _profile(config, tmp_path, "32-true", target=target)
     attention = _attention_forward_flops(config, _head_dim(config), _head_dim(config))
     assert p.forward_flops == 2 * _llama_weights(config) * BATCH * SEQ + attention
-    assert p.backward_flops == 4 * _llama_weights(config) * BATCH * SEQ + attention * 5 // 2
+    backward_attention = attention * 2 if target == "cuda" else attention * 5 // 2
+    assert p.backward_flops == 4 * _llama_weights(config) * BATCH * SEQ + backward_attention
 
 
 # -- errors --------------------------------------------------------------------------------------------------

@@ -6,6 +6,10 @@ For each case (model with 4 blocks, batch, precision) it records every ``scaled_
 arguments (dtype, mask shape or None, is_causal, enable_gqa, query / key heads) with the backend
 ``torch._fused_sdp_choice`` names for them, and ``max_memory_allocated`` over the measured step
 (``memory_accuracy.measure_peak``), beside ``autoshard.profile(..., target="cuda")``'s prediction. GPU only.
+
+With ``--snapshot``, each case's step also runs under ``torch.cuda.memory._record_memory_history`` and the live
+allocations at the step's peak are written (largest first, each with its innermost Python frames) to
+``sdpa_probe.json``: what the GPU holds where the prediction falls short.
 """
 from __future__ import annotations
 
@@ -26,9 +30,29 @@ CASES = [("mistral-7b", 1, "32-true"), ("mistral-7b", 4, "32-true"), ("llama-2-7
          ("mistral-7b", 4, "bf16-mixed")]
 
 
+def live_at_peak(snapshot: dict, top: int = 40) -> list[dict]:
+    """The allocations live when the recorded trace's allocated bytes peaked, largest first."""
+    live: dict[int, dict] = {}
+    best: list[dict] = []
+    total = peak = 0
+    for event in snapshot.get("device_traces", [[]])[0]:
+        action, addr, size = event.get("action"), event.get("addr"), event.get("size", 0)
+        if action == "alloc":
+            frames = [f"{f.get('filename', '?').rsplit('/', 2)[-1]}:{f.get('line')} {f.get('name')}"
+                      for f in event.get("frames", []) if f.get("filename", "").endswith(".py")][:4]
+            live[addr] = {"bytes": size, "frames": frames}
+            total += size
+            if total > peak:
+                peak, best = total, list(live.values())
+        elif action == "free_completed" and addr in live:
+            total -= live.pop(addr)["bytes"]
+    return sorted(best, key=lambda a: -a["bytes"])[:top]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--snapshot", action="store_true", help="record the allocations live at each peak")
     args = parser.parse_args()
     original = F.scaled_dot_product_attention
     calls: list[dict] = []
@@ -62,7 +86,12 @@ def main() -> int:
                                                  target="cuda").peak_bytes
             F.scaled_dot_product_attention = recording
             torch.nn.functional.scaled_dot_product_attention = recording
+            if args.snapshot:
+                torch.cuda.memory._record_memory_history(max_entries=200_000)
             row["measured"] = m.measure_peak(source, options, torch.device("cuda"))["allocated"]
+            if args.snapshot:
+                row["live_at_peak"] = live_at_peak(torch.cuda.memory._snapshot())
+                torch.cuda.memory._record_memory_history(enabled=None)
         except Exception as error:  # noqa: BLE001 - recorded
             row["error"] = repr(error)
         row["sdpa_calls"] = len(calls)

@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-import autoshard  # noqa: E402
-import memory_accuracy as m  # noqa: E402
-from autoshard.profiler import ProfileOptions  # noqa: E402
+import memory_accuracy as m
+
+import autoshard
+from autoshard.profiler import ProfileOptions
 
 CASES = [("mistral-7b", 1, "32-true"), ("mistral-7b", 4, "32-true"), ("llama-2-7b", 4, "32-true"),
          ("mistral-7b", 4, "bf16-mixed")]

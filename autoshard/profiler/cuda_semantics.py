@@ -12,8 +12,9 @@ would allocate. CPU and CUDA differ where memory is concerned in three ways, and
   and a float mask. Likewise a value head dim other than the query/key one (DeepSeek's
   multi-head latent attention): CUDA's memory-efficient kernel takes it, CPU's flash kernel
   refuses it. The other way round, grouped-query attention in fp32: CPU's flash kernel takes it,
-  no CUDA fused kernel does, and CUDA's math path keeps the attention probabilities. Also fp16 ``softmax``/``log_softmax`` with ``dtype=torch.float32``: CUDA
-  converts inside the kernel; CPU first makes an fp32 copy of the input.
+  no CUDA fused kernel does, and CUDA's math path keeps the attention probabilities. Also fp16
+  ``softmax``/``log_softmax`` with ``dtype=torch.float32``: CUDA converts inside the kernel; CPU
+  first makes an fp32 copy of the input.
 * autocast: the CUDA autocast policy (which ops run in lower precision, which in fp32, which
   promote) is not the CPU one, and ``torch.autocast("cuda")`` is disabled on a CPU-only build.
 

@@ -16,6 +16,11 @@ reduce-scatter runs while the next unit's backward computes. So everything hides
 first all-gather of the step (the root's, which nothing precedes) and the last reduce-scatter (the root's,
 which ``_root_post_backward_final_callback`` waits for); the rest is exposed only where it exceeds the
 compute of its pass.
+
+Host time (:func:`host_time`): FSDP2's hooks run Python around every unit, once per pass, and the optimizer
+steps DTensor parameters, every aten op through DTensor's dispatch; both are work on the thread that launches the
+kernels, priced from ``benchmarks/fsdp_hooks.py`` (``docs/benchmarks/fsdp_hooks.md``) and added to the launches
+(``host_extra_s``) as DeepSpeed's engine host time is (:mod:`autoshard.strategies.deepspeed.cost`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,83 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies import costs
 from autoshard.strategies.base import Collective
 from autoshard.strategies.fsdp.memory import Layout, Units
+
+HOOK_UNIT_S: dict[tuple[bool, bool], float] = {
+    (True, True): 0.434e-3, (False, True): 0.362e-3, (True, False): 0.357e-3, (False, False): 0.347e-3,
+}
+"""Host time FSDP2's hooks add per unit and step, forward and backward together, beside a part per parameter
+tensor (:data:`HOOK_TENSOR_S`), by ``(reshards after forward, MixedPrecisionPolicy casts the parameters)``:
+``pre_forward`` (the all-gather issued, its output copied out into the unsharded parameters), ``post_forward``
+(reshard), ``pre_backward`` (unshard again when resharded) and ``post_backward`` (``foreach_reduce``, the sharded
+gradients built as DTensors); ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``, torch 2.13.0.
+Measured: the slope over the unit count of a stack's forward + backward time less the same stack in plain torch,
+real ``fully_shard`` at world size 1 on gloo, units of one and of six ``nn.Linear`` layers, on this project's
+2-core build machine's CPU (``python benchmarks/fsdp_hooks.py``, docs/benchmarks/fsdp_hooks.md); ``bf16``:
+autoshard's policy (``param_dtype=bf16, reduce_dtype=fp32``). Run of 2026-11-28 (AMD EPYC, torch 2.13.0), medians
+of 3 repeats; the repeats' own slopes span 0.31-0.38 ms (fp32) and 0.33-0.85 ms (bf16, one noisy repeat). A
+partial ``reshard_after_forward`` (an int) is priced as resharding; hybrid meshes and CPU offload, not measured,
+at the same figures."""
+
+HOOK_TENSOR_S: dict[tuple[bool, bool], float] = {
+    (True, True): 0.044e-3, (False, True): 0.045e-3, (True, False): 0.040e-3, (False, False): 0.033e-3,
+}
+"""Host time FSDP2's hooks add per parameter tensor of a unit and step (the per-parameter loops of the same
+hooks: ``FSDPParam.to_unsharded`` / ``to_sharded``, the copy-out views, the sharded gradient's DTensor), keyed as
+:data:`HOOK_UNIT_S`; from the same run, the difference between the two unit shapes (12 and 2 tensors) over 10:
+0.033-0.045 ms (repeats' range -0.002-0.060 ms)."""
+
+OPTIMIZER_TENSOR_S: dict[bool, float] = {False: 0.132e-3, True: 0.018e-3}
+"""Host time DTensor adds to ``torch.optim.AdamW``'s step per parameter tensor, by ``foreach``: each aten op on a
+DTensor parameter goes through DTensor's dispatch (sharding propagation, the local op, the result wrapped), about
+ten ops per tensor for the for-loop, about ten per list for ``foreach`` (``torch/optim/adamw.py``,
+``torch/distributed/tensor/_dispatch.py``, torch 2.13.0). Measured by the same run: the step's slope over the
+parameter tensors, FSDP2's shards less plain tensors, the same optimizer: for-loop 0.132 ms (repeats
+0.130-0.134), foreach 0.018 ms (0.016-0.019), 2026-11-28, torch 2.13.0. Other optimizers are priced at AdamW's
+figure (fused steps one list op, priced as ``foreach``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostTime:
+    """FSDP2's own host time per step, beyond the kernels' launches."""
+
+    hooks_s: float
+    """The hooks of every unit, per micro-batch (forward + backward): added to the launches."""
+    optimizer_s: float
+    """DTensor's dispatch in the optimizer step, once per step: added to the step after backward."""
+    notes: tuple[str, ...]
+
+
+def host_time(units: Units, layout: Layout, *, foreach: bool) -> HostTime:
+    """FSDP2's hook and DTensor host time for one step (:data:`HOOK_UNIT_S`, :data:`HOOK_TENSOR_S`,
+    :data:`OPTIMIZER_TENSOR_S`), with its notes.
+
+    Args:
+        units: the root (a unit when it holds parameters) and the block units.
+        layout: ``reshard_after_forward`` and whether the policy casts (``gather_bytes < orig_bytes``).
+        foreach: the optimizer steps lists (``foreach`` or fused) rather than tensor by tensor.
+
+    Returns:
+        The hooks' seconds per micro-batch, the optimizer's extra seconds per step, and the notes.
+    """
+    all_units = (units.root, *units.blocks) if units.root else units.blocks
+    count, tensors = len(all_units), sum(len(u) for u in all_units)
+    key = (layout.reshard_after_forward is not False, layout.gather_bytes < layout.orig_bytes)
+    per_unit, per_tensor = HOOK_UNIT_S[key], HOOK_TENSOR_S[key]
+    hooks_s = count * per_unit + tensors * per_tensor
+    per_step = OPTIMIZER_TENSOR_S[foreach]
+    optimizer_s = tensors * per_step
+    raf = "reshard_after_forward" if key[0] else "no reshard after forward"
+    policy = "bf16 policy" if key[1] else "no cast"
+    impl = "foreach" if foreach else "for-loop"
+    return HostTime(hooks_s=hooks_s, optimizer_s=optimizer_s, notes=(
+        f"FSDP2 hooks on the host: {count} unit(s) x {per_unit * 1e3:.3g} ms + {tensors:,} parameter tensors x "
+        f"{per_tensor * 1e3:.3g} ms ({raf}, {policy}) = {hooks_s * 1e3:.3g} ms per micro-batch beside the kernel "
+        "launches (all-gather issue and copy-out, reshard, unshard, foreach_reduce; measured on CPU, "
+        "docs/benchmarks/fsdp_hooks.md, torch 2.13.0)",
+        f"DTensor dispatch in the {impl} optimizer step: {tensors:,} parameter tensors x {per_step * 1e3:.3g} ms = "
+        f"{optimizer_s * 1e3:.3g} ms per step over plain tensors (measured with AdamW on CPU, "
+        "docs/benchmarks/fsdp_hooks.md, torch 2.13.0)",
+    ))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

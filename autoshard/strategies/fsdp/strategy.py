@@ -34,7 +34,7 @@ from autoshard.strategies.base import (
     allocation_rounding,
     checked_micro_batch,
 )
-from autoshard.strategies.fsdp.cost import communication, cpu_offload
+from autoshard.strategies.fsdp.cost import communication, cpu_offload, host_time
 from autoshard.strategies.fsdp.memory import (
     Layout,
     Moment,
@@ -207,16 +207,20 @@ class FSDPStrategy(Strategy):
 
     # -- cost -------------------------------------------------------------------------------------------------
     def cost(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> CostEstimate:
-        """Compute from the traced ops (:mod:`~autoshard.strategies.step_time`), per-unit collectives with
-        one-unit-ahead overlap, and CPU offload's work."""
+        """Compute from the traced ops (:mod:`~autoshard.strategies.step_time`) with FSDP2's hooks on the host
+        beside the launches, per-unit collectives with one-unit-ahead overlap, CPU offload's work, and the
+        optimizer step with DTensor's dispatch (:func:`~autoshard.strategies.fsdp.cost.host_time`)."""
         layout, values = self.layout(workload, hardware, candidate)
         b = checked_micro_batch(candidate)
         trace = workload.trace(fsdp_half_mode(workload.precision), candidate.activation_checkpointing)
         units = wrapping_units(workload, values["blocks_per_unit"])
         notes: list[str] = []
         dtype = compute_dtype(workload.precision)
-        compute_s, note = costs.step_compute_seconds(trace, b, hardware, dtype, tf32_matmuls=tf32_matmuls(workload))
-        notes.append(note)
+        # The plan's fused implementation wins over the foreach knob (runtime/train.py); it steps lists, as foreach.
+        host = host_time(units, layout, foreach=layout.foreach or workload.optimizer_impl == "fused")
+        compute_s, note = costs.step_compute_seconds(trace, b, hardware, dtype, host_extra_s=host.hooks_s,
+                                                     tf32_matmuls=tf32_matmuls(workload))
+        notes += [note, *host.notes]
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         forward_s = compute_s * (fwd / (fwd + bwd) if fwd + bwd else 1 / 3)
         comm = communication(units, layout, hardware, forward_s, compute_s - forward_s)
@@ -233,6 +237,11 @@ class FSDPStrategy(Strategy):
             optimizer_s, optimizer_note = costs.optimizer_step_seconds(
                 workload, hardware, candidate.activation_checkpointing, shard=layout.shard_size)
             notes += [optimizer_note] if optimizer_note else []
+        # Once per optimizer step, after backward: with CPU offload the step on the DTensor shards runs on the host.
+        if self.offload:
+            offload_s += host.optimizer_s
+        else:
+            optimizer_s += host.optimizer_s
         step_s = compute_s + comm.exposed_s + offload_s + optimizer_s
         replicas = hardware.world_size
         samples_per_s = b * replicas / step_s

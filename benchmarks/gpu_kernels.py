@@ -13,7 +13,9 @@ it runs on and sets each beside what the model predicts for it (``step_time.esti
   projections at 8,192 tokens, a small-M GEMM below the ridge point, and GPT-2's LM head with its vocabulary of
   50,257 (not a multiple of 8) beside the same GEMM padded to 50,304: the model prices both alike, NVIDIA's
   guidance says the first cannot use the tensor cores at their best ("Tensor Core Requirements", NVIDIA Matrix
-  Multiplication Background User's Guide); this measures by how much;
+  Multiplication Background User's Guide); this measures by how much (5.4 x on an H200, 2026-11-28); and an
+  alignment sweep in bf16 (the vocabulary's width odd, even, a multiple of 4 and of 8; K and M unaligned), to
+  find which alignment that needs before the step-time model prices it;
 * **fused attention** (``F.scaled_dot_product_attention``, the flash kernel), forward + backward, causal and not,
   its FLOPs counted as autoshard's profiler counts them (:func:`autoshard.profiler.flops.attention_flops`: the
   full score matrix, whatever the mask);
@@ -144,6 +146,13 @@ def kernels(device: torch.device, *, dry: bool) -> list[Kernel]:
             gemm(f"GPT-2 LM head, vocabulary {vocab}", t, vocab, width, dtype, device),
             gemm(f"GPT-2 LM head, vocabulary padded to {padded}", t, padded, width, dtype, device),
         ]
+    # Which alignment the 5x of the unaligned LM head (H200, 2026-11-28) needs: N odd, even, a multiple of 4 and of
+    # 8 elements, then K unaligned (the input's gradient) and M unaligned (cuBLAS's leading dimensions are K and N).
+    sweep = [gemm(f"alignment sweep: N {n}", t, n, width, "bf16", device)
+             for n in (vocab, vocab + 1, vocab + 3, vocab + 7, padded)]
+    sweep += [gemm(f"alignment sweep: K {vocab}", t, width, vocab, "bf16", device),
+              gemm(f"alignment sweep: M {t - 1}", t - 1, padded, width, "bf16", device)]
+    out += sweep
     b, h, s, d = (1, 2, 128, 32) if dry else (4, 32, 4096, 128)
     out += [attention("SDPA causal", b, h, s, d, "bf16", device, causal=True),
             attention("SDPA full", b, h, s, d, "bf16", device, causal=False)]
@@ -214,6 +223,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "measured": unaligned["measured_s"] / padded["measured_s"],
                 "predicted": (None if unaligned["predicted_s"] is None or padded["predicted_s"] is None
                               else unaligned["predicted_s"] / padded["predicted_s"])}
+    sweep = [r for r in rows if r["name"].startswith("alignment sweep")]
+    widths = [r for r in sweep if r["name"].startswith("alignment sweep: N")]
+    if widths:  # over the padded vocabulary's GEMM, the widest
+        padded = max(widths, key=lambda r: int(r["name"].rsplit(" ", 1)[1]))
+        out["alignment_sweep_over_padded"] = {f'{r["name"].removeprefix("alignment sweep: ")} ({r["shape"]})':
+                                              r["measured_s"] / padded["measured_s"] for r in sweep}
     return out
 
 
@@ -262,6 +277,10 @@ def write_report(out: Path, report: dict[str, Any], name: str) -> None:
             lines.append(f"\nGPT-2's LM head in {dtype}, `{ratio['unaligned']}` over the same GEMM padded to "
                          f"`{ratio['padded']}`: {ratio['measured']:.2f} × the time (autoshard's model: "
                          f"{_fmt(ratio['predicted'], '.2f')} ×).")
+    sweep = summary.get("alignment_sweep_over_padded")
+    if sweep:
+        lines.append("\nAlignment sweep (bf16), each GEMM's time over the padded vocabulary's: "
+                     + "; ".join(f"{k} {v:.2f} ×" for k, v in sweep.items()) + ".")
     (out / f"{name}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

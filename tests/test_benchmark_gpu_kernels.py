@@ -59,8 +59,12 @@ def test_dry_run_writes_both_reports_with_the_lm_head_ratio(bench: ModuleType, t
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
     ratio = report["summary"]["lm_head_unaligned_over_padded_bf16"]
     assert ratio["unaligned"] == "256x1001x64" and ratio["predicted"] == pytest.approx(1.0, rel=0.01)
+    sweep = report["summary"]["alignment_sweep_over_padded"]
+    assert {"N 1001 (256x1001x64)", "N 1002 (256x1002x64)", "N 1004 (256x1004x64)", "K 1001 (256x64x1001)",
+            "M 255 (255x1008x64)"} <= set(sweep) and all(v > 0 for v in sweep.values())
     table = (tmp_path / "gpu_kernels.md").read_text()
     assert "DRY RUN" in table and "| GPT-2 LM head, vocabulary 1001 | bf16 |" in table
+    assert "Alignment sweep (bf16)" in table
 
 
 def test_without_a_gpu_it_says_so_in_one_line(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:

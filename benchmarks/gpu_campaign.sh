@@ -10,8 +10,12 @@
 #                   record GPU, driver, CUDA, NCCL, torch, DeepSpeed, Optuna, transformers versions (always runs)
 #   pytest          python -m pytest -m gpu tests: NCCL at one rank, a GPT step's max_memory_allocated against
 #                   `autoshard profile --target cuda`, DDP + bf16_compress_hook, a 1-rank FSDP2 step
-#   kernels         python benchmarks/gpu_kernels.py: GEMM (GPT-2's unaligned LM head among them), fused-attention
+#   kernels         python benchmarks/gpu_kernels.py: GEMM (GPT-2's unaligned LM head among them, and an alignment
+#                   sweep), fused-attention
 #                   and memory-bound rates on this GPU beside the step-time model's time for each
+#   probe           python benchmarks/sdpa_probe.py --snapshot: the attention kernel CUDA picks for Llama-2 and
+#                   Mistral blocks (fp32, bf16) and the allocations live at each step's peak (2026-11-28: Mistral fp32
+#                   batch 4 still 4.7 % under); the dry run checks its arguments only
 #   memory-single   python benchmarks/memory_accuracy.py --grid full, its one-device cases, one model at a time
 #   memory-sharded  the same grid's FSDP2 cases (rank 0 of 8 on a fake process group), one model at a time
 #   published       python benchmarks/published.py --measure-on-gpu: the published points that fit one GPU
@@ -27,18 +31,19 @@
 #                   checkpointed block with real CUDA launches, against the CPU figures the step-time model uses
 #
 # A failed or timed-out step is recorded and the campaign goes on; a memory step in which any case failed is
-# "failed" (its table is still written). The limits add up to 29 minutes (setup counted four times); one device
+# "failed" (its table is still written). The limits add up to 31 minutes (setup counted four times); one device
 # call runs 10 minutes at most, so the whole campaign is four calls:
 #
 #   --steps pytest,kernels,memory-single  40 + 120 + 30 + 400 s
 #   --steps memory-sharded,published,zero-hooks   40 + 150 + 250 + 150 s
 #   --steps ops,strategies                40 + 150 + 380 s
-#   --steps host                          40 + 60 s (a fourth, short call)
+#   --steps probe,host                    40 + 90 + 60 s (a fourth, short call)
 #
 # --short is the campaign for ONE call (a session is lent 15 minutes of device time, starting the machine
-# included): setup, pytest, kernels, memory-single on six models (most telling first: gpt2, mistral-7b, t5-small,
-# resnet50, bert-base-uncased, llama-2-7b; a limit stops the model in progress, the ones before are kept),
-# memory-sharded on gpt2, published, strategies on gpt2: 40 + 100 + 30 + 140 + 50 + 100 + 90 = 550 s.
+# included): setup, pytest, kernels, probe, memory-single on the models the 2026-11-28 call did not reach first
+# (vit-b-16, llama-3-8b, gpt2-medium, then t5-small, bert-base-uncased, resnet50: a limit stops the model in
+# progress, the ones before are kept), memory-sharded on llama-2-7b then gpt2, published, strategies on gpt2:
+# 40 + 90 + 30 + 60 + 130 + 50 + 100 + 90 = 590 s.
 # --steps / --models narrow it.
 #
 # Results go under DIR (default: $OUT when set — the device machine's return folder — else ./gpu-campaign-out):
@@ -60,7 +65,7 @@ DRY=0
 SHORT=0
 STEPS_GIVEN=0
 OUT_DIR=""
-STEPS="pytest,kernels,memory-single,memory-sharded,published,zero-hooks,ops,strategies,host"
+STEPS="pytest,kernels,probe,memory-single,memory-sharded,published,zero-hooks,ops,strategies,host"
 MODELS=""
 SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
 usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -77,8 +82,8 @@ while (($#)); do
         *) fail "unknown argument '$1' (see --help)." ;;
     esac
 done
-((SHORT && ! STEPS_GIVEN)) && STEPS="pytest,kernels,memory-single,memory-sharded,published,strategies"
-KNOWN="pytest kernels memory-single memory-sharded published zero-hooks ops strategies host"
+((SHORT && ! STEPS_GIVEN)) && STEPS="pytest,kernels,probe,memory-single,memory-sharded,published,strategies"
+KNOWN="pytest kernels probe memory-single memory-sharded published zero-hooks ops strategies host"
 IFS=',' read -r -a WANTED <<< "$STEPS"
 for s in "${WANTED[@]}"; do
     [[ " $KNOWN " == *" $s "* ]] || fail "--steps: unknown step '$s'; known: ${KNOWN// /, } (setup always runs)."
@@ -107,13 +112,13 @@ else  # a compile of DeepSpeed's ops stopped half-way leaves a lock that blocks 
 fi
 
 # Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
-declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [memory-single]=400 [memory-sharded]=150 [published]=250
+declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [probe]=90 [memory-single]=400 [memory-sharded]=150 [published]=250
                   [zero-hooks]=150 [ops]=150 [strategies]=380 [host]=60)
 # The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
 # --short: one 10-minute device call (550 s in all, 50 s left for packing and the transfers).
-((SHORT)) && LIMIT=([setup]=40 [pytest]=100 [kernels]=30 [memory-single]=140 [memory-sharded]=50 [published]=100
+((SHORT)) && LIMIT=([setup]=40 [pytest]=90 [kernels]=30 [probe]=60 [memory-single]=130 [memory-sharded]=50 [published]=100
                     [zero-hooks]=60 [ops]=150 [strategies]=90 [host]=60)
-if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [memory-single]=240 [memory-sharded]=240 [published]=60
+if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [probe]=60 [memory-single]=240 [memory-sharded]=240 [published]=60
                         [zero-hooks]=180 [ops]=60 [strategies]=300 [host]=120); fi
 STARTED=$(date +%s)
 N=0
@@ -283,12 +288,20 @@ EOF
     return $rc
 }
 
+step_probe() {
+    if ((DRY)); then  # it needs CUDA: the arguments only
+        "$PY" benchmarks/sdpa_probe.py --help > /dev/null
+    else
+        "$PY" benchmarks/sdpa_probe.py --snapshot --out "$DOCS"
+    fi
+}
+
 step_memory_single() {
     if ((DRY)); then
         memory_by_model memory_accuracy_single --device cpu --grid single --strategies single -- tiny-gpt2 tiny-llama
     elif ((SHORT)); then
-        memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- gpt2 mistral-7b \
-            t5-small resnet50 bert-base-uncased llama-2-7b
+        memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- vit-b-16 llama-3-8b \
+            gpt2-medium t5-small bert-base-uncased resnet50
     else
         memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- gpt2 gpt2-medium \
             bert-base-uncased t5-small vit-b-16 resnet50 llama-2-7b mistral-7b llama-3-8b
@@ -311,7 +324,8 @@ EOF
         return $rc
     fi
     if ((SHORT)); then
-        memory_by_model memory_accuracy_sharded --device cuda --grid full --strategies fsdp fsdp_shard_grad_op -- gpt2
+        memory_by_model memory_accuracy_sharded --device cuda --grid full --strategies fsdp fsdp_shard_grad_op \
+            -- llama-2-7b gpt2
     else
         memory_by_model memory_accuracy_sharded --device cuda --grid full --strategies fsdp fsdp_shard_grad_op \
             -- gpt2 llama-2-7b
@@ -371,7 +385,7 @@ step_host() {
         "$PY" benchmarks/host_overhead.py --device cuda --steps 10 --repeats 3 --out "$DOCS"
     fi
 }
-export -f step_setup step_pytest step_kernels memory_by_model step_memory_single step_memory_sharded step_published \
+export -f step_setup step_pytest step_kernels step_probe memory_by_model step_memory_single step_memory_sharded step_published \
     step_zero_hooks step_ops step_strategies step_host
 
 # run_step NAME: run step_NAME under `timeout`, log to logs/NN-NAME.log, record its status; never stops the campaign.
@@ -409,7 +423,7 @@ else
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 fi
 run_step setup
-for step in pytest kernels memory-single memory-sharded published zero-hooks ops strategies host; do
+for step in pytest kernels probe memory-single memory-sharded published zero-hooks ops strategies host; do
     wanted "$step" || continue
     if [[ $step == published && ! -f benchmarks/published.py ]]; then
         skip_step published "benchmarks/published.py is not in this checkout"

@@ -114,8 +114,8 @@ def test_campaign_dry_run_writes_every_table(tmp_path: Path) -> None:
     done, out = _campaign(tmp_path)
     assert done.returncode == 0, done.stderr
     summary = (out / "summary.md").read_text()
-    for step in ("setup", "pytest", "kernels", "memory-single", "memory-sharded", "published", "zero-hooks", "ops",
-                 "strategies", "host"):
+    for step in ("setup", "pytest", "kernels", "probe", "memory-single", "memory-sharded", "published", "zero-hooks",
+                 "ops", "strategies", "host"):
         assert f"| {step} | ok |" in summary, summary
     docs = out / "campaign" / "docs" / "benchmarks"
     for name in ("gpu_kernels", "gpu_published", "gpu_memory_accuracy_single", "gpu_memory_accuracy_sharded",
@@ -132,7 +132,7 @@ def test_short_campaign_runs_the_one_call_steps_only(tmp_path: Path) -> None:
     done, out = _campaign(tmp_path, "--short")
     assert done.returncode == 0, done.stderr
     summary = (out / "summary.md").read_text()
-    for step in ("setup", "pytest", "kernels", "memory-single", "memory-sharded", "published", "strategies"):
+    for step in ("setup", "pytest", "kernels", "probe", "memory-single", "memory-sharded", "published", "strategies"):
         assert f"| {step} | ok |" in summary, summary
     for step in ("zero-hooks", "ops", "host"):
         assert f"| {step} |" not in summary, summary

@@ -1,13 +1,19 @@
 """What the benchmarks share: how busy the machine was while they measured (CPU seconds other processes used,
 from /proc/stat — on a small machine another process on the same cores moves a figure by more than the effect
 being measured), their command-line number parsing, the CPU's model and installed
-packages' versions.
+packages' versions, and for the host-time benchmarks a worker run as one rank of a world of one in a fresh
+interpreter and the least-squares slope of its times.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +104,33 @@ def write_report(out: Path, stem: str, report: dict[str, Any], text: str) -> Non
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     (out / f"{stem}.md").write_text(text, encoding="utf-8")
     print(text)
+
+
+def one_rank_worker(script: Path, args: Sequence[str], port: int, what: str,
+                    env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``python script --worker ARGS...`` in a fresh interpreter as rank 0 of a world of one (``torch.distributed``'s
+    env:// variables, ``OMP_NUM_THREADS=1``, ``env`` on top); the JSON of its last ``RESULT `` line.
+
+    Raises:
+        RuntimeError: the worker failed or printed no result (``what`` names it, with its stderr's end).
+    """
+    full = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "LOCAL_RANK": "0",
+            "WORLD_SIZE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    done = subprocess.run([sys.executable, str(script), "--worker", *args], env=full, capture_output=True, text=True,
+                          check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{what} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    return dict(json.loads(lines[-1][len("RESULT "):]))
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of ``y`` over ``x``.
+
+    Example:
+        >>> slope([(1, 3.0), (2, 5.0), (4, 9.0)])
+        2.0
+    """
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)

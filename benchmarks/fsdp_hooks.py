@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import positive, run_meta, write_report
+from _common import one_rank_worker, positive, run_meta, slope, write_report
 
 SCRIPT = Path(__file__).resolve()
 KINDS = ("torch-fp32", "torch-bf16", "fsdp-raf-fp32", "fsdp-keep-fp32", "fsdp-raf-bf16", "fsdp-keep-bf16")
@@ -117,26 +116,8 @@ def worker(kind: str, shape: str, units: int, width: int, steps: int, warmup: in
 
 def run_worker(kind: str, shape: str, units: int, width: int, steps: int, warmup: int, port: int) -> dict[str, Any]:
     """:func:`worker` in a fresh interpreter (one rank of a world of one, gloo)."""
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, str(SCRIPT), "--worker", kind, shape, str(units), str(width), str(steps), str(warmup)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{kind} {shape} x {units} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
-    return dict(json.loads(lines[-1][len("RESULT "):]))
-
-
-def slope(points: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope of ``y`` over ``x``.
-
-    Example:
-        >>> slope([(1, 3.0), (2, 5.0), (4, 9.0)])
-        2.0
-    """
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    args = [kind, shape, str(units), str(width), str(steps), str(warmup)]
+    return one_rank_worker(SCRIPT, args, port, f"{kind} {shape} x {units}")
 
 
 def _split(per_unit: dict[str, float]) -> dict[str, float]:

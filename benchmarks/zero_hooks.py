@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import cpu_model, positive
+from _common import cpu_model, one_rank_worker, positive, slope
 
 SCRIPT = Path(__file__).resolve()
 KINDS = ("torch", "zero1", "zero2", "zero3")
@@ -97,27 +96,8 @@ def worker(kind: str, layers: int, width: int, steps: int, warmup: int, accelera
 def run_worker(kind: str, layers: int, width: int, steps: int, warmup: int, port: int,
                accelerator: str = "cpu") -> dict[str, Any]:
     """:func:`worker` in a fresh interpreter (one rank of a world of one; gloo on CPU, NCCL on CUDA)."""
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1", "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": accelerator}
-    cmd = [sys.executable, str(SCRIPT), "--worker", kind, str(layers), str(width), str(steps), str(warmup),
-           accelerator]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{kind} x {layers} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
-    return dict(json.loads(lines[-1][len("RESULT "):]))
-
-
-def slope(points: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope of ``y`` over ``x``.
-
-    Example:
-        >>> slope([(1, 3.0), (2, 5.0), (4, 9.0)])
-        2.0
-    """
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    args = [kind, str(layers), str(width), str(steps), str(warmup), accelerator]
+    return one_rank_worker(SCRIPT, args, port, f"{kind} x {layers}", {"DS_ACCELERATOR": accelerator})
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -42,7 +42,7 @@ def _unpacked_when_fake(original: Callable[[torch.Tensor], Any]) -> Callable[[to
 
 
 def _names_position_ids(batch: object) -> bool:
-    return isinstance(batch, dict) and "position_ids" in batch
+    return isinstance(batch, Mapping) and "position_ids" in batch  # a dict, transformers' BatchEncoding
 
 
 @contextlib.contextmanager

@@ -97,6 +97,8 @@ def test_as_run_reads_fake_positions_as_unpacked_and_restores_transformers() -> 
             assert masking_utils.find_packed_sequence_indices(positions) is None
         with hf_masks.as_run({"input_ids": positions, "position_ids": positions}):  # packed by the user: as is
             assert masking_utils.find_packed_sequence_indices is original
+        with hf_masks.as_run(transformers.BatchEncoding({"input_ids": positions, "position_ids": positions})):
+            assert masking_utils.find_packed_sequence_indices is original
     assert masking_utils.find_packed_sequence_indices is original
     real = torch.tensor([[0, 1, 2, 0, 1, 2]])
     with hf_masks.as_run():

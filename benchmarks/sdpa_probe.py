@@ -71,8 +71,6 @@ def main() -> int:
         return original(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                         enable_gqa=enable_gqa, **kw)
 
-    F.scaled_dot_product_attention = recording
-    torch.nn.functional.scaled_dot_product_attention = recording
     rows = []
     for model, batch, precision in CASES:
         calls.clear()
@@ -81,15 +79,15 @@ def main() -> int:
         options = ProfileOptions(batch_size=batch, seq_len=2048, precision=precision, target="cuda")
         row = {"model": model, "batch": batch, "precision": precision}
         try:
-            F.scaled_dot_product_attention = original
-            torch.nn.functional.scaled_dot_product_attention = original
             row["predicted"] = autoshard.profile(source, batch_size=batch, seq_len=2048, precision=precision,
                                                  target="cuda").peak_bytes
-            F.scaled_dot_product_attention = recording
-            torch.nn.functional.scaled_dot_product_attention = recording
             if args.snapshot:
                 torch.cuda.memory._record_memory_history(max_entries=200_000)
-            row["measured"] = m.measure_peak(source, options, torch.device("cuda"))["allocated"]
+            F.scaled_dot_product_attention = recording  # the measured step's calls only, not the trace's
+            try:
+                row["measured"] = m.measure_peak(source, options, torch.device("cuda"))["allocated"]
+            finally:
+                F.scaled_dot_product_attention = original
             if args.snapshot:
                 row["live_at_peak"] = live_at_peak(torch.cuda.memory._snapshot())
                 torch.cuda.memory._record_memory_history(enabled=None)

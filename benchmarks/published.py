@@ -489,7 +489,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             print(f"error: no point {', '.join(unknown)} in {args.points}.", file=sys.stderr)
             return 2
-        points = [p for p in points if p["id"] in args.only]
+        by_id = {p["id"]: p for p in points}
+        points = [by_id[i] for i in dict.fromkeys(args.only)]  # in the order given
     if args.dry_run and not args.measure_on_gpu:
         print("error: --dry-run goes with --measure-on-gpu.", file=sys.stderr)
         return 2

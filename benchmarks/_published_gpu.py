@@ -50,11 +50,12 @@ def single_gpu_points(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def shrunk(data: dict[str, Any], points: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The dry run's copies: every model at :data:`DRY_RUN_CONFIG`'s shape, every point at
-    :data:`DRY_RUN_SEQ_LEN` tokens and one sample."""
+    :data:`DRY_RUN_SEQ_LEN` tokens and one sample per micro-batch."""
     data = copy.deepcopy(data)
     for spec in data["models"].values():
         spec["config"] = {**spec["config"], **{k: v for k, v in DRY_RUN_CONFIG.items() if k in spec["config"]}}
-    return data, [{**p, "seq_len": DRY_RUN_SEQ_LEN, "micro_batch": 1, "global_batch": 1} for p in points]
+    return data, [{**p, "seq_len": DRY_RUN_SEQ_LEN, "micro_batch": 1, "global_batch": p["grad_accumulation"]}
+                  for p in points]
 
 
 def on_this_gpu(point: dict[str, Any], gpu_profile: str) -> dict[str, Any]:
@@ -86,10 +87,11 @@ def measure(point: dict[str, Any], predictor: Any, device: torch.device, *, step
 
         replayed = trace_reserved(source, options, compute_capability=torch.cuda.get_device_capability(device))
     step_s = statistics.median(peak["step_seconds"][1:])
+    tokens_per_step = point["micro_batch"] * point["grad_accumulation"] * point["seq_len"]  # one optimizer step
     return {"peak_allocated_gib": peak["allocated"] / 2**30,
             "peak_reserved_gib": None if peak["reserved"] is None else peak["reserved"] / 2**30,
             "peak_reserved_replayed_gib": None if replayed is None else replayed.peak_reserved_bytes / 2**30,
-            "step_time_s": step_s, "tokens_per_s_per_gpu": point["micro_batch"] * point["seq_len"] / step_s,
+            "step_time_s": step_s, "tokens_per_s_per_gpu": tokens_per_step / step_s,
             "step_seconds": peak["step_seconds"]}
 
 

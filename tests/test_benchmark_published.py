@@ -271,6 +271,17 @@ def test_measure_on_gpu_dry_run_trains_each_single_gpu_configuration_once(bench:
     assert "DRY RUN" in (tmp_path / "gpu_published.md").read_text()
 
 
+def test_measure_on_gpu_counts_every_accumulated_micro_batch(bench: ModuleType, tmp_path: Path) -> None:
+    # An optimizer step of the guide's accumulating run trains 4 micro-batches: all four count in tokens/s
+    # (the H200 run of 2026-11-28 counted one and reported a quarter of the throughput).
+    point = "hf1gpu-v100-bert-large-ga4-ckpt-fp16-tps"
+    assert bench.main(["--measure-on-gpu", "--dry-run", "--out", str(tmp_path), "--only", point]) == 0
+    row = json.loads((tmp_path / "gpu_published.json").read_text())["rows"][0]
+    measured = row["measured"]
+    assert row["error"] is None
+    assert measured["tokens_per_s_per_gpu"] == pytest.approx(4 * 64 / measured["step_time_s"])  # 4 x 1 x 64 tokens
+
+
 def test_measure_on_gpu_without_a_gpu_exits_2_in_one_line(bench: ModuleType, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     import torch

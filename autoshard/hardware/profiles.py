@@ -314,13 +314,13 @@ def _fraction(value: Any) -> float:
 
 
 def _achievable(doc: Doc) -> Achievable | None:
-    """The optional ``achievable:`` mapping: ``matmul``, ``attention``, ``memory``, and optionally ``matmul_fp32``
-    and ``matmul_tf32``, each a fraction in (0, 1]."""
+    """The optional ``achievable:`` mapping: ``matmul``, ``attention``, ``memory``, and optionally ``matmul_fp32``,
+    ``matmul_tf32``, ``unaligned_matmul`` and ``unaligned_matmul_2b``, each a fraction in (0, 1]."""
     if doc.data.get("achievable") is None:
         return None
     sub = doc.mapping("achievable")
     keys = ("matmul", "attention", "memory")
-    optional = ("matmul_fp32", "matmul_tf32")
+    optional = ("matmul_fp32", "matmul_tf32", "unaligned_matmul", "unaligned_matmul_2b")
     sub.check_keys(keys, optional=optional)
     values = {k: sub.quantity(k, _fraction, "a fraction in (0, 1]") for k in keys}
     values.update({k: sub.quantity(k, _fraction, "a fraction in (0, 1]") for k in optional if sub.present(k)})

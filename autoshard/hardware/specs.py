@@ -80,6 +80,12 @@ class Achievable:
     their own efficiency. ``None``: :attr:`matmul`."""
     matmul_tf32: float | None = None
     """fp32 GEMMs and convolutions on TF32 tensor cores, of the TF32 peak. ``None``: :attr:`matmul`."""
+    unaligned_matmul: float | None = None
+    """16-bit GEMMs whose leading dimensions are aligned to 4 or 8 bytes but not 16 (an even dimension not a
+    multiple of 8): their rate over an aligned GEMM's of the same shape. ``None``: not known, not priced."""
+    unaligned_matmul_2b: float | None = None
+    """16-bit GEMMs with a leading dimension aligned to 2 bytes only (an odd dimension, GPT-2's vocabulary of
+    50,257): their rate over an aligned GEMM's of the same shape. ``None``: not known, not priced."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

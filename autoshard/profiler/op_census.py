@@ -8,8 +8,11 @@ Recorded while FLOPs are counted (forward and backward of the first step, :mod:`
   and **shape class**: the smallest of the GEMM's ``M``, ``N``, ``K`` rounded down to a power of two (for
   attention, the head dimension). A GEMM's arithmetic intensity is about its smallest dimension (``2MNK`` FLOPs
   over ``2(MK + KN + MN)`` bytes in 16 bits), so the class also says which side of a GPU's roofline it falls on
-  (Williams et al. 2009, "Roofline", CACM 52(4)); each class keeps its FLOPs, the bytes its kernels read and
-  write, and how many kernels it took;
+  (Williams et al. 2009, "Roofline", CACM 52(4)); and by **alignment**: the largest power of two (at most 16)
+  dividing every leading dimension and offset of the GEMM's operands and result, in elements (GPT-2's vocabulary
+  of 50,257 makes its LM head's GEMMs 1-aligned; tensor-core GEMMs need 16-byte-aligned ones to run at their
+  rate, :func:`alignment`); each class keeps its FLOPs, the bytes its kernels read and write, and how many
+  kernels it took;
 * **memory-bound ops** (every other op that launches a kernel): the bytes their tensors read and write, by the
   size of one kernel's traffic (a power of two), with their kernel count;
 * the **kernel count** of the step, for a launch floor.
@@ -30,7 +33,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["CensusCounter", "MatmulClass", "MemoryClass", "OpCensus", "dtype_name", "size_class"]
+__all__ = ["ALIGNED", "CensusCounter", "MatmulClass", "MemoryClass", "OpCensus", "alignment", "dtype_name",
+           "size_class"]
 
 aten = torch.ops.aten
 
@@ -43,6 +47,11 @@ _NO_KERNEL = frozenset({
     aten.sym_size, aten.sym_stride, aten.sym_numel, aten.sym_storage_offset, aten.is_same_size,
 })
 """Ops that launch no kernel although their schema does not say they alias (allocations, metadata)."""
+
+ALIGNED = 16
+"""Alignment (elements) the census records at most: 16 elements are 16 bytes of fp8, 32 of bf16 / fp16, 64 of
+fp32, at least the 16 bytes tensor-core GEMMs need (NVIDIA, "Matrix Multiplication Background User's Guide",
+Tensor Core requirements: dimensions and leading dimensions multiples of 16 bytes)."""
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -74,11 +83,15 @@ class MatmulClass:
     bytes: int
     """Bytes the kernels read (operands) and write (result)."""
     kernels: int
+    alignment: int = ALIGNED
+    """The largest power of two, at most :data:`ALIGNED`, dividing every leading dimension (and storage offset)
+    of the kernels' operands and results, in elements (:func:`alignment`); convolutions and attention:
+    :data:`ALIGNED`."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"kind": self.kind, "dtype": self.dtype, "min_dim": self.min_dim, "flops": self.flops,
-                "bytes": self.bytes, "kernels": self.kernels}
+        return {"kind": self.kind, "dtype": self.dtype, "min_dim": self.min_dim, "alignment": self.alignment,
+                "flops": self.flops, "bytes": self.bytes, "kernels": self.kernels}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -128,11 +141,11 @@ class OpCensus:
             >>> OpCensus.combine((-30, 31), (two, three)).memory[0].kernels  # 32 blocks from 2 and 3
             33
         """
-        mm: dict[tuple[str, str, int], list[int]] = {}
+        mm: dict[tuple[str, str, int, int], list[int]] = {}
         mem: dict[int, list[int]] = {}
         for w, census in zip(weights, censuses, strict=True):
             for m in census.matmuls:
-                acc = mm.setdefault((m.kind, m.dtype, m.min_dim), [0, 0, 0])
+                acc = mm.setdefault((m.kind, m.dtype, m.min_dim, m.alignment), [0, 0, 0])
                 acc[0] += w * m.flops
                 acc[1] += w * m.bytes
                 acc[2] += w * m.kernels
@@ -141,9 +154,9 @@ class OpCensus:
                 acc[0] += w * c.bytes
                 acc[1] += w * c.kernels
         return cls(
-            matmuls=tuple(MatmulClass(kind=k, dtype=d, min_dim=n, flops=max(0, f), bytes=max(0, b),
+            matmuls=tuple(MatmulClass(kind=k, dtype=d, min_dim=n, alignment=a, flops=max(0, f), bytes=max(0, b),
                                       kernels=max(0, c))
-                          for (k, d, n), (f, b, c) in sorted(mm.items()) if c > 0),
+                          for (k, d, n, a), (f, b, c) in sorted(mm.items()) if c > 0),
             memory=tuple(MemoryClass(size_bytes=s, bytes=max(0, b), kernels=max(0, c))
                          for s, (b, c) in sorted(mem.items()) if c > 0),
         )
@@ -222,6 +235,46 @@ def _min_dim(kind: str, packet: Any, args: tuple[Any, ...], out: Any) -> int:
     return int(min(m, a.shape[-1], b.shape[-1]))
 
 
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def alignment(kind: str, args: tuple[Any, ...], out: Any) -> int:
+    """The alignment of a GEMM (``gemm``, ``grouped``) in elements: the largest power of two, at most
+    :data:`ALIGNED`, dividing the storage offset and every stride but the unit one of each operand and result
+    (their leading dimensions, and a batched GEMM's batch strides). Convolutions and attention:
+    :data:`ALIGNED` (cuDNN and the fused kernels pick their own layouts).
+
+    A transposed operand counts by its own strides: ``mm(grad.t(), x)``, the weight gradient of a linear layer,
+    has the leading dimension of ``grad``, the layer's output width. An operand unit-strided along neither of its
+    last two dimensions (an expanded gradient) is copied to a contiguous one first, and counts as that copy.
+
+    Example:
+        >>> a, w = torch.empty(8, 768), torch.empty(50257, 768)
+        >>> alignment("gemm", (a, w.t()), torch.empty(8, 50257))  # GPT-2's LM head: a 50,257-wide result
+        1
+        >>> alignment("gemm", (a, torch.empty(768, 50304)), torch.empty(8, 50304))
+        16
+    """
+    if kind not in ("gemm", "grouped"):
+        return ALIGNED
+    g = ALIGNED
+    for t in (*_tensors(args), *_tensors((out,))):
+        if t.dim() < 2:
+            continue  # a bias: read by the epilogue
+        stride, offset = t.stride(), t.storage_offset()
+        if 1 not in (stride[-1], stride[-2]) and t.shape[-1] > 1 and t.shape[-2] > 1:  # cuBLAS gets a copy
+            stride, offset = _contiguous_strides(t.shape), 0
+        strides = [st for st, n in zip(stride, t.shape, strict=True) if n > 1 and st != 1]
+        for value in (*strides, offset):
+            g = math.gcd(g, int(value))
+    return g
+
+
 class CensusCounter(FlopCounterMode):
     """``FlopCounterMode`` that also takes the census of every op it runs (:meth:`census`).
 
@@ -241,7 +294,7 @@ class CensusCounter(FlopCounterMode):
         decoder block's cross-attention input (the encoder's output, shared by every decoder block) keeps
         every decoder block open until the last one's backward, so each would count the backward of all the
         blocks after it."""
-        self._mm: dict[tuple[str, str, int], list[int]] = {}
+        self._mm: dict[tuple[str, str, int, int], list[int]] = {}
         self._mem: dict[int, list[int]] = {}
         self._no_kernel: dict[Any, bool] = {}
         self._written: dict[Any, tuple[frozenset[int], frozenset[str]]] = {}
@@ -259,7 +312,7 @@ class CensusCounter(FlopCounterMode):
             kind = _kind(func_packet)
             first = next(iter(_tensors(args)), None)
             dtype = dtype_name(first.dtype) if first is not None else "unknown"
-            key = (kind, dtype, size_class(_min_dim(kind, func_packet, args, out)))
+            key = (kind, dtype, size_class(_min_dim(kind, func_packet, args, out)), alignment(kind, args, out))
             acc = self._mm.setdefault(key, [0, 0, 0])
             acc[0] += flops
             acc[1] += _nbytes(args) + _nbytes((out,))
@@ -302,8 +355,8 @@ class CensusCounter(FlopCounterMode):
     def census(self) -> OpCensus:
         """The census of everything run under this counter so far."""
         return OpCensus(
-            matmuls=tuple(MatmulClass(kind=k, dtype=d, min_dim=n, flops=f, bytes=b, kernels=c)
-                          for (k, d, n), (f, b, c) in sorted(self._mm.items())),
+            matmuls=tuple(MatmulClass(kind=k, dtype=d, min_dim=n, alignment=a, flops=f, bytes=b, kernels=c)
+                          for (k, d, n, a), (f, b, c) in sorted(self._mm.items())),
             memory=tuple(MemoryClass(size_bytes=s, bytes=b, kernels=c) for s, (b, c) in sorted(self._mem.items())),
         )
 

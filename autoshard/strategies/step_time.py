@@ -10,6 +10,10 @@ does not):
   fraction of the dense peak large GEMMs reach on this GPU model (``matmul_fp32`` for fp32 on CUDA cores and
   ``matmul_tf32`` on TF32 tensor cores, where the profile has them); the memory term is what makes small-``M``
   GEMMs (arithmetic intensity about their smallest dimension, below the GPU's ridge point) slower per FLOP;
+  A 16-bit GEMM whose leading dimensions are not 16-byte aligned (the census's ``alignment``) runs at
+  ``unaligned_matmul`` (4- or 8-byte aligned) or ``unaligned_matmul_2b`` (2-byte) of that rate, where the profile
+  has them: on an H200, GPT-2's LM head at its vocabulary of 50,257 takes 5.6 × the time of the same GEMM padded
+  to 50,304, and 3.0 × at 50,258 or 50,260 (``docs/benchmarks/gpu_kernels.md``);
 * **attention** (the fused SDPA kernels): the same with ``attention``, the fraction flash attention reaches;
 * **memory-bound kernels** (elementwise, norms, softmax, casts, copies): ``max(bytes / (bandwidth · memory),
   kernels · floor)`` per size class;
@@ -35,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoshard.hardware.specs import DTYPES, Achievable, GPUSpec
-from autoshard.profiler.op_census import OpCensus
+from autoshard.profiler.op_census import ALIGNED, MatmulClass, OpCensus
 
 GENERIC = Achievable(matmul=0.80, attention=0.35, memory=0.88)
 """Fractions for a GPU model whose profile has none: the lowest NVIDIA data-centre entry of the maximum
@@ -122,6 +126,30 @@ def _fraction(kind: str, dtype: str, fractions: Achievable) -> float:
     return fractions.attention if kind == "attention" else matmul_fraction(dtype, fractions)
 
 
+_ITEM_BYTES = {"bf16": 2, "fp16": 2}
+"""Element sizes of the dtypes whose unaligned GEMMs are priced (measured on 16-bit GEMMs only)."""
+
+
+def alignment_factor(c: MatmulClass, fractions: Achievable) -> float:
+    """The rate of a matmul class over an aligned one's of the same shape: ``unaligned_matmul_2b`` for a 16-bit
+    GEMM aligned to one element (2 bytes), ``unaligned_matmul`` for 2 or 4 elements (4 or 8 bytes), else 1 (aligned
+    to 16 bytes; another dtype or kind; or the profile does not know).
+
+    Example:
+        >>> f = Achievable(matmul=0.6, attention=0.3, memory=0.9, unaligned_matmul=0.33, unaligned_matmul_2b=0.18)
+        >>> head = MatmulClass(kind="gemm", dtype="bf16", min_dim=1024, flops=1, bytes=1, kernels=1, alignment=1)
+        >>> alignment_factor(head, f), alignment_factor(MatmulClass(**{**head.to_dict(), "alignment": 4}), f)
+        (0.18, 0.33)
+        >>> alignment_factor(MatmulClass(**{**head.to_dict(), "alignment": 8}), f)  # 16 bytes
+        1.0
+    """
+    size = _ITEM_BYTES.get(c.dtype)
+    if c.kind not in ("gemm", "grouped") or size is None or c.alignment >= ALIGNED or c.alignment * size >= 16:
+        return 1.0
+    known = fractions.unaligned_matmul_2b if c.alignment * size <= 2 else fractions.unaligned_matmul
+    return 1.0 if known is None else known
+
+
 def _peak_flops(gpu: GPUSpec, dtype: str) -> float | None:
     key = dtype if dtype in DTYPES else "fp32"
     peak = gpu.peak_tflops.for_dtype(key)
@@ -170,6 +198,7 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     hbm = _achievable_bandwidth(gpu)
     matmul_s = attention_s = memory_s = 0.0
     fp32_units: set[str] = set()  # "fp32" / "tf32": where the step's fp32 GEMMs and convolutions ran
+    unaligned_flops = 0  # of GEMMs priced below the aligned rate
     for c in census.matmuls:
         priced = _priced_dtype(c.kind, c.dtype, gpu, tf32_matmuls)
         if c.kind != "attention" and priced in ("fp32", "tf32"):
@@ -177,7 +206,9 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         peak = _peak_flops(gpu, priced)
         if peak is None:
             return None
-        rate = peak * _fraction(c.kind, priced, fractions)
+        aligned = alignment_factor(c, fractions)
+        unaligned_flops += c.flops if aligned < 1 else 0
+        rate = peak * _fraction(c.kind, priced, fractions) * aligned
         t = max(c.flops * b / rate, 0.0 if hbm is None else c.bytes * b / hbm, c.kernels * floor_s)
         if c.kind == "attention":
             attention_s += t
@@ -198,6 +229,10 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     units = {"fp32": "on the CUDA cores", "tf32": "on TF32 tensor cores"}
     fp32 = "".join(f", fp32 {units[u]} at {matmul_fraction(u, fractions):g} of the {u} peak"
                    for u in sorted(fp32_units))
+    if unaligned_flops:
+        fp32 += (f", {unaligned_flops / max(census.matmul_flops, 1):.0%} of the matmul FLOPs in GEMMs without "
+                 f"16-byte-aligned dimensions (at {fractions.unaligned_matmul_2b or 1:g} of the aligned rate if "
+                 f"2-byte aligned, {fractions.unaligned_matmul or 1:g} if 4- or 8-byte)")
     checkpointing = (f", {checkpointed_blocks} checkpointed blocks at {checkpoint_block_s * 1e3:g} ms of host time "
                      "each" if checkpointed_blocks else "")
     note = (f"compute from the traced ops: matmuls at {fractions.matmul:g}{fp32} and attention at "

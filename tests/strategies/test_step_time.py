@@ -265,3 +265,41 @@ def test_host_time_beside_the_launches_makes_a_short_step_host_bound():
     assert "host-bound" in hooked.note and "host-bound" not in plain.note
     hidden = step_time.estimate(census, 1, gpu, host_extra_s=plain.gpu_s / 10)
     assert hidden is not None and hidden.seconds == pytest.approx(max(plain.gpu_s, plain.launch_s + plain.gpu_s / 10))
+
+
+def test_the_census_files_gemms_by_the_alignment_of_their_leading_dimensions():
+    # GPT-2's LM head (vocabulary 50,257): forward, input gradient and weight gradient (mm(grad.t(), x)) all
+    # have a 50,257-wide leading dimension; padded to 50,304 none has.
+    def lm_head(vocab: int) -> OpCensus:
+        with FakeTensorMode(), flops.counter(census=True) as counter:
+            x = torch.empty(1024, 768, dtype=torch.bfloat16, requires_grad=True)
+            w = torch.empty(vocab, 768, dtype=torch.bfloat16, requires_grad=True)
+            (x @ w.t()).square().sum().backward()  # a contiguous gradient, as a loss's
+        assert isinstance(counter, CensusCounter)
+        return counter.census()
+
+    odd, padded = lm_head(50257), lm_head(50304)
+    assert sorted((m.alignment, m.kernels) for m in odd.matmuls) == [(1, 3)]
+    assert sorted((m.alignment, m.kernels) for m in padded.matmuls) == [(16, 3)]
+    assert odd.matmul_flops == pytest.approx(padded.matmul_flops, rel=1e-3)
+    assert _matmuls((1024, 768, 50258)).matmuls[0].alignment == 2
+    with FakeTensorMode(), flops.counter(census=True) as counter:  # an expanded operand: cuBLAS gets a copy
+        torch.empty(1, dtype=torch.bfloat16).expand(1024, 50257) @ torch.empty(50257, 1024, dtype=torch.bfloat16)
+    assert isinstance(counter, CensusCounter) and counter.census().matmuls[0].alignment == 1
+
+
+def test_unaligned_16_bit_gemms_run_at_the_profiles_measured_fraction():
+    gpu = _gpu("h200-sxm-141gb")
+    assert gpu.achievable is not None
+    f = gpu.achievable
+    assert f.unaligned_matmul_2b is not None and f.unaligned_matmul is not None
+    aligned, odd, even = (_matmuls((8192, 768, n)) for n in (50304, 50257, 50260))
+    # Compute-bound GEMMs of (nearly) the same FLOPs: the time ratio is the profile's.
+    assert _seconds(odd, gpu) / _seconds(aligned, gpu) == pytest.approx(1 / f.unaligned_matmul_2b, rel=0.01)
+    assert _seconds(even, gpu) / _seconds(aligned, gpu) == pytest.approx(1 / f.unaligned_matmul, rel=0.01)
+    # fp32 GEMMs (not measured) and GPUs whose profile does not know are not priced.
+    fp32 = dataclasses.replace(odd.matmuls[0], dtype="fp32")
+    assert step_time.alignment_factor(fp32, f) == 1.0
+    a100 = _gpu("a100-sxm-80gb")
+    assert a100.achievable is None or a100.achievable.unaligned_matmul_2b is None
+    assert _seconds(odd, a100) == pytest.approx(_seconds(aligned, a100), rel=0.01)

@@ -98,8 +98,9 @@ def main() -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
         torch.cuda.empty_cache()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sdpa_probe.json").write_text(json.dumps({"torch": torch.__version__, "rows": rows}, indent=1))
+        # After every case: a time limit that stops the probe keeps the cases before (2026-11-28: lost both).
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "sdpa_probe.json").write_text(json.dumps({"torch": torch.__version__, "rows": rows}, indent=1))
     return 0
 
 

@@ -320,7 +320,8 @@ class Predictor:
         workload, hardware = self.workload(point), self.hardware(point)
         # Pricing only: the traces are the same.
         workload = dataclasses.replace(workload, grad_clip_norm=point.get("grad_clip_norm"),
-                                       float32_matmul_precision=point.get("float32_matmul_precision", "highest"))
+                                       float32_matmul_precision=point.get("float32_matmul_precision", "highest"),
+                                       set_grads_to_none=point["optimizer"].get("set_grads_to_none", True))
         strategy = get(point["strategy"]["autoshard"])
         ckpt = point["strategy"]["activation_checkpointing"] != "none"
         knobs = {k.name for k in strategy.knobs(hardware)}

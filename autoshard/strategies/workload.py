@@ -197,6 +197,11 @@ class Workload:
     """The norm the run clips the gradients' global 2-norm to before each optimizer step (``None``: no clipping):
     a norm and a scaling pass over each rank's gradients, which only the step time sees (set like
     :attr:`float32_matmul_precision`)."""
+    set_grads_to_none: bool = True
+    """``zero_grad(set_to_none=True)`` between steps (torch >= 2.0's default, and ``fit()``'s): ``False`` zeroes the
+    gradients in place, so they stay allocated through the next forward (the HF Trainer's ``model.zero_grad()``
+    before torch 2.0), which only the strategies' memory sees (the traces are the same; set like
+    :attr:`grad_clip_norm`)."""
     checkpoint_mode: ActivationCheckpointing = FULL
     """What the traces with ``checkpointing=True`` recompute (``full``, ``every-N`` or ``op``)."""
 
@@ -248,6 +253,7 @@ class Workload:
             "optimizer_impl": self.optimizer_impl,
             "float32_matmul_precision": self.float32_matmul_precision,
             "grad_clip_norm": self.grad_clip_norm,
+            "set_grads_to_none": self.set_grads_to_none,
             "checkpointing": str(self.checkpoint_mode),
             "seq_len": self.seq_len,
             "parameter_count": self.parameter_count,

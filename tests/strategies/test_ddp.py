@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from autoshard.errors import UsageError
-from autoshard.strategies import Candidate
+from autoshard.strategies import Candidate, build_workload
 from autoshard.strategies.ddp import strategy as ddp_module
 from autoshard.strategies.ddp.strategy import (
     DDPStrategy,
@@ -360,3 +360,30 @@ def test_one_device_tunes_no_ddp_knob() -> None:
     assert not [k.name for k in _ddp().knobs(load_hardware("h100-sxm-80gb", gpus=1)) if k.tuned]
     assert {k.name for k in _ddp().knobs(load_hardware("h100-sxm-80gb", gpus=2)) if k.tuned} == {
         "bucket_cap_mb", "comm_hook", "matrix_approximation_rank", "gradient_as_bucket_view", "static_graph"}
+
+
+@pytest.mark.parametrize("micro_batch", [2, 4])
+def test_one_device_with_gradients_zeroed_holds_them_through_forward_as_the_trace_does(micro_batch: int) -> None:
+    """``zero_grad(set_to_none=False)`` (the HF Trainer before torch 2.0): the gradients stay allocated into the
+    next forward. The one-device estimate is then the traced step's own peak (``profile(..., set_grads_to_none=
+    False)``), one gradient copy above the default's where forward peaks. (On an H200, BERT-large of transformers'
+    single-GPU guide: the planner said 10.34 GiB, the profile 11.59, the GPU 11.61.)"""
+    import dataclasses
+
+    import autoshard
+    from autoshard.hardware import load_hardware
+    from autoshard.models import load_source
+
+    source = load_source("tiny-gpt2")
+    workload = build_workload(source, precision="32-true", target="cpu", seq_len=64)
+    kept_workload = dataclasses.replace(workload, set_grads_to_none=False)
+    one = load_hardware("h100-sxm-80gb", gpus=1)
+    default = _ddp().memory(workload, one, _cand(micro_batch))
+    kept = _ddp().memory(kept_workload, one, _cand(micro_batch))
+    traced = autoshard.profile(source, batch_size=micro_batch, seq_len=64, precision="32-true", target="cpu",
+                               set_grads_to_none=False).peak_bytes
+    assert kept.gpu.total == traced
+    grads = workload.trace("amp", False).at_1.gradient_bytes
+    assert 0 < kept.gpu.total - default.gpu.total <= grads
+    assert any("zeroed, not set to None" in n for n in kept.notes)
+    assert kept_workload.to_dict()["set_grads_to_none"] is False

@@ -15,6 +15,7 @@ DTensor's sharding propagation runs each op once more on *global*-shape fake ten
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from collections.abc import Iterator
@@ -101,7 +102,7 @@ def _fake_process_group(world_size: int) -> Iterator[None]:
 
 def traced_fsdp_peaks(model: str, world_size: int, *, nodes: int = 1, micro_batch: int = 1,
                       reshard_after_forward: bool | int = True, checkpointing: bool = False,
-                      reduce_dtype: torch.dtype = torch.float32) -> dict[str, int]:
+                      reduce_dtype: torch.dtype = torch.float32, set_to_none: bool = True) -> dict[str, int]:
     """Rank 0's peak bytes per phase (and ``"step"``) over two steps of FSDP2 on a fake process group: every
     repeated block wrapped, then the root (the root alone when nothing repeats)."""
     source = load_source(model)
@@ -144,7 +145,7 @@ def traced_fsdp_peaks(model: str, world_size: int, *, nodes: int = 1, micro_batc
                     optimizer.step()
                     tracker.stand_in_scalars = False
                     tracker.phase = "zero_grad"
-                    optimizer.zero_grad(set_to_none=True)
+                    optimizer.zero_grad(set_to_none=set_to_none)
     peaks = {phase: s.total_bytes for phase, s in tracker.phase_peaks.items() if phase != "setup"}
     return {**peaks, "step": max(peaks.values())}
 
@@ -168,13 +169,14 @@ def cpu_hardware(world_size: int, nodes: int = 1) -> HardwareSpec:
 
 def predicted_peaks(name: str, model: str, hw: HardwareSpec, **kwargs: Any) -> dict[str, int]:
     checkpointing = kwargs.pop("checkpointing", False)
+    wl = dataclasses.replace(workload(model), set_grads_to_none=kwargs.pop("set_grads_to_none", True))
     cand = Candidate(strategy=name, micro_batch_size=kwargs.pop("micro_batch", 1),
                      activation_checkpointing=checkpointing, settings=kwargs)
     strategy = get(name)
     peaks: dict[str, int] = {}
-    for m in strategy.moments(workload(model), hw, cand):
+    for m in strategy.moments(wl, hw, cand):
         peaks[m.phase] = max(peaks.get(m.phase, 0), m.total)
-    step = strategy.memory(workload(model), hw, cand).gpu.total
+    step = strategy.memory(wl, hw, cand).gpu.total
     assert step == max(peaks.values())
     return {**peaks, "step": step}
 
@@ -192,6 +194,10 @@ CASES = [
     pytest.param("fsdp", "tiny-llama", 4, {"micro_batch": 2}, id="fsdp-micro-batch-2-4ranks"),
     pytest.param("fsdp", "tiny-llama", 8, {"reshard_after_forward": 4}, id="fsdp-reshard-to-4-8ranks"),
     pytest.param("fsdp", "tiny-llama", 4, {"reduce_dtype": "bf16"}, id="fsdp-bf16-reduce-4ranks"),
+    # zero_grad(set_to_none=False): the sharded gradients live into the next forward and are reduced into.
+    pytest.param("fsdp", "tiny-llama", 4, {"set_grads_to_none": False}, id="fsdp-grads-zeroed-4ranks"),
+    pytest.param("fsdp_shard_grad_op", "tiny-gpt2", 2, {"set_grads_to_none": False},
+                 id="shard_grad_op-grads-zeroed-2ranks"),
     pytest.param("fsdp_hybrid", "tiny-llama", 4, {"nodes": 2}, id="hybrid-2x2-tiny-llama"),
     pytest.param("fsdp_hybrid", "tiny-gpt2", 8, {"nodes": 2, "reduce_dtype": "bf16"}, id="hybrid-2x4-bf16-reduce"),
 ]
@@ -207,7 +213,7 @@ def test_fsdp_memory_matches_fsdp2_traced_on_a_fake_process_group(name: str, mod
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[options.get("reduce_dtype", "fp32")]
     measured = traced_fsdp_peaks(model, world_size, nodes=nodes, micro_batch=options.get("micro_batch", 1),
                                  reshard_after_forward=raf, checkpointing=options.get("checkpointing", False),
-                                 reduce_dtype=dtype)
+                                 reduce_dtype=dtype, set_to_none=options.get("set_grads_to_none", True))
     predicted = predicted_peaks(name, model, cpu_hardware(world_size, nodes), **options)
     for phase in ("forward", "loss", "backward", "optimizer", "step"):
         assert predicted[phase] == pytest.approx(measured[phase], rel=TOLERANCE), (phase, predicted, measured)

@@ -262,8 +262,10 @@ class DDPStrategy(Strategy):
         hook_state, in_flight, hook_note = (0, 0, None) if single else _hook_memory(s, layout, rnd)
         overhead = workload.cuda_overhead_bytes if workload.target == "cuda" else 0
         # Accumulating, .grad is kept from one micro-batch to the next (no_sync: nothing is reduced, nothing
-        # freed), so from the second micro-batch on every phase holds all of it.
+        # freed), so from the second micro-batch on every phase holds all of it; zeroed rather than set to None
+        # between steps, it is kept from one step to the next the same way.
         accumulating = candidate.gradient_accumulation > 1
+        kept = accumulating or not workload.set_grads_to_none
         by_phase: dict[str, GpuMemory] = {}
         for phase, br in phases.items():
             by_phase[phase] = GpuMemory(
@@ -271,7 +273,7 @@ class DDPStrategy(Strategy):
                 # With views, .grad *is* the buckets (alive from construction); otherwise .grad lives as in the
                 # single-device step (the trace's gradients at this phase's high point) and the buckets are a
                 # second, flat copy.
-                gradients=bucket_bytes if views else (grad_bytes if accumulating else min(br.gradients, grad_bytes)),
+                gradients=bucket_bytes if views else (grad_bytes if kept else min(br.gradients, grad_bytes)),
                 optimizer=optimizer_bytes,
                 activations=trace.activation_bytes(phase, b),
                 # A hook's per-bucket transients exist only while buckets are reduced, i.e. during backward.
@@ -287,6 +289,9 @@ class DDPStrategy(Strategy):
             notes.append(f"{candidate.gradient_accumulation} micro-batches per step: the gradients "
                          f"({_mib(grad_bytes)}) are kept between micro-batches, alive through every forward after "
                          "the first")
+        elif kept and not views:
+            notes.append(f"gradients zeroed, not set to None, between steps: they ({_mib(grad_bytes)}) stay "
+                         "allocated through every forward")
         if overhead:
             notes.append(f"CUDA allocator-side overheads: {_mib(overhead)} (from the profile)")
         return MemoryEstimate(gpu=by_phase[peak_phase], peak_phase=peak_phase, notes=tuple(notes))

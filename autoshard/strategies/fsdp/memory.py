@@ -239,7 +239,8 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     Rank 0 holds the largest (padded) shard of every tensor: ``FSDPParam._init_sharded_param`` pads dim 0 to a
     multiple of the shard size and rank 0's chunk is always full.
 
-    ``accumulating``: several micro-batches per optimizer step, each reduce-scattered (as ``fit()``'s FSDP backend
+    ``accumulating``: the sharded gradients carried into forward (as with gradients zeroed, not set to None, between
+    steps), or several micro-batches per optimizer step, each reduce-scattered (as ``fit()``'s FSDP backend
     runs them): every unit's sharded gradient exists from the first micro-batch's backward to the step, and later
     micro-batches add into it in place (``foreach_reduce``: ``sharded_param.grad += new_sharded_grad``, torch
     2.13), so from the second micro-batch on all of them are alive through forward and backward.

@@ -3,7 +3,7 @@
 Started by ``benchmarks/memory_accuracy.py`` through :func:`autoshard.runtime.supervisor.run_workers` (one
 process per rank, each in its own process group, under a wall-clock limit), with ``AUTOSHARD_RUN_DIR`` naming a
 directory that holds ``plan.json`` (the configuration, as ``autoshard export`` writes it) and ``case.json``
-(``model``, ``steps``, ``warm_steps``, ``process_group``). It runs :func:`autoshard.runtime.train.train` — the
+(``model``, ``num_layers``, ``steps``, ``warm_steps``, ``process_group``). It runs :func:`autoshard.runtime.train.train` — the
 backend, data feed and loop ``fit()`` uses — on the model source's example batches, with a
 :class:`_allocator.PeakProbe` around everything from before the model is built, marked after ``warm_steps``
 optimizer steps, and writes ``rank<N>.json`` (the probe's :class:`_allocator.Peak`).
@@ -74,6 +74,10 @@ def _run(run_dir: Path) -> None:
             raise SystemExit("_memory_worker.py is started by benchmarks/memory_accuracy.py (no RANK set).")
     ctx = join(launch, device_type=device_type)
     source = load_source(case["model"])
+    if case.get("num_layers") is not None:  # the grid's shortened decoders (memory_accuracy.load_case)
+        if source.with_num_layers is None:
+            raise SystemExit(f"{case['model']} cannot change its block count.")
+        source = source.with_num_layers(int(case["num_layers"]))
     warm = int(case["warm_steps"])
     probe = PeakProbe(ctx.device)
 

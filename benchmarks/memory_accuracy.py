@@ -299,10 +299,8 @@ def predict_distributed(case: Case, device: torch.device) -> tuple[int, Any]:
     from autoshard.strategies import get
     from autoshard.strategies.base import Candidate
 
-    if case.num_layers is not None:
-        raise ValueError("distributed cases train the model as published (num_layers is for single cases).")
-    plan = _plan(case.model, case.precision, case.seq_len, case.world_size, case.process_group, case.strategy,
-                 device.type)
+    plan = _plan(case.model, case.num_layers, case.precision, case.seq_len, case.world_size, case.process_group,
+                 case.strategy, device.type)
     request = dataclasses.replace(plan.request, micro_batch_size=case.batch_size,
                                   global_batch_size=case.batch_size * case.world_size * case.grad_accumulation)
     candidate = Candidate(strategy=case.strategy, micro_batch_size=case.batch_size,
@@ -313,11 +311,11 @@ def predict_distributed(case: Case, device: torch.device) -> tuple[int, Any]:
 
 
 @functools.cache
-def _plan(model: str, precision: str, seq_len: int | None, world_size: int, process_group: str, strategy: str,
-          device_type: str) -> Any:
-    """One plan (and so one trace of the model) for every case that differs only in micro-batch,
-    checkpointing and knobs: the workload traces both checkpointing variants."""
-    case = Case(model, 1, seq_len, precision, False, strategy=strategy, world_size=world_size,
+def _plan(model: str, num_layers: int | None, precision: str, seq_len: int | None, world_size: int,
+          process_group: str, strategy: str, device_type: str) -> Any:
+    """One plan (and so one trace of the model, with ``num_layers`` blocks where the case sets it) for every case
+    that differs only in micro-batch, checkpointing and knobs: the workload traces both checkpointing variants."""
+    case = Case(model, 1, seq_len, precision, False, num_layers, strategy=strategy, world_size=world_size,
                 process_group=process_group)
     hardware = _planned_for(case, _hardware(case, torch.device(device_type)))
     return autoshard.recommend(load_case(case), hardware=hardware, batch_size=1, global_batch_size=world_size,
@@ -366,7 +364,8 @@ def _run_once(case: Case, exported: Any) -> dict[str, Any]:
         run_dir = Path(tmp)
         plan_file.write(exported, run_dir / "plan.json")
         (run_dir / "case.json").write_text(json.dumps({
-            "model": case.model, "steps": WARM_STEPS + MEASURED_STEPS, "warm_steps": WARM_STEPS,
+            "model": case.model, "num_layers": case.num_layers, "steps": WARM_STEPS + MEASURED_STEPS,
+            "warm_steps": WARM_STEPS,
             "process_group": case.process_group, "optimizer": "adamw"}), encoding="utf-8")
         run_workers([sys.executable, str(WORKER)], world_size=processes, run_dir=run_dir, environ=environ,
                     timeout_s=CASE_TIMEOUT_S, grace_s=5.0, log_rank0=True)

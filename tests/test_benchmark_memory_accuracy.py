@@ -104,6 +104,19 @@ def test_distributed_cases_train_the_plan_in_real_and_fake_process_groups(bench:
     assert fsdp["measured_bytes"] < ddp["measured_bytes"]
 
 
+def test_distributed_cases_with_fewer_blocks_plan_and_train_the_shortened_model(bench: ModuleType,
+                                                                                  tmp_path: Path) -> None:
+    """The GPU grid shards a 4-block Llama-2 8 ways (the whole 7B does not fit one GPU as rank 0 of 8): the plan
+    and the trained model both have the case's blocks (on an H200 these cases were refused before)."""
+    cases = [bench.Case("tiny-llama", 4, 64, "32-true", False, n, strategy="fsdp", world_size=4,
+                        process_group="fake") for n in (1, None)]
+    assert bench.main(["--device", "cpu", "--out", str(tmp_path)], cases=cases) == 0
+    short, whole = json.loads((tmp_path / "memory_accuracy.json").read_text())["rows"]
+    assert short["error"] is None and whole["error"] is None, (short, whole)
+    assert abs(short["error_pct"]) < 3.0, short
+    assert short["measured_bytes"] < whole["measured_bytes"] and short["predicted_bytes"] < whole["predicted_bytes"]
+
+
 def test_accumulated_gradients_are_counted_against_real_runs(bench: ModuleType, tmp_path: Path) -> None:
     """Two micro-batches per step: one device (the module unwrapped, .grad kept between micro-batches), FSDP2 as
     rank 0 of four (unsharded gradients kept without sync), ZeRO-2 and ZeRO-1 in two gloo processes (a small

@@ -40,10 +40,15 @@
 #   --steps probe,host                    40 + 90 + 60 s (a fourth, short call)
 #
 # --short is the campaign for ONE call (a session is lent 15 minutes of device time, starting the machine
-# included): setup, pytest, kernels, probe, memory-single on the models the 2026-11-28 call did not reach first
-# (vit-b-16, llama-3-8b, gpt2-medium, then t5-small, bert-base-uncased, resnet50: a limit stops the model in
-# progress, the ones before are kept), memory-sharded on llama-2-7b then gpt2, published, strategies on gpt2:
-# 40 + 90 + 30 + 60 + 130 + 50 + 100 + 90 = 590 s.
+# included), in its own order: first what the two calls of 2026-11-28 could not explain — the host's side of a
+# step on the GPU's own host (GPT-2 on one H200: ZeRO-2 measured 0.062 s a step where the model, host-bound at
+# the build machine's host figures, says 0.042; FSDP2 0.096 vs 0.056) — then what they did not reach: setup,
+# host (host_overhead.py --device cuda), zero-hooks (zero_hooks.py --accelerator cuda, 16 to 64 layers),
+# strategies on gpt2 (ZeRO-1 / ZeRO-3 / FSDP2 full-shard not reached in 90 s), memory-single on llama-3-8b (5
+# cases left), mistral-7b, t5-small, bert-base-uncased, resnet50 (a limit stops the model in progress, the ones
+# before are kept), memory-sharded on llama-2-7b (refused by the benchmark then, fixed) then gpt2, probe:
+# 40 + 60 + 70 + 150 + 120 + 60 + 60 = 560 s. pytest (9/9 twice), kernels (the alignment sweep) and published
+# (BERT-large) ran then and are left to --steps.
 # --steps / --models narrow it.
 #
 # Results go under DIR (default: $OUT when set — the device machine's return folder — else ./gpu-campaign-out):
@@ -82,7 +87,7 @@ while (($#)); do
         *) fail "unknown argument '$1' (see --help)." ;;
     esac
 done
-((SHORT && ! STEPS_GIVEN)) && STEPS="pytest,kernels,probe,memory-single,memory-sharded,published,strategies"
+((SHORT && ! STEPS_GIVEN)) && STEPS="host,zero-hooks,strategies,memory-single,memory-sharded,probe"
 KNOWN="pytest kernels probe memory-single memory-sharded published zero-hooks ops strategies host"
 IFS=',' read -r -a WANTED <<< "$STEPS"
 for s in "${WANTED[@]}"; do
@@ -115,9 +120,9 @@ fi
 declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [probe]=90 [memory-single]=400 [memory-sharded]=150 [published]=250
                   [zero-hooks]=150 [ops]=150 [strategies]=380 [host]=60)
 # The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
-# --short: one 10-minute device call (550 s in all, 50 s left for packing and the transfers).
-((SHORT)) && LIMIT=([setup]=40 [pytest]=90 [kernels]=30 [probe]=60 [memory-single]=130 [memory-sharded]=50 [published]=100
-                    [zero-hooks]=60 [ops]=150 [strategies]=90 [host]=60)
+# --short: one 10-minute device call (560 s in all, 40 s left for packing and the transfers).
+((SHORT)) && LIMIT=([setup]=40 [pytest]=90 [kernels]=30 [probe]=60 [memory-single]=120 [memory-sharded]=60 [published]=100
+                    [zero-hooks]=70 [ops]=150 [strategies]=150 [host]=60)
 if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [probe]=60 [memory-single]=240 [memory-sharded]=240 [published]=60
                         [zero-hooks]=180 [ops]=60 [strategies]=300 [host]=120); fi
 STARTED=$(date +%s)
@@ -300,8 +305,8 @@ step_memory_single() {
     if ((DRY)); then
         memory_by_model memory_accuracy_single --device cpu --grid single --strategies single -- tiny-gpt2 tiny-llama
     elif ((SHORT)); then
-        memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- vit-b-16 llama-3-8b \
-            gpt2-medium t5-small bert-base-uncased resnet50
+        memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- llama-3-8b mistral-7b \
+            t5-small bert-base-uncased resnet50
     else
         memory_by_model memory_accuracy_single --device cuda --grid full --strategies single -- gpt2 gpt2-medium \
             bert-base-uncased t5-small vit-b-16 resnet50 llama-2-7b mistral-7b llama-3-8b
@@ -351,6 +356,8 @@ step_zero_hooks() {
     if ((DRY)); then  # the CPU engines on two short stacks: the plumbing, not a figure
         "$PY" benchmarks/zero_hooks.py --layers 2 4 --steps 2 --warmup 1 --repeats 1 --name gpu_zero_hooks \
             --out "$DOCS"
+    elif ((SHORT)); then
+        "$PY" benchmarks/zero_hooks.py --accelerator cuda --layers 16 32 64 --steps 10 --repeats 2 --out "$DOCS"
     else
         "$PY" benchmarks/zero_hooks.py --accelerator cuda --layers 16 32 64 128 --repeats 2 --out "$DOCS"
     fi
@@ -382,7 +389,8 @@ step_host() {
     if ((DRY)); then  # one narrow copy on the CPU, one step a case: the plumbing, not a figure
         "$PY" benchmarks/host_overhead.py --only gpt2-medium --steps 1 --repeats 1 --out "$DOCS"
     else
-        "$PY" benchmarks/host_overhead.py --device cuda --steps 10 --repeats 3 --out "$DOCS"
+        "$PY" benchmarks/host_overhead.py --device cuda --steps 10 --repeats "$( ((SHORT)) && echo 2 || echo 3)" \
+            --out "$DOCS"
     fi
 }
 export -f step_setup step_pytest step_kernels step_probe memory_by_model step_memory_single step_memory_sharded step_published \
@@ -423,7 +431,9 @@ else
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 fi
 run_step setup
-for step in pytest kernels probe memory-single memory-sharded published zero-hooks ops strategies host; do
+ORDER="pytest kernels probe memory-single memory-sharded published zero-hooks ops strategies host"
+((SHORT)) && ORDER="host zero-hooks strategies memory-single memory-sharded probe pytest kernels published ops"
+for step in $ORDER; do
     wanted "$step" || continue
     if [[ $step == published && ! -f benchmarks/published.py ]]; then
         skip_step published "benchmarks/published.py is not in this checkout"

@@ -9,7 +9,7 @@ does not):
   ``max(FLOPs / (peak[dtype] · matmul), bytes / (bandwidth · memory), kernels · floor)``. ``matmul`` is the
   fraction of the dense peak large GEMMs reach on this GPU model (``matmul_fp32`` for fp32 on CUDA cores and
   ``matmul_tf32`` on TF32 tensor cores, where the profile has them); the memory term is what makes small-``M``
-  GEMMs (arithmetic intensity about their smallest dimension, below the GPU's ridge point) slower per FLOP;
+  GEMMs (arithmetic intensity about their smallest dimension, below the GPU's ridge point) slower per FLOP.
   A 16-bit GEMM whose leading dimensions are not 16-byte aligned (the census's ``alignment``) runs at
   ``unaligned_matmul`` (4- or 8-byte aligned) or ``unaligned_matmul_2b`` (2-byte) of that rate, where the profile
   has them: on an H200, GPT-2's LM head at its vocabulary of 50,257 takes 5.6 × the time of the same GEMM padded

@@ -200,8 +200,8 @@ class Workload:
     set_grads_to_none: bool = True
     """``zero_grad(set_to_none=True)`` between steps (torch >= 2.0's default, and ``fit()``'s): ``False`` zeroes the
     gradients in place, so they stay allocated through the next forward (the HF Trainer's ``model.zero_grad()``
-    before torch 2.0), which only the strategies' memory sees (the traces are the same; set like
-    :attr:`grad_clip_norm`)."""
+    before torch 2.0), which only DDP's and FSDP2's memory sees (the traces are the same; set like
+    :attr:`grad_clip_norm`; DeepSpeed's engines keep their own gradient buffers and do not read it)."""
     checkpoint_mode: ActivationCheckpointing = FULL
     """What the traces with ``checkpointing=True`` recompute (``full``, ``every-N`` or ``op``)."""
 

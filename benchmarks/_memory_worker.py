@@ -3,8 +3,9 @@
 Started by ``benchmarks/memory_accuracy.py`` through :func:`autoshard.runtime.supervisor.run_workers` (one
 process per rank, each in its own process group, under a wall-clock limit), with ``AUTOSHARD_RUN_DIR`` naming a
 directory that holds ``plan.json`` (the configuration, as ``autoshard export`` writes it) and ``case.json``
-(``model``, ``num_layers``, ``steps``, ``warm_steps``, ``process_group``). It runs :func:`autoshard.runtime.train.train` — the
-backend, data feed and loop ``fit()`` uses — on the model source's example batches, with a
+(``model``, ``num_layers``, ``steps``, ``warm_steps``, ``process_group``). It runs
+:func:`autoshard.runtime.train.train` — the backend, data feed and loop ``fit()`` uses — on the model source's
+example batches (with ``num_layers`` blocks where the case sets it, as the plan was traced), with a
 :class:`_allocator.PeakProbe` around everything from before the model is built, marked after ``warm_steps``
 optimizer steps, and writes ``rank<N>.json`` (the probe's :class:`_allocator.Peak`).
 

@@ -365,8 +365,7 @@ def _run_once(case: Case, exported: Any) -> dict[str, Any]:
         plan_file.write(exported, run_dir / "plan.json")
         (run_dir / "case.json").write_text(json.dumps({
             "model": case.model, "num_layers": case.num_layers, "steps": WARM_STEPS + MEASURED_STEPS,
-            "warm_steps": WARM_STEPS,
-            "process_group": case.process_group, "optimizer": "adamw"}), encoding="utf-8")
+            "warm_steps": WARM_STEPS, "process_group": case.process_group, "optimizer": "adamw"}), encoding="utf-8")
         run_workers([sys.executable, str(WORKER)], world_size=processes, run_dir=run_dir, environ=environ,
                     timeout_s=CASE_TIMEOUT_S, grace_s=5.0, log_rank0=True)
         ranks = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(processes)]

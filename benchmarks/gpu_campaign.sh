@@ -2,6 +2,7 @@
 # The GPU campaign: every GPU measurement autoshard needs, in one command, on a lent H100 / H200 (issue #16).
 #
 #   bash benchmarks/gpu_campaign.sh [--short] [--dry-run] [--out DIR] [--steps LIST] [--models LIST] [--site DIR]
+#                                   [--plan]
 #
 # Run from the repository root on the GPU machine, with the wheels benchmarks/gpu_wheels.sh built in .whl/
 # (carried along: no network there). Steps, each under its own `timeout` and with its own log, in this order:
@@ -23,6 +24,9 @@
 #                   configurations, 2 with --short) trained here, measured vs published vs predicted
 #   zero-hooks      python benchmarks/zero_hooks.py --accelerator cuda: the ZeRO engines' host time per parameter
 #                   / gathered module on this GPU host (the CPU figure is what deepspeed/cost.py prices)
+#   fsdp-hooks      python benchmarks/fsdp_hooks.py --accelerator cuda: FSDP2's host time per unit and per
+#                   parameter tensor (hooks) and in AdamW over DTensors on this GPU host (the CPU figures are what
+#                   fsdp/cost.py prices); the dry run: the CPU mode on two kinds of two tiny stacks
 #   ops             build DeepSpeed's CPU Adam once (the offload strategies need it), so that no strategy run
 #                   is stopped half-way through a compile (a stopped compile leaves a lock that blocks the next)
 #   strategies      python benchmarks/gpu_strategies.py: every strategy that fits, measured vs predicted
@@ -31,25 +35,34 @@
 #                   checkpointed block with real CUDA launches, against the CPU figures the step-time model uses
 #
 # A failed or timed-out step is recorded and the campaign goes on; a memory step in which any case failed is
-# "failed" (its table is still written). The limits add up to 31 minutes (setup counted four times); one device
+# "failed" (its table is still written). The limits add up to 36 minutes (setup counted four times); one device
 # call runs 10 minutes at most, so the whole campaign is four calls:
 #
-#   --steps pytest,kernels,memory-single  40 + 120 + 30 + 400 s
+#   --steps pytest,kernels,memory-single          40 + 120 + 30 + 400 s
 #   --steps memory-sharded,published,zero-hooks   40 + 150 + 250 + 150 s
-#   --steps ops,strategies                40 + 150 + 380 s
-#   --steps probe,host                    40 + 90 + 60 s (a fourth, short call)
+#   --steps ops,strategies                        40 + 150 + 380 s
+#   --steps probe,host,fsdp-hooks                 40 + 90 + 60 + 240 s
 #
 # --short is the campaign for ONE call (a session is lent 15 minutes of device time, starting the machine
-# included), in its own order: first what the two calls of 2026-11-28 could not explain — the host's side of a
-# step on the GPU's own host (GPT-2 on one H200: ZeRO-2 measured 0.062 s a step where the model, host-bound at
-# the build machine's host figures, says 0.042; FSDP2 0.096 vs 0.056) — then what they did not reach: setup,
-# host (host_overhead.py --device cuda), zero-hooks (zero_hooks.py --accelerator cuda, 16 to 64 layers),
-# strategies on gpt2 (ZeRO-1 / ZeRO-3 / FSDP2 full-shard not reached in 90 s), memory-single on llama-3-8b (5
-# cases left), mistral-7b, t5-small, bert-base-uncased, resnet50 (a limit stops the model in progress, the ones
-# before are kept), memory-sharded on llama-2-7b (refused by the benchmark then, fixed) then gpt2, probe:
-# 40 + 60 + 70 + 150 + 120 + 60 + 60 = 560 s. pytest (9/9 twice), kernels (the alignment sweep) and published
-# (BERT-large) ran then and are left to --steps.
-# --steps / --models narrow it.
+# included), in its own order: first what the two sessions of 2026-11-28 could not explain — the host's side of
+# a step on the GPU's own host (GPT-2 on one H200, bf16-mixed, batch 8: ZeRO-2 measured 0.062 s a step where the
+# model, host-bound at the build machine's host figures, says 0.042; FSDP2 shard-grad-op 0.096 vs 0.056) — then
+# what they did not reach:
+#
+#   setup            40 s
+#   host             60 s  host_overhead.py --device cuda, GPT-2 medium and Llama 3.2 1B, 6 steps, 2 repeats
+#   zero-hooks       60 s  zero_hooks.py --accelerator cuda, 16 and 64 layers, 1 repeat (8 processes)
+#   fsdp-hooks       60 s  fsdp_hooks.py --accelerator cuda, torch-bf16, fsdp-raf-bf16, fsdp-keep-bf16, 1 repeat (12)
+#   strategies      150 s  gpt2 (90 s reached DDP, shard-grad-op, ZeRO-2 only: now ZeRO-1 / ZeRO-3 / full-shard)
+#   memory-single   120 s  llama-3-8b (5 cases left), mistral-7b, t5-small, bert-base-uncased, resnet50
+#   memory-sharded   60 s  llama-2-7b (refused by the benchmark then, fixed), gpt2
+#   published        40 s  the single-GPU guide's BERT-large vanilla: the planner's kept gradients (049f669) on a GPU
+#                  ----
+#                   590 s
+#
+# A limit stops a memory step's model in progress, the ones before are kept. pytest (9/9 twice), kernels (the
+# alignment sweep) and probe (Mistral fp32; stopped before Llama-2 and bf16) ran then and are left to --steps
+# (--short --steps LIST runs them under --short's own limits). --steps / --models narrow it.
 #
 # Results go under DIR (default: $OUT when set — the device machine's return folder — else ./gpu-campaign-out):
 #   DIR/summary.md            one line per step (status, seconds, limit, log), then the versions
@@ -60,7 +73,8 @@
 # versions.txt and the archive are written to DIR (the device returns at most 8 files).
 #
 # --dry-run checks all of this on a CPU machine in a few minutes: tiny models, gloo, a few seconds a step; the
-# ops step then only asks DeepSpeed whether CPU Adam could be built.
+# ops step then only asks DeepSpeed whether CPU Adam could be built. --plan prints the steps the same arguments
+# would run, in order, with their limits and the total, and exits (nothing run, nothing written).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -68,17 +82,19 @@ cd "$ROOT"
 ARGS="$*"
 DRY=0
 SHORT=0
+PLAN=0
 STEPS_GIVEN=0
 OUT_DIR=""
-STEPS="pytest,kernels,probe,memory-single,memory-sharded,published,zero-hooks,ops,strategies,host"
+STEPS="pytest,kernels,probe,memory-single,memory-sharded,published,zero-hooks,fsdp-hooks,ops,strategies,host"
 MODELS=""
 SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
-usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set /{s/^# \{0,1\}//p}' "$0"; }
 fail() { echo "gpu_campaign.sh: $1" >&2; exit 2; }
 while (($#)); do
     case "$1" in
         --dry-run) DRY=1; shift ;;
         --short) SHORT=1; shift ;;
+        --plan) PLAN=1; shift ;;
         --out) [[ $# -ge 2 ]] || fail "--out needs a directory."; OUT_DIR="$2"; shift 2 ;;
         --steps) [[ $# -ge 2 ]] || fail "--steps needs a comma-separated list."; STEPS="$2"; STEPS_GIVEN=1; shift 2 ;;
         --models) [[ $# -ge 2 ]] || fail "--models needs a comma-separated list."; MODELS="$2"; shift 2 ;;
@@ -87,13 +103,39 @@ while (($#)); do
         *) fail "unknown argument '$1' (see --help)." ;;
     esac
 done
-((SHORT && ! STEPS_GIVEN)) && STEPS="host,zero-hooks,strategies,memory-single,memory-sharded,probe"
-KNOWN="pytest kernels probe memory-single memory-sharded published zero-hooks ops strategies host"
+((SHORT && ! STEPS_GIVEN)) && STEPS="host,zero-hooks,fsdp-hooks,strategies,memory-single,memory-sharded,published"
+KNOWN="pytest kernels probe memory-single memory-sharded published zero-hooks fsdp-hooks ops strategies host"
 IFS=',' read -r -a WANTED <<< "$STEPS"
 for s in "${WANTED[@]}"; do
     [[ " $KNOWN " == *" $s "* ]] || fail "--steps: unknown step '$s'; known: ${KNOWN// /, } (setup always runs)."
 done
 wanted() { [[ ",$STEPS," == *",$1,"* ]]; }
+
+# Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
+declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [probe]=90 [memory-single]=400 [memory-sharded]=150
+                  [published]=250 [zero-hooks]=150 [fsdp-hooks]=240 [ops]=150 [strategies]=380 [host]=60)
+# The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time
+# (zero-hooks, 8 processes of which 6 start DeepSpeed: 30 s quiet, 5 minutes beside a test suite's DeepSpeed runs).
+# --short: one 10-minute device call (590 s in all; setup takes about 10 s of its 40, which leaves the packing and
+# the transfers their time). Its steps' settings are cut to fit: host, zero-hooks and fsdp-hooks write their
+# tables at the end, so one stopped by its limit leaves only its log (a line per case).
+((SHORT)) && LIMIT=([setup]=40 [host]=60 [zero-hooks]=60 [fsdp-hooks]=60 [strategies]=150 [memory-single]=120
+                    [memory-sharded]=60 [published]=40 [probe]=60 [pytest]=90 [kernels]=30 [ops]=150)
+if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [probe]=60 [memory-single]=240 [memory-sharded]=240
+                        [published]=60 [zero-hooks]=300 [fsdp-hooks]=180 [ops]=60 [strategies]=300 [host]=120); fi
+ORDER="pytest kernels probe memory-single memory-sharded published zero-hooks fsdp-hooks ops strategies host"
+# --short: the 590 s first, then the steps --short --steps may add.
+((SHORT)) && ORDER="host zero-hooks fsdp-hooks strategies memory-single memory-sharded published probe pytest kernels
+                    ops"
+if ((PLAN)); then  # the steps this command would run, with their limits; nothing run, nothing written
+    total=${LIMIT[setup]}
+    echo "setup ${LIMIT[setup]}"
+    for step in $ORDER; do
+        if wanted "$step"; then echo "$step ${LIMIT[$step]}"; total=$((total + LIMIT[$step])); fi
+    done
+    echo "total $total"
+    exit 0
+fi
 
 PY="${PYTHON:-python3}"
 command -v "$PY" >/dev/null || PY=python
@@ -110,21 +152,17 @@ DOCS="$TREE/docs/benchmarks"
 SUMMARY="$OUT_DIR/summary.md"
 STEPS_TABLE="$TREE/steps.md"
 export PYTHONUNBUFFERED=1
+# DeepSpeed's ops compile just in time into TORCH_EXTENSIONS_DIR; a compile stopped half-way leaves a lock that
+# blocks every later load, and two environments sharing ~/.cache/torch_extensions rebuild each other's op (its
+# build file names the environment's paths): our own folder, the dry run's one per Python environment.
 if ((DRY)); then
     export CUDA_VISIBLE_DEVICES=""
-else  # a compile of DeepSpeed's ops stopped half-way leaves a lock that blocks every later load: our own folder
+    export TORCH_EXTENSIONS_DIR="$SITE/torch_extensions-dry-$("$PY" -c 'import hashlib, sys
+print(hashlib.sha1(sys.prefix.encode()).hexdigest()[:10])')"
+else
     export TORCH_EXTENSIONS_DIR="$SITE/torch_extensions"
 fi
 
-# Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
-declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [probe]=90 [memory-single]=400 [memory-sharded]=150 [published]=250
-                  [zero-hooks]=150 [ops]=150 [strategies]=380 [host]=60)
-# The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time.
-# --short: one 10-minute device call (560 s in all, 40 s left for packing and the transfers).
-((SHORT)) && LIMIT=([setup]=40 [pytest]=90 [kernels]=30 [probe]=60 [memory-single]=120 [memory-sharded]=60 [published]=100
-                    [zero-hooks]=70 [ops]=150 [strategies]=150 [host]=60)
-if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [probe]=60 [memory-single]=240 [memory-sharded]=240 [published]=60
-                        [zero-hooks]=180 [ops]=60 [strategies]=300 [host]=120); fi
 STARTED=$(date +%s)
 N=0
 {
@@ -338,12 +376,17 @@ EOF
 }
 
 step_published() {
-    # --short: two of the guide's BERT-large configurations, then torchtune's point (the full set traces 8 models
-    # whole; in the order given: the 2026-11-28 call's 100 s ran out on torchtune's 3B, listed first then). Defined here: an array does not cross the `bash -c` each step runs in.
+    # --short: two of the guide's BERT-large configurations, then torchtune's point, in the order given (the full
+    # set traces 8 models whole). 2026-11-28: 100 s ran out on torchtune's 3B, listed first then; BERT-large's
+    # vanilla run took 21 s, its GA-4 run 38 s. The report is written after every point, so the 40 s of --short
+    # keep vanilla's: the planner's prediction with gradients zeroed between steps (049f669) against the GPU.
+    # Defined here: an array does not cross the `bash -c` each step runs in.
     local short=(hf1gpu-v100-bert-large-vanilla-memory hf1gpu-v100-bert-large-vanilla-tps
                  hf1gpu-v100-bert-large-ga4-ckpt-fp16-memory hf1gpu-v100-bert-large-ga4-ckpt-fp16-tps
                  torchtune-a100-llama32-3b-packed-memory torchtune-a100-llama32-3b-packed-tps)
-    if ((DRY)); then
+    if ((DRY && SHORT)); then  # --short's points, shrunk: their ids checked before a GPU is spent on them
+        "$PY" benchmarks/published.py --measure-on-gpu --dry-run --out "$DOCS" --only "${short[@]}"
+    elif ((DRY)); then
         "$PY" benchmarks/published.py --measure-on-gpu --dry-run --out "$DOCS"
     elif ((SHORT)); then
         "$PY" benchmarks/published.py --measure-on-gpu --out "$DOCS" --only "${short[@]}"
@@ -352,21 +395,38 @@ step_published() {
     fi
 }
 
+clear_locks() {  # the locks of op builds a limit stopped (nothing compiles now: `timeout` ends a step's group)
+    rm -f "$TORCH_EXTENSIONS_DIR"/*/lock
+}
+
 step_zero_hooks() {
+    clear_locks  # the engines' first start builds DeepSpeed's shm_comm op on the CPU accelerator (the dry run)
     if ((DRY)); then  # the CPU engines on two short stacks: the plumbing, not a figure
         "$PY" benchmarks/zero_hooks.py --layers 2 4 --steps 2 --warmup 1 --repeats 1 --name gpu_zero_hooks \
             --out "$DOCS"
-    elif ((SHORT)); then
-        "$PY" benchmarks/zero_hooks.py --accelerator cuda --layers 16 32 64 --steps 10 --repeats 2 --out "$DOCS"
-    else
-        "$PY" benchmarks/zero_hooks.py --accelerator cuda --layers 16 32 64 128 --repeats 2 --out "$DOCS"
+    elif ((SHORT)); then  # a process each, six of them starting DeepSpeed: 8 in 60 s
+        "$PY" benchmarks/zero_hooks.py --accelerator cuda --layers 16 64 --steps 10 --warmup 3 --repeats 1 \
+            --out "$DOCS"
+    else  # 16 processes
+        "$PY" benchmarks/zero_hooks.py --accelerator cuda --layers 16 32 64 128 --steps 10 --repeats 1 --out "$DOCS"
+    fi
+}
+
+step_fsdp_hooks() {
+    if ((DRY)); then  # the CPU mode on two kinds of two tiny stacks (8 processes): the plumbing, not a figure
+        "$PY" benchmarks/fsdp_hooks.py --kinds torch-bf16 fsdp-keep-bf16 --units 1 2 --steps 2 --warmup 1 \
+            --repeats 1 --name gpu_fsdp_hooks --out "$DOCS"
+    elif ((SHORT)); then  # autoshard's bf16 policy, resharding and not, beside plain bf16 torch: 12 processes
+        "$PY" benchmarks/fsdp_hooks.py --accelerator cuda --kinds torch-bf16 fsdp-raf-bf16 fsdp-keep-bf16 \
+            --steps 10 --warmup 3 --repeats 1 --out "$DOCS"
+    else  # every kind: 48 processes
+        "$PY" benchmarks/fsdp_hooks.py --accelerator cuda --steps 20 --warmup 5 --repeats 2 --out "$DOCS"
     fi
 }
 
 step_ops() {
     # DeepSpeed's CPU Adam (optimizer offload) compiles just in time on first use: once here, under this limit.
-    # The dry run only asks whether it could: a compile on a 2-core machine takes minutes, and one stopped by a
-    # limit would leave its lock in the shared ~/.cache/torch_extensions.
+    # The dry run only asks whether it could: a compile on a 2-core machine takes minutes.
     if ((DRY)); then
         "$PY" -c "from deepspeed.ops.op_builder import CPUAdamBuilder as B; assert B().is_compatible(verbose=True)
 print('cpu_adam can be built here (not built: dry run)')"
@@ -377,9 +437,7 @@ print('cpu_adam can be built here (not built: dry run)')"
 
 step_strategies() {
     local args=(--out "$DOCS" --runs "$TREE/runs/strategies")
-    # An ops build stopped by its limit leaves its lock (nothing is compiling now: `timeout` ends the whole
-    # process group); a run that needs the op then builds it itself, within its own limit.
-    ((DRY)) || rm -f "$TORCH_EXTENSIONS_DIR"/*/lock
+    clear_locks  # a run that needs an op whose build a limit stopped then builds it itself, within its own limit
     ((DRY)) && args+=(--dry-run)
     if [[ -n "$MODELS" ]]; then args+=(--models ${MODELS//,/ }); elif ((SHORT && ! DRY)); then args+=(--models gpt2); fi
     # Start no run later than 30 s before the step's limit, so the table is complete when the step ends.
@@ -388,13 +446,15 @@ step_strategies() {
 step_host() {
     if ((DRY)); then  # one narrow copy on the CPU, one step a case: the plumbing, not a figure
         "$PY" benchmarks/host_overhead.py --only gpt2-medium --steps 1 --repeats 1 --out "$DOCS"
-    else
-        "$PY" benchmarks/host_overhead.py --device cuda --steps 10 --repeats "$( ((SHORT)) && echo 2 || echo 3)" \
+    elif ((SHORT)); then  # two architectures (the census traces each first): 60 s
+        "$PY" benchmarks/host_overhead.py --device cuda --only gpt2-medium llama-3.2-1b --steps 6 --repeats 2 \
             --out "$DOCS"
+    else
+        "$PY" benchmarks/host_overhead.py --device cuda --steps 10 --repeats 3 --out "$DOCS"
     fi
 }
-export -f step_setup step_pytest step_kernels step_probe memory_by_model step_memory_single step_memory_sharded step_published \
-    step_zero_hooks step_ops step_strategies step_host
+export -f step_setup step_pytest step_kernels step_probe memory_by_model step_memory_single step_memory_sharded \
+    step_published clear_locks step_zero_hooks step_fsdp_hooks step_ops step_strategies step_host
 
 # run_step NAME: run step_NAME under `timeout`, log to logs/NN-NAME.log, record its status; never stops the campaign.
 run_step() {
@@ -431,8 +491,6 @@ else
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 fi
 run_step setup
-ORDER="pytest kernels probe memory-single memory-sharded published zero-hooks ops strategies host"
-((SHORT)) && ORDER="host zero-hooks strategies memory-single memory-sharded probe pytest kernels published ops"
 for step in $ORDER; do
     wanted "$step" || continue
     if [[ $step == published && ! -f benchmarks/published.py ]]; then

@@ -29,17 +29,43 @@ def test_the_summary_is_each_engines_slope_over_plain_torchs() -> None:
     assert "over_torch_s_per_tensor" not in summary["zero3"]  # ZeRO-3's unit is the module it gathers
 
 
+def test_the_step_pass_is_a_line_per_parameter_tensor_beside_the_hooks() -> None:
+    # The narrow stack's step() rows: a line over the parameter tensors (two per layer), its intercept the part
+    # paid once per step; the hooks' summary is computed from the hooks' rows alone.
+    bench = load("zero_hooks")
+    step_rows = [{"kind": kind, "layers": n, "width": 8, "median_s": 1.0, "step_median_s": (a + b * 2 * n) / 1e3,
+                  "repeat": 0, "pass": "step"}
+                 for kind, a, b in (("torch", 0.5, 0.07), ("zero1", 2.0, 0.05), ("zero2", 3.0, 0.025))
+                 for n in (16, 32, 64)]
+    summary = bench.summarise(_rows({"torch": 0.1, "zero1": 0.5, "zero2": 0.3, "zero3": 1.2}) + step_rows)
+    assert summary["zero2"]["over_torch_s_per_tensor"] == pytest.approx(0.1e-3)
+    assert summary["step"]["zero2"]["slope_s_per_tensor"] == pytest.approx(0.025e-3)
+    assert summary["step"]["zero2"]["intercept_s"] == pytest.approx(3.0e-3)
+    assert summary["step"]["zero1"]["intercept_s"] == pytest.approx(2.0e-3)
+    only_step = bench.summarise(step_rows)
+    assert set(only_step) == {"step"}
+    page = bench.markdown({"meta": {"date": "d", "cpu": "c", "cores": 2, "device": "CPU only", "python": "3",
+                                    "torch": "t", "deepspeed": "ds", "command": "x", "step_width": 8},
+                           "summary": only_step})
+    assert "## The engine's step" in page and "| 64 | 9.46 | 8.40 | 6.20 |" in page
+
+
 def test_one_layer_count_is_refused() -> None:
     assert load("zero_hooks").main(["--layers", "8", "8"]) == 2
 
 
-@pytest.mark.slow  # eight processes, six of them starting DeepSpeed: about half a minute on two cores
+@pytest.mark.slow  # fourteen processes, ten of them starting DeepSpeed: about a minute on two cores
 def test_the_benchmark_runs_the_real_engines(tmp_path: Path) -> None:
     bench = load("zero_hooks")
     assert bench.main(["--layers", "2", "4", "--steps", "2", "--warmup", "1", "--repeats", "1",
                        "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "zero_hooks.json").read_text(encoding="utf-8"))
-    assert sorted((r["kind"], r["layers"]) for r in report["rows"]) == sorted(
+    hooks = [r for r in report["rows"] if r.get("pass") != "step"]
+    assert sorted((r["kind"], r["layers"]) for r in hooks) == sorted(
         (k, n) for k in ("torch", "zero1", "zero2", "zero3") for n in (2, 4))
-    assert all(r["median_s"] > 0 for r in report["rows"])
-    assert "| 4 |" in (tmp_path / "zero_hooks.md").read_text(encoding="utf-8")
+    steps = [r for r in report["rows"] if r.get("pass") == "step"]
+    assert sorted((r["kind"], r["layers"], r["width"]) for r in steps) == sorted(
+        (k, n, 8) for k in ("torch", "zero1", "zero2") for n in (2, 4))
+    assert all(r["median_s"] > 0 and r["step_median_s"] > 0 for r in report["rows"])
+    page = (tmp_path / "zero_hooks.md").read_text(encoding="utf-8")
+    assert "| 4 |" in page and "## The engine's step" in page

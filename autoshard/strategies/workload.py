@@ -231,6 +231,12 @@ class Workload:
         blocks = max(self.block_parameter_counts, default=0)
         return max(blocks, self.parameter_count - sum(self.block_parameter_counts))
 
+    def grads_kept_through_forward(self, gradient_accumulation: int) -> bool:
+        """Whether a replicated or sharded ``.grad`` stays allocated through forward and backward adds into it:
+        several micro-batches per optimizer step, or gradients zeroed rather than set to None between steps
+        (:attr:`set_grads_to_none`). DDP's and FSDP2's memory models ask it; DeepSpeed keeps its own buffers."""
+        return gradient_accumulation > 1 or not self.set_grads_to_none
+
     def trace(self, mode: str, checkpointing: bool) -> StepTrace:
         """The traces for ``mode`` (``amp`` or ``half``); checkpointing falls back to off when nothing repeats.
 

@@ -220,9 +220,10 @@ def gpt2_workload():
 def test_the_optimizer_step_is_priced_after_backward_on_the_ranks_share(gpt2_workload, name):
     """DDP steps every parameter, FSDP and ZeRO 1/N of them: the traced AdamW step (84 bytes per fp32 parameter)
     at the GPU's memory-bound rate, added to the step; FSDP's, over DTensor shards, also pays DTensor's dispatch
-    per parameter tensor (the for-loop by default)."""
+    per parameter tensor (the for-loop by default); ZeRO-1/2's takes at least the host time of engine.step()."""
     from autoshard.strategies import get
     from autoshard.strategies.base import Candidate
+    from autoshard.strategies.deepspeed.cost import ENGINE_STEP_HOST_S
     from autoshard.strategies.fsdp.cost import OPTIMIZER_TENSOR_S
 
     hardware = load_hardware("h100-sxm-80gb", gpus=8)
@@ -233,8 +234,14 @@ def test_the_optimizer_step_is_priced_after_backward_on_the_ranks_share(gpt2_wor
     assert census is not None
     shard = 1 if name == "ddp" else 8
     expected = step_time.optimizer_seconds(census, hardware.gpu, shard=1 / shard)
+    tensors = len(gpt2_workload.parameter_numels)
     if name == "fsdp":
-        expected += len(gpt2_workload.parameter_numels) * OPTIMIZER_TENSOR_S[False]
+        expected += tensors * OPTIMIZER_TENSOR_S[False]
+    if name in ("deepspeed_stage_1", "deepspeed_stage_2"):
+        intercept, per_tensor = ENGINE_STEP_HOST_S[int(name[-1])]
+        assert intercept + tensors * per_tensor > expected  # GPT-2's 1/8 partition: the host's loops set it
+        expected = intercept + tensors * per_tensor
+        assert any(n.startswith(f"ZeRO-{name[-1]} engine.step() on the host") for n in cost.notes)
     assert cost.optimizer_s == pytest.approx(expected) and cost.optimizer_s > 0
     assert census.memory_bytes == pytest.approx(84 * gpt2_workload.trainable_parameter_count, rel=1e-3)
     assert cost.step_time_s == pytest.approx(cost.compute_s + cost.exposed_communication_s + cost.offload_s

@@ -265,7 +265,7 @@ class DDPStrategy(Strategy):
         # freed), so from the second micro-batch on every phase holds all of it; zeroed rather than set to None
         # between steps, it is kept from one step to the next the same way.
         accumulating = candidate.gradient_accumulation > 1
-        kept = accumulating or not workload.set_grads_to_none
+        kept = workload.grads_kept_through_forward(candidate.gradient_accumulation)
         by_phase: dict[str, GpuMemory] = {}
         for phase, br in phases.items():
             by_phase[phase] = GpuMemory(

@@ -71,6 +71,19 @@ of each stage's forward + backward time less plain torch's, real engines, ``nn.L
 the thread that launches the kernels, so it joins the launches on the host's side of the step
 (:func:`autoshard.strategies.step_time.estimate`): hidden while the GPU is the slower side."""
 
+ENGINE_STEP_HOST_S: dict[int, tuple[float, float]] = {1: (2.35e-3, 0.035e-3), 2: (1.62e-3, 0.043e-3)}
+"""Host time of ZeRO-1/2's ``engine.step()`` without offload, per step and per parameter tensor: its Python loops
+over the parameter tensors (``free_grad_in_param_list`` over every one, the flattening and norms of the
+partition's gradients, the copy back into the 16-bit parameters; ``stage_1_and_2.py::step``, deepspeed 0.19.8)
+and the launches of its kernels, once per optimizer step. Measured at world size 1, where the partition is every
+tensor (it errs high on more ranks), on a stack narrow enough that the optimizer's arithmetic is negligible: the
+line of ``step()``'s time over the parameter tensors, this project's 2-core build machine's CPU
+(``python benchmarks/zero_hooks.py --passes step --name zero_step --steps 40 --repeats 5``,
+docs/benchmarks/zero_step.md: ZeRO-1 2.35 ms + 0.035 ms, ZeRO-2 1.62 ms + 0.043 ms per tensor; torch's for-loop
+AdamW took 0.071 ms per tensor in the same runs, for scale). The optimizer's
+kernels run on the GPU meanwhile: the step takes the longer of the two (:func:`_engine_step_host`). ZeRO-3's step
+(sub-groups, the persistent parameters) is not measured."""
+
 NVME_DEFAULT_BYTES_PER_S = 2.0e9
 """Sequential NVMe bandwidth assumed when the hardware does not give one (a single PCIe 4.0 SSD is 2-7 GB/s;
 the low end, as DeepSpeed's aio is rarely at peak without tuning — an assumption; ``--benchmark-disk`` measures
@@ -126,6 +139,9 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
         optimizer_s, optimizer_note = costs.optimizer_step_seconds(
             workload, hardware, candidate.activation_checkpointing, shard=hardware.world_size, flat=True)
         notes += [optimizer_note] if optimizer_note else []
+        step_host_s, step_note = _engine_step_host(workload, settings)
+        optimizer_s = max(optimizer_s, step_host_s)
+        notes += step_note
     step_s = compute_s + exposed_s + offload_s + optimizer_s
     # Under accumulation ZeRO-2 reduces every micro-batch's gradients (partition_gradients) and ZeRO-3 also
     # gathers parameters every micro-batch; ZeRO-1 reduces at the boundary. The all-gather after the step runs once.
@@ -196,6 +212,19 @@ def _engine_host(workload: Workload, settings: ZeroSettings) -> tuple[float, lis
     return seconds, [f"ZeRO-{settings.stage} engine on the host: {units:,} {what} x {per * 1e3:.3g} ms per step "
                      f"({work}; measured, docs/benchmarks/zero_hooks.md): {seconds * 1e3:.3g} ms beside the "
                      "kernel launches"]
+
+
+def _engine_step_host(workload: Workload, settings: ZeroSettings) -> tuple[float, list[str]]:
+    """Host time of ZeRO-1/2's ``engine.step()`` without offload (:data:`ENGINE_STEP_HOST_S`) and its note;
+    ``(0.0, [])`` for ZeRO-3 and under optimizer offload (not measured)."""
+    if settings.stage not in ENGINE_STEP_HOST_S or settings.offload_optimizer != "none":
+        return 0.0, []
+    intercept, per = ENGINE_STEP_HOST_S[settings.stage]
+    tensors = len(workload.parameter_numels)
+    seconds = intercept + tensors * per
+    return seconds, [f"ZeRO-{settings.stage} engine.step() on the host: {intercept * 1e3:.3g} ms + {tensors:,} "
+                     f"parameter tensors x {per * 1e3:.3g} ms = {seconds * 1e3:.3g} ms (measured, "
+                     "docs/benchmarks/zero_step.md); the optimizer step takes the longer of it and its kernels"]
 
 
 def _scope(hardware: HardwareSpec) -> str:

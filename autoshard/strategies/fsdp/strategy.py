@@ -171,13 +171,14 @@ class FSDPStrategy(Strategy):
         """Every moment of the step where this candidate's per-rank memory can peak (see ``fsdp_memory``)."""
         layout, units, acts = self._model(workload, hardware, candidate)
         return step_moments(units, layout, acts, workload.optimizer_state_bytes_per_parameter, workload.buffer_bytes,
-                            accumulating=_grads_carried(workload, candidate))
+                            accumulating=workload.grads_kept_through_forward(candidate.gradient_accumulation))
 
     def memory(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate) -> MemoryEstimate:
         """Per-rank peak over FSDP2's moments (:meth:`moments`) plus host RAM for offload."""
         layout, units, acts = self._model(workload, hardware, candidate)
+        kept = workload.grads_kept_through_forward(candidate.gradient_accumulation)
         moments = step_moments(units, layout, acts, workload.optimizer_state_bytes_per_parameter,
-                               workload.buffer_bytes, accumulating=_grads_carried(workload, candidate))
+                               workload.buffer_bytes, accumulating=kept)
         peak = max(moments, key=lambda m: m.total)
         overhead = workload.cuda_overhead_bytes if workload.target == "cuda" else 0
         cpu = 0
@@ -299,8 +300,3 @@ def _unchecked(workload: Workload) -> StepTrace | None:
         return None
 
 
-def _grads_carried(workload: Workload, candidate: Candidate) -> bool:
-    """Whether the sharded gradients are alive through forward and reduced into in place: several micro-batches
-    per step, or gradients zeroed rather than set to None between steps (FSDP2's ``foreach_reduce`` adds into an
-    existing sharded ``.grad`` either way)."""
-    return candidate.gradient_accumulation > 1 or not workload.set_grads_to_none

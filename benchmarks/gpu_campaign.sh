@@ -86,7 +86,10 @@ SHORT=0
 PLAN=0
 STEPS_GIVEN=0
 OUT_DIR=""
-STEPS="pytest,kernels,probe,memory-single,memory-sharded,published,zero-hooks,fsdp-hooks,ops,strategies,host"
+# Every step, in the order the full campaign runs them; --short runs SHORT_STEPS, in that order, first.
+ORDER="pytest kernels probe memory-single memory-sharded published zero-hooks fsdp-hooks ops strategies host"
+SHORT_STEPS="host zero-hooks fsdp-hooks strategies memory-single memory-sharded published"
+STEPS="${ORDER// /,}"
 MODELS=""
 SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
 usage() { sed -n '2,/^set /{s/^# \{0,1\}//p}' "$0"; }
@@ -104,11 +107,10 @@ while (($#)); do
         *) fail "unknown argument '$1' (see --help)." ;;
     esac
 done
-((SHORT && ! STEPS_GIVEN)) && STEPS="host,zero-hooks,fsdp-hooks,strategies,memory-single,memory-sharded,published"
-KNOWN="pytest kernels probe memory-single memory-sharded published zero-hooks fsdp-hooks ops strategies host"
+((SHORT && ! STEPS_GIVEN)) && STEPS="${SHORT_STEPS// /,}"
 IFS=',' read -r -a WANTED <<< "$STEPS"
 for s in "${WANTED[@]}"; do
-    [[ " $KNOWN " == *" $s "* ]] || fail "--steps: unknown step '$s'; known: ${KNOWN// /, } (setup always runs)."
+    [[ " $ORDER " == *" $s "* ]] || fail "--steps: unknown step '$s'; known: ${ORDER// /, } (setup always runs)."
 done
 wanted() { [[ ",$STEPS," == *",$1,"* ]]; }
 
@@ -124,10 +126,11 @@ declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [probe]=90 [memory-single
                     [memory-sharded]=60 [published]=40 [probe]=60 [pytest]=90 [kernels]=30 [ops]=150)
 if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [probe]=60 [memory-single]=240 [memory-sharded]=240
                         [published]=60 [zero-hooks]=300 [fsdp-hooks]=180 [ops]=60 [strategies]=300 [host]=120); fi
-ORDER="pytest kernels probe memory-single memory-sharded published zero-hooks fsdp-hooks ops strategies host"
-# --short: the 590 s first, then the steps --short --steps may add.
-((SHORT)) && ORDER="host zero-hooks fsdp-hooks strategies memory-single memory-sharded published probe pytest kernels
-                    ops"
+if ((SHORT)); then  # the 590 s first, then the steps --short --steps may add, in the full campaign's order
+    rest=""
+    for step in $ORDER; do [[ " $SHORT_STEPS " == *" $step "* ]] || rest+=" $step"; done
+    ORDER="$SHORT_STEPS$rest"
+fi
 if ((PLAN)); then  # the steps this command would run, with their limits; nothing run, nothing written
     total=${LIMIT[setup]}
     echo "setup ${LIMIT[setup]}"

@@ -298,5 +298,3 @@ def _unchecked(workload: Workload) -> StepTrace | None:
         return workload.trace(fsdp_half_mode(workload.precision), False)
     except LookupError:
         return None
-
-

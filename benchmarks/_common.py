@@ -124,6 +124,19 @@ def one_rank_worker(script: Path, args: Sequence[str], port: int, what: str,
     return dict(json.loads(lines[-1][len("RESULT "):]))
 
 
+def accelerator_device(accelerator: str) -> str | None:
+    """The device a host-time benchmark's report names: ``"CPU only"``, or the GPU's name for ``"cuda"``; ``None``
+    after an error line on stderr when CUDA is asked for and torch sees no GPU."""
+    if accelerator != "cuda":
+        return "CPU only"
+    import torch
+
+    if not torch.cuda.is_available():
+        print("error: --accelerator cuda, but torch sees no CUDA GPU here.", file=sys.stderr)
+        return None
+    return torch.cuda.get_device_name(0)
+
+
 def slope(points: Sequence[tuple[float, float]]) -> float:
     """Least-squares slope of ``y`` over ``x``.
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import one_rank_worker, positive, run_meta, slope, write_report
+from _common import accelerator_device, one_rank_worker, positive, run_meta, slope, write_report
 
 SCRIPT = Path(__file__).resolve()
 KINDS = ("torch-fp32", "torch-bf16", "fsdp-raf-fp32", "fsdp-keep-fp32", "fsdp-raf-bf16", "fsdp-keep-bf16")
@@ -340,14 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --kinds needs an FSDP kind and each FSDP kind's plain baseline, but got {args.kinds} "
               f"(missing: {', '.join(baseline(k) for k in unpaired) or 'an FSDP kind'}).", file=sys.stderr)
         return 2
-    device = "CPU only"
-    if args.accelerator == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            print("error: --accelerator cuda, but torch sees no CUDA GPU here.", file=sys.stderr)
-            return 2
-        device = torch.cuda.get_device_name(0)
+    device = accelerator_device(args.accelerator)
+    if device is None:
+        return 2
     args.units = sorted(set(args.units))
     rows, port, started = [], 29500 + os.getpid() % 1000, time.monotonic()
     order = [(k, s, n) for n in args.units for s in SHAPES for k in kinds]

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import cpu_model, one_rank_worker, positive, slope
+from _common import accelerator_device, cpu_model, one_rank_worker, positive, slope
 
 SCRIPT = Path(__file__).resolve()
 KINDS = ("torch", "zero1", "zero2", "zero3")
@@ -280,14 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(set(args.layers)) < 2:
         print("error: --layers needs at least two different counts (the figure is a slope).", file=sys.stderr)
         return 2
-    device = "CPU only"
-    if args.accelerator == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            print("error: --accelerator cuda, but torch sees no CUDA GPU here.", file=sys.stderr)
-            return 2
-        device = torch.cuda.get_device_name(0)
+    device = accelerator_device(args.accelerator)
+    if device is None:
+        return 2
     rows, port = [], 29500 + os.getpid() % 1000
     for repeat in range(args.repeats if "hooks" in args.passes else 0):
         order = [(k, n) for n in args.layers for k in KINDS]

@@ -147,3 +147,14 @@ def slope(points: Sequence[tuple[float, float]]) -> float:
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+
+
+def line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares slope and intercept of ``y`` over ``x``.
+
+    Example:
+        >>> line([(1, 3.0), (2, 5.0), (4, 9.0)])
+        (2.0, 1.0)
+    """
+    s = slope(points)
+    return s, statistics.fmean(p[1] for p in points) - s * statistics.fmean(p[0] for p in points)

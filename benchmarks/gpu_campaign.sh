@@ -23,7 +23,7 @@
 #                   (torchtune's Llama 3.2 3B full fine-tune; transformers' single-GPU guide's BERT-large runs, 7
 #                   configurations, 2 with --short) trained here, measured vs published vs predicted
 #   zero-hooks      python benchmarks/zero_hooks.py --accelerator cuda: the ZeRO engines' host time per parameter
-#                   / gathered module on this GPU host (the CPU figure is what deepspeed/cost.py prices)
+#                   / module and in engine.step() on this GPU host (the CPU figures are what deepspeed/cost.py prices)
 #   fsdp-hooks      python benchmarks/fsdp_hooks.py --accelerator cuda: FSDP2's host time per unit and per
 #                   parameter tensor (hooks) and in AdamW over DTensors on this GPU host (the CPU figures are what
 #                   fsdp/cost.py prices); the dry run: the CPU mode on two kinds of two tiny stacks
@@ -51,11 +51,11 @@
 #
 #   setup            40 s
 #   host             60 s  host_overhead.py --device cuda, GPT-2 medium and Llama 3.2 1B, 6 steps, 2 repeats
-#   zero-hooks       90 s  zero_hooks.py --accelerator cuda, 16 and 64 layers, 1 repeat: forward + backward
-#                          (8 processes) and engine.step() of the narrow stack (6)
+#   zero-hooks      110 s  zero_hooks.py --accelerator cuda --passes hooks step, 16 and 64 layers, 1 repeat:
+#                          forward + backward (8 processes) and engine.step() of the narrow stack (10)
 #   fsdp-hooks       60 s  fsdp_hooks.py --accelerator cuda, torch-bf16, fsdp-raf-bf16, fsdp-keep-bf16, 1 repeat (12)
 #   strategies      120 s  gpt2 (90 s reached DDP, shard-grad-op, ZeRO-2 only: now ZeRO-1 / ZeRO-3 / full-shard)
-#   memory-single   120 s  llama-3-8b (5 cases left), mistral-7b, t5-small, bert-base-uncased, resnet50
+#   memory-single   100 s  llama-3-8b (5 cases left), mistral-7b, t5-small, bert-base-uncased, resnet50
 #   memory-sharded   60 s  llama-2-7b (refused by the benchmark then, fixed), gpt2
 #   published        40 s  the single-GPU guide's BERT-large vanilla: the planner's kept gradients (049f669) on a GPU
 #                  ----
@@ -122,7 +122,7 @@ declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [probe]=90 [memory-single
 # --short: one 10-minute device call (590 s in all; setup takes about 10 s of its 40, which leaves the packing and
 # the transfers their time). Its steps' settings are cut to fit: host, zero-hooks and fsdp-hooks write their
 # tables at the end, so one stopped by its limit leaves only its log (a line per case).
-((SHORT)) && LIMIT=([setup]=40 [host]=60 [zero-hooks]=90 [fsdp-hooks]=60 [strategies]=120 [memory-single]=120
+((SHORT)) && LIMIT=([setup]=40 [host]=60 [zero-hooks]=110 [fsdp-hooks]=60 [strategies]=120 [memory-single]=100
                     [memory-sharded]=60 [published]=40 [probe]=60 [pytest]=90 [kernels]=30 [ops]=150)
 if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [probe]=60 [memory-single]=240 [memory-sharded]=240
                         [published]=60 [zero-hooks]=300 [fsdp-hooks]=180 [ops]=60 [strategies]=300 [host]=120); fi
@@ -408,10 +408,11 @@ step_zero_hooks() {
     if ((DRY)); then  # the CPU engines on two short stacks: the plumbing, not a figure
         "$PY" benchmarks/zero_hooks.py --layers 2 4 --steps 2 --warmup 1 --repeats 1 --name gpu_zero_hooks \
             --out "$DOCS"
-    elif ((SHORT)); then  # a process each, ten of them starting DeepSpeed: 8 + 6 in 90 s
+    elif ((SHORT)); then  # a process each, fourteen of them starting DeepSpeed: 8 + 10 in 110 s (not the
+        # parameterless modules' pass)
         "$PY" benchmarks/zero_hooks.py --accelerator cuda --layers 16 64 --steps 10 --warmup 3 --repeats 1 \
-            --out "$DOCS"
-    else  # 12 + 9 processes
+            --passes hooks step --out "$DOCS"
+    else  # 12 + 15 + 6 processes
         "$PY" benchmarks/zero_hooks.py --accelerator cuda --layers 16 64 128 --steps 10 --repeats 1 --out "$DOCS"
     fi
 }

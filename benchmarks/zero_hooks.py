@@ -15,10 +15,18 @@ backward); ZeRO-1's and ZeRO-2's, halved, per parameter tensor (a layer holds a 
 bookkeeping, ``reduce_ready_partitions_and_remove_grads`` once per parameter. Each configuration runs in a fresh
 process, one intra-op thread, the configurations interleaved and repeated.
 
+ZeRO-3 hooks every module, not only those whose parameters it gathers (``_register_deepspeed_module`` recurses
+over all children): a module with only persistent parameters (a norm) and one with none (an activation, a
+dropout, a block that only calls its children) run the same hooks, and each module's outputs are wrapped for the
+backward hook. Two more passes price them: ``step`` times a narrow stack (``--step-width``), whose forward +
+backward under ZeRO-3 with every parameter persistent (the default threshold) gives the persistent module, and
+``modules`` a stack of ``nn.ReLU`` behind one narrow linear layer, the module without parameters. The ``step``
+pass also times ``step()`` itself (below).
+
 Usage::
 
     python benchmarks/zero_hooks.py [--layers 16 32 64 128] [--width 320] [--steps 20] [--warmup 5]
-                                    [--repeats 3] [--step-width 8] [--passes hooks step]
+                                    [--repeats 3] [--step-width 8] [--passes hooks step modules]
                                     [--accelerator cpu|cuda] [--name NAME] [--out docs/benchmarks]
 
 Writes ``zero_hooks.{md,json}`` under ``--out`` (``gpu_zero_hooks`` with ``--accelerator cuda``: the engines on one
@@ -29,11 +37,8 @@ are deepspeed's CPU accelerator; on a GPU the same Python runs, plus CUDA event 
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,30 +47,47 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
-from _common import accelerator_device, cpu_model, one_rank_worker, positive, slope
+from _common import accelerator_device, line, one_rank_worker, package_version, positive, run_meta, slope, write_report
 
 SCRIPT = Path(__file__).resolve()
 KINDS = ("torch", "zero1", "zero2", "zero3")
 STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
+ZERO_CONFIGS: dict[str, dict[str, int]] = {
+    "zero1": {"stage": 1}, "zero2": {"stage": 2}, "zero3": {"stage": 3},
+    "zero3-gathered": {"stage": 3, "stage3_param_persistence_threshold": 0},
+}
+"""Each DeepSpeed kind's ``zero_optimization``. ``zero3-gathered``: every parameter partitioned and gathered
+(``stage3_param_persistence_threshold`` 0), the path a real model's weights take; plain ``zero3`` on the narrow
+stack keeps every parameter persistent (each is below the default threshold's 1e5 elements), the path of a real
+model's biases and norms."""
 TENSORS_PER_LAYER = 2
 """An ``nn.Linear`` owns a weight and a bias."""
-STEP_KINDS = ("torch", "zero1", "zero2")
+STEP_KINDS = ("torch", "zero1", "zero2", "zero3-gathered", "zero3")
 """Kinds whose ``step()`` is timed again on a narrow stack (``--step-width``), where the optimizer's arithmetic is
 negligible and what is left is host time: ZeRO-1/2's ``engine.step()`` loops over the parameter tensors
 (``free_grad_in_param_list``, the flattening of the partition's gradients, the norms, the copy back into the
-16-bit parameters), once per step. ZeRO-3's narrow stack would hold only persistent parameters (below
-``stage3_param_persistence_threshold``), not the path its step takes on a real model: not timed."""
+16-bit parameters); ZeRO-3's over the partitioned ones (``_partition_all_parameters``, ``zero_grad``, the norm,
+flattening the gradients and unflattening the updated partition) and the persistent ones (their all-gather after
+the step, ``_post_step``), once per step. ``zero3-gathered`` and ``zero3`` take those two paths; their forward +
+backward, less torch's, is ZeRO-3's hooks per module with a gathered and with a persistent parameter."""
+MODULE_KINDS = ("torch", "zero3")
+"""Kinds timed on a stack of parameterless modules (the ``modules`` pass)."""
+PASSES = ("hooks", "step", "modules")
 
 
-def worker(kind: str, layers: int, width: int, steps: int, warmup: int, accelerator: str = "cpu") -> dict[str, Any]:
-    """One configuration in this process: the median forward + backward seconds of ``steps`` timed steps (on
-    CUDA, the device synchronized before the clock stops)."""
+def worker(kind: str, layers: int, width: int, steps: int, warmup: int, accelerator: str = "cpu",
+           unit: str = "linear") -> dict[str, Any]:
+    """One configuration in this process: the median forward + backward seconds of ``steps`` timed steps, and of
+    ``step()`` (on CUDA, the device synchronized before the clock stops). ``unit``: the stack's layers,
+    ``nn.Linear(width, width)`` or ``nn.ReLU`` (behind one such linear layer, so that a gradient flows)."""
     import torch
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     device = torch.device(accelerator)
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).to(device)
+    stack = ([torch.nn.Linear(width, width) for _ in range(layers)] if unit == "linear"
+             else [torch.nn.Linear(width, width), *(torch.nn.ReLU() for _ in range(layers))])
+    model = torch.nn.Sequential(*stack).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(1, width, device=device)
     sync = torch.cuda.synchronize if accelerator == "cuda" else (lambda: None)
@@ -80,7 +102,7 @@ def worker(kind: str, layers: int, width: int, steps: int, warmup: int, accelera
         import deepspeed
 
         config = {"train_micro_batch_size_per_gpu": 1, "steps_per_print": 10**9,
-                  "zero_optimization": {"stage": STAGES[kind]}}
+                  "zero_optimization": ZERO_CONFIGS[kind]}
         engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 
         def forward_backward() -> None:
@@ -100,59 +122,78 @@ def worker(kind: str, layers: int, width: int, steps: int, warmup: int, accelera
         if i >= warmup:
             times.append(middle - start)
             step_times.append(time.perf_counter() - middle)
-    return {"kind": kind, "layers": layers, "width": width, "median_s": statistics.median(times),
+    return {"kind": kind, "layers": layers, "width": width, "unit": unit, "median_s": statistics.median(times),
             "step_median_s": statistics.median(step_times)}
 
 
 def run_worker(kind: str, layers: int, width: int, steps: int, warmup: int, port: int,
-               accelerator: str = "cpu") -> dict[str, Any]:
+               accelerator: str = "cpu", unit: str = "linear") -> dict[str, Any]:
     """:func:`worker` in a fresh interpreter (one rank of a world of one; gloo on CPU, NCCL on CUDA)."""
-    args = [kind, str(layers), str(width), str(steps), str(warmup), accelerator]
-    return one_rank_worker(SCRIPT, args, port, f"{kind} x {layers}", {"DS_ACCELERATOR": accelerator})
+    args = [kind, str(layers), str(width), str(steps), str(warmup), accelerator, unit]
+    return one_rank_worker(SCRIPT, args, port, f"{kind} x {layers} {unit}", {"DS_ACCELERATOR": accelerator})
 
 
-def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares slope and intercept of ``y`` over ``x``.
-
-    Example:
-        >>> _line([(1, 3.0), (2, 5.0), (4, 9.0)])
-        (2.0, 1.0)
-    """
-    s = slope(points)
-    return s, statistics.fmean(p[1] for p in points) - s * statistics.fmean(p[0] for p in points)
+def _slopes(rows: list[dict[str, Any]], kinds: Sequence[str], key: str = "median_s") -> dict[str, Any]:
+    """Per kind of ``kinds`` with rows: the median ``key`` seconds per layer count (over repeats) and their slope
+    per layer."""
+    out: dict[str, Any] = {}
+    for kind in kinds:
+        mine = [r for r in rows if r["kind"] == kind]
+        if mine:
+            layers = sorted({r["layers"] for r in mine})
+            medians = {n: statistics.median(r[key] for r in mine if r["layers"] == n) for n in layers}
+            out[kind] = {"median_s_by_layers": medians, "slope_s_per_layer": slope(list(medians.items()))}
+    return out
 
 
 def _step_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per kind of :data:`STEP_KINDS`: the median ``step()`` seconds per layer count of the narrow stack, and their
-    line per parameter tensor (slope) and per step (intercept)."""
-    out: dict[str, Any] = {}
-    for kind in STEP_KINDS:
-        mine = [r for r in rows if r["kind"] == kind]
-        if not mine:
-            continue
-        layers = sorted({r["layers"] for r in mine})
-        medians = {n: statistics.median(r["step_median_s"] for r in mine if r["layers"] == n) for n in layers}
-        per_tensor, intercept = _line([(n * TENSORS_PER_LAYER, t) for n, t in medians.items()])
-        out[kind] = {"median_s_by_layers": medians, "slope_s_per_tensor": per_tensor, "intercept_s": intercept}
+    """Per kind of :data:`STEP_KINDS`: the median ``step()`` seconds per layer count of the narrow stack, their
+    line per parameter tensor (slope) and per step (intercept), and forward + backward's slope per layer."""
+    out = _slopes(rows, STEP_KINDS, "step_median_s")
+    for kind, passes in _slopes(rows, STEP_KINDS).items():
+        per_tensor, intercept = line([(n * TENSORS_PER_LAYER, t) for n, t in out[kind]["median_s_by_layers"].items()])
+        del out[kind]["slope_s_per_layer"]
+        out[kind].update(slope_s_per_tensor=per_tensor, intercept_s=intercept,
+                         forward_backward_s_per_layer=passes["slope_s_per_layer"])
+    return out
+
+
+def _zero3_modules(summary: dict[str, Any]) -> dict[str, float]:
+    """ZeRO-3's forward + backward host time per module, over plain torch's, by what the module owns: a gathered
+    weight (the wide stack; and the narrow one with every parameter gathered), only persistent parameters, or no
+    parameter at all — the figures the passes run give."""
+    out: dict[str, float] = {}
+    if "zero3" in summary and "torch" in summary:
+        out["gathered"] = summary["zero3"]["slope_s_per_layer"] - summary["torch"]["slope_s_per_layer"]
+    step = summary.get("step", {})
+    if "torch" in step:
+        base = step["torch"]["forward_backward_s_per_layer"]
+        for kind, name in (("zero3-gathered", "gathered_narrow"), ("zero3", "persistent")):
+            if kind in step:
+                out[name] = step[kind]["forward_backward_s_per_layer"] - base
+    modules = summary.get("modules", {})
+    if {"torch", "zero3"} <= modules.keys():
+        out["parameterless"] = modules["zero3"]["slope_s_per_layer"] - modules["torch"]["slope_s_per_layer"]
     return out
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per kind: median seconds per layer count (over repeats) and the slope per layer; ZeRO's over torch's. The
-    rows of the narrow stack (``"pass": "step"``), when there are any: :func:`_step_summary` under ``"step"``."""
-    step_rows = [r for r in rows if r.get("pass") == "step"]
-    rows = [r for r in rows if r.get("pass", "hooks") == "hooks"]
-    out: dict[str, Any] = {"step": _step_summary(step_rows)} if step_rows else {}
-    for kind in KINDS if rows else ():
-        mine = [r for r in rows if r["kind"] == kind]
-        layers = sorted({r["layers"] for r in mine})
-        medians = {n: statistics.median(r["median_s"] for r in mine if r["layers"] == n) for n in layers}
-        out[kind] = {"median_s_by_layers": medians, "slope_s_per_layer": slope(list(medians.items()))}
-    for kind in STAGES if rows else ():
+    rows of the narrow stack (``"pass": "step"``), when there are any: :func:`_step_summary` under ``"step"``; of
+    the parameterless stack (``"modules"``): their slopes under ``"modules"``; ZeRO-3's host time by module under
+    ``"zero3_modules"`` (:func:`_zero3_modules`)."""
+    by_pass = {name: [r for r in rows if r.get("pass", "hooks") == name] for name in PASSES}
+    out: dict[str, Any] = _slopes(by_pass["hooks"], KINDS)
+    for kind in STAGES if "torch" in out else ():
         out[kind]["over_torch_s_per_layer"] = out[kind]["slope_s_per_layer"] - out["torch"]["slope_s_per_layer"]
         if kind != "zero3":  # ZeRO-3's unit is the module it gathers, one per layer
             out[kind]["over_torch_s_per_tensor"] = out[kind]["over_torch_s_per_layer"] / TENSORS_PER_LAYER
-    return out
+    if by_pass["step"]:
+        out["step"] = _step_summary(by_pass["step"])
+    if by_pass["modules"]:
+        out["modules"] = _slopes(by_pass["modules"], MODULE_KINDS)
+    modules = _zero3_modules(out)
+    return {**out, "zero3_modules": modules} if modules else out
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -161,7 +202,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# DeepSpeed ZeRO's host time per module and per parameter",
         "",
-        f"{meta['date']}, {meta['cpu']}, {meta['cores']} cores, {meta['device']}, Python {meta['python']}, "
+        f"{meta['date']}, {meta['machine']}, {meta['cores']} cores, {meta['device']}, Python {meta['python']}, "
         f"torch {meta['torch']}, DeepSpeed {meta['deepspeed']}.",
         "",
         f"Benchmark: `{meta['command']}`",
@@ -171,12 +212,27 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _hooks_markdown(meta, summary)
     if "step" in summary:
         lines += _step_markdown(meta, summary["step"])
+    if "zero3_modules" in summary:
+        lines += _modules_markdown(meta, summary)
     return "\n".join(lines)
+
+
+def _medians_table(columns: dict[str, dict[Any, float]]) -> list[str]:
+    """A table of milliseconds: a row per layer count, a column per ``columns`` entry (its medians by layers)."""
+    layers = sorted({int(n) for medians in columns.values() for n in medians})
+    rows = [f"| {n} | " + " | ".join(f"{_at(medians, n) * 1e3:.2f}" for medians in columns.values()) + " |"
+            for n in layers]
+    return ["| layers | " + " | ".join(f"{name} (ms)" for name in columns) + " |",
+            "|---:|" + "---:|" * len(columns), *rows, ""]
+
+
+def _at(medians: dict[Any, float], layers: int) -> float:
+    """The median at ``layers``, whether the keys are numbers (a fresh summary) or strings (one read from JSON)."""
+    return medians[layers] if layers in medians else medians[str(layers)]
 
 
 def _hooks_markdown(meta: dict[str, Any], summary: dict[str, Any]) -> list[str]:
     """The section on forward + backward of the wide stack, every kind."""
-    layers = sorted({int(n) for n in summary["torch"]["median_s_by_layers"]})
     lines = [
         "One training step's forward + `engine.backward` (plain torch: forward + `backward()`) of a stack of "
         f"`nn.Linear({meta['width']}, {meta['width']})` layers at micro-batch 1, world size 1, on "
@@ -185,14 +241,7 @@ def _hooks_markdown(meta: dict[str, Any], summary: dict[str, Any]) -> list[str]:
         "repeats, each in a fresh process. Each weight is above `stage3_param_persistence_threshold` (1e5 "
         "elements): ZeRO-3 gathers and releases it around the module, in forward and in backward.",
         "",
-        "| layers | " + " | ".join(f"{k} (ms)" for k in KINDS) + " |",
-        "|---:|" + "---:|" * len(KINDS),
-    ]
-    for n in layers:
-        cells = [f"{summary[k]['median_s_by_layers'][n] * 1e3:.2f}" for k in KINDS]
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
+        *_medians_table({k: summary[k]["median_s_by_layers"] for k in KINDS}),
         "| | " + " | ".join(KINDS) + " |",
         "|---|" + "---:|" * len(KINDS),
         "| slope, ms per layer | " + " | ".join(f"{summary[k]['slope_s_per_layer'] * 1e3:.3f}" for k in KINDS) + " |",
@@ -204,11 +253,11 @@ def _hooks_markdown(meta: dict[str, Any], summary: dict[str, Any]) -> list[str]:
         "ZeRO-3's slope over torch's is the host time its hooks add per module with a gathered parameter (here a "
         "linear layer: its weight gathered, its bias persistent), forward and backward together; ZeRO-1's and "
         "ZeRO-2's, per parameter tensor, the host time of their per-parameter gradient bookkeeping "
-        "(`reduce_ready_partitions_and_remove_grads`). `autoshard.strategies.deepspeed.cost.ENGINE_HOST_S` cites "
-        "this page" + (". It is this CPU running deepspeed's CPU accelerator; on a GPU host the same Python runs, "
-                       "plus CUDA event and stream calls (measured with `--accelerator cuda`)."
-                       if meta["accelerator"] == "cpu" else " (its CPU figures; these are the same engines on the "
-                       "GPU, synchronized before each clock stop)."),
+        "(`reduce_ready_partitions_and_remove_grads`): what `autoshard.strategies.deepspeed.cost.ENGINE_HOST_S` "
+        "prices (its docstring names the run it takes)"
+        + (". It is this CPU running deepspeed's CPU accelerator; on a GPU host the same Python runs, plus CUDA "
+           "event and stream calls (measured with `--accelerator cuda`)." if meta["accelerator"] == "cpu"
+           else " (its CPU figures; these are the same engines on the GPU, synchronized before each clock stop)."),
         "",
     ]
     return lines
@@ -217,34 +266,54 @@ def _hooks_markdown(meta: dict[str, Any], summary: dict[str, Any]) -> list[str]:
 def _step_markdown(meta: dict[str, Any], step: dict[str, Any]) -> list[str]:
     """The section on the engines' ``step()``, from :func:`_step_summary`."""
     kinds = list(step)
-    layers = sorted({int(n) for k in kinds for n in step[k]["median_s_by_layers"]})
     lines = [
         "## The engine's step",
         "",
         f"`step()` (plain torch: `optimizer.step()` and `zero_grad()`, AdamW for-loop) of a narrow stack, "
         f"`nn.Linear({meta['step_width']}, {meta['step_width']})` layers, where the optimizer's arithmetic is "
         "negligible: what is left is host time, once per step. Median of the same steps and repeats; the line is "
-        "fitted over the parameter tensors (two per layer).",
+        "fitted over the parameter tensors (two per layer). `zero3-gathered` runs ZeRO-3 with "
+        "`stage3_param_persistence_threshold` 0, every parameter partitioned and gathered; `zero3` with the "
+        "default, every parameter of this stack persistent.",
         "",
-        "| layers | " + " | ".join(f"{k} step (ms)" for k in kinds) + " |",
-        "|---:|" + "---:|" * len(kinds),
-    ]
-    for n in layers:
-        lines.append(f"| {n} | " + " | ".join(f"{step[k]['median_s_by_layers'][n] * 1e3:.2f}" for k in kinds) + " |")
-    lines += [
-        "",
+        *_medians_table({f"{k} step": step[k]["median_s_by_layers"] for k in kinds}),
         "| | " + " | ".join(kinds) + " |",
         "|---|" + "---:|" * len(kinds),
         "| ms per parameter tensor | " + " | ".join(f"{step[k]['slope_s_per_tensor'] * 1e3:.4f}" for k in kinds)
         + " |",
         "| ms per step (intercept) | " + " | ".join(f"{step[k]['intercept_s'] * 1e3:.3f}" for k in kinds) + " |",
         "",
-        "ZeRO-1's and ZeRO-2's line is the host time of `engine.step()` outside the optimizer's kernels: "
-        "`autoshard.strategies.deepspeed.cost.ENGINE_STEP_HOST_S` cites it. Plain torch's for-loop AdamW is "
-        "shown for scale (the step-time model prices torch's optimizer by its kernels, "
+        "The engines' line is the host time of `engine.step()` outside the optimizer's kernels, what "
+        "`autoshard.strategies.deepspeed.cost.ENGINE_STEP_HOST_S` prices (ZeRO-3: `zero3-gathered`'s line, and "
+        "`zero3`'s slope for each persistent tensor, whose all-gather `_post_step` issues). Plain torch's "
+        "for-loop AdamW is shown for scale (the step-time model prices torch's optimizer by its kernels, "
         "`step_time.OPTIMIZER_LAUNCH_S`).",
         "",
     ]
+    return lines
+
+
+def _modules_markdown(meta: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """The section on ZeRO-3's hooks by what a module owns (:func:`_zero3_modules`)."""
+    names = {"gathered": f"a gathered weight (`nn.Linear({meta['width']}, {meta['width']})`, the first table)",
+             "gathered_narrow": f"a gathered weight, narrow (`nn.Linear({meta['step_width']}, "
+                                f"{meta['step_width']})`, `zero3-gathered`)",
+             "persistent": f"persistent parameters only (`nn.Linear({meta['step_width']}, {meta['step_width']})`, "
+                           "`zero3`)",
+             "parameterless": "no parameter (`nn.ReLU`)"}
+    lines = ["## ZeRO-3's hooks by module", ""]
+    if "modules" in summary:
+        lines += [f"Forward + backward of a stack of `nn.ReLU` behind one `nn.Linear({meta['step_width']}, "
+                  f"{meta['step_width']})`, the same steps and repeats:", "",
+                  *_medians_table({k: v["median_s_by_layers"] for k, v in summary["modules"].items()})]
+    lines += ["| the module owns | ZeRO-3 over torch, ms per module |", "|---|---:|"]
+    lines += [f"| {names[k]} | {v * 1e3:.3f} |" for k, v in summary["zero3_modules"].items()]
+    lines += ["", "ZeRO-3 hooks every module (`_register_deepspeed_module` recurses over all children), with or "
+              "without parameters to gather, and wraps each module's outputs for its backward hook: "
+              "`autoshard.strategies.deepspeed.cost` prices each module by what it owns (`ENGINE_HOST_S`, "
+              "`ZERO3_MODULE_HOST_S`). The narrow stacks' figures are the hooks' Python alone; the wide stack's "
+              "also hold the CPU's own copies of its 102,400-element weights and gradients, which on a GPU are "
+              "kernels.", ""]
     return lines
 
 
@@ -258,9 +327,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--repeats", type=positive, default=3)
     parser.add_argument("--step-width", type=positive, default=8,
                         help="width of the narrow stack whose step() is timed (the step pass)")
-    parser.add_argument("--passes", nargs="+", choices=("hooks", "step"), default=["hooks", "step"],
-                        help="hooks: forward + backward of the wide stack, every kind; step: step() of the narrow "
-                        "stack, torch, ZeRO-1 and ZeRO-2 (default both)")
+    parser.add_argument("--passes", nargs="+", choices=PASSES, default=list(PASSES),
+                        help="hooks: forward + backward of the wide stack, every kind; step: step() and forward + "
+                        "backward of the narrow stack, torch, ZeRO-1, -2 and -3; modules: a stack of parameterless "
+                        "modules, torch and ZeRO-3 (default all three)")
     parser.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
                         help="where the engines run (cuda: one GPU, NCCL)")
     parser.add_argument("--name", help="report file name without suffix (default: zero_hooks on CPU, "
@@ -274,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--worker"]:
         kind, layers, width, steps, warmup = argv[1], *map(int, argv[2:6])
-        print("RESULT " + json.dumps(worker(kind, layers, width, steps, warmup, argv[6])), flush=True)
+        print("RESULT " + json.dumps(worker(kind, layers, width, steps, warmup, *argv[6:8])), flush=True)
         os._exit(0)  # no interpreter teardown of a gloo group (pytorch#65231)
     args = parse_args(argv)
     if len(set(args.layers)) < 2:
@@ -284,34 +354,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if device is None:
         return 2
     rows, port = [], 29500 + os.getpid() % 1000
-    for repeat in range(args.repeats if "hooks" in args.passes else 0):
-        order = [(k, n) for n in args.layers for k in KINDS]
-        for kind, layers in order if repeat % 2 == 0 else order[::-1]:
-            rows.append({**run_worker(kind, layers, args.width, args.steps, args.warmup, port, args.accelerator),
-                         "repeat": repeat})
-            print(f"{kind} x {layers}: {rows[-1]['median_s'] * 1e3:.2f} ms", flush=True)
-    for repeat in range(args.repeats if "step" in args.passes else 0):
-        order = [(k, n) for n in args.layers for k in STEP_KINDS]
-        for kind, layers in order if repeat % 2 == 0 else order[::-1]:
-            rows.append({**run_worker(kind, layers, args.step_width, args.steps, args.warmup, port,
-                                      args.accelerator), "repeat": repeat, "pass": "step"})
-            print(f"{kind} x {layers} (width {args.step_width}): step {rows[-1]['step_median_s'] * 1e3:.2f} ms",
-                  flush=True)
-    meta = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu_model(),
-            "cores": os.cpu_count(), "python": platform.python_version(),
-            "torch": importlib.metadata.version("torch"), "deepspeed": importlib.metadata.version("deepspeed"),
-            "command": " ".join(["python benchmarks/zero_hooks.py", *argv]), "width": args.width,
-            "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats, "accelerator": args.accelerator,
-            "device": device, "step_width": args.step_width}
+    plans = {"hooks": (KINDS, args.width, "linear"), "step": (STEP_KINDS, args.step_width, "linear"),
+             "modules": (MODULE_KINDS, args.step_width, "relu")}
+    for name in (p for p in PASSES if p in args.passes):
+        kinds, width, unit = plans[name]
+        for repeat in range(args.repeats):
+            order = [(k, n) for n in args.layers for k in kinds]
+            for kind, layers in order if repeat % 2 == 0 else order[::-1]:
+                rows.append({**run_worker(kind, layers, width, args.steps, args.warmup, port, args.accelerator,
+                                          unit), "repeat": repeat, "pass": name})
+                print(f"{name}: {kind} x {layers} (width {width}, {unit}): forward + backward "
+                      f"{rows[-1]['median_s'] * 1e3:.2f} ms, step {rows[-1]['step_median_s'] * 1e3:.2f} ms",
+                      flush=True)
+    meta = run_meta("zero_hooks.py", argv, cores=os.cpu_count(), deepspeed=package_version("deepspeed"),
+                    width=args.width, steps=args.steps, warmup=args.warmup, repeats=args.repeats,
+                    accelerator=args.accelerator, device=device, step_width=args.step_width)
     report = {"meta": meta, "summary": summarise(rows), "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = args.name or ("gpu_zero_hooks" if args.accelerator == "cuda" else "zero_hooks")
-    (args.out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    text = markdown(report)
-    (args.out / f"{name}.md").write_text(text, encoding="utf-8")
-    print(text)
+    write_report(args.out, args.name or ("gpu_zero_hooks" if args.accelerator == "cuda" else "zero_hooks"), report,
+                 markdown(report))
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

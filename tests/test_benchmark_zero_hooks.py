@@ -44,28 +44,56 @@ def test_the_step_pass_is_a_line_per_parameter_tensor_beside_the_hooks() -> None
     assert summary["step"]["zero1"]["intercept_s"] == pytest.approx(2.0e-3)
     only_step = bench.summarise(step_rows)
     assert set(only_step) == {"step"}
-    page = bench.markdown({"meta": {"date": "d", "cpu": "c", "cores": 2, "device": "CPU only", "python": "3",
+    page = bench.markdown({"meta": {"date": "d", "machine": "c", "cores": 2, "device": "CPU only", "python": "3",
                                     "torch": "t", "deepspeed": "ds", "command": "x", "step_width": 8},
                            "summary": only_step})
     assert "## The engine's step" in page and "| 64 | 9.46 | 8.40 | 6.20 |" in page
+
+
+def test_zero3s_hooks_are_priced_by_what_each_module_owns() -> None:
+    # Forward + backward over torch's, per layer: the wide stack's gathered weight (hooks pass), the narrow stack
+    # with every parameter gathered or every one persistent (step pass), the ReLU stack (modules pass).
+    bench = load("zero_hooks")
+
+    def rows(name: str, per_layer_ms: dict[str, float]) -> list[dict[str, object]]:
+        return [{"kind": kind, "layers": n, "width": 8, "median_s": (2.0 + ms * n) / 1e3,
+                 "step_median_s": (1.0 + 0.01 * n) / 1e3, "repeat": 0, "pass": name}
+                for kind, ms in per_layer_ms.items() for n in (16, 64)]
+
+    summary = bench.summarise(
+        rows("hooks", {"torch": 0.1, "zero1": 0.5, "zero2": 0.3, "zero3": 1.2})
+        + rows("step", {"torch": 0.05, "zero1": 0.2, "zero2": 0.2, "zero3-gathered": 1.05, "zero3": 0.85})
+        + rows("modules", {"torch": 0.01, "zero3": 0.41}))
+    assert summary["zero3_modules"] == pytest.approx(
+        {"gathered": 1.1e-3, "gathered_narrow": 1.0e-3, "persistent": 0.8e-3, "parameterless": 0.4e-3})
+    assert summary["step"]["zero3"]["slope_s_per_tensor"] == pytest.approx(0.005e-3)  # two tensors per layer
+    page = bench.markdown({"meta": {"date": "d", "machine": "c", "cores": 2, "device": "CPU only", "python": "3",
+                                    "torch": "t", "deepspeed": "ds", "command": "x", "step_width": 8, "width": 320,
+                                    "steps": 3, "warmup": 1, "repeats": 1, "accelerator": "cpu"},
+                           "summary": json.loads(json.dumps(summary))})  # as read back: layer counts as strings
+    assert "## ZeRO-3's hooks by module" in page and "| no parameter (`nn.ReLU`) | 0.400 |" in page
+    assert "| 64 | 2.64 | 28.24 |" in page  # the ReLU stack's medians, torch and ZeRO-3
 
 
 def test_one_layer_count_is_refused() -> None:
     assert load("zero_hooks").main(["--layers", "8", "8"]) == 2
 
 
-@pytest.mark.slow  # fourteen processes, ten of them starting DeepSpeed: about a minute on two cores
+@pytest.mark.slow  # thirty processes, twenty-two of them starting DeepSpeed: about three minutes on two cores
 def test_the_benchmark_runs_the_real_engines(tmp_path: Path) -> None:
     bench = load("zero_hooks")
     assert bench.main(["--layers", "2", "4", "--steps", "2", "--warmup", "1", "--repeats", "1",
                        "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "zero_hooks.json").read_text(encoding="utf-8"))
-    hooks = [r for r in report["rows"] if r.get("pass") != "step"]
+    hooks = [r for r in report["rows"] if r.get("pass") == "hooks"]
     assert sorted((r["kind"], r["layers"]) for r in hooks) == sorted(
         (k, n) for k in ("torch", "zero1", "zero2", "zero3") for n in (2, 4))
     steps = [r for r in report["rows"] if r.get("pass") == "step"]
     assert sorted((r["kind"], r["layers"], r["width"]) for r in steps) == sorted(
-        (k, n, 8) for k in ("torch", "zero1", "zero2") for n in (2, 4))
+        (k, n, 8) for k in ("torch", "zero1", "zero2", "zero3-gathered", "zero3") for n in (2, 4))
+    modules = [r for r in report["rows"] if r.get("pass") == "modules"]
+    assert sorted((r["kind"], r["layers"], r["unit"]) for r in modules) == sorted(
+        (k, n, "relu") for k in ("torch", "zero3") for n in (2, 4))
     assert all(r["median_s"] > 0 and r["step_median_s"] > 0 for r in report["rows"])
     page = (tmp_path / "zero_hooks.md").read_text(encoding="utf-8")
-    assert "| 4 |" in page and "## The engine's step" in page
+    assert "| 4 |" in page and "## The engine's step" in page and "## ZeRO-3's hooks by module" in page

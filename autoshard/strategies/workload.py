@@ -204,6 +204,11 @@ class Workload:
     :attr:`grad_clip_norm`; DeepSpeed's engines keep their own gradient buffers and do not read it)."""
     checkpoint_mode: ActivationCheckpointing = FULL
     """What the traces with ``checkpointing=True`` recompute (``full``, ``every-N`` or ``op``)."""
+    module_largest_parameters: tuple[int, ...] = ()
+    """For each module a forward can run (every module but the ``ModuleList`` / ``ModuleDict`` containers), in
+    module order, the element count of its largest own parameter, 0 for a module that owns none
+    (:func:`module_census`): what ZeRO-3's hooks, registered on every module, cost depends on. Empty: not known (a
+    workload written down), priced by the gathered parameter tensors alone."""
 
     @property
     def checkpointing_choices(self) -> tuple[bool, ...]:
@@ -318,6 +323,22 @@ def parameter_layout(module: nn.Module) -> tuple[tuple[int, ...], RepeatedBlocks
     return tuple(numels), blocks, block_counts
 
 
+def module_census(module: nn.Module) -> tuple[int, ...]:
+    """:attr:`Workload.module_largest_parameters` of ``module``: per module in module order, its largest own
+    parameter's element count (0: none), the containers that have no forward left out.
+
+    Example:
+        >>> from torch import nn
+        >>> module_census(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.ModuleList([nn.LayerNorm(3)])))
+        (0, 12, 0, 3)
+    """
+    from torch import nn
+
+    containers = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
+    return tuple(max((p.numel() for p in m.parameters(recurse=False)), default=0)
+                 for _, m in module.named_modules() if not isinstance(m, containers))
+
+
 TraceKey = tuple[Precision, bool, bool]
 """One tracing session: the precision traced, the output cast to fp32 before the loss, checkpointing."""
 
@@ -399,6 +420,7 @@ def build_workload(
         unused_modules=base.unused_modules,
         optimizer_impl=optimizer_impl,
         checkpoint_mode=checkpoint_mode,
+        module_largest_parameters=module_census(module),
     )
 
 

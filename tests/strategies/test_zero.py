@@ -603,7 +603,7 @@ def test_plain_sgd_whose_step_allocates_nothing_is_planned_for_every_stage() -> 
 def test_zero3_fetches_once_per_module_and_its_hooks_take_host_time() -> None:
     # deepspeed 0.19.8 gathers a module's parameters with one all_gather_coalesced when the module runs
     # (fetch_sub_module): tiny-llama's forward fetches as many times as it has parameters above the persistence
-    # threshold, and the hooks around them are host time.
+    # threshold; the hooks on every module (gathering, persistent or parameterless) are host time.
     workload = conformance.workloads()["tiny-llama"]
     hw = load_hardware("dgx-h100")
     name = "deepspeed_stage_3"
@@ -613,16 +613,22 @@ def test_zero3_fetches_once_per_module_and_its_hooks_take_host_time() -> None:
     assert 0 < modules < len(workload.parameter_numels)
     forward = next(c for c in cost.collectives if c.kind == "all_gather" and c.overlappable)
     assert forward.calls == modules
+    census = workload.module_largest_parameters
+    counts = (sum(1 for n in census if n > threshold), sum(1 for n in census if 0 < n <= threshold),
+              census.count(0))
+    assert all(counts)
     (note,) = [n for n in cost.notes if n.startswith("ZeRO-3 engine on the host")]
-    assert f"{modules:,} modules" in note
+    assert f"{counts[0]:,} gathered" in note and f"{counts[1]:,} persistent" in note
+    assert f"{counts[2]:,} parameterless" in note
 
 
 def test_the_engines_host_time_makes_a_small_step_host_bound() -> None:
     # At micro-batch 1 tiny-llama's kernels take microseconds: the host, not the GPU, sets the step's compute
-    # time, and the ZeRO engine's Python adds to it: ZeRO-1/2 per parameter tensor, ZeRO-3 per module it gathers (with every parameter
-    # persistent it gathers none, and those hooks cost nothing).
+    # time, and the ZeRO engine's Python adds to it: ZeRO-1/2 per parameter tensor, ZeRO-3 per module, the more
+    # for a module whose parameters it gathers (with every parameter persistent it gathers none, and its hooks
+    # still run on every module).
     from autoshard.strategies import costs
-    from autoshard.strategies.deepspeed.cost import ENGINE_HOST_S
+    from autoshard.strategies.deepspeed.cost import ENGINE_HOST_S, ZERO3_MODULE_HOST_S
 
     workload = conformance.workloads()["tiny-llama"]
     hw = load_hardware("dgx-h100")
@@ -633,9 +639,85 @@ def test_the_engines_host_time_makes_a_small_step_host_bound() -> None:
     persistent = get("deepspeed_stage_3").cost(workload, hw, _cand("deepspeed_stage_3", 1,
                                                                     stage3_param_persistence_threshold=10**12))
     tensors = len(workload.parameter_numels)
+    census = workload.module_largest_parameters
+    owners, bare = sum(1 for n in census if n > 0), census.count(0)
     # The bare step is bound by its launches; the engine's Python joins them on the host's side.
     assert zero2.compute_s == pytest.approx(bare_s + tensors * ENGINE_HOST_S[2])
-    assert gathered.compute_s >= bare_s + ENGINE_HOST_S[3]
-    assert all(any("host-bound" in n for n in c.notes) for c in (gathered, zero2))
-    assert persistent.compute_s == pytest.approx(bare_s)
-    assert "ZeRO-3 engine on the host: 0 modules" in " ".join(persistent.notes)
+    assert gathered.compute_s == pytest.approx(
+        bare_s + owners * ENGINE_HOST_S[3] + bare * ZERO3_MODULE_HOST_S["parameterless"])
+    assert persistent.compute_s == pytest.approx(
+        bare_s + owners * ZERO3_MODULE_HOST_S["persistent"] + bare * ZERO3_MODULE_HOST_S["parameterless"])
+    assert all(any("host-bound" in n for n in c.notes) for c in (gathered, zero2, persistent))
+    assert "hooks on every module (0 gathered" in " ".join(persistent.notes)
+    # A workload written down, without its modules: the gathered tensors alone, as before the census.
+    unknown = dataclasses.replace(workload, module_largest_parameters=())
+    alone = get("deepspeed_stage_3").cost(unknown, hw, _cand("deepspeed_stage_3", 1,
+                                                             stage3_param_persistence_threshold=0))
+    assert alone.compute_s == pytest.approx(bare_s + tensors * ENGINE_HOST_S[3])
+
+
+def zero3_hooked_modules(*, rank: int, world_size: int, config: dict[str, Any]) -> list[int]:
+    """One forward of a ZeRO-3 engine on CPU over a transformers model built from ``config``: the largest own
+    parameter (0: none) of each module DeepSpeed's pre-forward hook ran for."""
+    import os
+
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_SIZE=str(world_size))
+    import deepspeed
+    import torch
+    import transformers
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config={
+        "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}})
+    offload = engine.optimizer.parameter_offload
+    seen: list[int] = []
+    hook = offload.pre_sub_module_forward_function
+
+    def counted(module: torch.nn.Module) -> None:
+        seen.append(max((p.ds_numel for p in module.parameters(recurse=False)), default=0))
+        hook(module)
+
+    offload.pre_sub_module_forward_function = counted
+    engine(torch.zeros(1, 8, dtype=torch.long))
+    engine.destroy()
+    return seen
+
+
+TINY_TRANSFORMERS = {
+    "gpt2": {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "vocab_size": 128, "n_positions": 64},
+    "llama": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128},
+}
+
+
+@needs_deepspeed
+@pytest.mark.slow  # two processes starting DeepSpeed: about half a minute on two cores
+@pytest.mark.parametrize("arch", sorted(TINY_TRANSFORMERS))
+def test_the_module_census_is_what_zero3_hooks_less_what_the_forward_skips(arch: str) -> None:
+    # DeepSpeed registers its hooks on every module (_register_deepspeed_module); the census counts every module
+    # a forward can run. What a real engine's hooks ran for, on transformers' own architectures, plus the modules
+    # a plain forward never calls (GPT-2's attention dropout under SDPA), is the census.
+    import torch
+    import transformers
+
+    from autoshard.strategies.workload import module_census
+    from tests.strategies.gloo_harness import run_gloo
+
+    (hooked,) = run_gloo("tests.strategies.test_zero:zero3_hooked_modules", world_size=1, timeout_s=240,
+                         kwargs={"config": TINY_TRANSFORMERS[arch]})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**TINY_TRANSFORMERS[arch]))
+    ran: set[int] = set()
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, _: ran.add(id(m)))
+    try:
+        model(torch.zeros(1, 8, dtype=torch.long, device="meta"))
+    finally:
+        handle.remove()
+    skipped = [module_census(m)[0] for _, m in model.named_modules()
+               if id(m) not in ran and not isinstance(m, torch.nn.ModuleList)]
+    assert sorted(hooked + skipped) == sorted(module_census(model))
+    assert any(n > 0 for n in hooked) and 0 in hooked

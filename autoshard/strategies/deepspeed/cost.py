@@ -60,29 +60,54 @@ HOST_MEMORY_EFFICIENCY = 0.8
 typically reaches 75-85 %; J. McCalpin, STREAM benchmark, https://www.cs.virginia.edu/stream/). An assumption
 that ``benchmarks/step_time_fit.py`` can refit."""
 
-ENGINE_HOST_S: dict[int, float] = {1: 0.24e-3, 2: 0.22e-3, 3: 1.03e-3}
+ENGINE_HOST_S: dict[int, float] = {1: 0.24e-3, 2: 0.22e-3, 3: 1.04e-3}
 """Host time the ZeRO engine adds per step, per stage: ZeRO-1/2 per trainable parameter tensor (the gradient
 bookkeeping of ``reduce_ready_partitions_and_remove_grads``, once per parameter, ``stage_1_and_2.py``), ZeRO-3
 per module that owns a gathered parameter (its forward and backward hooks: ``fetch_sub_module`` with the
 prefetch bookkeeping, ``release_sub_module``, the gradient's reduce and partition; ``parameter_offload.py``,
-``partitioned_param_coordinator.py``, ``stage3.py``), deepspeed 0.19.8. Measured: the slope over the layer count
-of each stage's forward + backward time less plain torch's, real engines, ``nn.Linear`` stacks, this project's
-2-core build machine's CPU (``python benchmarks/zero_hooks.py``, docs/benchmarks/zero_hooks.md). It is Python on
-the thread that launches the kernels, so it joins the launches on the host's side of the step
-(:func:`autoshard.strategies.step_time.estimate`): hidden while the GPU is the slower side."""
+``partitioned_param_coordinator.py``, ``stage3.py``), deepspeed 0.19.8. Measured with the real engines on CPU, world
+size 1, as the slope over the layer count of forward + backward time less plain torch's
+(``benchmarks/zero_hooks.py``). ZeRO-1/2: stacks of ``nn.Linear(320, 320)`` on the build machine of 2026-11-25 (an
+Intel Xeon; ``python benchmarks/zero_hooks.py``, docs/benchmarks/zero_hooks.md) — the figure holds the CPU's own
+gradient copies too, and the same stacks give 0.57 and 0.41 ms on the AMD EPYC build machine of 2026-11-29
+(docs/benchmarks/zero3_host.md): how a GPU server's host compares is what the GPU campaign measures. ZeRO-3: the
+narrow ``nn.Linear(8, 8)`` stack with every parameter gathered, the hooks' Python alone, in the run that measured
+:data:`ZERO3_MODULE_HOST_S` (``python benchmarks/zero_hooks.py --steps 30 --repeats 3 --name zero3_host``,
+docs/benchmarks/zero3_host.md; the wide stack, whose CPU copies would be kernels on a GPU, gives 1.89 ms there and
+gave 1.03 ms on the Xeon). It is Python on the thread that launches the kernels, so it joins the launches on the
+host's side of the step (:func:`autoshard.strategies.step_time.estimate`): hidden while the GPU is the slower
+side."""
 
-ENGINE_STEP_HOST_S: dict[int, tuple[float, float]] = {1: (2.35e-3, 0.035e-3), 2: (1.62e-3, 0.043e-3)}
-"""Host time of ZeRO-1/2's ``engine.step()`` without offload, per step and per parameter tensor: its Python loops
-over the parameter tensors (``free_grad_in_param_list`` over every one, the flattening and norms of the
-partition's gradients, the copy back into the 16-bit parameters; ``stage_1_and_2.py::step``, deepspeed 0.19.8)
-and the launches of its kernels, once per optimizer step. Measured at world size 1, where the partition is every
-tensor (it errs high on more ranks), on a stack narrow enough that the optimizer's arithmetic is negligible: the
-line of ``step()``'s time over the parameter tensors, this project's 2-core build machine's CPU
-(``python benchmarks/zero_hooks.py --passes step --name zero_step --steps 40 --repeats 5``,
-docs/benchmarks/zero_step.md: ZeRO-1 2.35 ms + 0.035 ms, ZeRO-2 1.62 ms + 0.043 ms per tensor; torch's for-loop
-AdamW took 0.071 ms per tensor in the same runs, for scale). The optimizer's
-kernels run on the GPU meanwhile: the step takes the longer of the two (:func:`_engine_step_host`). ZeRO-3's step
-(sub-groups, the persistent parameters) is not measured."""
+ZERO3_MODULE_HOST_S: dict[str, float] = {"persistent": 0.96e-3, "parameterless": 0.54e-3}
+"""ZeRO-3's host time per step for the modules it gathers nothing for: one owning only persistent parameters
+(at most ``stage3_param_persistence_threshold`` elements each: a norm, a small bias-only module) and one owning
+none (an activation, a dropout, a block or attention module that only calls its children). DeepSpeed hooks every
+module (``_register_deepspeed_module`` recurses over all children, ``parameter_offload.py``): the same fetch and
+release bookkeeping runs, and each module's outputs are wrapped in an autograd function for its backward hook.
+Measured as :data:`ENGINE_HOST_S`'s ZeRO-3 figure is, in the same run: ZeRO-3 over torch per layer of the narrow
+``nn.Linear(8, 8)`` stack with every parameter persistent (the default threshold) and of a stack of ``nn.ReLU``
+(docs/benchmarks/zero3_host.md, "ZeRO-3's hooks by module")."""
+
+ENGINE_STEP_HOST_S: dict[int, tuple[float, float]] = {1: (2.35e-3, 0.035e-3), 2: (1.62e-3, 0.043e-3),
+                                                      3: (2.82e-3, 0.038e-3)}
+"""Host time of the ZeRO engine's ``engine.step()`` without offload, per step and per parameter tensor: its Python
+loops over the parameter tensors (ZeRO-1/2: ``free_grad_in_param_list`` over every one, the flattening and norms
+of the partition's gradients, the copy back into the 16-bit parameters, ``stage_1_and_2.py::step``; ZeRO-3 per
+partitioned tensor: ``_partition_all_parameters``, ``zero_grad``, the norm, flattening the gradients and
+unflattening the updated partition, ``stage3.py::step``), deepspeed 0.19.8, and the launches of its kernels, once
+per optimizer step. Measured at world size 1, where the partition is every tensor (it errs high on more ranks),
+on a stack narrow enough that the optimizer's arithmetic is negligible (``nn.Linear(8, 8)``): the line of
+``step()``'s time over the parameter tensors. ZeRO-1/2: ``python benchmarks/zero_hooks.py --passes step --name
+zero_step --steps 40 --repeats 5`` (docs/benchmarks/zero_step.md; torch's for-loop AdamW took 0.071 ms per tensor
+in the same runs, for scale); ZeRO-3 with every parameter partitioned (``stage3_param_persistence_threshold`` 0),
+docs/benchmarks/zero3_host.md, where ZeRO-1/2 gave 2.07 ms + 0.044 ms and 2.55 ms + 0.031 ms. The optimizer's
+kernels run on the GPU meanwhile: the step takes the longer of the two (:func:`_engine_step_host`)."""
+
+ZERO3_STEP_PERSISTENT_S = 0.10e-3
+"""ZeRO-3's ``engine.step()`` host time per persistent parameter tensor (``_post_step`` all-gathers them,
+``persistent_parameters[0].all_gather(...)``, a loop over them): the slope of the same line with every parameter
+of the narrow stack persistent (the default threshold), docs/benchmarks/zero3_host.md. Used in place of
+:data:`ENGINE_STEP_HOST_S`'s slope for those tensors."""
 
 NVME_DEFAULT_BYTES_PER_S = 2.0e9
 """Sequential NVMe bandwidth assumed when the hardware does not give one (a single PCIe 4.0 SSD is 2-7 GB/s;
@@ -200,31 +225,53 @@ def _gathered(numels: tuple[int, ...], settings: ZeroSettings) -> list[int]:
 
 
 def _engine_host(workload: Workload, settings: ZeroSettings) -> tuple[float, list[str]]:
-    """The ZeRO engine's host time per step (:data:`ENGINE_HOST_S`) and its note."""
+    """The ZeRO engine's host time per step (:data:`ENGINE_HOST_S`, and for ZeRO-3 :data:`ZERO3_MODULE_HOST_S`)
+    and its note."""
     per = ENGINE_HOST_S[settings.stage]
-    if settings.stage == 3:
-        units, what = len(_gathered(workload.parameter_numels, settings)), "modules with gathered parameters"
-        work = "fetch, release, gradient partitioning"
-    else:
-        units, what = len(workload.parameter_numels), "parameter tensors"
-        work = "gradient bookkeeping"
-    seconds = units * per
-    return seconds, [f"ZeRO-{settings.stage} engine on the host: {units:,} {what} x {per * 1e3:.3g} ms per step "
-                     f"({work}; measured, docs/benchmarks/zero_hooks.md): {seconds * 1e3:.3g} ms beside the "
-                     "kernel launches"]
+    if settings.stage != 3:
+        units = len(workload.parameter_numels)
+        seconds = units * per
+        return seconds, [f"ZeRO-{settings.stage} engine on the host: {units:,} parameter tensors x {per * 1e3:.3g} "
+                         f"ms per step (gradient bookkeeping; measured, docs/benchmarks/zero_hooks.md): "
+                         f"{seconds * 1e3:.3g} ms beside the kernel launches"]
+    census = workload.module_largest_parameters
+    if not census:  # not known: the modules owning a gathered parameter, one per gathered tensor
+        units = len(_gathered(workload.parameter_numels, settings))
+        seconds = units * per
+        return seconds, [f"ZeRO-3 engine on the host: {units:,} modules with gathered parameters x "
+                         f"{per * 1e3:.3g} ms per step (fetch, release, gradient partitioning; measured, "
+                         f"docs/benchmarks/zero_hooks.md): {seconds * 1e3:.3g} ms beside the kernel launches"]
+    threshold = settings.param_persistence_threshold
+    counts = {"gathered": sum(1 for n in census if n > threshold),
+              "persistent": sum(1 for n in census if 0 < n <= threshold),
+              "parameterless": sum(1 for n in census if n == 0)}
+    costs_s = {"gathered": per, **ZERO3_MODULE_HOST_S}
+    seconds = sum(counts[k] * costs_s[k] for k in counts)
+    parts = ", ".join(f"{counts[k]:,} {k} x {costs_s[k] * 1e3:.3g} ms" for k in counts)
+    return seconds, [f"ZeRO-3 engine on the host: hooks on every module ({parts}; fetch, release, the outputs "
+                     f"wrapped for backward, gradient partitioning; measured, docs/benchmarks/zero_hooks.md): "
+                     f"{seconds * 1e3:.3g} ms per step beside the kernel launches"]
 
 
 def _engine_step_host(workload: Workload, settings: ZeroSettings) -> tuple[float, list[str]]:
-    """Host time of ZeRO-1/2's ``engine.step()`` without offload (:data:`ENGINE_STEP_HOST_S`) and its note;
-    ``(0.0, [])`` for ZeRO-3 and under optimizer offload (not measured)."""
-    if settings.stage not in ENGINE_STEP_HOST_S or settings.offload_optimizer != "none":
+    """Host time of the ZeRO engine's ``step()`` without offload (:data:`ENGINE_STEP_HOST_S`, and for ZeRO-3
+    :data:`ZERO3_STEP_PERSISTENT_S`) and its note; ``(0.0, [])`` under optimizer offload (not measured)."""
+    if settings.offload_optimizer != "none":
         return 0.0, []
     intercept, per = ENGINE_STEP_HOST_S[settings.stage]
-    tensors = len(workload.parameter_numels)
-    seconds = intercept + tensors * per
-    return seconds, [f"ZeRO-{settings.stage} engine.step() on the host: {intercept * 1e3:.3g} ms + {tensors:,} "
-                     f"parameter tensors x {per * 1e3:.3g} ms = {seconds * 1e3:.3g} ms (measured, "
-                     "docs/benchmarks/zero_step.md); the optimizer step takes the longer of it and its kernels"]
+    numels = workload.parameter_numels
+    if settings.stage == 3:
+        partitioned = len(_gathered(numels, settings))
+        persistent = len(numels) - partitioned
+        seconds = intercept + partitioned * per + persistent * ZERO3_STEP_PERSISTENT_S
+        how = (f"{intercept * 1e3:.3g} ms + {partitioned:,} partitioned parameter tensors x {per * 1e3:.3g} ms + "
+               f"{persistent:,} persistent ones x {ZERO3_STEP_PERSISTENT_S * 1e3:.3g} ms (their all-gather after "
+               "the step)")
+    else:
+        seconds = intercept + len(numels) * per
+        how = f"{intercept * 1e3:.3g} ms + {len(numels):,} parameter tensors x {per * 1e3:.3g} ms"
+    return seconds, [f"ZeRO-{settings.stage} engine.step() on the host: {how} = {seconds * 1e3:.3g} ms (measured, "
+                     "docs/benchmarks/zero_hooks.md); the optimizer step takes the longer of it and its kernels"]
 
 
 def _scope(hardware: HardwareSpec) -> str:

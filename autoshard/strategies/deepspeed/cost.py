@@ -240,7 +240,7 @@ def _engine_host(workload: Workload, settings: ZeroSettings) -> tuple[float, lis
         seconds = units * per
         return seconds, [f"ZeRO-3 engine on the host: {units:,} modules with gathered parameters x "
                          f"{per * 1e3:.3g} ms per step (fetch, release, gradient partitioning; measured, "
-                         f"docs/benchmarks/zero_hooks.md): {seconds * 1e3:.3g} ms beside the kernel launches"]
+                         f"docs/benchmarks/zero3_host.md): {seconds * 1e3:.3g} ms beside the kernel launches"]
     threshold = settings.param_persistence_threshold
     counts = {"gathered": sum(1 for n in census if n > threshold),
               "persistent": sum(1 for n in census if 0 < n <= threshold),
@@ -249,7 +249,7 @@ def _engine_host(workload: Workload, settings: ZeroSettings) -> tuple[float, lis
     seconds = sum(counts[k] * costs_s[k] for k in counts)
     parts = ", ".join(f"{counts[k]:,} {k} x {costs_s[k] * 1e3:.3g} ms" for k in counts)
     return seconds, [f"ZeRO-3 engine on the host: hooks on every module ({parts}; fetch, release, the outputs "
-                     f"wrapped for backward, gradient partitioning; measured, docs/benchmarks/zero_hooks.md): "
+                     f"wrapped for backward, gradient partitioning; measured, docs/benchmarks/zero3_host.md): "
                      f"{seconds * 1e3:.3g} ms per step beside the kernel launches"]
 
 
@@ -270,8 +270,9 @@ def _engine_step_host(workload: Workload, settings: ZeroSettings) -> tuple[float
     else:
         seconds = intercept + len(numels) * per
         how = f"{intercept * 1e3:.3g} ms + {len(numels):,} parameter tensors x {per * 1e3:.3g} ms"
+    page = "zero3_host" if settings.stage == 3 else "zero_step"
     return seconds, [f"ZeRO-{settings.stage} engine.step() on the host: {how} = {seconds * 1e3:.3g} ms (measured, "
-                     "docs/benchmarks/zero_hooks.md); the optimizer step takes the longer of it and its kernels"]
+                     f"docs/benchmarks/{page}.md); the optimizer step takes the longer of it and its kernels"]
 
 
 def _scope(hardware: HardwareSpec) -> str:

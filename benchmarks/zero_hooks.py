@@ -51,7 +51,6 @@ from _common import accelerator_device, line, one_rank_worker, package_version, 
 
 SCRIPT = Path(__file__).resolve()
 KINDS = ("torch", "zero1", "zero2", "zero3")
-STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
 ZERO_CONFIGS: dict[str, dict[str, int]] = {
     "zero1": {"stage": 1}, "zero2": {"stage": 2}, "zero3": {"stage": 3},
     "zero3-gathered": {"stage": 3, "stage3_param_persistence_threshold": 0},
@@ -60,6 +59,8 @@ ZERO_CONFIGS: dict[str, dict[str, int]] = {
 (``stage3_param_persistence_threshold`` 0), the path a real model's weights take; plain ``zero3`` on the narrow
 stack keeps every parameter persistent (each is below the default threshold's 1e5 elements), the path of a real
 model's biases and norms."""
+STAGES = {kind: ZERO_CONFIGS[kind]["stage"] for kind in KINDS if kind in ZERO_CONFIGS}
+"""The hooks pass's DeepSpeed kinds and their stages."""
 TENSORS_PER_LAYER = 2
 """An ``nn.Linear`` owns a weight and a bias."""
 STEP_KINDS = ("torch", "zero1", "zero2", "zero3-gathered", "zero3")

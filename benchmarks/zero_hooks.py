@@ -23,10 +23,17 @@ backward under ZeRO-3 with every parameter persistent (the default threshold) gi
 ``modules`` a stack of ``nn.ReLU`` behind one narrow linear layer, the module without parameters. The ``step``
 pass also times ``step()`` itself (below).
 
+Under activation checkpointing the recomputation runs each checkpointed module's forward again, hooks and all
+(torch's ``checkpoint`` calls the module, not its kernels): the ``recompute`` pass wraps each layer of the narrow
+stacks (a gathered and a persistent linear layer, a ``nn.ReLU``) in a module that calls it through
+``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``, as ``fit()`` and the Hugging Face models do, or
+directly: ZeRO-3 over torch checkpointed, less ZeRO-3 over torch uncheckpointed, is what a module's hooks cost
+again in the recomputation (the wrapper's own hooks, run once either way, cancel).
+
 Usage::
 
     python benchmarks/zero_hooks.py [--layers 16 32 64 128] [--width 320] [--steps 20] [--warmup 5]
-                                    [--repeats 3] [--step-width 8] [--passes hooks step modules]
+                                    [--repeats 3] [--step-width 8] [--passes hooks step modules recompute]
                                     [--accelerator cpu|cuda] [--name NAME] [--out docs/benchmarks]
 
 Writes ``zero_hooks.{md,json}`` under ``--out`` (``gpu_zero_hooks`` with ``--accelerator cuda``: the engines on one
@@ -73,22 +80,45 @@ the step, ``_post_step``), once per step. ``zero3-gathered`` and ``zero3`` take 
 backward, less torch's, is ZeRO-3's hooks per module with a gathered and with a persistent parameter."""
 MODULE_KINDS = ("torch", "zero3")
 """Kinds timed on a stack of parameterless modules (the ``modules`` pass)."""
-PASSES = ("hooks", "step", "modules")
+RECOMPUTE_MODULES = {"gathered": ("zero3-gathered", "linear"), "persistent": ("zero3", "linear"),
+                     "parameterless": ("zero3", "relu")}
+"""The ``recompute`` pass: for each kind of module ZeRO-3 prices, the DeepSpeed kind and the narrow stack's unit
+that isolate it. Each is timed wrapped and checkpointed, beside plain torch on the same unit."""
+RECOMPUTE_RUNS = tuple(dict.fromkeys(
+    (kind, f"{how}-{unit}") for zero, unit in RECOMPUTE_MODULES.values() for kind in ("torch", zero)
+    for how in ("wrapped", "checkpointed")))
+"""(kind, unit) of every configuration the ``recompute`` pass runs."""
+PASSES = ("hooks", "step", "modules", "recompute")
 
 
 def worker(kind: str, layers: int, width: int, steps: int, warmup: int, accelerator: str = "cpu",
            unit: str = "linear") -> dict[str, Any]:
     """One configuration in this process: the median forward + backward seconds of ``steps`` timed steps, and of
     ``step()`` (on CUDA, the device synchronized before the clock stops). ``unit``: the stack's layers,
-    ``nn.Linear(width, width)`` or ``nn.ReLU`` (behind one such linear layer, so that a gradient flows)."""
+    ``nn.Linear(width, width)`` or ``nn.ReLU`` (behind one such linear layer, so that a gradient flows), each
+    alone, or prefixed ``wrapped-`` / ``checkpointed-``: inside a module that calls it directly or through
+    ``torch.utils.checkpoint.checkpoint`` (the ``recompute`` pass)."""
     import torch
+    from torch.utils.checkpoint import checkpoint
+
+    class _Wrapped(torch.nn.Module):
+        """Calls ``inner`` directly, or through non-reentrant checkpointing (which runs it again in backward)."""
+
+        def __init__(self, inner: torch.nn.Module, checkpointed: bool) -> None:
+            super().__init__()
+            self.inner, self.checkpointed = inner, checkpointed
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return checkpoint(self.inner, x, use_reentrant=False) if self.checkpointed else self.inner(x)
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
     device = torch.device(accelerator)
-    stack = ([torch.nn.Linear(width, width) for _ in range(layers)] if unit == "linear"
-             else [torch.nn.Linear(width, width), *(torch.nn.ReLU() for _ in range(layers))])
-    model = torch.nn.Sequential(*stack).to(device)
+    how, _, base = unit.rpartition("-")
+    make = (lambda: torch.nn.Linear(width, width)) if base == "linear" else torch.nn.ReLU
+    layer = (lambda: _Wrapped(make(), how == "checkpointed")) if how else make
+    stack = [layer() for _ in range(layers)]
+    model = torch.nn.Sequential(*stack if base == "linear" else [torch.nn.Linear(width, width), *stack]).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(1, width, device=device)
     sync = torch.cuda.synchronize if accelerator == "cuda" else (lambda: None)
@@ -178,11 +208,29 @@ def _zero3_modules(summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _recompute_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``recompute`` pass: each run's slope per layer (keyed ``"kind unit"``) and, per kind of module
+    (:data:`RECOMPUTE_MODULES`), ZeRO-3 over torch wrapped and checkpointed, and their difference: what the
+    module's hooks cost again when checkpointing recomputes it."""
+    runs = [f"{kind} {unit}" for kind, unit in RECOMPUTE_RUNS]
+    slopes = _slopes([{**r, "kind": f"{r['kind']} {r['unit']}"} for r in rows], runs)
+    modules: dict[str, dict[str, float]] = {}
+    for name, (zero, unit) in RECOMPUTE_MODULES.items():
+        over = {how: slopes[f"{zero} {how}-{unit}"]["slope_s_per_layer"]
+                - slopes[f"torch {how}-{unit}"]["slope_s_per_layer"]
+                for how in ("wrapped", "checkpointed") if {f"{zero} {how}-{unit}", f"torch {how}-{unit}"} <= slopes.keys()}
+        if len(over) == 2:
+            modules[name] = {"wrapped_over_torch_s": over["wrapped"], "checkpointed_over_torch_s": over["checkpointed"],
+                             "recompute_s": over["checkpointed"] - over["wrapped"]}
+    return {"runs": slopes, "modules": modules}
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per kind: median seconds per layer count (over repeats) and the slope per layer; ZeRO's over torch's. The
     rows of the narrow stack (``"pass": "step"``), when there are any: :func:`_step_summary` under ``"step"``; of
-    the parameterless stack (``"modules"``): their slopes under ``"modules"``; ZeRO-3's host time by module under
-    ``"zero3_modules"`` (:func:`_zero3_modules`)."""
+    the parameterless stack (``"modules"``): their slopes under ``"modules"``; of the ``recompute`` pass: under
+    ``"recompute"`` (:func:`_recompute_summary`); ZeRO-3's host time by module under ``"zero3_modules"``
+    (:func:`_zero3_modules`)."""
     by_pass = {name: [r for r in rows if r.get("pass", "hooks") == name] for name in PASSES}
     out: dict[str, Any] = _slopes(by_pass["hooks"], KINDS)
     for kind in STAGES if "torch" in out else ():
@@ -193,6 +241,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["step"] = _step_summary(by_pass["step"])
     if by_pass["modules"]:
         out["modules"] = _slopes(by_pass["modules"], MODULE_KINDS)
+    if by_pass["recompute"]:
+        out["recompute"] = _recompute_summary(by_pass["recompute"])
     modules = _zero3_modules(out)
     return {**out, "zero3_modules": modules} if modules else out
 
@@ -215,6 +265,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _step_markdown(meta, summary["step"])
     if "zero3_modules" in summary:
         lines += _modules_markdown(meta, summary)
+    if summary.get("recompute", {}).get("modules"):
+        lines += _recompute_markdown(meta, summary["recompute"])
     return "\n".join(lines)
 
 
@@ -318,6 +370,29 @@ def _modules_markdown(meta: dict[str, Any], summary: dict[str, Any]) -> list[str
     return lines
 
 
+def _recompute_markdown(meta: dict[str, Any], recompute: dict[str, Any]) -> list[str]:
+    """The section on the hooks a checkpointed module runs again (:func:`_recompute_summary`)."""
+    w = meta["step_width"]
+    names = {"gathered": f"a gathered weight (`nn.Linear({w}, {w})`, `zero3-gathered`)",
+             "persistent": f"persistent parameters only (`nn.Linear({w}, {w})`, `zero3`)",
+             "parameterless": "no parameter (`nn.ReLU`)"}
+    runs = recompute["runs"]
+    lines = ["## ZeRO-3's hooks again in the recomputation", "",
+             "Forward + backward of the narrow stacks with each layer inside a wrapper module that calls it directly "
+             "(`wrapped`) or through `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` (`checkpointed`, "
+             "as `fit()` and the Hugging Face models checkpoint a block), the same steps and repeats:", "",
+             *_medians_table({k: v["median_s_by_layers"] for k, v in runs.items()}),
+             "| the module owns | ZeRO-3 over torch, wrapped (ms per layer) | checkpointed (ms per layer) | "
+             "again in the recomputation (ms per module) |", "|---|---:|---:|---:|"]
+    lines += [f"| {names[k]} | {v['wrapped_over_torch_s'] * 1e3:.3f} | {v['checkpointed_over_torch_s'] * 1e3:.3f} | "
+              f"{v['recompute_s'] * 1e3:.3f} |" for k, v in recompute["modules"].items()]
+    lines += ["", "A layer here is the wrapper and the module: the wrapper's hooks run once either way and cancel in "
+              "the difference, which is what ZeRO-3's hooks cost again for a module whose forward checkpointing "
+              "runs a second time (`autoshard.strategies.deepspeed.cost.ZERO3_RECOMPUTE_HOST_S` prices it for every "
+              "module inside a checkpointed block).", ""]
+    return lines
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -331,7 +406,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--passes", nargs="+", choices=PASSES, default=list(PASSES),
                         help="hooks: forward + backward of the wide stack, every kind; step: step() and forward + "
                         "backward of the narrow stack, torch, ZeRO-1, -2 and -3; modules: a stack of parameterless "
-                        "modules, torch and ZeRO-3 (default all three)")
+                        "modules, torch and ZeRO-3; recompute: the narrow stacks checkpointed, torch and ZeRO-3 "
+                        "(default all four)")
     parser.add_argument("--accelerator", choices=("cpu", "cuda"), default="cpu",
                         help="where the engines run (cuda: one GPU, NCCL)")
     parser.add_argument("--name", help="report file name without suffix (default: zero_hooks on CPU, "
@@ -355,13 +431,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if device is None:
         return 2
     rows, port = [], 29500 + os.getpid() % 1000
-    plans = {"hooks": (KINDS, args.width, "linear"), "step": (STEP_KINDS, args.step_width, "linear"),
-             "modules": (MODULE_KINDS, args.step_width, "relu")}
+    plans = {"hooks": ([(k, "linear") for k in KINDS], args.width),
+             "step": ([(k, "linear") for k in STEP_KINDS], args.step_width),
+             "modules": ([(k, "relu") for k in MODULE_KINDS], args.step_width),
+             "recompute": (list(RECOMPUTE_RUNS), args.step_width)}
     for name in (p for p in PASSES if p in args.passes):
-        kinds, width, unit = plans[name]
+        runs, width = plans[name]
         for repeat in range(args.repeats):
-            order = [(k, n) for n in args.layers for k in kinds]
-            for kind, layers in order if repeat % 2 == 0 else order[::-1]:
+            order = [(k, u, n) for n in args.layers for k, u in runs]
+            for kind, unit, layers in order if repeat % 2 == 0 else order[::-1]:
                 rows.append({**run_worker(kind, layers, width, args.steps, args.warmup, port, args.accelerator,
                                           unit), "repeat": repeat, "pass": name})
                 print(f"{name}: {kind} x {layers} (width {width}, {unit}): forward + backward "

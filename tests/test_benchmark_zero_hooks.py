@@ -75,11 +75,37 @@ def test_zero3s_hooks_are_priced_by_what_each_module_owns() -> None:
     assert "| 64 | 2.64 | 28.24 |" in page  # the ReLU stack's medians, torch and ZeRO-3
 
 
+def test_the_recompute_pass_is_zero3s_extra_over_torch_when_checkpointed() -> None:
+    # Per kind of module: ZeRO-3 over torch, checkpointed, less ZeRO-3 over torch, wrapped (the wrapper's own
+    # hooks, run once either way, cancel): the hooks a module runs again in the recomputation.
+    bench = load("zero_hooks")
+    per_layer_ms = {("torch", "wrapped-linear"): 0.1, ("torch", "checkpointed-linear"): 0.5,
+                    ("zero3-gathered", "wrapped-linear"): 1.6, ("zero3-gathered", "checkpointed-linear"): 2.5,
+                    ("zero3", "wrapped-linear"): 1.3, ("zero3", "checkpointed-linear"): 2.0,
+                    ("torch", "wrapped-relu"): 0.05, ("torch", "checkpointed-relu"): 0.35,
+                    ("zero3", "wrapped-relu"): 0.95, ("zero3", "checkpointed-relu"): 1.55}
+    assert set(per_layer_ms) == set(bench.RECOMPUTE_RUNS)
+    rows = [{"kind": kind, "unit": unit, "layers": n, "width": 8, "median_s": (3.0 + ms * n) / 1e3,
+             "step_median_s": 1e-3, "repeat": 0, "pass": "recompute"}
+            for (kind, unit), ms in per_layer_ms.items() for n in (16, 48)]
+    summary = bench.summarise(rows)
+    assert set(summary) == {"recompute"}
+    modules = summary["recompute"]["modules"]
+    assert {k: v["recompute_s"] for k, v in modules.items()} == pytest.approx(
+        {"gathered": 0.5e-3, "persistent": 0.3e-3, "parameterless": 0.3e-3})
+    assert modules["gathered"]["wrapped_over_torch_s"] == pytest.approx(1.5e-3)
+    page = bench.markdown({"meta": {"date": "d", "machine": "c", "cores": 2, "device": "CPU only", "python": "3",
+                                    "torch": "t", "deepspeed": "ds", "command": "x", "step_width": 8},
+                           "summary": json.loads(json.dumps(summary))})
+    assert "## ZeRO-3's hooks again in the recomputation" in page
+    assert "| no parameter (`nn.ReLU`) | 0.900 | 1.200 | 0.300 |" in page
+
+
 def test_one_layer_count_is_refused() -> None:
     assert load("zero_hooks").main(["--layers", "8", "8"]) == 2
 
 
-@pytest.mark.slow  # thirty processes, twenty-two of them starting DeepSpeed: about three minutes on two cores
+@pytest.mark.slow  # forty-two processes, twenty-eight of them starting DeepSpeed: about five minutes on two cores
 def test_the_benchmark_runs_the_real_engines(tmp_path: Path) -> None:
     bench = load("zero_hooks")
     assert bench.main(["--layers", "2", "4", "--steps", "2", "--warmup", "1", "--repeats", "1",
@@ -94,6 +120,9 @@ def test_the_benchmark_runs_the_real_engines(tmp_path: Path) -> None:
     modules = [r for r in report["rows"] if r.get("pass") == "modules"]
     assert sorted((r["kind"], r["layers"], r["unit"]) for r in modules) == sorted(
         (k, n, "relu") for k in ("torch", "zero3") for n in (2, 4))
+    recompute = [r for r in report["rows"] if r.get("pass") == "recompute"]
+    assert sorted((r["kind"], r["unit"], r["layers"]) for r in recompute) == sorted(
+        (k, u, n) for k, u in bench.RECOMPUTE_RUNS for n in (2, 4))
     assert all(r["median_s"] > 0 and r["step_median_s"] > 0 for r in report["rows"])
     page = (tmp_path / "zero_hooks.md").read_text(encoding="utf-8")
     assert "| 4 |" in page and "## The engine's step" in page and "## ZeRO-3's hooks by module" in page

@@ -30,7 +30,7 @@ from autoshard.profiler.scaling import DepthTimelines
 from autoshard.profiler.timeline import lines_up, non_state_peaks, phase_peaks
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from torch import nn
 
@@ -209,6 +209,10 @@ class Workload:
     module order, the element count of its largest own parameter, 0 for a module that owns none
     (:func:`module_census`): what ZeRO-3's hooks, registered on every module, cost depends on. Empty: not known (a
     workload written down), priced by the gathered parameter tensors alone."""
+    module_blocks: tuple[int, ...] = ()
+    """For each module of :attr:`module_largest_parameters`, in the same order, the index of the repeated block it
+    lies in (the block itself included; the order of :attr:`block_parameter_counts`), -1 outside every block
+    (:func:`module_blocks`): the modules whose forward activation checkpointing runs again. Empty: not known."""
 
     @property
     def checkpointing_choices(self) -> tuple[bool, ...]:
@@ -339,6 +343,43 @@ def module_census(module: nn.Module) -> tuple[int, ...]:
                  for _, m in module.named_modules() if not isinstance(m, containers))
 
 
+def module_blocks(module: nn.Module, block_names: Sequence[str]) -> tuple[int, ...]:
+    """:attr:`Workload.module_blocks` of ``module``: for each module :func:`module_census` lists, in its order, the
+    index in ``block_names`` of the block it lies in (a block counts as lying in itself), -1 outside them all.
+
+    Example:
+        >>> from torch import nn
+        >>> m = nn.Sequential(nn.Linear(4, 4), nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.ReLU())] * 1))
+        >>> module_census(m), module_blocks(m, ["1.0"])
+        ((0, 16, 0, 16, 0), (-1, -1, 0, 0, 0))
+    """
+    from torch import nn
+
+    index = {name: i for i, name in enumerate(block_names)}
+    containers = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
+    out = []
+    for name, m in module.named_modules():
+        if isinstance(m, containers):
+            continue
+        parts = name.split(".") if name else []
+        prefixes = (".".join(parts[:k]) for k in range(len(parts), 0, -1))
+        out.append(next((index[p] for p in prefixes if p in index), -1))
+    return tuple(out)
+
+
+def checkpointed_block_indices(checkpointing: ActivationCheckpointing, blocks: int) -> frozenset[int]:
+    """The indices of the ``blocks`` repeated blocks that ``checkpointing`` wraps (:meth:`ActivationCheckpointing.
+    checkpointed`, by position).
+
+    Example:
+        >>> from autoshard.profiler.checkpointing import ActivationCheckpointing
+        >>> sorted(checkpointed_block_indices(ActivationCheckpointing("every", 2), 5))
+        [1, 3]
+    """
+    names = [str(i) for i in range(blocks)]
+    return frozenset(int(n) for n in checkpointing.checkpointed(names))
+
+
 TraceKey = tuple[Precision, bool, bool]
 """One tracing session: the precision traced, the output cast to fp32 before the loss, checkpointing."""
 
@@ -421,6 +462,7 @@ def build_workload(
         optimizer_impl=optimizer_impl,
         checkpoint_mode=checkpoint_mode,
         module_largest_parameters=module_census(module),
+        module_blocks=module_blocks(module, () if blocks is None else blocks.names),
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from autoshard.hardware import NVMeDevice, detect_hardware, load_hardware
 from autoshard.models import load_source
+from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing
 from autoshard.strategies import Candidate, build_workload, get
 from autoshard.strategies.deepspeed import strategy as zero_module
 from autoshard.strategies.deepspeed.layout import (
@@ -656,6 +657,37 @@ def test_the_engines_host_time_makes_a_small_step_host_bound() -> None:
     assert alone.compute_s == pytest.approx(bare_s + tensors * ENGINE_HOST_S[3])
 
 
+@pytest.mark.parametrize("mode", [FULL, ActivationCheckpointing("every", 2), ActivationCheckpointing("op")])
+def test_checkpointing_prices_zero3s_hooks_again_for_each_module_of_a_checkpointed_block(
+        mode: ActivationCheckpointing) -> None:
+    # The recomputation runs each checkpointed block's forward again, DeepSpeed's hooks on every module in it
+    # included: tiny-llama's step at micro-batch 1 is host-bound, so its compute time grows by exactly those
+    # modules' second round (the census tells which modules lie in which block; every-2 picks every 2nd block).
+    from autoshard.strategies.deepspeed.cost import ZERO3_RECOMPUTE_HOST_S
+    from autoshard.strategies.workload import checkpointed_block_indices
+
+    workload = dataclasses.replace(conformance.workloads()["tiny-llama"], checkpoint_mode=mode)
+    hw = load_hardware("dgx-h100")
+    name = "deepspeed_stage_3"
+    threshold = min(workload.parameter_numels)  # the norms persistent, the linear layers gathered
+    cand = _cand(name, 1, checkpointing=True, stage3_param_persistence_threshold=threshold)
+    priced = get(name).cost(workload, hw, cand)
+    unplaced = get(name).cost(dataclasses.replace(workload, module_blocks=()), hw, cand)
+    chosen = checkpointed_block_indices(mode, len(workload.block_parameter_counts))
+    assert 0 < len(chosen) <= len(workload.block_parameter_counts)
+    again = [n for n, b in zip(workload.module_largest_parameters, workload.module_blocks, strict=True)
+             if b in chosen]
+    kinds = {"gathered" if n > threshold else "persistent" if n else "parameterless" for n in again}
+    assert kinds == {"gathered", "persistent", "parameterless"}
+    expected = sum(ZERO3_RECOMPUTE_HOST_S["gathered" if n > threshold else "persistent" if n else "parameterless"]
+                   for n in again)
+    assert expected > 0
+    assert priced.compute_s - unplaced.compute_s == pytest.approx(expected)
+    assert f"recomputation of the {len(chosen)} checkpointed blocks" in " ".join(priced.notes)
+    plain = get(name).cost(workload, hw, _cand(name, 1, stage3_param_persistence_threshold=threshold))
+    assert not any("recomputation" in n for n in plain.notes)
+
+
 def zero3_hooked_modules(*, rank: int, world_size: int, config: dict[str, Any]) -> list[int]:
     """One forward of a ZeRO-3 engine on CPU over a transformers model built from ``config``: the largest own
     parameter (0: none) of each module DeepSpeed's pre-forward hook ran for."""
@@ -684,6 +716,52 @@ def zero3_hooked_modules(*, rank: int, world_size: int, config: dict[str, Any]) 
     engine(torch.zeros(1, 8, dtype=torch.long))
     engine.destroy()
     return seen
+
+
+def zero3_forward_hooks_per_step(*, rank: int, world_size: int, config: dict[str, Any]) -> dict[str, list[str]]:
+    """Two training steps of a ZeRO-3 engine on CPU over a transformers model built from ``config``, the second
+    with every repeated block checkpointed as ``fit()`` checkpoints them: the modules DeepSpeed's pre-forward hook
+    ran for in each step's forward + backward, by name."""
+    import os
+
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_SIZE=str(world_size))
+    import deepspeed
+    import torch
+    import transformers
+
+    from autoshard.profiler.blocks import find_repeated_blocks
+    from autoshard.runtime.activation_checkpointing import checkpoint_blocks
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+    names = {id(m): n for n, m in model.named_modules()}
+    blocks = find_repeated_blocks(model)
+    assert blocks is not None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config={
+        "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}})
+    offload = engine.optimizer.parameter_offload
+    seen: list[str] = []
+    hook = offload.pre_sub_module_forward_function
+
+    def counted(module: torch.nn.Module) -> None:
+        seen.append(names[id(module)])
+        hook(module)
+
+    offload.pre_sub_module_forward_function = counted
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    steps = {}
+    for name in ("plain", "checkpointed"):
+        if name == "checkpointed":
+            model.train()
+            assert checkpoint_blocks(model, blocks.names) == len(blocks.names)
+        seen.clear()
+        engine.backward(engine(ids, labels=ids).loss)
+        engine.step()
+        steps[name] = list(seen)
+    engine.destroy()
+    return steps
 
 
 TINY_TRANSFORMERS = {
@@ -721,3 +799,41 @@ def test_the_module_census_is_what_zero3_hooks_less_what_the_forward_skips(arch:
                if id(m) not in ran and not isinstance(m, torch.nn.ModuleList)]
     assert sorted(hooked + skipped) == sorted(module_census(model))
     assert any(n > 0 for n in hooked) and 0 in hooked
+
+
+@needs_deepspeed
+@pytest.mark.slow  # two processes starting DeepSpeed: about half a minute on two cores
+@pytest.mark.parametrize("arch", sorted(TINY_TRANSFORMERS))
+def test_checkpointing_runs_zero3s_forward_hooks_again_on_the_modules_of_each_block(arch: str) -> None:
+    # The recomputation calls each checkpointed block again (nn.Module.__call__), so DeepSpeed's forward hooks
+    # run a second time on every module in it that the forward runs: what ZERO3_RECOMPUTE_HOST_S prices, for the
+    # modules Workload.module_blocks places in a block (those a forward skips, GPT-2's attention dropout under
+    # SDPA, counted there too: the census errs high by them).
+    import collections
+
+    import torch
+    import transformers
+
+    from autoshard.profiler.blocks import find_repeated_blocks
+    from autoshard.strategies.workload import module_blocks, module_census
+    from tests.strategies.gloo_harness import run_gloo
+
+    (steps,) = run_gloo("tests.strategies.test_zero:zero3_forward_hooks_per_step", world_size=1, timeout_s=240,
+                        kwargs={"config": TINY_TRANSFORMERS[arch]})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**TINY_TRANSFORMERS[arch]))
+    blocks = find_repeated_blocks(model)
+    assert blocks is not None
+    in_block = {name for name, _ in model.named_modules()
+                if any(name == b or name.startswith(b + ".") for b in blocks.names)}
+    again = collections.Counter(steps["checkpointed"]) - collections.Counter(steps["plain"])
+    assert again == collections.Counter(n for n in steps["plain"] if n in in_block)
+    assert set(steps["plain"]) - in_block  # the embeddings and the head run once, outside every block
+    # The census places the same modules in blocks, less those no forward calls.
+    ran: set[str] = set(steps["plain"])
+    containers = (torch.nn.ModuleList, torch.nn.ModuleDict)
+    listed = [name for name, m in model.named_modules() if not isinstance(m, containers)]
+    placed = module_blocks(model, blocks.names)
+    assert len(placed) == len(listed) == len(module_census(model))
+    assert sorted(n for n, b in zip(listed, placed, strict=True) if b >= 0 and n in ran) == sorted(again)

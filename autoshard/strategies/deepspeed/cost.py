@@ -41,7 +41,7 @@ from autoshard.strategies.deepspeed.memory import (
     model_dtype_bytes,
     state_bytes_per_parameter,
 )
-from autoshard.strategies.workload import Workload, compute_dtype, tf32_matmuls
+from autoshard.strategies.workload import Workload, checkpointed_block_indices, compute_dtype, tf32_matmuls
 
 CPU_ADAM_PARAMETERS_PER_S = 1.0e9
 """``DeepSpeedCPUAdam`` (AVX, fp32) on one thread: 0.4-2.3e9 parameters/s, about 1e9 typical, measured with
@@ -87,6 +87,23 @@ release bookkeeping runs, and each module's outputs are wrapped in an autograd f
 Measured as :data:`ENGINE_HOST_S`'s ZeRO-3 figure is, in the same run: ZeRO-3 over torch per layer of the narrow
 ``nn.Linear(8, 8)`` stack with every parameter persistent (the default threshold) and of a stack of ``nn.ReLU``
 (docs/benchmarks/zero3_host.md, "ZeRO-3's hooks by module")."""
+
+ZERO3_MODULE_KINDS = ("gathered", "persistent", "parameterless")
+"""What a module owns, for ZeRO-3's hooks: a parameter above ``stage3_param_persistence_threshold`` (gathered
+around it), only persistent ones, or none."""
+
+ZERO3_RECOMPUTE_HOST_S: dict[str, float] = {"gathered": 0.53e-3, "persistent": 0.39e-3, "parameterless": 0.60e-3}
+"""ZeRO-3's host time per step, again, for a module inside a block activation checkpointing recomputes, by what it
+owns (as :data:`ZERO3_MODULE_HOST_S`): the recomputation calls the block (``torch.utils.checkpoint``: ``fit()``'s
+wrapper and the Hugging Face models' run ``nn.Module.__call__``), so every module in it runs DeepSpeed's forward
+hooks a second time (``pre_sub_module_forward_function``: the fetch, its prefetch bookkeeping and the outputs'
+wrapping; ``post_sub_module_forward_function``: the release). Measured as ZeRO-3 over torch per layer of the narrow
+stacks with each layer checkpointed, less the same uncheckpointed (``python benchmarks/zero_hooks.py --passes
+recompute --layers 16 48 96 --steps 30 --repeats 3 --name zero3_recompute``, docs/benchmarks/zero3_recompute.md:
+0.53, 0.39 and 0.60 ms, about half of each module's forward + backward hooks, and alike whatever it owns — the
+forward hooks' bookkeeping, not the gathering, at world size 1). Only host time: a parameter released after
+forward is fetched by the recomputation instead of the backward that follows it (``release_sub_module`` keeps what
+is reused within ``stage3_max_reuse_distance``), so the all-gathers stay as many."""
 
 ENGINE_STEP_HOST_S: dict[int, tuple[float, float]] = {1: (2.35e-3, 0.035e-3), 2: (1.62e-3, 0.043e-3),
                                                       3: (2.82e-3, 0.038e-3)}
@@ -134,7 +151,7 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
     one = trace.at_1
     forward_share = one.forward_flops / max(one.forward_flops + one.backward_flops, 1)
     notes: list[str] = []
-    hooks_s, hooks_note = _engine_host(workload, settings)
+    hooks_s, hooks_note = _engine_host(workload, settings, candidate.activation_checkpointing)
     compute_s, note = costs.step_compute_seconds(trace, b, hardware, compute_dtype(workload.precision),
                                                  host_extra_s=hooks_s, tf32_matmuls=tf32_matmuls(workload))
     notes += [note, *hooks_note]
@@ -224,9 +241,9 @@ def _gathered(numels: tuple[int, ...], settings: ZeroSettings) -> list[int]:
     return [x for x in numels if x > settings.param_persistence_threshold]
 
 
-def _engine_host(workload: Workload, settings: ZeroSettings) -> tuple[float, list[str]]:
-    """The ZeRO engine's host time per step (:data:`ENGINE_HOST_S`, and for ZeRO-3 :data:`ZERO3_MODULE_HOST_S`)
-    and its note."""
+def _engine_host(workload: Workload, settings: ZeroSettings, checkpointing: bool) -> tuple[float, list[str]]:
+    """The ZeRO engine's host time per step (:data:`ENGINE_HOST_S`, and for ZeRO-3 :data:`ZERO3_MODULE_HOST_S`,
+    with :data:`ZERO3_RECOMPUTE_HOST_S` for the modules checkpointing recomputes) and its note."""
     per = ENGINE_HOST_S[settings.stage]
     if settings.stage != 3:
         units = len(workload.parameter_numels)
@@ -242,15 +259,33 @@ def _engine_host(workload: Workload, settings: ZeroSettings) -> tuple[float, lis
                          f"{per * 1e3:.3g} ms per step (fetch, release, gradient partitioning; measured, "
                          f"docs/benchmarks/zero3_host.md): {seconds * 1e3:.3g} ms beside the kernel launches"]
     threshold = settings.param_persistence_threshold
-    counts = {"gathered": sum(1 for n in census if n > threshold),
-              "persistent": sum(1 for n in census if 0 < n <= threshold),
-              "parameterless": sum(1 for n in census if n == 0)}
+
+    def kind(n: int) -> str:
+        return "gathered" if n > threshold else "persistent" if n > 0 else "parameterless"
+
+    counts = {k: 0 for k in ZERO3_MODULE_KINDS}
+    for n in census:
+        counts[kind(n)] += 1
     costs_s = {"gathered": per, **ZERO3_MODULE_HOST_S}
     seconds = sum(counts[k] * costs_s[k] for k in counts)
     parts = ", ".join(f"{counts[k]:,} {k} x {costs_s[k] * 1e3:.3g} ms" for k in counts)
-    return seconds, [f"ZeRO-3 engine on the host: hooks on every module ({parts}; fetch, release, the outputs "
-                     f"wrapped for backward, gradient partitioning; measured, docs/benchmarks/zero3_host.md): "
-                     f"{seconds * 1e3:.3g} ms per step beside the kernel launches"]
+    notes = [f"ZeRO-3 engine on the host: hooks on every module ({parts}; fetch, release, the outputs wrapped for "
+             f"backward, gradient partitioning; measured, docs/benchmarks/zero3_host.md): {seconds * 1e3:.3g} ms per "
+             "step beside the kernel launches"]
+    chosen = (checkpointed_block_indices(workload.checkpoint_mode, len(workload.block_parameter_counts))
+              if checkpointing and len(workload.module_blocks) == len(census) else frozenset())
+    again = {k: 0 for k in ZERO3_MODULE_KINDS}
+    for n, block in zip(census, workload.module_blocks, strict=False):
+        if block in chosen:
+            again[kind(n)] += 1
+    if any(again.values()):
+        recompute_s = sum(again[k] * ZERO3_RECOMPUTE_HOST_S[k] for k in again)
+        seconds += recompute_s
+        parts = ", ".join(f"{again[k]:,} {k} x {ZERO3_RECOMPUTE_HOST_S[k] * 1e3:.3g} ms" for k in again)
+        notes.append(f"ZeRO-3's forward hooks again in the recomputation of the {len(chosen):,} checkpointed "
+                     f"blocks ({parts}; measured, docs/benchmarks/zero3_recompute.md): {recompute_s * 1e3:.3g} ms "
+                     "more on the host")
+    return seconds, notes
 
 
 def _engine_step_host(workload: Workload, settings: ZeroSettings) -> tuple[float, list[str]]:

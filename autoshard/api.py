@@ -141,6 +141,7 @@ def recommend(
     jobs: int | None = None,
     float32_matmul_precision: str = "highest",
     grad_clip_norm: float | None = None,
+    set_grads_to_none: bool = True,
 ) -> Plan:
     """Recommend how to train ``source`` on ``hardware``: every candidate strategy with its numbers and reasons.
 
@@ -179,6 +180,10 @@ def recommend(
             written into the exported configs (DeepSpeed's ``gradient_clipping``, the HF Trainer's
             ``--max_grad_norm``, Lightning's ``gradient_clip_val``) and the plan, which ``fit()`` and the launch
             scripts train with.
+        set_grads_to_none: the run frees its gradients between steps (``zero_grad(set_to_none=True)``, torch >=
+            2.0's default and ``fit()``'s); ``False``: it zeroes them in place (``set_to_none=False``, or
+            ``Module.zero_grad()`` before torch 2.0), so DDP's and FSDP2's replicated or sharded gradients stay
+            allocated through the next forward, which the plan's memory then counts.
 
     Returns:
         The :class:`~autoshard.planner.plan.Plan`.
@@ -194,4 +199,5 @@ def recommend(
                     seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
                     safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl,
                     checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache,
-                    jobs=jobs, float32_matmul_precision=float32_matmul_precision, grad_clip_norm=grad_clip_norm)
+                    jobs=jobs, float32_matmul_precision=float32_matmul_precision, grad_clip_norm=grad_clip_norm,
+                    set_grads_to_none=set_grads_to_none)

@@ -31,9 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also predict what the CUDA caching allocator reserves (max_memory_reserved, "
                              "fragmentation included): the model is traced whole once more and its allocations "
                              "replayed through the allocator's rules")
-    parser.add_argument("--keep-grads", action="store_true",
-                        help="gradients stay allocated (zeroed) between steps, as zero_grad(set_to_none=False) "
-                             "and Module.zero_grad() before torch 2.0 leave them (default: freed, torch >= 2.0)")
+    add_keep_grads_argument(parser)
     parser.add_argument("--blocks", action="store_true", help="also list every repeated block")
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/profile.md)")
 
@@ -51,6 +49,13 @@ def add_step_arguments(parser: argparse.ArgumentParser) -> None:
     add_optimizer_impl_argument(parser)
     add_checkpointing_argument(parser, default="none")
     parser.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
+
+
+def add_keep_grads_argument(parser: argparse.ArgumentParser) -> None:
+    """``--keep-grads``: the run zeroes its gradients in place between steps rather than freeing them."""
+    parser.add_argument("--keep-grads", action="store_true",
+                        help="gradients stay allocated (zeroed) between steps, as zero_grad(set_to_none=False) "
+                             "and Module.zero_grad() before torch 2.0 leave them (default: freed, torch >= 2.0)")
 
 
 def add_checkpointing_argument(parser: argparse.ArgumentParser, *, default: str | None) -> None:

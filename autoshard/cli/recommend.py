@@ -38,7 +38,7 @@ def add_grad_clip_norm_argument(parser: argparse.ArgumentParser, what: str) -> N
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``recommend`` flags."""
     from autoshard.cli._hardware_args import add_hardware_arguments
-    from autoshard.cli.profile import add_checkpointing_argument, add_optimizer_impl_argument
+    from autoshard.cli.profile import add_checkpointing_argument, add_keep_grads_argument, add_optimizer_impl_argument
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
     parser.add_argument("--batch-size", type=int, default=None,
@@ -54,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the run's torch.set_float32_matmul_precision: high or medium price fp32 matmuls on "
                              "TF32 tensor cores (default highest, torch's)")
     add_grad_clip_norm_argument(parser, "priced, and written into the plan and the exported configs")
+    add_keep_grads_argument(parser)
     parser.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default=None,
                         help="FSDP2's gradient reduce-scatter dtype (MixedPrecisionPolicy.reduce_dtype; default fp32)")
     parser.add_argument("--goal", choices=("pretrain", "finetune"), default="pretrain",
@@ -93,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             optimizer_impl=args.optimizer_impl, activation_checkpointing=args.checkpointing,
             reduce_dtype=args.reduce_dtype, float32_matmul_precision=args.float32_matmul_precision,
             grad_clip_norm=args.grad_clip_norm, cache=not args.no_cache, jobs=args.jobs,
+            set_grads_to_none=not args.keep_grads,
         )
     if plan.cached_workload is not None and not args.json:  # --json says it in "cached_workload"
         print(f"autoshard: note: the traced step came from the workload cache ({plan.cached_workload}); "
@@ -135,6 +137,7 @@ def _print(plan: Plan) -> None:
     console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}{tf32}, "
                   f"{w.optimizer}" + (f" ({w.optimizer_impl})" if w.optimizer_impl else "")
                   + (f", gradients clipped to norm {w.grad_clip_norm:g}" if w.grad_clip_norm is not None else "")
+                  + ("" if w.set_grads_to_none else ", gradients kept between steps")
                   + (f", seq {w.seq_len}" if w.seq_len else "")
                   + f" on {hw.nodes} × {hw.processes_per_node} × {device} ({plan.request.goal})")
     for note in hw.notes:

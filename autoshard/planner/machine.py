@@ -109,6 +109,7 @@ def plan_for(
     optimizer_impl: OptimizerImpl | None = None,
     float32_matmul_precision: str = "highest",
     grad_clip_norm: float | None = None,
+    set_grads_to_none: bool = True,
     checkpointing: str | bool | ActivationCheckpointing | None = None,
     reduce_dtype: ReduceDtype | str | None = None,
     cache: bool = True,
@@ -121,7 +122,9 @@ def plan_for(
     each tracing session. ``optimizer_impl`` names the optimizer implementation (``None``: torch's default).
     ``float32_matmul_precision`` is the run's ``torch.set_float32_matmul_precision`` (``high``/``medium``: fp32
     matmuls priced on TF32 tensor cores). ``grad_clip_norm``: the norm the run clips the gradients to (priced as
-    a norm and a scaling pass before each optimizer step; ``None``: no clipping).
+    a norm and a scaling pass before each optimizer step; ``None``: no clipping). ``set_grads_to_none=False``: the
+    run zeroes its gradients in place between steps, so they stay allocated through forward (DDP's and FSDP2's
+    memory count them).
     ``checkpointing`` (``none``, ``full``, ``op``, ``every-N``) makes every candidate use that choice; ``None``
     weighs no checkpointing against full checkpointing (each further mode costs its own traces).
     ``reduce_dtype`` (``fp32`` or ``bf16``) sets FSDP2's gradient reduce-scatter dtype
@@ -153,6 +156,8 @@ def plan_for(
         optimizer_impl = parse_optimizer_impl(optimizer_impl, parse_optimizer(optimizer))
     matmul_precision = parse_float32_matmul_precision(float32_matmul_precision)
     clip_norm = parse_grad_clip_norm(grad_clip_norm)
+    if not isinstance(set_grads_to_none, bool):
+        raise UsageError(f"set_grads_to_none must be True or False, but got {set_grads_to_none!r}.")
     choice = None if checkpointing is None else parse_checkpointing(checkpointing)
     choices, mode = ((False, True), FULL) if choice is None else ((bool(choice),), choice if choice else FULL)
     if isinstance(strategies, str):
@@ -173,6 +178,7 @@ def plan_for(
         optimizer_impl=optimizer_impl, checkpointing=choices, checkpoint_mode=mode, jobs=jobs,
     )
     # Pricing only (the traces are the same), so it is not part of the cache key.
-    workload = dataclasses.replace(workload, float32_matmul_precision=matmul_precision, grad_clip_norm=clip_norm)
+    workload = dataclasses.replace(workload, float32_matmul_precision=matmul_precision, grad_clip_norm=clip_norm,
+                                   set_grads_to_none=set_grads_to_none)
     planned = plan(workload, hardware, request, chosen)
     return planned if entry is None else dataclasses.replace(planned, cached_workload=str(entry))

@@ -57,12 +57,9 @@ import autoshard
 from autoshard.models.source import ModelSource, call_model, default_loss
 from autoshard.profiler.blocks import find_repeated_blocks
 from autoshard.profiler.collection import gc_paused, warm_up_checkpoint
+from autoshard.profiler.optimizers import make_optimizer
 from autoshard.profiler.options import Precision, ProfileOptions
-from autoshard.profiler.trace import (
-    STEPS,
-    _build,
-    _make_optimizer,
-)
+from autoshard.profiler.trace import STEPS, _build
 from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 
 SKIP_ABOVE_FRACTION = 0.90
@@ -233,7 +230,7 @@ def measure_peak(source: ModelSource, options: ProfileOptions, device: torch.dev
             batch = tree_map(lambda x: x.to(torch.bfloat16) if torch.is_tensor(x) and x.is_floating_point() else x,
                              batch)
         batch = tree_map(lambda x: x.to(device) if torch.is_tensor(x) else x, batch)
-        optimizer = _make_optimizer(source, options, model)
+        optimizer = make_optimizer(source, options, model)
         if options.activation_checkpointing and blocks is not None:  # as fit() does: all, every N-th, or op
             warm_up_checkpoint()
             checkpoint_blocks(model, blocks.names, options.checkpointing)

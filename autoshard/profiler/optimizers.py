@@ -9,8 +9,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoshard.errors import UsageError
-from autoshard.profiler.options import OWN_KERNEL_OPTIMIZERS, OptimizerImpl, parse_optimizer, parse_optimizer_impl
+from autoshard.errors import UsageError, UserCodeError
+from autoshard.models.source import ModelSource, call_user
+from autoshard.profiler.options import (
+    OWN_KERNEL_OPTIMIZERS,
+    OptimizerImpl,
+    ProfileOptions,
+    parse_optimizer,
+    parse_optimizer_impl,
+)
 
 # Learning rates do not change memory; these are the usual fine-tuning defaults.
 _LR = 1e-4
@@ -117,3 +124,28 @@ def force_foreach_default(optimizer: torch.optim.Optimizer, foreach: bool = True
     for group in optimizer.param_groups:
         if group.get("foreach") is None and not group.get("fused"):
             group["foreach"] = foreach
+
+
+def make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Module) -> torch.optim.Optimizer:
+    """The optimizer the traced step runs: the model file's ``optimizer(params)`` when it defines one (with the
+    implementation ``options`` names forced where it can be), else ``options.optimizer`` built by name.
+
+    Raises:
+        UserCodeError: the model has no trainable parameters, or ``optimizer()`` returned no optimizer.
+    """
+    if not any(p.requires_grad for p in model.parameters()):
+        raise UserCodeError(
+            f"{source.name} has no trainable parameters: there is no training step to profile.",
+            hint="Check that model() returns the module to train and that its parameters require grad.",
+        )
+    if source.optimizer_fn is None:
+        return build_optimizer(options.optimizer, model.parameters(), impl=options.optimizer_impl)
+    optimizer = call_user(source.optimizer_fn, model.parameters(), what="optimizer()", user_file=source.user_file)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise UserCodeError(
+            f"optimizer() in {source.origin} returned {type(optimizer).__name__}, expected a torch.optim.Optimizer.",
+            hint="Return e.g. `torch.optim.AdamW(params, lr=1e-4)`.",
+        )
+    if options.optimizer_impl != "fused":  # fused is the constructor's choice; it cannot be switched on later
+        force_foreach_default(optimizer, options.optimizer_impl == "foreach")
+    return optimizer

@@ -10,15 +10,13 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 from torch._guards import detect_fake_mode
 from torch.utils._pytree import tree_iter
-from torch.utils.flop_counter import FlopCounterMode
 
 import autoshard
 from autoshard.errors import UserCodeError
@@ -26,7 +24,6 @@ from autoshard.models.hf_build import kv_cache_off
 from autoshard.models.source import (
     ModelSource,
     call_model,
-    call_user,
     cast_floats,
     default_loss,
 )
@@ -36,11 +33,19 @@ from autoshard.profiler.build_constants import fake_leftovers, real_schedules
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
 from autoshard.profiler.collection import gc_paused, older_objects_frozen, warm_up_checkpoint
 from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
-from autoshard.profiler.op_census import CensusCounter, OpCensus
-from autoshard.profiler.optimizers import build_optimizer, force_foreach_default
+from autoshard.profiler.op_census import CensusCounter
+from autoshard.profiler.optimizers import make_optimizer
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.precision_cast import cast_floating_tensors, fake_module_conversions
-from autoshard.profiler.result import BlockProfile, MemoryBreakdown, ModelProfile
+from autoshard.profiler.result import MemoryBreakdown, ModelProfile
+from autoshard.profiler.step_facts import (
+    StepFacts,
+    block_profiles,
+    flops_by_module,
+    unique_params,
+    unique_storages,
+    unused_modules,
+)
 from autoshard.profiler.timeline import Timeline
 from autoshard.profiler.tracker import Category, MemoryTracker, PeakSnapshot
 
@@ -49,23 +54,6 @@ STEPS = 2
 the steady state whose memory is reported."""
 UNUSED_NAMES_SHOWN = 4
 """Unused modules a profile names (:attr:`ModelProfile.unused_modules`); the count covers them all."""
-
-
-@dataclass(slots=True)
-class _StepFacts:
-    """What the step loop measures besides the tracker's peak."""
-
-    gradient_bytes: int = 0
-    optimizer_state_bytes: int = 0
-    forward_flops: int = 0
-    total_flops: int = 0
-    block_activation_bytes: dict[str, int] = field(default_factory=dict)
-    block_forward_flops: dict[str, int] = field(default_factory=dict)
-    block_total_flops: dict[str, int] = field(default_factory=dict)
-    census: OpCensus | None = None
-    optimizer_census: OpCensus | None = None
-    unused: dict[str, nn.Parameter] = field(default_factory=dict)
-    """Trainable parameters, by name, still without a gradient after the last step's backward."""
 
 
 def trace(source: ModelSource, options: ProfileOptions, *, fake: bool = True) -> ModelProfile:
@@ -146,7 +134,7 @@ def trace_timelines(
         model.train()
         blocks = find_repeated_blocks(model)
         with real_schedules():  # bitsandbytes builds its quantization maps with torch.linspace(...).tolist()
-            optimizer = _make_optimizer(source, options, model)
+            optimizer = make_optimizer(source, options, model)
         tracker = MemoryTracker(gpu.round_allocation_bytes if options.target == "cuda" else None,
                                 record_events=record)
         tracker.norm_stats_fp32 = "always" if options.target == "cuda" else "mixed"
@@ -179,22 +167,22 @@ def trace_timelines(
 
 def _profile(source: ModelSource, options: ProfileOptions, seq_len: int | None, model: nn.Module,
              blocks: RepeatedBlocks | None, peak: PeakSnapshot, phase_peaks: dict[str, PeakSnapshot],
-             facts: _StepFacts, seconds: float) -> ModelProfile:
+             facts: StepFacts, seconds: float) -> ModelProfile:
     """The profile of a traced step: the model, the tracker's peaks, the step's facts."""
-    params = _unique_storages(p for p in model.parameters())
-    trainable = _unique_params(p for p in model.parameters() if p.requires_grad)
+    params = unique_storages(p for p in model.parameters())
+    trainable = unique_params(p for p in model.parameters() if p.requires_grad)
     param_bytes = sum(s.nbytes() for s in params.values())
-    buffer_bytes = sum(s.nbytes() for s in _unique_storages(model.buffers()).values())
+    buffer_bytes = sum(s.nbytes() for s in unique_storages(model.buffers()).values())
     overheads = gpu.overheads() if options.target == "cuda" else ()
     in_allocator = sum(o.bytes for o in overheads if o.in_allocator)
     accumulation = options.grad_accumulation
-    block_profiles = _block_profiles(model, blocks, facts)
+    blocks_traced = block_profiles(model, blocks, facts)
     return ModelProfile(
         model=source.name,
         source_kind=source.kind,
         options=options,
         seq_len=seq_len,
-        parameter_count=sum(p.numel() for p in _unique_params(model.parameters()).values()),
+        parameter_count=sum(p.numel() for p in unique_params(model.parameters()).values()),
         trainable_parameter_count=sum(p.numel() for p in trainable.values()),
         parameter_bytes=param_bytes,
         gradient_bytes=facts.gradient_bytes,
@@ -212,7 +200,7 @@ def _profile(source: ModelSource, options: ProfileOptions, seq_len: int | None, 
         tokens_per_step=None if seq_len is None else options.batch_size * seq_len * accumulation,
         samples_per_step=options.batch_size * accumulation,
         block_classes=() if blocks is None else blocks.class_names,
-        blocks=block_profiles,
+        blocks=blocks_traced,
         gpu_model=gpu.MODELLED if options.target == "cuda" else (),
         extrapolated_from_layers=None,
         trace_seconds=seconds,
@@ -268,10 +256,10 @@ def _run_steps(
     *,
     semantics: gpu.CudaSemanticsLike | None,
     warm: bool = True,
-) -> _StepFacts:
+) -> StepFacts:
     """Run the steps on a built model (checkpointing already applied): the unmeasured first step when ``warm``,
     then the measured one."""
-    facts = _StepFacts()
+    facts = StepFacts()
     loss_fn = source.loss_fn or default_loss
     names = {id(m): n for n, m in model.named_modules()}
     block_names = set(blocks.names) if blocks else set()
@@ -346,12 +334,12 @@ def _run_steps(
                     if flops_fwd is not None and flops_total is not None:  # they exist exactly when count
                         facts.forward_flops = flops_fwd.get_total_flops()
                         facts.total_flops = flops_total.get_total_flops()
-                        facts.block_forward_flops = _flops_by_module(flops_fwd, model)
+                        facts.block_forward_flops = flops_by_module(flops_fwd, model)
                         if isinstance(flops_total, CensusCounter):
                             facts.census = flops_total.census()
                             facts.block_total_flops = dict(flops_total.block_flops)
                         else:
-                            facts.block_total_flops = _flops_by_module(flops_total, model)
+                            facts.block_total_flops = flops_by_module(flops_total, model)
                 facts.gradient_bytes = tracker.totals[Category.GRADIENTS]
                 facts.unused = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
                 tracker.phase = "optimizer"
@@ -434,25 +422,6 @@ def _describe(obj: Any) -> str:
     return f"a {type(obj).__name__}"
 
 
-def _make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Module) -> torch.optim.Optimizer:
-    if not any(p.requires_grad for p in model.parameters()):
-        raise UserCodeError(
-            f"{source.name} has no trainable parameters: there is no training step to profile.",
-            hint="Check that model() returns the module to train and that its parameters require grad.",
-        )
-    if source.optimizer_fn is None:
-        return build_optimizer(options.optimizer, model.parameters(), impl=options.optimizer_impl)
-    optimizer = call_user(source.optimizer_fn, model.parameters(), what="optimizer()", user_file=source.user_file)
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise UserCodeError(
-            f"optimizer() in {source.origin} returned {type(optimizer).__name__}, expected a torch.optim.Optimizer.",
-            hint="Return e.g. `torch.optim.AdamW(params, lr=1e-4)`.",
-        )
-    if options.optimizer_impl != "fused":  # fused is the constructor's choice; it cannot be switched on later
-        force_foreach_default(optimizer, options.optimizer_impl == "foreach")
-    return optimizer
-
-
 def checkpointing_of(options: ProfileOptions) -> ActivationCheckpointing:
     """``options.checkpointing``, typed (``ProfileOptions`` makes it a :class:`ActivationCheckpointing`)."""
     return parse_checkpointing(options.checkpointing)
@@ -487,73 +456,3 @@ def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.
         block.forward = forward
 
 
-def _flops_by_module(counter: FlopCounterMode, model: nn.Module) -> dict[str, int]:
-    """FLOPs per module FQN (FlopCounterMode keys are ``RootClass.fqn``)."""
-    prefix = type(model).__name__ + "."
-    out = {}
-    for key, by_op in counter.get_flop_counts().items():
-        if key.startswith(prefix):
-            out[key[len(prefix) :]] = sum(by_op.values())
-    return out
-
-
-def _block_profiles(model: nn.Module, blocks: RepeatedBlocks | None, facts: _StepFacts) -> tuple[BlockProfile, ...]:
-    if blocks is None:
-        return ()
-    out = []
-    for name in blocks.names:
-        module = model.get_submodule(name)
-        params = list(_unique_params(module.parameters()).values())
-        fwd = facts.block_forward_flops.get(name, 0)
-        out.append(
-            BlockProfile(
-                name=name,
-                parameters=sum(p.numel() for p in params),
-                parameter_bytes=sum(p.numel() * p.element_size() for p in params),
-                activation_bytes=facts.block_activation_bytes.get(name, 0),
-                forward_flops=fwd,
-                backward_flops=facts.block_total_flops.get(name, 0) - fwd,
-            )
-        )
-    return tuple(out)
-
-
-def _unique_params(params: Iterator[nn.Parameter] | Any) -> dict[int, nn.Parameter]:
-    return {id(p): p for p in params}
-
-
-def _unique_storages(tensors: Iterator[torch.Tensor] | Any) -> dict[int, torch.UntypedStorage]:
-    out: dict[int, torch.UntypedStorage] = {}
-    for t in tensors:
-        s = t.untyped_storage()
-        out[id(s)] = s
-    return out
-
-
-def unused_modules(model: nn.Module, unused: set[str]) -> tuple[str, ...]:
-    """Name the unused trainable parameters briefly: the outermost module whose trainable parameters are all
-    in ``unused``, else the parameter itself, in module order.
-
-    Example:
-        >>> net = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)))
-        >>> unused_modules(net, {"0.bias", "1.0.weight", "1.0.bias", "1.1.weight", "1.1.bias"})
-        ('0.bias', '1')
-    """
-    if not unused:
-        return ()
-    total: dict[str, int] = {}
-    idle: dict[str, int] = {}
-    names = [n for n, p in model.named_parameters() if p.requires_grad]
-    for name in names:
-        parts = name.split(".")
-        for i in range(1, len(parts)):
-            prefix = ".".join(parts[:i])
-            total[prefix] = total.get(prefix, 0) + 1
-            idle[prefix] = idle.get(prefix, 0) + (name in unused)
-    out: dict[str, None] = {}
-    for name in names:
-        if name in unused:
-            parts = name.split(".")
-            whole = (".".join(parts[:i]) for i in range(1, len(parts)))
-            out[next((m for m in whole if idle[m] == total[m]), name)] = None
-    return tuple(out)

@@ -30,7 +30,7 @@ from autoshard.models import load_source
 from autoshard.models.source import ModelSource, call_model, default_loss
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.scaling import profile_source
-from autoshard.profiler.trace import unused_modules
+from autoshard.profiler.step_facts import unused_modules
 from tests.benchmark_scripts import load
 
 REPO = Path(__file__).resolve().parents[2]

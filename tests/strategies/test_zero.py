@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import importlib.util
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -688,9 +689,9 @@ def test_checkpointing_prices_zero3s_hooks_again_for_each_module_of_a_checkpoint
     assert not any("recomputation" in n for n in plain.notes)
 
 
-def zero3_hooked_modules(*, rank: int, world_size: int, config: dict[str, Any]) -> list[int]:
-    """One forward of a ZeRO-3 engine on CPU over a transformers model built from ``config``: the largest own
-    parameter (0: none) of each module DeepSpeed's pre-forward hook ran for."""
+def _zero3_engine(rank: int, world_size: int, config: dict[str, Any]) -> tuple[Any, Any]:
+    """A transformers model built from ``config`` and a ZeRO-3 engine over it, on CPU with gloo (in a rank
+    process of :func:`tests.strategies.gloo_harness.run_gloo`)."""
     import os
 
     os.environ["DS_ACCELERATOR"] = "cpu"
@@ -704,15 +705,30 @@ def zero3_hooked_modules(*, rank: int, world_size: int, config: dict[str, Any]) 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config={
         "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}})
+    return model, engine
+
+
+def _count_forward_hooks(engine: Any, record: Callable[[Any], None]) -> None:
+    """Call ``record(module)`` each time DeepSpeed's pre-forward hook runs for a module."""
     offload = engine.optimizer.parameter_offload
-    seen: list[int] = []
     hook = offload.pre_sub_module_forward_function
 
-    def counted(module: torch.nn.Module) -> None:
-        seen.append(max((p.ds_numel for p in module.parameters(recurse=False)), default=0))
+    def counted(module: Any) -> None:
+        record(module)
         hook(module)
 
     offload.pre_sub_module_forward_function = counted
+
+
+def zero3_hooked_modules(*, rank: int, world_size: int, config: dict[str, Any]) -> list[int]:
+    """One forward of a ZeRO-3 engine on CPU over a transformers model built from ``config``: the largest own
+    parameter (0: none) of each module DeepSpeed's pre-forward hook ran for."""
+    import torch
+
+    _, engine = _zero3_engine(rank, world_size, config)
+    seen: list[int] = []
+    _count_forward_hooks(engine, lambda m: seen.append(max((p.ds_numel for p in m.parameters(recurse=False)),
+                                                           default=0)))
     engine(torch.zeros(1, 8, dtype=torch.long))
     engine.destroy()
     return seen
@@ -722,39 +738,21 @@ def zero3_forward_hooks_per_step(*, rank: int, world_size: int, config: dict[str
     """Two training steps of a ZeRO-3 engine on CPU over a transformers model built from ``config``, the second
     with every repeated block checkpointed as ``fit()`` checkpoints them: the modules DeepSpeed's pre-forward hook
     ran for in each step's forward + backward, by name."""
-    import os
-
-    os.environ["DS_ACCELERATOR"] = "cpu"
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_SIZE=str(world_size))
-    import deepspeed
     import torch
-    import transformers
 
     from autoshard.profiler.blocks import find_repeated_blocks
     from autoshard.runtime.activation_checkpointing import checkpoint_blocks
 
-    deepspeed.init_distributed(dist_backend="gloo")
-    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+    model, engine = _zero3_engine(rank, world_size, config)
     names = {id(m): n for n, m in model.named_modules()}
     blocks = find_repeated_blocks(model)
     assert blocks is not None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config={
-        "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}})
-    offload = engine.optimizer.parameter_offload
     seen: list[str] = []
-    hook = offload.pre_sub_module_forward_function
-
-    def counted(module: torch.nn.Module) -> None:
-        seen.append(names[id(module)])
-        hook(module)
-
-    offload.pre_sub_module_forward_function = counted
+    _count_forward_hooks(engine, lambda m: seen.append(names[id(m)]))
     ids = torch.zeros(1, 8, dtype=torch.long)
     steps = {}
     for name in ("plain", "checkpointed"):
         if name == "checkpointed":
-            model.train()
             assert checkpoint_blocks(model, blocks.names) == len(blocks.names)
         seen.clear()
         engine.backward(engine(ids, labels=ids).loss)
@@ -762,6 +760,16 @@ def zero3_forward_hooks_per_step(*, rank: int, world_size: int, config: dict[str
         steps[name] = list(seen)
     engine.destroy()
     return steps
+
+
+def _meta_model(arch: str) -> Any:
+    """:data:`TINY_TRANSFORMERS`' ``arch`` built on the meta device."""
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**TINY_TRANSFORMERS[arch]))
 
 
 TINY_TRANSFORMERS = {
@@ -779,16 +787,13 @@ def test_the_module_census_is_what_zero3_hooks_less_what_the_forward_skips(arch:
     # a forward can run. What a real engine's hooks ran for, on transformers' own architectures, plus the modules
     # a plain forward never calls (GPT-2's attention dropout under SDPA), is the census.
     import torch
-    import transformers
 
     from autoshard.strategies.workload import module_census
     from tests.strategies.gloo_harness import run_gloo
 
     (hooked,) = run_gloo("tests.strategies.test_zero:zero3_hooked_modules", world_size=1, timeout_s=240,
                          kwargs={"config": TINY_TRANSFORMERS[arch]})
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(
-            transformers.AutoConfig.for_model(**TINY_TRANSFORMERS[arch]))
+    model = _meta_model(arch)
     ran: set[int] = set()
     handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, _: ran.add(id(m)))
     try:
@@ -812,7 +817,6 @@ def test_checkpointing_runs_zero3s_forward_hooks_again_on_the_modules_of_each_bl
     import collections
 
     import torch
-    import transformers
 
     from autoshard.profiler.blocks import find_repeated_blocks
     from autoshard.strategies.workload import module_blocks, module_census
@@ -820,9 +824,7 @@ def test_checkpointing_runs_zero3s_forward_hooks_again_on_the_modules_of_each_bl
 
     (steps,) = run_gloo("tests.strategies.test_zero:zero3_forward_hooks_per_step", world_size=1, timeout_s=240,
                         kwargs={"config": TINY_TRANSFORMERS[arch]})
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(
-            transformers.AutoConfig.for_model(**TINY_TRANSFORMERS[arch]))
+    model = _meta_model(arch)
     blocks = find_repeated_blocks(model)
     assert blocks is not None
     in_block = {name for name, _ in model.named_modules()

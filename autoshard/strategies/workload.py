@@ -336,11 +336,16 @@ def module_census(module: nn.Module) -> tuple[int, ...]:
         >>> module_census(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.ModuleList([nn.LayerNorm(3)])))
         (0, 12, 0, 3)
     """
+    return tuple(max((p.numel() for p in m.parameters(recurse=False)), default=0) for _, m in _runnable(module))
+
+
+def _runnable(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``module``'s modules by name, in module order, less the containers that have no forward
+    (``ModuleList``, ``ModuleDict``, ``ParameterList``, ``ParameterDict``)."""
     from torch import nn
 
     containers = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
-    return tuple(max((p.numel() for p in m.parameters(recurse=False)), default=0)
-                 for _, m in module.named_modules() if not isinstance(m, containers))
+    return [(name, m) for name, m in module.named_modules() if not isinstance(m, containers)]
 
 
 def module_blocks(module: nn.Module, block_names: Sequence[str]) -> tuple[int, ...]:
@@ -349,18 +354,13 @@ def module_blocks(module: nn.Module, block_names: Sequence[str]) -> tuple[int, .
 
     Example:
         >>> from torch import nn
-        >>> m = nn.Sequential(nn.Linear(4, 4), nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.ReLU())] * 1))
+        >>> m = nn.Sequential(nn.Linear(4, 4), nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.ReLU())]))
         >>> module_census(m), module_blocks(m, ["1.0"])
         ((0, 16, 0, 16, 0), (-1, -1, 0, 0, 0))
     """
-    from torch import nn
-
     index = {name: i for i, name in enumerate(block_names)}
-    containers = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
     out = []
-    for name, m in module.named_modules():
-        if isinstance(m, containers):
-            continue
+    for name, _ in _runnable(module):
         parts = name.split(".") if name else []
         prefixes = (".".join(parts[:k]) for k in range(len(parts), 0, -1))
         out.append(next((index[p] for p in prefixes if p in index), -1))

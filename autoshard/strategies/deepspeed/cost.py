@@ -263,7 +263,7 @@ def _engine_host(workload: Workload, settings: ZeroSettings, checkpointing: bool
     def kind(n: int) -> str:
         return "gathered" if n > threshold else "persistent" if n > 0 else "parameterless"
 
-    counts = {k: 0 for k in ZERO3_MODULE_KINDS}
+    counts = dict.fromkeys(ZERO3_MODULE_KINDS, 0)
     for n in census:
         counts[kind(n)] += 1
     costs_s = {"gathered": per, **ZERO3_MODULE_HOST_S}
@@ -272,19 +272,19 @@ def _engine_host(workload: Workload, settings: ZeroSettings, checkpointing: bool
     notes = [f"ZeRO-3 engine on the host: hooks on every module ({parts}; fetch, release, the outputs wrapped for "
              f"backward, gradient partitioning; measured, docs/benchmarks/zero3_host.md): {seconds * 1e3:.3g} ms per "
              "step beside the kernel launches"]
-    chosen = (checkpointed_block_indices(workload.checkpoint_mode, len(workload.block_parameter_counts))
-              if checkpointing and len(workload.module_blocks) == len(census) else frozenset())
-    again = {k: 0 for k in ZERO3_MODULE_KINDS}
-    for n, block in zip(census, workload.module_blocks, strict=False):
-        if block in chosen:
-            again[kind(n)] += 1
-    if any(again.values()):
+    if checkpointing and len(workload.module_blocks) == len(census):  # not known: not priced
+        chosen = checkpointed_block_indices(workload.checkpoint_mode, len(workload.block_parameter_counts))
+        again = dict.fromkeys(ZERO3_MODULE_KINDS, 0)
+        for n, block in zip(census, workload.module_blocks, strict=True):
+            if block in chosen:
+                again[kind(n)] += 1
         recompute_s = sum(again[k] * ZERO3_RECOMPUTE_HOST_S[k] for k in again)
-        seconds += recompute_s
-        parts = ", ".join(f"{again[k]:,} {k} x {ZERO3_RECOMPUTE_HOST_S[k] * 1e3:.3g} ms" for k in again)
-        notes.append(f"ZeRO-3's forward hooks again in the recomputation of the {len(chosen):,} checkpointed "
-                     f"blocks ({parts}; measured, docs/benchmarks/zero3_recompute.md): {recompute_s * 1e3:.3g} ms "
-                     "more on the host")
+        if recompute_s:
+            seconds += recompute_s
+            parts = ", ".join(f"{again[k]:,} {k} x {ZERO3_RECOMPUTE_HOST_S[k] * 1e3:.3g} ms" for k in again)
+            notes.append(f"ZeRO-3's forward hooks again in the recomputation of the {len(chosen):,} checkpointed "
+                         f"blocks ({parts}; measured, docs/benchmarks/zero3_recompute.md): "
+                         f"{recompute_s * 1e3:.3g} ms more on the host")
     return seconds, notes
 
 

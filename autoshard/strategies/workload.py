@@ -28,9 +28,10 @@ from autoshard.profiler.options import Float32MatmulPrecision, OptimizerImpl, Pr
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
 from autoshard.profiler.timeline import lines_up, non_state_peaks, phase_peaks
+from autoshard.strategies.module_census import module_blocks, module_census
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from torch import nn
 
@@ -207,12 +208,13 @@ class Workload:
     module_largest_parameters: tuple[int, ...] = ()
     """For each module a forward can run (every module but the ``ModuleList`` / ``ModuleDict`` containers), in
     module order, the element count of its largest own parameter, 0 for a module that owns none
-    (:func:`module_census`): what ZeRO-3's hooks, registered on every module, cost depends on. Empty: not known (a
-    workload written down), priced by the gathered parameter tensors alone."""
+    (:func:`~autoshard.strategies.module_census.module_census`): what ZeRO-3's hooks, registered on every module,
+    cost depends on. Empty: not known (a workload written down), priced by the gathered parameter tensors alone."""
     module_blocks: tuple[int, ...] = ()
     """For each module of :attr:`module_largest_parameters`, in the same order, the index of the repeated block it
     lies in (the block itself included; the order of :attr:`block_parameter_counts`), -1 outside every block
-    (:func:`module_blocks`): the modules whose forward activation checkpointing runs again. Empty: not known."""
+    (:func:`~autoshard.strategies.module_census.module_blocks`): the modules whose forward activation checkpointing
+    runs again. Empty: not known."""
 
     @property
     def checkpointing_choices(self) -> tuple[bool, ...]:
@@ -325,59 +327,6 @@ def parameter_layout(module: nn.Module) -> tuple[tuple[int, ...], RepeatedBlocks
             for n in blocks.names
         )
     return tuple(numels), blocks, block_counts
-
-
-def module_census(module: nn.Module) -> tuple[int, ...]:
-    """:attr:`Workload.module_largest_parameters` of ``module``: per module in module order, its largest own
-    parameter's element count (0: none), the containers that have no forward left out.
-
-    Example:
-        >>> from torch import nn
-        >>> module_census(nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.ModuleList([nn.LayerNorm(3)])))
-        (0, 12, 0, 3)
-    """
-    return tuple(max((p.numel() for p in m.parameters(recurse=False)), default=0) for _, m in _runnable(module))
-
-
-def _runnable(module: nn.Module) -> list[tuple[str, nn.Module]]:
-    """``module``'s modules by name, in module order, less the containers that have no forward
-    (``ModuleList``, ``ModuleDict``, ``ParameterList``, ``ParameterDict``)."""
-    from torch import nn
-
-    containers = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)
-    return [(name, m) for name, m in module.named_modules() if not isinstance(m, containers)]
-
-
-def module_blocks(module: nn.Module, block_names: Sequence[str]) -> tuple[int, ...]:
-    """:attr:`Workload.module_blocks` of ``module``: for each module :func:`module_census` lists, in its order, the
-    index in ``block_names`` of the block it lies in (a block counts as lying in itself), -1 outside them all.
-
-    Example:
-        >>> from torch import nn
-        >>> m = nn.Sequential(nn.Linear(4, 4), nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.ReLU())]))
-        >>> module_census(m), module_blocks(m, ["1.0"])
-        ((0, 16, 0, 16, 0), (-1, -1, 0, 0, 0))
-    """
-    index = {name: i for i, name in enumerate(block_names)}
-    out = []
-    for name, _ in _runnable(module):
-        parts = name.split(".") if name else []
-        prefixes = (".".join(parts[:k]) for k in range(len(parts), 0, -1))
-        out.append(next((index[p] for p in prefixes if p in index), -1))
-    return tuple(out)
-
-
-def checkpointed_block_indices(checkpointing: ActivationCheckpointing, blocks: int) -> frozenset[int]:
-    """The indices of the ``blocks`` repeated blocks that ``checkpointing`` wraps (:meth:`ActivationCheckpointing.
-    checkpointed`, by position).
-
-    Example:
-        >>> from autoshard.profiler.checkpointing import ActivationCheckpointing
-        >>> sorted(checkpointed_block_indices(ActivationCheckpointing("every", 2), 5))
-        [1, 3]
-    """
-    names = [str(i) for i in range(blocks)]
-    return frozenset(int(n) for n in checkpointing.checkpointed(names))
 
 
 TraceKey = tuple[Precision, bool, bool]

@@ -665,7 +665,7 @@ def test_checkpointing_prices_zero3s_hooks_again_for_each_module_of_a_checkpoint
     # included: tiny-llama's step at micro-batch 1 is host-bound, so its compute time grows by exactly those
     # modules' second round (the census tells which modules lie in which block; every-2 picks every 2nd block).
     from autoshard.strategies.deepspeed.cost import ZERO3_RECOMPUTE_HOST_S
-    from autoshard.strategies.workload import checkpointed_block_indices
+    from autoshard.strategies.module_census import checkpointed_block_indices
 
     workload = dataclasses.replace(conformance.workloads()["tiny-llama"], checkpoint_mode=mode)
     hw = load_hardware("dgx-h100")
@@ -788,7 +788,7 @@ def test_the_module_census_is_what_zero3_hooks_less_what_the_forward_skips(arch:
     # a plain forward never calls (GPT-2's attention dropout under SDPA), is the census.
     import torch
 
-    from autoshard.strategies.workload import module_census
+    from autoshard.strategies.module_census import module_census
     from tests.strategies.gloo_harness import run_gloo
 
     (hooked,) = run_gloo("tests.strategies.test_zero:zero3_hooked_modules", world_size=1, timeout_s=240,
@@ -819,7 +819,7 @@ def test_checkpointing_runs_zero3s_forward_hooks_again_on_the_modules_of_each_bl
     import torch
 
     from autoshard.profiler.blocks import find_repeated_blocks
-    from autoshard.strategies.workload import module_blocks, module_census
+    from autoshard.strategies.module_census import module_blocks, module_census
     from tests.strategies.gloo_harness import run_gloo
 
     (steps,) = run_gloo("tests.strategies.test_zero:zero3_forward_hooks_per_step", world_size=1, timeout_s=240,

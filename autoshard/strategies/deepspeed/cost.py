@@ -41,7 +41,8 @@ from autoshard.strategies.deepspeed.memory import (
     model_dtype_bytes,
     state_bytes_per_parameter,
 )
-from autoshard.strategies.workload import Workload, checkpointed_block_indices, compute_dtype, tf32_matmuls
+from autoshard.strategies.module_census import checkpointed_block_indices
+from autoshard.strategies.workload import Workload, compute_dtype, tf32_matmuls
 
 CPU_ADAM_PARAMETERS_PER_S = 1.0e9
 """``DeepSpeedCPUAdam`` (AVX, fp32) on one thread: 0.4-2.3e9 parameters/s, about 1e9 typical, measured with

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+import _published_clocks
 import _published_ranking
 
 HALVES = ("fit", "held_out")
@@ -120,6 +121,7 @@ def markdown(report: dict[str, Any]) -> str:
           f"{_pct(s['throughput_median_error_pct'], signed=True)} | {_pct(s['throughput_median_abs_error_pct'])} |"
           for k, s in report["by_source"].items()], "",
         *_published_ranking.markdown(report.get("rankings", [])), "",
+        *_published_clocks.markdown(report.get("clocks", [])),
         "## Points", "",
         "| id | half | metric | published | predicted | error | fits | parameters | note |",
         "|---|---|---|---:|---:|---:|---|---:|---|",

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from autoshard.strategies.workload import Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared module beside this script, however it is loaded
+import _published_clocks
 import _published_ranking
 from _common import cpu_model
 from _published_report import HALVES, THROUGHPUT_METRICS, by_source, markdown, summarise, summary_lines
@@ -511,7 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{row['id']}: {row['status']} {shown if row['status'] == 'compared' else row['reason']}",
                   flush=True)
     report = {"meta": meta, "sources": data["sources"], "summary": summarise(rows), "by_source": by_source(rows),
-              "rankings": _published_ranking.rankings(points, rows, THROUGHPUT_METRICS), "rows": rows}
+              "rankings": _published_ranking.rankings(points, rows, THROUGHPUT_METRICS),
+              "clocks": _published_clocks.pairs(points, rows), "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "published.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     text = markdown(report)

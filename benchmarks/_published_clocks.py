@@ -93,7 +93,8 @@ def markdown(found: Sequence[dict[str, Any]]) -> list[str]:
         "and whatever differs between the early steps the engine timed and the rest; the DeepSpeed points' "
         "`loose` notes say what is known). autoshard prices the engine's span, so its error against the "
         "end-to-end clock carries the gap. Both rows are in the table above and in the summary.", "",
-        f"**{s['pairs']} pair{'' if s['pairs'] == 1 else 's'}**: the source's clocks differ by a median {s['gap_median_pct']:.1f} % (at most "
+        f"**{s['pairs']} pair{'' if s['pairs'] == 1 else 's'}**: the source's clocks differ by a median "
+        f"{s['gap_median_pct']:.1f} % (at most "
         f"{s['gap_max_pct']:.1f} %); autoshard's median |error| is {s['engine_median_abs_error_pct']:.1f} % "
         f"against the engine clock and {s['end_to_end_median_abs_error_pct']:.1f} % against the end-to-end "
         "clock.", "",

@@ -19,7 +19,8 @@ def clocks() -> ModuleType:
 def point(pid: str, metric: str, *, micro_batch: int = 3, settings: dict[str, Any] | None = None,
           source: str = "dse", strategy: str = "deepspeed_stage_1") -> dict[str, Any]:
     return {"id": pid, "source": source, "half": "held_out", "hardware": {"gpu": "v100-sxm-32gb", "gpus_per_node": 16},
-            "model": {"hf": "gpt2-large"}, "seq_len": 1024, "micro_batch": micro_batch, "global_batch": 16 * micro_batch,
+            "model": {"hf": "gpt2-large"}, "seq_len": 1024, "micro_batch": micro_batch,
+            "global_batch": 16 * micro_batch,
             "grad_accumulation": 1, "precision": "16-mixed", "optimizer": {"name": "adamw", "impl": "for-loop"},
             "strategy": {"autoshard": strategy, "activation_checkpointing": "none", "settings": settings or {}},
             "published": {"metric": metric}}

@@ -32,10 +32,11 @@ al. 2022, arXiv 2204.02311, appendix B: ``6·N + 12·L·H·Q·T`` per token coun
 Megatron-LM (Narayanan et al. 2021, arXiv 2104.04473, section 5.1: the ``s/6h`` term of
 ``96·B·s·l·h²·(1 + s/6h + V/16lh)`` is the full product), so throughput computed from these FLOPs compares
 with published MFU figures. A causal flash kernel skips the masked blocks and does about half the ``S × S``
-work. One difference remains: those conventions take the attention backward as 2 × forward, while the
-kernels' backward recomputes the scores (2.5 ×), and this count is of the work the kernels do (as it counts
-the recomputation of activation checkpointing). Per layer and sequence the step counts ``14·S²·H·d`` where
-PaLM counts ``12·S²·H·d``.
+work: the op census records that share (:func:`autoshard.profiler.op_census.causal_work_fraction`) for the
+step-time model to price, and leaves the count itself whole. One difference remains: those conventions take the
+attention backward as 2 × forward, while the kernels' backward recomputes the scores (2.5 ×), and this count is of
+the work the kernels do (as it counts the recomputation of activation checkpointing). Per layer and sequence the
+step counts ``14·S²·H·d`` where PaLM counts ``12·S²·H·d``.
 """
 
 from __future__ import annotations

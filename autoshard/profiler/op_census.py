@@ -11,8 +11,9 @@ Recorded while FLOPs are counted (forward and backward of the first step, :mod:`
   (Williams et al. 2009, "Roofline", CACM 52(4)); and by **alignment**: the largest power of two (at most 16)
   dividing every leading dimension and offset of the GEMM's operands and result, in elements (GPT-2's vocabulary
   of 50,257 makes its LM head's GEMMs 1-aligned; tensor-core GEMMs need 16-byte-aligned ones to run at their
-  rate, :func:`alignment`); each class keeps its FLOPs, the bytes its kernels read and write, and how many
-  kernels it took;
+  rate, :func:`alignment`); each class keeps its FLOPs, the FLOPs its kernels compute (less where a causal
+  attention kernel skips the blocks above the diagonal, :func:`causal_work_fraction`), the bytes its kernels read
+  and write, and how many kernels it took;
 * **memory-bound ops** (every other op that launches a kernel): the bytes their tensors read and write, by the
   size of one kernel's traffic (a power of two), with their kernel count;
 * the **kernel count** of the step, for a launch floor.
@@ -33,8 +34,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["ALIGNED", "CensusCounter", "MatmulClass", "MemoryClass", "OpCensus", "alignment", "dtype_name",
-           "size_class"]
+__all__ = ["ALIGNED", "ATTENTION_TILE", "CensusCounter", "MatmulClass", "MemoryClass", "OpCensus", "alignment",
+           "causal_work_fraction", "dtype_name", "size_class"]
 
 aten = torch.ops.aten
 
@@ -52,6 +53,31 @@ ALIGNED = 16
 """Alignment (elements) the census records at most: 16 elements are 16 bytes of fp8, 32 of bf16 / fp16, 64 of
 fp32, at least the 16 bytes tensor-core GEMMs need (NVIDIA, "Matrix Multiplication Background User's Guide",
 Tensor Core requirements: dimensions and leading dimensions multiples of 16 bytes)."""
+
+
+ATTENTION_TILE = 128
+"""Rows and columns of the score tile a fused attention kernel computes at once: FlashAttention-2's blocks of 128
+(T. Dao, "FlashAttention-2", arXiv 2307.08691, 2023, sec. 3.1 and 3.3: block sizes 64 or 128, 128 x 128 for the
+common head dimensions); the causal fraction below counts whole tiles."""
+
+
+def causal_work_fraction(q_len: int, k_len: int, tile: int = ATTENTION_TILE) -> float:
+    """The share of the ``q_len x k_len`` score tiles a causal fused-attention kernel computes: it skips the tiles
+    wholly above the diagonal and computes the others whole (Dao 2023, sec. 3.1.1: "we only need to compute about
+    half of the blocks"), forward and backward alike. With ``n`` tiles a side, ``(n + 1) / (2n)``: 0.5625 at 1,024
+    positions, 0.516 at 4,096; the kernels measured on an H200 (``docs/benchmarks/gpu_kernels.md``, bf16
+    4x32x4096x128) took 0.555 of the full kernel's time causal, the diagonal tiles' masking on top.
+
+    Example:
+        >>> causal_work_fraction(4096, 4096), causal_work_fraction(128, 128), causal_work_fraction(1024, 1024)
+        (0.515625, 1.0, 0.5625)
+    """
+    rows, cols = math.ceil(q_len / tile), math.ceil(k_len / tile)
+    if rows <= 0 or cols <= 0:
+        return 1.0
+    # Top-left aligned (torch's is_causal): row tile i sees the columns up to its last position.
+    computed = sum(min(cols, math.ceil(min(k_len, (i + 1) * tile) / tile)) for i in range(rows))
+    return computed / (rows * cols)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -87,11 +113,19 @@ class MatmulClass:
     """The largest power of two, at most :data:`ALIGNED`, dividing every leading dimension (and storage offset)
     of the kernels' operands and results, in elements (:func:`alignment`); convolutions and attention:
     :data:`ALIGNED`."""
+    work_flops: int | None = None
+    """FLOPs the kernels compute, where fewer than :attr:`flops` (which counts as torch's formulas and published
+    MFU figures do): a causal fused-attention kernel's (:func:`causal_work_fraction`). ``None``: :attr:`flops`."""
+
+    @property
+    def priced_flops(self) -> int:
+        """The FLOPs the kernels compute: what their time is priced by."""
+        return self.flops if self.work_flops is None else self.work_flops
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return {"kind": self.kind, "dtype": self.dtype, "min_dim": self.min_dim, "alignment": self.alignment,
-                "flops": self.flops, "bytes": self.bytes, "kernels": self.kernels}
+                "flops": self.flops, "work_flops": self.priced_flops, "bytes": self.bytes, "kernels": self.kernels}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -145,18 +179,19 @@ class OpCensus:
         mem: dict[int, list[int]] = {}
         for w, census in zip(weights, censuses, strict=True):
             for m in census.matmuls:
-                acc = mm.setdefault((m.kind, m.dtype, m.min_dim, m.alignment), [0, 0, 0])
+                acc = mm.setdefault((m.kind, m.dtype, m.min_dim, m.alignment), [0, 0, 0, 0])
                 acc[0] += w * m.flops
                 acc[1] += w * m.bytes
                 acc[2] += w * m.kernels
+                acc[3] += w * m.priced_flops
             for c in census.memory:
                 acc = mem.setdefault(c.size_bytes, [0, 0])
                 acc[0] += w * c.bytes
                 acc[1] += w * c.kernels
         return cls(
             matmuls=tuple(MatmulClass(kind=k, dtype=d, min_dim=n, alignment=a, flops=max(0, f), bytes=max(0, b),
-                                      kernels=max(0, c))
-                          for (k, d, n, a), (f, b, c) in sorted(mm.items()) if c > 0),
+                                      kernels=max(0, c), work_flops=None if wf == f else max(0, wf))
+                          for (k, d, n, a), (f, b, c, wf) in sorted(mm.items()) if c > 0),
             memory=tuple(MemoryClass(size_bytes=s, bytes=max(0, b), kernels=max(0, c))
                          for s, (b, c) in sorted(mem.items()) if c > 0),
         )
@@ -235,6 +270,32 @@ def _min_dim(kind: str, packet: Any, args: tuple[Any, ...], out: Any) -> int:
     return int(min(m, a.shape[-1], b.shape[-1]))
 
 
+def _argument(packet: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The value ``packet`` was called with for its schema argument ``name`` (its default if not passed; ``None``
+    if no overload has one)."""
+    for overload in packet.overloads():
+        names = [a.name for a in getattr(packet, overload)._schema.arguments]
+        if name in names:
+            i = names.index(name)
+            if name in kwargs:
+                return kwargs[name]
+            if i < len(args):
+                return args[i]
+            return getattr(packet, overload)._schema.arguments[i].default_value
+    return None
+
+
+def _work_flops(kind: str, packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], flops: int) -> int:
+    """The FLOPs a matmul-class kernel computes: ``flops``, but for a causal fused-attention kernel (the SDPA
+    kernels' ``is_causal``, forward and backward) the share of the score tiles it computes
+    (:func:`causal_work_fraction`) of its scores' part (all of it: the projections are other ops)."""
+    if kind != "attention" or not _argument(packet, "is_causal", args, kwargs):
+        return flops
+    t = [a for a in args if isinstance(a, torch.Tensor)]
+    q, k = (t[1], t[2]) if "backward" in packet.__name__ and len(t) > 2 else (t[0], t[1])
+    return round(flops * causal_work_fraction(int(q.shape[-2]), int(k.shape[-2])))
+
+
 def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     strides, step = [], 1
     for n in reversed(shape):
@@ -294,7 +355,7 @@ class CensusCounter(FlopCounterMode):
         decoder block's cross-attention input (the encoder's output, shared by every decoder block) keeps
         every decoder block open until the last one's backward, so each would count the backward of all the
         blocks after it."""
-        self._mm: dict[tuple[str, str, int, int], list[int]] = {}
+        self._mm: dict[tuple[str, str, int, int], list[int]] = {}  # flops, bytes, kernels, work flops
         self._mem: dict[int, list[int]] = {}
         self._no_kernel: dict[Any, bool] = {}
         self._written: dict[Any, tuple[frozenset[int], frozenset[str]]] = {}
@@ -313,10 +374,11 @@ class CensusCounter(FlopCounterMode):
             first = next(iter(_tensors(args)), None)
             dtype = dtype_name(first.dtype) if first is not None else "unknown"
             key = (kind, dtype, size_class(_min_dim(kind, func_packet, args, out)), alignment(kind, args, out))
-            acc = self._mm.setdefault(key, [0, 0, 0])
+            acc = self._mm.setdefault(key, [0, 0, 0, 0])
             acc[0] += flops
             acc[1] += _nbytes(args) + _nbytes((out,))
             acc[2] += 1
+            acc[3] += _work_flops(kind, func_packet, args, kwargs, flops)
             return out
         if self._launches_no_kernel(func_packet):
             return out
@@ -355,8 +417,9 @@ class CensusCounter(FlopCounterMode):
     def census(self) -> OpCensus:
         """The census of everything run under this counter so far."""
         return OpCensus(
-            matmuls=tuple(MatmulClass(kind=k, dtype=d, min_dim=n, alignment=a, flops=f, bytes=b, kernels=c)
-                          for (k, d, n, a), (f, b, c) in sorted(self._mm.items())),
+            matmuls=tuple(MatmulClass(kind=k, dtype=d, min_dim=n, alignment=a, flops=f, bytes=b, kernels=c,
+                                      work_flops=None if w == f else w)
+                          for (k, d, n, a), (f, b, c, w) in sorted(self._mm.items())),
             memory=tuple(MemoryClass(size_bytes=s, bytes=b, kernels=c) for s, (b, c) in sorted(self._mem.items())),
         )
 

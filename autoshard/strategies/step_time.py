@@ -14,7 +14,10 @@ does not):
   ``unaligned_matmul`` (4- or 8-byte aligned) or ``unaligned_matmul_2b`` (2-byte) of that rate, where the profile
   has them: on an H200, GPT-2's LM head at its vocabulary of 50,257 takes 5.6 × the time of the same GEMM padded
   to 50,304, and 3.0 × at 50,258 or 50,260 (``docs/benchmarks/gpu_kernels.md``);
-* **attention** (the fused SDPA kernels): the same with ``attention``, the fraction flash attention reaches;
+* **attention** (the fused SDPA kernels): the same with ``attention``, the fraction flash attention reaches, over
+  the FLOPs the kernels compute: a causal kernel skips the score tiles above the diagonal
+  (:func:`autoshard.profiler.op_census.causal_work_fraction`: about half), while the step's FLOPs (and the TFLOP/s
+  and MFU computed from them) count the full scores, as published MFU figures do;
 * **memory-bound kernels** (elementwise, norms, softmax, casts, copies): ``max(bytes / (bandwidth · memory),
   kernels · floor)`` per size class;
 * **fp32 convolutions** run on TF32 tensor cores where the GPU has them: cuDNN may use TF32 for them by default
@@ -209,7 +212,7 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         aligned = alignment_factor(c, fractions)
         unaligned_flops += c.flops if aligned < 1 else 0
         rate = peak * _fraction(c.kind, priced, fractions) * aligned
-        t = max(c.flops * b / rate, 0.0 if hbm is None else c.bytes * b / hbm, c.kernels * floor_s)
+        t = max(c.priced_flops * b / rate, 0.0 if hbm is None else c.bytes * b / hbm, c.kernels * floor_s)
         if c.kind == "attention":
             attention_s += t
         else:

@@ -114,3 +114,39 @@ def test_the_optimizer_step_census_is_its_traffic_per_parameter(impl, per_parame
     assert extrapolated.extrapolated_from_layers
     assert extrapolated.optimizer_census == full.optimizer_census
     assert profile_source(source, options, count_flops=False).optimizer_census is None
+
+
+def _decoder_config(tmp_path, model_type: str):
+    import transformers
+
+    config = transformers.AutoConfig.for_model(model_type, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                               num_attention_heads=4, vocab_size=512, max_position_embeddings=2048)
+    config.architectures = [{"llama": "LlamaForCausalLM", "bert": "BertForMaskedLM"}[model_type]]
+    config.save_pretrained(tmp_path / model_type)
+    return str(tmp_path / model_type)
+
+
+@pytest.mark.parametrize(("model_type", "seq_len", "computed"), [("llama", 1024, 0.5625), ("bert", 512, 1.0)])
+def test_a_causal_attention_kernel_computes_the_tiles_up_to_the_diagonal(tmp_path, model_type, seq_len, computed):
+    """Llama's SDPA runs causal (the fused kernels skip the score tiles above the diagonal, forward and backward);
+    BERT's does not. Its FLOPs stay the full count, as torch's formulas and MFU figures have them."""
+    import autoshard
+    from autoshard.profiler.op_census import causal_work_fraction
+
+    profile = autoshard.profile(_decoder_config(tmp_path, model_type), batch_size=2, seq_len=seq_len,
+                                precision="bf16-mixed", target="cuda")
+    assert profile.census is not None
+    (attention,) = [m for m in profile.census.matmuls if m.kind == "attention"]
+    assert attention.kernels == 4  # two layers, forward and backward
+    assert attention.priced_flops == round(attention.flops * computed)
+    assert causal_work_fraction(seq_len, seq_len) == computed or model_type == "bert"
+    assert profile.census.matmul_flops == profile.forward_flops + profile.backward_flops
+
+
+def test_causal_fraction_counts_whole_tiles_top_left_aligned():
+    from autoshard.profiler.op_census import causal_work_fraction
+
+    assert causal_work_fraction(128, 128) == 1.0  # one tile, the diagonal's
+    assert causal_work_fraction(256, 256) == 0.75  # three of four
+    assert causal_work_fraction(256, 512) == 3 / 8  # queries see the first keys only (torch's is_causal)
+    assert causal_work_fraction(2**16, 2**16) == pytest.approx(0.5, abs=0.001)

@@ -59,6 +59,16 @@ def test_a_large_gemm_runs_at_the_profiles_achievable_matmul_rate():
 
 
 
+def test_a_causal_attention_kernel_is_priced_at_the_flops_it_computes():
+    gpu = _gpu()
+    full = MatmulClass(kind="attention", dtype="bf16", min_dim=128, flops=10**13, bytes=10**9, kernels=2)
+    causal = dataclasses.replace(full, work_flops=full.flops * 33 // 64)  # 4,096 positions: 33 of 64 tiles
+    at_full, at_causal = (step_time.estimate(OpCensus(matmuls=(c,)), 1, gpu) for c in (full, causal))
+    assert at_full is not None and at_causal is not None and gpu.achievable is not None
+    assert at_full.attention_s == pytest.approx(10**13 / (gpu.peak_tflops.bf16 * 1e12 * gpu.achievable.attention))
+    assert at_causal.attention_s == pytest.approx(at_full.attention_s * 33 / 64)
+    assert at_causal.flops == at_full.flops == 10**13  # the step's FLOPs (and MFU) count the full scores
+
 @pytest.mark.parametrize(("gpu_name", "conv_rate"), [("a100-sxm-80gb", "tf32"), ("v100-sxm-32gb", "fp32")])
 def test_fp32_convolutions_run_at_tf32_where_the_gpu_has_it_and_fp32_matmuls_do_not(gpu_name, conv_rate):
     """cuDNN may use TF32 for fp32 convolutions by default (torch.backends.cudnn.allow_tf32), cuBLAS not for fp32

@@ -4,13 +4,13 @@ Issue #16 asks, on a GPU, that the recommended strategy be the measured fastest 
 ``published_points.yaml`` already measured several configurations of one model on one machine (DeepSpeedExamples:
 DDP and each ZeRO stage; torchtitan: each activation-checkpointing mode): the same question can be put to their
 figures. A **group** is the compared throughput points of one source that share the GPU, the GPU count, the
-model, the sequence length, the precision, the optimizer and the metric (at least two of them): what a user
-gives ``recommend``, which chooses the rest (strategy, micro-batch, accumulation, checkpointing). Within a group
-autoshard's pick is the point it predicts fastest among those it predicts to fit (as ``recommend`` ranks
-candidates); points predicted within
-:data:`TIE_PCT` of the pick are ties, and the pick counts as the slowest of them by the published figures (a user
-could have been given any of them). The **loss** is how much slower the pick ran than the published fastest, in
-% of the fastest.
+model, the sequence length, the precision, the optimizer and the metric: what a user gives ``recommend``, which
+chooses the rest (strategy, micro-batch, accumulation, checkpointing), at least two configurations of it (one
+configuration published twice, as DeepSpeedExamples' hand-tuned and autotuned GPT-2 XL runs, is not a choice).
+Within a group autoshard's pick is the point it predicts fastest among those it predicts to fit (as ``recommend``
+ranks candidates); points predicted within :data:`TIE_PCT` of the pick are ties, and the pick counts as the
+slowest of them by the published figures (a user could have been given any of them). The **loss** is how much
+slower the pick ran than the published fastest, in % of the fastest.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ def _key(point: dict[str, Any]) -> str:
                        point["published"]["metric"]], sort_keys=True)
 
 
+def _configuration(point: dict[str, Any]) -> str:
+    """What a user (or ``recommend``) would choose within a group: strategy, its settings, checkpointing, batch."""
+    strategy = point.get("strategy", {})
+    return json.dumps([strategy.get("autoshard"), strategy.get("settings"), strategy.get("activation_checkpointing"),
+                       point.get("micro_batch"), point.get("global_batch"), point.get("grad_accumulation")],
+                      sort_keys=True)
+
+
 def rankings(points: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
              throughput_metrics: Sequence[str]) -> list[dict[str, Any]]:
     """One entry per group (see the module docstring): its points, the published fastest, autoshard's pick, the
@@ -44,7 +52,8 @@ def rankings(points: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
 
     Example:
         >>> pt = lambda i, mb: {"id": i, "source": "s", "half": "held_out", "seq_len": 1024, "model": {"hf": "m"},
-        ...                     "hardware": {"gpu": "g", "gpus_per_node": 8, "nodes": 1},
+        ...                     "hardware": {"gpu": "g", "gpus_per_node": 8, "nodes": 1}, "micro_batch": mb,
+        ...                     "precision": "bf16-mixed", "optimizer": {"name": "adamw"},
         ...                     "published": {"metric": "samples_per_s"}}
         >>> row = lambda i, pub, pred: {"id": i, "status": "compared", "metric": "samples_per_s", "published": pub,
         ...                             "predicted": pred, "prediction": {"fits": True}}
@@ -59,7 +68,7 @@ def rankings(points: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
             groups.setdefault(_key(point), []).append(point)
     out = []
     for members in groups.values():
-        if len(members) < 2:
+        if len({_configuration(p) for p in members}) < 2:  # one configuration measured twice is not a choice
             continue
         got = [by_id[p["id"]] for p in members]
         best = max(got, key=lambda r: r["published"])

@@ -20,9 +20,9 @@ def ranking() -> ModuleType:
 
 def point(pid: str, *, gpu: str = "a100-sxm-80gb", nodes: int = 1, seq_len: int = 1024, model: str = "m",
           metric: str = "samples_per_s", source: str = "s", precision: str = "bf16-mixed",
-          optimizer: str = "adamw") -> dict[str, Any]:
+          optimizer: str = "adamw", config: str | None = None) -> dict[str, Any]:
     return {"id": pid, "source": source, "half": "held_out", "seq_len": seq_len, "model": {"hf": model},
-            "precision": precision, "optimizer": {"name": optimizer},
+            "precision": precision, "optimizer": {"name": optimizer}, "strategy": {"autoshard": config or pid},
             "hardware": {"gpu": gpu, "gpus_per_node": 8, "nodes": nodes}, "published": {"metric": metric}}
 
 
@@ -85,3 +85,11 @@ def test_the_markdown_names_each_group_by_its_common_prefix(ranking) -> None:
     text = "\n".join(ranking.markdown(groups))
     assert "| dse-gpt2-… | held_out | samples_per_s | ddp-mb8, zero1-mb8 | zero1-mb8 | zero1-mb8 | — | 0.0 % |" in text
     assert "**1 of 1 groups within 5 %**" in text
+
+
+def test_one_configuration_published_twice_is_not_a_choice(ranking) -> None:
+    twice = [point("hand", config="zero1"), point("tuned", config="zero1")]
+    assert ranking.rankings(twice, [row("hand", 27.46, 38.0), row("tuned", 27.50, 38.0)], METRICS) == []
+    (g,) = ranking.rankings([*twice, point("z2", config="zero2")],
+                            [row("hand", 27.46, 38.0), row("tuned", 27.50, 38.0), row("z2", 20.0, 37.0)], METRICS)
+    assert g["points"] == ["hand", "tuned", "z2"] and g["published_best"] == "tuned"

@@ -16,16 +16,16 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+import _published_ranking
+
 END_TO_END, ENGINE = "samples_per_s", "engine_samples_per_s"
 
 
 def _key(point: dict[str, Any]) -> str:
-    """Everything that makes two points the same run, the metric aside."""
-    run = {k: v for k, v in point.items() if k in ("source", "hardware", "model", "seq_len", "micro_batch",
-                                                    "global_batch", "grad_accumulation", "precision")}
-    strategy = point["strategy"]
-    return json.dumps([run, point["optimizer"]["name"], point["optimizer"].get("impl"), strategy["autoshard"],
-                       strategy["activation_checkpointing"], strategy.get("settings", {})], sort_keys=True)
+    """Everything that makes two points the same run, the metric aside: what the user gave, what was chosen
+    (as the ranking groups them), and the optimizer's implementation."""
+    return json.dumps([_published_ranking.given(point), _published_ranking.configuration(point),
+                       point["optimizer"].get("impl")], sort_keys=True)
 
 
 def pairs(points: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -35,7 +35,8 @@ def pairs(points: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]]) -> l
     (``global_batch / end-to-end - global_batch / engine``).
 
     Example:
-        >>> pt = lambda i, metric: {"id": i, "source": "s", "hardware": {"gpu": "g"}, "model": {"hf": "m"},
+        >>> pt = lambda i, metric: {"id": i, "source": "s", "hardware": {"gpu": "g", "gpus_per_node": 8, "nodes": 1},
+        ...     "model": {"hf": "m"},
         ...     "seq_len": 8, "micro_batch": 1, "global_batch": 16, "grad_accumulation": 1, "precision": "16-mixed",
         ...     "optimizer": {"name": "adamw"}, "strategy": {"autoshard": "ddp", "activation_checkpointing": "none"},
         ...     "published": {"metric": metric}}

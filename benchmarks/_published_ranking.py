@@ -25,19 +25,23 @@ WITHIN_PCT = 5.0
 """Issue #16's bar: the pick's published throughput at most this far (%) below the published fastest."""
 
 
-def _key(point: dict[str, Any]) -> str:
+def given(point: dict[str, Any]) -> list[Any]:
+    """What a user gives ``recommend`` for a point's run: the source, the machine, the model, the sequence length,
+    the precision and the optimizer."""
     hw = point["hardware"]
-    return json.dumps([point["source"], hw["gpu"], hw["gpus_per_node"], hw["nodes"], point["model"],
-                       point["seq_len"], point["precision"], point["optimizer"]["name"],
-                       point["published"]["metric"]], sort_keys=True)
+    return [point["source"], hw["gpu"], hw["gpus_per_node"], hw["nodes"], point["model"], point["seq_len"],
+            point["precision"], point["optimizer"]["name"]]
 
 
-def _configuration(point: dict[str, Any]) -> str:
-    """What a user (or ``recommend``) would choose within a group: strategy, its settings, checkpointing, batch."""
+def _key(point: dict[str, Any]) -> str:
+    return json.dumps([*given(point), point["published"]["metric"]], sort_keys=True)
+
+
+def configuration(point: dict[str, Any]) -> list[Any]:
+    """What a user (or ``recommend``) would choose for a run: strategy, its settings, checkpointing, batch."""
     strategy = point.get("strategy", {})
-    return json.dumps([strategy.get("autoshard"), strategy.get("settings"), strategy.get("activation_checkpointing"),
-                       point.get("micro_batch"), point.get("global_batch"), point.get("grad_accumulation")],
-                      sort_keys=True)
+    return [strategy.get("autoshard"), strategy.get("settings"), strategy.get("activation_checkpointing"),
+            point.get("micro_batch"), point.get("global_batch"), point.get("grad_accumulation")]
 
 
 def rankings(points: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
@@ -68,7 +72,8 @@ def rankings(points: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]],
             groups.setdefault(_key(point), []).append(point)
     out = []
     for members in groups.values():
-        if len({_configuration(p) for p in members}) < 2:  # one configuration measured twice is not a choice
+        # one configuration measured twice is not a choice
+        if len({json.dumps(configuration(p), sort_keys=True) for p in members}) < 2:
             continue
         got = [by_id[p["id"]] for p in members]
         best = max(got, key=lambda r: r["published"])

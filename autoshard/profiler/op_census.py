@@ -251,10 +251,9 @@ def _kind(packet: Any) -> str:
 
 def _min_dim(kind: str, packet: Any, args: tuple[Any, ...], out: Any) -> int:
     """The smallest GEMM dimension of a matmul-class op (attention: the head dimension)."""
-    t = [a for a in args if isinstance(a, torch.Tensor)]
     if kind == "attention":
-        q = t[1] if "backward" in packet.__name__ and len(t) > 1 else t[0]  # backward: (grad_out, q, k, v, ...)
-        return int(q.shape[-1])
+        return int(_query_and_key(packet, args)[0].shape[-1])
+    t = [a for a in args if isinstance(a, torch.Tensor)]
     if kind == "conv":
         if "backward" in packet.__name__:  # convolution_backward(grad_out, input, weight, ...)
             grad_out, weight = t[0], t[2]
@@ -268,6 +267,13 @@ def _min_dim(kind: str, packet: Any, args: tuple[Any, ...], out: Any) -> int:
     if kind == "grouped" and a.dim() == 2 and b.dim() == 3:  # rows spread over G experts: M / G each on average
         m = max(1, m // b.shape[0])
     return int(min(m, a.shape[-1], b.shape[-1]))
+
+
+def _query_and_key(packet: Any, args: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """An attention op's query and key, ``(batch, heads, positions, head dim)``: its first two tensors, after the
+    output's gradient in backward (``(grad_out, q, k, v, ...)``)."""
+    t = [a for a in args if isinstance(a, torch.Tensor)]
+    return (t[1], t[2]) if "backward" in packet.__name__ and len(t) > 2 else (t[0], t[1])
 
 
 def _argument(packet: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -291,8 +297,7 @@ def _work_flops(kind: str, packet: Any, args: tuple[Any, ...], kwargs: dict[str,
     (:func:`causal_work_fraction`) of its scores' part (all of it: the projections are other ops)."""
     if kind != "attention" or not _argument(packet, "is_causal", args, kwargs):
         return flops
-    t = [a for a in args if isinstance(a, torch.Tensor)]
-    q, k = (t[1], t[2]) if "backward" in packet.__name__ and len(t) > 2 else (t[0], t[1])
+    q, k = _query_and_key(packet, args)
     return round(flops * causal_work_fraction(int(q.shape[-2]), int(k.shape[-2])))
 
 

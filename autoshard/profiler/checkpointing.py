@@ -66,17 +66,28 @@ class ActivationCheckpointing:
         return {"none": "no activation checkpointing", "full": "activation checkpointing",
                 "op": "op-selective activation checkpointing"}[self.mode]
 
-    def checkpointed(self, block_names: Sequence[str]) -> tuple[str, ...]:
+    def checkpointed(self, block_names: Sequence[str], positions: Sequence[int] | None = None) -> tuple[str, ...]:
         """The blocks this choice wraps, in order.
+
+        Args:
+            block_names: the model's repeated blocks, stack after stack.
+            positions: where each block sits among a deeper model's (0-based), when ``block_names`` are a shallow
+                copy's (:mod:`autoshard.profiler.depth_checkpointing`): ``every-N`` counts those positions;
+                ``None``: their own.
 
         Example:
             >>> ActivationCheckpointing("every", 2).checkpointed(["h.0", "h.1", "h.2", "h.3", "h.4"])
             ('h.1', 'h.3')
+            >>> ActivationCheckpointing("every", 2).checkpointed(["h.0", "h.1", "h.2"], positions=[0, 2, 7])
+            ('h.2',)
         """
         if self.mode == "none":
             return ()
         if self.mode == "every":
-            return tuple(n for i, n in enumerate(block_names, start=1) if i % self.every == 0)
+            at = range(len(block_names)) if positions is None else positions
+            if len(at) != len(block_names):
+                raise ValueError(f"{len(block_names)} blocks but {len(at)} positions.")
+            return tuple(n for n, i in zip(block_names, at, strict=True) if (i + 1) % self.every == 0)
         return tuple(block_names)
 
 

@@ -15,6 +15,8 @@ from torch import nn
 from autoshard.errors import AutoshardError
 from autoshard.models.hf_layers import LayerKinds, layer_kinds
 from autoshard.models.source import ModelSource
+from autoshard.profiler.checkpointing import NONE, ActivationCheckpointing
+from autoshard.profiler.depth_checkpointing import copy_block_positions, repeated_block_names, split_by_checkpointing
 
 __all__ = ["SHALLOW_LAYERS", "Plan", "Whole", "meta_model", "plan_copies"]
 
@@ -37,6 +39,9 @@ class Plan:
     """The model's kinds of block (``None`` when its stacks were not found)."""
     parameter_count: int
     """Unique parameters of the model built at full depth on the meta device."""
+    block_positions: tuple[tuple[int, ...], ...] = ()
+    """Under ``every-N`` checkpointing, per copy, each of its repeated blocks' index among the model's, which
+    says whether it is checkpointed (:mod:`autoshard.profiler.depth_checkpointing`); empty otherwise."""
 
     @property
     def mixed(self) -> bool:
@@ -55,20 +60,22 @@ class Whole:
 PLANS_KEPT = 4
 """Sources whose plan :func:`plan_copies` keeps: a recommendation profiles one source a dozen times (modes,
 checkpointing, micro-batches), and the plan depends on the source alone."""
-_kept: dict[int, tuple[ModelSource, Plan | Whole]] = {}
+_kept: dict[tuple[int, str], tuple[ModelSource, Plan | Whole]] = {}
 
 
-def plan_copies(source: ModelSource) -> Plan | Whole:
+def plan_copies(source: ModelSource, checkpointing: ActivationCheckpointing = NONE) -> Plan | Whole:
     """:func:`_new_plan`, kept for the last few sources (by identity: a source is an immutable recipe, and
     the entry holds it, so its id is not reused while kept). DeepSeek-V3's full-depth meta build and checks
-    take about 0.2 s of each of the 12 profiles of a recommendation."""
-    kept = _kept.get(id(source))
+    take about 0.2 s of each of the 12 profiles of a recommendation. ``checkpointing`` matters only when it is
+    ``every-N``, which checkpoints blocks by their place in the model."""
+    key = (id(source), str(checkpointing) if checkpointing.mode == "every" else "")
+    kept = _kept.get(key)
     if kept is not None and kept[0] is source:
         return kept[1]
-    plan = _new_plan(source)
+    plan = _new_plan(source, checkpointing)
     while len(_kept) >= PLANS_KEPT:
         del _kept[next(iter(_kept))]
-    _kept[id(source)] = (source, plan)
+    _kept[key] = (source, plan)
     return plan
 
 
@@ -90,16 +97,25 @@ def meta_model(source: ModelSource) -> nn.Module:
     return model
 
 
-def _new_plan(source: ModelSource) -> Plan | Whole:
+def _new_plan(source: ModelSource, checkpointing: ActivationCheckpointing = NONE) -> Plan | Whole:
     """Choose the shallow copies, from the model built at full depth on the meta device (seconds even for
-    671B parameters: nothing is allocated), and check that each copy has the kinds of block it stands for."""
+    671B parameters: nothing is allocated), and check that each copy has the kinds of block it stands for.
+    Under ``every-N`` the blocks are told apart by whether they are checkpointed too."""
     target, with_num_layers = source.num_layers, source.with_num_layers
     if target is None or with_num_layers is None:
         raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
     model = meta_model(source)
     parameter_count = sum(p.numel() for p in model.parameters())  # parameters() yields a tied tensor once
-    kinds = layer_kinds(model, target)
-    rebuild: Callable[[tuple[int, ...]], ModelSource]
+    arch = layer_kinds(model, target)
+    kinds = arch
+    every = checkpointing.mode == "every"
+    full_names = repeated_block_names(model) if every else ()
+    if every:
+        if arch is None or arch.towers or len(arch.stacks) > 1 or not arch.alike_after_first():
+            return Whole(f"under {checkpointing.label}, only a model with one stack of alike blocks is "
+                         "extrapolated", arch)
+        kinds = split_by_checkpointing(arch, frozenset(checkpointing.checkpointed(full_names)))
+    rebuild: Callable[[tuple[int, ...]], ModelSource] = functools.partial(_with_count, with_num_layers)
     positions: tuple[tuple[int, ...], ...]
     weights: tuple[int, ...]
     if kinds is None or (kinds.alike_after_first() and not kinds.towers):
@@ -107,7 +123,8 @@ def _new_plan(source: ModelSource) -> Plan | Whole:
         l1, l2 = SHALLOW_LAYERS
         positions = ((*range(l1 - 1), target - 1), (*range(l2 - 1), target - 1))
         weights = (l2 - target, target - l1)  # copy1 + (target - l1) · (copy2 - copy1), as l2 = l1 + 1
-        rebuild = functools.partial(_with_count, with_num_layers)
+    elif every:
+        positions, weights = _groups(target, checkpointing.every)
     elif len(kinds.stacks) > 1 and not kinds.towers:
         return Whole(f"its blocks are of {len(kinds.labels)} kinds in {len(kinds.stacks)} stacks", kinds)
     elif source.with_layers is None:
@@ -117,23 +134,54 @@ def _new_plan(source: ModelSource) -> Plan | Whole:
         positions, weights = _mix(kinds.flat(), tuple(len(k) for k in kinds.kinds) if kinds.towers else (),
                                   kinds.last_used)
         rebuild = source.with_layers
-        if max(len(p) for p in positions) >= target:
-            return Whole(f"its {len(kinds.labels)} kinds of block leave no copy shallower than it", kinds)
-    sources = []
+    if kinds is not None and max(len(p) for p in positions) >= target:
+        return Whole(f"its {len(kinds.labels)} kinds of block leave no copy shallower than it", kinds)
+    sources, block_positions = [], []
     for kept in positions:
         try:
             copy = rebuild(kept)
-            wrong = None if kinds is None else _wrong_kinds(copy, kinds, kept)
+            built = None if arch is None else _meta_build(copy)
         except AutoshardError as exc:
             return Whole(f"a copy with {len(kept)} of its blocks cannot be built ({exc.message})", kinds)
+        wrong = None if built is None or arch is None else _wrong_kinds(built, arch, kept)
         if wrong is not None:
             return Whole(wrong, kinds)
+        if every and built is not None and arch is not None:
+            placed = copy_block_positions(built, arch, kept, full_names)
+            if placed is None:
+                return Whole(f"a copy with {len(kept)} of its blocks has blocks the model does not have where "
+                             f"{checkpointing.label} counts them", kinds)
+            block_positions.append(placed)
         sources.append(copy)
-    return Plan(tuple(sources), positions, weights, kinds, parameter_count)
+    return Plan(tuple(sources), positions, weights, kinds, parameter_count, tuple(block_positions))
+
+
+def _meta_build(source: ModelSource) -> nn.Module:
+    with torch.device("meta"):
+        return source.build()
 
 
 def _with_count(with_num_layers: Callable[[int], ModelSource], kept: tuple[int, ...]) -> ModelSource:
     return with_num_layers(len(kept))
+
+
+def _groups(target: int, every: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """Copies of a stack of ``target`` alike blocks of which every ``every``-th is checkpointed, made of whole
+    groups of ``every`` blocks as the 2- and 3-block copies are made of blocks: the first group and the last,
+    then the first two and the last, each followed by the stack's last ``target % every`` blocks. The added
+    group stands for the model's interior groups, all after the first group and before the last, as it is:
+    every place a phase can peak in both copies grows with the group count alone (an interior block kept by
+    both copies, with blocks of its kind on both sides, would not: what is saved before it and what is freed
+    after it differ).
+
+    Example:
+        >>> _groups(14, 3)  # 4 groups of 3 blocks, then 2
+        (((0, 1, 2, 9, 10, 11, 12, 13), (0, 1, 2, 3, 4, 5, 9, 10, 11, 12, 13)), (-1, 2))
+    """
+    last = tuple(range(target - target % every - every, target))
+    groups = target // every
+    one, two = (*range(every), *last), (*range(2 * every), *last)
+    return (one, two), (3 - groups, groups - 2)  # one + (groups - 2) · (two - one)
 
 
 def _mix(
@@ -176,10 +224,8 @@ def _mix(
     return tuple(positions), tuple(weights)
 
 
-def _wrong_kinds(copy: ModelSource, kinds: LayerKinds, kept: tuple[int, ...]) -> str | None:
-    """Why ``copy`` does not have the kinds of the blocks it keeps, or ``None`` when it does."""
-    with torch.device("meta"):
-        model = copy.build()
+def _wrong_kinds(model: nn.Module, kinds: LayerKinds, kept: tuple[int, ...]) -> str | None:
+    """Why ``model`` (a copy, built) does not have the kinds of the blocks it keeps, or ``None`` when it does."""
     local = kinds.local(kept)
     found = kinds.match(model, tuple(map(len, local)) if kinds.towers else len(kept))
     expected = tuple(tuple(stack[i] for i in here) for stack, here in zip(kinds.kinds, local, strict=True))

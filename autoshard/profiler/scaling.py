@@ -42,6 +42,7 @@ from typing import Any
 
 from autoshard.models.hf_layers import LayerKinds
 from autoshard.models.source import ModelSource
+from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.depth_names import (
     Layout,
     as_layout,
@@ -215,10 +216,12 @@ def _extrapolated_batches(
     if source.with_num_layers is None or source.num_layers is None:
         raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
     started = time.perf_counter()
-    plan = plan_copies(source)
+    plan = plan_copies(source, parse_checkpointing(options.checkpointing))
     if isinstance(plan, Whole):
         return _traced_whole(source, options, batch_sizes, plan, started, count_flops=count_flops, record=record)
-    copies = [trace_timelines(s, options, batch_sizes, count_flops=count_flops, record=record) for s in plan.sources]
+    copies = [trace_timelines(s, options, batch_sizes, count_flops=count_flops, record=record,
+                              block_positions=plan.block_positions[i] if plan.block_positions else None)
+              for i, s in enumerate(plan.sources)]
     out: list[tuple[ModelProfile, DepthTimelines] | Whole] = []
     for i in range(len(batch_sizes)):
         traced = [copy[i] for copy in copies]

@@ -100,7 +100,7 @@ def trace_timeline(
 def trace_timelines(
     source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], *, fake: bool = True,
     count_flops: bool = True, record: bool = True, time_limit_s: float = TIME_LIMIT_S,
-    allocation_log: list[tuple[int, int]] | None = None,
+    allocation_log: list[tuple[int, int]] | None = None, block_positions: tuple[int, ...] | None = None,
 ) -> list[tuple[ModelProfile, dict[str, PeakSnapshot], Timeline]]:
     """:func:`trace_timeline` at each micro-batch of ``batch_sizes`` (``options.batch_size`` is ignored), in one
     session: the model is built and its optimizer state created once, then one measured step runs per micro-batch.
@@ -111,7 +111,9 @@ def trace_timelines(
     trace of its own; its peaks and timeline are its own. ``tests/profiler/test_trace.py`` checks each profile
     equals the one traced alone. FLOPs (``count_flops``) are counted at the first micro-batch only. With
     ``allocation_log`` (a list), every allocation and free is appended to it (:mod:`autoshard.profiler.cuda_reserve`)
-    and the first step is a whole step even without ``count_flops``.
+    and the first step is a whole step even without ``count_flops``. ``block_positions``: for a shallow copy of a
+    deeper model under ``every-N`` checkpointing, where its blocks sit in that model (which of them ``every-N``
+    wraps; :mod:`autoshard.profiler.depth_checkpointing`).
     """
     import gc
 
@@ -142,7 +144,7 @@ def trace_timelines(
         tracker.on_ops = time_limit(source, tracker, time_limit_s * len(batch_sizes))
         semantics = gpu.semantics(options) if options.target == "cuda" else None
         if options.activation_checkpointing and blocks is not None:
-            _checkpoint_blocks(model, blocks, semantics, checkpointing_of(options), tracker)
+            _checkpoint_blocks(model, blocks, semantics, checkpointing_of(options), tracker, block_positions)
         with gc_paused():
             for i, batch_size in enumerate(batch_sizes):
                 at = dataclasses.replace(options, batch_size=batch_size)
@@ -428,14 +430,17 @@ def checkpointing_of(options: ProfileOptions) -> ActivationCheckpointing:
 
 
 def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.CudaSemanticsLike | None,
-                       choice: ActivationCheckpointing = FULL, tracker: MemoryTracker | None = None) -> None:
+                       choice: ActivationCheckpointing = FULL, tracker: MemoryTracker | None = None,
+                       positions: tuple[int, ...] | None = None) -> None:
     """Recompute the blocks ``choice`` names in backward (non-reentrant ``torch.utils.checkpoint``), keeping
     module names; under ``op``, with torchtitan's selective policy, whose saved outputs ``tracker`` counts as
-    activations of the block."""
+    activations of the block. ``positions``: a shallow copy's blocks' places in the model it stands for
+    (:meth:`ActivationCheckpointing.checkpointed`)."""
     from torch.utils.checkpoint import checkpoint
 
     warm_up_checkpoint()
-    if choice.checkpointed(blocks.names):
+    chosen = choice.checkpointed(blocks.names, positions)
+    if chosen:
         kv_cache_off(model)  # a recomputed block would append to the KV cache again (hf_build's docstring)
     extra: dict[str, Any] = {}
     if choice.mode == "op":
@@ -445,7 +450,7 @@ def _checkpoint_blocks(model: nn.Module, blocks: RepeatedBlocks, semantics: gpu.
                     tracker.track(t, Category.ACTIVATIONS)
 
         extra["context_fn"] = op_selective_context(saved)
-    for name in choice.checkpointed(blocks.names):
+    for name in chosen:
         block = model.get_submodule(name)
         inner = block.forward
 

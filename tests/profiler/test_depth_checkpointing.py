@@ -20,7 +20,8 @@ from autoshard.models.source import ModelSource
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.depth_plan import Plan, Whole, plan_copies
 from autoshard.profiler.options import ProfileOptions
-from autoshard.profiler.scaling import AUTO_MIN_LAYERS, profile_source
+from autoshard.profiler.scaling import AUTO_MIN_LAYERS, profile_source, profile_with_timelines
+from autoshard.strategies.workload import StepTrace
 from tests.profiler import models
 
 transformers = pytest.importorskip("transformers")
@@ -116,3 +117,24 @@ def test_what_cannot_be_extrapolated_is_traced_whole_and_says_why(make, every, r
     profile = profile_source(source, opts)
     assert profile.extrapolated_from_layers is None
     assert profile.checkpointed_blocks == profile_source(source, opts, extrapolate=False).checkpointed_blocks > 0
+
+
+def test_workload_phase_peaks_at_other_micro_batches_match_the_full_trace(saved):
+    # What the strategies read at micro-batches never traced (StepTrace from traces at 1, 2 and 3).
+    source = saved(_llama)
+    options = {"seq_len": 16, "precision": "bf16-mixed", "target": "cuda", "checkpointing": "every-2"}
+
+    def step_trace(extrapolate: bool) -> StepTrace:
+        traced = [profile_with_timelines(source, ProfileOptions(batch_size=b, **options), extrapolate=extrapolate,
+                                         count_flops=b == 1) for b in (1, 2, 3)]
+        return StepTrace(mode="amp", checkpointing=True, precision=traced[0][0].options.precision,
+                         at_1=traced[0][0], at_2=traced[1][0], timelines_2=traced[1][1], timelines_3=traced[2][1])
+
+    fast, full = step_trace(True), step_trace(False)
+    assert fast.timelines_2.depths == (4, 6)
+    assert all(fast.timelines_2.located(fast.timelines_3, b - 1) is not None for b in (4, 7))
+    for micro_batch in (1, 4, 7):
+        assert fast.phases(micro_batch) == full.phases(micro_batch)
+        for phase in fast.phases(micro_batch):
+            assert fast.activation_bytes(phase, micro_batch) == full.activation_bytes(phase, micro_batch)
+        assert fast.block_activation_bytes(micro_batch) == full.block_activation_bytes(micro_batch)

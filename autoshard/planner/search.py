@@ -52,7 +52,8 @@ def plan(
         ranked.append(dataclasses.replace(e, score=e.cost.samples_per_s * factor, reasons=e.reasons + tuple(sentences)))
     ranked.sort(key=lambda e: (not e.fits, -e.score))
     best = ranked[0]
-    explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)])
+    explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
+                           workload.checkpoint_mode.label)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 
@@ -225,8 +226,10 @@ def _with_accumulation(cost: CostEstimate, accumulation: int, micro: int, world:
         repeated_exposed_s=accumulation * cost.repeated_exposed_s)
 
 
-def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule]) -> tuple[str, ...]:
-    """Why ``best``: its numbers, the rules that favour it and the runner-up.
+def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule],
+             checkpointing: str = "activation checkpointing") -> tuple[str, ...]:
+    """Why ``best``: its numbers, the rules that favour it and the runner-up (``checkpointing``: what the
+    workload's checkpointed traces recompute, in words).
 
     A rule that discounted ``best`` argues for another kind of strategy: its sentence stays in the candidate's
     reasons (the table, the JSON), and the explanation says only that ``best`` leads in spite of it.
@@ -234,7 +237,7 @@ def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule]) 
     c = best.candidate
     lines = [
         f"{best.strategy} with micro-batch {c.micro_batch_size}"
-        + (", activation checkpointing" if c.activation_checkpointing else "")
+        + (f", {checkpointing}" if c.activation_checkpointing else "")
         + (f", {best.gradient_accumulation} accumulation steps" if best.gradient_accumulation > 1 else "")
         + (f": {format_throughput(best.cost.samples_per_s)} samples/s predicted" if best.cost else "")
         + (f", {_gib(best.memory.gpu.total)} per device" if best.memory else "")

@@ -29,6 +29,7 @@ def test_a_named_mode_is_the_only_one_planned_and_exported(asked: str, mode: Act
     exported = from_plan(plan)
     assert exported.checkpointing == asked and exported.checkpointing_choice == mode
     assert not exported.checkpoints_every_block
+    assert f", {mode.label}" in plan.explanation[0]  # "activation checkpointing of every 2nd block", not "full"
 
 
 def test_asking_for_none_plans_without_checkpointing() -> None:

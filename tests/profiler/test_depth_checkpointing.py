@@ -9,53 +9,28 @@ block's recomputation instead of twenty's, and nearly the memory of no checkpoin
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from autoshard.models.hf import load_config
-from autoshard.models.source import ModelSource
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.depth_plan import Plan, Whole, plan_copies
 from autoshard.profiler.options import ProfileOptions
-from autoshard.profiler.scaling import AUTO_MIN_LAYERS, profile_source, profile_with_timelines
-from autoshard.strategies.workload import StepTrace
+from autoshard.profiler.scaling import AUTO_MIN_LAYERS, profile_source
 from tests.profiler import models
+from tests.profiler.test_heterogeneous import _gemma2, _llama, assert_same_at_other_micro_batches, step_trace
 
 transformers = pytest.importorskip("transformers")
 
 LAYERS = AUTO_MIN_LAYERS
-SMALL = {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": LAYERS,
-         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
 FIELDS = ("parameter_count", "parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "peak_bytes",
           "peak_breakdown", "peak_phase", "peak_module", "phase_peaks", "forward_flops", "backward_flops",
           "flops_per_step", "blocks", "checkpointed_blocks")
 
 
-def _llama() -> Any:
-    return transformers.LlamaConfig(**SMALL, architectures=["LlamaForCausalLM"])
-
-
-def _gemma2() -> Any:
-    # Sliding and global attention alternate: with every-3, four kinds of block (kind × checkpointed).
-    return transformers.Gemma2Config(**SMALL, head_dim=8, sliding_window=16, architectures=["Gemma2ForCausalLM"])
-
-
 def _t5() -> Any:
     return transformers.T5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=LAYERS, num_heads=4,
                                  architectures=["T5ForConditionalGeneration"])
-
-
-@pytest.fixture
-def saved(tmp_path: Path) -> Callable[[Callable[[], Any]], ModelSource]:
-    def save(make: Callable[[], Any]) -> ModelSource:
-        folder = tmp_path / make.__name__.strip("_")
-        make().save_pretrained(folder)
-        return load_config(folder)
-
-    return save
 
 
 @pytest.mark.parametrize(("every", "options"), [
@@ -123,18 +98,6 @@ def test_workload_phase_peaks_at_other_micro_batches_match_the_full_trace(saved)
     # What the strategies read at micro-batches never traced (StepTrace from traces at 1, 2 and 3).
     source = saved(_llama)
     options = {"seq_len": 16, "precision": "bf16-mixed", "target": "cuda", "checkpointing": "every-2"}
-
-    def step_trace(extrapolate: bool) -> StepTrace:
-        traced = [profile_with_timelines(source, ProfileOptions(batch_size=b, **options), extrapolate=extrapolate,
-                                         count_flops=b == 1) for b in (1, 2, 3)]
-        return StepTrace(mode="amp", checkpointing=True, precision=traced[0][0].options.precision,
-                         at_1=traced[0][0], at_2=traced[1][0], timelines_2=traced[1][1], timelines_3=traced[2][1])
-
-    fast, full = step_trace(True), step_trace(False)
+    fast, full = (step_trace(source, options, extrapolate) for extrapolate in (True, False))
     assert fast.timelines_2.depths == (4, 6)
-    assert all(fast.timelines_2.located(fast.timelines_3, b - 1) is not None for b in (4, 7))
-    for micro_batch in (1, 4, 7):
-        assert fast.phases(micro_batch) == full.phases(micro_batch)
-        for phase in fast.phases(micro_batch):
-            assert fast.activation_bytes(phase, micro_batch) == full.activation_bytes(phase, micro_batch)
-        assert fast.block_activation_bytes(micro_batch) == full.block_activation_bytes(micro_batch)
+    assert_same_at_other_micro_batches(fast, full)

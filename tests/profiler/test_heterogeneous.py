@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from autoshard.cli import main
-from autoshard.models.hf import load_config
 from autoshard.models.hf_layers import layer_kinds
 from autoshard.models.source import ModelSource
 from autoshard.profiler import scaling
@@ -89,18 +88,6 @@ MIXED = [
 FIELDS = ("parameter_count", "trainable_parameter_count", "parameter_bytes", "gradient_bytes",
           "optimizer_state_bytes", "buffer_bytes", "peak_bytes", "peak_breakdown", "peak_phase", "peak_module",
           "phase_peaks", "forward_flops", "backward_flops", "flops_per_step", "blocks")
-
-
-@pytest.fixture
-def saved(tmp_path: Path) -> Callable[[Callable[[], Any]], ModelSource]:
-    """``saved(make_config)``: the config saved with ``save_pretrained`` and loaded as autoshard loads it."""
-
-    def save(make: Callable[[], Any]) -> ModelSource:
-        folder = tmp_path / make.__name__.strip("_")
-        make().save_pretrained(folder)
-        return load_config(folder)
-
-    return save
 
 
 def _partition(labels: list[Any]) -> set[frozenset[int]]:
@@ -279,15 +266,22 @@ def _tower_config(name: str, text: int, vision: int) -> Callable[[], Any]:
 @OPTIONS
 def test_workload_phase_peaks_at_other_micro_batches_match_the_full_trace(make, seq_len, copies, options, saved):
     source = saved(make)
-
-    def step_trace(extrapolate: bool) -> StepTrace:
-        traced = [profile_with_timelines(source, ProfileOptions(batch_size=b, seq_len=seq_len, **options),
-                                         extrapolate=extrapolate, count_flops=b == 1) for b in (1, 2, 3)]
-        return StepTrace(mode="amp", checkpointing=False, precision=traced[0][0].options.precision,
-                         at_1=traced[0][0], at_2=traced[1][0], timelines_2=traced[1][1], timelines_3=traced[2][1])
-
-    fast, full = step_trace(True), step_trace(False)
+    fast, full = (step_trace(source, {"seq_len": seq_len, **options}, extrapolate) for extrapolate in (True, False))
     assert len(fast.timelines_2.depths) == copies and fast.timelines_2.depths == fast.timelines_3.depths
+    assert_same_at_other_micro_batches(fast, full)
+
+
+def step_trace(source: ModelSource, options: dict[str, Any], extrapolate: bool) -> StepTrace:
+    """The workload's view of one traced mode: micro-batches 1, 2 and 3, their timelines."""
+    traced = [profile_with_timelines(source, ProfileOptions(batch_size=b, **options), extrapolate=extrapolate,
+                                     count_flops=b == 1) for b in (1, 2, 3)]
+    return StepTrace(mode="amp", checkpointing=traced[0][0].options.activation_checkpointing,
+                     precision=traced[0][0].options.precision, at_1=traced[0][0], at_2=traced[1][0],
+                     timelines_2=traced[1][1], timelines_3=traced[2][1])
+
+
+def assert_same_at_other_micro_batches(fast: StepTrace, full: StepTrace) -> None:
+    """What the strategies read at micro-batches never traced is the same extrapolated as traced whole."""
     # Place by place from the timelines, not the per-phase fallback (StepTrace._affine).
     assert all(fast.timelines_2.located(fast.timelines_3, b - 1) is not None for b in (4, 7))
     for micro_batch in (1, 4, 7):

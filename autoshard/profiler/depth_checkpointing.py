@@ -4,9 +4,9 @@
 blocks 2, 4, ... for N = 2. A shallow copy that counted its own blocks would checkpoint other ones, and the
 block a 3-block copy adds would stand for every interior block, checkpointed or not (a 40-block model then came
 out with one block's recomputation instead of twenty's). So the model's blocks are told apart by whether they
-are checkpointed as well as by kind (:func:`split_by_checkpointing`), the copies are made of whole groups of N
-blocks (:func:`autoshard.profiler.depth_plan.plan_copies`), and each copy checkpoints the blocks that stand for
-checkpointed ones (:func:`copy_block_positions`).
+are checkpointed as well as by kind (:func:`split_by_checkpointing`), the copies are made of the unit of blocks
+that repeats (``_periodic`` in :mod:`autoshard.profiler.depth_plan`), and each copy checkpoints the blocks that
+stand for checkpointed ones (:func:`copy_block_positions`).
 """
 
 from __future__ import annotations

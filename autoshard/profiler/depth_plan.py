@@ -111,9 +111,9 @@ def _new_plan(source: ModelSource, checkpointing: ActivationCheckpointing = NONE
     every = checkpointing.mode == "every"
     full_names = repeated_block_names(model) if every else ()
     if every:
-        if arch is None or arch.towers or len(arch.stacks) > 1 or not arch.alike_after_first():
-            return Whole(f"under {checkpointing.label}, only a model with one stack of alike blocks is "
-                         "extrapolated", arch)
+        if arch is None or arch.towers or len(arch.stacks) > 1:
+            return Whole(f"under {checkpointing.label}, only a model with one stack of blocks is extrapolated",
+                         arch)
         kinds = split_by_checkpointing(arch, frozenset(checkpointing.checkpointed(full_names)))
     rebuild: Callable[[tuple[int, ...]], ModelSource] = functools.partial(_with_count, with_num_layers)
     positions: tuple[tuple[int, ...], ...]
@@ -124,7 +124,16 @@ def _new_plan(source: ModelSource, checkpointing: ActivationCheckpointing = NONE
         positions = ((*range(l1 - 1), target - 1), (*range(l2 - 1), target - 1))
         weights = (l2 - target, target - l1)  # copy1 + (target - l1) · (copy2 - copy1), as l2 = l1 + 1
     elif every:
-        positions, weights = _groups(target, checkpointing.every)
+        periodic = _periodic(kinds.flat())
+        if periodic is None:
+            return Whole(f"under {checkpointing.label} its blocks repeat no pattern 4 times, which leaves no copy "
+                         "shallower than it", kinds)
+        positions, weights = periodic
+        if arch is not None and not arch.alike_after_first():  # else a copy of n blocks has the first n kinds
+            if source.with_layers is None:
+                return Whole(f"its blocks are of several kinds and {source.kind} sources cannot be rebuilt with a "
+                             "chosen mix of them", kinds)
+            rebuild = source.with_layers
     elif len(kinds.stacks) > 1 and not kinds.towers:
         return Whole(f"its blocks are of {len(kinds.labels)} kinds in {len(kinds.stacks)} stacks", kinds)
     elif source.with_layers is None:
@@ -165,23 +174,33 @@ def _with_count(with_num_layers: Callable[[int], ModelSource], kept: tuple[int, 
     return with_num_layers(len(kept))
 
 
-def _groups(target: int, every: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """Copies of a stack of ``target`` alike blocks of which every ``every``-th is checkpointed, made of whole
-    groups of ``every`` blocks as the 2- and 3-block copies are made of blocks: the first group and the last,
-    then the first two and the last, each followed by the stack's last ``target % every`` blocks. The added
-    group stands for the model's interior groups, all after the first group and before the last, as it is:
-    every place a phase can peak in both copies grows with the group count alone (an interior block kept by
-    both copies, with blocks of its kind on both sides, would not: what is saved before it and what is freed
-    after it differ).
+def _periodic(kinds: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]] | None:
+    """Copies of a stack whose blocks (told apart by kind and by whether every-N checkpoints them) are a head,
+    a unit of ``q`` blocks repeated ``k >= 4`` times, then a tail shorter than the unit, made of whole units
+    as the 2- and 3-block copies are made of blocks: the head, the first unit and the last (with the tail),
+    then the head, the first two units and the last. The added unit stands for the model's interior units, all
+    after the first and before the last, as it is: every place a phase can peak in both copies grows with the
+    unit count alone (an interior block kept by both copies, with blocks of its kind on both sides, would not:
+    what is saved before it and what is freed after it differ). The shortest unit, then the shortest head;
+    ``None`` when no unit repeats 4 times.
 
     Example:
-        >>> _groups(14, 3)  # 4 groups of 3 blocks, then 2
+        >>> _periodic((0, 0, 1) * 4 + (0, 0))  # every-3 of 14 alike blocks: 4 units of 3, then 2
         (((0, 1, 2, 9, 10, 11, 12, 13), (0, 1, 2, 3, 4, 5, 9, 10, 11, 12, 13)), (-1, 2))
+        >>> _periodic((0, 1, 0) + (2, 3) * 5)  # 3 dense blocks (every other checkpointed), then 10 MoE blocks
+        (((0, 1, 2, 3, 4, 11, 12), (0, 1, 2, 3, 4, 5, 6, 11, 12)), (-2, 3))
     """
-    last = tuple(range(target - target % every - every, target))
-    groups = target // every
-    one, two = (*range(every), *last), (*range(2 * every), *last)
-    return (one, two), (3 - groups, groups - 2)  # one + (groups - 2) · (two - one)
+    n = len(kinds)
+    for q in range(1, n // 4 + 1):
+        for head in range(n - 4 * q + 1):
+            tail = (n - head) % q
+            body = kinds[head:n - tail]
+            if all(body[i] == body[i % q] for i in range(len(body))):
+                units = len(body) // q
+                last = tuple(range(n - tail - q, n))
+                one, two = (*range(head + q), *last), (*range(head + 2 * q), *last)
+                return (one, two), (3 - units, units - 2)  # one + (units - 2) · (two - one)
+    return None
 
 
 def _mix(

@@ -18,7 +18,13 @@ from autoshard.profiler.depth_plan import Plan, Whole, plan_copies
 from autoshard.profiler.options import ProfileOptions
 from autoshard.profiler.scaling import AUTO_MIN_LAYERS, profile_source
 from tests.profiler import models
-from tests.profiler.test_heterogeneous import _gemma2, _llama, assert_same_at_other_micro_batches, step_trace
+from tests.profiler.test_heterogeneous import (
+    SMALL,
+    _deepseek_v3,
+    _llama,
+    assert_same_at_other_micro_batches,
+    step_trace,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -26,6 +32,12 @@ LAYERS = AUTO_MIN_LAYERS
 FIELDS = ("parameter_count", "parameter_bytes", "gradient_bytes", "optimizer_state_bytes", "peak_bytes",
           "peak_breakdown", "peak_phase", "peak_module", "phase_peaks", "forward_flops", "backward_flops",
           "flops_per_step", "blocks", "checkpointed_blocks")
+
+
+def _gemma2_24() -> Any:
+    # Sliding and global attention alternate; every-3 of 24 blocks repeats a unit of 6 (kind x checkpointed).
+    return transformers.Gemma2Config(**{**SMALL, "num_hidden_layers": 24}, head_dim=8, sliding_window=16,
+                                     architectures=["Gemma2ForCausalLM"])
 
 
 def _t5() -> Any:
@@ -79,10 +91,23 @@ def test_each_copy_checkpoints_the_blocks_that_stand_for_checkpointed_ones(saved
     assert plan_copies(saved(_llama)).block_positions == ()  # other choices plan as before
 
 
+@pytest.mark.parametrize(("make", "every", "copies"), [
+    # 3 dense blocks, then a unit of 2 MoE blocks (one checkpointed) repeated 4 times and 1 over: 8 and 10.
+    pytest.param(_deepseek_v3, "every-2", (8, 10), id="deepseek-v3-every-2"),
+    pytest.param(_gemma2_24, "every-3", (12, 18), id="gemma2-every-3"),
+])
+def test_blocks_of_several_kinds_extrapolate_by_their_repeating_unit(make, every, copies, saved):
+    source = saved(make)
+    opts = ProfileOptions(batch_size=2, seq_len=32, precision="bf16-mixed", target="cuda", checkpointing=every)
+    full, fast = profile_source(source, opts, extrapolate=False), profile_source(source, opts)
+    assert fast.extrapolated_from_layers == copies
+    for field in FIELDS:
+        assert getattr(fast, field) == getattr(full, field), field
+
+
 @pytest.mark.parametrize(("make", "every", "reason"), [
-    pytest.param(_t5, "every-2", "only a model with one stack of alike blocks", id="t5-two-stacks"),
-    pytest.param(_gemma2, "every-3", "only a model with one stack of alike blocks", id="gemma2-two-kinds"),
-    pytest.param(_llama, "every-5", "leave no copy shallower", id="llama-too-few-groups"),
+    pytest.param(_t5, "every-2", "only a model with one stack of blocks", id="t5-two-stacks"),
+    pytest.param(_llama, "every-5", "repeat no pattern 4 times", id="llama-too-few-units"),
 ])
 def test_what_cannot_be_extrapolated_is_traced_whole_and_says_why(make, every, reason, saved):
     source = saved(make)

@@ -59,7 +59,7 @@ class Whole:
 
 PLANS_KEPT = 4
 """Sources whose plan :func:`plan_copies` keeps: a recommendation profiles one source a dozen times (modes,
-checkpointing, micro-batches), and the plan depends on the source alone."""
+checkpointing, micro-batches), and the plan depends on the source alone (and on ``every-N``, kept apart)."""
 _kept: dict[tuple[int, str], tuple[ModelSource, Plan | Whole]] = {}
 
 

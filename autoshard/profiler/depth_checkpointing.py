@@ -17,6 +17,7 @@ from torch import nn
 
 from autoshard.models.hf_layers import LayerKinds
 from autoshard.profiler.blocks import find_repeated_blocks
+from autoshard.profiler.depth_names import remap_module
 
 __all__ = ["copy_block_positions", "repeated_block_names", "split_by_checkpointing"]
 
@@ -68,20 +69,5 @@ def copy_block_positions(copy: nn.Module, kinds: LayerKinds, kept: tuple[int, ..
         (0, 1, 7)
     """
     index = {name: i for i, name in enumerate(full_names)}
-    local = kinds.local(kept)
-    out = []
-    for name in repeated_block_names(copy):
-        full = _full_depth_name(name, kinds.stacks, local)
-        if full not in index:
-            return None
-        out.append(index[full])
-    return tuple(out)
-
-
-def _full_depth_name(name: str, stacks: tuple[str, ...], local: tuple[tuple[int, ...], ...]) -> str:
-    """The full model's name of a copy's block ``name``: ``stack.j`` is the stack's ``local[s][j]``-th block."""
-    for stack, here in zip(stacks, local, strict=True):
-        head, dot, rest = name.removeprefix(stack + ".").partition(".")
-        if name.startswith(stack + ".") and head.isdigit() and int(head) < len(here):
-            return f"{stack}.{here[int(head)]}{dot}{rest}"
-    return name
+    full = [remap_module(name, kept, len(kinds.flat()), kinds.stacks) for name in repeated_block_names(copy)]
+    return tuple(index[name] for name in full) if all(name in index for name in full) else None

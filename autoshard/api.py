@@ -162,7 +162,8 @@ def recommend(
         optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"`` (``None``: torch's default, foreach on
             CUDA). DeepSpeed's optimizer offload steps its own CPU Adam whatever this says.
         activation_checkpointing: ``"none"``, ``"full"``, ``"every-N"`` or ``"op"``: every candidate uses it. ``None``
-            (default) weighs no checkpointing against full checkpointing only.
+            (default) weighs no checkpointing against full checkpointing and, when full wins, op-selective against
+            full (:mod:`autoshard.planner.selective`: its own traces, only then).
         reduce_dtype: FSDP2's gradient reduce-scatter dtype, ``"fp32"`` (default) or ``"bf16"``
             (``MixedPrecisionPolicy.reduce_dtype``); other strategies have no such setting.
         cache: reuse the model's traced step from the workload cache when it holds one for the same model and

@@ -17,6 +17,7 @@ from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
 from autoshard.planner.plan import Plan, PlanRequest
 from autoshard.planner.search import check_optimizer, check_request, plan
+from autoshard.planner.selective import weigh_selective
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, parse_checkpointing
 from autoshard.profiler.optimizers import require_optimizer
 from autoshard.profiler.options import (
@@ -27,6 +28,7 @@ from autoshard.profiler.options import (
     parse_optimizer,
     parse_optimizer_impl,
 )
+from autoshard.strategies.workload import Workload
 
 Goal = Literal["pretrain", "finetune"]
 GOALS: tuple[Goal, ...] = ("pretrain", "finetune")
@@ -126,7 +128,8 @@ def plan_for(
     run zeroes its gradients in place between steps, so they stay allocated through forward (DDP's and FSDP2's
     memory count them).
     ``checkpointing`` (``none``, ``full``, ``op``, ``every-N``) makes every candidate use that choice; ``None``
-    weighs no checkpointing against full checkpointing (each further mode costs its own traces).
+    weighs no checkpointing against full checkpointing and, when full wins, torchtitan's selective choices
+    against it (:mod:`autoshard.planner.selective`; each costs its own traces).
     ``reduce_dtype`` (``fp32`` or ``bf16``) sets FSDP2's gradient reduce-scatter dtype
     (``MixedPrecisionPolicy.reduce_dtype``; ``None``: fp32, as autoshard's FSDP knob defaults).
     ``cache``: read the traced step from the workload cache, and write it there after tracing
@@ -171,14 +174,22 @@ def plan_for(
     check_request(request, hardware.world_size)
     check_optimizer(parse_optimizer(optimizer), chosen)
     require_optimizer(parse_optimizer(optimizer))
-    workload, entry = cached_workload(
-        load_source(source), directory=workloads_dir(os.environ) if cache else None,
-        precision=precision or default_precision(hardware), optimizer=optimizer, seq_len=seq_len,
-        target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
-        optimizer_impl=optimizer_impl, checkpointing=choices, checkpoint_mode=mode, jobs=jobs,
-    )
+    loaded = load_source(source)
+
+    def traced(checkpointing: tuple[bool, ...], mode: ActivationCheckpointing) -> tuple[Workload, str | None]:
+        workload, entry = cached_workload(
+            loaded, directory=workloads_dir(os.environ) if cache else None,
+            precision=precision or default_precision(hardware), optimizer=optimizer, seq_len=seq_len,
+            target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
+            optimizer_impl=optimizer_impl, checkpointing=checkpointing, checkpoint_mode=mode, jobs=jobs,
+        )
+        return workload, None if entry is None else str(entry)
+
+    workload, entry = traced(choices, mode)
     # Pricing only (the traces are the same), so it is not part of the cache key.
     workload = dataclasses.replace(workload, float32_matmul_precision=matmul_precision, grad_clip_norm=clip_norm,
                                    set_grads_to_none=set_grads_to_none)
-    planned = plan(workload, hardware, request, chosen)
-    return planned if entry is None else dataclasses.replace(planned, cached_workload=str(entry))
+    planned = dataclasses.replace(plan(workload, hardware, request, chosen), cached_workload=entry)
+    if choice is not None:
+        return planned
+    return weigh_selective(planned, lambda selective: traced((True,), selective), chosen)

@@ -227,7 +227,8 @@ RULES: tuple[Rule, ...] = (
             and o.candidate.micro_batch_size >= e.candidate.micro_batch_size
         ),
         factor=1.0,
-        says=lambda ctx, e: "Activations dominate: checkpointing each block is what lets this micro-batch fit.",
+        says=lambda ctx, e: f"Activations dominate: {ctx.workload.checkpoint_mode.label} is what lets this "
+        "micro-batch fit.",
     ),
 )
 

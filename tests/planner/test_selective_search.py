@@ -1,0 +1,91 @@
+"""When the plan needs checkpointing, torchtitan's op-selective policy is weighed against full (#16).
+
+A Llama built from transformers' ``LlamaConfig`` (4096 wide, 4 blocks, 4096 tokens, micro-batch 4 on 8 H100s under
+FSDP2): no checkpointing needs about 18.9 GiB a GPU, every 2nd block 13.8, op-selective 11.8, full 8.8. The GPU's
+memory is set between them (90 % of it usable) to make each choice the one that fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from transformers import LlamaConfig
+
+from autoshard.errors import NoFeasiblePlan
+from autoshard.hardware import HardwareSpec, load_hardware
+from autoshard.planner.machine import plan_for
+from autoshard.planner.plan import Plan
+from autoshard.planner.plan_file import from_plan
+from autoshard.planner.selective import weigh_selective
+from autoshard.profiler.checkpointing import FULL, OP
+
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("llama")
+    LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=4, num_attention_heads=32,
+                num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096).save_pretrained(directory)
+    return directory / "config.json"
+
+
+def _h100s(gib: float) -> HardwareSpec:
+    hardware = load_hardware("dgx-h100", gpus=8)
+    gpu = dataclasses.replace(hardware.node.gpu, memory_bytes=int(gib * GIB))
+    return dataclasses.replace(hardware, node=dataclasses.replace(hardware.node, gpu=gpu))
+
+
+def _plan(config: Path, gib: float, checkpointing: str | None = None) -> Plan:
+    return plan_for(config, _h100s(gib), seq_len=4096, batch_size=4, strategies=["fsdp"],
+                    checkpointing=checkpointing)
+
+
+def test_op_selective_is_chosen_where_it_fits_and_no_checkpointing_does_not(llama: Path) -> None:
+    plan = _plan(llama, 14)  # 12.6 GiB usable: op-selective fits (and every 2nd block would not)
+    full = _plan(llama, 14, "full").recommended
+    op = _plan(llama, 14, "op").recommended
+    assert plan.workload.checkpoint_mode == OP
+    best = plan.recommended
+    assert best.candidate.activation_checkpointing and best.fits
+    assert best.memory is not None and op.memory is not None and best.memory.gpu.total == op.memory.gpu.total
+    assert best.cost is not None and full.cost is not None and best.cost.samples_per_s > full.cost.samples_per_s
+    # The table keeps the plan without checkpointing; every checkpointed row is op-selective.
+    assert {e.candidate.activation_checkpointing for e in plan.candidates} == {False, True}
+    assert not next(e for e in plan.candidates if not e.candidate.activation_checkpointing).fits
+    assert plan.explanation[1].startswith("Weighed against it: full activation checkpointing (fsdp, micro-batch 4: ")
+    with pytest.raises(NoFeasiblePlan):  # why every-N is not weighed unasked: where op-selective fits, it may not
+        _plan(llama, 14, "every-2")
+    assert "op-selective activation checkpointing" in plan.explanation[0]
+    assert any("op-selective activation checkpointing is what lets this micro-batch fit" in r
+               for r in plan.explanation)
+    exported = from_plan(plan)  # what fit() and the exports read
+    assert exported.checkpointing == "op" and exported.checkpointing_choice == OP
+    assert plan.cached_workload is None
+    again = _plan(llama, 14)  # every trace from the cache now: the same plan, and the entry it was read from
+    assert again.cached_workload is not None and again.workload.checkpoint_mode == OP
+    assert again.explanation == plan.explanation
+
+
+def test_full_is_kept_where_no_selective_choice_fits(llama: Path) -> None:
+    plan = _plan(llama, 10.5)  # 9.45 GiB usable: only full checkpointing fits
+    assert plan.workload.checkpoint_mode == FULL
+    assert plan.recommended.candidate.activation_checkpointing
+    assert plan.explanation[1] == "Weighed against it: op-selective activation checkpointing (nothing fits with it)."
+    assert from_plan(plan).checkpointing == "full"
+
+
+def test_nothing_more_is_traced_when_the_plan_needs_no_checkpointing_or_names_it(llama: Path) -> None:
+    def traced(choice: object) -> tuple[object, None]:
+        raise AssertionError(f"{choice} was traced")
+
+    roomy = _plan(llama, 80)
+    assert not roomy.recommended.candidate.activation_checkpointing
+    assert weigh_selective(roomy, traced, []) is roomy  # type: ignore[arg-type]
+    assert not any(line.startswith("Weighed against it") for line in roomy.explanation)
+    named = _plan(llama, 14, "full")  # checkpointing named: every candidate checkpoints, nothing else weighed
+    assert named.workload.checkpoint_mode == FULL and named.recommended.candidate.activation_checkpointing
+    assert weigh_selective(named, traced, []) is named  # type: ignore[arg-type]
+    assert not any(line.startswith("Weighed against it") for line in named.explanation)

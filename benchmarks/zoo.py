@@ -152,7 +152,8 @@ def run_recommend(folder: Path, seq_len: int | None, hardware: str, timeout_s: f
         rec = data.get("recommended")
         if not isinstance(rec, dict):
             return {"status": "failed", "error": "no recommendation in the JSON output", **meta}
-        checkpointing = ", checkpointing" if rec.get("activation_checkpointing") else ""
+        mode = (data.get("model") or {}).get("checkpointing") or "full"
+        checkpointing = f", checkpointing ({mode})" if rec.get("activation_checkpointing") else ""
         return {"status": "ok", "recommended": f"{rec['strategy']}, micro-batch {rec['micro_batch_size']}"
                 f"{checkpointing}", "parameter_count": (data.get("model") or {}).get("parameter_count"), **meta}
     message = _cli_error(run["stderr"])

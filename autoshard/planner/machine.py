@@ -128,8 +128,8 @@ def plan_for(
     run zeroes its gradients in place between steps, so they stay allocated through forward (DDP's and FSDP2's
     memory count them).
     ``checkpointing`` (``none``, ``full``, ``op``, ``every-N``) makes every candidate use that choice; ``None``
-    weighs no checkpointing against full checkpointing and, when full wins, torchtitan's selective choices
-    against it (:mod:`autoshard.planner.selective`; each costs its own traces).
+    weighs no checkpointing against full checkpointing and, when full wins, torchtitan's op-selective policy
+    against it (:mod:`autoshard.planner.selective`; its own traces, only then).
     ``reduce_dtype`` (``fp32`` or ``bf16``) sets FSDP2's gradient reduce-scatter dtype
     (``MixedPrecisionPolicy.reduce_dtype``; ``None``: fp32, as autoshard's FSDP knob defaults).
     ``cache``: read the traced step from the workload cache, and write it there after tracing

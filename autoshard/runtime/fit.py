@@ -133,7 +133,8 @@ def fit(
         activation_checkpointing: what to recompute in backward: ``"none"`` (or ``False``), ``"full"`` (or
             ``True``: every repeated block), ``"every-N"`` (every N-th block) or ``"op"`` (torchtitan's
             op-selective policy in every block). Planned with under ``plan="auto"`` (``None``: the planner weighs
-            none against full, and op-selective against full when full wins) and replaces a given plan's. Not ``checkpointing``, which saves state.
+            none against full, and op-selective against full when full wins) and replaces a given plan's. Not
+            ``checkpointing``, which saves state.
         reduce_dtype: FSDP2's gradient reduce-scatter dtype, ``"fp32"`` or ``"bf16"``: planned with under
             ``plan="auto"`` and replaces a given FSDP plan's (``None``: the plan's, else fp32).
         cache: with ``plan="auto"``, reuse the model's traced step from the workload cache and keep it there

@@ -205,6 +205,8 @@ def run_model(case: ModelCase, hardware: Any, args: argparse.Namespace, runs: Pa
             "strategy": evaluation.strategy, "recommended": evaluation.strategy == plan.recommended.strategy,
             "micro_batch_size": evaluation.candidate.micro_batch_size,
             "activation_checkpointing": evaluation.candidate.activation_checkpointing,
+            "checkpointing": str(plan.workload.checkpoint_mode) if evaluation.candidate.activation_checkpointing
+            else None,
             "gradient_accumulation": evaluation.gradient_accumulation, "settings": dict(evaluation.candidate.settings),
             "predicted": {"step_time_s": evaluation.cost.step_time_s, "samples_per_s": evaluation.cost.samples_per_s,
                           "tokens_per_s": evaluation.cost.tokens_per_s, "peak_bytes": evaluation.memory.gpu.total},
@@ -276,9 +278,10 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
             if mm.get("peak_bytes"):
                 err = 100.0 * (p["peak_bytes"] - mm["peak_bytes"]) / mm["peak_bytes"]
             note = (r["error"] or "").replace("|", "\\|")
+            ckpt = r.get("checkpointing") or ("full" if r["activation_checkpointing"] else "off")
             lines.append(
                 f"| {r['strategy']} | {'✓' if r['recommended'] else ''} | {r['micro_batch_size']} × "
-                f"{r['gradient_accumulation']} | {'on' if r['activation_checkpointing'] else 'off'} | "
+                f"{r['gradient_accumulation']} | {ckpt} | "
                 f"{_fmt(p['step_time_s'], '.4f')} | {_fmt(mm.get('step_time_s'), '.4f')} | "
                 f"{_fmt(mm['step_time_s'] / p['step_time_s'] if mm.get('step_time_s') else None, '.2f')} | "
                 f"{_fmt(mm.get('tokens_per_s'), ',.0f')} | {_gib(p['peak_bytes'])} | {_gib(mm.get('peak_bytes'))} | "

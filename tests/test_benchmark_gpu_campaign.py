@@ -60,6 +60,7 @@ def test_dry_run_trains_a_strategy_in_fit_workers_and_writes_its_tables(bench: M
     assert model["model"] == "tiny-gpt2" and model["error"] is None
     (row,) = model["rows"]
     assert row["strategy"] == "ddp" and row["error"] is None, row["error"]
+    assert row["checkpointing"] == (None if not row["activation_checkpointing"] else "full")
     measured = row["measured"]
     assert measured["timed_steps"] == 2 and measured["step_time_s"] > 0
     assert measured["tokens_per_s"] == pytest.approx(measured["samples_per_s"] * 64)
@@ -68,6 +69,7 @@ def test_dry_run_trains_a_strategy_in_fit_workers_and_writes_its_tables(bench: M
     assert (tmp_path / "runs" / "tiny-gpt2-ddp" / "plan.json").is_file()
     table = (out / "gpu_strategies.md").read_text()
     assert "## tiny-gpt2 — " in table and "micro-batch 2, sequence 64, 32-true" in table and "| ddp |" in table
+    assert f"| {row['checkpointing'] or 'off'} |" in table
 
 
 def test_no_gpu_without_dry_run_is_refused_in_one_line(tmp_path: Path) -> None:

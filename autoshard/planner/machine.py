@@ -175,14 +175,22 @@ def plan_for(
     check_optimizer(parse_optimizer(optimizer), chosen)
     require_optimizer(parse_optimizer(optimizer))
     loaded = load_source(source)
+    sessions = [0, 0]  # traced before this workload, and this workload's total so far
+
+    def counted(done: int, total: int) -> None:
+        """``progress`` over every workload traced for this plan: the selective one's sessions come after."""
+        sessions[1] = total
+        if progress is not None:
+            progress(sessions[0] + done, sessions[0] + total)
 
     def traced(checkpointing: tuple[bool, ...], mode: ActivationCheckpointing) -> tuple[Workload, str | None]:
         workload, entry = cached_workload(
             loaded, directory=workloads_dir(os.environ) if cache else None,
             precision=precision or default_precision(hardware), optimizer=optimizer, seq_len=seq_len,
-            target="cuda" if hardware.gpu is not None else "cpu", progress=progress,
+            target="cuda" if hardware.gpu is not None else "cpu", progress=counted,
             optimizer_impl=optimizer_impl, checkpointing=checkpointing, checkpoint_mode=mode, jobs=jobs,
         )
+        sessions[0], sessions[1] = sessions[0] + sessions[1], 0
         return workload, None if entry is None else str(entry)
 
     workload, entry = traced(choices, mode)

@@ -8,6 +8,7 @@ memory is set between them (90 % of it usable) to make each choice the one that 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,17 @@ def _h100s(gib: float) -> HardwareSpec:
     return dataclasses.replace(hardware, node=dataclasses.replace(hardware.node, gpu=gpu))
 
 
-def _plan(config: Path, gib: float, checkpointing: str | None = None) -> Plan:
+def _plan(config: Path, gib: float, checkpointing: str | None = None,
+          progress: Callable[[int, int], None] | None = None) -> Plan:
     return plan_for(config, _h100s(gib), seq_len=4096, batch_size=4, strategies=["fsdp"],
-                    checkpointing=checkpointing)
+                    checkpointing=checkpointing, progress=progress)
 
 
 def test_op_selective_is_chosen_where_it_fits_and_no_checkpointing_does_not(llama: Path) -> None:
-    plan = _plan(llama, 14)  # 12.6 GiB usable: op-selective fits (and every 2nd block would not)
+    seen: list[tuple[int, int]] = []
+    plan = _plan(llama, 14, progress=lambda done, total: seen.append((done, total)))  # 12.6 GiB usable: op fits
+    # One count over both workloads: bf16-mixed traces 4 sessions for none / full, then 2 for op-selective.
+    assert seen[-1] == (6, 6) and (4, 4) in seen and [d for d, _ in seen] == sorted(d for d, _ in seen)
     full = _plan(llama, 14, "full").recommended
     op = _plan(llama, 14, "op").recommended
     assert plan.workload.checkpoint_mode == OP

@@ -283,13 +283,14 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
                               hint="Install what is missing, or plan for other hardware with --hardware.")
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
     need = smallest.memory.gpu.total  # type: ignore[union-attr]
-    usable = hardware.device_memory_bytes or 0
+    usable = usable_gpu_bytes(hardware, request)
     gpus_needed = hardware.world_size * 2
     what = (f"the smallest is {smallest.strategy}"
             + (" with activation checkpointing" if smallest.candidate.activation_checkpointing else "")
             + f" at micro-batch {smallest.candidate.micro_batch_size}: {_gib(need)} per device against "
-            f"{_gib(usable)}")
-    if need <= usable_gpu_bytes(hardware, request) and smallest.reasons:
+            f"{_gib(usable)} usable ({_gib(hardware.device_memory_bytes or 0)} less a {request.safety_margin:.0%} "
+            "margin)")
+    if need <= usable and smallest.reasons:
         what += f", but it {smallest.reasons[0].rstrip('.')}"  # it fails on something else: host RAM
     return NoFeasiblePlan(
         f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",

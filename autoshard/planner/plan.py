@@ -97,6 +97,27 @@ class Evaluation:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class WeighedCheckpointing:
+    """A checkpointing choice the planner weighed against another (:mod:`autoshard.planner.selective`)."""
+
+    checkpointing: str
+    """``full`` or a selective choice (``op``)."""
+    chosen: bool
+    """Whether the plan uses it."""
+    best: Evaluation | None
+    """Its best fitting checkpointed candidate; ``None``: nothing fits with it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (documented in docs/recommend.md)."""
+        best = self.best
+        return {"checkpointing": self.checkpointing, "chosen": self.chosen,
+                "strategy": None if best is None else best.strategy,
+                "micro_batch_size": None if best is None else best.candidate.micro_batch_size,
+                "samples_per_s": None if best is None or best.cost is None else best.cost.samples_per_s,
+                "score": None if best is None else best.score}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
     """The planner's answer: the recommendation and every candidate considered."""
 
@@ -111,6 +132,9 @@ class Plan:
     cached_workload: str | None = None
     """The workload cache entry the traced step was read from (:mod:`autoshard.planner.workload_cache`), or
     ``None`` when it was traced for this plan."""
+    checkpointing_weighed: tuple[WeighedCheckpointing, ...] = ()
+    """The checkpointing choices weighed against each other when the plan needed checkpointing (full and
+    op-selective), the one used marked; empty when none was (no checkpointing won, or the user named one)."""
 
     def device_memory(self, evaluation: Evaluation) -> dict[str, int] | None:
         """What ``nvidia-smi`` would show for ``evaluation`` on each GPU: its allocated peak, the caching
@@ -142,4 +166,5 @@ class Plan:
             "hardware": self.hardware.to_dict(),
             "request": self.request.to_dict(),
             "cached_workload": self.cached_workload,
+            "checkpointing_weighed": [w.to_dict() for w in self.checkpointing_weighed],
         }

@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 
 from autoshard.errors import NoFeasiblePlan
 from autoshard.hardware.units import format_throughput
-from autoshard.planner.plan import Evaluation, Plan
+from autoshard.planner.plan import Evaluation, Plan, WeighedCheckpointing
 from autoshard.planner.search import plan
-from autoshard.profiler.checkpointing import FULL, OP, ActivationCheckpointing
+from autoshard.profiler.checkpointing import FULL, OP, ActivationCheckpointing, parse_checkpointing
 from autoshard.strategies.base import Strategy
 from autoshard.strategies.workload import Workload
 
@@ -65,19 +65,21 @@ def weigh_selective(planned: Plan, traced: Callable[[ActivationCheckpointing], t
     best = max((p for _, p in weighed if p is not None and p.recommended.candidate.activation_checkpointing),
                key=lambda p: p.recommended.score, default=None)
     chosen = best if best is not None and best.recommended.score > planned.recommended.score else planned
-    others = [(FULL, planned), *weighed]
-    lines = [_weighed(choice, p) for choice, p in others if p is not chosen]
+    choices = tuple(WeighedCheckpointing(checkpointing=str(choice), chosen=p is chosen, best=_best_checkpointed(p))
+                    for choice, p in [(FULL, planned), *weighed])
+    lines = [_in_words(w) for w in choices if not w.chosen]
     explanation = (*chosen.explanation[:1], f"Weighed against it: {'; '.join(lines)}.", *chosen.explanation[1:])
     entry = planned.cached_workload
     if chosen is not planned:  # read from the cache only if both its traces were
         entry = entries[chosen.workload.checkpoint_mode] if entry is not None else None
-    return dataclasses.replace(chosen, explanation=explanation, cached_workload=entry)
+    return dataclasses.replace(chosen, explanation=explanation, cached_workload=entry, checkpointing_weighed=choices)
 
 
-def _weighed(choice: ActivationCheckpointing, planned: Plan | None) -> str:
+def _in_words(weighed: WeighedCheckpointing) -> str:
     """One weighed choice in words: its best checkpointed candidate's throughput, or that none fits."""
+    choice = parse_checkpointing(weighed.checkpointing)
     name = "full activation checkpointing" if choice == FULL else choice.label
-    best = _best_checkpointed(planned)
+    best = weighed.best
     if best is None or best.cost is None:
         return f"{name} (nothing fits with it)"
     return (f"{name} ({best.strategy}, micro-batch {best.candidate.micro_batch_size}: "

@@ -68,6 +68,10 @@ def test_op_selective_is_chosen_where_it_fits_and_no_checkpointing_does_not(llam
     assert "op-selective activation checkpointing" in plan.explanation[0]
     assert any("op-selective activation checkpointing is what lets this micro-batch fit" in r
                for r in plan.explanation)
+    weighed = plan.to_dict()["checkpointing_weighed"]  # the same in --json, field by field
+    assert [(w["checkpointing"], w["chosen"]) for w in weighed] == [("full", False), ("op", True)]
+    assert weighed[0]["samples_per_s"] == full.cost.samples_per_s and weighed[0]["micro_batch_size"] == 4
+    assert weighed[1]["samples_per_s"] == best.cost.samples_per_s and weighed[1]["strategy"] == "fsdp"
     exported = from_plan(plan)  # what fit() and the exports read
     assert exported.checkpointing == "op" and exported.checkpointing_choice == OP
     assert plan.cached_workload is None
@@ -81,6 +85,8 @@ def test_full_is_kept_where_no_selective_choice_fits(llama: Path) -> None:
     assert plan.workload.checkpoint_mode == FULL
     assert plan.recommended.candidate.activation_checkpointing
     assert plan.explanation[1] == "Weighed against it: op-selective activation checkpointing (nothing fits with it)."
+    assert [(w.checkpointing, w.chosen, w.best is None) for w in plan.checkpointing_weighed] == [
+        ("full", True, False), ("op", False, True)]
     assert from_plan(plan).checkpointing == "full"
 
 
@@ -91,6 +97,7 @@ def test_nothing_more_is_traced_when_the_plan_needs_no_checkpointing_or_names_it
     roomy = _plan(llama, 80)
     assert not roomy.recommended.candidate.activation_checkpointing
     assert weigh_selective(roomy, traced, []) is roomy  # type: ignore[arg-type]
+    assert roomy.to_dict()["checkpointing_weighed"] == []
     assert not any(line.startswith("Weighed against it") for line in roomy.explanation)
     named = _plan(llama, 14, "full")  # checkpointing named: every candidate checkpoints, nothing else weighed
     assert named.workload.checkpoint_mode == FULL and named.recommended.candidate.activation_checkpointing

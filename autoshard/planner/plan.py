@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoshard.hardware.specs import HardwareSpec
+from autoshard.profiler.checkpointing import ActivationCheckpointing
 from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Traits
 from autoshard.strategies.workload import Workload
 
@@ -100,8 +101,8 @@ class Evaluation:
 class WeighedCheckpointing:
     """A checkpointing choice the planner weighed against another (:mod:`autoshard.planner.selective`)."""
 
-    checkpointing: str
-    """``full`` or a selective choice (``op``)."""
+    checkpointing: ActivationCheckpointing
+    """Full checkpointing or a selective choice (op-selective)."""
     chosen: bool
     """Whether the plan uses it."""
     best: Evaluation | None
@@ -110,7 +111,7 @@ class WeighedCheckpointing:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (documented in docs/recommend.md)."""
         best = self.best
-        return {"checkpointing": self.checkpointing, "chosen": self.chosen,
+        return {"checkpointing": str(self.checkpointing), "chosen": self.chosen,
                 "strategy": None if best is None else best.strategy,
                 "micro_batch_size": None if best is None else best.candidate.micro_batch_size,
                 "samples_per_s": None if best is None or best.cost is None else best.cost.samples_per_s,

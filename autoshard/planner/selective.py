@@ -25,7 +25,7 @@ from autoshard.errors import NoFeasiblePlan
 from autoshard.hardware.units import format_throughput
 from autoshard.planner.plan import Evaluation, Plan, WeighedCheckpointing
 from autoshard.planner.search import plan
-from autoshard.profiler.checkpointing import FULL, OP, ActivationCheckpointing, parse_checkpointing
+from autoshard.profiler.checkpointing import FULL, OP, ActivationCheckpointing
 from autoshard.strategies.base import Strategy
 from autoshard.strategies.workload import Workload
 
@@ -65,7 +65,7 @@ def weigh_selective(planned: Plan, traced: Callable[[ActivationCheckpointing], t
     best = max((p for _, p in weighed if p is not None and p.recommended.candidate.activation_checkpointing),
                key=lambda p: p.recommended.score, default=None)
     chosen = best if best is not None and best.recommended.score > planned.recommended.score else planned
-    choices = tuple(WeighedCheckpointing(checkpointing=str(choice), chosen=p is chosen, best=_best_checkpointed(p))
+    choices = tuple(WeighedCheckpointing(checkpointing=choice, chosen=p is chosen, best=_best_checkpointed(p))
                     for choice, p in [(FULL, planned), *weighed])
     lines = [_in_words(w) for w in choices if not w.chosen]
     explanation = (*chosen.explanation[:1], f"Weighed against it: {'; '.join(lines)}.", *chosen.explanation[1:])
@@ -77,7 +77,7 @@ def weigh_selective(planned: Plan, traced: Callable[[ActivationCheckpointing], t
 
 def _in_words(weighed: WeighedCheckpointing) -> str:
     """One weighed choice in words: its best checkpointed candidate's throughput, or that none fits."""
-    choice = parse_checkpointing(weighed.checkpointing)
+    choice = weighed.checkpointing
     name = "full activation checkpointing" if choice == FULL else choice.label
     best = weighed.best
     if best is None or best.cost is None:

@@ -86,7 +86,7 @@ def test_full_is_kept_where_no_selective_choice_fits(llama: Path) -> None:
     assert plan.recommended.candidate.activation_checkpointing
     assert plan.explanation[1] == "Weighed against it: op-selective activation checkpointing (nothing fits with it)."
     assert [(w.checkpointing, w.chosen, w.best is None) for w in plan.checkpointing_weighed] == [
-        ("full", True, False), ("op", False, True)]
+        (FULL, True, False), (OP, False, True)]
     assert from_plan(plan).checkpointing == "full"
 
 

@@ -9,6 +9,7 @@ builds under ``FakeTensorMode``, ``fit`` on a real device).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +24,7 @@ from autoshard.errors import UsageError, UserCodeError
 
 Batch = Any
 """One step's inputs: a tensor (``model(batch)``), a tuple/list (``model(*batch)``) or a mapping
-(``model(**batch)``)."""
+(``model(**batch)``); with a training step of the user's own, also a dataclass of tensors."""
 
 LossFn = Callable[[Any, Batch], torch.Tensor]
 CallFn = Callable[[nn.Module, Batch], Any]
@@ -150,11 +151,12 @@ def takes_keyword(fn: Callable[..., Any], name: str) -> bool:
 
 
 def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | None, user_code: bool = False,
-              **kwargs: Any) -> Any:
+              feeding: str | None = None, **kwargs: Any) -> Any:
     """Call user code; turn any exception into a :class:`UserCodeError` naming the user's file and line.
 
     Errors raised on purpose by autoshard (``AutoshardError``) pass through unchanged. ``user_code``: the code
-    is the user's although no file of theirs is known (a module passed to ``fit()``).
+    is the user's although no file of theirs is known (a module passed to ``fit()``); ``feeding``: how its batches
+    reach the model and the loss, for the hint (:func:`autoshard.models.step.describe`).
     """
     from autoshard.errors import AutoshardError, InternalError
 
@@ -168,7 +170,8 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
         if user_file is not None:
             hint = "Fix the error in your model file (run with --debug for the full traceback)."
         elif user_code:
-            hint = "Your code raised it: check the model, the batch and the loss (see the error above)."
+            fed = f" each batch was fed as {feeding};" if feeding else ""
+            hint = f"Your code raised it:{fed} check the model, the batch and the loss (see the error above)."
         else:  # a Hugging Face config or a catalog model: the code that raised is not the user's
             hint = "The model's own code raised it; rerun with --debug for the full traceback and report it."
         raise UserCodeError(
@@ -192,23 +195,58 @@ def user_frame(exc: BaseException, user_file: str | None) -> str | None:
 
 
 def check_batch(batch: Batch, *, origin: str) -> None:
-    """Raise :class:`UserCodeError` unless ``batch`` is a tensor, a sequence or a mapping holding a tensor."""
+    """Raise :class:`UserCodeError` unless ``batch`` is a tensor, or a sequence, a mapping or a dataclass holding a
+    tensor. For a module given to ``fit()`` (``origin`` ``module:...``) the batch is the user's data, and the
+    message says so; for a model file, it is what its ``batch()`` returned."""
     if isinstance(batch, torch.Tensor):
         return
+    data = origin.startswith("module:")
+    what = "the data's first batch is" if data else f"batch() in {origin} returned"
     if isinstance(batch, Mapping):
         values: Iterable[Any] = batch.values()
     elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
         values = batch
+    elif _is_dataclass_instance(batch):
+        values = [getattr(batch, f.name) for f in dataclasses.fields(batch)]
     else:
         raise UserCodeError(
-            f"batch() in {origin} returned {type(batch).__name__}; expected a tensor, a tuple/list or a dict.",
-            hint="Return e.g. `torch.randn(batch_size, 784)` or `{'input_ids': ..., 'labels': ...}`.",
+            f"{what} a {type(batch).__name__}; expected a tensor, a tuple/list, a dict or a dataclass of tensors.",
+            hint="Tokenize or convert the data to tensors first (a Dataset, or a DataLoader with a collate_fn)."
+            if data else "Return e.g. `torch.randn(batch_size, 784)` or `{'input_ids': ..., 'labels': ...}`.",
         )
     if not any(isinstance(v, torch.Tensor) for v in values):
+        kinds = sorted({type(v).__name__ for v in values})
         raise UserCodeError(
-            f"batch() in {origin} returned a {type(batch).__name__} with no tensor in it.",
-            hint="At least one input of the training step must be a torch.Tensor.",
+            f"{what} a {type(batch).__name__} with no tensor in it ({', '.join(kinds) or 'empty'}).",
+            hint="Tokenize or convert the data to tensors first (a Dataset, or a DataLoader with a collate_fn)."
+            if data else "At least one input of the training step must be a torch.Tensor.",
         )
+
+
+def _is_dataclass_instance(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def map_tensors(fn: Callable[[Any], Any], batch: Batch) -> Batch:
+    """``batch`` with ``fn`` applied to every leaf (tensors and whatever else it holds), as ``tree_map`` does,
+    inside dataclass instances too (rebuilt with :func:`dataclasses.replace` over their ``init`` fields), which
+    ``tree_map`` takes for leaves.
+
+    Example:
+        >>> @dataclass
+        ... class Pair:
+        ...     x: torch.Tensor
+        ...     y: torch.Tensor
+        >>> map_tensors(lambda t: t * 2, [Pair(torch.ones(1), torch.zeros(1))])[0].x
+        tensor([2.])
+    """
+    def leaf(value: Any) -> Any:
+        if _is_dataclass_instance(value):
+            return dataclasses.replace(value, **{f.name: map_tensors(fn, getattr(value, f.name))
+                                                 for f in dataclasses.fields(value) if f.init})
+        return fn(value)
+
+    return tree_map(leaf, batch)
 
 
 def is_compiled(module: nn.Module) -> bool:
@@ -277,4 +315,4 @@ def cast_floats(batch: Any, dtype: torch.dtype) -> Any:
         >>> cast_floats({"x": torch.ones(1), "ids": torch.ones(1, dtype=torch.long)}, torch.bfloat16)["x"].dtype
         torch.bfloat16
     """
-    return tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, batch)
+    return map_tensors(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t, batch)

@@ -15,9 +15,10 @@
    the loss only: a dataset's ``text`` or ``idx`` column, or ``labels`` for a model that returns logits.
 
 A single tensor goes to ``model(batch)``; the loss gets ``loss_fn(output, batch)``. Without ``loss_fn``, the
-output's ``loss`` is used, else the mean of its floating-point tensors (:func:`~autoshard.models.source.default_loss`).
-A tuple batch split into inputs and targets needs ``loss_fn``: a loss that ignored the targets would train on
-nothing.
+loss is the one the model returned (:func:`output_loss`): ``output.loss``, the output itself when it is a scalar, or
+the first element of a tuple when that is a scalar (Hugging Face's ``return_dict=False``). Anything else is refused:
+a stand-in such as the mean of the logits would train, and its loss fall, towards nothing the user wants. A tuple
+batch split into inputs and targets needs ``loss_fn``: a loss that ignored the targets would train on nothing.
 
 :func:`step_functions` turns the choice into two functions over the whole batch: ``call(model, batch)`` and
 ``loss(output, batch)``. Planning traces them, and ``fit()`` trains with them.
@@ -34,7 +35,7 @@ import torch
 from torch import nn
 
 from autoshard.errors import UsageError
-from autoshard.models.source import Batch, CallFn, LossFn, call_model, default_loss
+from autoshard.models.source import Batch, CallFn, LossFn, call_model
 
 TrainingStep = Callable[[nn.Module, Batch], torch.Tensor]
 
@@ -152,7 +153,7 @@ class _Loss:
     def __call__(self, output: Any, batch: Batch) -> torch.Tensor:
         parts = split(batch, self.inputs)
         if parts is None:
-            return (self.loss_fn or default_loss)(output, batch)
+            return output_loss(output, batch) if self.loss_fn is None else self.loss_fn(output, batch)
         if self.loss_fn is None:
             raise UsageError(
                 f"each batch holds {len(batch)} tensors and the model's forward takes {self.inputs}: the rest are "
@@ -160,6 +161,50 @@ class _Loss:
                 hint="Pass loss_fn=(output, targets) -> scalar, e.g. loss_fn=torch.nn.functional.mse_loss, or "
                      "training_step=(model, batch) -> loss.")
         return self.loss_fn(output, parts[1])
+
+
+def output_loss(output: Any, batch: Batch) -> torch.Tensor:
+    """The loss the model returned, for a forward with no ``loss_fn``: ``output.loss`` or ``output["loss"]``
+    (Hugging Face), the output itself when it is a scalar, or the first element of a tuple or list output when that
+    is a scalar (Hugging Face's ``return_dict=False`` puts the loss first).
+
+    Example:
+        >>> output_loss((torch.tensor(0.5), torch.zeros(2, 3)), {}).item()
+        0.5
+
+    Raises:
+        UsageError: the output holds no loss: what it is, and how to give one.
+    """
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, Mapping):
+        loss = output.get("loss")
+    if loss is None:
+        first = output[0] if isinstance(output, (tuple, list)) and output else output
+        loss = first if _scalar(first) else None
+    if isinstance(loss, torch.Tensor):
+        return loss
+    labels = (" (a Hugging Face model computes one when the batch has `labels`)"
+              if hasattr(output, "to_tuple") and isinstance(batch, Mapping) and "labels" not in batch else "")
+    raise UsageError(f"the model's output is {_shape_of(output)}, with no loss{labels}: fit() needs one to train on.",
+                     hint="Pass loss_fn=(output, batch) -> scalar, or training_step=(model, batch) -> loss.")
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 0 and value.is_floating_point()
+
+
+def _shape_of(output: Any) -> str:
+    """What a model returned, in a few words: ``"a tensor of shape [16, 2]"``, ``"SequenceClassifierOutput with
+    logits"``, ``"a tuple of 2 whose first element is a tensor of shape [16, 2]"``."""
+    if isinstance(output, torch.Tensor):
+        return f"a tensor of shape {list(output.shape)}"
+    if isinstance(output, Mapping):
+        keys = [str(k) for k, v in output.items() if v is not None]
+        return f"{type(output).__name__} with {', '.join(keys) if keys else 'nothing in it'}"
+    if isinstance(output, (tuple, list)):
+        first = f" whose first element is {_shape_of(output[0])}" if output else ""
+        return f"a {type(output).__name__} of {len(output)}{first}"
+    return f"a {type(output).__name__}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,8 @@ def guard(fn: Callable[[], Any], source: ModelSource, tracker: MemoryTracker | N
     )
 
     try:
-        return call_user(fn, what=what, user_file=source.user_file, user_code=source.kind == "module")
+        return call_user(fn, what=what, user_file=source.user_file, user_code=source.kind == "module",
+                         feeding=source.metadata.get("feeding"))
     except UserCodeError as exc:
         cause = exc.__cause__
         where = _where(exc, tracker)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
@@ -294,10 +295,31 @@ def fixed_batch_size(data: Any) -> int | None:
     if isinstance(data, DataLoader):
         return data.batch_size
     if isinstance(data, (list, tuple)) and data:
-        first = data[0]
-        tensors = [first] if isinstance(first, torch.Tensor) else list(
-            first.values() if isinstance(first, Mapping) else first if isinstance(first, (list, tuple)) else [])
-        sizes = {t.shape[0] for t in tensors if isinstance(t, torch.Tensor) and t.dim() > 0}
-        if len(sizes) == 1:
-            return sizes.pop()
+        return batch_rows(data[0])
     return None
+
+
+def batch_rows(batch: Any) -> int | None:
+    """The samples in ``batch``: the first dimension its top-level tensors share (``None`` when they disagree or
+    it holds none).
+
+    Example:
+        >>> batch_rows((torch.zeros(32, 8), torch.zeros(32))), batch_rows({"x": torch.zeros(4, 2), "n": 3})
+        (32, 4)
+    """
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        batch = [getattr(batch, f.name) for f in dataclasses.fields(batch)]
+    tensors = [batch] if isinstance(batch, torch.Tensor) else list(
+        batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [])
+    sizes = {t.shape[0] for t in tensors if isinstance(t, torch.Tensor) and t.dim() > 0}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def batched_as_it_comes(data: Any) -> bool:
+    """Whether ``data`` yields batches ``fit()`` trains as they come, whose size no attribute gives: a
+    ``DataLoader`` with a batch sampler of its own (no ``batch_size``), an ``IterableDataset`` or a generator. Not a
+    map-style dataset (``fit()`` batches it), a ``DataLoader`` with a ``batch_size``, nor a list (its first element
+    may be a single sample: :func:`as_samples`)."""
+    if isinstance(data, DataLoader):
+        return data.batch_size is None
+    return not isinstance(data, (list, tuple)) and not (isinstance(data, Dataset) and _map_style(data))

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
+from torch.utils.data import IterableDataset
 
-from autoshard.errors import UsageError, UserCodeError
-from autoshard.models.source import ModelSource
-from autoshard.models.step import step_functions, unused_keys
+from autoshard.errors import NoFeasiblePlan, UsageError, UserCodeError
+from autoshard.models.source import ModelSource, map_tensors
+from autoshard.models.step import describe, step_functions, unused_keys
 from autoshard.planner.plan_file import (
     ExportedPlan,
     ModelFingerprint,
@@ -30,11 +31,14 @@ from autoshard.profiler.checkpointing import ActivationCheckpointing
 from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
 from autoshard.runtime.data import (
     as_samples,
+    batch_rows,
+    batched_as_it_comes,
     check_batch_fits_data,
     check_global_batch,
     check_loader_fits_ranks,
     fixed_batch_size,
     loader_batch_size,
+    peek,
     samples_per_rank,
 )
 from autoshard.strategies.workload import parameter_layout
@@ -87,11 +91,13 @@ def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None,
                 return t
             return t[:1].repeat(batch_size, *([1] * (t.dim() - 1)))
 
-        return tree_map(repeat, example_batch)
+        return map_tensors(repeat, example_batch)
 
     steps = step_functions(module, loss_fn=loss_fn, training_step=training_step)
+    feeding = describe(module, example_batch, loss_fn=loss_fn, training_step=training_step)
     return ModelSource(name=type(module).__name__, kind="module", origin=f"module:{type(module).__qualname__}",
-                       build_fn=build, batch_fn=batch, loss_fn=steps.loss, call_fn=steps.call)
+                       build_fn=build, batch_fn=batch, loss_fn=steps.loss, call_fn=steps.call,
+                       metadata={"feeding": feeding})
 
 
 def model_fingerprint(module: nn.Module, name: str) -> ModelFingerprint:
@@ -321,21 +327,23 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                               "not given; or pass its Dataset, which autoshard batches at batch_size.")
     hw = hardware_for(options.hardware, processes=options.processes)
     precision = options.precision or default_precision(hw)
+    source = job.source
+    example = None
+    if source is None:
+        if job.data is None:
+            raise UsageError("fit(module) with no data has nothing to train on.",
+                             hint="Pass data=, or a model source (a model.py / catalog name) whose batch() is used.")
+        example, data = peek(job.data)
+        job = replace(job, data=data)  # a generator's first batch was put back in front
     batch_size = options.batch_size or fixed_batch_size(job.data)
+    if example is not None and batched_as_it_comes(job.data):
+        batch_size = _size_as_it_comes(job.data, example, options.batch_size, notes) or batch_size
     per_rank = samples_per_rank(job.data, hw.world_size)
     check_batch_fits_data(options.batch_size, per_rank)
     check_loader_fits_ranks(job.data, hw.world_size)
     check_global_batch(options.global_batch_size, hw.world_size, batch_size, job.data,
                        epochs=job.epoch_limit)
-    source = job.source
     if source is None:
-        from autoshard.runtime.data import peek
-
-        example, data = peek(job.data) if job.data is not None else (None, None)
-        if example is None:
-            raise UsageError("fit(module) with no data has nothing to train on.",
-                             hint="Pass data=, or a model source (a model.py / catalog name) whose batch() is used.")
-        job = replace(job, data=data)  # a generator's first batch was put back in front
         source = module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
                                         training_step=job.training_step)
         unused = [] if job.training_step is not None else unused_keys(job.module, example)  # type: ignore[arg-type]
@@ -346,14 +354,17 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
 
     def planned(source: ModelSource) -> Any:
         # Priced as this process runs fp32 matmuls (torch.set_float32_matmul_precision, set by the user's script).
-        return plan_for(source, hw, batch_size=batch_size, global_batch_size=options.global_batch_size,
-                        seq_len=options.seq_len, precision=precision,
-                        optimizer=optimizer_name(job.optimizer) or "adamw",
-                        optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
-                        reduce_dtype=options.reduce_dtype,
-                        float32_matmul_precision=torch.get_float32_matmul_precision(),
-                        grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache,
-                        max_batch_size=per_rank)
+        try:
+            return plan_for(source, hw, batch_size=batch_size, global_batch_size=options.global_batch_size,
+                            seq_len=options.seq_len, precision=precision,
+                            optimizer=optimizer_name(job.optimizer) or "adamw",
+                            optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
+                            reduce_dtype=options.reduce_dtype,
+                            float32_matmul_precision=torch.get_float32_matmul_precision(),
+                            grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache,
+                            max_batch_size=per_rank)
+        except NoFeasiblePlan as exc:
+            raise NoFeasiblePlan(exc.message, hint=in_fit_arguments(exc.hint)) from None
 
     if options.progress:
         from autoshard.runtime.progress import say
@@ -367,6 +378,11 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         # a batch of one sample, the list holds single samples (a Hugging Face-style list of dicts): use it as
         # a dataset, batched at the planned micro-batch.
         samples = as_samples(job.data) if job.module is not None and job.source is None else None
+        if samples is None and isinstance(job.data, IterableDataset):
+            batching = ("An IterableDataset is trained on as it yields: if it yields single samples, batch them with "
+                        "DataLoader(dataset, batch_size=...).")
+            raise UserCodeError(first.message, hint=f"{first.hint or ''} {batching}".strip(),
+                                location=first.location) from first
         if samples is None:
             raise
         from torch.utils.data import default_collate
@@ -402,6 +418,53 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                      "memory. The batch size also changes what training learns: pass batch_size= (or a DataLoader) "
                      "to choose it, global_batch_size= to accumulate.")
     return exported, job
+
+
+FIT_ARGUMENTS: tuple[tuple[str, str], ...] = (
+    (r"--gpus/--nodes for (\d+)", r"hardware= with \1 GPUs"), (r"--nvme PATH", "an NVMe path in hardware="),
+    (r"--strategies; strategy= in fit\(\)", "strategy="), (r"--hardware", "hardware="), (r"--seq-len", "seq_len="),
+    (r"--optimizer", "optimizer="), (r"--checkpointing", "checkpointing="), (r"--batch-size", "batch_size="),
+)
+"""The planner's hints name ``recommend``'s flags; ``fit()`` takes these arguments in their place (patterns and
+replacements for :func:`re.sub`)."""
+
+
+def in_fit_arguments(hint: str | None) -> str | None:
+    """A planner hint with ``recommend``'s flags named as ``fit()``'s arguments.
+
+    Example:
+        >>> in_fit_arguments("Try more GPUs (e.g. --gpus/--nodes for 16), larger GPUs (--hardware), or a shorter "
+        ...                  "--seq-len.")
+        'Try more GPUs (e.g. hardware= with 16 GPUs), larger GPUs (hardware=), or a shorter seq_len=.'
+    """
+    if hint is None:
+        return None
+    for flag, argument in FIT_ARGUMENTS:
+        hint = re.sub(flag, argument, hint)
+    return hint
+
+
+def _size_as_it_comes(data: Any, example: Any, batch_size: int | None, notes: list[str]) -> int | None:
+    """The micro-batch of data that no attribute sizes (:func:`~autoshard.runtime.data.batched_as_it_comes`): its
+    first batch's, noted, so that the plan prices the batches that will train.
+
+    Raises:
+        UsageError: ``batch_size=`` says otherwise: fit() trains the batches as they come.
+    """
+    rows = batch_rows(example)
+    if rows is None:
+        return None
+    what = "the DataLoader (no batch_size: a batch sampler of its own)" if getattr(data, "batch_sampler", None) \
+        else "the data"
+    if batch_size is not None and batch_size != rows:
+        raise UsageError(f"batch_size={batch_size}, and the first batch of {what} holds {rows} samples: fit() trains "
+                         "on the batches as they come.",
+                         hint="Drop batch_size= (the batches' own size is the micro-batch), or batch the data at "
+                              f"{batch_size}.")
+    if batch_size is None:
+        notes.append(f"Micro-batch {rows}: the size of the first batch of {what}, which fit() trains as they come; "
+                     "batches of another size train too, at their own memory and speed.")
+    return rows
 
 
 def _check_plan_global_batch(global_batch: int | None, exported: ExportedPlan, ranks: int, where: str) -> None:

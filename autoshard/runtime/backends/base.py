@@ -176,9 +176,9 @@ class Backend(abc.ABC):
 
 def to_device(batch: Any, device: torch.device) -> Any:
     """``batch`` with every tensor on ``device`` (non-blocking from pinned memory)."""
-    from torch.utils._pytree import tree_map
+    from autoshard.models.source import map_tensors
 
     def move(t: Any) -> Any:
         return t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t
 
-    return tree_map(move, batch)
+    return map_tensors(move, batch)

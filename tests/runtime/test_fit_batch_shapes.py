@@ -1,0 +1,153 @@
+"""fit() on batch and output shapes people's code has that the conventions first missed (found by trying user
+scripts, 2026-11-29): a Hugging Face model built with ``return_dict=False`` (its loss first in a tuple), an output
+with no loss, batches whose size no attribute gives (a ``DataLoader`` with a batch sampler, a generator), a
+dataclass batch under ``training_step``, an ``IterableDataset`` of single samples, and data that is not tensors."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler, TensorDataset
+from transformers import BertConfig, BertForSequenceClassification
+
+from autoshard.errors import NoFeasiblePlan, UsageError, UserCodeError
+from autoshard.runtime import fit
+from autoshard.runtime.planning import in_fit_arguments
+
+
+def _bert(return_dict: bool) -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=16, num_labels=2, return_dict=return_dict)
+    return BertForSequenceClassification(config)
+
+
+def _bert_batches(labels: bool) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 64, (32, 8), generator=g)
+    target = (ids[:, 0] > 32).long()  # learnable from the first token
+    rows = [{"input_ids": ids[i:i + 8], **({"labels": target[i:i + 8]} if labels else {})} for i in range(0, 32, 8)]
+    return rows * 3
+
+
+def test_a_tuple_output_trains_on_its_loss_as_the_dict_output_does() -> None:
+    """BertForSequenceClassification(return_dict=False) returns ``(loss, logits)``: its loss is the first element.
+    It used to train on loss + mean(logits), whose loss fell below zero while nothing was learnt."""
+    as_tuple = fit(_bert(False), _bert_batches(True), max_steps=6, optimizer="sgd", progress=False)
+    as_dict = fit(_bert(True), _bert_batches(True), max_steps=6, optimizer="sgd", progress=False)
+    assert as_tuple.losses == pytest.approx(as_dict.losses, rel=1e-5)
+    assert all(0.3 < v < 1.2 for v in as_tuple.losses), as_tuple.losses  # cross entropy of 2 classes
+
+
+def test_an_output_without_a_loss_is_refused_naming_what_it_is() -> None:
+    with pytest.raises(UsageError, match=r"SequenceClassifierOutput with logits, with no loss \(a Hugging Face "
+                                         r"model computes one when the batch has `labels`\)") as info:
+        fit(_bert(True), _bert_batches(False), max_steps=1, optimizer="sgd", progress=False)
+    assert "loss_fn=" in (info.value.hint or "")
+    model = nn.Sequential(nn.Linear(8, 1))
+    with pytest.raises(UsageError, match=r"the model's output is a tensor of shape \[\d+, 1\], with no loss: "):
+        fit(model, [torch.randn(4, 8)] * 2, max_steps=1, optimizer="sgd", progress=False)
+
+
+class _Scalar(nn.Module):
+    """A forward that returns its loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).pow(2).mean()
+
+
+def test_a_forward_returning_its_loss_trains_on_it() -> None:
+    result = fit(_Scalar(), [torch.randn(4, 8)] * 4, max_steps=4, optimizer="sgd", progress=False)
+    assert result.losses[-1] < result.losses[0]
+
+
+def _regression(n: int = 96) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 8, generator=g)
+    return x, x @ torch.randn(8, 1, generator=g)
+
+
+def test_a_batch_sampler_loader_is_planned_at_the_size_of_its_batches() -> None:
+    """A DataLoader built with ``batch_sampler=`` has no ``batch_size``: the planner chose micro-batch 1024 for
+    batches of 32, and the run reported 32x the samples it trained."""
+    x, y = _regression()
+    loader = DataLoader(TensorDataset(x, y), batch_sampler=BatchSampler(SequentialSampler(range(96)), 32, False))
+    result = fit(nn.Sequential(nn.Linear(8, 1)), loader, loss_fn=F.mse_loss, max_steps=3, optimizer="sgd",
+                 progress=False)
+    assert result.plan.micro_batch_size == 32
+    assert any(n.startswith("Micro-batch 32: the size of the first batch of the DataLoader") for n in result.notes)
+
+
+def _generator(x: torch.Tensor, y: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    for i in range(0, len(x), 32):
+        yield x[i:i + 32], y[i:i + 32]
+
+
+def test_a_generator_is_planned_at_its_first_batch_and_a_contrary_batch_size_refused() -> None:
+    x, y = _regression()
+    result = fit(nn.Sequential(nn.Linear(8, 1)), _generator(x, y), loss_fn=F.mse_loss, max_steps=3,
+                 optimizer="sgd", progress=False)
+    assert result.plan.micro_batch_size == 32 and len(result.steps) == 3
+    with pytest.raises(UsageError, match="batch_size=64, and the first batch of the data holds 32 samples"):
+        fit(nn.Sequential(nn.Linear(8, 1)), _generator(x, y), loss_fn=F.mse_loss, batch_size=64, max_steps=1,
+            progress=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pair:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def test_a_dataclass_batch_trains_with_a_training_step() -> None:
+    x, y = _regression()
+    loader = DataLoader(TensorDataset(x, y), batch_size=16,
+                        collate_fn=lambda rows: _Pair(*(torch.stack(column) for column in zip(*rows, strict=True))))
+    result = fit(nn.Sequential(nn.Linear(8, 1)), loader, max_steps=6, optimizer="sgd", progress=False,
+                 training_step=lambda model, batch: F.mse_loss(model(batch.x), batch.y))
+    assert result.plan.micro_batch_size == 16 and result.losses[-1] < result.losses[0]
+
+
+class _Samples(IterableDataset):
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        x, y = _regression(32)
+        return iter(zip(x, y, strict=True))
+
+
+def test_an_iterable_dataset_of_single_samples_is_told_to_batch_them() -> None:
+    with pytest.raises(UserCodeError) as info:
+        fit(nn.Sequential(nn.Linear(8, 1)), _Samples(), loss_fn=F.mse_loss, max_steps=1, progress=False)
+    assert "each batch was fed as model(*batch[:1])" in (info.value.hint or "")
+    assert "DataLoader(dataset, batch_size=...)" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize("data, message", [
+    ([["a cat", "a dog"]] * 2, r"the data's first batch is a list with no tensor in it \(str\)"),
+    (["a cat", "a dog"], r"the data's first batch is a str; expected a tensor"),
+])
+def test_data_that_is_not_tensors_is_named_as_the_users_data(data: list, message: str) -> None:
+    with pytest.raises(UserCodeError, match=message) as info:
+        fit(nn.Sequential(nn.Linear(8, 1)), data, loss_fn=F.mse_loss, max_steps=1, progress=False)
+    assert "Tokenize or convert the data to tensors" in (info.value.hint or "")
+
+
+def test_a_strategy_the_hardware_cannot_run_is_hinted_in_fits_arguments() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CPU offload is refused only without a GPU")
+    with pytest.raises(NoFeasiblePlan) as info:
+        fit(nn.Sequential(nn.Linear(8, 1)), [_regression(8)] * 2, loss_fn=F.mse_loss, strategy="fsdp_cpu_offload",
+            max_steps=1, progress=False)
+    assert "without a GPU" in info.value.message
+    assert "--" not in (info.value.hint or "") and "hardware=" in (info.value.hint or "")
+    assert in_fit_arguments("(--strategies; strategy= in fit()) or another optimizer (--optimizer), NVMe offload "
+                            "(--nvme PATH)") == "(strategy=) or another optimizer (optimizer=), NVMe offload (an " \
+                                               "NVMe path in hardware=)"

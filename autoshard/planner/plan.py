@@ -106,12 +106,14 @@ class WeighedCheckpointing:
     chosen: bool
     """Whether the plan uses it."""
     best: Evaluation | None
-    """Its best fitting checkpointed candidate; ``None``: nothing fits with it."""
+    """Its best fitting checkpointed candidate; ``None``: nothing fits with it, or it could not be traced."""
+    not_traced: str | None = None
+    """Why its step could not be traced (the profiler's message), when it could not."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (documented in docs/recommend.md)."""
         best = self.best
-        return {"checkpointing": str(self.checkpointing), "chosen": self.chosen,
+        return {"checkpointing": str(self.checkpointing), "chosen": self.chosen, "not_traced": self.not_traced,
                 "strategy": None if best is None else best.strategy,
                 "micro_batch_size": None if best is None else best.candidate.micro_batch_size,
                 "samples_per_s": None if best is None or best.cost is None else best.cost.samples_per_s,

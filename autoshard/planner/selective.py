@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from autoshard.errors import NoFeasiblePlan
+from autoshard.errors import ModelSourceError, NoFeasiblePlan, ProfileError
 from autoshard.hardware.units import format_throughput
 from autoshard.planner.plan import Evaluation, Plan, WeighedCheckpointing
 from autoshard.planner.search import plan
@@ -54,8 +54,14 @@ def weigh_selective(planned: Plan, traced: Callable[[ActivationCheckpointing], t
         return planned
     weighed: list[tuple[ActivationCheckpointing, Plan | None]] = []
     entries: dict[ActivationCheckpointing, str | None] = {}
+    failed: dict[ActivationCheckpointing, str] = {}
     for choice in SELECTIVE:
-        selective, entries[choice] = traced(choice)
+        try:
+            selective, entries[choice] = traced(choice)
+        except (ModelSourceError, ProfileError) as exc:  # the plan with full checkpointing stands
+            failed[choice] = exc.message
+            weighed.append((choice, None))
+            continue
         workload = dataclasses.replace(base, checkpoint_mode=choice,
                                        traces=unchecked + tuple(t for t in selective.traces if t.checkpointing))
         try:
@@ -65,7 +71,8 @@ def weigh_selective(planned: Plan, traced: Callable[[ActivationCheckpointing], t
     best = max((p for _, p in weighed if p is not None and p.recommended.candidate.activation_checkpointing),
                key=lambda p: p.recommended.score, default=None)
     chosen = best if best is not None and best.recommended.score > planned.recommended.score else planned
-    choices = tuple(WeighedCheckpointing(checkpointing=choice, chosen=p is chosen, best=_best_checkpointed(p))
+    choices = tuple(WeighedCheckpointing(checkpointing=choice, chosen=p is chosen, best=_best_checkpointed(p),
+                                         not_traced=failed.get(choice))
                     for choice, p in [(FULL, planned), *weighed])
     lines = [_in_words(w) for w in choices if not w.chosen]
     explanation = (*chosen.explanation[:1], f"Weighed against it: {'; '.join(lines)}.", *chosen.explanation[1:])
@@ -80,6 +87,8 @@ def _in_words(weighed: WeighedCheckpointing) -> str:
     choice = weighed.checkpointing
     name = "full activation checkpointing" if choice == FULL else choice.label
     best = weighed.best
+    if weighed.not_traced is not None:
+        return f"{name} (its step could not be traced: {weighed.not_traced.rstrip('.')})"
     if best is None or best.cost is None:
         return f"{name} (nothing fits with it)"
     return (f"{name} ({best.strategy}, micro-batch {best.candidate.micro_batch_size}: "

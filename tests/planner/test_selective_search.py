@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from transformers import LlamaConfig
 
-from autoshard.errors import NoFeasiblePlan
+from autoshard.errors import NoFeasiblePlan, UserCodeError
 from autoshard.hardware import HardwareSpec, load_hardware
 from autoshard.planner.machine import plan_for
 from autoshard.planner.plan import Plan
@@ -103,3 +103,22 @@ def test_nothing_more_is_traced_when_the_plan_needs_no_checkpointing_or_names_it
     assert named.workload.checkpoint_mode == FULL and named.recommended.candidate.activation_checkpointing
     assert weigh_selective(named, traced, []) is named  # type: ignore[arg-type]
     assert not any(line.startswith("Weighed against it") for line in named.explanation)
+
+
+def test_a_selective_step_that_cannot_be_traced_leaves_the_full_plan_standing(llama: Path) -> None:
+    """Zamba2's op-selective trace raised in the recompute (its shared block's casts replay differently), and
+    recommend failed outright although its plan with full checkpointing was made."""
+    weighed = _plan(llama, 10.5)  # only full checkpointing fits; take back what was weighed
+    planned = dataclasses.replace(weighed, explanation=weighed.explanation[:1] + weighed.explanation[2:],
+                                  checkpointing_weighed=())
+
+    def traced(choice: object) -> tuple[object, None]:
+        raise UserCodeError("backward raised RuntimeError: invocation index 32 not found in storage.")
+
+    plan = weigh_selective(planned, traced, [])  # type: ignore[arg-type]
+    assert plan.recommended == planned.recommended and plan.workload is planned.workload
+    assert plan.explanation[1] == ("Weighed against it: op-selective activation checkpointing (its step could not "
+                                   "be traced: backward raised RuntimeError: invocation index 32 not found in "
+                                   "storage).")
+    assert [w.to_dict()["not_traced"] for w in plan.checkpointing_weighed] == [
+        None, "backward raised RuntimeError: invocation index 32 not found in storage."]

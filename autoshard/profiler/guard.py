@@ -59,17 +59,29 @@ def guard(fn: Callable[[], Any], source: ModelSource, tracker: MemoryTracker | N
     except UserCodeError as exc:
         cause = exc.__cause__
         where = _where(exc, tracker)
+        # A Hugging Face config or a catalog model: the code is the library's, which the user cannot edit.
+        theirs = source.user_file is not None or source.kind == "module"
+        not_yours = f"{source.name}'s code is the library's, not yours: autoshard cannot plan it yet (report it)."
         if isinstance(cause, UnsupportedOperatorException):
             raise ProfileError(
                 f"the {what} uses {cause.func}{where}, which autoshard cannot trace without running it.",
                 hint="Replace the op with a standard PyTorch op, or report it (rerun with --debug for "
-                     "details).",
+                     "details)." if theirs else not_yours,
             ) from cause
         if isinstance(cause, (DataDependentOutputException, DynamicOutputShapeException)):
             raise ProfileError(
                 f"the {what} calls {cause.func}{where}, whose result depends on tensor values "
                 "(e.g. .item(), nonzero(), boolean-mask indexing), which a trace without data cannot know.",
-                hint="Make that code shape-static (e.g. torch.where instead of x[mask]), or report it.",
+                hint="Make that code shape-static (e.g. torch.where instead of x[mask]), or report it."
+                if theirs else not_yours,
+            ) from cause
+        if isinstance(cause, RuntimeError) and "encountered during backward but not found in storage" in str(cause):
+            raise ProfileError(
+                f"op-selective checkpointing cannot replay the recompute of {source.name}{where}: it ran an op more "
+                "times than the forward did, and torch's selective checkpointing replays each op by its count (a "
+                "block shared between layers does this: autocast casts its weights once in the forward, and again "
+                "in each recompute).",
+                hint="Use full or every-N checkpointing (--checkpointing full; checkpointing= in fit()).",
             ) from cause
         if cause is not None and "data-dependent" in str(cause).lower():
             op = f" calls {tracker.failure[0]}" if tracker is not None and tracker.failure else ""

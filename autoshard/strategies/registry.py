@@ -11,6 +11,7 @@ never imports ``torch.distributed`` or DeepSpeed.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,21 @@ def describe(name: str) -> str:
     return _REGISTRY[name].description
 
 
+def _named_otherwise(name: str) -> list[str]:
+    """The strategy a name people use elsewhere means: ``zero3`` / ``ds3`` / ``stage-2`` (DeepSpeed's stages),
+    ``fsdp2`` / ``fsdp1``.
+
+    Example:
+        >>> _named_otherwise("ZeRO-3"), _named_otherwise("fsdp2"), _named_otherwise("tp")
+        (['deepspeed_stage_3'], ['fsdp'], [])
+    """
+    key = re.sub(r"[-_ ]", "", name.lower())
+    stage = re.fullmatch(r"(?:deepspeed|ds)?(?:zero|stage|ds)([123])(offload)?", key)
+    if stage is not None:
+        return [f"deepspeed_stage_{stage.group(1)}{'_offload' if stage.group(2) else ''}"]
+    return ["fsdp"] if key in ("fsdp1", "fsdp2", "fullyshardeddataparallel") else []
+
+
 def get(name: str) -> Strategy:
     """A strategy instance by name.
 
@@ -102,7 +118,7 @@ def get(name: str) -> Strategy:
     """
     _load()
     if name not in _REGISTRY:
-        close = close_names(name, _REGISTRY)
+        close = _named_otherwise(name) or close_names(name, _REGISTRY)
         maybe = f" Did you mean {', '.join(close)}?" if close else ""
         raise UsageError(f"unknown strategy {name!r}.{maybe}", hint=f"Valid strategies: {', '.join(_REGISTRY)}.")
     entry = _REGISTRY[name]

@@ -26,7 +26,7 @@ from autoshard.errors import ModelSourceError, UsageError
 from autoshard.models import hf_layers
 from autoshard.models.fingerprint import config_fingerprint
 from autoshard.models.hf_build import attention_implementation, build_model, training_config
-from autoshard.models.hf_classes import check_architectures, check_traceable, model_class
+from autoshard.models.hf_classes import check_architectures, check_traceable, chunked_scan, model_class
 from autoshard.models.hf_inputs import input_spec
 from autoshard.models.source import ModelSource
 
@@ -110,6 +110,8 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
     }
     if inputs.image_tokens is not None:
         metadata["image_tokens"] = inputs.image_tokens
+    if chunked_scan(config):
+        metadata["reference_scan"] = True
     checkpoint_dtype = data.get("torch_dtype", data.get("dtype"))
     if checkpoint_dtype is not None:
         metadata["checkpoint_dtype"] = checkpoint_dtype

@@ -40,6 +40,15 @@ _SSM_STATE_KEYS = ("state_size", "mamba_d_state", "ssm_state_size")
 _SSM_CHUNK_KEYS = ("chunk_size", "mamba_chunk_size")
 
 
+def chunked_scan(config: Any) -> bool:
+    """Whether the config has Mamba-2-style mixers (an SSM state size and a chunked scan), which autoshard traces
+    through transformers' PyTorch path: more activation memory and more memory-bound time than the mamba-ssm
+    kernels a GPU run uses (docs/models.md, "State-space models")."""
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    return any(any(getattr(part, k, None) is not None for k in _SSM_STATE_KEYS)
+               and any(getattr(part, k, None) is not None for k in _SSM_CHUNK_KEYS) for part in (config, text))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelClass:
     """The class a config is built with, and how it was chosen."""

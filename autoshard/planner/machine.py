@@ -95,6 +95,13 @@ def parse_reduce_dtype(value: str) -> str:
     return key
 
 
+REFERENCE_SCAN = ("Its Mamba-2 mixers were traced through transformers' PyTorch scan, not the mamba-ssm kernels a "
+                  "GPU run uses: activation memory and step time are upper bounds, and may be several times a run "
+                  "with those kernels (docs/models.md, State-space models).")
+"""The explanation's last line for a model with Mamba-2-style mixers (:func:`autoshard.models.hf_classes.
+chunked_scan`)."""
+
+
 def plan_for(
     source: str | os.PathLike[str] | ModelSource,
     hardware: HardwareSpec,
@@ -198,6 +205,8 @@ def plan_for(
     workload = dataclasses.replace(workload, float32_matmul_precision=matmul_precision, grad_clip_norm=clip_norm,
                                    set_grads_to_none=set_grads_to_none)
     planned = dataclasses.replace(plan(workload, hardware, request, chosen), cached_workload=entry)
-    if choice is not None:
-        return planned
-    return weigh_selective(planned, lambda selective: traced((True,), selective), chosen)
+    if choice is None:
+        planned = weigh_selective(planned, lambda selective: traced((True,), selective), chosen)
+    if loaded.metadata.get("reference_scan"):
+        planned = dataclasses.replace(planned, explanation=(*planned.explanation, REFERENCE_SCAN))
+    return planned

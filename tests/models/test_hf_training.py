@@ -292,6 +292,7 @@ def test_mamba2_mixers_train_a_real_step_and_profile_in_seconds(
 ) -> None:
     folder = save(config(), architecture)  # time_step_limit (0, inf) is saved as {"__float__": "Infinity"}
     source = load_source(folder)
+    assert source.metadata.get("reference_scan") is True  # the plan says its figures are upper bounds
     output = autoshard.models.call_model(source.build(), source.batch(2, 32))
     output.loss.backward()
     assert torch.isfinite(output.loss)
@@ -299,3 +300,18 @@ def test_mamba2_mixers_train_a_real_step_and_profile_in_seconds(
     profile = autoshard.profile(folder, batch_size=1, seq_len=1024, precision="32-true")
     assert time.perf_counter() - started < 60.0
     assert profile.parameter_count == sum(p.numel() for p in source.build().parameters())
+
+
+def test_a_plan_for_mamba2_mixers_says_its_figures_are_upper_bounds(save: Callable[..., Path]) -> None:
+    """The PyTorch scan stores far more than the mamba-ssm kernels: a plan that does not say so misleads (a 7B
+    Mamba2 at 4096 tokens traced at 223 GiB of activations per sequence)."""
+    from autoshard.hardware import load_hardware
+    from autoshard.planner.machine import REFERENCE_SCAN, plan_for
+
+    mamba2 = save(transformers.Mamba2Config(**SSM, state_size=8, num_heads=8, head_dim=16, n_groups=1,
+                                            chunk_size=16), "Mamba2ForCausalLM")
+    plan = plan_for(mamba2, load_hardware("dgx-h100", gpus=2), seq_len=64, batch_size=2, strategies=["ddp"])
+    assert plan.explanation[-1] == REFERENCE_SCAN
+    llama = save(transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, vocab_size=128), "LlamaForCausalLM")
+    assert "reference_scan" not in load_source(llama).metadata

@@ -201,7 +201,7 @@ def check_batch(batch: Batch, *, origin: str) -> None:
     if isinstance(batch, torch.Tensor):
         return
     data = origin.startswith("module:")
-    what = "the data's first batch is" if data else f"batch() in {origin} returned"
+    what = "the data's first batch is a" if data else f"batch() in {origin} returned"
     if isinstance(batch, Mapping):
         values: Iterable[Any] = batch.values()
     elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
@@ -210,14 +210,14 @@ def check_batch(batch: Batch, *, origin: str) -> None:
         values = [getattr(batch, f.name) for f in dataclasses.fields(batch)]
     else:
         raise UserCodeError(
-            f"{what} a {type(batch).__name__}; expected a tensor, a tuple/list, a dict or a dataclass of tensors.",
+            f"{what} {type(batch).__name__}; expected a tensor, a tuple/list, a dict or a dataclass of tensors.",
             hint="Tokenize or convert the data to tensors first (a Dataset, or a DataLoader with a collate_fn)."
             if data else "Return e.g. `torch.randn(batch_size, 784)` or `{'input_ids': ..., 'labels': ...}`.",
         )
     if not any(isinstance(v, torch.Tensor) for v in values):
-        kinds = sorted({type(v).__name__ for v in values})
+        kinds = ", ".join(sorted({type(v).__name__ for v in values})) or "empty"
         raise UserCodeError(
-            f"{what} a {type(batch).__name__} with no tensor in it ({', '.join(kinds) or 'empty'}).",
+            f"{what}{'' if data else ' a'} {type(batch).__name__} with no tensor in it ({kinds}).",
             hint="Tokenize or convert the data to tensors first (a Dataset, or a DataLoader with a collate_fn)."
             if data else "At least one input of the training step must be a torch.Tensor.",
         )

@@ -112,6 +112,10 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
             start = checkpoint.restore(backend, where, scheduler=scheduler)
             resumed = str(where)
             notes.append(f"Resumed from {where} (step {start.step}).")
+            if job.max_steps is not None and start.step >= job.max_steps:
+                notes.append(f"The checkpoint is at step {start.step} and max_steps is {job.max_steps}: nothing "
+                             "left to train. Raise max_steps to train on, or start afresh "
+                             "(Checkpointing(resume=False)).")
             if scheduler is None and (where / checkpoint.SCHEDULER_FILE).is_file():
                 notes.append("The checkpoint holds a learning-rate schedule and this run has no lr_scheduler: the "
                              "optimizer's learning rate is not scheduled from here on.")

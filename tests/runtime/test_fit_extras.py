@@ -117,6 +117,17 @@ def test_resume_continues_the_schedule_of_the_uninterrupted_run(strategy: str, t
     assert resumed.losses == pytest.approx(full.losses[2:], rel=1e-6)
 
 
+def test_resuming_at_max_steps_says_nothing_was_left_to_train(tmp_path: Path) -> None:
+    model = _Regressor()
+    fit(model, _batches(4), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=2,
+        checkpointing=Checkpointing(dir=tmp_path))
+    again = fit(_Regressor(), _batches(4), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=2,
+                checkpointing=Checkpointing(dir=tmp_path, resume=True))
+    assert len(again.steps) == 0
+    assert any(n.startswith("The checkpoint is at step 2 and max_steps is 2: nothing left to train.")
+               for n in again.notes), again.notes
+
+
 def test_resuming_with_a_scheduler_from_a_checkpoint_without_one_is_refused(tmp_path: Path) -> None:
     model = _Regressor()
     fit(model, _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=1,

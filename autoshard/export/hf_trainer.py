@@ -59,8 +59,10 @@ _HF_ADAMW = {"foreach": "adamw_torch", "fused": "adamw_torch_fused"}
 
 
 def optimizer_arguments(exported: ExportedPlan) -> list[str]:
-    """``["--optim", ...]`` when the plan names an AdamW implementation the Trainer can run (bitsandbytes'
-    8-bit AdamW included), else nothing.
+    """``["--optim", ...]`` when the plan names an optimizer the Trainer would not build by default: an AdamW
+    implementation it can run, bitsandbytes' 8-bit AdamW, SGD with the momentum autoshard plans (``trainer_optimizer.
+    py::_get_sgd`` reads ``momentum`` from ``--optim_args``), Adafactor; else nothing (AdamW's default, and Adam:
+    the Trainer's AdamW at its default weight decay 0).
 
     Example:
         >>> import dataclasses
@@ -69,6 +71,10 @@ def optimizer_arguments(exported: ExportedPlan) -> list[str]:
     """
     if exported.optimizer == "adamw8bit":
         return ["--optim", "adamw_bnb_8bit"]  # bnb.optim.AdamW(optim_bits=8): AdamW8bit's defaults
+    if exported.optimizer == "sgd":  # the plan's SGD holds a momentum buffer; the Trainer's has none unless asked
+        return ["--optim", "sgd", "--optim_args", "momentum=0.9"]
+    if exported.optimizer == "adafactor":  # transformers.Adafactor without a first moment, as torch's
+        return ["--optim", "adafactor"]
     if exported.optimizer != "adamw" or exported.optimizer_impl not in _HF_ADAMW:
         return []
     return ["--optim", _HF_ADAMW[exported.optimizer_impl]]

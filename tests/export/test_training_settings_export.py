@@ -18,6 +18,20 @@ def test_hf_trainer_runs_the_plans_adamw_implementation(impl: str, optim: str) -
     assert args.optim == optim
 
 
+@pytest.mark.parametrize(("optimizer", "cls", "state"), [("sgd", "SGD", {"momentum": 0.9}),
+                                                          ("adafactor", "Adafactor", {"relative_step": False})])
+def test_the_trainer_builds_the_optimizer_the_plan_priced(optimizer: str, cls: str, state: dict) -> None:
+    """The flags named no optimizer but AdamW: a plan for SGD trained with the Trainer's AdamW holds two fp32
+    states a parameter the plan never counted."""
+    pytest.importorskip("transformers")
+    from transformers import Trainer
+
+    exported = dataclasses.replace(PLAN, optimizer=optimizer, optimizer_impl=None)
+    args = hf_trainer.training_arguments(exported, output_dir="out", use_cpu=True)
+    built, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
+    assert built.__name__ == cls and state.items() <= kwargs.items()
+
+
 def test_an_implementation_the_trainer_cannot_name_is_left_to_the_script() -> None:
     exported = dataclasses.replace(PLAN, optimizer_impl="for-loop")
     assert "--optim" not in hf_trainer.arguments(exported)

@@ -14,7 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``export`` flags."""
     parser.add_argument("plan", type=Path, help="a plan.json written by `autoshard recommend --output-dir`")
     parser.add_argument("--output-dir", type=Path, required=True, metavar="DIR", help="where to write the files")
-    parser.add_argument("--force", action="store_true", help="replace existing files that differ")
+    parser.add_argument("--force", action="store_true",
+                        help="replace files that differ; remove those another export left")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -66,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of per-strategy memory")
     parser.add_argument("--output-dir", type=Path, metavar="DIR",
                         help="write plan.json and the configs for the recommendation (docs/export.md)")
-    parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ")
+    parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ;"
+                        " remove those another export left")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="trace in at most N processes at once (default: one per CPU core; 1: in this process)")
     parser.add_argument("--no-cache", action="store_true",

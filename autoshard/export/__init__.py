@@ -28,6 +28,13 @@ from autoshard.strategies import exporter
 __all__ = ["ExportedPlan", "export_plan", "from_plan", "notes", "read", "render"]
 
 
+EXPORT_FILES = frozenset({"plan.json", "accelerate_config.yaml", "lightning_trainer.py", "hf_trainer_args.txt",
+                          "launch.sh", "slurm.sbatch", "README.md", accelerate.DS_CONFIG_FILE,
+                          hf_trainer.FSDP_CONFIG_FILE})
+"""Every file name an export may write: those another plan's export left that this one does not write would be
+read as this plan's (a ``ds_config.json`` beside an FSDP plan's files)."""
+
+
 def render(exported: ExportedPlan, *, validate: bool = True) -> dict[str, str]:
     """Every file that applies to the plan, by file name → text: the shared ones and the family's own.
 
@@ -55,7 +62,9 @@ def export_plan(plan: Plan | ExportedPlan, output_dir: str | os.PathLike[str], *
         plan: a :class:`~autoshard.planner.plan.Plan` (its recommendation is exported) or an :class:`ExportedPlan`
             (e.g. from :func:`read`).
         output_dir: the directory to write into.
-        force: overwrite existing files whose content differs. Without it nothing is written when any would be.
+        force: overwrite existing files whose content differs, and remove the files of another export this plan
+            does not write (a ``ds_config.json`` beside an FSDP plan). Without it nothing is written when any would
+            be.
         validate: check ``ds_config.json`` with DeepSpeed's config classes (needs DeepSpeed).
 
     Returns:
@@ -71,14 +80,25 @@ def export_plan(plan: Plan | ExportedPlan, output_dir: str | os.PathLike[str], *
         raise UsageError(f"{out} exists and is not a directory.")
     paths = {name: out / name for name in files}
     clash = [str(p) for name, p in paths.items() if p.exists() and p.read_text(encoding="utf-8") != files[name]]
-    if clash and not force:
-        raise UsageError(f"not overwriting {len(clash)} file(s) that differ: {', '.join(clash)}.",
-                         hint="Pass force=True to replace them, or choose another output directory.")
-    out.mkdir(parents=True, exist_ok=True)
-    for name, path in paths.items():
-        if not path.exists() or path.read_text(encoding="utf-8") != files[name]:
-            path.write_text(files[name], encoding="utf-8")
-    (out / "launch.sh").chmod(0o755)
+    stale = sorted(out / name for name in EXPORT_FILES - set(files) if (out / name).is_file())
+    if (clash or stale) and not force:
+        differ = f"not overwriting {len(clash)} file(s) that differ: {', '.join(clash)}" if clash else ""
+        left = (f"{', '.join(map(str, stale))}: left by another export, which this plan's does not replace and "
+                "would be read as its own" if stale else "")
+        raise UsageError(f"{'; '.join(part for part in (differ, left) if part)}.",
+                         hint="Pass --force (force=True in Python) to replace them and remove what another export "
+                              "left, or choose another output directory.")
+    try:
+        for path in stale:
+            path.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        for name, path in paths.items():
+            if not path.exists() or path.read_text(encoding="utf-8") != files[name]:
+                path.write_text(files[name], encoding="utf-8")
+        (out / "launch.sh").chmod(0o755)
+    except OSError as exc:
+        raise UsageError(f"cannot write the exported files into {out}: {exc.strerror or exc}.",
+                         hint="Choose an output directory you can create and write.") from exc
     return list(paths.values())
 
 

@@ -184,6 +184,26 @@ def test_export_refuses_to_clobber_a_different_file_unless_forced(plan, tmp_path
     assert plan_file.read(tmp_path / "plan.json") == other
 
 
+def test_another_plans_files_are_not_left_beside_this_ones(plan, tmp_path):
+    """A ZeRO-3 export forced over by a DDP one left its ds_config.json, which reads as the DDP plan's."""
+    pytest.importorskip("deepspeed")
+    export_plan(exported_for(plan, "deepspeed_stage_2"), tmp_path)
+    ddp = exported_for(plan, "ddp")
+    with pytest.raises(UsageError, match="ds_config.json: left by another export, which this plan.s does not replace"):
+        export_plan(ddp, tmp_path)
+    written = export_plan(ddp, tmp_path, force=True)
+    assert {p.name for p in tmp_path.iterdir()} == {p.name for p in written}
+    (tmp_path / "notes.txt").write_text("mine\n")  # a file no export writes is the user's
+    export_plan(exported_for(plan, "deepspeed_stage_2"), tmp_path, force=True)
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_an_output_directory_that_cannot_be_made_is_a_usage_error(plan, tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="cannot write the exported files into .*: Not a directory"):
+        export_plan(exported_for(plan, "ddp"), tmp_path / "file" / "sub")
+
+
 def test_export_accepts_a_plan_and_renders_readme_notes(plan):
     files = render(plan_file.from_plan(plan))
     assert "Gradient clipping" in files["README.md"]

@@ -27,6 +27,7 @@ from autoshard.profiler.options import (
     parse_grad_clip_norm,
     parse_optimizer,
     parse_optimizer_impl,
+    parse_precision,
 )
 from autoshard.strategies.workload import Workload
 
@@ -69,6 +70,20 @@ def default_precision(hardware: HardwareSpec) -> str:
     if hardware.gpu is None:
         return "32-true"
     return "bf16-mixed" if hardware.gpu.peak_tflops.bf16 else "16-mixed"
+
+
+def check_precision(precision: Precision, hardware: HardwareSpec) -> None:
+    """Refuse bf16 on a GPU without bf16 arithmetic (V100, T4): torch runs it emulated, far slower than fp16, and
+    the GPU's profile has no bf16 peak to price it with.
+
+    Raises:
+        UsageError: with the precision to use instead.
+    """
+    gpu = hardware.gpu
+    if gpu is not None and precision.value.startswith("bf16") and not gpu.peak_tflops.bf16:
+        raise UsageError(f"the {gpu.display_name} has no bf16 arithmetic: {precision.value} would run emulated, far "
+                         "slower than fp16.",
+                         hint="Use 16-mixed (--precision 16-mixed; precision= in fit()), the default on this GPU.")
 
 
 ReduceDtype = Literal["fp32", "bf16"]
@@ -179,6 +194,8 @@ def plan_for(
                           safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies),
                           settings=settings, max_micro_batch_size=max_batch_size)
     check_request(request, hardware.world_size)
+    if precision is not None:
+        check_precision(parse_precision(precision), hardware)
     check_optimizer(parse_optimizer(optimizer), chosen)
     require_optimizer(parse_optimizer(optimizer))
     loaded = load_source(source)

@@ -133,6 +133,11 @@ def notes(exported: ExportedPlan) -> list[str]:
     if exported.hardware.nodes > 1:
         out.append("Multi-node: set MASTER_ADDR and JOB_ID in launch.sh; accelerate launch also needs "
                    "--machine_rank and --main_process_ip on each node.")
+    if exported.hardware.device_type == "cpu" and exported.hardware.world_size > 1:
+        # accelerate 1.15's launch_command sends use_cpu to simple_launcher: one process, unless MPI is configured.
+        out.append(f"CPU processes: accelerate launch starts {exported.hardware.world_size} of them only through "
+                   "MPI (mpirun_hostfile in accelerate_config.yaml); otherwise it starts one. launch.sh's torchrun "
+                   "line starts them all, and an Accelerator in your script joins them.")
     return out
 
 

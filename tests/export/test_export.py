@@ -17,6 +17,7 @@ from autoshard.export import (
     hf_trainer,
     launch,
     lightning,
+    notes,
     render,
 )
 from autoshard.planner import plan_file
@@ -189,7 +190,7 @@ def test_another_plans_files_are_not_left_beside_this_ones(plan, tmp_path):
     pytest.importorskip("deepspeed")
     export_plan(exported_for(plan, "deepspeed_stage_2"), tmp_path)
     ddp = exported_for(plan, "ddp")
-    with pytest.raises(UsageError, match="ds_config.json: left by another export, which this plan.s does not replace"):
+    with pytest.raises(UsageError, match=r"ds_config\.json: left by another export, which this plan's does not"):
         export_plan(ddp, tmp_path)
     written = export_plan(ddp, tmp_path, force=True)
     assert {p.name for p in tmp_path.iterdir()} == {p.name for p in written}
@@ -200,7 +201,7 @@ def test_another_plans_files_are_not_left_beside_this_ones(plan, tmp_path):
 
 def test_an_output_directory_that_cannot_be_made_is_a_usage_error(plan, tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(UsageError, match="cannot write the exported files into .*: Not a directory"):
+    with pytest.raises(UsageError, match=r"cannot write the exported files into .*: Not a directory"):
         export_plan(exported_for(plan, "ddp"), tmp_path / "file" / "sub")
 
 
@@ -208,3 +209,12 @@ def test_export_accepts_a_plan_and_renders_readme_notes(plan):
     files = render(plan_file.from_plan(plan))
     assert "Gradient clipping" in files["README.md"]
     assert json.loads(files["plan.json"])["strategy"] == plan.recommended.strategy
+
+
+def test_a_multi_process_cpu_plan_says_how_its_processes_start(plan):
+    """accelerate launch ran the MULTI_CPU config of a 2-process CPU plan as one process (simple_launcher)."""
+    e = exported_for(plan, "ddp")
+    cpu = dataclasses.replace(e, hardware=dataclasses.replace(e.hardware, device_type="cpu", gpus_per_node=2))
+    assert any(n.startswith("CPU processes: accelerate launch starts 2 of them only through MPI")
+               for n in notes(cpu))
+    assert not any(n.startswith("CPU processes") for n in notes(e))

@@ -11,6 +11,7 @@ configuration exported, the observers told. Its pieces are public, for a caller 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -132,6 +133,7 @@ def run_study(
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
     try:
         name = study_name or _default_name(planned)
+        _check_output_dir(out, name)
         study = create_study(name, store, shown, fingerprint, space, seed, prune, warmup_steps)
         notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
                  for n in storage_mod.fail_stale_trials(study)]
@@ -163,6 +165,25 @@ def _check_space(space: SearchSpace, plan: Plan) -> None:
     if unknown or not space.strategies:
         raise UsageError(f"the search space's strategies ({', '.join(unknown) or 'none'}) are not among the plan's.",
                          hint="Build it with autoshard.tuner.space.build_space(plan) or pass strategies=.")
+
+
+def _check_output_dir(out: Path, name: str) -> None:
+    """One study per output directory: its ``trials/``, ``best/`` and summary are the study's, by fixed names.
+
+    Raises:
+        UsageError: ``out`` holds another study's results (its ``summary.json`` names it), which this one would
+            overwrite.
+    """
+    summary = out / "summary.json"
+    try:
+        previous = json.loads(summary.read_text(encoding="utf-8")).get("study_name") if summary.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        previous = None
+    if isinstance(previous, str) and previous != name:
+        raise UsageError(f"{out} holds the results of study {previous!r}; this is study {name!r}, whose trials/, "
+                         "best/ and summary would replace them.",
+                         hint=f"Pass another --output-dir, or --study-name {previous} to go on with that study "
+                              "(output_dir= / study_name= in Python).")
 
 
 def _default_name(planned: ExportedPlan) -> str:

@@ -175,6 +175,16 @@ def test_a_study_made_for_another_model_is_refused(tmp_path: Path) -> None:
     assert "some-other-model" in caught.value.message and "--study-name" in caught.value.hint
 
 
+def test_another_study_into_a_studys_output_directory_is_refused(study: tuple[autoshard.TuneResult, Path]) -> None:
+    """tiny-llama tuned into tiny-gpt2's output directory replaced its trials/, best/ and summary, silently."""
+    result, root = study
+    with pytest.raises(UsageError, match=f"holds the results of study '{result.study_name}'") as caught:
+        autoshard.tune("tiny-llama", output_dir=root / "out", **SMALL)
+    assert f"--study-name {result.study_name}" in (caught.value.hint or "")
+    summary = json.loads((root / "out" / "summary.json").read_text())
+    assert summary["study_name"] == result.study_name
+
+
 def test_an_unreachable_storage_is_named_without_its_password(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 

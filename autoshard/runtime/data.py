@@ -323,3 +323,26 @@ def batched_as_it_comes(data: Any) -> bool:
     if isinstance(data, DataLoader):
         return data.batch_size is None
     return not isinstance(data, (list, tuple)) and not (isinstance(data, Dataset) and _map_style(data))
+
+
+def size_as_it_comes(data: Any, example: Any, batch_size: int | None, notes: list[str]) -> int | None:
+    """The micro-batch of data that no attribute sizes (:func:`batched_as_it_comes`): its
+    first batch's, noted, so that the plan prices the batches that will train.
+
+    Raises:
+        UsageError: ``batch_size=`` says otherwise: fit() trains the batches as they come.
+    """
+    rows = batch_rows(example)
+    if rows is None:
+        return None
+    what = "the DataLoader (no batch_size: a batch sampler of its own)" if getattr(data, "batch_sampler", None) \
+        else "the data"
+    if batch_size is not None and batch_size != rows:
+        raise UsageError(f"batch_size={batch_size}, and the first batch of {what} holds {rows} samples: fit() trains "
+                         "on the batches as they come.",
+                         hint="Drop batch_size= (the batches' own size is the micro-batch), or batch the data at "
+                              f"{batch_size}.")
+    if batch_size is None:
+        notes.append(f"Micro-batch {rows}: the size of the first batch of {what}, which fit() trains as they come; "
+                     "batches of another size train too, at their own memory and speed.")
+    return rows

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -58,3 +59,27 @@ class Checkpointing:
     resume: bool | str | os.PathLike[str] = False
     """``True``: continue from the newest complete checkpoint in :attr:`dir` (if any); a path: from that
     checkpoint; ``False``: start afresh."""
+
+
+FIT_ARGUMENTS: tuple[tuple[str, str], ...] = (
+    (r"--gpus/--nodes for (\d+)", r"hardware= with \1 GPUs"), (r"--nvme PATH", "an NVMe path in hardware="),
+    (r"--strategies; strategy= in fit\(\)", "strategy="), (r"--hardware", "hardware="), (r"--seq-len", "seq_len="),
+    (r"--optimizer", "optimizer="), (r"--checkpointing", "checkpointing="), (r"--batch-size", "batch_size="),
+)
+"""The planner's hints name ``recommend``'s flags; ``fit()`` takes these arguments in their place (patterns and
+replacements for :func:`re.sub`)."""
+
+
+def in_fit_arguments(hint: str | None) -> str | None:
+    """A planner hint with ``recommend``'s flags named as ``fit()``'s arguments.
+
+    Example:
+        >>> in_fit_arguments("Try more GPUs (e.g. --gpus/--nodes for 16), larger GPUs (--hardware), or a shorter "
+        ...                  "--seq-len.")
+        'Try more GPUs (e.g. hardware= with 16 GPUs), larger GPUs (hardware=), or a shorter seq_len=.'
+    """
+    if hint is None:
+        return None
+    for flag, argument in FIT_ARGUMENTS:
+        hint = re.sub(flag, argument, hint)
+    return hint

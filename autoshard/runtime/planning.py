@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,6 @@ from autoshard.profiler.checkpointing import ActivationCheckpointing
 from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
 from autoshard.runtime.data import (
     as_samples,
-    batch_rows,
     batched_as_it_comes,
     check_batch_fits_data,
     check_global_batch,
@@ -40,7 +38,9 @@ from autoshard.runtime.data import (
     loader_batch_size,
     peek,
     samples_per_rank,
+    size_as_it_comes,
 )
+from autoshard.runtime.options import in_fit_arguments
 from autoshard.strategies.workload import parameter_layout
 
 if TYPE_CHECKING:
@@ -337,7 +337,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         job = replace(job, data=data)  # a generator's first batch was put back in front
     batch_size = options.batch_size or fixed_batch_size(job.data)
     if example is not None and batched_as_it_comes(job.data):
-        batch_size = _size_as_it_comes(job.data, example, options.batch_size, notes) or batch_size
+        batch_size = size_as_it_comes(job.data, example, options.batch_size, notes) or batch_size
     per_rank = samples_per_rank(job.data, hw.world_size)
     check_batch_fits_data(options.batch_size, per_rank)
     check_loader_fits_ranks(job.data, hw.world_size)
@@ -418,53 +418,6 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                      "memory. The batch size also changes what training learns: pass batch_size= (or a DataLoader) "
                      "to choose it, global_batch_size= to accumulate.")
     return exported, job
-
-
-FIT_ARGUMENTS: tuple[tuple[str, str], ...] = (
-    (r"--gpus/--nodes for (\d+)", r"hardware= with \1 GPUs"), (r"--nvme PATH", "an NVMe path in hardware="),
-    (r"--strategies; strategy= in fit\(\)", "strategy="), (r"--hardware", "hardware="), (r"--seq-len", "seq_len="),
-    (r"--optimizer", "optimizer="), (r"--checkpointing", "checkpointing="), (r"--batch-size", "batch_size="),
-)
-"""The planner's hints name ``recommend``'s flags; ``fit()`` takes these arguments in their place (patterns and
-replacements for :func:`re.sub`)."""
-
-
-def in_fit_arguments(hint: str | None) -> str | None:
-    """A planner hint with ``recommend``'s flags named as ``fit()``'s arguments.
-
-    Example:
-        >>> in_fit_arguments("Try more GPUs (e.g. --gpus/--nodes for 16), larger GPUs (--hardware), or a shorter "
-        ...                  "--seq-len.")
-        'Try more GPUs (e.g. hardware= with 16 GPUs), larger GPUs (hardware=), or a shorter seq_len=.'
-    """
-    if hint is None:
-        return None
-    for flag, argument in FIT_ARGUMENTS:
-        hint = re.sub(flag, argument, hint)
-    return hint
-
-
-def _size_as_it_comes(data: Any, example: Any, batch_size: int | None, notes: list[str]) -> int | None:
-    """The micro-batch of data that no attribute sizes (:func:`~autoshard.runtime.data.batched_as_it_comes`): its
-    first batch's, noted, so that the plan prices the batches that will train.
-
-    Raises:
-        UsageError: ``batch_size=`` says otherwise: fit() trains the batches as they come.
-    """
-    rows = batch_rows(example)
-    if rows is None:
-        return None
-    what = "the DataLoader (no batch_size: a batch sampler of its own)" if getattr(data, "batch_sampler", None) \
-        else "the data"
-    if batch_size is not None and batch_size != rows:
-        raise UsageError(f"batch_size={batch_size}, and the first batch of {what} holds {rows} samples: fit() trains "
-                         "on the batches as they come.",
-                         hint="Drop batch_size= (the batches' own size is the micro-batch), or batch the data at "
-                              f"{batch_size}.")
-    if batch_size is None:
-        notes.append(f"Micro-batch {rows}: the size of the first batch of {what}, which fit() trains as they come; "
-                     "batches of another size train too, at their own memory and speed.")
-    return rows
 
 
 def _check_plan_global_batch(global_batch: int | None, exported: ExportedPlan, ranks: int, where: str) -> None:

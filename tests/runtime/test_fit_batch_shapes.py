@@ -17,7 +17,7 @@ from transformers import BertConfig, BertForSequenceClassification
 
 from autoshard.errors import NoFeasiblePlan, UsageError, UserCodeError
 from autoshard.runtime import fit
-from autoshard.runtime.planning import in_fit_arguments
+from autoshard.runtime.options import in_fit_arguments
 
 
 def _bert(return_dict: bool) -> BertForSequenceClassification:

@@ -202,13 +202,8 @@ def check_batch(batch: Batch, *, origin: str) -> None:
         return
     data = origin.startswith("module:")
     what = "the data's first batch is a" if data else f"batch() in {origin} returned"
-    if isinstance(batch, Mapping):
-        values: Iterable[Any] = batch.values()
-    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
-        values = batch
-    elif _is_dataclass_instance(batch):
-        values = [getattr(batch, f.name) for f in dataclasses.fields(batch)]
-    else:
+    values = batch_values(batch)
+    if values is None:
         raise UserCodeError(
             f"{what} {type(batch).__name__}; expected a tensor, a tuple/list, a dict or a dataclass of tensors.",
             hint="Tokenize or convert the data to tensors first (a Dataset, or a DataLoader with a collate_fn)."
@@ -225,6 +220,25 @@ def check_batch(batch: Batch, *, origin: str) -> None:
 
 def _is_dataclass_instance(value: Any) -> bool:
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def batch_values(batch: Batch) -> list[Any] | None:
+    """A batch's top-level values: the tensor itself, a mapping's values, a sequence's items, a dataclass's fields;
+    ``None`` for anything else (a string, a number).
+
+    Example:
+        >>> [tuple(v.shape) for v in batch_values({"x": torch.zeros(4, 2), "y": torch.zeros(4)})]
+        [(4, 2), (4,)]
+    """
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, Mapping):
+        return list(batch.values())
+    if isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
+        return list(batch)
+    if _is_dataclass_instance(batch):
+        return [getattr(batch, f.name) for f in dataclasses.fields(batch)]
+    return None
 
 
 def map_tensors(fn: Callable[[Any], Any], batch: Batch) -> Batch:

@@ -10,9 +10,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 import torch
@@ -307,11 +306,9 @@ def batch_rows(batch: Any) -> int | None:
         >>> batch_rows((torch.zeros(32, 8), torch.zeros(32))), batch_rows({"x": torch.zeros(4, 2), "n": 3})
         (32, 4)
     """
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        batch = [getattr(batch, f.name) for f in dataclasses.fields(batch)]
-    tensors = [batch] if isinstance(batch, torch.Tensor) else list(
-        batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else [])
-    sizes = {t.shape[0] for t in tensors if isinstance(t, torch.Tensor) and t.dim() > 0}
+    from autoshard.models.source import batch_values
+
+    sizes = {t.shape[0] for t in batch_values(batch) or [] if isinstance(t, torch.Tensor) and t.dim() > 0}
     return sizes.pop() if len(sizes) == 1 else None
 
 

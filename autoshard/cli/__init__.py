@@ -10,14 +10,32 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
+from difflib import get_close_matches
 from types import ModuleType
+from typing import NoReturn
 
 from autoshard.errors import AutoshardError
 
 SUBCOMMANDS = ("recommend", "profile", "tune", "hardware", "models", "export", "cache")
 """The subcommands, in the order ``--help`` lists them; each is the module ``autoshard.cli.<name>``."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with its errors as two lines (what is wrong, where the flags are) instead of the usage
+    block: the message argparse writes, a close flag name for a mistyped one, and the ``--help`` to run."""
+
+    def error(self, message: str) -> NoReturn:
+        unknown = re.fullmatch(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            words = unknown.group(1).split()
+            close = [c for w in words if w.startswith("--") for c in get_close_matches(w.split("=")[0], flags, 1, 0.8)]
+            if close:
+                message += f" (did you mean {', '.join(dict.fromkeys(close))}?)"
+        self.exit(2, f"{self.prog}: error: {message}\n  Run '{self.prog} --help' for its flags.\n")
 
 
 def _subcommand(name: str) -> ModuleType:
@@ -34,7 +52,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """
     from autoshard import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="autoshard",
         description="Plan and run distributed training of a PyTorch model (DDP, FSDP, DeepSpeed ZeRO).",
     )
@@ -47,7 +65,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks")
         if command is None or command == name:
             module.add_arguments(sp)
-        sp.set_defaults(_run=module.run)
+        sp.set_defaults(_run=module.run, _parser=sp)
     return parser
 
 
@@ -77,7 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoshard`` console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command(argv) or "")
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's parser names its own flags in the error
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 2

@@ -109,3 +109,22 @@ def test_the_progress_bar_is_drawn_on_a_terminal_only_and_never_under_json():
         assert progress is not None
         progress(3, 12)
     assert "Tracing" in terminal.getvalue()
+
+
+FLAG_ERRORS = [
+    (["recommend", "tiny-gpt2", "--seq-lenn", "32"], "autoshard recommend: error: unrecognized arguments: --seq-lenn 32 "
+     "(did you mean --seq-len?)"),
+    (["profile", "tiny-gpt2", "--nodes", "2"], "autoshard profile: error: unrecognized arguments: --nodes 2"),
+    (["recommend", "tiny-gpt2", "--seq-len", "abc"], "autoshard recommend: error: argument --seq-len: invalid int"),
+    (["tune"], "autoshard tune: error: the following arguments are required: model"),
+]
+
+
+@pytest.mark.parametrize(("argv", "first"), FLAG_ERRORS, ids=[a[-1] for a, _ in FLAG_ERRORS])
+def test_a_flag_error_is_two_lines_naming_the_subcommand_not_the_usage_block(argv, first, no_tracing, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert exit_info.value.code == 2
+    assert err[0].startswith(first) and "did you mean" not in err[0][len(first):]
+    assert err[1:] == [f"  Run '{' '.join(['autoshard', argv[0]])} --help' for its flags."]

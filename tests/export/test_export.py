@@ -218,3 +218,19 @@ def test_a_multi_process_cpu_plan_says_how_its_processes_start(plan):
     assert any(n.startswith("CPU processes: accelerate launch starts 2 of them only through MPI")
                for n in notes(cpu))
     assert not any(n.startswith("CPU processes") for n in notes(e))
+
+
+def test_exports_stdout_is_the_file_list_alone_when_deepspeed_checks_the_config(plan, tmp_path):
+    """DeepSpeed's logger writes "Setting accelerator to CPU" to the stdout of its first import; the check of
+    ds_config.json keeps it on stderr, so `autoshard export ... > files.txt` lists the files and nothing else."""
+    pytest.importorskip("deepspeed")
+    import subprocess
+    import sys
+
+    plan_file.write(exported_for(plan, "deepspeed_stage_2"), tmp_path / "plan.json")
+    done = subprocess.run([sys.executable, "-m", "autoshard", "export", str(tmp_path / "plan.json"),
+                           "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    listed = done.stdout.splitlines()
+    assert str(tmp_path / "out" / "ds_config.json") in listed
+    assert all((tmp_path / "out").joinpath(line.rsplit("/", 1)[-1]).is_file() for line in listed), done.stdout

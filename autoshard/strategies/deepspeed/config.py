@@ -14,9 +14,11 @@ which the other backends do not. Left to the user on purpose: the
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import json
+import sys
 from typing import Any
 
 from autoshard.errors import UsageError
@@ -107,6 +109,14 @@ def validate(config: dict[str, Any], world_size: int) -> None:
     if importlib.util.find_spec("deepspeed") is None:
         raise UsageError("checking ds_config.json needs DeepSpeed, which is not installed.",
                          hint="pip install deepspeed, or export with validate=False to write it unchecked.")
+    # DeepSpeed's logger writes to the sys.stdout of its first import, and checking a config logs "Setting
+    # accelerator to CPU" (deepspeed 0.19.8 utils/logging.py, accelerator/real_accelerator.py): a check is not
+    # output, so both happen with stdout on stderr, and `autoshard export > files.txt` holds the file list alone.
+    with contextlib.redirect_stdout(sys.stderr):
+        _validate(config, world_size)
+
+
+def _validate(config: dict[str, Any], world_size: int) -> None:
     import deepspeed
     from deepspeed.runtime.config import DeepSpeedConfig
     from deepspeed.runtime.swap_tensor.aio_config import AIO_DEFAULT_DICT

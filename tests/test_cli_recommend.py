@@ -26,6 +26,14 @@ def test_recommend_json_has_every_candidate_with_the_documented_fields(capsys):
     assert not hybrid["fits"] and "one node" in hybrid["reasons"][0]
 
 
+@pytest.mark.parametrize(("hardware", "precision"), [("v100-sxm-32gb", "16-mixed"), ("dgx-h100", "bf16-mixed")])
+def test_recommend_without_precision_takes_the_gpus_default(hardware, precision, capsys):
+    # a V100 has no bf16: the default there is 16-mixed, not a refusal of a bf16 the user never asked for
+    assert main(["recommend", "tiny-gpt2", "--hardware", hardware, "--seq-len", "32", "--batch-size", "2",
+                 "--strategies", "ddp", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"]["precision"] == precision
+
+
 def test_recommend_table_names_the_recommendation_and_rejections(capsys):
     assert main(["recommend", "tiny-gpt2", "--hardware", "workstation-2x-rtx4090", "--seq-len", "64"]) == 0
     out = capsys.readouterr().out

@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
     parser.add_argument("--precision", default=None,
-                        help=f"one of {', '.join(PRECISIONS)} (default: bf16-mixed on GPUs "
-                             "that have it, else 32-true)")
+                        help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed, or 16-mixed on a GPU "
+                             "without bf16: V100, T4; 32-true on CPU)")
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     add_grad_clip_norm_argument(parser, "the trials clip as the run will, and best/plan.json and its configs "
                                         "say so")

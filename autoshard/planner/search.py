@@ -292,10 +292,15 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
             "margin)")
     if need <= usable and smallest.reasons:
         what += f", but it {smallest.reasons[0].rstrip('.')}"  # it fails on something else: host RAM
+    if any(e.traits.zero_stage > 0 for e in measured):
+        more = f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), "
+    else:  # whole replicas on every GPU: more of them hold no less each
+        more = ("The strategies weighed all keep a whole copy of the model's states on each GPU, so more GPUs do "
+                "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit()), "
+                "larger GPUs (--hardware), ")
     return NoFeasiblePlan(
         f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
-        hint=f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), "
-        f"{_offload_hint(evaluations, hardware)}or a shorter --seq-len.",
+        hint=f"{more}{_offload_hint(evaluations, hardware)}or a shorter --seq-len.",
     )
 
 

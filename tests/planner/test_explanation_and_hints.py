@@ -33,6 +33,18 @@ def test_nothing_fits_hint_says_install_deepspeed_only_when_it_is_missing(ds_ins
     assert ("install deepspeed" in (info.value.hint or "")) is says_install
 
 
+@pytest.mark.parametrize(("sharded", "says_more_gpus"), [(True, True), (False, False)])
+def test_nothing_fits_suggests_more_gpus_only_when_a_strategy_weighed_shards(sharded, says_more_gpus):
+    # DDP alone (--strategies ddp): a whole replica per GPU, so twice the GPUs hold no less each
+    name = "fsdp" if sharded else "ddp"
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan(workload(), H100x8, request(micro_batch_size=1),
+             [Synthetic(name, state_gib=5000, act_gib=1, per_device_samples_s=10, sharded=sharded)])
+    hint = info.value.hint or ""
+    assert ("Try more GPUs (e.g. --gpus/--nodes for 16)" in hint) is says_more_gpus
+    assert ("more GPUs do not help: try a sharding strategy" in hint) is not says_more_gpus
+
+
 @pytest.mark.parametrize(("precision", "says"), [("bf16-mixed", "run in bf16 throughout"),
                                                  ("32-true", "only how it holds the model states")])
 def test_on_one_gpu_a_sharding_strategy_says_what_it_changes_against_ddps_best(precision, says):

@@ -61,6 +61,10 @@ KINDS = ("torch", "zero1", "zero2", "zero3")
 ZERO_CONFIGS: dict[str, dict[str, int]] = {
     "zero1": {"stage": 1}, "zero2": {"stage": 2}, "zero3": {"stage": 3},
     "zero3-gathered": {"stage": 3, "stage3_param_persistence_threshold": 0},
+    "zero2-offload": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+    "zero3-gathered-offload": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                               "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}},
+    "zero3-offload": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}},
 }
 """Each DeepSpeed kind's ``zero_optimization``. ``zero3-gathered``: every parameter partitioned and gathered
 (``stage3_param_persistence_threshold`` 0), the path a real model's weights take; plain ``zero3`` on the narrow
@@ -78,6 +82,15 @@ negligible and what is left is host time: ZeRO-1/2's ``engine.step()`` loops ove
 flattening the gradients and unflattening the updated partition) and the persistent ones (their all-gather after
 the step, ``_post_step``), once per step. ``zero3-gathered`` and ``zero3`` take those two paths; their forward +
 backward, less torch's, is ZeRO-3's hooks per module with a gathered and with a persistent parameter."""
+OFFLOAD_KINDS = ("torch", "zero2-offload", "zero3-gathered-offload", "zero3-offload")
+"""Kinds of the ``offload`` pass: the narrow stack's ``step()`` and forward + backward under autoshard's offload
+presets (``deepspeed_stage_2_offload``: the optimizer on the CPU; ``deepspeed_stage_3_offload``: the parameters
+too), stepped by ``DeepSpeedCPUAdam`` as ``fit()`` steps them. The step's Python differs from the GPU-resident
+one: the gradients are copied into the CPU's fp32 partition during backward
+(``async_inplace_copy_grad_to_fp32_buffer_from_gpu``, ``stage_1_and_2.py``; ``partition_grads``, ``stage3.py``),
+the norm is taken per parameter on the host (``complete_grad_norm_calculation_for_cpu_offload``) and the updated
+fp32 partition is copied back into the 16-bit parameters; the arithmetic of ``DeepSpeedCPUAdam`` on this stack's
+few elements is negligible, so the line is the engine's host time around it."""
 MODULE_KINDS = ("torch", "zero3")
 """Kinds timed on a stack of parameterless modules (the ``modules`` pass)."""
 RECOMPUTE_MODULES = {"gathered": ("zero3-gathered", "linear"), "persistent": ("zero3", "linear"),
@@ -88,7 +101,7 @@ RECOMPUTE_RUNS = tuple(dict.fromkeys(
     (kind, f"{how}-{unit}") for zero, unit in RECOMPUTE_MODULES.values() for kind in ("torch", zero)
     for how in ("wrapped", "checkpointed")))
 """(kind, unit) of every configuration the ``recompute`` pass runs."""
-PASSES = ("hooks", "step", "modules", "recompute")
+PASSES = ("hooks", "step", "modules", "recompute", "offload")
 
 
 def worker(kind: str, layers: int, width: int, steps: int, warmup: int, accelerator: str = "cpu",
@@ -119,7 +132,12 @@ def worker(kind: str, layers: int, width: int, steps: int, warmup: int, accelera
     layer = (lambda: _Wrapped(make(), how == "checkpointed")) if how else make
     stack = [layer() for _ in range(layers)]
     model = torch.nn.Sequential(*stack if base == "linear" else [torch.nn.Linear(width, width), *stack]).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    if kind.endswith("-offload"):  # DeepSpeed refuses a torch optimizer under offload unless forced
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        optimizer: torch.optim.Optimizer = DeepSpeedCPUAdam(model.parameters(), lr=1e-3)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x = torch.randn(1, width, device=device)
     sync = torch.cuda.synchronize if accelerator == "cuda" else (lambda: None)
     if kind == "torch":
@@ -177,11 +195,11 @@ def _slopes(rows: list[dict[str, Any]], kinds: Sequence[str], key: str = "median
     return out
 
 
-def _step_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per kind of :data:`STEP_KINDS`: the median ``step()`` seconds per layer count of the narrow stack, their
-    line per parameter tensor (slope) and per step (intercept), and forward + backward's slope per layer."""
-    out = _slopes(rows, STEP_KINDS, "step_median_s")
-    for kind, passes in _slopes(rows, STEP_KINDS).items():
+def _step_summary(rows: list[dict[str, Any]], kinds: Sequence[str] = STEP_KINDS) -> dict[str, Any]:
+    """Per kind of ``kinds``: the median ``step()`` seconds per layer count of the narrow stack, their line per
+    parameter tensor (slope) and per step (intercept), and forward + backward's slope per layer."""
+    out = _slopes(rows, kinds, "step_median_s")
+    for kind, passes in _slopes(rows, kinds).items():
         per_tensor, intercept = line([(n * TENSORS_PER_LAYER, t) for n, t in out[kind]["median_s_by_layers"].items()])
         del out[kind]["slope_s_per_layer"]
         out[kind].update(slope_s_per_tensor=per_tensor, intercept_s=intercept,
@@ -243,6 +261,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["modules"] = _slopes(by_pass["modules"], MODULE_KINDS)
     if by_pass["recompute"]:
         out["recompute"] = _recompute_summary(by_pass["recompute"])
+    if by_pass["offload"]:
+        out["offload"] = _step_summary(by_pass["offload"], OFFLOAD_KINDS)
     modules = _zero3_modules(out)
     return {**out, "zero3_modules": modules} if modules else out
 
@@ -267,7 +287,53 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _modules_markdown(meta, summary)
     if summary.get("recompute", {}).get("modules"):
         lines += _recompute_markdown(meta, summary["recompute"])
+    if "offload" in summary:
+        lines += _offload_markdown(meta, summary)
     return "\n".join(lines)
+
+
+def _offload_markdown(meta: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """The section on the engines' ``step()`` and forward + backward under CPU offload, beside the same stack's
+    GPU-resident figures when the ``step`` pass ran too."""
+    offload, step = summary["offload"], summary.get("step", {})
+    kinds = [k for k in offload if k != "torch"]
+    twin = {k: k.removesuffix("-offload") for k in kinds}
+    base = offload.get("torch", step.get("torch", {})).get("forward_backward_s_per_layer")
+
+    def over(k: str, figures: dict[str, Any]) -> str:
+        if base is None or k not in figures:
+            return "—"
+        return f"{(figures[k]['forward_backward_s_per_layer'] - base) * 1e3:.4f}"
+
+    lines = [
+        "## Under CPU offload",
+        "",
+        f"The same narrow stack (`nn.Linear({meta['step_width']}, {meta['step_width']})`) under autoshard's offload "
+        "presets, stepped by `DeepSpeedCPUAdam` as `fit()` steps them: `zero2-offload` is `deepspeed_stage_2_offload` "
+        "(the optimizer on the CPU), `zero3-offload` and `zero3-gathered-offload` are `deepspeed_stage_3_offload` "
+        "(the parameters too) with the default persistence threshold and with 0. The arithmetic of CPU Adam on this "
+        "stack's few elements is negligible: the line is the engine's host time around it, once per step. Beside "
+        "each, the same stage without offload where the `step` pass ran in the same run.",
+        "",
+        *_medians_table({f"{k} step": offload[k]["median_s_by_layers"] for k in offload}),
+        "| | " + " | ".join(kinds) + " |",
+        "|---|" + "---:|" * len(kinds),
+        "| step(): ms per parameter tensor | " + " | ".join(f"{offload[k]['slope_s_per_tensor'] * 1e3:.4f}"
+                                                          for k in kinds) + " |",
+        "| step(): ms per step (intercept) | " + " | ".join(f"{offload[k]['intercept_s'] * 1e3:.3f}" for k in kinds)
+        + " |",
+        "| without offload: ms per parameter tensor | " + " | ".join(
+            f"{step[twin[k]]['slope_s_per_tensor'] * 1e3:.4f}" if twin[k] in step else "—" for k in kinds) + " |",
+        "| without offload: ms per step (intercept) | " + " | ".join(
+            f"{step[twin[k]]['intercept_s'] * 1e3:.3f}" if twin[k] in step else "—" for k in kinds) + " |",
+        "| forward + backward over torch: ms per layer | " + " | ".join(over(k, offload) for k in kinds) + " |",
+        "| without offload: ms per layer | " + " | ".join(over(twin[k], step) for k in kinds) + " |",
+        "",
+        "`autoshard.strategies.deepspeed.cost.ENGINE_OFFLOAD_STEP_HOST_S` prices the offloaded `step()`'s line, "
+        "added to `DeepSpeedCPUAdam`'s arithmetic on the rank's partition (both on the host, one after the other).",
+        "",
+    ]
+    return lines
 
 
 def _medians_table(columns: dict[str, dict[Any, float]]) -> list[str]:
@@ -434,7 +500,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plans = {"hooks": ([(k, "linear") for k in KINDS], args.width),
              "step": ([(k, "linear") for k in STEP_KINDS], args.step_width),
              "modules": ([(k, "relu") for k in MODULE_KINDS], args.step_width),
-             "recompute": (list(RECOMPUTE_RUNS), args.step_width)}
+             "recompute": (list(RECOMPUTE_RUNS), args.step_width),
+             "offload": ([(k, "linear") for k in OFFLOAD_KINDS], args.step_width)}
     for name in (p for p in PASSES if p in args.passes):
         runs, width = plans[name]
         for repeat in range(args.repeats):

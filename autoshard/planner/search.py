@@ -53,9 +53,19 @@ def plan(
     ranked.sort(key=lambda e: (not e.fits, -e.score))
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
-                           workload.checkpoint_mode.label)
+                           workload.checkpoint_mode.label) + _unknown_host_ram(best, hardware)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
+
+
+def _unknown_host_ram(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
+    """A line when ``best`` keeps states in host RAM that this hardware does not give (a GPU profile, a node file
+    without ``memory``): the plan could not check that they fit there."""
+    need = best.memory.cpu_bytes_per_node if best.memory is not None else 0
+    if not need or hardware.node.cpu.memory_available_bytes is not None:
+        return ()
+    return (f"Unchecked: this plan keeps {_gib(need)} of offloaded states in CPU RAM per node, and this hardware's "
+            "RAM is not known; a host with less cannot run it (--cpu-memory SIZE has the plan check it).",)
 
 
 def check_request(request: PlanRequest, world: int) -> None:
@@ -256,7 +266,7 @@ def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule],
     if runner_up is not None and runner_up.cost is not None and best.cost is not None:
         rate = format_throughput(runner_up.cost.samples_per_s)
         lines.append(f"Runner-up: {runner_up.strategy} at {rate} samples/s "
-                     f"(score {runner_up.score:.1f} against {best.score:.1f}).")
+                     f"(score {runner_up.score:.4g} against {best.score:.4g}).")
     return tuple(lines)
 
 

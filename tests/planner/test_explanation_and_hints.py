@@ -68,3 +68,18 @@ def test_on_one_gpu_a_sharding_strategy_says_what_it_changes_against_ddps_best(p
                    for r in c.reasons)
     eight = plan(w, H100x8, request(), strategies)
     assert not any(r.startswith("[one-device-sharding]") for c in eight.candidates for r in c.reasons)
+
+
+@pytest.mark.parametrize(("hardware", "warned"), [("h100-sxm-80gb", True), ("dgx-h100", False)])
+def test_offloaded_states_on_a_host_of_unknown_ram_are_said_to_be_unchecked(hardware, warned):
+    # A GPU profile says nothing of the host: 125 GiB of offloaded states cannot be checked against its RAM
+    # (a DGX H100's 2 TiB is known, and holds them)
+    from autoshard.hardware import load_hardware
+
+    offload = Synthetic("deepspeed_stage_3_offload", state_gib=1, act_gib=1, per_device_samples_s=10, sharded=True,
+                        cpu_gib=125)
+    p = plan(workload(), load_hardware(hardware, gpus=8), request(micro_batch_size=1), [offload])
+    said = [line for line in p.explanation if line.startswith("Unchecked:")]
+    assert bool(said) is warned
+    if warned:
+        assert "125.0 GiB of offloaded states in CPU RAM per node" in said[0] and "--cpu-memory" in said[0]

@@ -18,6 +18,7 @@ from autoshard.strategies.deepspeed.cost import (
     CPU_ADAM_BYTES_PER_PARAMETER,
     CPU_ADAM_PARAMETERS_PER_S,
     HOST_MEMORY_EFFICIENCY,
+    UNKNOWN_HOST_CORES,
     cpu_adam_parameters_per_s,
 )
 
@@ -184,10 +185,13 @@ def test_cpu_adam_is_bounded_by_host_memory_bandwidth():
     assert "host memory" in note
 
 
-def test_cpu_adam_without_known_cores_runs_one_thread_per_rank():
-    hw = load_hardware("h100-sxm-80gb", gpus=8)
+@pytest.mark.parametrize(("gpus", "threads"), [(1, 8), (2, 4), (8, 1)])
+def test_cpu_adam_without_known_cores_shares_an_assumed_host_among_the_nodes_ranks(gpus, threads):
+    # the node's CPU Adam does not grow with its GPUs: two ranks step half the parameters each at half the rate
+    hw = load_hardware("rtx-4090", gpus=gpus)
     rate, note = cpu_adam_parameters_per_s(dataclasses.replace(hw, node=dataclasses.replace(hw.node, cpu=CPUSpec())))
-    assert rate == CPU_ADAM_PARAMETERS_PER_S and "unknown" in note
+    assert UNKNOWN_HOST_CORES == 8
+    assert rate == threads * CPU_ADAM_PARAMETERS_PER_S and "cores are unknown: 8 assumed" in note
 
 
 def test_fp16_deepspeed_on_a_gpu_without_bf16_is_priced_from_its_traced_ops(tmp_path):

@@ -51,6 +51,12 @@ shared host), 6-9x ``torch.optim.AdamW(foreach=False)`` in the same runs — in 
 docstring (``deepspeed/ops/adam/cpu_adam.py``) and the CPU-Adam speed-ups of the ZeRO-Offload paper (Ren et al.
 2021, sec. 5.1). Per thread; :func:`cpu_adam_parameters_per_s` scales it with the host's cores."""
 
+UNKNOWN_HOST_CORES = 8
+"""Cores assumed for a host the hardware does not describe (a GPU profile alone, a node file without ``cpu``): the
+low end of a GPU workstation's CPU (8-16 cores on a desktop; a GPU server has 32-112). Shared by the node's ranks,
+so the node's CPU Adam does not grow with its GPUs: one thread per rank instead would price two GPUs' offloaded
+step at more than twice one GPU's throughput. An assumption, said in the step's notes."""
+
 CPU_ADAM_BYTES_PER_PARAMETER = 28
 """Host memory traffic of one parameter's update in ``Step_AVX`` (deepspeed 0.19.8,
 ``csrc/includes/cpu_adam.h``): the fp32 gradient, parameter, ``exp_avg`` and ``exp_avg_sq`` loaded (16 bytes),
@@ -404,13 +410,14 @@ def cpu_adam_parameters_per_s(hardware: HardwareSpec) -> tuple[float, str]:
     """
     ranks = max(1, hardware.processes_per_node)
     cpu = hardware.node.cpu
-    cores = cpu.usable_cores or cpu.physical_cores
-    if cores is None:
-        return CPU_ADAM_PARAMETERS_PER_S, (f"{CPU_ADAM_PARAMETERS_PER_S:.2g} parameters/s per rank (one thread: the "
-                                           "host's cores are unknown)")
+    known = cpu.usable_cores or cpu.physical_cores
+    cores = known or UNKNOWN_HOST_CORES
     threads = max(1, cores // ranks)
     rate = threads * CPU_ADAM_PARAMETERS_PER_S
     how = f"{threads} thread(s) per rank ({cores} cores / {ranks} ranks) at {CPU_ADAM_PARAMETERS_PER_S:.2g}/s each"
+    if known is None:
+        how += (f"; the host's cores are unknown: {UNKNOWN_HOST_CORES} assumed (a node file with cpu cores prices "
+                "the host, docs/hardware.md)")
     bandwidth = cpu.memory_bandwidth_bytes_per_s
     if bandwidth is not None:
         bound = bandwidth * HOST_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAMETER / ranks

@@ -7,6 +7,7 @@ applies every rule to every candidate that fits; the list is data, so a rule is 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +37,21 @@ def _communicates_less(e: Evaluation) -> bool:
     """Keeps parameters whole on the GPU through the step and moves nothing to the host: only gradients (and,
     sharded, the updated parameters once) cross the network."""
     return not e.traits.shards_parameters and not e.traits.offloads
+
+
+def _communication_per_sample(e: Evaluation) -> float:
+    """Seconds of collectives (exposed or not) per sample of an optimizer step: what the candidate's step moves,
+    per unit of the work it does (accumulation repeats ZeRO-2's reductions, a larger micro-batch spreads them)."""
+    if e.cost is None:
+        return math.inf
+    return e.cost.communication_s / (e.candidate.micro_batch_size * e.gradient_accumulation)
+
+
+def _less_communication_fits(ctx: Context, e: Evaluation) -> bool:
+    """A fitting candidate keeps parameters whole and, by the cost model, communicates less per sample than
+    ``e``: the claim the ``pretrain-least-communication`` rule makes, checked rather than assumed."""
+    mine = _communication_per_sample(e)
+    return ctx.fits_any(lambda f: _communicates_less(f) and _communication_per_sample(f) < mine)
 
 
 def _replicas(e: Evaluation) -> bool:
@@ -149,10 +165,11 @@ RULES: tuple[Rule, ...] = (
         name="pretrain-least-communication",
         applies=lambda ctx, e: ctx.request.goal == "pretrain"
         and _gathers_parameters(e)
-        and ctx.fits_any(_communicates_less),
+        and _less_communication_fits(ctx, e),
         factor=0.90,
         says=lambda ctx, e: "Pre-training is compute-bound and runs long: a strategy that keeps parameters whole "
-        "(DDP, ZeRO-1/2, shard-grad-op) fits, and communicates less per step than gathering parameters.",
+        "(DDP, ZeRO-1/2, shard-grad-op) fits and, by the cost model, communicates less per sample than gathering "
+        "parameters.",
     ),
     Rule(
         name="finetune-headroom",

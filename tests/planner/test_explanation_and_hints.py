@@ -11,8 +11,10 @@ from tests.planner.test_planner import H100x8, Synthetic, request, workload
 
 def test_explanation_does_not_argue_for_keeping_parameters_whole_when_full_sharding_wins():
     # full sharding is discounted by pretrain-least-communication (shard_grad_op fits) yet predicted 50 % faster
-    strategies = [Synthetic("fsdp_shard_grad_op", state_gib=40, act_gib=2, per_device_samples_s=100),
-                  Synthetic("fsdp", state_gib=40, act_gib=2, per_device_samples_s=150, sharded=True)]
+    strategies = [Synthetic("fsdp_shard_grad_op", state_gib=40, act_gib=2, per_device_samples_s=100,
+                            communication_s=0.1),
+                  Synthetic("fsdp", state_gib=40, act_gib=2, per_device_samples_s=150, sharded=True,
+                            communication_s=0.15)]
     p = plan(workload(3_000_000_000), H100x8, request(micro_batch_size=4, goal="pretrain"), strategies)
     assert p.recommended.strategy == "fsdp"
     assert any("pretrain-least-communication" in r for r in p.recommended.reasons)  # kept for the candidate
@@ -83,3 +85,17 @@ def test_offloaded_states_on_a_host_of_unknown_ram_are_said_to_be_unchecked(hard
     assert bool(said) is warned
     if warned:
         assert "125.0 GiB of offloaded states in CPU RAM per node" in said[0] and "--cpu-memory" in said[0]
+
+
+@pytest.mark.parametrize(("gathering_comm_s", "discounted"), [(0.15, True), (0.05, False)])
+def test_pretrain_least_communication_applies_only_where_the_whole_parameter_strategy_communicates_less(
+        gathering_comm_s, discounted):
+    # ZeRO-2 under accumulation reduces every micro-batch: it can move more per sample than ZeRO-3, and then the
+    # rule's sentence ("communicates less") would be false
+    strategies = [Synthetic("deepspeed_stage_2", state_gib=40, act_gib=2, per_device_samples_s=100,
+                            communication_s=0.1),
+                  Synthetic("deepspeed_stage_3", state_gib=40, act_gib=2, per_device_samples_s=100, sharded=True,
+                            communication_s=gathering_comm_s)]
+    p = plan(workload(3_000_000_000), H100x8, request(micro_batch_size=4, goal="pretrain"), strategies)
+    zero3 = next(c for c in p.candidates if c.strategy == "deepspeed_stage_3" and c.fits)
+    assert any(r.startswith("[pretrain-least-communication]") for r in zero3.reasons) is discounted

@@ -99,8 +99,13 @@ def fit(
     if under_launcher():
         raise UsageError("fit(tune=True) under a launcher would tune once per rank.",
                          hint="Run `autoshard tune MODEL` first, then fit(..., plan=\"autoshard-tune/best\").")
+    from autoshard.runtime.data import fixed_batch_size
+
+    # the trials run at the micro-batch the data holds (a DataLoader's batch size, a list's batches): a best plan
+    # at another would be refused by the run it was tuned for
+    batched = batch_size if batch_size is not None else fixed_batch_size(data)
     best, note = _tuned(model, plan, tune, strategy=strategy, hardware=hardware, processes=processes,
-                        precision=precision, batch_size=batch_size, global_batch_size=global_batch_size,
+                        precision=precision, batch_size=batched, global_batch_size=global_batch_size,
                         seq_len=seq_len, optimizer=optimizer, seed=seed,
                         grad_clip_norm=grad_clip_norm, cache=cache)
     result = train(model, data, plan=best, **given)

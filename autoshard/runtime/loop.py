@@ -18,7 +18,7 @@ from autoshard.models.step import StepFunctions
 from autoshard.runtime import checkpoint
 from autoshard.runtime.backends import Backend, to_device
 from autoshard.runtime.checkpoint import Position
-from autoshard.runtime.data import DataFeed
+from autoshard.runtime.data import DataFeed, batch_rows
 from autoshard.runtime.distributed import (
     all_true,
     communication_failure,
@@ -37,7 +37,8 @@ class LoopConfig:
     epochs: int | None
     """Stop after this many passes over the data (``None``: until ``max_steps``)."""
     samples_per_step: int
-    """Samples per optimizer step over all ranks."""
+    """Samples per optimizer step over all ranks, as planned; a step's metrics count the rows its batches held
+    (:func:`autoshard.runtime.data.batch_rows`), this where a batch does not say."""
     tokens_per_sample: int | None
     log_every: int = 10
     """Steps between the all-reduces that turn per-rank losses into reported ones."""
@@ -104,7 +105,8 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     position = start
     steps: list[StepMetrics] = []
     evals: list[EvalMetrics] = []
-    pending: list[tuple[int, int, torch.Tensor, float, int | None, float]] = []
+    pending: list[tuple[int, int, torch.Tensor, float, int | None, float, int]] = []
+    planned_rows = max(1, config.samples_per_step // (config.accumulation * ctx.world_size))
     last_ckpt: Path | None = None
     # Lengths unknown (a generator, an IterableDataset): agree with the other ranks on every micro-batch.
     check_each_step = feed.batches_per_epoch is None and not feed.endless and ctx.world_size > 1
@@ -116,12 +118,16 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
         if not pending:
             return
         logged = len(steps)
-        losses = mean_over_ranks(torch.stack([p[2] for p in pending]), ctx)
+        # one all-reduce: each step's loss (averaged over the ranks) and its rows (summed: the mean × ranks)
+        step_losses = torch.stack([p[2] for p in pending]).double()
+        step_rows = torch.tensor([float(p[6]) for p in pending], dtype=torch.float64, device=step_losses.device)
+        means = mean_over_ranks(torch.cat([step_losses, step_rows]), ctx)
+        losses, rows = means[:len(pending)], [round(m * ctx.world_size) for m in means[len(pending):]]
         peaks = _max_over_ranks([p[4] for p in pending], backend) if cuda else [None] * len(pending)
-        for (step, ep, _, seconds, _, lr), loss, peak in zip(pending, losses, peaks, strict=True):
-            tokens = None if config.tokens_per_sample is None else config.samples_per_step * config.tokens_per_sample
+        for (step, ep, _, seconds, _, lr, _), loss, samples, peak in zip(pending, losses, rows, peaks, strict=True):
+            tokens = None if config.tokens_per_sample is None else samples * config.tokens_per_sample
             steps.append(StepMetrics(step=step, epoch=ep, loss=loss, step_time_s=seconds,
-                                     samples_per_s=config.samples_per_step / seconds,
+                                     samples_per_s=samples / seconds,
                                      tokens_per_s=None if tokens is None else tokens / seconds,
                                      peak_memory_bytes=peak, lr=lr))
         pending.clear()
@@ -133,6 +139,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             torch.cuda.reset_peak_memory_stats(ctx.device)
         started = time.perf_counter()
         micro_losses = []
+        rows = 0
         for micro in range(config.accumulation):
             batch = next(batches, _END)
             if batch is _END and (config.epochs is None or epoch + 1 < config.epochs):
@@ -144,6 +151,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             if batch is _END:
                 break
             consumed += 1
+            rows += batch_rows(batch) or planned_rows
             sync = micro == config.accumulation - 1
             batch = to_device(batch, ctx.device)
             loss = _loss(backend, steps_fns, batch, sync=sync, checked=not first)
@@ -161,7 +169,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
         seconds = time.perf_counter() - started
         position = Position(step=position.step + 1, epoch=epoch, batch_in_epoch=consumed)
         peak = torch.cuda.max_memory_allocated(ctx.device) if cuda else None
-        pending.append((position.step, epoch, torch.stack(micro_losses).float().mean(), seconds, peak, lr))
+        pending.append((position.step, epoch, torch.stack(micro_losses).float().mean(), seconds, peak, lr, rows))
         if config.on_step is not None:
             config.on_step(position.step, seconds)
         if len(pending) >= config.log_every:

@@ -240,6 +240,16 @@ def _check_plan_data(job: TrainJob, exported: ExportedPlan, ranks: int, where: s
                      "(autoshard batches it at the plan's micro-batch), or force=True.")
         notes.append(f"force=True: trained at the DataLoader's {loader} samples per batch although the plan "
                      f"was made for micro-batch {exported.micro_batch_size}.")
+    rows = fixed_batch_size(job.data) if isinstance(job.data, (list, tuple)) else None
+    if rows is not None and rows != exported.micro_batch_size:
+        if not force:
+            raise UsageError(
+                f"the first batch of the list given as data holds {rows} samples, and the plan ({where}) was made "
+                f"for micro-batch {exported.micro_batch_size}: its memory and speed are not those of this run.",
+                hint=f"Batch the list at {exported.micro_batch_size}, pass the samples as a Dataset (autoshard "
+                     "batches it at the plan's micro-batch), or force=True.")
+        notes.append(f"force=True: trained on the list's batches of {rows} samples although the plan was made for "
+                     f"micro-batch {exported.micro_batch_size}.")
     check_loader_fits_ranks(job.data, ranks)
     if loader is None:
         check_batch_fits_data(exported.micro_batch_size, samples_per_rank(job.data, ranks), plan=where)
@@ -373,6 +383,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
             "training step on fake tensors)")
     try:
         plan = planned(source)
+        _check_list_batches(job.data, options.batch_size)
     except UserCodeError as first:
         # A list given as data is read as a list of batches. If its first element fails as a batch and works as
         # a batch of one sample, the list holds single samples (a Hugging Face-style list of dicts): use it as
@@ -418,6 +429,23 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                      "memory. The batch size also changes what training learns: pass batch_size= (or a DataLoader) "
                      "to choose it, global_batch_size= to accumulate.")
     return exported, job
+
+
+def _check_list_batches(data: Any, batch_size: int | None) -> None:
+    """A list of batches (its first element trained as a batch) trains at its own batches' size.
+
+    Checked once the first element has traced as a batch: before, a list of single samples whose first element
+    also has a first dimension (a token sequence) could not be told from it.
+
+    Raises:
+        UsageError: ``batch_size=`` says otherwise.
+    """
+    rows = fixed_batch_size(data) if isinstance(data, (list, tuple)) else None
+    if batch_size is not None and rows is not None and rows != batch_size:
+        raise UsageError(f"batch_size={batch_size}, and the first batch of the list given as data holds {rows} "
+                         "samples: fit() trains on a list's batches as they are.",
+                         hint="Drop batch_size= (the batches' own size is the micro-batch), pass the samples as a "
+                              f"Dataset (autoshard batches it at batch_size), or batch the list at {batch_size}.")
 
 
 def _check_plan_global_batch(global_batch: int | None, exported: ExportedPlan, ranks: int, where: str) -> None:

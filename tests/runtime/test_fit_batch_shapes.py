@@ -151,3 +151,37 @@ def test_a_strategy_the_hardware_cannot_run_is_hinted_in_fits_arguments() -> Non
     assert in_fit_arguments("(--strategies; strategy= in fit()) or another optimizer (--optimizer), NVMe offload "
                             "(--nvme PATH)") == "(strategy=) or another optimizer (optimizer=), NVMe offload (an " \
                                                "NVMe path in hardware=)"
+
+
+def _regression_batches(*sizes: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g)) for n in sizes]
+
+
+def test_a_steps_samples_are_the_rows_its_batches_held_not_the_plans_micro_batch() -> None:
+    """A list's last, shorter batch (and any batch of another size) is counted as it was: samples_per_s x
+    step_time_s was the plan's micro-batch for every step, 8x the truth when a plan's micro-batch was not the
+    data's."""
+    torch.manual_seed(0)
+    result = fit(nn.Linear(8, 1), _regression_batches(16, 16, 6), loss_fn=F.mse_loss, epochs=1,
+                 optimizer="sgd", progress=False)
+    assert [round(s.samples_per_s * s.step_time_s) for s in result.steps] == [16, 16, 6]
+
+
+def test_a_list_of_batches_with_a_contrary_batch_size_or_plan_is_refused(tmp_path) -> None:
+    """fit() trains a list's batches as they are: batch_size=64 or a plan for micro-batch 64 priced another run
+    (a DataLoader's batch size is refused the same way)."""
+    from autoshard.planner import plan_file
+
+    batches = _regression_batches(16, 16, 16)
+    with pytest.raises(UsageError, match=r"batch_size=64, and the first batch of the list given as data holds 16"):
+        fit(nn.Linear(8, 1), batches, loss_fn=F.mse_loss, batch_size=64, max_steps=1, progress=False)
+    planned = fit(nn.Linear(8, 1), batches, loss_fn=F.mse_loss, max_steps=1, progress=False)
+    other = dataclasses.replace(planned.plan, micro_batch_size=64)
+    path = plan_file.write(other, tmp_path / "plan.json")
+    with pytest.raises(UsageError, match=r"holds 16 samples, and the plan \(.*\) was made for micro-batch 64"):
+        fit(nn.Linear(8, 1), batches, loss_fn=F.mse_loss, plan=str(path), max_steps=1, progress=False)
+    forced = fit(nn.Linear(8, 1), batches, loss_fn=F.mse_loss, plan=str(path), force=True, max_steps=2,
+                 progress=False)
+    assert any("trained on the list's batches of 16 samples" in n for n in forced.notes)
+    assert [round(s.samples_per_s * s.step_time_s) for s in forced.steps] == [16, 16]

@@ -128,7 +128,7 @@ def recommend(
     batch_size: int | None = None,
     global_batch_size: int | None = None,
     seq_len: int | None = None,
-    precision: PrecisionName | Precision = Precision.BF16_MIXED,
+    precision: PrecisionName | Precision | None = None,
     optimizer: str = "adamw",
     goal: Goal = "pretrain",
     strategies: Sequence[StrategyName] | None = None,
@@ -151,7 +151,8 @@ def recommend(
         batch_size: fixed micro-batch per device; ``None`` picks the largest that fits.
         global_batch_size: samples per optimizer step across all devices (sets gradient accumulation).
         seq_len: sequence length for token models.
-        precision: training precision (``bf16-mixed`` default).
+        precision: training precision (default ``bf16-mixed``, or ``16-mixed`` on a GPU without bf16 such as V100
+            and T4, ``32-true`` without a GPU).
         optimizer: ``adamw`` (default), ``adam``, ``sgd``, ``adafactor`` or ``adamw8bit`` (bitsandbytes'
             ``AdamW8bit``: ddp and DeepSpeed ZeRO without offload can step it, FSDP2 cannot).
         goal: ``pretrain`` (throughput, least communication) or ``finetune`` (memory headroom).

@@ -29,6 +29,14 @@ def test_bf16_on_a_gpu_without_it_is_refused_before_anything_is_traced(hardware:
     assert "--precision 16-mixed" in (info.value.hint or "")
 
 
+def test_recommend_from_python_without_a_precision_takes_the_gpus_default() -> None:
+    """autoshard.recommend's default was bf16-mixed, refused on a V100 the user asked nothing of."""
+    import autoshard
+
+    plan = autoshard.recommend("tiny-gpt2", hardware="v100-sxm-16gb", seq_len=32, batch_size=2, strategies=["ddp"])
+    assert plan.workload.precision.value == "16-mixed"
+
+
 def test_default_precision_without_a_gpu_is_full_precision() -> None:
     assert default_precision(detect_hardware(environ={"CUDA_VISIBLE_DEVICES": ""})) == "32-true"
 

@@ -148,8 +148,7 @@ def run_study(
         loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, runner, observer=observer,
                          estimate=estimate)
         loop.run()
-        result = _finish(study, plan, shown, out, notes + loop.notes, observer)
-        return dataclasses.replace(result, trial_estimate=estimate)
+        return _finish(study, plan, shown, out, notes + loop.notes, observer, estimate)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
@@ -227,7 +226,8 @@ def enqueue_defaults(study: optuna.Study, space: SearchSpace) -> None:
 
 
 def _finish(study: optuna.Study, plan: Plan, shown: str, out: Path, notes: list[str],
-            observer: TuneObserver) -> TuneResult:
+            observer: TuneObserver, estimate: Any) -> TuneResult:
+    """The study's result, with the estimate of a trial's time the observers (``summary.json``) report too."""
     from autoshard.export import export_plan
 
     records = tuple(record(t) for t in study.get_trials(deepcopy=False))
@@ -243,6 +243,7 @@ def _finish(study: optuna.Study, plan: Plan, shown: str, out: Path, notes: list[
     else:
         notes.append("No trial completed: nothing to export.")
     result = TuneResult(study_name=study.study_name, storage=shown, output_dir=str(out), trials=records, best=best,
-                        best_plan=best_plan, planner_trial=planner, exported=files, notes=tuple(notes))
+                        best_plan=best_plan, planner_trial=planner, exported=files, notes=tuple(notes),
+                        trial_estimate=estimate)
     more = tuple(observer.study_finished(result, study))
     return dataclasses.replace(result, notes=result.notes + tuple(more)) if more else result

@@ -30,6 +30,8 @@ def test_a_cpu_study_of_tiny_gpt2_offers_small_micro_batches_and_says_what_a_tri
     assert "1 trial, about" in stderr and "(estimate:" in stderr and "GFLOP/s" in stderr  # said before trial 0
     assert stderr.index("(estimate:") < stderr.index("trial 0:")
     assert result.to_dict()["trial_estimate"]["seconds"] == estimate.seconds
+    import json  # summary.json says the same (it was written before the estimate was added: null)
+    assert json.loads((out / "summary.json").read_text())["trial_estimate"]["seconds"] == estimate.seconds
 
     assert estimate.steps * estimate.step_s <= 5.0  # estimate.CPU_TRIAL_STEPS_S
     trial = result.trials[0]

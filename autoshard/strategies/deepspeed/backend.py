@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import OrderedDict
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -55,6 +56,12 @@ class DeepSpeedBackend(Backend):
     _given_dtypes: dict[str, torch.dtype] | None = None
     """The dtypes of the user's module's parameters and buffers before the engine cast them (``None``: the
     backend built the module)."""
+    _frozen_names: frozenset[str] = frozenset()
+    """The parameters that do not train (``requires_grad=False``): DeepSpeed keeps no fp32 master of them."""
+    _frozen: dict[str, torch.Tensor] | None = None
+    """On the first rank, the user's frozen parameters as they came, before the engine cast them to its 16-bit
+    dtype or partitioned them: training leaves them as they were, and these are their values (no copy when they
+    came on the CPU: the tensors the module held)."""
 
     @classmethod
     def check_dependencies(cls, device_type: str) -> None:
@@ -81,9 +88,13 @@ class DeepSpeedBackend(Backend):
                 module = model.materialise()
         else:
             module = model.materialise()
+        self._frozen_names = frozenset(name for name, p in module.named_parameters() if not p.requires_grad)
         if model.module is not None:
             self._given_dtypes = {name: t.dtype for name, t in (*module.named_parameters(),
                                                                  *module.named_buffers())}
+            if self.ctx.is_main:
+                self._frozen = {name: p.data if p.device.type == "cpu" else p.detach().to("cpu", copy=True)
+                                for name, p in module.named_parameters() if name in self._frozen_names}
         if self.plan.activation_checkpointing and model.block_names:
             checkpoint_blocks(module, model.block_names, self.plan.checkpointing_choice)
         optimizer = make_optimizer(p for p in module.parameters() if p.requires_grad)
@@ -144,13 +155,16 @@ class DeepSpeedBackend(Backend):
             raise UsageError(f"DeepSpeed found no checkpoint in {directory / TAG}.")
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
-        """fp32 master weights gathered to rank 0 (``safe_get_full_fp32_param``; a collective at stage 3)."""
+        """fp32 master weights gathered to rank 0 (``safe_get_full_fp32_param``; a collective at stage 3), and the
+        frozen parameters, which have no master, as :meth:`_frozen_value` finds them."""
         from deepspeed.utils import safe_get_full_fp32_param
 
         full: dict[int, torch.Tensor] = {}
-        for p in self._module.parameters():
+        for name, p in self._module.named_parameters():
             if id(p) not in full:
                 value = safe_get_full_fp32_param(p)
+                if value is None and name in self._frozen_names:
+                    value = self._frozen_value(name, p)
                 full[id(p)] = (p if value is None else value).detach().to("cpu", copy=True)
         if not self.ctx.is_main:
             return None
@@ -158,6 +172,20 @@ class DeepSpeedBackend(Backend):
         for key, tensor in self._module.state_dict(keep_vars=True).items():
             out[key] = full[id(tensor)] if id(tensor) in full else tensor.detach().to("cpu", copy=True)
         return out
+
+    def _frozen_value(self, name: str, p: nn.Parameter) -> torch.Tensor | None:
+        """A frozen parameter's whole value: the user's own as it came (the engine's copy is rounded to its 16-bit
+        dtype, and at stage 3 partitioned), or, in a module the backend built partitioned, gathered from the ranks
+        (a collective: every rank calls it for the same parameters) in the engine's dtype. ``None`` on the other
+        ranks, and where the engine's tensor is whole already."""
+        if self._given_dtypes is not None:  # the same on every rank: no rank gathers alone
+            return None if self._frozen is None else self._frozen[name]
+        if hasattr(p, "ds_id"):
+            from deepspeed.zero import GatheredParameters
+
+            with GatheredParameters([p]):
+                return p.data.detach().to("cpu", copy=True)
+        return None
 
     def close(self) -> None:
         """Remove the engine's hooks from the module (``engine.destroy()``: ZeRO's gradient hooks, stage 3's
@@ -167,6 +195,14 @@ class DeepSpeedBackend(Backend):
         try:
             if engine is not None:
                 engine.destroy()
+                # destroy() leaves the engine's own forward hooks on the module (_create_module_forward_pre_hook,
+                # engine.py, 0.19.8): they would keep the engine alive, and at stage 3 its prologue would mark the
+                # module's parameters for gathering in the user's next forward, with no process group left
+                for name in ("module_forward_pre_hook", "module_forward_post_hook"):
+                    handle = getattr(engine, name, None)
+                    if handle is not None:
+                        handle.remove()
+                        setattr(engine, name, None)
         except Exception:
             if not failing:
                 raise
@@ -184,6 +220,13 @@ class DeepSpeedBackend(Backend):
         for name, tensor in (*module.named_parameters(), *module.named_buffers()):
             if name in state and name in self._given_dtypes:
                 tensor.data = state[name].to(device=tensor.device, dtype=self._given_dtypes[name])
+        # Stage 3 replaced each module's parameter dict with one that gathers a partitioned parameter when it is
+        # read in a forward (ZeROOrderedDict, runtime/zero/parameter_offload.py, 0.19.8): with the engine gone its
+        # gather has no process group to use, and the parameters are whole again.
+        for sub in module.modules():
+            if isinstance(sub._parameters, OrderedDict):
+                sub._parameters = dict(OrderedDict.items(sub._parameters))
+                sub.__dict__.pop("_original_parameters", None)
 
 
 def _check_nvme(path: str | None) -> None:

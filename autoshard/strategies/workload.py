@@ -180,6 +180,10 @@ class Workload:
     tied_parameter_numels: tuple[int, ...] = ()
     """Element counts of parameters used both before and after the repeated blocks (a tied embedding and LM
     head): their gradients appear at the start of backward, although module order lists them first."""
+    module_parameter_numels: tuple[int, ...] = ()
+    """Every unique parameter tensor in module order, a frozen one (``requires_grad=False``) as its element count
+    negated: FSDP2 shards and gathers them all, and reduces and steps only those that train. Empty when every
+    parameter trains (:attr:`parameter_numels` is then the same list)."""
     block_stacks: tuple[int, ...] = ()
     """Blocks in each stack, in order (:func:`autoshard.profiler.blocks.block_stacks`): an encoder-decoder has
     two. FSDP units of several blocks stay within a stack. Empty: one stack of every block."""
@@ -329,6 +333,22 @@ def parameter_layout(module: nn.Module) -> tuple[tuple[int, ...], RepeatedBlocks
     return tuple(numels), blocks, block_counts
 
 
+def frozen_marked_numels(module: nn.Module) -> tuple[int, ...]:
+    """Element counts of the unique parameters in module order, a frozen one's negated; ``()`` when all train.
+
+    Example:
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 1))
+        >>> _ = net[0].requires_grad_(False)
+        >>> frozen_marked_numels(net)
+        (-6, -3, 3, 1)
+    """
+    unique = {id(p): p for p in module.parameters()}.values()
+    if all(p.requires_grad for p in unique):
+        return ()
+    return tuple(p.numel() if p.requires_grad else -p.numel() for p in unique)
+
+
 TraceKey = tuple[Precision, bool, bool]
 """One tracing session: the precision traced, the output cast to fp32 before the loss, checkpointing."""
 
@@ -400,6 +420,7 @@ def build_workload(
         block_parameter_counts=block_counts,
         block_stacks=() if blocks is None else tuple(len(s) for s in blocks.stacks),
         tied_parameter_numels=_tied_around_blocks(module, blocks),
+        module_parameter_numels=frozen_marked_numels(module),
         optimizer_state_bytes_per_parameter=base.optimizer_state_bytes / trainable,
         buffer_bytes=base.buffer_bytes,
         target=target,

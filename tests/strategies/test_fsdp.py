@@ -156,7 +156,7 @@ def _seq_len(model: str) -> int | None:
 
 @functools.cache
 def workload(model: str) -> Workload:
-    checkpointing = (False, True) if model in ("tiny-llama", "tiny-t5") else (False,)
+    checkpointing = (False, True) if model in ("tiny-llama", "tiny-t5", FROZEN_LLAMA) else (False,)
     return build_workload(load_source(model), seq_len=_seq_len(model), target="cpu", checkpointing=checkpointing)
 
 
@@ -181,6 +181,9 @@ def predicted_peaks(name: str, model: str, hw: HardwareSpec, **kwargs: Any) -> d
     return {**peaks, "step": step}
 
 
+FROZEN_LLAMA = str(Path(__file__).parent / "frozen_llama" / "model.py")
+"""tiny-llama with everything but the attention projections and the head frozen."""
+
 CASES = [
     *(pytest.param("fsdp", m, n, {}, id=f"fsdp-{m}-{n}ranks") for m in ("tiny-llama", "tiny-gpt2") for n in (2, 4, 8)),
     pytest.param("fsdp", "tiny-bert", 4, {}, id="fsdp-tiny-bert-4ranks"),
@@ -198,6 +201,11 @@ CASES = [
     pytest.param("fsdp", "tiny-llama", 4, {"set_grads_to_none": False}, id="fsdp-grads-zeroed-4ranks"),
     pytest.param("fsdp_shard_grad_op", "tiny-gpt2", 2, {"set_grads_to_none": False},
                  id="shard_grad_op-grads-zeroed-2ranks"),
+    # Fine-tuning: a frozen embedding, MLPs and norms (sharded and gathered, never reduced nor stepped).
+    pytest.param("fsdp", FROZEN_LLAMA, 4, {}, id="fsdp-frozen-llama-4ranks"),
+    pytest.param("fsdp", FROZEN_LLAMA, 2, {"checkpointing": True}, id="fsdp-frozen-llama-checkpointing-2ranks"),
+    pytest.param("fsdp_shard_grad_op", FROZEN_LLAMA, 4, {"set_grads_to_none": False},
+                 id="shard_grad_op-frozen-llama-grads-zeroed-4ranks"),
     pytest.param("fsdp_hybrid", "tiny-llama", 4, {"nodes": 2}, id="hybrid-2x2-tiny-llama"),
     pytest.param("fsdp_hybrid", "tiny-gpt2", 8, {"nodes": 2, "reduce_dtype": "bf16"}, id="hybrid-2x4-bf16-reduce"),
 ]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies import costs
 from autoshard.strategies.base import Collective
-from autoshard.strategies.fsdp.memory import Layout, Units
+from autoshard.strategies.fsdp.memory import Layout, Units, size, trained
 
 HOOK_UNIT_S: dict[tuple[bool, bool], float] = {
     (True, True): 0.434e-3, (False, True): 0.362e-3, (True, False): 0.357e-3, (False, False): 0.347e-3,
@@ -97,7 +97,8 @@ def host_time(units: Units, layout: Layout, *, foreach: bool) -> HostTime:
     per_unit, per_tensor = HOOK_UNIT_S[key], HOOK_TENSOR_S[key]
     hooks_s = count * per_unit + tensors * per_tensor
     per_step = OPTIMIZER_TENSOR_S[foreach]
-    optimizer_s = tensors * per_step
+    stepped = sum(len(trained(u)) for u in all_units)  # the optimizer holds the trained parameters alone
+    optimizer_s = stepped * per_step
     raf = "reshard_after_forward" if key[0] else "no reshard after forward"
     policy = "bf16 policy" if key[1] else "no cast"
     impl = "foreach" if foreach else "for-loop"
@@ -106,7 +107,7 @@ def host_time(units: Units, layout: Layout, *, foreach: bool) -> HostTime:
         f"{per_tensor * 1e3:.3g} ms ({raf}, {policy}) = {hooks_s * 1e3:.3g} ms per micro-batch beside the kernel "
         "launches (all-gather issue and copy-out, reshard, unshard, foreach_reduce; measured on CPU, "
         "docs/benchmarks/fsdp_hooks.md, torch 2.13.0)",
-        f"DTensor dispatch in the {impl} optimizer step: {tensors:,} parameter tensors x {per_step * 1e3:.3g} ms = "
+        f"DTensor dispatch in the {impl} optimizer step: {stepped:,} parameter tensors x {per_step * 1e3:.3g} ms = "
         f"{optimizer_s * 1e3:.3g} ms per step over plain tensors (measured with AdamW on CPU, "
         "docs/benchmarks/fsdp_hooks.md, torch 2.13.0)",
     ))
@@ -123,7 +124,7 @@ class Communication:
 
 
 def _shard(u: Sequence[int], n: int) -> int:
-    return sum(math.ceil(t / n) for t in u)
+    return sum(math.ceil(size(t) / n) for t in u)
 
 
 def communication(units: Units, layout: Layout, hardware: HardwareSpec, forward_s: float,
@@ -134,7 +135,7 @@ def communication(units: Units, layout: Layout, hardware: HardwareSpec, forward_
     scope = "intra" if hybrid or hardware.nodes == 1 else "world"
     all_units = (units.root, *units.blocks) if units.root else units.blocks
     gather = [_shard(u, n) * n * c for u in all_units]
-    reduce = [_shard(u, n) * n * r for u in all_units]
+    reduce = [_shard(trained(u), n) * n * r for u in all_units]  # frozen tensors: no gradient to reduce
     first_gather, last_reduce = gather[0], reduce[0]  # the root: first gathered, last reduced
 
     def coll(kind: str, payload: Sequence[int], group: int, where: str, overlappable: bool = True) -> Collective:
@@ -153,11 +154,11 @@ def communication(units: Units, layout: Layout, hardware: HardwareSpec, forward_
         bwd_ag = coll("all_gather", block_gather, raf, "intra" if inner else "world")
     if bwd_ag is not None:
         out.append(bwd_ag)
-    rs = coll("reduce_scatter", reduce, n, scope)
+    rs = coll("reduce_scatter", [x for x in reduce if x], n, scope)  # a unit that trains nothing reduces nothing
     out.append(rs)
     ar: Collective | None = None
     if hybrid:
-        ar = coll("all_reduce", [_shard(u, n) * r for u in all_units], hardware.nodes, "inter")
+        ar = coll("all_reduce", [x // n for x in reduce if x], hardware.nodes, "inter")
         out.append(ar)
 
     def t(x: Collective | None) -> float:
@@ -170,10 +171,10 @@ def communication(units: Units, layout: Layout, hardware: HardwareSpec, forward_
                                                    scope=x.scope, overlappable=False), hardware)
 
     first_s = one(fwd, first_gather)
-    last_s = one(rs, last_reduce) + (one(ar, _shard(all_units[0], n) * r) if ar else 0.0)
+    last_s = one(rs, last_reduce) + (one(ar, last_reduce // n) if ar else 0.0)
     fwd_exposed = first_s + costs.exposed(t(fwd) - first_s, forward_s)
     intra_bwd = t(bwd_ag) + t(rs) - one(rs, last_reduce)
-    inter_bwd = t(ar) - (one(ar, _shard(all_units[0], n) * r) if ar else 0.0)
+    inter_bwd = t(ar) - (one(ar, last_reduce // n) if ar else 0.0)
     bwd_exposed = last_s + costs.exposed(max(intra_bwd, inter_bwd), backward_s)
     notes = [
         "overlap: all-gathers one unit ahead and reduce-scatters behind the next unit's backward; exposed are "
@@ -209,13 +210,14 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
     n, o = layout.shard_size, layout.orig_bytes
     all_units = (units.root, *units.blocks)
     elements = sum(_shard(u, n) for u in all_units)
+    stepped = sum(_shard(trained(u), n) for u in all_units)
     backward_up = sum(_shard(u, n) for u in units.blocks) if layout.reshard_after_forward is True else 0
-    up, down = (elements + backward_up) * o, elements * o
+    up, down = (elements + backward_up) * o, stepped * o
     bandwidth, notes = costs.host_link_bytes_per_s(hardware)
     # PCIe is full duplex and the bandwidth is per direction: in backward the re-gathered parameters go up while
     # the gradients go down (the copies run on FSDP's all-gather and reduce-scatter streams).
     transfer_s = elements * o / bandwidth + max(backward_up * o, down) / bandwidth
-    optimizer_s = costs.cpu_optimizer_seconds(elements, step_bytes_per_parameter)
+    optimizer_s = costs.cpu_optimizer_seconds(stepped, step_bytes_per_parameter)
     # Pinned memory lets the non_blocking copies overlap compute (_fsdp_api.py CPUOffloadPolicy); pageable copies
     # are synchronous. The optimizer step runs on the CPU after backward, on the critical path.
     exposed_transfer = costs.exposed(transfer_s, compute_s) if pin_memory else transfer_s
@@ -223,7 +225,7 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
         f"CPU offload: sharded parameters copied up for each all-gather ({up / 2**20:.4g} MiB), gradients down "
         f"once ({down / 2**20:.4g} MiB) over the host link at {costs.LINK_EFFICIENCY:g} of nominal per direction, "
         "up and down at once in backward (FSDPParam.all_gather_inputs, foreach_reduce; torch 2.13.0)",
-        f"CPU optimizer step ({optimizer}): {optimizer_s:.3g} s for {elements:,} parameters on "
+        f"CPU optimizer step ({optimizer}): {optimizer_s:.3g} s for {stepped:,} parameters on "
         f"{costs.CPU_OPTIMIZER_THREADS} thread per rank (torchrun's OMP_NUM_THREADS=1); its traced step moves "
         f"{step_bytes_per_parameter:.0f} bytes per parameter, priced at fp32 AdamW's measured rate "
         f"({costs.CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD:.2g} parameters/s per thread, "

@@ -21,9 +21,21 @@ from dataclasses import dataclass
 from autoshard.strategies.workload import StepTrace, Workload
 
 
+def size(t: int) -> int:
+    """A unit's tensor's element count (a frozen tensor's is negated in :class:`Units`)."""
+    return abs(t)
+
+
+def trained(u: Sequence[int]) -> tuple[int, ...]:
+    """The tensors of ``u`` that train: those FSDP2 reduces gradients of and the optimizer steps."""
+    return tuple(t for t in u if t > 0)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Units:
-    """The ``fully_shard`` units in forward order: the root (what no block holds) and the blocks."""
+    """The ``fully_shard`` units in forward order: the root (what no block holds) and the blocks. Each tensor is its
+    element count, negated for a frozen one (``requires_grad=False``: sharded and gathered, never reduced nor
+    stepped)."""
 
     root_before: tuple[int, ...]
     """Element counts of the root's tensors that come before the blocks in module order (embeddings)."""
@@ -47,7 +59,7 @@ def wrapping_units(workload: Workload, blocks_per_unit: int = 1) -> Units:
     no run matches (blocks interleaved with other modules), every block is taken as one tensor and the root as
     following them. A unit groups ``blocks_per_unit`` consecutive blocks of one stack, as the hand-off does.
     """
-    numels = workload.parameter_numels
+    numels = workload.module_parameter_numels or workload.parameter_numels
     counts = workload.block_parameter_counts
     sizes = workload.block_stacks or ((len(counts),) if counts else ())
     stacks = [list(counts[sum(sizes[:k]) : sum(sizes[: k + 1])]) for k in range(len(sizes))]
@@ -58,8 +70,10 @@ def wrapping_units(workload: Workload, blocks_per_unit: int = 1) -> Units:
         blocks_by_stack = [[(c,) for c in stack] for stack in stacks]
         root = list(numels)
         for c in counts:  # drop one tensor run per block from the root, best effort
-            if c in root:
-                root.remove(c)
+            for t in (c, -c):
+                if t in root:
+                    root.remove(t)
+                    break
         before, after = (), tuple(root)
     else:
         spans, blocks_by_stack = found
@@ -72,6 +86,7 @@ def wrapping_units(workload: Workload, blocks_per_unit: int = 1) -> Units:
     # A tied embedding / LM head is listed before the blocks (first use) but gets its gradient from the head at
     # the start of backward: it belongs with the tensors after the blocks.
     for numel in workload.tied_parameter_numels:
+        numel = numel if numel in before else -numel
         if numel in before:
             i = before.index(numel)
             before, after = before[:i] + before[i + 1 :], (numel, *after)
@@ -109,7 +124,7 @@ def _match_run(numels: Sequence[int], start: int, counts: Sequence[int]) -> list
     for count in counts:
         total, first = 0, i
         while i < len(numels) and total < count:
-            total += numels[i]
+            total += size(numels[i])
             i += 1
         if total != count:
             return None
@@ -215,11 +230,11 @@ class StepActivations:
 def _running_unit(units: Units, gradient_elements: int) -> int | None:
     """The block unit whose backward produces the gradients beyond ``gradient_elements`` (backward runs the head,
     then the blocks last to first); ``None`` when no block's gradients exist yet."""
-    done = sum(units.root_after)
+    done = sum(trained(units.root_after))
     if gradient_elements <= done:
         return None
     for k in range(len(units.blocks) - 1, -1, -1):
-        done += sum(units.blocks[k])
+        done += sum(trained(units.blocks[k]))
         if gradient_elements < done:
             return k
     return 0 if units.blocks else None
@@ -254,11 +269,11 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
 
     @functools.cache
     def shard(u: tuple[int, ...]) -> int:  # padded shard elements of a unit (ceil per tensor ~ dim-0 padding)
-        return sum(math.ceil(t / n) for t in u)
+        return sum(math.ceil(size(t) / n) for t in u)
 
     @functools.cache
     def gathered(u: tuple[int, ...]) -> int:  # per-parameter all_gather_outputs: padded, one tensor each
-        return sum(rnd(math.ceil(t / n) * n * c) for t in u)
+        return sum(rnd(math.ceil(size(t) / n) * n * c) for t in u)
 
     @functools.cache
     def flat(u: tuple[int, ...]) -> int:  # foreach_all_gather's all_gather_output: one flat tensor
@@ -267,22 +282,24 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     @functools.cache
     def copy_in(u: tuple[int, ...]) -> int:  # foreach_all_gather's inputs on the device
         if n == 1:  # wait_for_unshard copies each parameter's (cast) all_gather_inputs[0], one at a time
-            return max((rnd(t * c) for t in u), default=0) if cast or layout.offload else 0
+            return max((rnd(size(t) * c) for t in u), default=0) if cast or layout.offload else 0
         if layout.offload:  # sharded_param_data.to(device) then the cast, per parameter
-            return rnd(shard(u) * c) + (max(rnd(math.ceil(t / n) * o) for t in u) if cast else 0)
+            return rnd(shard(u) * c) + (max(rnd(math.ceil(size(t) / n) * o) for t in u) if cast else 0)
         return rnd(shard(u) * c) if cast else 0  # _get_param_all_gather_inputs: one flat bf16 copy
 
+    # Frozen tensors get no gradient: foreach_reduce reduces only the unit's parameters that have one (none: no
+    # reduce-scatter), and the optimizer holds state for the others alone.
     @functools.cache
     def grads(u: tuple[int, ...]) -> int:  # unsharded gradients autograd produces, in the compute dtype
-        return sum(rnd(t * c) for t in u)
+        return sum(rnd(t * c) for t in trained(u))
 
     @functools.cache
     def last_grad(u: tuple[int, ...]) -> int:  # the `unsharded_grad` loop in foreach_reduce runs only if n > 1
-        return rnd(u[-1] * c) if n > 1 else 0
+        return rnd(trained(u)[-1] * c) if n > 1 and trained(u) else 0
 
     @functools.cache
     def rs_in(u: tuple[int, ...]) -> int:
-        return rnd(shard(u) * n * r)
+        return rnd(shard(trained(u)) * n * r) if trained(u) else 0
 
     @functools.cache
     def rs_copy(u: tuple[int, ...]) -> int:  # the backend's copy of the input, alive during the collective
@@ -290,15 +307,16 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
 
     @functools.cache
     def rs_out(u: tuple[int, ...]) -> int:  # reduce_output, then its cast to the parameter dtype
-        return rnd(shard(u) * r) + (rnd(shard(u) * o) if r != o else 0)
+        g = trained(u)
+        return (rnd(shard(g) * r) + (rnd(shard(g) * o) if r != o else 0)) if g else 0
 
     @functools.cache
     def sharded_grad(u: tuple[int, ...]) -> int:  # views of the reduce-scatter output (offload: moved to CPU)
-        return 0 if layout.offload else rnd(shard(u) * o)
+        return 0 if layout.offload or not trained(u) else rnd(shard(trained(u)) * o)
 
     @functools.cache
     def ar_held(u: tuple[int, ...]) -> int:  # HSDP keeps the reduce-dtype buffer in _all_reduce_state
-        return rnd(shard(u) * r) if layout.hybrid and r != o else 0
+        return rnd(shard(trained(u)) * r) if layout.hybrid and r != o and trained(u) else 0
 
     @functools.cache
     def kept(u: tuple[int, ...]) -> int:  # what a block keeps between its forward and its backward
@@ -307,11 +325,11 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
             return 0
         if raf is False:
             return gathered(u)
-        return sum(rnd(math.ceil(t / n) * n // raf * c) for t in u)  # resharded to `raf` ranks
+        return sum(rnd(math.ceil(size(t) / n) * n // raf * c) for t in u)  # resharded to `raf` ranks
 
-    params = 0 if layout.offload else sum(rnd(math.ceil(t / n) * o) for u in units_all for t in u)
+    params = 0 if layout.offload else sum(rnd(math.ceil(size(t) / n) * o) for u in units_all for t in u)
     optimizer = 0 if layout.offload else sum(
-        rnd(round(optimizer_bytes_per_parameter * math.ceil(t / n))) for u in units_all for t in u)
+        rnd(round(optimizer_bytes_per_parameter * math.ceil(t / n))) for u in units_all for t in trained(u))
     root, blocks = units.root, units.blocks
     g_root = gathered(root) if root else 0
     base = dict(parameters=params, optimizer=optimizer)
@@ -404,7 +422,7 @@ def optimizer_scratch_bytes(units: Units, layout: Layout, traced_scratch: int) -
     """
     n, rnd = layout.shard_size, layout.round_bytes
     shards = [rnd(math.ceil(t / n) * layout.orig_bytes)
-              for t in (*units.root_before, *(t for u in units.blocks for t in u), *units.root_after)]
+              for t in trained((*units.root_before, *(t for u in units.blocks for t in u), *units.root_after))]
     if layout.optimizer in ("adam", "adamw"):
         if layout.foreach:
             return sum(shards)
@@ -419,6 +437,8 @@ def cpu_offload_bytes_per_rank(units: Units, layout: Layout, acts: StepActivatio
     """Host RAM one rank uses with ``CPUOffloadPolicy``: sharded parameters and gradients (pinned by default),
     optimizer state and the optimizer step's temporaries, all on the shard."""
     n = layout.shard_size
-    elements = sum(math.ceil(t / n) for u in (units.root, *units.blocks) for t in u)
-    states = elements * (2 * layout.orig_bytes + optimizer_bytes_per_parameter)
+    everything = (*units.root, *(t for u in units.blocks for t in u))
+    elements = sum(math.ceil(size(t) / n) for t in everything)
+    stepped = sum(math.ceil(t / n) for t in trained(everything))
+    states = elements * layout.orig_bytes + stepped * (layout.orig_bytes + optimizer_bytes_per_parameter)
     return round(states) + optimizer_scratch_bytes(units, layout, acts.optimizer_scratch)

@@ -263,7 +263,8 @@ def _memory_notes(layout: Layout, units: Units, where: str, overhead: int) -> li
     raf = layout.reshard_after_forward
     notes = [
         f"peak at: {where}",
-        f"{len(units.blocks)} block unit(s) + the root unit ({sum(units.root):,} parameters); each tensor sharded "
+        f"{len(units.blocks)} block unit(s) + the root unit ({sum(abs(t) for t in units.root):,} parameters); "
+        "each tensor sharded "
         f"on dim 0 over {n} ranks, padded so rank 0 holds ceil(rows/{n}) rows (FSDPParam._init_sharded_param, "
         "_fsdp_param.py, torch 2.13.0; padding approximated per tensor from element counts)",
         f"gathered parameters, all-gather buffers and unsharded gradients in {8 * layout.gather_bytes}-bit, "

@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--safety-margin", type=float, default=0.10,
                         help="fraction of device memory kept free (default 0.10)")
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/recommend.md)")
-    parser.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of per-strategy memory")
+    parser.add_argument("--plot", type=Path, metavar="FILE", help="write a plot of per-strategy memory, in the format of its suffix (.png, .svg, .pdf, ...)")
     parser.add_argument("--output-dir", type=Path, metavar="DIR",
                         help="write plan.json and the configs for the recommendation (docs/export.md)")
     parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ;"

@@ -86,7 +86,7 @@ def export_plan(plan: Plan | ExportedPlan, output_dir: str | os.PathLike[str], *
         left = (f"{', '.join(map(str, stale))}: left by another export, which this plan's does not replace and "
                 "would be read as its own" if stale else "")
         raise UsageError(f"{'; '.join(part for part in (differ, left) if part)}.",
-                         hint="Pass --force (force=True in Python) to replace them and remove what another export "
+                         hint="Pass force=True to replace them and remove what another export "
                               "left, or choose another output directory.")
     try:
         for path in stale:

@@ -112,4 +112,9 @@ def training_arguments(exported: ExportedPlan, **overrides: Any) -> TrainingArgu
     if rest:  # a flag the installed transformers does not know
         raise UsageError(f"this transformers does not take {' '.join(rest)}.", hint="pip install -U transformers")
     values = {k: json.loads(files[v]) if isinstance(v, str) and v in files else v for k, v in vars(namespace).items()}
-    return TrainingArguments(**{**values, **overrides})
+    try:
+        return TrainingArguments(**{**values, **overrides})
+    except ValueError as e:  # its own checks of this machine: "Your setup doesn't support bf16/gpu" without a GPU
+        raise UsageError(f"transformers' TrainingArguments refuses the plan's settings here: {e}",
+                         hint="Build them on the machine the plan is for (its GPUs), or override the setting "
+                              "(e.g. bf16=False) to try them here.") from e

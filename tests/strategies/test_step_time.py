@@ -278,6 +278,27 @@ def test_an_offloaded_optimizer_takes_no_gpu_time(gpt2_workload, name):
     assert cost.optimizer_s == 0.0 and cost.offload_s > 0
 
 
+@pytest.mark.parametrize("name", ["deepspeed_stage_2_offload", "deepspeed_stage_3_offload"])
+def test_the_offloaded_engine_step_adds_its_measured_host_time_to_the_cpu_adam(gpt2_workload, name, monkeypatch):
+    # Offload was priced by its CPU Adam and transfers alone ("not measured: the offloaded step's Python"), so
+    # GPT-2's ZeRO-3 offload came out faster than ZeRO-3 on eight H100s
+    from autoshard.strategies import get
+    from autoshard.strategies.base import Candidate
+    from autoshard.strategies.deepspeed import cost as ds_cost
+
+    hardware = load_hardware("h100-sxm-80gb", gpus=8)
+    candidate = Candidate(strategy=name, micro_batch_size=1, activation_checkpointing=False)
+    priced = get(name).cost(gpt2_workload, hardware, candidate)
+    intercept, per = ds_cost.ENGINE_OFFLOAD_STEP_HOST_S[int(name[len("deepspeed_stage_")])]
+    host_s = intercept + len(gpt2_workload.parameter_numels) * per
+    assert host_s > 0 and any("offloaded engine.step() on the host" in n for n in priced.notes)
+    monkeypatch.setitem(ds_cost.ENGINE_OFFLOAD_STEP_HOST_S, 2, (0.0, 0.0))
+    monkeypatch.setitem(ds_cost.ENGINE_OFFLOAD_STEP_HOST_S, 3, (0.0, 0.0))
+    unpriced = get(name).cost(gpt2_workload, hardware, candidate)
+    assert priced.offload_s - unpriced.offload_s == pytest.approx(host_s)
+    assert priced.step_time_s - unpriced.step_time_s == pytest.approx(host_s)
+
+
 def test_host_time_beside_the_launches_makes_a_short_step_host_bound():
     # A strategy's own Python on the launching thread (host_extra_s) joins the kernel launches: the step takes
     # the longer of the GPU's work and the host's, and the note says which side set it.

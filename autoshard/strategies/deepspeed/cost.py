@@ -127,6 +127,17 @@ in the same runs, for scale); ZeRO-3 with every parameter partitioned (``stage3_
 docs/benchmarks/zero3_host.md, where ZeRO-1/2 gave 2.07 ms + 0.044 ms and 2.55 ms + 0.031 ms. The optimizer's
 kernels run on the GPU meanwhile: the step takes the longer of the two (:func:`_engine_step_host`)."""
 
+ENGINE_OFFLOAD_STEP_HOST_S: dict[int, tuple[float, float]] = {2: (2.30e-3, 0.0), 3: (0.89e-3, 0.035e-3)}
+"""Host time of ``engine.step()`` under CPU optimizer offload, per step and per parameter tensor, beside
+``DeepSpeedCPUAdam``'s arithmetic (priced by :func:`cpu_adam_parameters_per_s`): the offloaded step's own Python
+(the norm over the CPU partition, ``DeepSpeedCPUAdam.step``'s call per group, the copy of the updated fp32 partition
+into the 16-bit parameters; ZeRO-3 per partitioned sub-group and tensor), deepspeed 0.19.8. Measured as
+:data:`ENGINE_STEP_HOST_S` is, with autoshard's offload presets and ``DeepSpeedCPUAdam`` (``python
+benchmarks/zero_hooks.py --passes offload --layers 16 48 96 128 --steps 30 --repeats 3 --name zero_offload_step``,
+docs/benchmarks/zero_offload_step.md): ZeRO-2 flat over the tensors (2.3 ms; its slope, -0.0004 ms, is taken as 0),
+ZeRO-3 0.035 ms per tensor whether gathered or persistent, with the persistent stack's intercept (the gathered
+one's, -0.9 ms, is below it by noise). It runs on the host before and after the CPU Adam: added to it."""
+
 ZERO3_STEP_PERSISTENT_S = 0.10e-3
 """ZeRO-3's ``engine.step()`` host time per persistent parameter tensor (``_post_step`` all-gathers them,
 ``persistent_parameters[0].all_gather(...)``, a loop over them): the slope of the same line with every parameter
@@ -183,6 +194,10 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
             notes.append(f"{scope} link bandwidth unknown: {costs.UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed")
     offload_s, offload_notes = _offload(workload, hardware, settings, backward_s)
     notes += offload_notes
+    if settings.offload_optimizer != "none":  # the offloaded step's Python, on the host with the CPU Adam
+        step_host_s, step_note = _engine_step_host(workload, settings)
+        offload_s += step_host_s
+        notes += step_note
     optimizer_s = 0.0
     if settings.offload_optimizer == "none":  # the ZeRO optimizer steps this rank's fp32 partition on the GPU
         optimizer_s, optimizer_note = costs.optimizer_step_seconds(
@@ -296,12 +311,16 @@ def _engine_host(workload: Workload, settings: ZeroSettings, checkpointing: bool
 
 
 def _engine_step_host(workload: Workload, settings: ZeroSettings) -> tuple[float, list[str]]:
-    """Host time of the ZeRO engine's ``step()`` without offload (:data:`ENGINE_STEP_HOST_S`, and for ZeRO-3
-    :data:`ZERO3_STEP_PERSISTENT_S`) and its note; ``(0.0, [])`` under optimizer offload (not measured)."""
-    if settings.offload_optimizer != "none":
-        return 0.0, []
-    intercept, per = ENGINE_STEP_HOST_S[settings.stage]
+    """Host time of the ZeRO engine's ``step()`` (:data:`ENGINE_STEP_HOST_S`, and for ZeRO-3
+    :data:`ZERO3_STEP_PERSISTENT_S`; under optimizer offload :data:`ENGINE_OFFLOAD_STEP_HOST_S`) and its note."""
     numels = workload.parameter_numels
+    if settings.offload_optimizer != "none":
+        intercept, per = ENGINE_OFFLOAD_STEP_HOST_S[3 if settings.stage == 3 else 2]
+        seconds = intercept + len(numels) * per
+        return seconds, [f"ZeRO-{settings.stage} offloaded engine.step() on the host: {intercept * 1e3:.3g} ms + "
+                         f"{len(numels):,} parameter tensors x {per * 1e3:.3g} ms = {seconds * 1e3:.3g} ms (measured, "
+                         "docs/benchmarks/zero_offload_step.md), beside DeepSpeedCPUAdam's arithmetic"]
+    intercept, per = ENGINE_STEP_HOST_S[settings.stage]
     if settings.stage == 3:
         partitioned = len(_gathered(numels, settings))
         persistent = len(numels) - partitioned

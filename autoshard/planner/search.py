@@ -302,6 +302,13 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
             "margin)")
     if need <= usable and smallest.reasons:
         what += f", but it {smallest.reasons[0].rstrip('.')}"  # it fails on something else: host RAM
+    activations = smallest.memory.gpu.activations  # type: ignore[union-attr]
+    if activations > usable:  # a sample's activations are not divided among GPUs
+        return NoFeasiblePlan(
+            f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
+            hint=f"Its activations alone ({_gib(activations)}) exceed a GPU, and more GPUs do not divide them "
+                 "(autoshard plans no sequence or context parallelism): try a shorter --seq-len, or larger GPUs "
+                 "(--hardware).")
     if any(e.traits.zero_stage > 0 for e in measured):
         more = f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), "
     else:  # whole replicas on every GPU: more of them hold no less each

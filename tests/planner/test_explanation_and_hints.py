@@ -118,3 +118,12 @@ def test_on_several_devices_a_sharding_pick_says_part_of_its_lead_over_ddp_is_pr
     if said:
         assert "run in bf16 throughout" in sentences[0] and "DDP's best (micro-batch 4" in sentences[0]
     assert not any(r.startswith("[sharding-precision]") for c in p.candidates if c.strategy == "ddp" for r in c.reasons)
+
+
+def test_nothing_fits_because_of_activations_does_not_suggest_more_gpus():
+    # Llama-2-7B at a sequence of 1,000,000: 414 GiB of activations per sample, which no number of GPUs divides
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan(workload(), H100x8, request(micro_batch_size=1),
+             [Synthetic("fsdp", state_gib=8, act_gib=400, per_device_samples_s=10, sharded=True)])
+    hint = info.value.hint or ""
+    assert "activations alone (100.0 GiB) exceed a GPU" in hint  # checkpointed: the smallest and "more GPUs" in hint and "--gpus" not in hint

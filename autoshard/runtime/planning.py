@@ -134,9 +134,12 @@ def check(exported: ExportedPlan, fingerprint: ModelFingerprint, run: RunShape, 
         hard.append(f"it is for {exported.hardware.device_type} and this run is on {run.device_type}")
     m = exported.model
     if m.layout_hash != fingerprint.layout_hash:
+        same = m.parameter_count == fingerprint.parameter_count
+        why = (" (as many parameters, laid out or trained otherwise: the layout counts the parameters that train, so "
+               "freezing or unfreezing some, as fine-tuning does, changes it)" if same else "")
         soft.append(f"it is for model {m.name} ({m.parameter_count:,} parameters, layout {m.layout_hash}) and this "
                     f"model is {fingerprint.name} ({fingerprint.parameter_count:,} parameters, layout "
-                    f"{fingerprint.layout_hash})")
+                    f"{fingerprint.layout_hash}){why}")
     if run.gpu is not None and exported.hardware.gpu is not None and run.gpu != exported.hardware.gpu:
         soft.append(f"it is for {exported.hardware.gpu} GPUs and this machine has {run.gpu}")
     if hard:

@@ -185,3 +185,17 @@ def test_a_list_of_batches_with_a_contrary_batch_size_or_plan_is_refused(tmp_pat
                  progress=False)
     assert any("trained on the list's batches of 16 samples" in n for n in forced.notes)
     assert [round(s.samples_per_s * s.step_time_s) for s in forced.steps] == [16, 16]
+
+
+def test_a_plan_for_the_whole_model_given_to_its_fine_tuned_copy_says_the_trained_parameters_differ(tmp_path) -> None:
+    from autoshard.planner import plan_file
+
+    batches = _regression_batches(16, 16)
+    whole = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+    planned = fit(whole, batches, loss_fn=F.mse_loss, max_steps=1, progress=False)
+    path = plan_file.write(planned.plan, tmp_path / "plan.json")
+    tuned = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+    tuned[0].requires_grad_(False)
+    with pytest.raises(UsageError, match=r"\(81 parameters, .*\(as many parameters, laid out or trained otherwise: "
+                                         r"the layout counts the parameters that train"):
+        fit(tuned, batches, loss_fn=F.mse_loss, plan=str(path), max_steps=1, progress=False)

@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--safety-margin", type=float, default=0.10,
                         help="fraction of device memory kept free (default 0.10)")
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/recommend.md)")
-    parser.add_argument("--plot", type=Path, metavar="FILE", help="write a plot of per-strategy memory, in the format of its suffix (.png, .svg, .pdf, ...)")
+    parser.add_argument("--plot", type=Path, metavar="FILE",
+                        help="write a plot of per-strategy memory, in the format of its suffix (.png, .svg, .pdf, ...)")
     parser.add_argument("--output-dir", type=Path, metavar="DIR",
                         help="write plan.json and the configs for the recommendation (docs/export.md)")
     parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ;"
@@ -136,7 +137,10 @@ def _print(plan: Plan) -> None:
     w = plan.workload
     matmuls = w.float32_matmul_precision
     tf32 = f" (float32 matmul precision {matmuls})" if matmuls != "highest" else ""
-    console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters, {w.precision.value}{tf32}, "
+    trains = (f" ({count(w.trainable_parameter_count)} trainable)"
+              if w.trainable_parameter_count < w.parameter_count else "")
+    console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters{trains}, "
+                  f"{w.precision.value}{tf32}, "
                   f"{w.optimizer}" + (f" ({w.optimizer_impl})" if w.optimizer_impl else "")
                   + (f", gradients clipped to norm {w.grad_clip_norm:g}" if w.grad_clip_norm is not None else "")
                   + ("" if w.set_grads_to_none else ", gradients kept between steps")

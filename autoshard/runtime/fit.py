@@ -25,7 +25,7 @@ from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, destroy_group, join
 from autoshard.runtime.options import Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
 from autoshard.runtime.result import FitResult
-from autoshard.runtime.train import TrainJob, train
+from autoshard.runtime.train import TrainJob, check_optimizer_instance, train
 
 if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
@@ -154,6 +154,7 @@ def fit(
         model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
         log_every=log_every, processes=processes, batch_size=batch_size, global_batch_size=global_batch_size,
         lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm, eval_data=eval_data, eval_every=eval_every)
+    check_optimizer_instance(optimizer)  # before planning and the workers
     from autoshard.planner.machine import parse_reduce_dtype
 
     environ = os.environ  # the edge: the launcher's variables are read here only

@@ -224,9 +224,7 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
         name = optimizer or plan.optimizer
         return lambda params: build_optimizer(name, params, foreach=foreach, impl=impl)  # type: ignore[arg-type]
     if isinstance(optimizer, torch.optim.Optimizer):
-        if len(optimizer.param_groups) != 1:
-            raise UsageError("an optimizer instance with several parameter groups cannot be rebuilt over the "
-                             "sharded parameters.", hint="Pass optimizer=lambda params: YourOptimizer(...) instead.")
+        check_optimizer_instance(optimizer)
         cls, defaults = type(optimizer), _accepted(type(optimizer), optimizer.defaults)
         return lambda params: cls(params, **defaults)
     if inspect.isclass(optimizer) and issubclass(optimizer, torch.optim.Optimizer):
@@ -236,6 +234,23 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
         return _checked(optimizer)
     raise UsageError(f"optimizer must be a name, an optimizer, its class or a factory, but got "
                      f"{type(optimizer).__name__}.")
+
+
+def check_optimizer_instance(optimizer: Any) -> None:
+    """An optimizer instance is rebuilt in each process over the parameters the backend trains (DDP's, FSDP2's
+    shards, DeepSpeed's), from its class and hyper-parameters: one group only, its per-group settings would be lost.
+
+    Raises:
+        UsageError: it has several groups, with the factory that keeps them.
+    """
+    if isinstance(optimizer, torch.optim.Optimizer) and len(optimizer.param_groups) != 1:
+        raise UsageError(
+            f"the optimizer instance has {len(optimizer.param_groups)} parameter groups, and fit() rebuilds an "
+            "instance in each process from its class and hyper-parameters over the parameters it trains (wrapped, "
+            "or sharded): the groups would be lost.",
+            hint="Pass a factory that builds the groups when it is called, after the model is wrapped: e.g. "
+                 "optimizer=lambda params: torch.optim.AdamW([{'params': [p for n, p in model.named_parameters() if "
+                 "p.requires_grad and 'bias' not in n]}, {'params': [...], 'weight_decay': 0.0}], lr=...).")
 
 
 def _accepted(cls: type[torch.optim.Optimizer], defaults: dict[str, Any]) -> dict[str, Any]:

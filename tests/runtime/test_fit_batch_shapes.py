@@ -199,3 +199,23 @@ def test_a_plan_for_the_whole_model_given_to_its_fine_tuned_copy_says_the_traine
     with pytest.raises(UsageError, match=r"\(81 parameters, .*\(as many parameters, laid out or trained otherwise: "
                                          r"the layout counts the parameters that train"):
         fit(tuned, batches, loss_fn=F.mse_loss, plan=str(path), max_steps=1, progress=False)
+
+
+def test_an_optimizer_instance_with_groups_is_refused_before_planning_with_the_factory_that_keeps_them(
+        monkeypatch) -> None:
+    """It was refused by the workers, after planning, as 'cannot be rebuilt over the sharded parameters', under DDP
+    too, with a hint whose factory could not name the groups."""
+    def planned(*args, **kwargs):
+        raise AssertionError("planned before the optimizer was checked")
+
+    monkeypatch.setattr("autoshard.planner.machine.plan_for", planned)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+    groups = torch.optim.AdamW([{"params": model[0].parameters()}, {"params": model[1].parameters(), "lr": 1e-4}])
+    with pytest.raises(UsageError, match="has 2 parameter groups") as info:
+        fit(model, _regression_batches(16, 16), loss_fn=F.mse_loss, optimizer=groups, max_steps=1, progress=False)
+    assert "model.named_parameters()" in (info.value.hint or "")
+    monkeypatch.undo()
+    result = fit(model, _regression_batches(16, 16), loss_fn=F.mse_loss, max_steps=1, progress=False,
+                 optimizer=lambda params: torch.optim.AdamW([{"params": model[0].parameters()},
+                                                             {"params": model[1].parameters(), "lr": 1e-4}]))
+    assert len(result.steps) == 1

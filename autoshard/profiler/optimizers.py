@@ -136,7 +136,8 @@ def make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Modul
     if not any(p.requires_grad for p in model.parameters()):
         raise UserCodeError(
             f"{source.name} has no trainable parameters: there is no training step to profile.",
-            hint="Check that model() returns the module to train and that its parameters require grad.",
+            hint="Unfreeze what should train (p.requires_grad = True) before fit()." if source.kind == "module"
+            else "Check that model() returns the module to train and that its parameters require grad.",
         )
     if source.optimizer_fn is None:
         return build_optimizer(options.optimizer, model.parameters(), impl=options.optimizer_impl)

@@ -234,25 +234,20 @@ def _check_plan_data(job: TrainJob, exported: ExportedPlan, ranks: int, where: s
         UsageError: it does not.
     """
     loader = loader_batch_size(job.data)
-    if loader is not None and loader != exported.micro_batch_size:
+    rows = loader if loader is not None else (
+        fixed_batch_size(job.data) if isinstance(job.data, (list, tuple)) else None)
+    micro = exported.micro_batch_size
+    if rows is not None and rows != micro:
+        what, fix, trained = (
+            ("the DataLoader batches", f"Build the DataLoader with batch_size={micro}, pass its Dataset",
+             f"at the DataLoader's {rows} samples per batch") if loader is not None else
+            ("the first batch of the list given as data holds", f"Batch the list at {micro}, pass the samples as a "
+             "Dataset", f"on the list's batches of {rows} samples"))
         if not force:
-            raise UsageError(
-                f"the DataLoader batches {loader} samples, and the plan ({where}) was made for micro-batch "
-                f"{exported.micro_batch_size}: its memory and speed are not those of this run.",
-                hint=f"Build the DataLoader with batch_size={exported.micro_batch_size}, pass its Dataset "
-                     "(autoshard batches it at the plan's micro-batch), or force=True.")
-        notes.append(f"force=True: trained at the DataLoader's {loader} samples per batch although the plan "
-                     f"was made for micro-batch {exported.micro_batch_size}.")
-    rows = fixed_batch_size(job.data) if isinstance(job.data, (list, tuple)) else None
-    if rows is not None and rows != exported.micro_batch_size:
-        if not force:
-            raise UsageError(
-                f"the first batch of the list given as data holds {rows} samples, and the plan ({where}) was made "
-                f"for micro-batch {exported.micro_batch_size}: its memory and speed are not those of this run.",
-                hint=f"Batch the list at {exported.micro_batch_size}, pass the samples as a Dataset (autoshard "
-                     "batches it at the plan's micro-batch), or force=True.")
-        notes.append(f"force=True: trained on the list's batches of {rows} samples although the plan was made for "
-                     f"micro-batch {exported.micro_batch_size}.")
+            raise UsageError(f"{what} {rows} samples, and the plan ({where}) was made for micro-batch {micro}: its "
+                             "memory and speed are not those of this run.",
+                             hint=f"{fix} (autoshard batches it at the plan's micro-batch), or force=True.")
+        notes.append(f"force=True: trained {trained} although the plan was made for micro-batch {micro}.")
     check_loader_fits_ranks(job.data, ranks)
     if loader is None:
         check_batch_fits_data(exported.micro_batch_size, samples_per_rank(job.data, ranks), plan=where)

@@ -65,7 +65,8 @@ def tune(
         micro_batch_sizes: the micro-batches to try (default: the largest that fits and powers of two below).
         global_batch_size: samples per optimizer step over all ranks (fixes the accumulation per micro-batch).
         seq_len: sequence length of token models.
-        precision: as ``fit()``'s (default ``bf16-mixed`` on GPUs that have it, else ``32-true``).
+        precision: as ``fit()``'s (default ``bf16-mixed`` on GPUs that have it, ``16-mixed`` on those without
+            (V100, T4), ``32-true`` without a GPU).
         optimizer: ``adamw``, ``adam``, ``sgd``, ``adafactor`` or ``adamw8bit`` (bitsandbytes' ``AdamW8bit``).
         grad_clip_norm: the norm the run clips the gradients' global 2-norm to before each optimizer step (a
             positive number; ``None``: no clipping): planned and priced as ``recommend()``'s, every trial clips

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
     parser.add_argument("--precision", default=None,
                         help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed, or 16-mixed on a GPU without bf16: "
-                             "V100, T4)")
+                             "V100, T4; 32-true on CPU)")
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     add_optimizer_impl_argument(parser)
     add_checkpointing_argument(parser, default=None)

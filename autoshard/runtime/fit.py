@@ -103,7 +103,7 @@ def fit(
             machine; default: detected.
         processes: with ``plan="auto"``, GPUs to use, or on a CPU machine the number of gloo processes.
         precision: ``32-true``, ``16-mixed``, ``bf16-mixed`` or ``bf16-true``; default ``bf16-mixed`` on GPUs
-            that support it, else ``32-true``.
+            that support it, ``16-mixed`` on those without (V100, T4), ``32-true`` without a GPU.
         batch_size: micro-batch per device (default: the loader's, else the planner's choice).
         global_batch_size: samples per optimizer step over all ranks (micro-batch × gradient accumulation ×
             ranks): with ``plan="auto"`` the planner chooses the micro-batch that fits and accumulates the rest;

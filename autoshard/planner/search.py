@@ -274,11 +274,12 @@ def check_optimizer(optimizer: str, strategies: Sequence[Strategy]) -> None:
     """At least one of ``strategies`` can step ``optimizer`` (checked before anything is traced).
 
     Raises:
-        NoFeasiblePlan: none can, with each one's reason.
+        UsageError: none can, with each one's reason: the strategies asked for contradict the optimizer (exit
+            code 2 on the command line, not "nothing fits"'s 3).
     """
     refusals = [r for r in (s.refuses(optimizer) for s in strategies) if r is not None]
     if strategies and len(refusals) == len(strategies):
-        raise NoFeasiblePlan(f"none of the strategies asked for can step {optimizer}: "
+        raise UsageError(f"none of the strategies asked for can step {optimizer}: "
                              f"{'; '.join(sorted({r.rstrip('.') for r in refusals}))}.",
                              hint="Choose other strategies (--strategies; strategy= in fit()) or another optimizer "
                                   "(--optimizer).")

@@ -467,7 +467,7 @@ def _able_strategies(optimizer: Any, strategy: str | None, notes: list[str]) -> 
     parameter: as much as 32-bit Adam holds, more than Lion8bit, less than AdEMAMix's three).
 
     Raises:
-        NoFeasiblePlan: none of them can step it.
+        UsageError: none of them can step it.
     """
     from autoshard.planner.search import check_optimizer
     from autoshard.strategies import get, names

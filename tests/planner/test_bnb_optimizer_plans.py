@@ -10,7 +10,7 @@ import pytest
 
 from autoshard import recommend
 from autoshard.cli import main
-from autoshard.errors import NoFeasiblePlan
+from autoshard.errors import UsageError
 from autoshard.export import hf_trainer, notes
 from autoshard.hardware import load_hardware
 from tests.planner.test_plan_file_settings import PLAN
@@ -57,7 +57,7 @@ def test_state_per_rank_is_the_8bit_state(plans: dict) -> None:
 def test_asking_only_for_strategies_that_cannot_step_it_is_refused_before_tracing(tmp_path: Path) -> None:
     model = tmp_path / "model.py"
     model.write_text("def model():\n    raise RuntimeError('traced')\n\ndef batch(b):\n    return None\n")
-    with pytest.raises(NoFeasiblePlan, match="none of the strategies asked for can step adamw8bit") as info:
+    with pytest.raises(UsageError, match="none of the strategies asked for can step adamw8bit") as info:
         recommend(str(model), hardware="a100-sxm-80gb", optimizer="adamw8bit", batch_size=1,
                   strategies=["fsdp", "deepspeed_stage_3_offload"])
     assert "--strategies" in (info.value.hint or "")
@@ -67,7 +67,7 @@ def test_the_cli_names_the_optimizer_and_exits_nonzero(capsys: pytest.CaptureFix
     code = main(["recommend", "tiny-llama", "--hardware", "a100-sxm-80gb", "--optimizer", "adamw_bnb_8bit",
                  "--strategies", "fsdp"])
     err = capsys.readouterr().err
-    assert code != 0 and "adamw8bit" in err and "Traceback" not in err
+    assert code == 2 and "adamw8bit" in err and "Traceback" not in err  # a contradiction of flags, not "nothing fits"
 
 
 def test_the_hf_trainer_builds_bitsandbytes_8bit_adamw_from_the_exported_flags() -> None:
@@ -117,5 +117,5 @@ def test_any_other_bitsandbytes_optimizer_is_planned_away_from_the_strategies_th
     assert all(get(n).refuses("bitsandbytes.Lion8bit") for n in left_out)
     assert "bitsandbytes.Lion8bit" in notes[0]
     assert _able_strategies(torch.optim.AdamW, "fsdp", []) == ["fsdp"]  # torch's own: nothing left out
-    with pytest.raises(NoFeasiblePlan, match=r"can step bitsandbytes\.Lion8bit: bitsandbytes' optimizers cannot"):
+    with pytest.raises(UsageError, match=r"can step bitsandbytes\.Lion8bit: bitsandbytes' optimizers cannot"):
         _able_strategies(bitsandbytes.optim.Lion8bit, "fsdp", [])

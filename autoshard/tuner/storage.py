@@ -22,7 +22,7 @@ from typing import Any
 import optuna
 import psutil
 
-from autoshard.errors import UsageError
+from autoshard.errors import AutoshardError, UsageError
 
 HEARTBEAT_INTERVAL_S = 15
 """Seconds between a running trial's heartbeats (database storages)."""
@@ -199,6 +199,21 @@ def _reason(e: BaseException) -> str:
     text = str(getattr(e, "orig", None) or e)
     text = text.split("\n(Background on this error")[0]
     return " ".join(text.split())[:300].rstrip(".") or type(e).__name__
+
+
+@contextlib.contextmanager
+def removed_if_refused(output_dir: Path, url: str | None, dir_existed: bool, db_existed: bool) -> Iterator[None]:
+    """Inside, a refusal (an :class:`~autoshard.errors.AutoshardError`) removes what opening the default storage
+    made before any study was in it: ``study.db`` and the output directory, when they did not exist before."""
+    try:
+        yield
+    except AutoshardError:
+        if url is None and not db_existed:
+            (output_dir / DEFAULT_FILE).unlink(missing_ok=True)
+        if not dir_existed:
+            with contextlib.suppress(OSError):  # not empty: something else was written there meanwhile
+                output_dir.rmdir()
+        raise
 
 
 def writable_dir(path: Path) -> Path:

@@ -103,37 +103,39 @@ def run_study(
                          f"but got {type(model).__name__}.",
                          hint="Trials rebuild the model in their own processes: save it as a model.py.")
     check_space_arguments(top_strategies, micro_batch_sizes)
+    existed = Path(output_dir).exists(), (Path(output_dir) / storage_mod.DEFAULT_FILE).exists()
     out = storage_mod.writable_dir(Path(output_dir))
     # Opened before the model is traced: a bad or unreachable storage is refused in seconds.
     store, shown = storage_mod.open_storage(storage, out)
-    source = load_source(model)
-    origin = source.origin.removeprefix("catalog:")
-    hw = trial_hardware(hardware, processes)
-    chosen = precision or default_precision(hw)
-    plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
-                    precision=chosen, optimizer=optimizer, grad_clip_norm=clip_norm,
-                    strategies=strategies, cache=use_cache)
-    environ = worker_environ(os.environ, hw)
-    flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
-    if space is None:
-        cap = None if flops_per_s is None else cpu_micro_batch_cap(plan, steps, flops_per_s)
-        space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes, max_micro_batch_size=cap)
-    else:
-        _check_space(space, plan)
-    estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
-                              flops_per_s)
-    planned = plan_file.from_plan(plan)
-    batch: dict[str, Any] = {"global_batch_size": global_batch_size, "precision": chosen, "optimizer": optimizer,
-                             "seq_len": planned.seq_len}
-    if clip_norm is not None:  # only then: a study made before clipping was planned keeps its fingerprint
-        batch["grad_clip_norm"] = clip_norm
-    fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
-                   "batch": batch}
+    with storage_mod.removed_if_refused(out, storage, *existed):  # refused before the study: nothing left behind
+        source = load_source(model)
+        origin = source.origin.removeprefix("catalog:")
+        hw = trial_hardware(hardware, processes)
+        chosen = precision or default_precision(hw)
+        plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
+                        precision=chosen, optimizer=optimizer, grad_clip_norm=clip_norm,
+                        strategies=strategies, cache=use_cache)
+        environ = worker_environ(os.environ, hw)
+        flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
+        if space is None:
+            cap = None if flops_per_s is None else cpu_micro_batch_cap(plan, steps, flops_per_s)
+            space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes, max_micro_batch_size=cap)
+        else:
+            _check_space(space, plan)
+        estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
+                                  flops_per_s)
+        planned = plan_file.from_plan(plan)
+        batch: dict[str, Any] = {"global_batch_size": global_batch_size, "precision": chosen, "optimizer": optimizer,
+                                 "seq_len": planned.seq_len}
+        if clip_norm is not None:  # only then: a study made before clipping was planned keeps its fingerprint
+            batch["grad_clip_norm"] = clip_norm
+        fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
+                       "batch": batch}
+        name = study_name or _default_name(planned)
+        _check_output_dir(out, name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
     try:
-        name = study_name or _default_name(planned)
-        _check_output_dir(out, name)
         study = create_study(name, store, shown, fingerprint, space, seed, prune, warmup_steps)
         notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
                  for n in storage_mod.fail_stale_trials(study)]

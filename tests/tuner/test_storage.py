@@ -193,3 +193,19 @@ def test_owner_describes_this_process() -> None:
     assert me["host"] == socket.gethostname()
     assert me["pid"] == psutil.Process().pid
     assert me["started"] == pytest.approx(psutil.Process().create_time())
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_study_refused_before_it_starts_leaves_no_study_db_behind(tmp_path: Path, existed: bool) -> None:
+    """A refusal after the default storage was opened (here: an unknown strategy) left an empty study.db, and the
+    output directory it made, where the user asked for results."""
+    from autoshard.tuner.study import run_study
+
+    out = tmp_path / "tune"
+    if existed:
+        out.mkdir()
+        (out / "mine.txt").write_text("kept")
+    with pytest.raises(UsageError, match="unknown strategy"):
+        run_study("tiny-gpt2", strategies=["zero9"], processes=1, output_dir=out, trials=1)
+    assert not (out / "study.db").exists()
+    assert out.is_dir() is existed and (not existed or (out / "mine.txt").read_text() == "kept")

@@ -167,7 +167,11 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
     except Exception as exc:  # user code can raise anything; we report it precisely
         location = user_frame(exc, user_file)
         where = f" at {location}" if location else ""
-        if user_file is not None:
+        if (user_file is not None or user_code) and _asks_for_cuda(exc):
+            hint = ("The step is traced on this machine's CPU, on fake tensors (no GPU needed, none used): code that "
+                    "puts tensors on 'cuda' itself (.cuda(), device='cuda') cannot run here. Take the device from "
+                    "the inputs or the parameters (x.device), which autoshard and fit() place.")
+        elif user_file is not None:
             hint = "Fix the error in your model file (run with --debug for the full traceback)."
         elif user_code:
             fed = f" each batch was fed as {feeding};" if feeding else ""
@@ -177,6 +181,16 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
         raise UserCodeError(
             f"{what} raised {type(exc).__name__}{where}: {exc}", hint=hint, location=location
         ) from exc
+
+
+_NO_CUDA = ("not linked with support for cuda", "Torch not compiled with CUDA enabled", "Found no NVIDIA driver",
+            "No CUDA GPUs are available")
+"""What torch raises when code asks for a CUDA device this process does not have (a CPU build, no driver)."""
+
+
+def _asks_for_cuda(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch refusing a CUDA device this process does not have."""
+    return isinstance(exc, (RuntimeError, AssertionError)) and any(m in str(exc) for m in _NO_CUDA)
 
 
 def user_frame(exc: BaseException, user_file: str | None) -> str | None:

@@ -128,3 +128,13 @@ def test_a_flag_error_is_two_lines_naming_the_subcommand_not_the_usage_block(arg
     assert exit_info.value.code == 2
     assert err[0].startswith(first) and "did you mean" not in err[0][len(first):]
     assert err[1:] == [f"  Run '{' '.join(['autoshard', argv[0]])} --help' for its flags."]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA build runs .cuda() under fake tensors")
+def test_a_model_that_puts_tensors_on_cuda_itself_is_told_why_it_cannot_be_traced_here(tmp_path, capsys):
+    model = tmp_path / "model.py"
+    model.write_text("import torch\n\n\ndef model():\n    return torch.nn.Linear(4, 1)\n\n\n"
+                     "def batch(batch_size):\n    return torch.randn(batch_size, 4).cuda()  # as GPU scripts do\n")
+    assert main(["profile", str(model), "--batch-size", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "traced on this machine's CPU, on fake tensors" in err and "(x.device)" in err

@@ -62,6 +62,7 @@ def test_nothing_fits_names_the_host_ram_when_the_device_is_not_what_is_short(ca
     assert code == 3
     err = capsys.readouterr().err
     assert "the smallest is deepspeed_stage_3_offload" in err and "but it needs" in err and "of CPU RAM" in err
+    assert "more nodes (--nodes)" in err and "Try more GPUs" not in err  # a node's GPUs share its RAM
 
 
 BAD = [

@@ -39,19 +39,27 @@ def _communicates_less(e: Evaluation) -> bool:
     return not e.traits.shards_parameters and not e.traits.offloads
 
 
-def _communication_per_sample(e: Evaluation) -> float:
-    """Seconds of collectives (exposed or not) per sample of an optimizer step: what the candidate's step moves,
-    per unit of the work it does (accumulation repeats ZeRO-2's reductions, a larger micro-batch spreads them)."""
+def _communication_per_sample(e: Evaluation) -> tuple[float, float]:
+    """Seconds of collectives per sample of an optimizer step, all of them and those exposed: what the candidate's
+    step moves and what of it the step waits for, per unit of the work it does (accumulation repeats ZeRO-2's
+    reductions, a larger micro-batch spreads them)."""
     if e.cost is None:
-        return math.inf
-    return e.cost.communication_s / (e.candidate.micro_batch_size * e.gradient_accumulation)
+        return math.inf, math.inf
+    samples = e.candidate.micro_batch_size * e.gradient_accumulation
+    return e.cost.communication_s / samples, e.cost.exposed_communication_s / samples
 
 
 def _less_communication_fits(ctx: Context, e: Evaluation) -> bool:
     """A fitting candidate keeps parameters whole and, by the cost model, communicates less per sample than
-    ``e``: the claim the ``pretrain-least-communication`` rule makes, checked rather than assumed."""
-    mine = _communication_per_sample(e)
-    return ctx.fits_any(lambda f: _communicates_less(f) and _communication_per_sample(f) < mine)
+    ``e``, and waits less for it: the claim the ``pretrain-least-communication`` rule makes, checked rather than
+    assumed (ZeRO-2 under accumulation without ``overlap_comm`` moves less than ZeRO-3 and waits for all of it)."""
+    total, exposed = _communication_per_sample(e)
+
+    def less(f: Evaluation) -> bool:
+        other_total, other_exposed = _communication_per_sample(f)
+        return other_total < total and other_exposed <= exposed
+
+    return ctx.fits_any(lambda f: _communicates_less(f) and less(f))
 
 
 def _replicas(e: Evaluation) -> bool:
@@ -180,7 +188,7 @@ RULES: tuple[Rule, ...] = (
         factor=0.90,
         says=lambda ctx, e: "Pre-training is compute-bound and runs long: a strategy that keeps parameters whole "
         "(DDP, ZeRO-1/2, shard-grad-op) fits and, by the cost model, communicates less per sample than gathering "
-        "parameters.",
+        "parameters, and waits no longer for it.",
     ),
     Rule(
         name="finetune-headroom",

@@ -303,6 +303,11 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
             "margin)")
     if need <= usable and smallest.reasons:
         what += f", but it {smallest.reasons[0].rstrip('.')}"  # it fails on something else: host RAM
+    if need <= usable and smallest.reasons and "of CPU RAM" in smallest.reasons[0]:  # the host is what is short
+        return NoFeasiblePlan(
+            f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
+            hint="The offloaded states are divided among nodes, not among a node's GPUs: try more nodes (--nodes), "
+                 "a host with more RAM (--cpu-memory), NVMe offload (--nvme PATH), or larger GPUs (--hardware).")
     activations = smallest.memory.gpu.activations  # type: ignore[union-attr]
     if activations > usable:  # a sample's activations are not divided among GPUs
         return NoFeasiblePlan(

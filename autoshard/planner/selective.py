@@ -92,7 +92,7 @@ def _in_words(weighed: WeighedCheckpointing) -> str:
     if best is None or best.cost is None:
         return f"{name} (nothing fits with it)"
     return (f"{name} ({best.strategy}, micro-batch {best.candidate.micro_batch_size}: "
-            f"{format_throughput(best.cost.samples_per_s)} samples/s, score {best.score:.1f})")
+            f"{format_throughput(best.cost.samples_per_s)} samples/s, score {best.score:.4g})")
 
 
 def _best_checkpointed(planned: Plan | None) -> Evaluation | None:

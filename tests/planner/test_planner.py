@@ -26,9 +26,9 @@ class Synthetic(Strategy):
 
     def __init__(self, name: str, *, state_gib: float, act_gib: float, per_device_samples_s: float,
                  sharded: bool = False, cpu_gib: float = 0.0, unsupported: str | None = None,
-                 communication_s: float = 0.0) -> None:
+                 communication_s: float = 0.0, exposed_s: float = 0.0) -> None:
         self.name = name
-        self._communication_s = communication_s
+        self._communication_s, self._exposed_s = communication_s, exposed_s
         self._state, self._act, self._rate = state_gib * GIB, act_gib * GIB, per_device_samples_s
         self._sharded, self._cpu, self._unsupported = sharded, cpu_gib * GIB, unsupported
 
@@ -47,7 +47,8 @@ class Synthetic(Strategy):
         rate = self._rate * (0.75 if candidate.activation_checkpointing else 1.0)
         step = candidate.micro_batch_size / rate
         samples = candidate.micro_batch_size * hardware.world_size / step
-        return CostEstimate(compute_s=step, communication_s=self._communication_s, exposed_communication_s=0.0,
+        return CostEstimate(compute_s=step, communication_s=self._communication_s,
+                            exposed_communication_s=self._exposed_s,
                             offload_s=0.0,
                             step_time_s=step, samples_per_s=samples, tokens_per_s=None)
 

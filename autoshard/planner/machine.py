@@ -110,6 +110,10 @@ def parse_reduce_dtype(value: str) -> str:
     return key
 
 
+SELF_CHECKPOINTING = ("The model checkpoints its own blocks (gradient checkpointing enabled in its code): every "
+                      "candidate's step recomputes them, with or without the checkpointing in the ckpt column; turn "
+                      "it off in the model to let the plan choose.")
+
 REFERENCE_SCAN = ("Its Mamba-2 mixers were traced through transformers' PyTorch scan, not the mamba-ssm kernels a "
                   "GPU run uses: activation memory and step time are upper bounds, and may be several times a run "
                   "with those kernels (docs/models.md, State-space models).")
@@ -226,4 +230,6 @@ def plan_for(
         planned = weigh_selective(planned, lambda selective: traced((True,), selective), chosen)
     if loaded.metadata.get("reference_scan"):
         planned = dataclasses.replace(planned, explanation=(*planned.explanation, REFERENCE_SCAN))
+    if workload.checkpoints_itself:
+        planned = dataclasses.replace(planned, explanation=(*planned.explanation, SELF_CHECKPOINTING))
     return planned

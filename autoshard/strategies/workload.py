@@ -184,6 +184,9 @@ class Workload:
     """Every unique parameter tensor in module order, a frozen one (``requires_grad=False``) as its element count
     negated: FSDP2 shards and gathers them all, and reduces and steps only those that train. Empty when every
     parameter trains (:attr:`parameter_numels` is then the same list)."""
+    checkpoints_itself: bool = False
+    """The model's own code checkpoints its blocks (Hugging Face's ``gradient_checkpointing_enable()`` called in a
+    ``model.py``): every traced step recomputes them, whatever checkpointing the planner weighs."""
     block_stacks: tuple[int, ...] = ()
     """Blocks in each stack, in order (:func:`autoshard.profiler.blocks.block_stacks`): an encoder-decoder has
     two. FSDP units of several blocks stay within a stack. Empty: one stack of every block."""
@@ -421,6 +424,7 @@ def build_workload(
         block_stacks=() if blocks is None else tuple(len(s) for s in blocks.stacks),
         tied_parameter_numels=_tied_around_blocks(module, blocks),
         module_parameter_numels=frozen_marked_numels(module),
+        checkpoints_itself=any(getattr(m, "gradient_checkpointing", False) is True for m in module.modules()),
         optimizer_state_bytes_per_parameter=base.optimizer_state_bytes / trainable,
         buffer_bytes=base.buffer_bytes,
         target=target,

@@ -52,3 +52,22 @@ def test_hardware_for_takes_a_spec_a_profile_or_this_machine() -> None:
 def test_hardware_for_refuses_a_bad_process_count(processes: object) -> None:
     with pytest.raises(UsageError, match="processes must be a positive whole number"):
         hardware_for(None, processes=processes)  # type: ignore[arg-type]
+
+
+def test_a_model_that_checkpoints_itself_is_said_to(tmp_path) -> None:
+    """GPT-2 with gradient_checkpointing_enable() in its model.py: the no-checkpointing and full rows were the same
+    step, both recomputing, and the first was labelled as not checkpointing."""
+    from autoshard.planner.machine import SELF_CHECKPOINTING, plan_for
+
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import torch\nfrom transformers import GPT2Config, GPT2LMHeadModel\n\n\n"
+        "def model():\n"
+        "    m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32))\n"
+        "    m.gradient_checkpointing_enable()\n    return m\n\n\n"
+        "def batch(batch_size, seq_len=16):\n    ids = torch.randint(0, 64, (batch_size, seq_len))\n"
+        "    return {'input_ids': ids, 'labels': ids}\n")
+    planned = plan_for(str(model), load_hardware("a100-sxm-80gb", gpus=1), strategies=["ddp"], cache=False)
+    assert planned.workload.checkpoints_itself and SELF_CHECKPOINTING in planned.explanation
+    plain = plan_for("tiny-gpt2", load_hardware("a100-sxm-80gb", gpus=1), strategies=["ddp"], seq_len=16, cache=False)
+    assert not plain.workload.checkpoints_itself and SELF_CHECKPOINTING not in plain.explanation

@@ -316,12 +316,7 @@ def _offload_markdown(meta: dict[str, Any], summary: dict[str, Any]) -> list[str
         "each, the same stage without offload where the `step` pass ran in the same run.",
         "",
         *_medians_table({f"{k} step": offload[k]["median_s_by_layers"] for k in offload}),
-        "| | " + " | ".join(kinds) + " |",
-        "|---|" + "---:|" * len(kinds),
-        "| step(): ms per parameter tensor | " + " | ".join(f"{offload[k]['slope_s_per_tensor'] * 1e3:.4f}"
-                                                          for k in kinds) + " |",
-        "| step(): ms per step (intercept) | " + " | ".join(f"{offload[k]['intercept_s'] * 1e3:.3f}" for k in kinds)
-        + " |",
+        *_line_table(offload, kinds, "step(): "),
         "| without offload: ms per parameter tensor | " + " | ".join(
             f"{step[twin[k]]['slope_s_per_tensor'] * 1e3:.4f}" if twin[k] in step else "—" for k in kinds) + " |",
         "| without offload: ms per step (intercept) | " + " | ".join(
@@ -334,6 +329,15 @@ def _offload_markdown(meta: dict[str, Any], summary: dict[str, Any]) -> list[str
         "",
     ]
     return lines
+
+
+def _line_table(lines: dict[str, dict[str, Any]], kinds: Sequence[str], label: str = "") -> list[str]:
+    """A table head and the two rows of each kind's line (:func:`_step_summary`): per parameter tensor, per step."""
+    def row(name: str, key: str, digits: int) -> str:
+        return f"| {label}{name} | " + " | ".join(f"{lines[k][key] * 1e3:.{digits}f}" for k in kinds) + " |"
+
+    return ["| | " + " | ".join(kinds) + " |", "|---|" + "---:|" * len(kinds),
+            row("ms per parameter tensor", "slope_s_per_tensor", 4), row("ms per step (intercept)", "intercept_s", 3)]
 
 
 def _medians_table(columns: dict[str, dict[Any, float]]) -> list[str]:
@@ -396,11 +400,7 @@ def _step_markdown(meta: dict[str, Any], step: dict[str, Any]) -> list[str]:
         "default, every parameter of this stack persistent.",
         "",
         *_medians_table({f"{k} step": step[k]["median_s_by_layers"] for k in kinds}),
-        "| | " + " | ".join(kinds) + " |",
-        "|---|" + "---:|" * len(kinds),
-        "| ms per parameter tensor | " + " | ".join(f"{step[k]['slope_s_per_tensor'] * 1e3:.4f}" for k in kinds)
-        + " |",
-        "| ms per step (intercept) | " + " | ".join(f"{step[k]['intercept_s'] * 1e3:.3f}" for k in kinds) + " |",
+        *_line_table(step, kinds),
         "",
         "The engines' line is the host time of `engine.step()` outside the optimizer's kernels, what "
         "`autoshard.strategies.deepspeed.cost.ENGINE_STEP_HOST_S` prices (ZeRO-3: `zero3-gathered`'s line, and "

@@ -151,6 +151,7 @@ def test_a_strategy_the_hardware_cannot_run_is_hinted_in_fits_arguments() -> Non
     assert in_fit_arguments("(--strategies; strategy= in fit()) or another optimizer (--optimizer), NVMe offload "
                             "(--nvme PATH)") == "(strategy=) or another optimizer (optimizer=), NVMe offload (an " \
                                                "NVMe path in hardware=)"
+    assert "--" not in in_fit_arguments("try more nodes (--nodes), a host with more RAM (--cpu-memory)")  # type: ignore[operator]
 
 
 def _regression_batches(*sizes: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -50,16 +50,17 @@ def _communication_per_sample(e: Evaluation) -> tuple[float, float]:
 
 
 def _less_communication_fits(ctx: Context, e: Evaluation) -> bool:
-    """A fitting candidate keeps parameters whole and, by the cost model, communicates less per sample than
-    ``e``, and waits less for it: the claim the ``pretrain-least-communication`` rule makes, checked rather than
-    assumed (ZeRO-2 under accumulation without ``overlap_comm`` moves less than ZeRO-3 and waits for all of it)."""
-    total, exposed = _communication_per_sample(e)
-
-    def less(f: Evaluation) -> bool:
-        other_total, other_exposed = _communication_per_sample(f)
-        return other_total < total and other_exposed <= exposed
-
-    return ctx.fits_any(lambda f: _communicates_less(f) and less(f))
+    """The fastest fitting candidate that keeps parameters whole — the one the discount would pick in ``e``'s
+    place — communicates less per sample than ``e`` by the cost model and waits no longer for it: the claim the
+    ``pretrain-least-communication`` rule makes, checked rather than assumed. (ZeRO-2 under accumulation without
+    ``overlap_comm`` waits for all of its reductions; a slower ZeRO-1 communicating less would not stand in for
+    it.)"""
+    whole = [f for f in ctx.fitting if _communicates_less(f) and f.cost is not None]
+    if not whole:
+        return False
+    instead = max(whole, key=lambda f: f.cost.samples_per_s)  # type: ignore[union-attr]
+    (total, exposed), (other_total, other_exposed) = _communication_per_sample(e), _communication_per_sample(instead)
+    return other_total < total and other_exposed <= exposed
 
 
 def _replicas(e: Evaluation) -> bool:

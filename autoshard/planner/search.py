@@ -280,9 +280,9 @@ def check_optimizer(optimizer: str, strategies: Sequence[Strategy]) -> None:
     refusals = [r for r in (s.refuses(optimizer) for s in strategies) if r is not None]
     if strategies and len(refusals) == len(strategies):
         raise UsageError(f"none of the strategies asked for can step {optimizer}: "
-                             f"{'; '.join(sorted({r.rstrip('.') for r in refusals}))}.",
-                             hint="Choose other strategies (--strategies; strategy= in fit()) or another optimizer "
-                                  "(--optimizer).")
+                         f"{'; '.join(sorted({r.rstrip('.') for r in refusals}))}.",
+                         hint="Choose other strategies (--strategies; strategy= in fit()) or another optimizer "
+                              "(--optimizer).")
 
 
 def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec,
@@ -303,28 +303,23 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
             "margin)")
     if need <= usable and smallest.reasons:
         what += f", but it {smallest.reasons[0].rstrip('.')}"  # it fails on something else: host RAM
-    if need <= usable and smallest.reasons and "of CPU RAM" in smallest.reasons[0]:  # the host is what is short
-        return NoFeasiblePlan(
-            f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
-            hint="The offloaded states are divided among nodes, not among a node's GPUs: try more nodes (--nodes), "
-                 "a host with more RAM (--cpu-memory), NVMe offload (--nvme PATH), or larger GPUs (--hardware).")
     activations = smallest.memory.gpu.activations  # type: ignore[union-attr]
-    if activations > usable:  # a sample's activations are not divided among GPUs
-        return NoFeasiblePlan(
-            f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
-            hint=f"Its activations alone ({_gib(activations)}) exceed a GPU, and more GPUs do not divide them "
-                 "(autoshard plans no sequence or context parallelism): try a shorter --seq-len, or larger GPUs "
-                 "(--hardware).")
-    if any(e.traits.zero_stage > 0 for e in measured):
-        more = f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), "
+    if need <= usable and smallest.reasons and "of CPU RAM" in smallest.reasons[0]:  # the host is what is short
+        hint = ("The offloaded states are divided among nodes, not among a node's GPUs: try more nodes (--nodes), "
+                "a host with more RAM (--cpu-memory), NVMe offload (--nvme PATH), or larger GPUs (--hardware).")
+    elif activations > usable:  # a sample's activations are not divided among GPUs
+        hint = (f"Its activations alone ({_gib(activations)}) exceed a GPU, and more GPUs do not divide them "
+                "(autoshard plans no sequence or context parallelism): try a shorter --seq-len, or larger GPUs "
+                "(--hardware).")
+    elif any(e.traits.zero_stage > 0 for e in measured):
+        hint = (f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), "
+                f"{_offload_hint(evaluations, hardware)}or a shorter --seq-len.")
     else:  # whole replicas on every GPU: more of them hold no less each
-        more = ("The strategies weighed all keep a whole copy of the model's states on each GPU, so more GPUs do "
+        hint = ("The strategies weighed all keep a whole copy of the model's states on each GPU, so more GPUs do "
                 "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit()), "
-                "larger GPUs (--hardware), ")
-    return NoFeasiblePlan(
-        f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
-        hint=f"{more}{_offload_hint(evaluations, hardware)}or a shorter --seq-len.",
-    )
+                f"larger GPUs (--hardware), {_offload_hint(evaluations, hardware)}or a shorter --seq-len.")
+    return NoFeasiblePlan(f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
+                          hint=hint)
 
 
 def _offload_hint(evaluations: list[Evaluation], hardware: HardwareSpec) -> str:

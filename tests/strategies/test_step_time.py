@@ -14,7 +14,7 @@ from autoshard.hardware.specs import CPUSpec, GPUSpec, HardwareSpec
 from autoshard.profiler import flops
 from autoshard.profiler.op_census import CensusCounter, MatmulClass, MemoryClass, OpCensus
 from autoshard.strategies import step_time
-from autoshard.strategies.deepspeed.cost import (
+from autoshard.strategies.deepspeed.offload_cost import (
     CPU_ADAM_BYTES_PER_PARAMETER,
     CPU_ADAM_PARAMETERS_PER_S,
     HOST_MEMORY_EFFICIENCY,

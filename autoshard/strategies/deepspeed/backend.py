@@ -56,8 +56,6 @@ class DeepSpeedBackend(Backend):
     _given_dtypes: dict[str, torch.dtype] | None = None
     """The dtypes of the user's module's parameters and buffers before the engine cast them (``None``: the
     backend built the module)."""
-    _frozen_names: frozenset[str] = frozenset()
-    """The parameters that do not train (``requires_grad=False``): DeepSpeed keeps no fp32 master of them."""
     _frozen: dict[str, torch.Tensor] | None = None
     """On the first rank, the user's frozen parameters as they came, before the engine cast them to its 16-bit
     dtype or partitioned them: training leaves them as they were, and these are their values (no copy when they
@@ -88,13 +86,12 @@ class DeepSpeedBackend(Backend):
                 module = model.materialise()
         else:
             module = model.materialise()
-        self._frozen_names = frozenset(name for name, p in module.named_parameters() if not p.requires_grad)
         if model.module is not None:
             self._given_dtypes = {name: t.dtype for name, t in (*module.named_parameters(),
                                                                  *module.named_buffers())}
             if self.ctx.is_main:
                 self._frozen = {name: p.data if p.device.type == "cpu" else p.detach().to("cpu", copy=True)
-                                for name, p in module.named_parameters() if name in self._frozen_names}
+                                for name, p in module.named_parameters() if not p.requires_grad}
         if self.plan.activation_checkpointing and model.block_names:
             checkpoint_blocks(module, model.block_names, self.plan.checkpointing_choice)
         optimizer = make_optimizer(p for p in module.parameters() if p.requires_grad)
@@ -163,7 +160,7 @@ class DeepSpeedBackend(Backend):
         for name, p in self._module.named_parameters():
             if id(p) not in full:
                 value = safe_get_full_fp32_param(p)
-                if value is None and name in self._frozen_names:
+                if value is None and not p.requires_grad:  # frozen: DeepSpeed keeps no fp32 master of it
                     value = self._frozen_value(name, p)
                 full[id(p)] = (p if value is None else value).detach().to("cpu", copy=True)
         if not self.ctx.is_main:

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from autoshard.errors import UsageError
-from autoshard.models.source import Batch, CallFn, LossFn, call_model
+from autoshard.models.source import Batch, CallFn, LossFn, batch_values, call_model
 
 TrainingStep = Callable[[nn.Module, Batch], torch.Tensor]
 
@@ -185,7 +185,9 @@ def output_loss(output: Any, batch: Batch) -> torch.Tensor:
         return loss
     labels = (" (a Hugging Face model computes one when the batch has `labels`)"
               if hasattr(output, "to_tuple") and isinstance(batch, Mapping) and "labels" not in batch else "")
-    raise UsageError(f"the model's output is {_shape_of(output)}, with no loss{labels}: fit() needs one to train on.",
+    rows = {t.shape[0] for t in batch_values(batch) or [] if isinstance(t, torch.Tensor) and t.dim() > 0}
+    shape = _shape_of(output, rows.pop() if len(rows) == 1 else None)
+    raise UsageError(f"the model's output is {shape}, with no loss{labels}: fit() needs one to train on.",
                      hint="Pass loss_fn=(output, batch) -> scalar, or training_step=(model, batch) -> loss.")
 
 
@@ -193,16 +195,25 @@ def _scalar(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.dim() == 0 and value.is_floating_point()
 
 
-def _shape_of(output: Any) -> str:
-    """What a model returned, in a few words: ``"a tensor of shape [16, 2]"``, ``"SequenceClassifierOutput with
-    logits"``, ``"a tuple of 2 whose first element is a tensor of shape [16, 2]"``."""
+def _shape_of(output: Any, rows: int | None = None) -> str:
+    """What a model returned, in a few words: ``"a tensor of shape [batch, 2]"`` (a first dimension of ``rows``, the
+    batch's samples, is named: the batch traced first may be a slice of the user's), ``"SequenceClassifierOutput
+    with logits"``, ``"a tuple of 2 whose first element is a tensor of shape [batch, 2]"``.
+
+    Example:
+        >>> _shape_of(torch.zeros(1, 10), 1), _shape_of(torch.zeros(3, 10), 1)
+        ('a tensor of shape [batch, 10]', 'a tensor of shape [3, 10]')
+    """
     if isinstance(output, torch.Tensor):
-        return f"a tensor of shape {list(output.shape)}"
+        dims = [str(d) for d in output.shape]
+        if dims and rows is not None and output.shape[0] == rows:
+            dims[0] = "batch"
+        return f"a tensor of shape [{', '.join(dims)}]"
     if isinstance(output, Mapping):
         keys = [str(k) for k, v in output.items() if v is not None]
         return f"{type(output).__name__} with {', '.join(keys) if keys else 'nothing in it'}"
     if isinstance(output, (tuple, list)):
-        first = f" whose first element is {_shape_of(output[0])}" if output else ""
+        first = f" whose first element is {_shape_of(output[0], rows)}" if output else ""
         return f"a {type(output).__name__} of {len(output)}{first}"
     return f"a {type(output).__name__}"
 

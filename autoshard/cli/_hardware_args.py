@@ -31,6 +31,8 @@ def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GB (10^9 bytes each) or 80GiB (2^30)"
     )
     group.add_argument("--cpu-memory", metavar="SIZE", help="host RAM per node, e.g. 512GiB")
+    group.add_argument("--cpu-cores", type=int, metavar="N",
+                       help="host CPU cores per node: what a CPU optimizer step under offload runs on")
     group.add_argument("--nvme", metavar="PATH", help="directory on a fast local disk to offload to")
 
 
@@ -47,6 +49,7 @@ def overrides_from_args(args: argparse.Namespace) -> HardwareOverrides:
         nodes=args.nodes,
         gpu_memory=args.gpu_memory,
         cpu_memory=args.cpu_memory,
+        cpu_cores=args.cpu_cores,
         nvme=args.nvme,
     )
 

@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         chosen = [flag for flag, value in (
             ("--hardware", args.hardware), ("--gpus", args.gpus), ("--nodes", args.nodes),
-            ("--gpu-memory", args.gpu_memory), ("--cpu-memory", args.cpu_memory), ("--nvme", args.nvme),
+            ("--gpu-memory", args.gpu_memory), ("--cpu-memory", args.cpu_memory), ("--cpu-cores", args.cpu_cores),
+            ("--nvme", args.nvme),
             ("--benchmark-disk", args.benchmark_disk),
         ) if value is not None]
         if chosen:
@@ -132,7 +133,7 @@ def _summary(hw: HardwareSpec) -> Table:
             link = node.intra_node_link.display_name if node.intra_node_link else "unknown link"
             rows.append(("GPU↔GPU", f"{link}, {format_rate(node.intra_node_bandwidth_bytes_per_s)} per direction"))
     if cpu.physical_cores is None and cpu.logical_cores is None:
-        rows.append(("CPU cores", "unknown"))
+        rows.append(("CPU cores", "unknown (--cpu-cores sets it)"))
     else:
         usable = f", {cpu.usable_cores} usable" if cpu.usable_cores not in (None, cpu.logical_cores) else ""
         rows.append(("CPU cores", f"{_cell(cpu.physical_cores)} physical, {_cell(cpu.logical_cores)} logical{usable}"))

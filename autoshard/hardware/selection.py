@@ -1,7 +1,7 @@
 """Choosing the hardware to plan for: detected by default, or a profile, with pieces overridden.
 
 ``--hardware NAME|FILE`` picks a profile; ``--gpus`` (per node), ``--nodes``, ``--gpu-memory``,
-``--cpu-memory`` and ``--nvme`` override pieces of whichever hardware was chosen. Every override the user
+``--cpu-memory``, ``--cpu-cores`` and ``--nvme`` override pieces of whichever hardware was chosen. Every override the user
 gives shows up in :attr:`HardwareSpec.notes`, and overrides that contradict the hardware are errors.
 """
 
@@ -40,6 +40,8 @@ class HardwareOverrides:
     """Memory per GPU (``--gpu-memory``)."""
     cpu_memory_bytes: int | None = None
     """Host RAM per node (``--cpu-memory``)."""
+    cpu_cores: int | None = None
+    """Host CPU cores per node (``--cpu-cores``): what a CPU optimizer step (offload) runs on."""
     nvme_path: str | None = None
     """Directory to offload to (``--nvme``); replaces the detected or profiled disks."""
 
@@ -48,6 +50,7 @@ class HardwareOverrides:
         _positive(self.nodes, "--nodes")
         _positive(self.gpu_memory_bytes, "--gpu-memory")
         _positive(self.cpu_memory_bytes, "--cpu-memory")
+        _positive(self.cpu_cores, "--cpu-cores")
 
     @classmethod
     def parse(
@@ -57,6 +60,7 @@ class HardwareOverrides:
         nodes: int | None = None,
         gpu_memory: str | int | None = None,
         cpu_memory: str | int | None = None,
+        cpu_cores: int | None = None,
         nvme: str | os.PathLike[str] | None = None,
     ) -> HardwareOverrides:
         """Overrides from user-facing values: memory as ``"80GB"``/``"80 GiB"`` strings or ``int`` bytes.
@@ -74,6 +78,7 @@ class HardwareOverrides:
             nodes=nodes,
             gpu_memory_bytes=gpu_bytes,
             cpu_memory_bytes=cpu_bytes,
+            cpu_cores=cpu_cores,
             nvme_path=None if nvme is None else os.fspath(nvme),
         )
 
@@ -85,6 +90,7 @@ def load_hardware(
     nodes: int | None = None,
     gpu_memory: str | int | None = None,
     cpu_memory: str | int | None = None,
+    cpu_cores: int | None = None,
     nvme: str | os.PathLike[str] | None = None,
 ) -> HardwareSpec:
     """Hardware from a profile — a shipped name or a YAML file — with optional overrides.
@@ -98,6 +104,7 @@ def load_hardware(
         nodes: number of nodes.
         gpu_memory: memory per GPU, ``"80GB"`` (10**9 bytes per GB), ``"80GiB"`` (2**30) or ``int`` bytes.
         cpu_memory: host RAM per node, same forms.
+        cpu_cores: host CPU cores per node (what prices a CPU optimizer step under offload).
         nvme: a directory to offload to, measured on this machine.
 
     Returns:
@@ -113,7 +120,7 @@ def load_hardware(
         (16, 'nccl', 'nvlink3')
     """
     overrides = HardwareOverrides.parse(
-        gpus=gpus, nodes=nodes, gpu_memory=gpu_memory, cpu_memory=cpu_memory, nvme=nvme
+        gpus=gpus, nodes=nodes, gpu_memory=gpu_memory, cpu_memory=cpu_memory, cpu_cores=cpu_cores, nvme=nvme
     )
     return _from_profile(name_or_path, overrides)
 
@@ -235,6 +242,12 @@ def _apply(hw: HardwareSpec, overrides: HardwareOverrides, *, was: str) -> Hardw
         cpu = dataclasses.replace(
             node.cpu, memory_total_bytes=overrides.cpu_memory_bytes, memory_available_bytes=overrides.cpu_memory_bytes
         )
+        node = dataclasses.replace(node, cpu=cpu)
+    if overrides.cpu_cores is not None:
+        known = node.cpu.usable_cores or node.cpu.physical_cores
+        notes.append(f"CPU cores set to {overrides.cpu_cores} by --cpu-cores ({was}: {known or 'unknown'}).")
+        cores = overrides.cpu_cores
+        cpu = dataclasses.replace(node.cpu, physical_cores=cores, logical_cores=cores, usable_cores=cores)
         node = dataclasses.replace(node, cpu=cpu)
     if overrides.nvme_path is not None:
         disk = directory_disk(overrides.nvme_path)

@@ -53,19 +53,28 @@ def plan(
     ranked.sort(key=lambda e: (not e.fits, -e.score))
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
-                           workload.checkpoint_mode.label) + _unknown_host_ram(best, hardware)
+                           workload.checkpoint_mode.label) + _unknown_host(best, hardware)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 
 
-def _unknown_host_ram(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
-    """A line when ``best`` keeps states in host RAM that this hardware does not give (a GPU profile, a node file
-    without ``memory``): the plan could not check that they fit there."""
+def _unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
+    """Lines for what ``best`` asks of a host this hardware does not describe (a GPU profile, a node file without
+    ``cpu_memory`` or ``cpu_cores``): RAM for its offloaded states, which the plan could not check; cores for
+    DeepSpeed's CPU Adam, which it priced with an assumed count."""
+    from autoshard.strategies.deepspeed.offload_cost import UNKNOWN_HOST_CORES
+
+    cpu, lines = hardware.node.cpu, []
     need = best.memory.cpu_bytes_per_node if best.memory is not None else 0
-    if not need or hardware.node.cpu.memory_available_bytes is not None:
-        return ()
-    return (f"Unchecked: this plan keeps {_gib(need)} of offloaded states in CPU RAM per node, and this hardware's "
-            "RAM is not known; a host with less cannot run it (--cpu-memory SIZE has the plan check it).",)
+    if need and cpu.memory_available_bytes is None:
+        lines.append(f"Unchecked: this plan keeps {_gib(need)} of offloaded states in CPU RAM per node, and this "
+                     "hardware's RAM is not known; a host with less cannot run it (--cpu-memory SIZE has the plan "
+                     "check it).")
+    if best.traits.family == "deepspeed" and best.traits.offloads and not (cpu.usable_cores or cpu.physical_cores):
+        lines.append(f"Assumed: the optimizer steps on the host (DeepSpeed's CPU Adam), whose cores are not known: "
+                     f"{UNKNOWN_HOST_CORES} per node were priced, shared by its {hardware.processes_per_node} ranks "
+                     "(--cpu-cores N prices the real host).")
+    return tuple(lines)
 
 
 def check_request(request: PlanRequest, world: int) -> None:

@@ -59,6 +59,7 @@ def test_fewer_gpus_than_a_preset_is_a_subset_more_is_a_conflict() -> None:
         (dict(cpu_memory="-1TiB"), UsageError, "--cpu-memory: expected a positive size"),
         (dict(gpus=0), UsageError, "--gpus must be a positive whole number"),
         (dict(nodes=-1), UsageError, "--nodes must be a positive whole number"),
+        (dict(cpu_cores=0), UsageError, "--cpu-cores must be a positive whole number"),
         (dict(nvme="/definitely/not/here"), HardwareError, "does not exist"),
     ],
 )
@@ -68,11 +69,22 @@ def test_bad_overrides_are_usage_errors(overrides: dict, error: type, fragment: 
 
 
 def test_overrides_replace_pieces_and_say_so(tmp_path: Path) -> None:
-    hw = load_hardware("l4", gpu_memory="20GB", cpu_memory="512GiB", nvme=tmp_path)
+    hw = load_hardware("l4", gpu_memory="20GB", cpu_memory="512GiB", cpu_cores=32, nvme=tmp_path)
     assert hw.gpu is not None and hw.gpu.memory_bytes == 20 * 10**9
     assert hw.node.cpu.memory_total_bytes == hw.node.cpu.memory_available_bytes == 512 * GiB
+    assert hw.node.cpu.physical_cores == hw.node.cpu.usable_cores == 32
     assert [d.path for d in hw.node.nvme] == [str(tmp_path.resolve())]
-    assert sum("by --" in note for note in hw.notes) == 3
+    assert sum("by --" in note for note in hw.notes) == 4
+
+
+def test_cpu_cores_price_the_offloaded_optimizer_step() -> None:
+    """The CPU Adam of ZeRO-Offload runs on the host's cores, shared by the node's ranks: a GPU profile knows none
+    (8 assumed, and said), ``--cpu-cores`` gives them."""
+    from autoshard.strategies.deepspeed.offload_cost import cpu_adam_parameters_per_s
+
+    unknown, _ = cpu_adam_parameters_per_s(load_hardware("h100-sxm-80gb", gpus=8))
+    given, note = cpu_adam_parameters_per_s(load_hardware("h100-sxm-80gb", gpus=8, cpu_cores=64))
+    assert given == pytest.approx(8 * unknown) and "8 thread(s) per rank (64 cores / 8 ranks)" in note
 
 
 def test_an_interconnect_is_not_hardware() -> None:

@@ -75,7 +75,8 @@ def test_on_one_gpu_a_sharding_strategy_says_what_it_changes_against_ddps_best(p
 @pytest.mark.parametrize(("hardware", "warned"), [("h100-sxm-80gb", True), ("dgx-h100", False)])
 def test_offloaded_states_on_a_host_of_unknown_ram_are_said_to_be_unchecked(hardware, warned):
     # A GPU profile says nothing of the host: 125 GiB of offloaded states cannot be checked against its RAM
-    # (a DGX H100's 2 TiB is known, and holds them)
+    # (a DGX H100's 2 TiB is known, and holds them), and its CPU Adam is priced on assumed cores (the DGX's 112
+    # are known)
     from autoshard.hardware import load_hardware
 
     offload = Synthetic("deepspeed_stage_3_offload", state_gib=1, act_gib=1, per_device_samples_s=10, sharded=True,
@@ -85,6 +86,13 @@ def test_offloaded_states_on_a_host_of_unknown_ram_are_said_to_be_unchecked(hard
     assert bool(said) is warned
     if warned:
         assert "125.0 GiB of offloaded states in CPU RAM per node" in said[0] and "--cpu-memory" in said[0]
+    assumed = [line for line in p.explanation if line.startswith("Assumed:")]
+    assert bool(assumed) is warned
+    if warned:
+        assert "8 per node were priced, shared by its 8 ranks" in assumed[0] and "--cpu-cores" in assumed[0]
+    given = plan(workload(), load_hardware(hardware, gpus=8, cpu_cores=64, cpu_memory="1TiB"),
+                 request(micro_batch_size=1), [offload])
+    assert not [line for line in given.explanation if line.startswith(("Assumed:", "Unchecked:"))]
 
 
 @pytest.mark.parametrize(("gathering_comm_s", "zero2_exposed_s", "discounted"),

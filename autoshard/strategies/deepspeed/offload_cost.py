@@ -57,8 +57,8 @@ def cpu_adam_parameters_per_s(hardware: HardwareSpec) -> tuple[float, str]:
     rate = threads * CPU_ADAM_PARAMETERS_PER_S
     how = f"{threads} thread(s) per rank ({cores} cores / {ranks} ranks) at {CPU_ADAM_PARAMETERS_PER_S:.2g}/s each"
     if known is None:
-        how += (f"; the host's cores are unknown: {UNKNOWN_HOST_CORES} assumed (a node file with cpu cores prices "
-                "the host, docs/hardware.md)")
+        how += (f"; the host's cores are unknown: {UNKNOWN_HOST_CORES} assumed (--cpu-cores, or a node file with "
+                "cpu_cores, prices the host: docs/hardware.md)")
     bandwidth = cpu.memory_bandwidth_bytes_per_s
     if bandwidth is not None:
         bound = bandwidth * HOST_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAMETER / ranks

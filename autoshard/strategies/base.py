@@ -145,7 +145,9 @@ class GpuMemory:
     gradients: int
     optimizer: int
     activations: int
-    """Activations saved for backward plus the temporaries of forward/backward at the peak, and the batch."""
+    """Activations saved for backward plus the temporaries of the peak's phase, and the batch: forward's or
+    backward's, or, where the peak is the optimizer step, the step's own (a foreach AdamW's list-sized
+    temporaries; ``peak_phase`` says which)."""
     buffers: int
     """Communication buffers, gathered parameters, model buffers."""
     overhead: int

@@ -1,8 +1,8 @@
 """Choosing the hardware to plan for: detected by default, or a profile, with pieces overridden.
 
-``--hardware NAME|FILE`` picks a profile; ``--gpus`` (per node), ``--nodes``, ``--gpu-memory``,
-``--cpu-memory``, ``--cpu-cores`` and ``--nvme`` override pieces of whichever hardware was chosen. Every override the user
-gives shows up in :attr:`HardwareSpec.notes`, and overrides that contradict the hardware are errors.
+``--hardware NAME|FILE`` picks a profile; ``--gpus`` (per node), ``--nodes``, ``--gpu-memory``, ``--cpu-memory``,
+``--cpu-cores`` and ``--nvme`` override pieces of whichever hardware was chosen. Every override the user gives shows
+up in :attr:`HardwareSpec.notes`, and overrides that contradict the hardware are errors.
 """
 
 from __future__ import annotations

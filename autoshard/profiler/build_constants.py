@@ -6,7 +6,11 @@ and read them back with ``.tolist()`` (modeling_convnext.py, ``ConvNextEncoder._
 ``FakeTensorMode`` the linspace is fake and has no values, so the read fails (``DataDependentOutputException``)
 and the model cannot be built. :func:`real_schedules` runs ``torch.linspace`` / ``torch.logspace`` for real, as
 the small tensors of numbers they are, and keeps whatever is computed from those real tensors alone real, so the
-constructor gets its numbers; everything else (parameters, buffers made by other factories) stays fake.
+constructor gets its numbers; everything else (parameters, buffers made by other factories) stays fake. It also
+makes ``nn.init.trunc_normal_`` leave a fake tensor as it is, as torch's does a meta tensor: torch 2.13's
+rejection sampler asks ``mask.any()`` of the samples (``torch/nn/init.py``, ``_no_grad_trunc_normal_``), which a
+fake tensor cannot answer, so torchvision's ViT, ConvNeXt and Swin could not be built (a fake tensor's values are
+never read: nothing is lost).
 :func:`fake_leftovers` turns any real tensor the constructor kept in the model into a fake one, so that the
 trace counts it like the rest.
 """
@@ -53,8 +57,27 @@ def real_schedules() -> Iterator[None]:
         >>> rates[0], isinstance(weight, FakeTensor)
         ([0.0, 0.10000000149011612], True)
     """
-    with _RealSchedules():
+    with _RealSchedules(), _fake_trunc_normal():
         yield
+
+
+@contextlib.contextmanager
+def _fake_trunc_normal() -> Iterator[None]:
+    """``nn.init.trunc_normal_`` (and every alias of it: it calls the module's ``_no_grad_trunc_normal_``)
+    returns a fake tensor untouched while it lasts."""
+    inner = getattr(torch.nn.init, "_no_grad_trunc_normal_", None)
+    if inner is None:
+        yield
+        return
+
+    def sample(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return tensor if isinstance(tensor, FakeTensor) else inner(tensor, *args, **kwargs)
+
+    torch.nn.init._no_grad_trunc_normal_ = sample
+    try:
+        yield
+    finally:
+        torch.nn.init._no_grad_trunc_normal_ = inner
 
 
 def fake_leftovers(module: nn.Module, mode: FakeTensorMode) -> int:

@@ -155,16 +155,18 @@ def profile_with_timelines(
 
 def profiles_with_timelines(
     source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], *, extrapolate: bool | None = None,
-    count_flops: bool = True,
+    count_flops: bool = True, census_twice: bool = False,
 ) -> list[tuple[ModelProfile, DepthTimelines]]:
     """:func:`profile_with_timelines` at each micro-batch of ``batch_sizes`` (``options.batch_size`` is ignored),
     each copy of the model traced once for all of them (:func:`~autoshard.profiler.trace.trace_timelines`);
-    FLOPs (``count_flops``) are counted at the first micro-batch only."""
+    FLOPs (``count_flops``) are counted at the first micro-batch, and with ``census_twice`` at the second too."""
     if _should_extrapolate(source, extrapolate):
-        return _extrapolated_batches(source, options, batch_sizes, count_flops=count_flops, record=True)
+        return _extrapolated_batches(source, options, batch_sizes, count_flops=count_flops, record=True,
+                                     census_twice=census_twice)
     depth = source.num_layers or 0
     return [(profile, DepthTimelines(depths=(depth,), timelines=(timeline,), target=depth))
-            for profile, _, timeline in trace_timelines(source, options, batch_sizes, count_flops=count_flops)]
+            for profile, _, timeline in trace_timelines(source, options, batch_sizes, count_flops=count_flops,
+                                                         census_twice=census_twice)]
 
 
 def profile_source(
@@ -211,16 +213,19 @@ def _extrapolated(
 
 
 def _extrapolated_batches(
-    source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], *, count_flops: bool, record: bool
+    source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], *, count_flops: bool, record: bool,
+    census_twice: bool = False,
 ) -> list[tuple[ModelProfile, DepthTimelines]]:
     if source.with_num_layers is None or source.num_layers is None:
         raise ValueError(f"{source.name} cannot change its block count; check _should_extrapolate first.")
     started = time.perf_counter()
     plan = plan_copies(source, parse_checkpointing(options.checkpointing))
     if isinstance(plan, Whole):
-        return _traced_whole(source, options, batch_sizes, plan, started, count_flops=count_flops, record=record)
+        return _traced_whole(source, options, batch_sizes, plan, started, count_flops=count_flops, record=record,
+                             census_twice=census_twice)
     copies = [trace_timelines(s, options, batch_sizes, count_flops=count_flops, record=record,
-                              block_positions=plan.block_positions[i] if plan.block_positions else None)
+                              block_positions=plan.block_positions[i] if plan.block_positions else None,
+                              census_twice=census_twice)
               for i, s in enumerate(plan.sources)]
     out: list[tuple[ModelProfile, DepthTimelines] | Whole] = []
     for i in range(len(batch_sizes)):
@@ -236,8 +241,8 @@ def _extrapolated_batches(
                     timelines))
     # A copy whose checks fail at some micro-batch: those are traced whole, each saying why.
     return [
-        _traced_whole(source, options, (batch_sizes[i],), item, started, count_flops=count_flops and not i,
-                      record=record)[0]
+        _traced_whole(source, options, (batch_sizes[i],), item, started,
+                      count_flops=count_flops and (not i or (i == 1 and census_twice)), record=record)[0]
         if isinstance(item, Whole) else item
         for i, item in enumerate(out)
     ]
@@ -440,10 +445,11 @@ def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthR
 
 def _traced_whole(
     source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], whole: Whole, started: float, *,
-    count_flops: bool, record: bool
+    count_flops: bool, record: bool, census_twice: bool = False
 ) -> list[tuple[ModelProfile, DepthTimelines]]:
     """Trace every block, saying why in :attr:`ModelProfile.depth`."""
-    traced = trace_timelines(source, options, batch_sizes, count_flops=count_flops, record=record)
+    traced = trace_timelines(source, options, batch_sizes, count_flops=count_flops, record=record,
+                             census_twice=census_twice)
     target = source.num_layers or 0
     kinds = whole.kinds
     note = f"Traced all {target} blocks: {whole.reason}."

@@ -101,6 +101,7 @@ def trace_timelines(
     source: ModelSource, options: ProfileOptions, batch_sizes: tuple[int, ...], *, fake: bool = True,
     count_flops: bool = True, record: bool = True, time_limit_s: float = TIME_LIMIT_S,
     allocation_log: list[tuple[int, int]] | None = None, block_positions: tuple[int, ...] | None = None,
+    census_twice: bool = False,
 ) -> list[tuple[ModelProfile, dict[str, PeakSnapshot], Timeline]]:
     """:func:`trace_timeline` at each micro-batch of ``batch_sizes`` (``options.batch_size`` is ignored), in one
     session: the model is built and its optimizer state created once, then one measured step runs per micro-batch.
@@ -113,7 +114,10 @@ def trace_timelines(
     ``allocation_log`` (a list), every allocation and free is appended to it (:mod:`autoshard.profiler.cuda_reserve`)
     and the first step is a whole step even without ``count_flops``. ``block_positions``: for a shallow copy of a
     deeper model under ``every-N`` checkpointing, where its blocks sit in that model (which of them ``every-N``
-    wraps; :mod:`autoshard.profiler.depth_checkpointing`).
+    wraps; :mod:`autoshard.profiler.depth_checkpointing`). ``census_twice``: with ``count_flops``, count them (and
+    the op census) at the second micro-batch too, in an unmeasured step before its measured one: what of a step's
+    memory traffic comes once per micro-batch (autocast's weight casts) and what with each sample is told apart
+    from the two (:func:`autoshard.strategies.step_time.estimate`).
     """
     import gc
 
@@ -154,9 +158,10 @@ def trace_timelines(
                 batch = source.batch(batch_size, seq_len=options.seq_len)
                 if options.precision is Precision.BF16_TRUE:
                     batch = cast_floats(batch, torch.bfloat16)
+                counted = count_flops and (not i or (i == 1 and census_twice))
                 with hf_masks.as_run(batch):  # no mask where the run passes none (unpacked positions)
                     facts = _run_steps(source, at, model, batch, optimizer, tracker, blocks,
-                                       count_flops and not i, semantics=semantics, warm=not i)
+                                       counted, semantics=semantics, warm=counted or not i)
                 del batch
                 steps.append((at, facts, tracker.peak, dict(tracker.phase_peaks), tracker.events,
                               time.perf_counter() - started))

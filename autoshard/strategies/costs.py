@@ -159,7 +159,8 @@ def step_compute_seconds(trace: StepTrace, micro_batch: int, hardware: HardwareS
         estimate = step_time.estimate(census, micro_batch, hardware.gpu, host_extra_s=host_extra_s,
                                       checkpointed_blocks=trace.at_1.checkpointed_blocks,
                                       checkpoint_block_s=step_time.OP_CHECKPOINT_BLOCK_S if op_selective
-                                      else step_time.CHECKPOINT_BLOCK_S, tf32_matmuls=tf32_matmuls)
+                                      else step_time.CHECKPOINT_BLOCK_S, tf32_matmuls=tf32_matmuls,
+                                      census_2=trace.at_2.census)
         if estimate is not None:
             return estimate.seconds, estimate.note
     flops = trace.flops_per_sample() * micro_batch

@@ -167,12 +167,17 @@ def _achievable_bandwidth(gpu: GPUSpec) -> float | None:
 
 def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float = KERNEL_FLOOR_S,
              launch_s: float = LAUNCH_S, checkpointed_blocks: int = 0, checkpoint_block_s: float = CHECKPOINT_BLOCK_S,
-             host_extra_s: float = 0.0, tf32_matmuls: bool = False) -> StepTime | None:
+             host_extra_s: float = 0.0, tf32_matmuls: bool = False, census_2: OpCensus | None = None
+             ) -> StepTime | None:
     """Compute time of ``micro_batch`` samples' forward + backward on ``gpu`` under the module's model.
 
     Args:
         census: the op census of one sample (micro-batch 1).
         micro_batch: samples per step.
+        census_2: the op census at micro-batch 2, when counted: the memory-bound kernels' traffic is then
+            ``fixed + b · per_sample`` from the two (per sample: the difference; fixed: what micro-batch 1 holds
+            beyond it, e.g. autocast's casts of every weight in forward and of its gradient back in backward),
+            each class's share of it as at micro-batch 1. Without it, the traffic at micro-batch 1 times ``b``.
         gpu: the GPU model (peaks, memory bandwidth, achievable fractions).
         floor_s: shortest time of one kernel.
         launch_s: host time to launch one kernel.
@@ -217,8 +222,9 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
             attention_s += t
         else:
             matmul_s += t
+    scale, traffic = _memory_scale(census, census_2, b)
     for m in census.memory:
-        memory_s += max(0.0 if hbm is None else m.bytes * b / hbm, m.kernels * floor_s)
+        memory_s += max(0.0 if hbm is None else m.bytes * scale / hbm, m.kernels * floor_s)
     gpu_s = matmul_s + attention_s + memory_s
     checkpoint_s = checkpointed_blocks * checkpoint_block_s
     host_s = census.kernels * launch_s + checkpoint_s + host_extra_s
@@ -243,10 +249,33 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
             f"bandwidth ({where} "
             f"fractions), {census.kernels:,} kernels ({floor_s * 1e6:g} µs floor, {launch_s * 1e6:g} µs of host time "
             f"each{checkpointing}); {bound}, {flops / seconds / 1e12 if seconds else 0:.0f} TFLOP/s")
+    if traffic:
+        note += traffic
     if hbm is None:
         note += "; memory bandwidth unknown: memory-bound ops priced at the kernel floor only"
     return StepTime(seconds=seconds, matmul_s=matmul_s, attention_s=attention_s, memory_s=memory_s, gpu_s=gpu_s,
                     launch_s=host_s, flops=flops, note=note)
+
+
+def _memory_scale(census: OpCensus, census_2: OpCensus | None, b: int) -> tuple[float, str]:
+    """The factor on micro-batch 1's memory-bound traffic at micro-batch ``b``, and a note when it is not ``b``.
+
+    Example:
+        >>> from autoshard.profiler.op_census import MemoryClass
+        >>> one = OpCensus(memory=(MemoryClass(size_bytes=1024, bytes=3 * 10**9, kernels=5),))
+        >>> two = OpCensus(memory=(MemoryClass(size_bytes=2048, bytes=4 * 10**9, kernels=5),))
+        >>> _memory_scale(one, two, 10)[0]  # 2 GB per micro-batch + 1 GB per sample: 12 GB, 4 x micro-batch 1's
+        4.0
+    """
+    m1 = census.memory_bytes
+    m2 = m1 * 2 if census_2 is None else census_2.memory_bytes
+    per_sample = m2 - m1
+    fixed = m1 - per_sample
+    if m1 <= 0 or per_sample < 0 or fixed <= 0:
+        return float(b), ""
+    note = (f"; memory-bound traffic {fixed / 1e9:.3g} GB per micro-batch (casts and other per-step kernels) + "
+            f"{per_sample / 1e9:.3g} GB per sample, from the op census at micro-batches 1 and 2")
+    return (fixed + b * per_sample) / m1, note
 
 
 def memory_bound_seconds(traffic_bytes: float, gpu: GPUSpec, *, kernels: int = 1,

@@ -15,10 +15,11 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from autoshard.errors import UserCodeError
 from autoshard.forked import ForkedCall, fork_refusal, usable_cores
 from autoshard.models.source import ModelSource
 from autoshard.profiler.checkpointing import NONE, ActivationCheckpointing
-from autoshard.profiler.options import OptimizerImpl, ProfileOptions
+from autoshard.profiler.options import OptimizerImpl, Precision, ProfileOptions
 from autoshard.strategies.workload import BATCH_SIZES, StepTrace, TraceKey
 
 __all__ = ["TraceSessions", "jobs_for"]
@@ -50,20 +51,47 @@ class TraceSessions:
 
     def trace(self, key: TraceKey) -> StepTrace:
         """One session: micro-batches 1, 2 and 3 at ``key``'s precision, output cast and checkpointing (FLOPs
-        and the op census, exactly proportional to the micro-batch, counted at micro-batch 1)."""
+        and the op census counted at micro-batches 1 and 2: what of the memory traffic comes once per micro-batch
+        and what with each sample, :func:`autoshard.strategies.step_time.estimate`)."""
         from autoshard.profiler.scaling import profiles_with_timelines
 
         precision, fp32_output, checkpointing = key
         options = ProfileOptions(batch_size=1, seq_len=self.seq_len, precision=precision, optimizer=self.optimizer,
                                  checkpointing=self.checkpoint_mode if checkpointing else NONE, target=self.target,
                                  fp32_output=fp32_output, optimizer_impl=self.optimizer_impl)
-        (one, _), (two, t2), (_, t3) = profiles_with_timelines(self.source, options, BATCH_SIZES, count_flops=True)
+        (one, _), (two, t2), (_, t3) = profiles_with_timelines(self.source, options, BATCH_SIZES, count_flops=True,
+                                                               census_twice=True)
         return StepTrace(mode="", checkpointing=checkpointing, precision=precision, at_1=one, at_2=two,
                          timelines_2=t2, timelines_3=t3)
 
     def trace_all(self, keys: Sequence[TraceKey]) -> tuple[StepTrace, ...]:
         """:meth:`trace` of each key, in order."""
         return tuple(self.trace(key) for key in keys)
+
+    def run_or_amp_alone(self, keys: Sequence[TraceKey], modes: dict[str, tuple[Precision, bool]], jobs: int,
+                         progress: Callable[[int, int], None] | None = None
+                         ) -> tuple[dict[TraceKey, StepTrace], str | None, dict[str, tuple[Precision, bool]]]:
+        """:meth:`run` of every key; or, when the model's code fails in a 16-bit session (``modes``' ``half``)
+        while the autocast ones trace, those alone, with why the 16-bit ones failed, and the modes left.
+
+        Raises:
+            UserCodeError: the autocast sessions fail too (the first failure is raised).
+        """
+        try:
+            return self.run(keys, jobs, progress), None, modes
+        except UserCodeError as exc:
+            amp = modes["amp"]
+            amp_keys = [k for k in keys if k[:2] == amp]
+            if len(amp_keys) == len(keys):
+                raise
+            try:
+                traced = self.run(amp_keys, min(jobs, len(amp_keys)), progress)
+            except UserCodeError:
+                raise exc from None
+            half = "bf16" if modes["half"][0] is Precision.BF16_TRUE else modes["half"][0].value
+            why = (f"the model's forward fails with its parameters in {half}, as this strategy "
+                   f"trains them: {exc.message}")
+            return traced, why, {"amp": amp}
 
     def run(self, keys: Sequence[TraceKey], jobs: int,
             progress: Callable[[int, int], None] | None = None) -> dict[TraceKey, StepTrace]:

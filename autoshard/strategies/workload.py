@@ -217,6 +217,10 @@ class Workload:
     module order, the element count of its largest own parameter, 0 for a module that owns none
     (:func:`~autoshard.strategies.module_census.module_census`): what ZeRO-3's hooks, registered on every module,
     cost depends on. Empty: not known (a workload written down), priced by the gathered parameter tensors alone."""
+    half_refused: str | None = None
+    """Why the model cannot train with its parameters in 16 bits, as FSDP2's mixed precision and DeepSpeed run it
+    (its forward failed in the 16-bit trace while the autocast one ran: an fp32 tensor it makes itself meets a
+    16-bit weight); ``None`` when it can. Only DDP is planned then."""
     module_blocks: tuple[int, ...] = ()
     """For each module of :attr:`module_largest_parameters`, in the same order, the index of the repeated block it
     lies in (the block itself included; the order of :attr:`block_parameter_counts`), -1 outside every block
@@ -398,7 +402,7 @@ def build_workload(
     keys = list(dict.fromkeys((p, out, ckpt) for p, out in modes.values() for ckpt in checkpointing))
     sessions = TraceSessions(source=source, seq_len=seq_len, optimizer=optimizer, target=target,
                              optimizer_impl=optimizer_impl, checkpoint_mode=checkpoint_mode)
-    traced = sessions.run(keys, jobs_for(jobs, len(keys)), progress)
+    traced, half_refused, modes = sessions.run_or_amp_alone(keys, modes, jobs_for(jobs, len(keys)), progress)
     base = traced[keys[0]].at_1
     choices = [c for c in checkpointing if not c or base.block_class is not None] or [False]
     # Only checkpointing asked for, and nothing repeats: the sessions without it are traced now.
@@ -437,7 +441,9 @@ def build_workload(
         checkpoint_mode=checkpoint_mode,
         module_largest_parameters=module_census(module),
         module_blocks=module_blocks(module, () if blocks is None else blocks.names),
+        half_refused=half_refused,
     )
+
 
 
 def _census_for(trace: StepTrace, precision: Precision) -> StepTrace:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autoshard.errors import NoFeasiblePlan, UsageError
+from autoshard.errors import NoFeasiblePlan, UsageError, UserCodeError
 from autoshard.hardware import load_hardware
 from autoshard.hardware.profiles import profiles_dir
 from autoshard.planner import PlanRequest, plan
@@ -283,3 +283,52 @@ def test_the_chosen_micro_batch_is_capped_at_what_the_data_holds_per_rank():
     assert free.recommended.candidate.micro_batch_size > 12
     assert capped.recommended.candidate.micro_batch_size == 12 and capped.recommended.max_micro_batch_size == 12
     assert capped.to_dict()["request"]["max_micro_batch_size"] == 12
+
+
+FP32_INSIDE_FORWARD = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.cond = nn.Conv2d(1, 8, 3, padding=1)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        noise = torch.randn(x.shape[0], 1, x.shape[2], x.shape[3])  # made here, in fp32 whatever the weights
+        h = self.stem(x) + self.cond(noise)
+        return self.head(h.mean((2, 3)))
+
+
+def model():
+    return Net()
+
+
+def batch(batch_size):
+    return torch.randn(batch_size, 3, 8, 8)
+
+
+def loss(output, batch):
+    return output.float().pow(2).mean()
+"""
+
+
+def test_a_forward_that_fails_with_16_bit_parameters_is_planned_with_ddp_and_says_why_not_the_others(tmp_path):
+    """An fp32 tensor the forward makes itself meets a bf16 convolution when the parameters are bf16, as FSDP2's
+    mixed precision and DeepSpeed train them: a diffusion UNet's timestep embedding. ``recommend`` refused the
+    model outright ("Fix the error in your model file"); DDP's autocast runs it."""
+    import autoshard
+
+    path = tmp_path / "model.py"
+    path.write_text(FP32_INSIDE_FORWARD)
+    eight = load_hardware("a100-sxm-80gb", gpus=8)
+    plan = autoshard.recommend(str(path), hardware=eight, precision="bf16-mixed", cache=False)
+    assert plan.recommended.strategy == "ddp"
+    refused = {e.strategy: e.reasons[0] for e in plan.candidates if not e.fits}
+    for name in ("fsdp", "fsdp_shard_grad_op", "deepspeed_stage_2", "deepspeed_stage_3"):
+        assert "fails with its parameters in bf16" in refused[name] and "model.py:15" in refused[name]
+    with pytest.raises(UserCodeError, match="model.py"):  # asked for bf16 throughout, nothing runs it
+        autoshard.recommend(str(path), hardware=eight, precision="bf16-true", cache=False)

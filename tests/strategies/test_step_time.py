@@ -350,3 +350,29 @@ def test_unaligned_16_bit_gemms_run_at_the_profiles_measured_fraction():
     a100 = _gpu("a100-sxm-80gb")
     assert a100.achievable is None or a100.achievable.unaligned_matmul_2b is None
     assert _seconds(odd, a100) == pytest.approx(_seconds(aligned, a100), rel=0.01)
+
+
+@pytest.mark.parametrize("mode", ["amp", "half"])
+def test_memory_bound_traffic_is_a_fixed_part_per_micro_batch_plus_a_part_per_sample(gpt2_workload, mode):
+    """The census at micro-batches 1 and 2 splits the memory-bound traffic: autocast casts every weight in forward
+    and its gradient back in backward once per micro-batch, whatever its size. Priced as micro-batch 1's times
+    ``b``, GPT-2's DDP step at micro-batch 8 counted those casts 8 times; the split gives the traffic of the
+    census counted at micro-batch 5 itself (a profile of its own), to within 1 %."""
+    from autoshard import profile
+    from autoshard.models import load_source
+
+    trace = gpt2_workload.trace(mode, False)
+    one, two = trace.at_1.census, trace.at_2.census
+    assert one is not None and two is not None
+    fixed = 2 * one.memory_bytes - two.memory_bytes
+    if mode == "amp":  # at least the casts of the matmul weights (about 85 M parameters), 6 bytes each way
+        assert fixed > 2 * 6 * 85e6
+    else:  # parameters in bf16: no casts; left is mostly the tied embedding's gradient (50257 x 768, zeroed,
+        # scattered into, and its two uses summed)
+        assert 0 < fixed < 0.5 * (2 * 6 * 85e6)
+    scale, note = step_time._memory_scale(one, two, 5)
+    direct = profile(load_source("gpt2"), batch_size=5, seq_len=128, precision=trace.precision).census
+    assert direct is not None
+    assert one.memory_bytes * scale == pytest.approx(direct.memory_bytes, rel=0.01)
+    assert (one.memory_bytes * 5 - direct.memory_bytes) / direct.memory_bytes > (0.3 if mode == "amp" else 0.0)
+    assert "per micro-batch" in note

@@ -101,7 +101,8 @@ class ForkedCall(Generic[T]):
         decode as the declared type). Waits for the child; once only."""
         if self._pid is None:
             raise RuntimeError("this forked call's result was already taken or cancelled.")
-        with os.fdopen(self._read_fd, "rb") as pipe:
+        fd, self._read_fd = self._read_fd, -1  # the file closes it, even when a Ctrl-C interrupts the read
+        with os.fdopen(fd, "rb") as pipe:
             data = pipe.read()
         _, status = os.waitpid(self._pid, 0)
         self._pid = None
@@ -121,7 +122,9 @@ class ForkedCall(Generic[T]):
             os.kill(self._pid, signal.SIGKILL)
         os.waitpid(self._pid, 0)
         self._pid = None
-        os.close(self._read_fd)
+        if self._read_fd >= 0:
+            os.close(self._read_fd)
+            self._read_fd = -1
 
 
 def _child(fn: Callable[[], Any], result_type: Any, read_fd: int, write_fd: int) -> None:

@@ -164,6 +164,27 @@ def test_cancel_kills_the_child_at_once():
         call.result()
 
 
+def test_a_ctrl_c_while_waiting_for_the_result_leaves_cancel_to_kill_the_child():
+    """A Ctrl-C during ``result()``'s read closed the pipe with the file; ``cancel()``, which the caller's handler
+    runs, closed it again: ``autoshard tune`` interrupted while tracing ended in an internal error (EBADF)."""
+    import signal
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    call = ForkedCall(lambda: time.sleep(60), type(None))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            call.result()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    call.cancel()  # kills and reaps the child; closes nothing twice
+    call.cancel()
+
+
 def test_no_fork_while_another_thread_runs():
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)

@@ -3,7 +3,8 @@
 1. **A training step of your own**, ``training_step(model, batch) -> loss``: autoshard calls it with the model as
    the backend wraps it, and uses what it returns as the loss. Use it for anything the other two do not cover.
 2. **Dictionary batches** (Hugging Face): ``model(**batch)``. The loss is ``loss_fn(output, batch)`` when one is
-   given, else the output's ``loss``.
+   given, else the output's ``loss``. A forward that takes one argument and none of the dictionary's keys by name
+   (``forward(self, batch)``, common in vision code) gets the dictionary itself: ``model(batch)``.
 3. **Tuple batches**, ``(inputs..., targets...)``, as in a plain PyTorch loop:
    - When ``forward`` takes fewer positional arguments than the batch has elements, the first ones are the
      inputs and the rest the targets: ``output = model(x)``, ``loss = loss_fn(output, y)``, so
@@ -118,6 +119,18 @@ def step_functions(module: nn.Module, *, loss_fn: LossFn | None = None,
     return StepFunctions(call=_Call(inputs, keyword_inputs(module)), loss=_Loss(inputs, loss_fn))
 
 
+def whole_mapping(batch: Batch, inputs: int | None, keywords: frozenset[str] | None) -> bool:
+    """Whether a dictionary batch goes to the forward whole, ``model(batch)``: the forward requires one argument
+    and takes none of the dictionary's keys by name.
+
+    Example:
+        >>> whole_mapping({"image": 1, "label": 2}, 1, frozenset({"batch"})), whole_mapping({"x": 1}, 1, None)
+        (True, False)
+    """
+    return (isinstance(batch, Mapping) and inputs == 1 and keywords is not None and bool(batch)
+            and not keywords.intersection(batch))
+
+
 def split(batch: Batch, inputs: int | None) -> tuple[tuple[Any, ...], Any] | None:
     """``(inputs, targets)`` of a tuple batch with more elements than ``forward`` takes, else ``None``.
 
@@ -139,6 +152,8 @@ class _Call:
     labels the forward does not take) reach the loss only, as the HF Trainer drops unused columns."""
 
     def __call__(self, model: nn.Module, batch: Batch) -> Any:
+        if whole_mapping(batch, self.inputs, self.keywords):
+            return model(batch)
         if isinstance(batch, Mapping) and self.keywords is not None:
             return call_model(model, {k: v for k, v in batch.items() if k in self.keywords})
         parts = split(batch, self.inputs)
@@ -222,11 +237,15 @@ def _shape_of(output: Any, rows: int | None = None) -> str:
 class FileCall:
     """How a model file's batch reaches its model: ``model(*batch[:k])`` when the forward takes ``k`` positional
     arguments and the tuple has more elements (the rest are targets, which the file's ``loss(output, batch)`` reads
-    from the whole batch), else :func:`call_model`. The forward asked is the user's module's, under whatever
+    from the whole batch), ``model(batch)`` for a dictionary its forward takes whole (:func:`whole_mapping`), else
+    :func:`call_model`. The forward asked is the user's module's, under whatever
     wraps it (DDP's and DeepSpeed's ``forward(*inputs, **kwargs)`` pass everything on to ``.module``)."""
 
     def __call__(self, model: nn.Module, batch: Batch) -> Any:
-        parts = split(batch, positional_inputs(_user_module(model)))
+        user = _user_module(model)
+        if whole_mapping(batch, positional_inputs(user), keyword_inputs(user)):
+            return model(batch)
+        parts = split(batch, positional_inputs(user))
         return call_model(model, batch if parts is None else parts[0])
 
 
@@ -250,6 +269,8 @@ def describe(module: nn.Module, batch: Batch, *, loss_fn: LossFn | None = None,
     """One sentence on how ``batch`` is fed: for error messages and notes."""
     if training_step is not None:
         return "training_step(model, batch) returns the loss"
+    if whole_mapping(batch, positional_inputs(module), keyword_inputs(module)):
+        return "model(batch)" + (", loss_fn(output, batch)" if loss_fn else ", output.loss")
     if isinstance(batch, Mapping):
         return "model(**batch)" + (", loss_fn(output, batch)" if loss_fn else ", output.loss")
     parts = split(batch, positional_inputs(module))

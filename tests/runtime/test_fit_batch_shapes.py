@@ -220,3 +220,26 @@ def test_an_optimizer_instance_with_groups_is_refused_before_planning_with_the_f
                  optimizer=lambda params: torch.optim.AdamW([{"params": model[0].parameters()},
                                                              {"params": model[1].parameters(), "lr": 1e-4}]))
     assert len(result.steps) == 1
+
+
+class _WholeDict(nn.Module):
+    """A forward that takes the batch dictionary whole, as vision code often does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return nn.functional.cross_entropy(self.head(batch["image"]), batch["label"])
+
+
+def test_a_forward_taking_the_dictionary_whole_gets_it_whole() -> None:
+    """``forward(self, batch)`` with dictionary batches was fed ``model(**batch)``: "missing 1 required positional
+    argument: 'batch'"."""
+    from autoshard.models.step import describe
+
+    data = [{"image": torch.randn(16, 8), "label": torch.randint(0, 2, (16,))} for _ in range(4)]
+    result = fit(_WholeDict(), data, max_steps=4, optimizer="sgd", progress=False)
+    assert len(result.losses) == 4 and all(0.2 < v < 2.0 for v in result.losses)
+    assert describe(_WholeDict(), data[0]) == "model(batch), output.loss"
+    assert describe(nn.Linear(8, 2), {"input": data[0]["image"]}).startswith("model(**batch)")  # a key it takes

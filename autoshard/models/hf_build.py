@@ -202,6 +202,11 @@ def _config_error(
                 hint='Set "pad_token_id" to a token id below vocab_size, or to null, in the config.json.',
             )
     reason = " ".join(str(exc).split()) or "(no message)"
+    if isinstance(exc, ImportError):  # transformers' requires_backends: "... requires the scipy library ..."
+        return ModelSourceError(
+            f"{file}: transformers cannot build {cls.__name__}: a package it needs is missing: {reason}",
+            hint="Install the package it names in this environment (pip install ...); the config is not at fault.",
+        )
     return ModelSourceError(
         f"{file}: transformers cannot build {cls.__name__} from this config: {type(exc).__name__}: {reason}",
         hint="Fix the value it names in the config.json (run with --debug for the full traceback).",

@@ -386,3 +386,21 @@ def test_missing_transformers_names_the_extra_to_install(
         load_config(path)
     assert "needs the transformers package" in info.value.message
     assert "pip install 'autoshard[hf]'" in str(info.value.hint)
+
+
+def test_a_package_the_model_class_needs_is_named_not_the_config(
+    write_config: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers' ``requires_backends`` raises ImportError from a constructor (Mask2Former's loss needs scipy):
+    autoshard said "Fix the value it names in the config.json"."""
+    import transformers
+
+    def needs_scipy(*args: Any, **kwargs: Any) -> None:
+        raise ImportError("LlamaForCausalLM requires the scipy library but it was not found in your environment.")
+
+    path = write_config(TINY["llama"])
+    monkeypatch.setattr(transformers.LlamaForCausalLM, "__init__", needs_scipy)
+    with pytest.raises(ModelSourceError) as info:
+        load_source(str(path)).build()
+    assert "a package it needs is missing" in info.value.message and "scipy" in info.value.message
+    assert "config is not at fault" in str(info.value.hint)

@@ -53,9 +53,22 @@ def plan(
     ranked.sort(key=lambda e: (not e.fits, -e.score))
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
-                           workload.checkpoint_mode.label) + _unknown_host(best, hardware)
+                           workload.checkpoint_mode.label) + _search_limit(best, hardware, request) \
+        + _unknown_host(best, hardware)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
+
+
+def _search_limit(best: Evaluation, hardware: HardwareSpec, request: PlanRequest) -> tuple[str, ...]:
+    """A line when the micro-batch chosen is the search's limit (:data:`MAX_MICRO_BATCH`), not what memory allows,
+    and nothing in the request set the batch: the global batch then follows from that limit."""
+    micro = best.candidate.micro_batch_size
+    if micro != MAX_MICRO_BATCH or request.micro_batch_size is not None or request.global_batch_size is not None:
+        return ()
+    world = hardware.world_size
+    return (f"Micro-batch {micro} is the search's limit, not memory's ({MAX_MICRO_BATCH} samples per device at "
+            f"most are tried): a global batch of {micro * world:,} over {world} device(s). The batch size changes "
+            "what training learns; choose it with --global-batch-size (or --batch-size).",)
 
 
 def _unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:

@@ -151,3 +151,16 @@ def test_pretrain_least_communication_weighs_the_whole_parameter_strategy_that_w
     p = plan(workload(3_000_000_000), H100x8, request(micro_batch_size=4, goal="pretrain"), strategies)
     assert p.recommended.strategy == "deepspeed_stage_3"
     assert not any(r.startswith("[pretrain-least-communication]") for r in p.recommended.reasons)
+
+
+@pytest.mark.parametrize(("asked", "said"), [({}, True), ({"micro_batch_size": 1024}, False),
+                                             ({"global_batch_size": 8192}, False)])
+def test_a_micro_batch_at_the_search_limit_is_said_to_be_the_limit_not_memory(asked, said):
+    # ResNet-50 on 8 A100s fits 1024 images per GPU in 43 of 80 GiB: the plan took 8,192 a step, without a word
+    small = [Synthetic("ddp", state_gib=0.1, act_gib=0.001, per_device_samples_s=1000)]
+    p = plan(workload(), H100x8, request(**asked), small)
+    assert p.recommended.candidate.micro_batch_size == 1024
+    lines = [line for line in p.explanation if "search's limit" in line]
+    assert bool(lines) is said
+    if said:
+        assert "global batch of 8,192 over 8 device(s)" in lines[0] and "--global-batch-size" in lines[0]

@@ -112,6 +112,26 @@ def fit(
     return dataclasses.replace(result, notes=(note, *result.notes))
 
 
+def _check_tune_names(kwargs: Mapping[str, Any], tuner: Any) -> None:
+    """Every key of ``fit(tune={...})`` is an argument of :func:`autoshard.tune`.
+
+    Raises:
+        UsageError: one is not, with the closest names (the Python names differ from the CLI's flags:
+            ``trial_timeout_s`` for ``--trial-timeout``).
+    """
+    import inspect
+
+    from autoshard._suggest import close_names
+
+    names = [n for n in inspect.signature(tuner).parameters if n != "model"]
+    for key in kwargs:
+        if key not in names:
+            close = close_names(str(key), names)
+            raise UsageError(f"fit(tune={{...}}): {key!r} is not an argument of autoshard.tune()"
+                             + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."),
+                             hint=f"Its arguments: {', '.join(names)}.")
+
+
 def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) -> tuple[ExportedPlan, str]:
     """Run the tuner for ``fit(tune=...)``: its best configuration and a note on what was measured."""
     from torch import nn
@@ -125,6 +145,7 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
         raise UsageError("fit(tune=True) needs a model source: each trial rebuilds the model in its own processes.",
                          hint="Pass the model.py path or catalog name (or run `autoshard tune` on a model.py).")
     kwargs: dict[str, Any] = dict(tune) if isinstance(tune, Mapping) else {}
+    _check_tune_names(kwargs, run_tuner)
     mapping = {"strategy": "strategies", "hardware": "hardware", "processes": "processes",
                "precision": "precision", "batch_size": "batch_size", "global_batch_size": "global_batch_size",
                "seq_len": "seq_len", "seed": "seed",

@@ -94,6 +94,8 @@ def run_study(
         UsageError, UserCodeError, NoFeasiblePlan: as :func:`autoshard.tune`.
     """
     budget = check_budget(trials, timeout_s, trial_timeout_s, steps, warmup_steps)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:  # numpy's range, Optuna's
+        raise UsageError(f"seed must be a whole number from 0 to 2**32 - 1, but got {seed!r}.")
     clip_norm = parse_grad_clip_norm(grad_clip_norm)
     if isinstance(model, ModelSource) and model.kind not in ("catalog", "file", "hf-config"):
         raise UsageError("tune() runs each trial in its own processes, which rebuild the model from its source; "
@@ -103,6 +105,12 @@ def run_study(
                          f"but got {type(model).__name__}.",
                          hint="Trials rebuild the model in their own processes: save it as a model.py.")
     check_space_arguments(top_strategies, micro_batch_sizes)
+    if batch_size is not None and micro_batch_sizes is not None:
+        raise UsageError("batch_size (--batch-size) fixes the micro-batch and micro_batch_sizes (--batch-sizes) "
+                         "lists those to try: pass one of them.")
+    if study_name is not None and not study_name.strip():
+        raise UsageError("the study name is empty.", hint="Drop --study-name (study_name=) for the default name, "
+                                                          "or give one.")
     existed = Path(output_dir).exists(), (Path(output_dir) / storage_mod.DEFAULT_FILE).exists()
     out = storage_mod.writable_dir(Path(output_dir))
     # Opened before the model is traced: a bad or unreachable storage is refused in seconds.

@@ -29,6 +29,14 @@ def test_bad_arguments_are_refused_before_tuning() -> None:
         autoshard.fit("tiny-gpt2", max_steps=0, tune={"trials": 1})
 
 
+def test_a_tune_argument_autoshard_tune_does_not_take_is_named_with_the_closest() -> None:
+    """``tune={"trial_timeout": 60}`` (the flag's name) was "got an argument tune() does not take", naming none."""
+    with pytest.raises(UsageError, match="'trial_timeout' is not an argument of autoshard.tune\\(\\); did you mean "
+                                         "'trial_timeout_s'") as info:
+        autoshard.fit("tiny-gpt2", [], tune={"trial_timeout": 60}, max_steps=1, progress=False)
+    assert "micro_batch_sizes" in (info.value.hint or "")
+
+
 def test_tuning_under_a_launcher_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Under torchrun every rank would tune. (A worker fit() started itself reaches fit(tune=...) too, running the
     script again: it trains the plan the launching process tuned, tests/tuner/test_tune_study.py.)"""

@@ -141,6 +141,9 @@ def test_a_bug_in_the_users_model_stops_the_study(tmp_path: Path, monkeypatch: p
     ({"processes": 0}, "processes must be a positive whole number"),
     ({"top_strategies": 0}, "number of strategies to compare must be >= 1"),
     ({"micro_batch_sizes": [0]}, "micro-batch sizes must be positive"),
+    ({"batch_size": 8, "micro_batch_sizes": [4]}, "pass one of them"),  # ran every trial at 4, without a word
+    ({"study_name": " "}, "the study name is empty"),
+    ({"seed": -1}, r"seed must be a whole number from 0 to 2\*\*32 - 1"),  # was an internal error (Optuna's)
     ({"storage": "not-a-url"}, "neither a database URL nor a journal file"),
     ({"hardware": "dgx-h100", "processes": None}, "trials run on this machine, which has 0 CUDA device"),
 ])

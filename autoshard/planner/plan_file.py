@@ -232,9 +232,11 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise UsageError(f"{source} is not valid JSON: {e}.") from e
+    if isinstance(data, dict) and isinstance(data.get("best_plan"), dict) and "study_name" in data:
+        data = data["best_plan"]  # a tune summary.json: its best configuration's plan
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise UsageError(f"{source} is not an autoshard plan (expected \"kind\": \"{KIND}\").",
-                         hint="Write one with autoshard.export.export_plan(plan, output_dir).")
+                         hint=_not_a_plan_hint(data))
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise UsageError(f"{source} has schema_version {version!r}; this autoshard reads version {SCHEMA_VERSION}.",
@@ -260,6 +262,17 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
     return exported
 
 
+def _not_a_plan_hint(data: Any) -> str:
+    """How to get a plan from what was given instead."""
+    if isinstance(data, dict) and "recommended" in data and "candidates" in data:
+        return ("That is `autoshard recommend --json`'s answer; `autoshard recommend MODEL ... --output-dir DIR` "
+                "writes DIR/plan.json (and the configs).")
+    if isinstance(data, dict) and "study_name" in data:
+        return "That is a tune summary whose study has no best configuration yet: nothing to export."
+    return ("Write one with `autoshard recommend MODEL --output-dir DIR` (DIR/plan.json), `autoshard tune` "
+            "(its best/plan.json), or autoshard.export.export_plan(plan, output_dir).")
+
+
 def _traits(data: dict[str, Any], source: str) -> Traits | None:
     """The ``traits`` object, or ``None`` where the file predates them."""
     if "traits" not in data:
@@ -280,12 +293,15 @@ def write(exported: ExportedPlan, path: str | Path) -> Path:
 
 
 def read(path: str | Path) -> ExportedPlan:
-    """Read and validate ``plan.json`` (see :func:`loads`).
+    """Read and validate ``plan.json`` (see :func:`loads`): a path to it, or to a directory holding one (an
+    export's, or ``autoshard tune``'s ``best/``), or to a tune ``summary.json`` (its best plan).
 
     Raises:
         UsageError: the file is missing or malformed.
     """
     path = Path(path)
+    if path.is_dir() and (path / "plan.json").is_file():
+        path = path / "plan.json"
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:

@@ -70,6 +70,23 @@ def test_plan_json_round_trips(plan, strategy, tmp_path):
     assert plan_file.read(plan_file.write(e, tmp_path / "plan.json")) == e
 
 
+def test_a_plan_is_read_from_its_directory_or_a_tune_summary_and_recommends_answer_says_how_to_get_one(
+        plan, tmp_path):
+    """``autoshard export DIR/best`` was "Is a directory", a tune summary.json and recommend's --json answer were
+    "not an autoshard plan" with a Python-only hint."""
+    e = exported_for(plan, "ddp")
+    plan_file.write(e, tmp_path / "plan.json")
+    assert plan_file.read(tmp_path) == e
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"study_name": "s", "best_plan": e.to_dict(), "trials": []}))
+    assert plan_file.read(summary) == e
+    answer = tmp_path / "answer.json"
+    answer.write_text(json.dumps({"recommended": {}, "candidates": []}))
+    with pytest.raises(UsageError) as info:
+        plan_file.read(answer)
+    assert "recommend --json" in (info.value.hint or "") and "--output-dir DIR" in (info.value.hint or "")
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: "{not json", "not valid JSON"),
     (lambda d: {**d, "schema_version": 99}, "schema_version 99"),

@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import warnings
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,7 +146,8 @@ def run_study(
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
     try:
-        study = create_study(name, store, shown, fingerprint, space, seed, prune, warmup_steps)
+        study = create_study(name, store, shown, fingerprint, space, sampler_seed(seed, shared=storage is not None),
+                             prune, warmup_steps)
         notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
                  for n in storage_mod.fail_stale_trials(study)]
         enqueue_defaults(study, space)
@@ -199,6 +202,20 @@ def _default_name(planned: ExportedPlan) -> str:
     hw = planned.hardware
     device = hw.gpu or "cpu"
     return f"{planned.model.name}-{hw.gpus_per_node}x{device}-{planned.model.layout_hash[:8]}"
+
+
+def sampler_seed(seed: int, *, shared: bool) -> int:
+    """The sampler's seed: ``seed``; on a storage the user named (a study tuners on several nodes share), ``seed``
+    mixed with this host and process, so that two tuners started together do not draw the same points (TPE's
+    random start-up trials ignore the constant liar). The trials' training seed stays ``seed``.
+
+    Example:
+        >>> sampler_seed(7, shared=False), sampler_seed(7, shared=True) == sampler_seed(7, shared=True)
+        (7, True)
+    """
+    if not shared:
+        return seed
+    return zlib.crc32(f"{seed}:{socket.gethostname()}:{os.getpid()}".encode())
 
 
 def create_study(name: str, store: optuna.storages.BaseStorage, shown: str, fingerprint: Mapping[str, Any],

@@ -238,3 +238,16 @@ def test_fit_tunes_first_when_asked(study: tuple[autoshard.TuneResult, Path], tm
     fitted = json.loads(line.removeprefix("RESULT "))
     assert fitted["plan"] == result.best_plan.to_dict() and fitted["steps"] == 2
     assert any(n.startswith("Tuned with") for n in fitted["notes"])
+
+
+def test_tuners_sharing_a_storage_seed_their_samplers_apart() -> None:
+    """Two tuners on one PostgreSQL study, both --seed 0, ran the same configurations at once: TPE's random
+    start-up trials ignore the constant liar. On a named storage each process mixes its host and pid in."""
+    import subprocess
+    import sys
+
+    code = "from autoshard.tuner.study import sampler_seed; print(sampler_seed(0, shared=True), " \
+           "sampler_seed(0, shared=False))"
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+            for _ in range(2)]
+    assert runs[0][1] == runs[1][1] == "0" and runs[0][0] != runs[1][0]

@@ -180,7 +180,8 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
         elif plan.request.micro_batch_size is not None:
             micro = (plan.request.micro_batch_size,)
         else:
-            micro = _micro_batches(largest, plan.request.global_batch_size, hw.world_size)
+            micro = _micro_batches(largest, plan.request.global_batch_size, hw.world_size,
+                                   planned=best.candidate.micro_batch_size)
         block = plan.workload.block_class is not None
         ckpt = (False, True) if block and tune_checkpointing else (best.candidate.activation_checkpointing,)
         default_micro = best.candidate.micro_batch_size
@@ -193,9 +194,17 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
     return SearchSpace(strategies=tuple(out))
 
 
-def _micro_batches(largest: int, global_batch: int | None, world: int) -> tuple[int, ...]:
+def _micro_batches(largest: int, global_batch: int | None, world: int, *, planned: int | None = None
+                   ) -> tuple[int, ...]:
     """The largest micro-batch that fits and the powers of two below it (dividing the per-device batch when a
-    global batch is fixed)."""
+    global batch is fixed), with the planner's own choice ``planned`` among them when it is not above
+    ``largest``: the first trial runs the planner's recommendation, not the nearest value to it (which may not
+    fit).
+
+    Example:
+        >>> _micro_batches(97, None, 2), _micro_batches(97, None, 2, planned=51)
+        ((16, 32, 64, 97), (32, 51, 64, 97))
+    """
     values = {largest}
     p = 1
     while p < largest:
@@ -204,7 +213,10 @@ def _micro_batches(largest: int, global_batch: int | None, world: int) -> tuple[
     if global_batch is not None:
         per_device = global_batch // world
         values = {v for v in values if per_device % v == 0} or {1}
-    return tuple(sorted(values)[-MAX_MICRO_BATCH_CHOICES:])
+    ordered = sorted(values)[-MAX_MICRO_BATCH_CHOICES:]
+    if planned is not None and planned <= largest and planned not in ordered:
+        ordered = sorted([*ordered[1:], planned])
+    return tuple(ordered)
 
 
 def _categorical(trial: optuna.trial.BaseTrial, name: str, choices: tuple[Any, ...]) -> Any:

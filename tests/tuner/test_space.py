@@ -233,6 +233,14 @@ def test_micro_batch_choices(largest: int, global_batch: int | None, world: int,
     assert _micro_batches(largest, global_batch, world) == expected
 
 
+def test_the_planners_own_micro_batch_is_offered_so_the_first_trial_is_its_recommendation() -> None:
+    """A plan of DDP at micro-batch 51 (checkpointing lets 97 fit) gave the tuner 16, 32, 64 and 97: its
+    "planner" trial ran the nearest, 64, predicted not to fit, and the summary had nothing to compare."""
+    assert _micro_batches(97, None, 2, planned=51) == (32, 51, 64, 97)
+    assert _micro_batches(97, None, 2, planned=64) == (16, 32, 64, 97)  # already there
+    assert _micro_batches(8, None, 2, planned=12) == (1, 2, 4, 8)  # above what fits: not offered
+
+
 @pytest.mark.parametrize("top", [0, -1, True, 1.5, "2"])
 def test_bad_top_raises_usage_error(plans: dict[str, Plan], top: object) -> None:
     with pytest.raises(UsageError, match="number of strategies"):

@@ -137,7 +137,9 @@ def notes(exported: ExportedPlan) -> list[str]:
         # accelerate 1.15's launch_command sends use_cpu to simple_launcher: one process, unless MPI is configured.
         out.append(f"CPU processes: accelerate launch starts {exported.hardware.world_size} of them only through "
                    "MPI (mpirun_hostfile in accelerate_config.yaml); otherwise it starts one. launch.sh's torchrun "
-                   "line starts them all, and an Accelerator in your script joins them.")
+                   "line starts them all, and an Accelerator in your script joins them because launch.sh sets "
+                   "ACCELERATE_USE_CPU=1 (or pass Accelerator(cpu=True)): without it each process trains alone, "
+                   "its gradients never averaged.")
     return out
 
 

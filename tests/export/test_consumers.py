@@ -117,6 +117,18 @@ def test_accelerate_launch_runs_a_deepspeed_export(plan, tmp_path):
     assert got == {"world": 2, "train_batch_size": 4, "gradient_clipping": 0.0}
 
 
+def test_launch_sh_starts_cpu_ranks_an_accelerator_joins(plan, tmp_path):
+    """The README said an Accelerator joins launch.sh's torchrun processes on CPU; without ACCELERATE_USE_CPU it
+    did not (DistributedType.NO): each rank trained alone, its weights its own."""
+    pytest.importorskip("accelerate")
+    directory = write(cpu_plan(plan, "ddp", ranks=2), tmp_path)
+    (directory / "train.py").write_text("import runpy, sys\nsys.argv = [sys.argv[0], 'ddp']\n"
+                                        f"runpy.run_path({str(SCRIPTS / 'accelerate_train.py')!r}, "
+                                        "run_name='__main__')\n")
+    got = run(["bash", "launch.sh"], directory)
+    assert got == {"world": 2, "distributed_type": "MULTI_CPU", "synced": True}
+
+
 def test_accelerate_launch_clips_as_a_clipping_plan_says(plan, tmp_path):
     """A plan made with ``--grad-clip-norm``: DeepSpeed, started by ``accelerate launch`` from the exported files,
     clips at its norm."""

@@ -1,7 +1,8 @@
 """Two optimizer steps under ``accelerate launch`` (run in the export directory); rank 0 prints ``RESULT {...}``.
 
-``sys.argv[1]`` is what to check: ``deepspeed`` (the engine from ds_config.json) or ``hybrid`` (the parallelism
-config accelerate's launcher hands the ranks).
+``sys.argv[1]`` is what to check: ``deepspeed`` (the engine from ds_config.json), ``hybrid`` (the parallelism
+config accelerate's launcher hands the ranks) or ``ddp`` (a plain ``Accelerator()`` started by launch.sh's
+torchrun line: its ranks train together).
 """
 import json
 import os
@@ -30,7 +31,15 @@ def train(accelerator, model):
 
 
 model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
-if sys.argv[1] == "deepspeed":
+if sys.argv[1] == "ddp":  # a plain Accelerator under launch.sh's torchrun line on CPU processes
+    accelerator = Accelerator()
+    trained = train(accelerator, model)
+    total = torch.tensor([sum(p.detach().sum().item() for p in trained.parameters())])
+    sums = [torch.zeros(1) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(sums, total)
+    result(world=torch.distributed.get_world_size(), distributed_type=accelerator.distributed_type.value,
+           synced=len({round(t.item(), 6) for t in sums}) == 1)
+elif sys.argv[1] == "deepspeed":
     engine = train(Accelerator(), model)
     result(world=torch.distributed.get_world_size(), train_batch_size=engine.train_batch_size(),
            gradient_clipping=engine.gradient_clipping())

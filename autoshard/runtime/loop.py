@@ -154,7 +154,8 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             rows += batch_rows(batch) or planned_rows
             sync = micro == config.accumulation - 1
             batch = to_device(batch, ctx.device)
-            loss = _loss(backend, steps_fns, batch, sync=sync, checked=not first)
+            loss = _loss(backend, steps_fns, batch, sync=sync, checked=not first, planned_rows=planned_rows,
+                         step=position.step + 1)
             backend.backward(loss * scale if scale != 1.0 else loss, sync=sync)
             micro_losses.append(loss.detach())
         if batch is _END:  # the data ran out: an incomplete accumulation is not stepped
@@ -207,13 +208,26 @@ def _done(position: Position, config: LoopConfig) -> bool:
     return config.max_steps is not None and position.step >= config.max_steps
 
 
-def _loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool, checked: bool) -> torch.Tensor:
+def _loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool, checked: bool, planned_rows: int = 0,
+          step: int = 0) -> torch.Tensor:
     """Forward and loss, both under the backend's autocast; on the first micro-batch, a failure names what
-    arrived."""
+    arrived; later, a failure on a batch smaller than the plan's (a DataLoader's last) says so."""
     with backend.autocast():
-        if checked:
+        if not checked:
+            return _first_loss(backend, fns, batch, sync=sync)
+        try:
             return fns.loss(backend.forward(batch, sync=sync, call=fns.call), batch)
-        return _first_loss(backend, fns, batch, sync=sync)
+        except (torch.OutOfMemoryError, MemoryError, UserCodeError, UsageError):
+            raise
+        except Exception as e:
+            rows = batch_rows(batch)
+            if lost_peer(e) or rows is None or rows >= planned_rows:
+                raise
+            raise UserCodeError(
+                f"the model failed at step {step} on a batch of {rows} sample(s), where the others hold "
+                f"{planned_rows}: {type(e).__name__}: {e}",
+                hint="A DataLoader's last batch holds what is left of the data: DataLoader(..., drop_last=True) "
+                     "leaves it out (BatchNorm, for one, cannot train on a single sample).") from e
 
 
 def _first_loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool) -> torch.Tensor:

@@ -243,3 +243,14 @@ def test_a_forward_taking_the_dictionary_whole_gets_it_whole() -> None:
     assert len(result.losses) == 4 and all(0.2 < v < 2.0 for v in result.losses)
     assert describe(_WholeDict(), data[0]) == "model(batch), output.loss"
     assert describe(nn.Linear(8, 2), {"input": data[0]["image"]}).startswith("model(**batch)")  # a key it takes
+
+
+def test_a_failure_on_a_dataloaders_short_last_batch_says_so() -> None:
+    """BatchNorm on the one sample a DataLoader's last batch held: a bare ValueError after eight steps."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 2))
+    data = DataLoader(TensorDataset(torch.randn(33, 8), torch.randint(0, 2, (33,))), batch_size=16)
+    with pytest.raises(UserCodeError, match=r"failed at step 3 on a batch of 1 sample\(s\), where the others hold "
+                                            r"16: ValueError: Expected more than 1 value per channel") as info:
+        fit(model, data, loss_fn=F.cross_entropy, epochs=1, optimizer="sgd", progress=False)
+    assert "drop_last=True" in (info.value.hint or "")

@@ -312,6 +312,50 @@ def batch_rows(batch: Any) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
+def repeated_first_sample(batch: Any, n: int) -> Any:
+    """A batch of ``n`` copies of ``batch``'s first sample: each tensor's first row repeated, and a list of samples
+    held in the batch (variable-size images, a detection model's targets: as many elements as the batch has
+    samples) ``n`` times its first element. A list is of samples when it has as many elements as the batch's
+    tensors have rows, or, with no such tensor, when it holds tensors of differing shapes (and lists as long as
+    it are too).
+
+    Example:
+        >>> images = [torch.zeros(3, 24, 32), torch.zeros(3, 40, 32)]
+        >>> out = repeated_first_sample((images, torch.tensor([0, 1])), 3)
+        >>> [tuple(t.shape) for t in out[0]], out[1].tolist()
+        ([(3, 24, 32), (3, 24, 32), (3, 24, 32)], [0, 0, 0])
+    """
+    from autoshard.models.source import map_tensors
+
+    def repeat(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            return t
+        return t[:1].repeat(n, *([1] * (t.dim() - 1)))
+
+    parts = list(batch.values()) if isinstance(batch, dict) else list(batch) if _plain_sequence(batch) else None
+    if parts is None:
+        return map_tensors(repeat, batch)
+    rows = batch_rows(batch)
+    if rows is None:
+        ragged = [len(v) for v in parts if isinstance(v, list) and len(v) > 1
+                  and all(isinstance(t, torch.Tensor) for t in v) and len({tuple(t.shape) for t in v}) > 1]
+        rows = ragged[0] if ragged else None
+
+    def expand(value: Any) -> Any:
+        if isinstance(value, list) and value and len(value) == rows:
+            return [value[0]] * n
+        return map_tensors(repeat, value)
+
+    if isinstance(batch, dict):
+        return {k: expand(v) for k, v in batch.items()}
+    return type(batch)(expand(v) for v in batch)
+
+
+def _plain_sequence(value: Any) -> bool:
+    """A list or a tuple, not a named tuple (which :func:`repeated_first_sample` maps as a whole)."""
+    return type(value) in (list, tuple)
+
+
 def batched_as_it_comes(data: Any) -> bool:
     """Whether ``data`` yields batches ``fit()`` trains as they come, whose size no attribute gives: a
     ``DataLoader`` with a batch sampler of its own (no ``batch_size``), an ``IterableDataset`` or a generator. Not a

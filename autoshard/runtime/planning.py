@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import IterableDataset
 
 from autoshard.errors import NoFeasiblePlan, UsageError, UserCodeError
-from autoshard.models.source import ModelSource, map_tensors
+from autoshard.models.source import ModelSource
 from autoshard.models.step import describe, step_functions, unused_keys
 from autoshard.planner.plan_file import (
     ExportedPlan,
@@ -37,6 +37,7 @@ from autoshard.runtime.data import (
     fixed_batch_size,
     loader_batch_size,
     peek,
+    repeated_first_sample,
     samples_per_rank,
     size_as_it_comes,
 )
@@ -86,12 +87,7 @@ def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None,
         return copy.deepcopy(module, memo)
 
     def batch(batch_size: int) -> Any:
-        def repeat(t: Any) -> Any:
-            if not isinstance(t, torch.Tensor) or t.dim() == 0:
-                return t
-            return t[:1].repeat(batch_size, *([1] * (t.dim() - 1)))
-
-        return map_tensors(repeat, example_batch)
+        return repeated_first_sample(example_batch, batch_size)
 
     steps = step_functions(module, loss_fn=loss_fn, training_step=training_step)
     feeding = describe(module, example_batch, loss_fn=loss_fn, training_step=training_step)

@@ -254,3 +254,24 @@ def test_a_failure_on_a_dataloaders_short_last_batch_says_so() -> None:
                                             r"16: ValueError: Expected more than 1 value per channel") as info:
         fit(model, data, loss_fn=F.cross_entropy, epochs=1, optimizer="sgd", progress=False)
     assert "drop_last=True" in (info.value.hint or "")
+
+
+class _Ragged(nn.Module):
+    """A forward over a list of images of different heights, as detection and segmentation models take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.head = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8, 2)
+
+    def forward(self, images: list[torch.Tensor]) -> torch.Tensor:
+        return self.head(torch.stack([self.conv(im[None]).mean((0, 2, 3)) for im in images]))
+
+
+def test_a_list_of_variable_size_images_is_planned_by_the_image_not_by_its_channels() -> None:
+    """Planning repeated each image's first row (its channels) as if it were a batch: "expected input[1, 1, 24, 32]
+    to have 3 channels", blamed on the user's code."""
+    g = torch.Generator().manual_seed(0)
+    data = [([torch.randn(3, 16 + 8 * (j % 3), 16, generator=g) for j in range(4)],
+             torch.randint(0, 2, (4,), generator=g)) for _ in range(3)]
+    result = fit(_Ragged(), data, loss_fn=F.cross_entropy, max_steps=3, optimizer="sgd", progress=False)
+    assert len(result.losses) == 3 and result.plan.micro_batch_size == 4

@@ -4,6 +4,7 @@ checkpoints."""
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     epoch, consumed = start.epoch, start.batch_in_epoch
     batches: Iterator[Any] = feed.epoch(epoch, skip=consumed)
     first = True
+    sizes = _SampleSizes()
 
     def flush() -> None:
         if not pending:
@@ -152,6 +154,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
                 break
             consumed += 1
             rows += batch_rows(batch) or planned_rows
+            sizes.see(batch, position.step + 1, ctx.rank == 0)
             sync = micro == config.accumulation - 1
             batch = to_device(batch, ctx.device)
             loss = _loss(backend, steps_fns, batch, sync=sync, checked=not first, planned_rows=planned_rows,
@@ -206,6 +209,34 @@ _END = object()
 
 def _done(position: Position, config: LoopConfig) -> bool:
     return config.max_steps is not None and position.step >= config.max_steps
+
+
+class _SampleSizes:
+    """Warns once when a batch holds more elements per sample than the first: the plan's memory is for batches
+    like the first one (images of another size, sequences padded longer), and on a GPU a larger one may not fit."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.warned = False
+
+    def see(self, batch: Any, step: int, speak: bool) -> None:
+        if self.warned:
+            return
+        from autoshard.models.source import batch_values
+
+        tensors = [t for t in batch_values(batch) or [] if isinstance(t, torch.Tensor) and t.dim() > 0]
+        rows = batch_rows(batch)
+        if not tensors or not rows:
+            return
+        size = sum(t.numel() for t in tensors) / rows
+        if self.first is None:
+            self.first = size
+        elif size > self.first * 1.01:
+            self.warned = True
+            if speak:
+                warnings.warn(f"step {step}: a batch holds {size / self.first:.3g} x the elements per sample of the "
+                              "first batch, which the plan's memory is for: a larger batch may not fit on a GPU. "
+                              "Plan on the largest (pass it first, or pad every batch to one size).", stacklevel=3)
 
 
 def _loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool, checked: bool, planned_rows: int = 0,

@@ -275,3 +275,14 @@ def test_a_list_of_variable_size_images_is_planned_by_the_image_not_by_its_chann
              torch.randint(0, 2, (4,), generator=g)) for _ in range(3)]
     result = fit(_Ragged(), data, loss_fn=F.cross_entropy, max_steps=3, optimizer="sgd", progress=False)
     assert len(result.losses) == 3 and result.plan.micro_batch_size == 4
+
+
+def test_a_batch_larger_per_sample_than_the_first_is_warned_of_once() -> None:
+    """Four batches of 16 x 16 images, then four of 32 x 32 (four times the memory per sample): trained without a
+    word, on a plan made for the first."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+    data = [(torch.randn(4, 3, s, s), torch.randint(0, 2, (4,))) for s in (16,) * 4 + (32,) * 4]
+    with pytest.warns(UserWarning, match=r"step 5: a batch holds 4 x the elements per sample") as caught:
+        fit(model, data, loss_fn=F.cross_entropy, max_steps=8, optimizer="sgd", progress=False)
+    assert sum("elements per sample" in str(w.message) for w in caught) == 1

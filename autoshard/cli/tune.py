@@ -70,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
             prune=not args.no_prune, seed=args.seed, progress=not args.json,
         )
     except KeyboardInterrupt:  # the running trial's workers are stopped; it is recorded as interrupted
-        print(f"autoshard: interrupted; the same command resumes the study in {args.output_dir} "
-              "(a trial it was running runs again first).", file=sys.stderr)
+        print(f"autoshard: interrupted; what finished is in {Path(args.output_dir) / 'summary.md'}, and the same "
+              f"command resumes the study in {args.output_dir} (a trial it was running runs again first).",
+              file=sys.stderr)
         return 130
     if args.json:
         print_json(result.to_dict())

@@ -160,7 +160,12 @@ def run_study(
         observer = Observers(observers)
         loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, runner, observer=observer,
                          estimate=estimate)
-        loop.run()
+        try:
+            loop.run()
+        except KeyboardInterrupt:  # what finished before Ctrl-C is written out, then the tuner stops (exit 130)
+            _finish(study, plan, shown, out, [*notes, *loop.notes, "Interrupted (Ctrl-C): these are the trials "
+                    "finished before it; the same command resumes the study."], observer, estimate)
+            raise
         return _finish(study, plan, shown, out, notes + loop.notes, observer, estimate)
     finally:
         optuna.logging.set_verbosity(verbosity)

@@ -121,9 +121,12 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
     seen = {t.number: t for t in optuna.load_study(study_name=None, storage=f"sqlite:///{out / 'study.db'}").trials}
     assert seen[interrupted].state == optuna.trial.TrialState.FAIL
     assert seen[interrupted].user_attrs["failure"] == "interrupted"
+    written = json.loads((out / "summary.json").read_text())  # what finished is readable before any resume
+    assert any(note.startswith("Interrupted (Ctrl-C)") for note in written["notes"])
+    assert written["trials"][interrupted]["failure"] == "interrupted"
     assert [line for line in stderr.splitlines() if line.strip()] == [
-        f"autoshard: interrupted; the same command resumes the study in {out} (a trial it was running runs again "
-        "first)."]
+        f"autoshard: interrupted; what finished is in {out / 'summary.md'}, and the same command resumes the study "
+        f"in {out} (a trial it was running runs again first)."]
     config = seen[interrupted].user_attrs["config"]
 
     resumed_at = datetime.datetime.now()  # optuna's clock: local, naive

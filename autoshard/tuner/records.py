@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import optuna
 
 from autoshard.tuner.result import FailureClass, TrialConfig, TrialRecord, TrialState
+from autoshard.tuner.resume import RERUN_ATTR
 
 
 def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
@@ -34,7 +35,7 @@ def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
         predicted_samples_per_s=attrs.get("predicted_samples_per_s"),
         failure=None if failure is None else FailureClass(failure), message=attrs.get("message"),
         cached=bool(attrs.get("cached", False)), duplicate_of=attrs.get("duplicate_of"),
-        duration_s=attrs.get("duration_s"))
+        rerun_of=attrs.get(RERUN_ATTR), duration_s=attrs.get("duration_s"))
 
 
 def best_record(records: Sequence[TrialRecord]) -> TrialRecord | None:

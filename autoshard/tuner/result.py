@@ -98,6 +98,9 @@ class TrialRecord:
     result cache."""
     duplicate_of: int | None = None
     """The earlier trial of this study with the same configuration (such a trial does not use up the budget)."""
+    rerun_of: int | None = None
+    """The trial, stopped before it finished (Ctrl-C, a tuner that is gone), whose configuration this one runs
+    again."""
     duration_s: float | None = None
     """Wall-clock time the trial took, including starting its processes."""
 
@@ -129,6 +132,7 @@ class TrialRecord:
             "message": self.message,
             "cached": self.cached,
             "duplicate_of": self.duplicate_of,
+            "rerun_of": self.rerun_of,
             "duration_s": self.duration_s,
         }
 

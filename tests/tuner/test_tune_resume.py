@@ -142,6 +142,7 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
                   if t.datetime_start is not None and t.datetime_start >= resumed_at), key=lambda t: t.datetime_start)
     rerun = ran[0]  # the first trial the resumed tuner ran, ahead of the ones queued before it
     assert rerun.user_attrs.get("rerun_of") == interrupted and rerun.user_attrs["config"] == config
+    assert trials[rerun.number]["rerun_of"] == interrupted  # in summary.json and --json too, as tune.md says
     assert trials[rerun.number]["state"] == "complete"
     assert [t for t in payload["trials"] if t["config"] == config and t["state"] == "complete"]
     assert any(f"Trial {interrupted} was stopped before it finished" in note for note in payload["notes"])

@@ -429,6 +429,35 @@ class CensusCounter(FlopCounterMode):
         )
 
 
+class TrafficCensus(CensusCounter):
+    """The census without ``FlopCounterMode``'s module tracking (its hooks on every module's forward and
+    backward): the planner's census at micro-batch 2, taken in an unmeasured step
+    (:func:`autoshard.profiler.trace.trace_timelines`), costs less. Its FLOPs are totals only (no per-module
+    split). Like the base class it decomposes the composite ops it has no formula for, so that it counts the ops
+    the first micro-batch's census counts; that changes what a memory tracker sees, so it never runs in a
+    measured step.
+
+    Example:
+        >>> with TrafficCensus(display=False) as census:
+        ...     _ = torch.ones(4, 4) @ torch.ones(4, 4)
+        >>> census.census().matmul_flops
+        128
+    """
+
+    def __enter__(self) -> TrafficCensus:
+        from torch.utils.flop_counter import _FlopCounterMode  # the dispatch mode FlopCounterMode enters
+
+        self.flop_counts.clear()
+        self.mode = _FlopCounterMode(self)
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        if self.mode is not None:
+            self.mode.__exit__(*args)
+            self.mode = None
+
+
 def _is_view(packet: Any) -> bool:
     """Whether ``packet`` launches no kernel: a ``prim`` or ``profiler`` op (metadata, markers), or an op whose
     tensor-returning overloads return aliases of an input they do not write (a view: ``slice``, ``t``, ...)."""

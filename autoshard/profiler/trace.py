@@ -33,7 +33,7 @@ from autoshard.profiler.build_constants import fake_leftovers, real_schedules
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
 from autoshard.profiler.collection import gc_paused, older_objects_frozen, warm_up_checkpoint
 from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
-from autoshard.profiler.op_census import CensusCounter
+from autoshard.profiler.op_census import CensusCounter, TrafficCensus
 from autoshard.profiler.optimizers import make_optimizer
 from autoshard.profiler.options import Precision, ProfileOptions
 from autoshard.profiler.precision_cast import cast_floating_tensors, fake_module_conversions
@@ -114,10 +114,11 @@ def trace_timelines(
     ``allocation_log`` (a list), every allocation and free is appended to it (:mod:`autoshard.profiler.cuda_reserve`)
     and the first step is a whole step even without ``count_flops``. ``block_positions``: for a shallow copy of a
     deeper model under ``every-N`` checkpointing, where its blocks sit in that model (which of them ``every-N``
-    wraps; :mod:`autoshard.profiler.depth_checkpointing`). ``census_twice``: with ``count_flops``, count them (and
-    the op census) at the second micro-batch too, in an unmeasured step before its measured one: what of a step's
-    memory traffic comes once per micro-batch (autocast's weight casts) and what with each sample is told apart
-    from the two (:func:`autoshard.strategies.step_time.estimate`).
+    wraps; :mod:`autoshard.profiler.depth_checkpointing`). ``census_twice``: with ``count_flops``, take the op
+    census at the second micro-batch too, in an unmeasured step before its measured one
+    (:class:`~autoshard.profiler.op_census.TrafficCensus`: the census as the first micro-batch's is taken, less the
+    module tracking): what of a step's memory traffic comes once per micro-batch (autocast's weight casts) and
+    what with each sample is told apart from the two (:func:`autoshard.strategies.step_time.estimate`).
     """
     import gc
 
@@ -158,10 +159,11 @@ def trace_timelines(
                 batch = source.batch(batch_size, seq_len=options.seq_len)
                 if options.precision is Precision.BF16_TRUE:
                     batch = cast_floats(batch, torch.bfloat16)
-                counted = count_flops and (not i or (i == 1 and census_twice))
                 with hf_masks.as_run(batch):  # no mask where the run passes none (unpacked positions)
                     facts = _run_steps(source, at, model, batch, optimizer, tracker, blocks,
-                                       counted, semantics=semantics, warm=counted or not i)
+                                       count_flops and not i, semantics=semantics,
+                                       warm=not i or (count_flops and census_twice and i == 1),
+                                       census=count_flops and census_twice and i == 1)
                 del batch
                 steps.append((at, facts, tracker.peak, dict(tracker.phase_peaks), tracker.events,
                               time.perf_counter() - started))
@@ -263,9 +265,11 @@ def _run_steps(
     *,
     semantics: gpu.CudaSemanticsLike | None,
     warm: bool = True,
+    census: bool = False,
 ) -> StepFacts:
     """Run the steps on a built model (checkpointing already applied): the unmeasured first step when ``warm``,
-    then the measured one."""
+    then the measured one. ``census``: the first step is an unmeasured one taking the op census of its first
+    micro-batch (without FLOP counting's module tracking)."""
     facts = StepFacts()
     loss_fn = source.loss_fn or default_loss
     names = {id(m): n for n, m in model.named_modules()}
@@ -313,13 +317,15 @@ def _run_steps(
                 # The first step creates the optimizer state and counts FLOPs (whose module tracking keeps
                 # some tensors alive longer); memory is measured on the steady-state steps after it.
                 tracker.measuring = step > 0
-                if step == 0 and not count_flops and tracker.allocation_log is None:  # a replay needs the real one
+                if step == 0 and not (count_flops or census) and tracker.allocation_log is None:  # a replay needs it
                     _warm_start(model, optimizer, source, tracker, set_to_none=options.set_grads_to_none)
                     continue
                 first_forward = True
                 for micro in range(accumulation):
                     count = count_flops and step == 0 and micro == 0
                     flops_total = flops.counter(census=True) if count else None
+                    if census and step == 0 and micro == 0:
+                        flops_total = TrafficCensus(display=False, custom_mapping=flops.FLOP_FORMULAS)
                     if isinstance(flops_total, CensusCounter):
                         flops_total.block_of = tracker.block  # backward by the block running, not by ModTracker
                     with flops_total or contextlib.nullcontext():
@@ -347,6 +353,11 @@ def _run_steps(
                             facts.block_total_flops = dict(flops_total.block_flops)
                         else:
                             facts.block_total_flops = flops_by_module(flops_total, model)
+                    elif isinstance(flops_total, TrafficCensus):
+                        facts.census = flops_total.census()
+                if census and step == 0:  # the census is of forward and backward: the optimizer's state exists
+                    optimizer.zero_grad(set_to_none=options.set_grads_to_none)
+                    continue
                 facts.gradient_bytes = tracker.totals[Category.GRADIENTS]
                 facts.unused = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
                 tracker.phase = "optimizer"

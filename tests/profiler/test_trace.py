@@ -293,3 +293,38 @@ def test_batch_norm_over_features_traces_at_micro_batch_one_as_the_planner_trace
     assert real.peak_bytes == peaks[1]
     with pytest.raises(ValueError, match="Expected more than 1 value per channel"):
         torch.nn.BatchNorm1d(4).train()(torch.randn(1, 4))  # outside a trace, torch's checks hold
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_census_at_the_second_micro_batch_leaves_the_measured_steps_as_they_were(precision, checkpointing):
+    """The planner's sessions take the op census at micro-batch 2 too (the memory traffic's part per micro-batch
+    and part per sample), in an unmeasured forward and backward: every profile and timeline is the same as
+    without it, event for event."""
+    import dataclasses
+
+    from autoshard.profiler.trace import trace_timelines
+
+    def same(a: object, b: object) -> bool:
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and torch.equal(a, b)
+        if dataclasses.is_dataclass(a) and not isinstance(a, type):
+            return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
+                       if f.name not in ("trace_seconds", "census"))
+        if isinstance(a, (list, tuple)):
+            return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(same, a, b))
+        if isinstance(a, dict):
+            return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        return a == b
+
+    options = ProfileOptions(batch_size=1, precision=precision, optimizer="adamw", target="cuda",
+                             checkpointing="full" if checkpointing else "none")
+    from autoshard.models import load_source
+
+    source = load_source("tiny-llama")  # SDPA, whose composite a FLOP counter decomposes: it must not be measured
+    plain = trace_timelines(source, options, (1, 2, 3))
+    counted = trace_timelines(source, options, (1, 2, 3), census_twice=True)
+    for (profile, _, timeline), (profile_2, _, timeline_2) in zip(plain, counted, strict=True):
+        assert same(profile, profile_2) and same(timeline, timeline_2)  # the peaks' snapshots are in the profile
+    assert plain[1][0].census is None and counted[1][0].census is not None
+    assert counted[1][0].census.matmul_flops == 2 * counted[0][0].census.matmul_flops  # FLOPs scale with samples

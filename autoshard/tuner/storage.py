@@ -115,8 +115,9 @@ def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], stora
     if differences:
         raise UsageError(f"study {study.study_name!r} in {storage_name} was made for another job — "
                          + "; ".join(differences) + ".",
-                         hint="Start fresh with another --study-name (or --output-dir), or delete the study "
-                              "(optuna delete-study --study-name NAME --storage URL).")
+                         hint="Start fresh with another --output-dir (with --storage, another --study-name as "
+                              "well: an output directory holds one study), or delete the study (optuna "
+                              "delete-study --study-name NAME --storage URL) and its output directory.")
 
 
 def owner() -> dict[str, Any]:

@@ -199,8 +199,8 @@ def _check_output_dir(out: Path, name: str) -> None:
     if isinstance(previous, str) and previous != name:
         raise UsageError(f"{out} holds the results of study {previous!r}; this is study {name!r}, whose trials/, "
                          "best/ and summary would replace them.",
-                         hint=f"Pass another --output-dir, or --study-name {previous} to go on with that study "
-                              "(output_dir= / study_name= in Python).")
+                         hint=f"Pass another --output-dir for this study (output_dir= in Python); --study-name "
+                              f"{previous} goes on with that one, for the job it was made for.")
 
 
 def _default_name(planned: ExportedPlan) -> str:

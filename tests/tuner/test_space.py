@@ -233,6 +233,16 @@ def test_micro_batch_choices(largest: int, global_batch: int | None, world: int,
     assert _micro_batches(largest, global_batch, world) == expected
 
 
+def test_micro_batches_none_of_which_fits_are_refused_before_any_trial(plans: dict[str, Plan]) -> None:
+    """--batch-sizes 262144 ran 50 trials, each predicted not to fit, then said "see the trials' logs" (none)."""
+    plan = plans["gpu"]
+    largest = max(e.max_micro_batch_size for e in plan.candidates if e.fits)
+    with pytest.raises(UsageError, match=f"none of the micro-batches \\[{largest + 1}\\] fits: the largest that "
+                                         f"fits is {largest}"):
+        build_space(plan, top=100, micro_batch_sizes=[largest + 1])
+    assert build_space(plan, top=100, micro_batch_sizes=[largest, largest + 1])  # one that fits is enough
+
+
 def test_the_planners_own_micro_batch_is_offered_so_the_first_trial_is_its_recommendation() -> None:
     """A plan of DDP at micro-batch 51 (checkpointing lets 97 fit) gave the tuner 16, 32, 64 and 97: its
     "planner" trial ran the nearest, 64, predicted not to fit, and the summary had nothing to compare."""

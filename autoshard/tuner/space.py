@@ -170,11 +170,11 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
     if micro_batch_sizes is not None:
         fits = {name: max(e.max_micro_batch_size for e in fitting[name]) for name in chosen}
         if min(micro_batch_sizes) > max(fits.values(), default=0):
-            best = max(fits, key=lambda n: fits[n])
+            widest = max(fits, key=lambda n: fits[n])
             raise UsageError(f"none of the micro-batches {sorted(set(micro_batch_sizes))} fits: the largest that "
-                             f"fits is {fits[best]} ({best}).",
-                             hint=f"Try micro-batches up to {fits[best]} (--batch-sizes), or drop them to tune the "
-                                  "planner's.")
+                             f"fits is {fits[widest]} ({widest}).",
+                             hint=f"Try micro-batches up to {fits[widest]} (--batch-sizes), or drop them to tune "
+                                  "the planner's.")
     out = []
     for name in chosen:
         evaluations = fitting[name]

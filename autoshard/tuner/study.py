@@ -39,7 +39,7 @@ from autoshard.tuner.machine import trial_hardware, worker_environ, worker_threa
 from autoshard.tuner.observer import Observers, TuneObserver
 from autoshard.tuner.pruner import SlowerThanBestPruner
 from autoshard.tuner.records import best_record, record
-from autoshard.tuner.result import TrialState, TuneResult
+from autoshard.tuner.result import TrialRecord, TrialState, TuneResult
 from autoshard.tuner.resume import RERUN, enqueue_reruns
 from autoshard.tuner.runner import TrialRunner, TrialSpec, run_trial
 from autoshard.tuner.space import SearchSpace, build_space, check_space_arguments
@@ -257,6 +257,22 @@ def enqueue_defaults(study: optuna.Study, space: SearchSpace) -> None:
                             skip_if_exists=True)
 
 
+def running_elsewhere(records: Sequence[TrialRecord]) -> list[str]:
+    """A note on the trials still running when this tuner finishes (it runs none by then: another tuner sharing
+    the study does): this summary is the study as it stands, not as it ends.
+
+    Example:
+        >>> running_elsewhere([TrialRecord(number=4, state=TrialState.RUNNING, config=None)])[0][:40]
+        'Trial(s) 4 still running in another tun'
+    """
+    elsewhere = [r.number for r in records if r.state is TrialState.RUNNING]
+    if not elsewhere:
+        return []
+    return [f"Trial(s) {', '.join(map(str, elsewhere))} still running in another tuner sharing this study: the best "
+            "may change; the same command, run again once they finish, writes the study's summary and best/ afresh "
+            "(it adds no trial when the budget is spent)."]
+
+
 def _finish(study: optuna.Study, plan: Plan, shown: str, out: Path, notes: list[str],
             observer: TuneObserver, estimate: Any) -> TuneResult:
     """The study's result, with the estimate of a trial's time the observers (``summary.json``) report too."""
@@ -264,11 +280,7 @@ def _finish(study: optuna.Study, plan: Plan, shown: str, out: Path, notes: list[
 
     records = tuple(record(t) for t in study.get_trials(deepcopy=False))
     best = best_record(records)
-    elsewhere = [r.number for r in records if r.state is TrialState.RUNNING]  # this tuner runs none by now
-    if elsewhere:
-        notes = [*notes, f"Trial(s) {', '.join(map(str, elsewhere))} still running in another tuner sharing this "
-                         "study: the best may change; the same command, run again once they finish, writes the "
-                         "study's summary and best/ afresh (it adds no trial when the budget is spent)."]
+    notes = [*notes, *running_elsewhere(records)]
     planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("origin") == "planner"]
     measured = [t for t in planned if t.user_attrs.get("failure") not in RERUN]  # not its interrupted run
     planner = next((t.number for t in measured or planned), None)

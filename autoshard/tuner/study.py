@@ -262,8 +262,8 @@ def running_elsewhere(records: Sequence[TrialRecord]) -> list[str]:
     the study does): this summary is the study as it stands, not as it ends.
 
     Example:
-        >>> running_elsewhere([TrialRecord(number=4, state=TrialState.RUNNING, config=None)])[0][:40]
-        'Trial(s) 4 still running in another tun'
+        >>> running_elsewhere([TrialRecord(number=4, state=TrialState.RUNNING, config=None)])[0][:41]
+        'Trial(s) 4 still running in another tuner'
     """
     elsewhere = [r.number for r in records if r.state is TrialState.RUNNING]
     if not elsewhere:

@@ -48,6 +48,7 @@ def tune(
     use_cache: bool = True,
     prune: bool = True,
     seed: int = 0,
+    compress_gradients: bool = False,
     progress: bool = True,
     space: SearchSpace | None = None,
     runner: TrialRunner = run_trial,
@@ -88,6 +89,8 @@ def tune(
             again.
         prune: stop trials that run at less than half the best throughput.
         seed: the sampler's seed (and the trials' training seed).
+        compress_gradients: also tune DDP's gradient compression (fp16 / bf16 compression, PowerSGD), which
+            changes what training computes: off unless asked, as FSDP2's ``reduce_dtype`` is never tuned.
         progress: show a progress bar on stderr.
         space: search this space instead of the one built from the plan (:func:`~autoshard.tuner.space.build_space`);
             its strategies are checked against the plan's.
@@ -114,5 +117,5 @@ def tune(
         seq_len=seq_len, precision=precision, optimizer=optimizer, grad_clip_norm=grad_clip_norm, trials=trials,
         timeout_s=timeout_s, trial_timeout_s=trial_timeout_s, steps=steps, warmup_steps=warmup_steps, storage=storage,
         study_name=study_name, output_dir=output_dir, cache_dir=cache_dir, use_cache=use_cache, prune=prune,
-        seed=seed, space=space, runner=runner, observers=observers,
+        seed=seed, compress_gradients=compress_gradients, space=space, runner=runner, observers=observers,
     )

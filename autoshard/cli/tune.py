@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure and trace again: use neither the result cache nor the workload cache")
     parser.add_argument("--no-prune", action="store_true", help="run every trial to the end")
     parser.add_argument("--seed", type=int, default=0, help="sampler and training seed (default 0)")
+    parser.add_argument("--compress-gradients", action="store_true",
+                        help="also tune DDP's gradient compression (fp16/bf16 hooks, PowerSGD), which changes what "
+                             "training computes (default: gradients reduced as they are)")
     add_hardware_arguments(parser)
 
 
@@ -67,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout, trial_timeout_s=args.trial_timeout, steps=args.steps,
             warmup_steps=args.warmup_steps, storage=args.storage, study_name=args.study_name,
             output_dir=args.output_dir, cache_dir=args.cache_dir, use_cache=not args.no_cache,
-            prune=not args.no_prune, seed=args.seed, progress=not args.json,
+            prune=not args.no_prune, seed=args.seed, compress_gradients=args.compress_gradients,
+            progress=not args.json,
         )
     except KeyboardInterrupt:  # the running trial's workers are stopped; it is recorded as interrupted
         print(f"autoshard: interrupted; what finished is in {Path(args.output_dir) / 'summary.md'}, and the same "

@@ -14,6 +14,8 @@ Left out (``Knob.tuned`` is false, set by the strategy that owns the knob), each
   PowerSGD at step 2 (the earliest PowerSGD allows) so that they measure it at all; the exported best keeps
   the default.
 * ``reduce_dtype`` (FSDP2) — changes the numerics of gradient reduction; a user's choice, not a tuner's.
+* ``comm_hook`` (DDP) — fp16 / bf16 compression and PowerSGD change the numerics the same way; offered only with
+  ``compress_gradients`` (``--compress-gradients``), and PowerSGD's rank with it.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def check_space_arguments(top: int, micro_batch_sizes: Sequence[int] | None) -> 
 
 
 def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | None = None,
-                tune_checkpointing: bool = True, max_micro_batch_size: int | None = None) -> SearchSpace:
+                tune_checkpointing: bool = True, max_micro_batch_size: int | None = None,
+                compress_gradients: bool = False) -> SearchSpace:
     """The space for ``plan``: its ``top`` best-scoring fitting strategies (the recommendation first).
 
     Args:
@@ -149,6 +152,8 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
         tune_checkpointing: offer activation checkpointing on and off where the model has repeated blocks.
         max_micro_batch_size: a cap on the default micro-batches besides memory (on a CPU machine, so that trials
             finish in seconds: :func:`autoshard.tuner.estimate.cpu_micro_batch_cap`).
+        compress_gradients: offer DDP's gradient compression hooks (and PowerSGD's rank); without it DDP
+            reduces its gradients as they are, its default (:data:`COMPRESSING`).
 
     Raises:
         UsageError: ``top`` < 1 or a micro-batch below 1.
@@ -197,9 +202,18 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
             default_micro = min(micro, key=lambda m: (abs(m - default_micro), -m))
         out.append(StrategySpace(
             strategy=name, family=strategy.family, micro_batch_sizes=micro, checkpointing=ckpt,
-            knobs=tuple(k for k in strategy.knobs(hw) if k.tuned),
+            knobs=tuple(k for k in strategy.knobs(hw) if k.tuned and (compress_gradients or not _compresses(k))),
             default_micro_batch_size=default_micro, default_checkpointing=best.candidate.activation_checkpointing))
     return SearchSpace(strategies=tuple(out))
+
+
+COMPRESSING = "comm_hook"
+"""The knob that compresses gradients (fp16 / bf16 casts, PowerSGD's low-rank approximation): it changes what
+training computes, so the tuner offers it only when asked, with the knobs that apply under it."""
+
+
+def _compresses(knob: Knob) -> bool:
+    return knob.name == COMPRESSING or (knob.when is not None and knob.when[0] == COMPRESSING)
 
 
 def _micro_batches(largest: int, global_batch: int | None, world: int, *, planned: int | None = None

@@ -76,6 +76,7 @@ def run_study(
     use_cache: bool = True,
     prune: bool = True,
     seed: int = 0,
+    compress_gradients: bool = False,
     space: SearchSpace | None = None,
     runner: TrialRunner = run_trial,
     observers: Sequence[TuneObserver] = (),
@@ -129,7 +130,8 @@ def run_study(
         flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
         if space is None:
             cap = None if flops_per_s is None else cpu_micro_batch_cap(plan, steps, flops_per_s)
-            space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes, max_micro_batch_size=cap)
+            space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes, max_micro_batch_size=cap,
+                                compress_gradients=compress_gradients)
         else:
             _check_space(space, plan)
         estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,

@@ -141,9 +141,21 @@ def test_gpu_space_offers_zero3_and_fsdp_knobs(plans: dict[str, Plan]) -> None:
 @pytest.mark.parametrize(("plan_name", "offers_bf16_compress"), [("cpu", False), ("gpu", True)])
 def test_ddp_offers_bf16_compression_only_with_nccl(plans: dict[str, Plan], plan_name: str,
                                                      offers_bf16_compress: bool) -> None:
-    ddp = build_space(plans[plan_name], top=100).space_of("ddp")
+    ddp = build_space(plans[plan_name], top=100, compress_gradients=True).space_of("ddp")
     hooks = next(k.choices for k in ddp.knobs if k.name == "comm_hook")
     assert ("bf16_compress" in hooks) is offers_bf16_compress
+
+
+@pytest.mark.parametrize("plan_name", ["cpu", "gpu"])
+def test_gradient_compression_is_offered_only_when_asked(plans: dict[str, Plan], plan_name: str) -> None:
+    """PowerSGD won a study on its own (rank 14), and the plan carried it with compression from step 1000 where
+    the trial had measured it from step 2: compression changes what training computes, as reduce_dtype does."""
+    plan = plans[plan_name]
+    ddp = build_space(plan, top=100).space_of("ddp")
+    assert not {"comm_hook", "matrix_approximation_rank"} & {k.name for k in ddp.knobs}
+    assert ddp.knobs  # bucket size, bucket views, static graph: still tuned
+    for params, config, _ in ask_configs(build_space(plan, top=1), plan, optuna.samplers.RandomSampler(seed=0)):
+        assert "comm_hook" not in config.settings and not any("comm_hook" in p for p in params)
 
 
 @pytest.mark.parametrize("plan_name", ["cpu", "gpu"])
@@ -160,7 +172,7 @@ def test_every_suggested_config_passes_the_planners_evaluation(plans: dict[str, 
 
 def test_powersgd_rank_is_asked_only_with_the_powersgd_hook(plans: dict[str, Plan]) -> None:
     plan = plans["cpu"]
-    space = build_space(plan, top=1)
+    space = build_space(plan, top=1, compress_gradients=True)
     assert space.strategies[0].strategy == "ddp"
     asked = ask_configs(space, plan, optuna.samplers.RandomSampler(seed=0))
     seen = set()

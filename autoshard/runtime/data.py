@@ -332,9 +332,9 @@ def repeated_first_sample(batch: Any, n: int) -> Any:
             return t
         return t[:1].repeat(n, *([1] * (t.dim() - 1)))
 
-    parts = list(batch.values()) if isinstance(batch, dict) else list(batch) if _plain_sequence(batch) else None
-    if parts is None:
+    if type(batch) not in (dict, list, tuple):  # a tensor, a dataclass, a named tuple, a BatchEncoding: as a whole
         return map_tensors(repeat, batch)
+    parts = list(batch.values()) if isinstance(batch, dict) else list(batch)
     rows = batch_rows(batch)
     if rows is None:
         ragged = [len(v) for v in parts if isinstance(v, list) and len(v) > 1
@@ -349,11 +349,6 @@ def repeated_first_sample(batch: Any, n: int) -> Any:
     if isinstance(batch, dict):
         return {k: expand(v) for k, v in batch.items()}
     return type(batch)(expand(v) for v in batch)
-
-
-def _plain_sequence(value: Any) -> bool:
-    """A list or a tuple, not a named tuple (which :func:`repeated_first_sample` maps as a whole)."""
-    return type(value) in (list, tuple)
 
 
 def batched_as_it_comes(data: Any) -> bool:

@@ -73,6 +73,23 @@ def _forward_parameters(module: nn.Module) -> list[inspect.Parameter] | None:
         return None
 
 
+def optional_positionals(module: nn.Module) -> list[str]:
+    """The positional arguments of ``module.forward`` that have a default, in order: a tuple batch's elements past
+    the required ones do not reach them (:func:`split` sends them to the loss), which a forward that asserts its
+    ``targets`` in training (torchvision's detection models) does not expect.
+
+    Example:
+        >>> class Detector(torch.nn.Module):
+        ...     def forward(self, images, targets=None): ...
+        >>> optional_positionals(Detector()), optional_positionals(torch.nn.Linear(2, 2))
+        (['targets'], [])
+    """
+    params = _forward_parameters(module) or []
+    return [p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                 inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            and p.default is not inspect.Parameter.empty]
+
+
 def keyword_inputs(module: nn.Module) -> frozenset[str] | None:
     """The argument names ``module.forward`` takes by keyword (``None``: it takes ``**kwargs``, or its signature
     cannot be read).
@@ -275,7 +292,11 @@ def describe(module: nn.Module, batch: Batch, *, loss_fn: LossFn | None = None,
         return "model(**batch)" + (", loss_fn(output, batch)" if loss_fn else ", output.loss")
     parts = split(batch, positional_inputs(module))
     if parts is not None:
-        return f"model(*batch[:{len(parts[0])}]), loss_fn(output, the rest of the batch)"
+        fed = len(parts[0])
+        unfed = optional_positionals(module)[:len(batch) - fed]
+        skipped = (f" (not its {', '.join(unfed)}, which has a default: give it none, or pass training_step=, to "
+                   "feed it the rest)") if unfed else ""
+        return f"model(*batch[:{fed}]){skipped}, loss_fn(output, the rest of the batch)"
     if isinstance(batch, (tuple, list)):
         return "model(*batch)" + (", loss_fn(output, batch)" if loss_fn else "")
     return "model(batch)" + (", loss_fn(output, batch)" if loss_fn else "")

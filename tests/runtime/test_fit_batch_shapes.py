@@ -286,3 +286,28 @@ def test_a_batch_larger_per_sample_than_the_first_is_warned_of_once() -> None:
     with pytest.warns(UserWarning, match=r"step 5: a batch holds 4 x the elements per sample") as caught:
         fit(model, data, loss_fn=F.cross_entropy, max_steps=8, optimizer="sgd", progress=False)
     assert sum("elements per sample" in str(w.message) for w in caught) == 1
+
+
+class _Detector(nn.Module):
+    """A forward whose targets have a default and are asserted in training, as torchvision's detection models."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, images: torch.Tensor, targets: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        assert targets is not None, "targets should not be none when in training mode"
+        return {"loss": F.cross_entropy(self.head(images), targets)}
+
+
+def test_a_forward_whose_targets_have_a_default_is_told_they_were_not_fed() -> None:
+    """(images, targets) batches feed model(images) when targets has a default: the assertion in the model's own
+    code said nothing of why."""
+    data = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(2)]
+    with pytest.raises(UserCodeError, match="targets should not be none") as info:
+        fit(_Detector(), data, max_steps=1, optimizer="sgd", progress=False)
+    assert "not its targets, which has a default" in (info.value.hint or "")
+    assert "training_step=" in (info.value.hint or "")
+    result = fit(_Detector(), data, max_steps=2, optimizer="sgd", progress=False,
+                 training_step=lambda model, batch: model(*batch)["loss"])
+    assert len(result.losses) == 2

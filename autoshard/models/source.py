@@ -255,6 +255,18 @@ def batch_values(batch: Batch) -> list[Any] | None:
     return None
 
 
+def batch_rows(batch: Any) -> int | None:
+    """The samples in ``batch``: the first dimension its top-level tensors share (``None`` when they disagree or
+    it holds none).
+
+    Example:
+        >>> batch_rows((torch.zeros(32, 8), torch.zeros(32))), batch_rows({"x": torch.zeros(4, 2), "n": 3})
+        (32, 4)
+    """
+    sizes = {t.shape[0] for t in batch_values(batch) or [] if isinstance(t, torch.Tensor) and t.dim() > 0}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
 def map_tensors(fn: Callable[[Any], Any], batch: Batch) -> Batch:
     """``batch`` with ``fn`` applied to every leaf (tensors and whatever else it holds), as ``tree_map`` does,
     inside dataclass instances too (rebuilt with :func:`dataclasses.replace` over their ``init`` fields), which

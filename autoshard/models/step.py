@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from autoshard.errors import UsageError
-from autoshard.models.source import Batch, CallFn, LossFn, batch_values, call_model
+from autoshard.models.source import Batch, CallFn, LossFn, batch_rows, call_model
 
 TrainingStep = Callable[[nn.Module, Batch], torch.Tensor]
 
@@ -217,8 +217,7 @@ def output_loss(output: Any, batch: Batch) -> torch.Tensor:
         return loss
     labels = (" (a Hugging Face model computes one when the batch has `labels`)"
               if hasattr(output, "to_tuple") and isinstance(batch, Mapping) and "labels" not in batch else "")
-    rows = {t.shape[0] for t in batch_values(batch) or [] if isinstance(t, torch.Tensor) and t.dim() > 0}
-    shape = _shape_of(output, rows.pop() if len(rows) == 1 else None)
+    shape = _shape_of(output, batch_rows(batch))
     raise UsageError(f"the model's output is {shape}, with no loss{labels}: fit() needs one to train on.",
                      hint="Pass loss_fn=(output, batch) -> scalar, or training_step=(model, batch) -> loss.")
 

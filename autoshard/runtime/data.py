@@ -24,6 +24,7 @@ from torch.utils.data import (
 )
 
 from autoshard.errors import UsageError
+from autoshard.models.source import batch_rows
 from autoshard.runtime.distributed import RunContext
 
 
@@ -296,20 +297,6 @@ def fixed_batch_size(data: Any) -> int | None:
     if isinstance(data, (list, tuple)) and data:
         return batch_rows(data[0])
     return None
-
-
-def batch_rows(batch: Any) -> int | None:
-    """The samples in ``batch``: the first dimension its top-level tensors share (``None`` when they disagree or
-    it holds none).
-
-    Example:
-        >>> batch_rows((torch.zeros(32, 8), torch.zeros(32))), batch_rows({"x": torch.zeros(4, 2), "n": 3})
-        (32, 4)
-    """
-    from autoshard.models.source import batch_values
-
-    sizes = {t.shape[0] for t in batch_values(batch) or [] if isinstance(t, torch.Tensor) and t.dim() > 0}
-    return sizes.pop() if len(sizes) == 1 else None
 
 
 def repeated_first_sample(batch: Any, n: int) -> Any:

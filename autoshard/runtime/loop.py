@@ -39,7 +39,7 @@ class LoopConfig:
     """Stop after this many passes over the data (``None``: until ``max_steps``)."""
     samples_per_step: int
     """Samples per optimizer step over all ranks, as planned; a step's metrics count the rows its batches held
-    (:func:`autoshard.runtime.data.batch_rows`), this where a batch does not say."""
+    (:func:`autoshard.models.source.batch_rows`), this where a batch does not say."""
     tokens_per_sample: int | None
     log_every: int = 10
     """Steps between the all-reduces that turn per-rank losses into reported ones."""

@@ -14,6 +14,9 @@
 #   kernels         python benchmarks/gpu_kernels.py: GEMM (GPT-2's unaligned LM head among them, and an alignment
 #                   sweep), fused-attention
 #                   and memory-bound rates on this GPU beside the step-time model's time for each
+#   breakdown       python benchmarks/step_breakdown.py: one step of GPT-2 (bf16, fp16), BERT-large (fp16) and a
+#                   1.1B Llama under torch.profiler, its kernel time by part (matmul, attention, memory-bound,
+#                   optimizer) and the GPU's idle time beside the step-time model's parts (--short: the first three)
 #   probe           python benchmarks/sdpa_probe.py --snapshot: the attention kernel CUDA picks for Llama-2 and
 #                   Mistral blocks (fp32, bf16) and the allocations live at each step's peak (2026-11-28: Mistral fp32
 #                   batch 4 still 4.7 % under); the dry run checks its arguments only
@@ -35,13 +38,13 @@
 #                   checkpointed block with real CUDA launches, against the CPU figures the step-time model uses
 #
 # A failed or timed-out step is recorded and the campaign goes on; a memory step in which any case failed is
-# "failed" (its table is still written). The limits add up to 36 minutes (setup counted four times); one device
+# "failed" (its table is still written). The limits add up to 37 minutes (setup counted four times); one device
 # call runs 10 minutes at most, so the whole campaign is four calls:
 #
 #   --steps pytest,kernels,memory-single          40 + 120 + 30 + 400 s
 #   --steps memory-sharded,published,zero-hooks   40 + 150 + 250 + 150 s
 #   --steps ops,strategies                        40 + 150 + 380 s
-#   --steps probe,host,fsdp-hooks                 40 + 90 + 60 + 240 s
+#   --steps breakdown,probe,host,fsdp-hooks       40 + 60 + 90 + 60 + 240 s
 #
 # --short is the campaign for ONE call (a session is lent 15 minutes of device time, starting the machine
 # included), in its own order: first what the two sessions of 2026-11-28 could not explain — the host's side of
@@ -50,12 +53,14 @@
 # what they did not reach:
 #
 #   setup            40 s
+#   breakdown        40 s  step_breakdown.py --steps 3, gpt2-bf16, gpt2-fp16, bert-large-fp16: where a step's GPU
+#                          time goes, by part (GPT-2's whole step measured 0.0487 s, predicted 0.0397)
 #   host             60 s  host_overhead.py --device cuda, GPT-2 medium and Llama 3.2 1B, 6 steps, 2 repeats
 #   zero-hooks      110 s  zero_hooks.py --accelerator cuda --passes hooks step, 16 and 64 layers, 1 repeat:
 #                          forward + backward (8 processes) and engine.step() of the narrow stack (10)
 #   fsdp-hooks       60 s  fsdp_hooks.py --accelerator cuda, torch-bf16, fsdp-raf-bf16, fsdp-keep-bf16, 1 repeat (12)
-#   strategies      120 s  gpt2 (90 s reached DDP, shard-grad-op, ZeRO-2 only: now ZeRO-1 / ZeRO-3 / full-shard)
-#   memory-single   100 s  llama-3-8b (5 cases left), mistral-7b, t5-small, bert-base-uncased, resnet50
+#   strategies      100 s  gpt2 (90 s reached DDP, shard-grad-op, ZeRO-2 only: now ZeRO-1 / ZeRO-3 / full-shard)
+#   memory-single    80 s  llama-3-8b (5 cases left), mistral-7b, t5-small, bert-base-uncased, resnet50
 #   memory-sharded   60 s  llama-2-7b (refused by the benchmark then, fixed), gpt2
 #   published        40 s  the single-GPU guide's BERT-large vanilla: the planner's kept gradients (049f669) on a GPU
 #                  ----
@@ -87,8 +92,8 @@ PLAN=0
 STEPS_GIVEN=0
 OUT_DIR=""
 # Every step, in the order the full campaign runs them; --short runs SHORT_STEPS, in that order, first.
-ORDER="pytest kernels probe memory-single memory-sharded published zero-hooks fsdp-hooks ops strategies host"
-SHORT_STEPS="host zero-hooks fsdp-hooks strategies memory-single memory-sharded published"
+ORDER="pytest kernels breakdown probe memory-single memory-sharded published zero-hooks fsdp-hooks ops strategies host"
+SHORT_STEPS="breakdown host zero-hooks fsdp-hooks strategies memory-single memory-sharded published"
 STEPS="${ORDER// /,}"
 MODELS=""
 SITE="${TMPDIR:-/tmp}/autoshard-gpu-site"
@@ -115,7 +120,7 @@ done
 wanted() { [[ ",$STEPS," == *",$1,"* ]]; }
 
 # Per-step limits in seconds (GPU; the dry run uses its own, smaller ones).
-declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [probe]=90 [memory-single]=400 [memory-sharded]=150
+declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [breakdown]=60 [probe]=90 [memory-single]=400 [memory-sharded]=150
                   [published]=250 [zero-hooks]=150 [fsdp-hooks]=240 [ops]=150 [strategies]=380 [host]=60)
 # The dry run's are generous: on a 2-core machine that other jobs share, a step takes 3-5 times its quiet time
 # (zero-hooks, 22 processes of which 14 start DeepSpeed: 130 s quiet; 8 of them took 5 minutes beside a test suite's
@@ -123,9 +128,10 @@ declare -A LIMIT=([setup]=40 [pytest]=120 [kernels]=30 [probe]=90 [memory-single
 # --short: one 10-minute device call (590 s in all; setup takes about 10 s of its 40, which leaves the packing and
 # the transfers their time). Its steps' settings are cut to fit: host, zero-hooks and fsdp-hooks write their
 # tables at the end, so one stopped by its limit leaves only its log (a line per case).
-((SHORT)) && LIMIT=([setup]=40 [host]=60 [zero-hooks]=110 [fsdp-hooks]=60 [strategies]=120 [memory-single]=100
+((SHORT)) && LIMIT=([setup]=40 [breakdown]=40 [host]=60 [zero-hooks]=110 [fsdp-hooks]=60 [strategies]=100
+                    [memory-single]=80
                     [memory-sharded]=60 [published]=40 [probe]=60 [pytest]=90 [kernels]=30 [ops]=150)
-if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [probe]=60 [memory-single]=240 [memory-sharded]=240
+if ((DRY)); then LIMIT=([setup]=120 [pytest]=120 [kernels]=60 [breakdown]=120 [probe]=60 [memory-single]=240 [memory-sharded]=240
                         [published]=60 [zero-hooks]=420 [fsdp-hooks]=180 [ops]=60 [strategies]=300 [host]=120); fi
 if ((SHORT)); then  # the 590 s first, then the steps --short --steps may add, in the full campaign's order
     rest=""
@@ -275,6 +281,16 @@ step_pytest() {
     # a limit stops the longest.
     "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider --junitxml="$DOCS/gpu_pytest.xml" \
         tests/gpu/test_nccl.py tests/gpu/test_strategies.py tests/gpu/test_memory.py
+}
+
+step_breakdown() {
+    if ((DRY)); then
+        "$PY" benchmarks/step_breakdown.py --dry-run --steps 2 --out "$DOCS"
+    elif ((SHORT)); then
+        "$PY" benchmarks/step_breakdown.py --steps 3 --cases gpt2-bf16,gpt2-fp16,bert-large-fp16 --out "$DOCS"
+    else
+        "$PY" benchmarks/step_breakdown.py --out "$DOCS"
+    fi
 }
 
 step_kernels() {
@@ -460,7 +476,7 @@ step_host() {
         "$PY" benchmarks/host_overhead.py --device cuda --steps 10 --repeats 3 --out "$DOCS"
     fi
 }
-export -f step_setup step_pytest step_kernels step_probe memory_by_model step_memory_single step_memory_sharded \
+export -f step_setup step_pytest step_kernels step_breakdown step_probe memory_by_model step_memory_single step_memory_sharded \
     step_published clear_locks step_zero_hooks step_fsdp_hooks step_ops step_strategies step_host
 
 # run_step NAME: run step_NAME under `timeout`, log to logs/NN-NAME.log, record its status; never stops the campaign.

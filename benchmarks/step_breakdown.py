@@ -63,6 +63,7 @@ OPTIMIZER_LABEL = "autoshard.breakdown.optimizer"
 STEP_LABEL = "autoshard.breakdown.forward_backward"
 DRY_RUN_GPU = "h100-sxm-80gb"
 WARMUP_STEPS = 3
+SCALER_NOTE = " (fp16: GradScaler's unscale and inf checks are in the optimizer part)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +234,6 @@ def measure(source: Any, options: Any, device: torch.device, *, steps: int) -> d
     out["wall_s"] = statistics.median(walls)
     out["profiled_wall_s"] = statistics.median(profiled)
     out["grad_scaler"] = scaler is not None
-    del model, optimizer, batch
     return out
 
 
@@ -300,7 +300,7 @@ def run_case(case: Case, device: torch.device, gpu_name: str, folder: Path, *, s
                                  optimizer="adamw", target=device.type)
         row["predicted"] = predict(source, case, gpu_name)
         row["measured"] = measure(source, options, device, steps=steps)
-    except Exception as exc:  # one case's failure is recorded; the others still run
+    except Exception as exc:  # noqa: BLE001 — one case's failure is recorded; the others still run
         row["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         if device.type == "cuda":
@@ -353,7 +353,7 @@ def markdown(report: dict[str, Any]) -> str:
                   f"backward, {p['kernels_optimizer'] or 0:,} in the optimizer step; predicted host time "
                   f"{_ms(p['host_s'])} ms. GPU idle in the measured step: {_ms(m['wall_s'] - m['busy_s'])} ms "
                   f"(a profiled step took {_ms(m['profiled_wall_s'])} ms)"
-                  f"{' (fp16: GradScaler unscale and inf checks are in the optimizer part)' if m['grad_scaler'] else ''}.",
+                  f"{SCALER_NOTE if m['grad_scaler'] else ''}.",
                   "", "| op | category | ms | kernels |", "|---|---|---:|---:|"]
         lines += [f"| `{t['op']}` | {t['category']} | {_ms(t['seconds'])} | {t['kernels']:,.0f} |"
                   for t in m["top_ops"]]

@@ -15,7 +15,9 @@ it runs on and sets each beside what the model predicts for it (``step_time.esti
   guidance says the first cannot use the tensor cores at their best ("Tensor Core Requirements", NVIDIA Matrix
   Multiplication Background User's Guide); this measures by how much (5.4 x on an H200, 2026-11-28); and an
   alignment sweep in bf16 (the vocabulary's width odd, even, a multiple of 4 and of 8; K and M unaligned), to
-  find which alignment that needs before the step-time model prices it;
+  find which alignment that needs before the step-time model prices it; and the layer GEMMs of small models
+  (GPT-2's at 8,192 tokens of width 768 in bf16, BERT-large's at 2,048 tokens of width 1,024 in fp16), whose
+  whole steps the model predicts 10-25 % fast: do they reach large GEMMs' fraction of the peak?
 * **fused attention** (``F.scaled_dot_product_attention``, the flash kernel), forward + backward, causal and not,
   its FLOPs counted as autoshard's profiler counts them (:func:`autoshard.profiler.flops.attention_flops`: the
   full score matrix, whatever the mask);
@@ -153,6 +155,14 @@ def kernels(device: torch.device, *, dry: bool) -> list[Kernel]:
     sweep += [gemm(f"alignment sweep: K {vocab}", t, width, vocab, "bf16", device),
               gemm(f"alignment sweep: M {t - 1}", t - 1, padded, width, "bf16", device)]
     out += sweep
+    # The GEMMs of small models, whose whole steps the model predicts 10-25 % fast (GPT-2 on an H200, the published
+    # GPT-2 and BERT-large runs under autocast): does a hidden size of 768 or 1024 reach large GEMMs' fraction?
+    gpt2, bert = (256, 64) if dry else (8192, 768), (128, 64) if dry else (2048, 1024)
+    out += [gemm(f"GPT-2 {name}", gpt2[0], n * gpt2[1], k * gpt2[1], "bf16", device)
+            for name, n, k in (("attention in-projection", 3, 1), ("attention out-projection", 1, 1),
+                               ("MLP up", 4, 1), ("MLP down", 1, 4))]
+    out += [gemm(f"BERT-large {name}", bert[0], n * bert[1], k * bert[1], "fp16", device)
+            for name, n, k in (("projection", 1, 1), ("MLP up", 4, 1), ("MLP down", 1, 4))]
     b, h, s, d = (1, 2, 128, 32) if dry else (4, 32, 4096, 128)
     out += [attention("SDPA causal", b, h, s, d, "bf16", device, causal=True),
             attention("SDPA full", b, h, s, d, "bf16", device, causal=False)]

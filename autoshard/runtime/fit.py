@@ -181,6 +181,7 @@ def fit(
     run_dir = environ.get(supervisor.RUN_DIR_VAR)
     if launch is not None and run_dir is not None:
         supervisor.leave_with_launcher(environ)  # no worker outlives the process that started it
+        supervisor.dump_stacks_when_stopped(environ)  # a run stopped at its time limit says where it was
         workers.run(job, launch, Path(run_dir))  # never returns
     if launch is not None:
         return _launched(job, options, launch)

@@ -86,6 +86,66 @@ def leave_with_launcher(environ: Mapping[str, str]) -> None:
     threading.Thread(target=watch, name="autoshard-launcher-watch", daemon=True).start()
 
 
+STACKS_FILE = "stacks-rank{rank}.txt"
+"""Where a worker writes every thread's Python stack when it is stopped (SIGTERM), in the run directory."""
+
+
+def dump_stacks_when_stopped(environ: Mapping[str, str]) -> None:
+    """In a worker: when stopped with SIGTERM (a time limit, a peer's failure, Ctrl-C in the launcher), first
+    write every thread's Python stack to :data:`STACKS_FILE` in the run directory (:mod:`faulthandler`, which
+    writes from the signal handler even while the main thread is blocked in C, e.g. a collective), then stop as
+    before. A timed-out run's error then says where each rank was.
+
+    Args:
+        environ: the worker's environment (:data:`RUN_DIR_VAR`, ``RANK``).
+    """
+    import faulthandler
+
+    run_dir = environ.get(RUN_DIR_VAR)
+    if not run_dir or not hasattr(faulthandler, "register"):  # not a worker; or Windows
+        return
+    path = Path(run_dir) / STACKS_FILE.format(rank=environ.get("RANK", "0"))
+    stream = open(path, "w", encoding="utf-8")  # noqa: SIM115  # open for the process's life: written at SIGTERM
+    faulthandler.register(signal.SIGTERM, file=stream, all_threads=True, chain=True)
+
+
+def where_stopped(run_dir: Path, world_size: int) -> str:
+    r"""Each rank's innermost frames when it was stopped, from the stacks :func:`dump_stacks_when_stopped` wrote
+    (the thread the signal ran on: the main one), one line per rank; empty when none were written.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "stacks-rank0.txt").write_text(
+        ...     'Current thread 0x1 (most recent call first):\n  File "/x/train.py", line 9 in step\n'
+        ...     '  File "/x/train.py", line 20 in <module>\n')
+        >>> where_stopped(d, 2)
+        'rank 0 was in step (/x/train.py:9) ← <module> (/x/train.py:20)'
+    """
+    lines = []
+    for rank in range(world_size):
+        path = run_dir / STACKS_FILE.format(rank=rank)
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        frames = _current_thread_frames(text)[:3]
+        if frames:
+            lines.append(f"rank {rank} was in " + " ← ".join(frames))
+    return "\n".join(lines)
+
+
+def _current_thread_frames(text: str) -> list[str]:
+    """``function (file:line)`` of the stack faulthandler marked current (else its first), innermost first."""
+    blocks = [b for b in text.split("\n\n") if "File " in b]
+    current = [b for b in blocks if b.lstrip().startswith("Current thread")] or blocks[:1]
+    frames = []
+    for line in current[0].splitlines() if current else ():
+        line = line.strip()
+        if line.startswith('File "') and '", line ' in line and " in " in line:
+            file, rest = line[len('File "'):].split('", line ', 1)
+            number, _, function = rest.partition(" in ")
+            frames.append(f"{function} ({file}:{number})")
+    return frames
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -232,7 +292,11 @@ def write_error(run_dir: Path, rank: int, exc: BaseException) -> None:
 
 def _error(failed: dict[int, int | None], run_dir: Path, world_size: int) -> AutoshardError:
     if -1 in failed:
-        return WorkerTimeout("the workers did not finish within the time limit and were stopped.")
+        where = where_stopped(run_dir, world_size)
+        return WorkerTimeout("the workers did not finish within the time limit and were stopped."
+                             + (f"\n{where}" if where else ""),
+                             hint=f"Every thread's stack is in {run_dir / STACKS_FILE.format(rank='N')}."
+                             if where else None)
     records = error_records(run_dir, world_size)
     # A rank that died without a word (a signal, an abort) is the cause; the others then lose their peer.
     silent = sorted(r for r, code in failed.items() if r not in records)

@@ -60,7 +60,7 @@ def classify(error: AutoshardError, run_dir: Path, world_size: int) -> tuple[Fai
         world_size: the trial's number of ranks.
     """
     if isinstance(error, WorkerTimeout):
-        return FailureClass.TIMEOUT, error.message
+        return FailureClass.TIMEOUT, _one_line(error.message, limit=500)  # with where each rank was stopped
     if isinstance(error, WorkerKilled):  # a rank died without a word: the others' errors are its consequence
         return FailureClass.CRASH, _one_line(error.message)
     records = supervisor.error_records(run_dir, world_size)

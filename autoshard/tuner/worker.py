@@ -30,10 +30,11 @@ TRIAL_FILE = "trial.json"
 def main() -> None:
     """Run the trial described in ``$AUTOSHARD_RUN_DIR``; exits 0 on success, 1 after recording an error."""
     from autoshard.runtime.distributed import LaunchInfo
-    from autoshard.runtime.supervisor import RUN_DIR_VAR, leave_with_launcher, write_error
+    from autoshard.runtime.supervisor import RUN_DIR_VAR, dump_stacks_when_stopped, leave_with_launcher, write_error
 
     environ = os.environ  # the edge: the supervisor's variables are read here only
     leave_with_launcher(environ)  # a trial must never outlive its study
+    dump_stacks_when_stopped(environ)  # a trial stopped at its time limit says where it was
     run_dir = Path(environ[RUN_DIR_VAR])
     launch = LaunchInfo.from_environ(environ)
     if launch is None:

@@ -112,6 +112,8 @@ def test_a_hanging_trial_is_stopped_and_an_oom_is_infeasible(tmp_path: Path, mon
     hung, oom, fine = result.trials
     assert hung.state is TrialState.FAILED and hung.failure is FailureClass.TIMEOUT
     assert 25 <= hung.duration_s < 25 + 15  # stopped at its limit (plus the SIGTERM grace period at most)
+    # Where it hung, from the stack each worker wrote when it was stopped: rank 0 asleep in the model's forward.
+    assert f"rank 0 was in _misbehave ({MISBEHAVING}:" in hung.message, hung.message
     assert oom.state is TrialState.INFEASIBLE and oom.failure is FailureClass.OOM and "out of memory" in oom.message
     assert fine.state is TrialState.COMPLETE and fine.samples_per_s > 0
     assert result.best is fine

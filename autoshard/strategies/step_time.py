@@ -207,6 +207,7 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     matmul_s = attention_s = memory_s = 0.0
     fp32_units: set[str] = set()  # "fp32" / "tf32": where the step's fp32 GEMMs and convolutions ran
     unaligned_flops = 0  # of GEMMs priced below the aligned rate
+    gemm_scale = _gemm_bytes_scale(census, census_2, b)
     for c in census.matmuls:
         priced = _priced_dtype(c.kind, c.dtype, gpu, tf32_matmuls)
         if c.kind != "attention" and priced in ("fp32", "tf32"):
@@ -217,7 +218,8 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         aligned = alignment_factor(c, fractions)
         unaligned_flops += c.flops if aligned < 1 else 0
         rate = peak * _fraction(c.kind, priced, fractions) * aligned
-        t = max(c.priced_flops * b / rate, 0.0 if hbm is None else c.bytes * b / hbm, c.kernels * floor_s)
+        moved = c.bytes * (b if c.kind == "attention" else gemm_scale)
+        t = max(c.priced_flops * b / rate, 0.0 if hbm is None else moved / hbm, c.kernels * floor_s)
         if c.kind == "attention":
             attention_s += t
         else:
@@ -255,6 +257,31 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         note += "; memory bandwidth unknown: memory-bound ops priced at the kernel floor only"
     return StepTime(seconds=seconds, matmul_s=matmul_s, attention_s=attention_s, memory_s=memory_s, gpu_s=gpu_s,
                     launch_s=host_s, flops=flops, note=note)
+
+
+def _gemm_bytes_scale(census: OpCensus, census_2: OpCensus | None, b: int) -> float:
+    """The factor on micro-batch 1's GEMM and convolution bytes at micro-batch ``b``: their weights are read (and
+    their weight gradients written) once per kernel whatever the batch, their activations grow with it, so the
+    bytes are ``fixed + b · per_sample`` from the census at micro-batches 1 and 2 (``b`` without it). Priced as
+    ``b`` times micro-batch 1's, a Llama-2-7B step of 8-token sequences at micro-batch 1,024 read every weight
+    1,024 times: 15 x the time of the same 8,192 tokens as 2,048-token sequences.
+
+    Example:
+        >>> from autoshard.profiler.op_census import MatmulClass
+        >>> one, two = (OpCensus(matmuls=(MatmulClass(kind="gemm", dtype="bf16", min_dim=8, flops=1, bytes=n,
+        ...                                           kernels=1),)) for n in (110, 120))
+        >>> _gemm_bytes_scale(one, two, 64) * 110  # 100 bytes of weights + 10 per sample
+        740.0
+    """
+    def gemm_bytes(c: OpCensus) -> int:
+        return sum(m.bytes for m in c.matmuls if m.kind != "attention")
+
+    g1 = gemm_bytes(census)
+    g2 = 2 * g1 if census_2 is None else gemm_bytes(census_2)
+    per_sample, fixed = g2 - g1, 2 * g1 - g2
+    if g1 <= 0 or per_sample < 0 or fixed < 0:
+        return float(b)
+    return (fixed + b * per_sample) / g1
 
 
 def _memory_scale(census: OpCensus, census_2: OpCensus | None, b: int) -> tuple[float, str]:

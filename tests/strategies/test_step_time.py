@@ -376,3 +376,55 @@ def test_memory_bound_traffic_is_a_fixed_part_per_micro_batch_plus_a_part_per_sa
     assert one.memory_bytes * scale == pytest.approx(direct.memory_bytes, rel=0.01)
     assert (one.memory_bytes * 5 - direct.memory_bytes) / direct.memory_bytes > (0.3 if mode == "amp" else 0.0)
     assert "per micro-batch" in note
+
+
+def test_gemm_bytes_are_the_weights_once_per_kernel_plus_the_activations_per_sample(gpt2_workload):
+    """A GEMM reads its weight (and backward writes the weight's gradient) once, whatever the micro-batch; only its
+    activations grow with it. From the census at micro-batches 1 and 2, GPT-2's GEMM bytes at micro-batch 5 are
+    those of the census counted at micro-batch 5 itself (a profile of its own), to within 1 %; priced as
+    micro-batch 1's times 5 they were a third more."""
+    from autoshard import profile
+    from autoshard.models import load_source
+
+    trace = gpt2_workload.trace("amp", False)
+    one, two = trace.at_1.census, trace.at_2.census
+    assert one is not None and two is not None
+    direct = profile(load_source("gpt2"), batch_size=5, seq_len=128, precision=trace.precision).census
+    assert direct is not None
+
+    def gemm_bytes(census):
+        return sum(m.bytes for m in census.matmuls if m.kind != "attention")
+
+    split = gemm_bytes(one) * step_time._gemm_bytes_scale(one, two, 5)
+    assert split == pytest.approx(gemm_bytes(direct), rel=0.01)
+    assert gemm_bytes(one) * 5 > 1.3 * gemm_bytes(direct)
+
+
+def test_short_sequences_at_a_large_micro_batch_are_not_priced_by_their_weight_reads(tmp_path):
+    """The same 4,096 tokens a step as 8-token sequences at micro-batch 512 or 1,024-token ones at micro-batch 4:
+    the GEMMs are the same [4096 x 2048] x [2048 x N] (attention only cheaper), so the GPU's time is the same.
+    Priced with micro-batch 1's bytes times the micro-batch, every weight was read 512 times (a Llama-2-7B step
+    of 8-token sequences came out 15 x slower: a new user's report, 2026-11-30)."""
+    from autoshard.hardware import load_hardware
+    from autoshard.models import load_source
+    from autoshard.strategies import build_workload
+
+    model = tmp_path / "llama_2b_wide.py"
+    model.write_text(
+        "from autoshard.models.catalog._common import token_batch, token_loss\n"
+        "from autoshard.models.catalog.llama import LlamaConfig, LlamaForCausalLM\n"
+        "CONFIG = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_layers=2,\n"
+        "                     num_heads=16, num_kv_heads=16)\n"
+        "def model():\n    return LlamaForCausalLM(CONFIG)\n"
+        "def batch(batch_size, seq_len=1024):\n"
+        "    return token_batch(batch_size, seq_len, vocab_size=CONFIG.vocab_size)\n"
+        "def loss(output, batch):\n    return token_loss(output, batch)\n", encoding="utf-8")
+    gpu = load_hardware("h100-sxm-80gb", gpus=1).gpu
+    gpu_s = {}
+    for seq, micro in ((1024, 4), (8, 512)):
+        trace = build_workload(load_source(str(model)), precision="bf16-mixed", seq_len=seq, checkpointing=(False,),
+                               target="cuda").trace("amp", False)
+        estimate = step_time.estimate(trace.at_1.census, micro, gpu, census_2=trace.at_2.census)
+        assert estimate is not None
+        gpu_s[seq] = estimate.gpu_s
+    assert gpu_s[8] <= 1.05 * gpu_s[1024], gpu_s  # the same within 5 % (per-sequence elementwise work aside)

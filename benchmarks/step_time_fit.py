@@ -146,7 +146,7 @@ def _scaled_predictor(module: ModuleType, data: dict[str, Any], folder: Path) ->
     """A ``published.Predictor`` whose hardware has each GPU model's fractions scaled: ``matmul`` and ``attention``
     by ``scale[(gpu, "16-bit")]``, ``matmul_fp32`` by ``scale[(gpu, "fp32")]``, ``matmul_tf32`` by
     ``scale[(gpu, "tf32")]`` (the last two from ``matmul`` where the profile has none)."""
-    from autoshard.strategies.step_time import GENERIC
+    from autoshard.strategies.step_time import KERNEL_RATES
 
     class Scaled(module.Predictor):  # type: ignore[misc, name-defined]
         def __init__(self, *args: Any) -> None:
@@ -158,7 +158,7 @@ def _scaled_predictor(module: ModuleType, data: dict[str, Any], folder: Path) ->
             hw = super().hardware({**point, "hardware": {**point["hardware"], "gpu": gpu_name}})
             half, fp32, tf32 = (self.scale.get((gpu_name, kind), 1.0) for kind in KINDS)
             gpu = hw.node.gpu
-            base = gpu.achievable or GENERIC
+            base = gpu.achievable or KERNEL_RATES  # a factor on what kernels reach, as the profiles' are
             achievable = dataclasses.replace(base, matmul=min(1.0, base.matmul * half),
                                              attention=min(1.0, base.attention * half),
                                              matmul_fp32=min(1.0, _own(base, "fp32") * fp32),
@@ -221,7 +221,7 @@ def fit_all(module: ModuleType, data: dict[str, Any], folder: Path) -> list[Fit]
 def report(fits: Sequence[Fit]) -> str:
     """The fitted constants per GPU model, with the median and largest |error| on each half."""
     from autoshard.hardware.profiles import load_profile
-    from autoshard.strategies.step_time import GENERIC
+    from autoshard.strategies.step_time import KERNEL_RATES
 
     def summary(errors: Sequence[float]) -> str:
         if not errors:
@@ -231,7 +231,7 @@ def report(fits: Sequence[Fit]) -> str:
 
     lines = []
     for f in fits:
-        base = load_profile(f.gpu).spec.achievable or GENERIC  # type: ignore[union-attr]
+        base = load_profile(f.gpu).spec.achievable or KERNEL_RATES  # type: ignore[union-attr]
         if f.kind in ("fp32", "tf32"):
             value = min(1.0, _own(base, f.kind) * f.scale)
             lines.append(f"{f.gpu} {f.kind}: x{f.scale:g} -> matmul_{f.kind} {value:.3f}")

@@ -44,11 +44,23 @@ from dataclasses import dataclass
 from autoshard.hardware.specs import DTYPES, Achievable, GPUSpec
 from autoshard.profiler.op_census import ALIGNED, MatmulClass, OpCensus
 
-GENERIC = Achievable(matmul=0.80, attention=0.35, memory=0.88)
-"""Fractions for a GPU model whose profile has none: the lowest NVIDIA data-centre entry of the maximum
+KERNEL_RATES = Achievable(matmul=0.80, attention=0.35, memory=0.88)
+"""What kernels alone reach on a GPU without measurements: the lowest NVIDIA data-centre entry of the maximum
 achievable matmul FLOPS table (H100 SXM, 80.3 %: S. Bekman, Machine Learning Engineering,
 ``compute/accelerator/README.md``), FlashAttention-2's 35 % on H100 (Shah et al. 2024, arXiv 2407.08608), and
 88 % of the memory bandwidth (1.80 of 2.04 TB/s measured on an A100, NVIDIA developer forums, 2025)."""
+
+WHOLE_STEP_FACTOR = 0.696
+"""What whole training steps reach of their kernels' rates: the median of the per-GPU-model factors fitted on
+published runs (``benchmarks/step_time_fit.py``, the ``fit`` half; ``profiles/gpus/*.yaml`` name each): V100 SXM2
+0.528, H100 SXM 0.696, A100 SXM 0.803."""
+
+GENERIC = Achievable(matmul=round(KERNEL_RATES.matmul * WHOLE_STEP_FACTOR, 3),
+                     attention=round(KERNEL_RATES.attention * WHOLE_STEP_FACTOR, 3), memory=KERNEL_RATES.memory)
+"""Fractions for a GPU model whose profile has none (consumer and inference cards): :data:`KERNEL_RATES` times
+:data:`WHOLE_STEP_FACTOR` for the tensor cores, as the fitted profiles are (their kernel-level figure times their
+own factor); the memory bandwidth's kept, as theirs is. Before 2026-11-30 the kernel-level rates alone: an RTX 4090
+was predicted at a higher fraction of its peak than any GPU with measurements (a new user's report)."""
 
 KERNEL_FLOOR_S = 3e-6
 """Shortest time a kernel occupies the GPU, launch latency included: short kernels launched back to back take
@@ -232,7 +244,9 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     host_s = census.kernels * launch_s + checkpoint_s + host_extra_s
     seconds = max(gpu_s, host_s)
     flops = census.matmul_flops * b
-    where = "the profile's" if gpu.achievable is not None else "generic (no measurements in the profile)"
+    where = ("the profile's fractions" if gpu.achievable is not None
+             else f"generic fractions: no measurements in the profile, kernels' rates x {WHOLE_STEP_FACTOR:g}, the "
+                  "median whole-step factor fitted for other GPUs")
     if host_s > gpu_s:
         bound = "host-bound" if host_extra_s or checkpoint_s else "launch-bound"
     else:
@@ -248,9 +262,8 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
                      "each" if checkpointed_blocks else "")
     note = (f"compute from the traced ops: matmuls at {fractions.matmul:g}{fp32} and attention at "
             f"{fractions.attention:g} of the dense peak, memory-bound ops at {fractions.memory:g} of the memory "
-            f"bandwidth ({where} "
-            f"fractions), {census.kernels:,} kernels ({floor_s * 1e6:g} µs floor, {launch_s * 1e6:g} µs of host time "
-            f"each{checkpointing}); {bound}, {flops / seconds / 1e12 if seconds else 0:.0f} TFLOP/s")
+            f"bandwidth ({where}), {census.kernels:,} kernels ({floor_s * 1e6:g} µs floor, {launch_s * 1e6:g} µs "
+            f"of host time each{checkpointing}); {bound}, {flops / seconds / 1e12 if seconds else 0:.0f} TFLOP/s")
     if traffic:
         note += traffic
     if hbm is None:

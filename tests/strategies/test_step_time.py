@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import pytest
 import torch
@@ -428,3 +429,24 @@ def test_short_sequences_at_a_large_micro_batch_are_not_priced_by_their_weight_r
         assert estimate is not None
         gpu_s[seq] = estimate.gpu_s
     assert gpu_s[8] <= 1.05 * gpu_s[1024], gpu_s  # the same within 5 % (per-sequence elementwise work aside)
+
+
+def test_a_gpu_without_measurements_gets_kernel_rates_times_the_median_fitted_whole_step_factor():
+    """The fitted profiles are their kernels' rates (MAMF, as each profile's note cites it) times a factor fitted
+    on published whole steps; a GPU without measurements takes the kernel rates times the median of those
+    factors, not the kernel rates alone (which put an RTX 4090 at a higher fraction of its peak than any GPU
+    with measurements)."""
+    kernel_rates = {"h100-sxm-80gb": 0.803, "a100-sxm-80gb": 0.869, "v100-sxm-32gb": step_time.KERNEL_RATES.matmul}
+    factors = []
+    for name, rate in kernel_rates.items():
+        achievable = _gpu(name).achievable
+        assert achievable is not None
+        factors.append(achievable.matmul / rate)
+    assert pytest.approx(statistics.median(factors), rel=0.005) == step_time.WHOLE_STEP_FACTOR
+    generic = step_time.GENERIC
+    assert generic.matmul == pytest.approx(step_time.KERNEL_RATES.matmul * step_time.WHOLE_STEP_FACTOR, abs=1e-3)
+    assert generic.attention == pytest.approx(step_time.KERNEL_RATES.attention * step_time.WHOLE_STEP_FACTOR,
+                                              abs=1e-3)
+    rtx = _gpu("rtx-4090")
+    assert rtx.achievable is None
+    assert generic.matmul <= statistics.median(_gpu(n).achievable.matmul for n in kernel_rates)

@@ -136,7 +136,19 @@ def test_nothing_fits_because_of_activations_does_not_suggest_more_gpus():
         plan(workload(), H100x8, request(micro_batch_size=1),
              [Synthetic("fsdp", state_gib=8, act_gib=400, per_device_samples_s=10, sharded=True)])
     hint = info.value.hint or ""
-    assert "activations alone (100.0 GiB) exceed a GPU" in hint  # checkpointed: the smallest and "more GPUs" in hint and "--gpus" not in hint
+    assert "activations alone (100.0 GiB) exceed a GPU" in hint  # checkpointed: the smallest
+    assert "more GPUs do not divide them" in hint and "--gpus" not in hint and "--batch-size" not in hint
+
+
+def test_nothing_fits_because_of_the_micro_batch_asked_for_suggests_a_smaller_one():
+    # Llama-2-7B on 8 H100s at --batch-size 64: 107.5 GiB of activations; the hint named --seq-len and larger
+    # GPUs, not the flag the user had just set
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan(workload(), H100x8, request(micro_batch_size=64),
+             [Synthetic("fsdp", state_gib=8, act_gib=8, per_device_samples_s=10, sharded=True)])
+    hint = info.value.hint or ""
+    assert "activations alone (128.0 GiB at micro-batch 64) exceed a GPU" in hint
+    assert "smaller micro-batch (--batch-size; batch_size= in fit())" in hint and "--global-batch-size" in hint
 
 
 def test_pretrain_least_communication_weighs_the_whole_parameter_strategy_that_would_be_picked_instead():

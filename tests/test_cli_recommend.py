@@ -130,3 +130,16 @@ def test_a_reader_that_stops_early_is_not_an_internal_error() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert "internal error" not in err and "Traceback" not in err
+
+
+def test_a_config_json_that_leaves_sizes_to_the_defaults_is_planned_with_an_assumed_line(tmp_path, capsys):
+    folder = tmp_path / "partial"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                                    "num_hidden_layers": 2, "num_attention_heads": 4}))
+    code = main(["recommend", str(folder / "config.json"), "--hardware", "dgx-h100", "--seq-len", "64",
+                 "--batch-size", "4", "--no-cache"])
+    assert code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"Assumed: {folder / 'config.json'} does not set vocab_size: transformers' defaults for its model_type "
+            "were used (vocab_size 32,000); set them in the file if the model differs.") in out

@@ -112,6 +112,9 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         metadata["image_tokens"] = inputs.image_tokens
     if chunked_scan(config):
         metadata["reference_scan"] = True
+    defaulted = defaulted_sizes(config, data)
+    if defaulted:
+        metadata["defaulted_sizes"] = defaulted
     checkpoint_dtype = data.get("torch_dtype", data.get("dtype"))
     if checkpoint_dtype is not None:
         metadata["checkpoint_dtype"] = checkpoint_dtype
@@ -132,6 +135,37 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         fingerprint=config_fingerprint(data),
         **inputs.seq_fields(),
     )
+
+
+SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+               "num_key_value_heads")
+"""The fields that size a model, by transformers' standard names (a config class maps them to its own, e.g. GPT-2's
+``n_embd``, through ``attribute_map``)."""
+
+
+def defaulted_sizes(config: Any, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The size fields the config class has but ``data`` (the config.json) does not set: transformers filled them
+    from the class's defaults, by the class's own name for each, with their values.
+
+    Example:
+        >>> from transformers import LlamaConfig
+        >>> defaulted_sizes(LlamaConfig(), {"model_type": "llama", "hidden_size": 512})["num_hidden_layers"]
+        32
+        >>> "hidden_size" in defaulted_sizes(LlamaConfig(), {"model_type": "llama", "hidden_size": 512})
+        False
+    """
+    mapping = dict(getattr(config, "attribute_map", {}) or {})
+    out = {}
+    for field in SIZE_FIELDS:
+        own = mapping.get(field, field)
+        if own in data or field in data or not hasattr(config, own):
+            continue
+        if field == "num_key_value_heads" and mapping.get("num_attention_heads", "num_attention_heads") in data:
+            continue  # derived from the attention heads the file sets (multi-head attention), not a default
+        value = getattr(config, own)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[own] = value
+    return out
 
 
 def _import_transformers() -> ModuleType:

@@ -228,6 +228,12 @@ def plan_for(
     planned = dataclasses.replace(plan(workload, hardware, request, chosen), cached_workload=entry)
     if choice is None:
         planned = weigh_selective(planned, lambda selective: traced((True,), selective), chosen)
+    defaulted = loaded.metadata.get("defaulted_sizes")
+    if defaulted:
+        sizes = ", ".join(f"{k} {v:,}" for k, v in defaulted.items())
+        planned = dataclasses.replace(planned, explanation=(*planned.explanation, (
+            f"Assumed: {loaded.origin} does not set {', '.join(defaulted)}: transformers' defaults for its "
+            f"model_type were used ({sizes}); set them in the file if the model differs.")))
     if loaded.metadata.get("reference_scan"):
         planned = dataclasses.replace(planned, explanation=(*planned.explanation, REFERENCE_SCAN))
     if workload.checkpoints_itself:

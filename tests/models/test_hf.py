@@ -306,6 +306,17 @@ def test_name_falls_back_to_the_folder(write_config: Callable[..., Path]) -> Non
     assert load_config(write_config(named, folder="x")).name == "org/tiny-llama"
 
 
+def test_the_sizes_a_file_leaves_to_transformers_defaults_are_named(write_config: Callable[..., Path]) -> None:
+    # {"model_type": "llama"} alone built Llama-2-7B's shape from LlamaConfig's defaults, and nothing said so
+    sparse = load_config(write_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4},
+                                      folder="sparse"))
+    assert sparse.metadata["defaulted_sizes"] == {"vocab_size": 32000, "intermediate_size": 11008,
+                                                  "num_hidden_layers": 32}  # KV heads follow the heads set
+    gpt2 = load_config(write_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2}, folder="g"))
+    assert gpt2.metadata["defaulted_sizes"] == {"vocab_size": 50257}  # its own names, through attribute_map
+    assert "defaulted_sizes" not in load_config(write_config(TINY["llama"], folder="full")).metadata
+
+
 # --- bad configs -------------------------------------------------------------------------------------------------
 
 

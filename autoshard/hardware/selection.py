@@ -19,7 +19,7 @@ from autoshard.hardware.detect import detect_hardware
 from autoshard.hardware.disk_benchmark import DiskBenchmark
 from autoshard.hardware.host import directory_disk
 from autoshard.hardware.profiles import load_profile, node_from_gpu, profiles_dir
-from autoshard.hardware.specs import GPUSpec, HardwareSpec, NodeSpec
+from autoshard.hardware.specs import UNKNOWN_LINK_BYTES_PER_S, GPUSpec, HardwareSpec, NodeSpec
 from autoshard.hardware.units import format_bytes, parse_bytes
 
 
@@ -194,8 +194,9 @@ def _from_profile(name_or_path: str | os.PathLike[str], overrides: HardwareOverr
     hw = _apply(hw, overrides, was="profile")
     if hw.nodes > 1 and hw.node.network is None:
         hw = dataclasses.replace(hw, notes=(*hw.notes, (
-            f"{hw.nodes} nodes, but the network between them is unknown: use a node or cluster profile with "
-            "a 'network:' entry (docs/hardware.md)."
+            f"{hw.nodes} nodes, but the network between them is unknown: priced as "
+            f"{UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s per node, which may be far from yours; use a node or cluster "
+            "profile with a 'network:' entry (docs/hardware.md)."
         )))
     return hw
 

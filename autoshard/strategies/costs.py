@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from autoshard.hardware.specs import HardwareSpec
+from autoshard.hardware.specs import UNKNOWN_LINK_BYTES_PER_S, HardwareSpec
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import Precision, steps_tensor_by_tensor
 from autoshard.strategies import step_time
@@ -34,8 +34,6 @@ assumption to calibrate on hardware; nccl-tests on NVLink/InfiniBand typically r
 DEFAULT_LATENCY_S = {"intra": 5e-6, "inter": 20e-6}
 """Per-hop latency when the hardware profile gives none (order of magnitude; an assumption)."""
 
-UNKNOWN_LINK_BYTES_PER_S = 10e9
-"""Bandwidth assumed when the hardware does not say (e.g. CPU processes over gloo); flagged in notes."""
 
 CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD = 3.0e8
 """``torch.optim.AdamW(foreach=False)`` on fp32 CPU tensors: 3.0e8 parameters/s on one thread, measured with
@@ -89,16 +87,19 @@ def bus_bandwidth_bytes_per_s(hardware: HardwareSpec, scope: str) -> float | Non
     if scope == "intra" or hardware.nodes == 1:
         return intra_bw
     inter_bw = hardware.inter_node_bandwidth_bytes_per_s
-    if inter_bw is not None and scope == "inter":
+    if inter_bw is None:  # across nodes the network bounds the collective, and it is not known
+        return None
+    if scope == "inter":
         inter_bw /= max(1, hardware.processes_per_node)
-    candidates = [b for b in (intra_bw, inter_bw) if b is not None]
-    return min(candidates) if candidates else None
+    return inter_bw if intra_bw is None else min(intra_bw, inter_bw)
 
 
 def link(hardware: HardwareSpec, scope: str) -> Link:
     """The link a collective of ``scope`` is limited by: :func:`bus_bandwidth_bytes_per_s` at
     :data:`LINK_EFFICIENCY`, :data:`UNKNOWN_LINK_BYTES_PER_S` where the hardware does not say. Across nodes the
-    link counts as known only when the node's network bandwidth is."""
+    link counts as known only when the node's network bandwidth is; without it, :data:`UNKNOWN_LINK_BYTES_PER_S`
+    (until 2026-11-30 the intra-node link's: three DGX H100 nodes without a network entry were priced as if NVLink
+    joined them, while the note said 10 GB/s)."""
     bw = bus_bandwidth_bytes_per_s(hardware, scope)
     if scope == "intra" or hardware.nodes == 1:
         latency, known = DEFAULT_LATENCY_S["intra"], bw is not None

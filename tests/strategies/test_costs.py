@@ -37,3 +37,17 @@ def test_side_by_side_groups_of_one_rank_per_node_share_the_nodes_network() -> N
 def test_one_node_uses_the_intra_node_link_whatever_the_scope() -> None:
     hw = load_hardware("dgx-h100")
     assert costs.link(hw, "world") == costs.link(hw, "intra") == costs.link(hw, "inter")
+
+
+def test_nodes_joined_by_an_unknown_network_are_priced_at_the_assumed_link_not_the_nodes_own() -> None:
+    """Three nodes of a GPU profile (no network entry): the note said 10 GB/s assumed while the collectives were
+    priced at NVLink's 450 GB/s, so a 3-node plan was as fast as one node's. Within a node NVLink stays known."""
+    hw = load_hardware("h100-sxm-80gb", gpus=8, nodes=3)
+    assert hw.inter_node_bandwidth_bytes_per_s is None
+    for scope in ("world", "inter"):
+        link = costs.link(hw, scope)
+        assert link.bandwidth_bytes_per_s == pytest.approx(costs.UNKNOWN_LINK_BYTES_PER_S * costs.LINK_EFFICIENCY)
+        assert not link.known
+    intra = costs.link(hw, "intra")
+    assert intra.known and intra.bandwidth_bytes_per_s > 10 * costs.UNKNOWN_LINK_BYTES_PER_S
+    assert any("10 GB/s per node" in note for note in hw.notes)

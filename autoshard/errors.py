@@ -64,9 +64,18 @@ class HardwareError(AutoshardError):
 
 
 class NoFeasiblePlan(AutoshardError):
-    """No strategy fits the model on the given hardware."""
+    """No strategy fits the model on the given hardware.
+
+    Attributes:
+        candidates: every candidate weighed, as ``Evaluation.to_dict()`` gives it (what each needs, why it was
+            rejected), for ``--json``; empty when the error was raised without them.
+    """
 
     exit_code = 3
+
+    def __init__(self, message: str, *, hint: str | None = None, candidates: tuple[dict, ...] = ()) -> None:
+        super().__init__(message, hint=hint)
+        self.candidates = candidates
 
 
 class WorkerError(AutoshardError):

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from difflib import get_close_matches
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from autoshard.errors import AutoshardError
 
@@ -102,8 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     debug = bool(getattr(args, "debug", False))
+    as_json = bool(getattr(args, "json", False))
     try:
-        if getattr(args, "json", False):
+        if as_json:
             from autoshard.cli._format import json_only_stdout
 
             with json_only_stdout():
@@ -115,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"autoshard: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"  {_in_flags(exc.hint)}", file=sys.stderr)
+        if as_json:  # a script reading stdout gets the error too, as the one JSON document there
+            _print_error_json(exc)
         return exc.exit_code
     except KeyboardInterrupt:
         print("autoshard: interrupted", file=sys.stderr)
@@ -132,6 +135,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"autoshard: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         print("  This is a bug in autoshard; rerun with --debug and report the traceback.", file=sys.stderr)
         return 1
+
+
+def _print_error_json(exc: AutoshardError) -> None:
+    """``{"error": {type, message, hint, exit_code[, candidates]}}`` on stdout: what ``--json`` prints when the
+    command fails with an error the user can act on (``candidates``: what nothing-fits weighed)."""
+    import json
+
+    error: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message,
+             "hint": None if exc.hint is None else _in_flags(exc.hint), "exit_code": exc.exit_code}
+    candidates = getattr(exc, "candidates", ())
+    if candidates:
+        error["candidates"] = list(candidates)
+    json.dump({"error": error}, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -314,7 +314,8 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
     if not measured:
         reasons = "; ".join(sorted({r.rstrip(".") for e in evaluations for r in e.reasons}))
         return NoFeasiblePlan(f"no strategy can run on this hardware: {reasons}.",
-                              hint="Install what is missing, or plan for other hardware with --hardware.")
+                              hint="Install what is missing, or plan for other hardware with --hardware.",
+                              candidates=tuple(e.to_dict() for e in evaluations))
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
     need = smallest.memory.gpu.total  # type: ignore[union-attr]
     usable = usable_gpu_bytes(hardware, request)
@@ -347,7 +348,8 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
                 "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit()), "
                 f"larger GPUs (--hardware), {_offload_hint(evaluations, hardware)}or a shorter --seq-len.")
     return NoFeasiblePlan(f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
-                          hint=hint)
+                          hint=hint, candidates=tuple(e.to_dict() for e in sorted(
+                              evaluations, key=lambda e: e.memory.gpu.total if e.memory else float("inf"))))
 
 
 def _offload_hint(evaluations: list[Evaluation], hardware: HardwareSpec) -> str:

@@ -368,7 +368,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                             grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache,
                             max_batch_size=per_rank)
         except NoFeasiblePlan as exc:
-            raise NoFeasiblePlan(exc.message, hint=in_fit_arguments(exc.hint)) from None
+            raise NoFeasiblePlan(exc.message, hint=in_fit_arguments(exc.hint), candidates=exc.candidates) from None
 
     if options.progress:
         from autoshard.runtime.progress import say

@@ -46,3 +46,22 @@ def test_tune_json_stdout_is_json_alone_when_the_library_prints(monkeypatch, cap
     assert code == 0
     assert json.loads(out) == {"best": {"strategy": "ddp"}}
     assert "Setting accelerator to CPU" in err and "child process" in err
+
+
+@pytest.mark.parametrize(("argv", "kind", "code"), [
+    (["recommend", "tiny-gpt2", "--strategies", "ddp,fsdp", "--json"], "UsageError", 2),
+    (["recommend", "tiny-gpt2", "--hardware", "t4", "--seq-len", "64", "--batch-size", "1000000", "--strategies",
+      "ddp", "--json"], "NoFeasiblePlan", 3),
+])
+def test_a_failing_json_command_still_prints_one_json_document_the_error(argv, kind, code):
+    """A script reading ``--json`` got an empty stdout on a refusal; now the error is that document (the
+    message and hint stay on stderr for a person), and nothing-fits carries every candidate it weighed."""
+    done = subprocess.run([sys.executable, "-m", "autoshard", *argv], capture_output=True, text=True, timeout=300)
+    assert done.returncode == code, done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] == kind and error["exit_code"] == code and error["message"] in done.stderr
+    assert done.stderr.startswith("autoshard: error: ") and "Traceback" not in done.stderr
+    if kind == "NoFeasiblePlan":
+        assert {c["strategy"] for c in error["candidates"]} == {"ddp"}
+        assert all(not c["fits"] and c["reasons"] for c in error["candidates"])
+        assert "--batch-size" in error["hint"]

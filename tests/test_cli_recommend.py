@@ -143,3 +143,17 @@ def test_a_config_json_that_leaves_sizes_to_the_defaults_is_planned_with_an_assu
     out = " ".join(capsys.readouterr().out.split())
     assert (f"Assumed: {folder / 'config.json'} does not set vocab_size: transformers' defaults for its model_type "
             "were used (vocab_size 32,000); set them in the file if the model differs.") in out
+
+
+def test_an_moe_model_on_several_gpus_is_told_expert_parallelism_is_not_planned(tmp_path, capsys):
+    folder = tmp_path / "tiny-mixtral"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+        "num_local_experts": 4, "num_experts_per_tok": 2}))
+    assert main(["recommend", str(folder / "config.json"), "--hardware", "dgx-h100", "--seq-len", "32",
+                 "--batch-size", "2", "--no-cache"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Scope: its 4 experts per MoE layer are planned as any other parameters" in out
+    assert "expert parallelism" in out

@@ -112,6 +112,10 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         metadata["image_tokens"] = inputs.image_tokens
     if chunked_scan(config):
         metadata["reference_scan"] = True
+    experts = next((n for n in (getattr(config, k, None) for k in _EXPERT_FIELDS)
+                    if isinstance(n, int) and not isinstance(n, bool) and n > 1), None)
+    if experts is not None:
+        metadata["experts"] = experts
     defaulted = defaulted_sizes(config, data)
     if defaulted:
         metadata["defaulted_sizes"] = defaulted
@@ -136,6 +140,10 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         **inputs.seq_fields(),
     )
 
+
+_EXPERT_FIELDS = ("num_local_experts", "n_routed_experts", "num_experts")
+"""Where transformers' MoE configs (Mixtral, DeepSeek-V3, Qwen-MoE, OLMoE, gpt-oss, Llama 4, ...) keep the number
+of routed experts per MoE layer."""
 
 SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads")

@@ -228,6 +228,12 @@ def plan_for(
     planned = dataclasses.replace(plan(workload, hardware, request, chosen), cached_workload=entry)
     if choice is None:
         planned = weigh_selective(planned, lambda selective: traced((True,), selective), chosen)
+    experts = loaded.metadata.get("experts")
+    if experts and hardware.world_size > 1:
+        planned = dataclasses.replace(planned, explanation=(*planned.explanation, (
+            f"Scope: its {experts} experts per MoE layer are planned as any other parameters (FSDP and ZeRO-3 "
+            "gather a layer's experts whole on every GPU); expert parallelism, which keeps each expert on its own "
+            "GPUs (Megatron-LM, DeepSpeed-MoE, torchtitan), is not planned, and can be far faster at this size.")))
     defaulted = loaded.metadata.get("defaulted_sizes")
     if defaulted:
         sizes = ", ".join(f"{k} {v:,}" for k, v in defaulted.items())

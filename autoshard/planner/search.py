@@ -54,7 +54,7 @@ def plan(
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
                            workload.checkpoint_mode.label) + _search_limit(best, hardware, request) \
-        + _unknown_host(best, hardware)
+        + _unknown_host(best, hardware) + _scope(best, hardware)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 
@@ -88,6 +88,18 @@ def _unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
                      f"{UNKNOWN_HOST_CORES} per node were priced, shared by its {hardware.processes_per_node} ranks "
                      "(--cpu-cores N prices the real host).")
     return tuple(lines)
+
+
+def _scope(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
+    """A line when the plan offloads on several nodes of GPUs: what was planned is data parallelism, with
+    sharding and offload, only; runs that size add tensor or pipeline parallelism, which the planner does not
+    weigh."""
+    if not best.traits.offloads or hardware.gpu is None or hardware.nodes < 2:
+        return ()
+    return ("Scope: on several nodes this plan offloads to the host, because data parallelism with sharding (all "
+            "autoshard plans) leaves each GPU too little room; runs of this size usually add tensor or pipeline "
+            "parallelism (Megatron-LM, torchtitan, DeepSpeed's pipeline engine), which can keep the states on the "
+            "GPUs and be faster, and which autoshard does not plan.",)
 
 
 def check_request(request: PlanRequest, world: int) -> None:

@@ -317,6 +317,14 @@ def test_the_sizes_a_file_leaves_to_transformers_defaults_are_named(write_config
     assert "defaulted_sizes" not in load_config(write_config(TINY["llama"], folder="full")).metadata
 
 
+def test_an_moe_configs_experts_per_layer_are_recorded(write_config: Callable[..., Path]) -> None:
+    mixtral = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "num_local_experts": 4,
+               "num_experts_per_tok": 2, **{k: v for k, v in TINY["llama"].items() if k not in ("model_type",
+                                                                                             "architectures")}}
+    assert load_config(write_config(mixtral, folder="moe")).metadata["experts"] == 4
+    assert "experts" not in load_config(write_config(TINY["llama"], folder="dense")).metadata
+
+
 # --- bad configs -------------------------------------------------------------------------------------------------
 
 

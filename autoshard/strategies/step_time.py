@@ -50,10 +50,10 @@ achievable matmul FLOPS table (H100 SXM, 80.3 %: S. Bekman, Machine Learning Eng
 ``compute/accelerator/README.md``), FlashAttention-2's 35 % on H100 (Shah et al. 2024, arXiv 2407.08608), and
 88 % of the memory bandwidth (1.80 of 2.04 TB/s measured on an A100, NVIDIA developer forums, 2025)."""
 
-WHOLE_STEP_FACTOR = 0.696
+WHOLE_STEP_FACTOR = 0.682
 """What whole training steps reach of their kernels' rates: the median of the per-GPU-model factors fitted on
 published runs (``benchmarks/step_time_fit.py``, the ``fit`` half; ``profiles/gpus/*.yaml`` name each): V100 SXM2
-0.528, H100 SXM 0.696, A100 SXM 0.803."""
+0.517, H100 SXM 0.682, A100 SXM 0.803."""
 
 GENERIC = Achievable(matmul=round(KERNEL_RATES.matmul * WHOLE_STEP_FACTOR, 3),
                      attention=round(KERNEL_RATES.attention * WHOLE_STEP_FACTOR, 3), memory=KERNEL_RATES.memory)

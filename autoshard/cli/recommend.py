@@ -145,7 +145,8 @@ def _print(plan: Plan) -> None:
                   + (f", gradients clipped to norm {w.grad_clip_norm:g}" if w.grad_clip_norm is not None else "")
                   + ("" if w.set_grads_to_none else ", gradients kept between steps")
                   + (f", seq {w.seq_len}" if w.seq_len else "")
-                  + f" on {hw.nodes} × {hw.processes_per_node} × {device} ({plan.request.goal})")
+                  + f" on {hw.nodes} node{'s' if hw.nodes > 1 else ''} × {hw.processes_per_node} × {device} "
+                  f"({plan.request.goal})")
     for note in hw.notes:
         console.print(f"[dim]{escape(note)}[/dim]")
     table = Table(title_justify="left", pad_edge=False)

@@ -143,7 +143,7 @@ def _print_error_json(exc: AutoshardError) -> None:
     import json
 
     error: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message,
-             "hint": None if exc.hint is None else _in_flags(exc.hint), "exit_code": exc.exit_code}
+                             "hint": None if exc.hint is None else _in_flags(exc.hint), "exit_code": exc.exit_code}
     candidates = getattr(exc, "candidates", ())
     if candidates:
         error["candidates"] = list(candidates)

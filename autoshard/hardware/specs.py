@@ -35,6 +35,7 @@ UNKNOWN_LINK_BYTES_PER_S = 10e9
 """Bandwidth the plans assume for a link the hardware does not describe (the network of a multi-node plan made
 from a GPU profile, CPU processes over gloo); flagged in the hardware's notes and the cost notes."""
 
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PeakTflops:
     """Dense peak throughput of one GPU per dtype, in TFLOP/s (10**12 FLOP/s).

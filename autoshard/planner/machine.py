@@ -233,7 +233,8 @@ def plan_for(
         planned = dataclasses.replace(planned, explanation=(*planned.explanation, (
             f"Scope: its {experts} experts per MoE layer are planned as any other parameters (FSDP and ZeRO-3 "
             "gather a layer's experts whole on every GPU); expert parallelism, which keeps each expert on its own "
-            "GPUs (Megatron-LM, DeepSpeed-MoE, torchtitan), is not planned, and can be far faster at this size.")))
+            "GPUs (Megatron-LM, DeepSpeed-MoE, torchtitan), is not planned; with many or large experts it is usually "
+            "the faster way.")))
     defaulted = loaded.metadata.get("defaulted_sizes")
     if defaulted:
         sizes = ", ".join(f"{k} {v:,}" for k, v in defaulted.items())

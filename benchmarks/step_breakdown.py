@@ -40,7 +40,6 @@ import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ from torch.utils._pytree import tree_map
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helpers beside this script
 from _common import package_version, positive, write_report
+from gpu_strategies import TINYLLAMA_1B, ModelCase, model_spec
 from memory_accuracy import machine
 
 import autoshard
@@ -66,21 +66,8 @@ WARMUP_STEPS = 3
 SCALER_NOTE = " (fp16: GradScaler's unscale and inf checks are in the optimizer part)"
 
 
-@dataclass(frozen=True, slots=True)
-class Case:
-    """One model at one shape and precision."""
-
-    label: str
-    source: str
-    """A catalog name, or ``llama:<LlamaConfig fields as JSON>`` (written out as a model file)."""
-    batch_size: int
-    seq_len: int
-    precision: str
-
-
-# TinyLlama-1.1B's shape, as benchmarks/gpu_strategies.py trains it.
-TINYLLAMA_1B = {"vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632, "num_layers": 22,
-                "num_heads": 32, "num_kv_heads": 4}
+Case = ModelCase
+"""One model at one shape and precision, as ``benchmarks/gpu_strategies.py`` trains its cases."""
 GPU_CASES = (
     Case("gpt2-bf16", "gpt2", 8, 1024, "bf16-mixed"),  # gpu_strategies' DDP run: 0.0487 s measured, 0.0435 predicted
     Case("gpt2-fp16", "gpt2", 8, 1024, "16-mixed"),  # the DeepSpeedExamples DDP baselines' autocast (fp16)
@@ -279,13 +266,7 @@ def predict(source: Any, case: Case, gpu_name: str) -> dict[str, Any]:
 def _source(case: Case, folder: Path) -> Any:
     from autoshard.models import load_source
 
-    if not case.source.startswith("llama:"):
-        return load_source(case.source)
-    from gpu_strategies import LLAMA_FILE
-
-    path = folder / f"{case.label.replace('-', '_').replace('.', '_')}.py"
-    path.write_text(LLAMA_FILE.format(config=case.source.removeprefix("llama:")), encoding="utf-8")
-    return load_source(str(path))
+    return load_source(model_spec(case, folder))
 
 
 def run_case(case: Case, device: torch.device, gpu_name: str, folder: Path, *, steps: int) -> dict[str, Any]:

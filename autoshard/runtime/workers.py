@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoshard.errors import UsageError, WorkerError
+from autoshard.errors import UsageError, WorkerError, WorkerTimeout
 from autoshard.models.source import ModelSource
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
@@ -130,8 +130,12 @@ def spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
             calls.write(run_dir)
             notes = [*notes, *_hand_over_weights(job.module, run_dir / START_WEIGHTS_FILE)]
         (run_dir / "notes.json").write_text(json.dumps(notes), encoding="utf-8")
-        supervisor.run_workers(command, world_size=exported.hardware.world_size, run_dir=run_dir,
-                               environ=os.environ, timeout_s=timeout_s)
+        try:
+            supervisor.run_workers(command, world_size=exported.hardware.world_size, run_dir=run_dir,
+                                   environ=os.environ, timeout_s=timeout_s)
+        except WorkerTimeout as exc:  # its stacks go with the run directory: the message keeps where ranks were
+            raise WorkerTimeout(exc.message, hint=f"fit(timeout_s={timeout_s or 0:g}) stopped it; give it longer, or "
+                                "look at where the ranks were if it should have finished.") from None
         return _collect(run_dir, exported, job.module)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

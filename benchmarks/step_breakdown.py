@@ -23,7 +23,8 @@ figures for the same case (:func:`autoshard.strategies.step_time.estimate` on th
 1 and 2, :func:`autoshard.strategies.costs.optimizer_step_seconds`, the census's kernel counts) and the ten ops
 with the most kernel time. The step is the one ``benchmarks/memory_accuracy.py`` measures (the model built on the
 device, ``autoshard``'s optimizer, autocast as ``fit()`` runs it), without DDP: at one rank DDP adds its bucket
-copies only. Writes ``step_breakdown.{md,json}`` under ``--out``.
+copies only. Writes ``step_breakdown.{md,json}`` under ``--out``, again after every case (a time limit keeps the
+cases done).
 
 ``--dry-run`` checks the plumbing on the CPU: tiny models, each op's own CPU time in place of its kernels', the
 H100 profile's prediction beside it (its figures mean nothing).
@@ -352,6 +353,13 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _keep(out: Path, report: dict[str, Any]) -> None:
+    """Both files of the report so far, without printing it."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "step_breakdown.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    (out / "step_breakdown.md").write_text(markdown(report), encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure and predict every case; write the report. Exit status 0 unless every case failed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -382,24 +390,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     import tempfile
 
+    shown = list(sys.argv[1:] if argv is None else argv)
+
+    def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"meta": {"date": datetime.date.today().isoformat(), "machine": machine(device),
+                         "gpu_profile": gpu_name, "python": platform.python_version(), "torch": torch.__version__,
+                         "transformers": package_version("transformers") or "not installed",
+                         "autoshard": autoshard.__version__, "dry_run": args.dry_run, "steps": args.steps,
+                         "command": " ".join(["python", "benchmarks/step_breakdown.py", *shown]),
+                         "seconds": round(time.monotonic() - started, 1)},
+                "cases": rows}
+
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder:
-        rows = []
         for case in cases:
             rows.append(run_case(case, device, gpu_name, Path(folder), steps=args.steps))
             print(json.dumps({k: rows[-1].get(k) for k in ("case", "error")} |
                              {"wall_s": rows[-1].get("measured", {}).get("wall_s"),
                               "predicted_s": rows[-1].get("predicted", {}).get("step_s")}), flush=True)
-    shown = list(sys.argv[1:] if argv is None else argv)
-    report = {
-        "meta": {"date": datetime.date.today().isoformat(), "machine": machine(device), "gpu_profile": gpu_name,
-                 "python": platform.python_version(), "torch": torch.__version__,
-                 "transformers": package_version("transformers") or "not installed",
-                 "autoshard": autoshard.__version__, "dry_run": args.dry_run, "steps": args.steps,
-                 "command": " ".join(["python", "benchmarks/step_breakdown.py", *shown]),
-                 "seconds": round(time.monotonic() - started, 1)},
-        "cases": rows,
-    }
-    write_report(args.out, "step_breakdown", report, markdown(report))
+            _keep(args.out, report(rows))  # a time limit then keeps the cases done so far
+    write_report(args.out, "step_breakdown", report(rows), markdown(report(rows)))
     return 0 if any("error" not in r for r in rows) else 1
 
 

@@ -28,6 +28,7 @@ from autoshard.models.fingerprint import config_fingerprint
 from autoshard.models.hf_build import attention_implementation, build_model, training_config
 from autoshard.models.hf_classes import check_architectures, check_traceable, chunked_scan, model_class
 from autoshard.models.hf_inputs import input_spec
+from autoshard.models.hf_masks import call_without_padding
 from autoshard.models.source import ModelSource
 
 __all__ = ["load_config"]
@@ -132,6 +133,7 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         origin=str(file),
         build_fn=build_fn,
         batch_fn=inputs.batch_fn,
+        call_fn=call_without_padding,
         num_layers=num_layers,
         with_num_layers=None if num_layers is None else functools.partial(_with_num_layers, data, config, file),
         with_layers=None if num_layers is None else functools.partial(_with_num_layers, data, config, file),

@@ -96,14 +96,16 @@ def run_meta(script: str, argv: list[str], **extra: Any) -> dict[str, Any]:
             "command": shlex.join(["python", f"benchmarks/{script}", *argv])}
 
 
-def write_report(out: Path, stem: str, report: dict[str, Any], text: str) -> None:
-    """``<stem>.json`` (the report) and ``<stem>.md`` (``text``) under ``out``, made if missing; ``text`` printed."""
+def write_report(out: Path, stem: str, report: dict[str, Any], text: str, *, echo: bool = True) -> None:
+    """``<stem>.json`` (the report) and ``<stem>.md`` (``text``) under ``out``, made if missing; ``text`` printed
+    unless ``echo`` is false (a report written again as a run goes)."""
     import json
 
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     (out / f"{stem}.md").write_text(text, encoding="utf-8")
-    print(text)
+    if echo:
+        print(text)
 
 
 def one_rank_worker(script: Path, args: Sequence[str], port: int, what: str,

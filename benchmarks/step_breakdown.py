@@ -353,13 +353,6 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _keep(out: Path, report: dict[str, Any]) -> None:
-    """Both files of the report so far, without printing it."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "step_breakdown.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    (out / "step_breakdown.md").write_text(markdown(report), encoding="utf-8")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure and predict every case; write the report. Exit status 0 unless every case failed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -408,7 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({k: rows[-1].get(k) for k in ("case", "error")} |
                              {"wall_s": rows[-1].get("measured", {}).get("wall_s"),
                               "predicted_s": rows[-1].get("predicted", {}).get("step_s")}), flush=True)
-            _keep(args.out, report(rows))  # a time limit then keeps the cases done so far
+            # a time limit then keeps the cases done so far
+            write_report(args.out, "step_breakdown", report(rows), markdown(report(rows)), echo=False)
     write_report(args.out, "step_breakdown", report(rows), markdown(report(rows)))
     return 0 if any("error" not in r for r in rows) else 1
 

@@ -140,16 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _print_error_json(exc: AutoshardError) -> None:
     """``{"error": {type, message, hint, exit_code[, candidates]}}`` on stdout: what ``--json`` prints when the
     command fails with an error the user can act on (``candidates``: what nothing-fits weighed)."""
-    import json
+    from autoshard.cli._format import print_json
 
     error: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message,
                              "hint": None if exc.hint is None else _in_flags(exc.hint), "exit_code": exc.exit_code}
     candidates = getattr(exc, "candidates", ())
     if candidates:
         error["candidates"] = list(candidates)
-    json.dump({"error": error}, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-    sys.stdout.flush()
+    print_json({"error": error})
 
 
 if __name__ == "__main__":  # pragma: no cover

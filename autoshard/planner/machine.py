@@ -228,21 +228,28 @@ def plan_for(
     planned = dataclasses.replace(plan(workload, hardware, request, chosen), cached_workload=entry)
     if choice is None:
         planned = weigh_selective(planned, lambda selective: traced((True,), selective), chosen)
+    lines = _source_lines(loaded, hardware.world_size)
+    if workload.checkpoints_itself:
+        lines.append(SELF_CHECKPOINTING)
+    return dataclasses.replace(planned, explanation=(*planned.explanation, *lines)) if lines else planned
+
+
+def _source_lines(loaded: ModelSource, world_size: int) -> list[str]:
+    """The explanation's lines about the model source itself: MoE experts on several GPUs, sizes taken from
+    transformers' defaults, a reference scan."""
+    lines = []
     experts = loaded.metadata.get("experts")
-    if experts and hardware.world_size > 1:
-        planned = dataclasses.replace(planned, explanation=(*planned.explanation, (
+    if experts and world_size > 1:
+        lines.append(
             f"Scope: its {experts} experts per MoE layer are planned as any other parameters (FSDP and ZeRO-3 "
             "gather a layer's experts whole on every GPU); expert parallelism, which keeps each expert on its own "
             "GPUs (Megatron-LM, DeepSpeed-MoE, torchtitan), is not planned; with many or large experts it is usually "
-            "the faster way.")))
+            "the faster way.")
     defaulted = loaded.metadata.get("defaulted_sizes")
     if defaulted:
         sizes = ", ".join(f"{k} {v:,}" for k, v in defaulted.items())
-        planned = dataclasses.replace(planned, explanation=(*planned.explanation, (
-            f"Assumed: {loaded.origin} does not set {', '.join(defaulted)}: transformers' defaults for its "
-            f"model_type were used ({sizes}); set them in the file if the model differs.")))
+        lines.append(f"Assumed: {loaded.origin} does not set {', '.join(defaulted)}: transformers' defaults for its "
+                     f"model_type were used ({sizes}); set them in the file if the model differs.")
     if loaded.metadata.get("reference_scan"):
-        planned = dataclasses.replace(planned, explanation=(*planned.explanation, REFERENCE_SCAN))
-    if workload.checkpoints_itself:
-        planned = dataclasses.replace(planned, explanation=(*planned.explanation, SELF_CHECKPOINTING))
-    return planned
+        lines.append(REFERENCE_SCAN)
+    return lines

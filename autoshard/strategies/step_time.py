@@ -289,12 +289,25 @@ def _gemm_bytes_scale(census: OpCensus, census_2: OpCensus | None, b: int) -> fl
     def gemm_bytes(c: OpCensus) -> int:
         return sum(m.bytes for m in c.matmuls if m.kind != "attention")
 
-    g1 = gemm_bytes(census)
-    g2 = 2 * g1 if census_2 is None else gemm_bytes(census_2)
-    per_sample, fixed = g2 - g1, 2 * g1 - g2
-    if g1 <= 0 or per_sample < 0 or fixed < 0:
-        return float(b)
-    return (fixed + b * per_sample) / g1
+    split = _split(gemm_bytes(census), None if census_2 is None else gemm_bytes(census_2), b)
+    return float(b) if split is None else split[0]
+
+
+def _split(at_1: int, at_2: int | None, b: int) -> tuple[float, int, int] | None:
+    """Bytes counted at micro-batches 1 and 2 as ``fixed + b · per_sample``: ``(factor on at_1 at micro-batch b,
+    fixed, per_sample)``, or ``None`` where they do not split so (no second count, nothing fixed, or a part below
+    zero): the caller then scales by ``b``.
+
+    Example:
+        >>> _split(110, 120, 64), _split(110, None, 64), _split(110, 220, 64)
+        ((6.7272727272727275, 100, 10), None, None)
+    """
+    if at_2 is None:
+        return None
+    per_sample, fixed = at_2 - at_1, 2 * at_1 - at_2
+    if at_1 <= 0 or per_sample < 0 or fixed <= 0:
+        return None
+    return (fixed + b * per_sample) / at_1, fixed, per_sample
 
 
 def _memory_scale(census: OpCensus, census_2: OpCensus | None, b: int) -> tuple[float, str]:
@@ -307,15 +320,13 @@ def _memory_scale(census: OpCensus, census_2: OpCensus | None, b: int) -> tuple[
         >>> _memory_scale(one, two, 10)[0]  # 2 GB per micro-batch + 1 GB per sample: 12 GB, 4 x micro-batch 1's
         4.0
     """
-    m1 = census.memory_bytes
-    m2 = m1 * 2 if census_2 is None else census_2.memory_bytes
-    per_sample = m2 - m1
-    fixed = m1 - per_sample
-    if m1 <= 0 or per_sample < 0 or fixed <= 0:
+    split = _split(census.memory_bytes, None if census_2 is None else census_2.memory_bytes, b)
+    if split is None:
         return float(b), ""
+    factor, fixed, per_sample = split
     note = (f"; memory-bound traffic {fixed / 1e9:.3g} GB per micro-batch (casts and other per-step kernels) + "
             f"{per_sample / 1e9:.3g} GB per sample, from the op census at micro-batches 1 and 2")
-    return (fixed + b * per_sample) / m1, note
+    return factor, note
 
 
 def memory_bound_seconds(traffic_bytes: float, gpu: GPUSpec, *, kernels: int = 1,

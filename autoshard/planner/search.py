@@ -340,16 +340,17 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
     if need <= usable and smallest.reasons:
         what += f", but it {smallest.reasons[0].rstrip('.')}"  # it fails on something else: host RAM
     activations = smallest.memory.gpu.activations  # type: ignore[union-attr]
+    one = "a GPU" if hardware.gpu is not None else "a CPU process's share of memory"
     if need <= usable and smallest.reasons and "of CPU RAM" in smallest.reasons[0]:  # the host is what is short
         hint = ("The offloaded states are divided among nodes, not among a node's GPUs: try more nodes (--nodes), "
                 "a host with more RAM (--cpu-memory), NVMe offload (--nvme PATH), or larger GPUs (--hardware).")
     elif activations > usable and smallest.candidate.micro_batch_size > 1:  # the batch asked for is too large
         hint = (f"Its activations alone ({_gib(activations)} at micro-batch {smallest.candidate.micro_batch_size}) "
-                "exceed a GPU, and more GPUs do not divide them: try a smaller micro-batch (--batch-size; "
+                f"exceed {one}, and more devices do not divide them: try a smaller micro-batch (--batch-size; "
                 "batch_size= in fit()), with --global-batch-size (global_batch_size=) to keep the batch by "
                 "gradient accumulation, or a shorter --seq-len.")
     elif activations > usable:  # a sample's activations are not divided among GPUs
-        hint = (f"Its activations alone ({_gib(activations)}) exceed a GPU, and more GPUs do not divide them "
+        hint = (f"Its activations alone ({_gib(activations)}) exceed {one}, and more devices do not divide them "
                 "(autoshard plans no sequence or context parallelism): try a shorter --seq-len, or larger GPUs "
                 "(--hardware).")
     elif any(e.traits.zero_stage > 0 for e in measured):

@@ -137,7 +137,19 @@ def test_nothing_fits_because_of_activations_does_not_suggest_more_gpus():
              [Synthetic("fsdp", state_gib=8, act_gib=400, per_device_samples_s=10, sharded=True)])
     hint = info.value.hint or ""
     assert "activations alone (100.0 GiB) exceed a GPU" in hint  # checkpointed: the smallest
-    assert "more GPUs do not divide them" in hint and "--gpus" not in hint and "--batch-size" not in hint
+    assert "more devices do not divide them" in hint and "--gpus" not in hint and "--batch-size" not in hint
+
+
+def test_nothing_fits_on_cpu_processes_names_their_memory_not_a_gpu():
+    # `autoshard recommend llama-3-8b --gpus 2` on a machine without a GPU said the activations "exceed a GPU"
+    from autoshard.hardware.detect import detect_hardware
+
+    cpu = detect_hardware(gpus=2, environ={"CUDA_VISIBLE_DEVICES": ""})
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan(workload(), cpu, request(micro_batch_size=1),
+             [Synthetic("fsdp", state_gib=0.01, act_gib=400, per_device_samples_s=10, sharded=True)])
+    hint = info.value.hint or ""
+    assert "exceed a CPU process's share of memory" in hint and "a GPU" not in hint
 
 
 def test_nothing_fits_because_of_the_micro_batch_asked_for_suggests_a_smaller_one():

@@ -202,8 +202,11 @@ def cached_workload(
     path = None if directory is None or key is None else entry_path(directory, key)
     if path is not None and key is not None:
         found = load(path, key)
-        if found is not None:
+        changed = None if found is None else _changed(source, found)
+        if found is not None and changed is None:
             return found, path
+        if changed is not None:
+            note(f"ignored the cached workload {path}: {changed}; tracing again.")
     workload = build_workload(source, precision=precision, optimizer=optimizer, seq_len=seq_len,
                               checkpointing=checkpointing, target=target, progress=progress,
                               checkpoint_mode=checkpoint_mode, optimizer_impl=optimizer_impl, jobs=jobs)
@@ -213,6 +216,27 @@ def cached_workload(
         except SchemaError as exc:  # a field of a type the cache does not store: the plan goes on without it
             note(f"could not store the workload ({exc}); please report this.")
     return workload, None
+
+
+def _changed(source: ModelSource, cached: Workload) -> str | None:
+    """How a model file's build differs from its cached workload's parameters (``None`` when it does not).
+
+    A ``model.py``'s fingerprint covers the file and the siblings it imports, not code it imports from elsewhere
+    (a package of the user's on ``PYTHONPATH`` or installed editable) nor the environment it reads, so an entry is
+    checked against the model the file builds now, on the meta device (nothing allocated; the build the trace
+    reuses). Config and catalog sources are wholly in their fingerprints and are not built.
+    """
+    if source.kind != "file":
+        return None
+    from autoshard.profiler.depth_plan import meta_model
+    from autoshard.strategies.workload import parameter_layout
+
+    numels = parameter_layout(meta_model(source))[0]
+    if numels == cached.parameter_numels:
+        return None
+    return (f"{source.origin} now builds {sum(numels):,} trainable parameters in {len(numels):,} tensors, the entry "
+            f"holds {sum(cached.parameter_numels):,} in {len(cached.parameter_numels):,} (code imported from "
+            "outside its folder, or the environment, changed the model)")
 
 
 def _problem(data: Any, key: WorkloadKey) -> str | None:

@@ -104,6 +104,24 @@ def test_a_changed_model_file_or_imported_sibling_traces_again_and_other_files_d
     assert len(_entries(workloads)) == 3
 
 
+def test_a_model_changed_from_outside_its_folder_traces_again(tmp_path, workloads, monkeypatch, capsys):
+    # A model.py whose size comes from the environment (or from the user's own package elsewhere on the path):
+    # its fingerprint cannot see the change, so a cached entry is checked against what the file builds now.
+    model = tmp_path / "model.py"
+    model.write_text(MODEL_PY.replace("from layers import Block", "import os").replace(
+        "torch.nn.Sequential(Block(), Block())", "torch.nn.Linear(16, int(os.environ['WIDTH']))"), encoding="utf-8")
+    monkeypatch.setenv("WIDTH", "16")
+    first = _recommend(str(model), seq_len=None)
+    assert _recommend(str(model), seq_len=None).cached_workload is not None
+    monkeypatch.setenv("WIDTH", "64")
+    capsys.readouterr()
+    changed = _recommend(str(model), seq_len=None)
+    assert changed.cached_workload is None
+    assert changed.workload.parameter_count == 16 * 64 + 64 != first.workload.parameter_count
+    assert "now builds 1,088 trainable parameters in 2 tensors, the entry holds 272 in 2" in capsys.readouterr().err
+    assert _recommend(str(model), seq_len=None).cached_workload is not None  # the entry was rewritten
+
+
 def _truncated(text: str) -> str:
     return text[: len(text) // 2]
 

@@ -27,6 +27,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser, with its errors as two lines (what is wrong, where the flags are) instead of the usage
     block: the message argparse writes, a close flag name for a mistyped one, and the ``--help`` to run."""
 
+    json_errors = False
+    """Also print the error as ``{"error": ...}`` on stdout (the command line asked for ``--json``)."""
+
     def error(self, message: str) -> NoReturn:
         unknown = re.fullmatch(r"unrecognized arguments: (.*)", message)
         if unknown:
@@ -35,7 +38,22 @@ class _Parser(argparse.ArgumentParser):
             close = [c for w in words if w.startswith("--") for c in get_close_matches(w.split("=")[0], flags, 1, 0.8)]
             if close:
                 message += f" (did you mean {', '.join(dict.fromkeys(close))}?)"
-        self.exit(2, f"{self.prog}: error: {message}\n  Run '{self.prog} --help' for its flags.\n")
+        hint = f"Run '{self.prog} --help' for its flags."
+        if self.json_errors:
+            _print_error_json("UsageError", message, hint, 2)
+        self.exit(2, f"{self.prog}: error: {message}\n  {hint}\n")
+
+
+def _json_errors(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Make ``parser`` and its subcommands' parsers print flag errors as JSON too when ``argv`` asks for
+    ``--json`` (before a ``--``)."""
+    words = list(argv)
+    wanted = "--json" in (words[:words.index("--")] if "--" in words else words)
+    parsers = [parser, *(p for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+                         for p in a.choices.values())]
+    for each in parsers:
+        if isinstance(each, _Parser):
+            each.json_errors = wanted
 
 
 def _subcommand(name: str) -> ModuleType:
@@ -95,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoshard`` console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command(argv) or "")
+    _json_errors(parser, argv)
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # the subcommand's parser names its own flags in the error
         getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -117,7 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.hint:
             print(f"  {_in_flags(exc.hint)}", file=sys.stderr)
         if as_json:  # a script reading stdout gets the error too, as the one JSON document there
-            _print_error_json(exc)
+            hint = None if exc.hint is None else _in_flags(exc.hint)
+            _print_error_json(type(exc).__name__, exc.message, hint, exc.exit_code,
+                              getattr(exc, "candidates", ()))
         return exc.exit_code
     except KeyboardInterrupt:
         print("autoshard: interrupted", file=sys.stderr)
@@ -132,19 +153,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the outermost shell reports internal errors without a traceback
         if debug:
             raise
-        print(f"autoshard: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        print("  This is a bug in autoshard; rerun with --debug and report the traceback.", file=sys.stderr)
+        message = f"{type(exc).__name__}: {exc}"
+        hint = "This is a bug in autoshard; rerun with --debug and report the traceback."
+        print(f"autoshard: internal error: {message}", file=sys.stderr)
+        print(f"  {hint}", file=sys.stderr)
+        if as_json:
+            _print_error_json("InternalError", message, hint, 1)
         return 1
 
 
-def _print_error_json(exc: AutoshardError) -> None:
+def _print_error_json(kind: str, message: str, hint: str | None, exit_code: int,
+                      candidates: Sequence[Any] = ()) -> None:
     """``{"error": {type, message, hint, exit_code[, candidates]}}`` on stdout: what ``--json`` prints when the
-    command fails with an error the user can act on (``candidates``: what nothing-fits weighed)."""
+    command fails (``type``: the exception's class, ``UsageError`` for a flag argparse refused, ``InternalError``
+    for a bug; ``candidates``: what nothing-fits weighed)."""
     from autoshard.cli._format import print_json
 
-    error: dict[str, Any] = {"type": type(exc).__name__, "message": exc.message,
-                             "hint": None if exc.hint is None else _in_flags(exc.hint), "exit_code": exc.exit_code}
-    candidates = getattr(exc, "candidates", ())
+    error: dict[str, Any] = {"type": kind, "message": message, "hint": hint, "exit_code": exit_code}
     if candidates:
         error["candidates"] = list(candidates)
     print_json({"error": error})

@@ -65,3 +65,34 @@ def test_a_failing_json_command_still_prints_one_json_document_the_error(argv, k
         assert {c["strategy"] for c in error["candidates"]} == {"ddp"}
         assert all(not c["fits"] and c["reasons"] for c in error["candidates"])
         assert "--batch-size" in error["hint"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["recommend", "tiny-gpt2", "--batch-size", "abc", "--json"],
+    ["recommend", "tiny-gpt2", "--goal", "train", "--json"],
+    ["profile", "tiny-gpt2", "--json", "--nodes", "2"],
+])
+def test_a_flag_argparse_refuses_is_the_json_document_too(argv, capsys):
+    """Flag errors came from argparse before ``--json`` was read: stdout stayed empty."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    out, err = capsys.readouterr()
+    error = json.loads(out)["error"]
+    assert exit_info.value.code == 2 == error["exit_code"] and error["type"] == "UsageError"
+    assert err.splitlines()[0].endswith(error["message"]) and "--help" in error["hint"]
+    with pytest.raises(SystemExit):
+        main([a for a in argv if a != "--json"])
+    assert capsys.readouterr().out == ""
+
+
+def test_an_internal_error_under_json_is_the_json_document(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("autoshard.cli.models.run", broken)
+    assert main(["models", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["error"] == {"type": "InternalError", "message": "RuntimeError: a bug", "exit_code": 1,
+                                        "hint": "This is a bug in autoshard; rerun with --debug and report the "
+                                                "traceback."}
+    assert "internal error: RuntimeError: a bug" in err

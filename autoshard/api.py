@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from autoshard.errors import UsageError
+from autoshard.errors import PLANNER_ARGUMENTS, UsageError, in_arguments
 from autoshard.models import ModelSource, load_source
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import OptimizerImpl, Precision, PrecisionName, ProfileOptions
@@ -35,6 +35,7 @@ def _check_source(source: object, function: str) -> None:
                      f"but got {type(source).__name__}.")
 
 
+@in_arguments(PLANNER_ARGUMENTS)
 def profile(
     source: str | os.PathLike[str] | ModelSource,
     *,
@@ -121,6 +122,7 @@ def profile(
     return result
 
 
+@in_arguments(PLANNER_ARGUMENTS)
 def recommend(
     source: str | os.PathLike[str] | ModelSource,
     *,

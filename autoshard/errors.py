@@ -7,6 +7,13 @@ Every error a user can cause (a bad path, a broken ``model.py``, a nonsensical n
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import ParamSpec, TypeVar
+
 
 class AutoshardError(Exception):
     """Base class of every error autoshard raises on purpose.
@@ -25,6 +32,12 @@ class AutoshardError(Exception):
 
     def __str__(self) -> str:
         return self.message if self.hint is None else f"{self.message}\n{self.hint}"
+
+    def reword(self, rewrite: Callable[[str], str]) -> None:
+        """Rewrite the message and hint in place (the flags they name, as a Python caller's arguments)."""
+        self.message = rewrite(self.message)
+        self.hint = None if self.hint is None else rewrite(self.hint)
+        self.args = (self.message, *self.args[1:])
 
 
 class UsageError(AutoshardError):
@@ -99,3 +112,75 @@ class WorkerTimeout(WorkerError):
 class WorkerKilled(WorkerError):
     """A worker process died without reporting an error (a signal, e.g. the kernel's OOM killer, or an abort);
     the other workers were stopped."""
+
+
+# -- flags and arguments ---------------------------------------------------------------------------------------
+
+Rewrites = Sequence[tuple[str, str]]
+"""Patterns and replacements for :func:`re.sub`, applied in order."""
+
+PLANNER_ARGUMENTS: Rewrites = (
+    (r"--gpus/--nodes for (\d+)", r"hardware= with \1 GPUs"), (r"--nvme PATH", "an NVMe path in hardware="),
+    (r"\(--nodes\)", "(hardware= with more nodes)"), (r"\(--cpu-memory\)", "(hardware= with its RAM)"),
+    (r"--strategies; strategy= in fit\(\)", "strategies="), (r"--seq-len (\d+)", r"seq_len=\1"),
+    (r"--global-batch-size\b", "global_batch_size="), (r"--batch-size\b", "batch_size="),
+    (r"--checkpointing\b", "activation_checkpointing="), (r"--optimizer-impl\b", "optimizer_impl="),
+    (r"--optimizer\b", "optimizer="), (r"--precision\b", "precision="), (r"--grad-clip-norm\b", "grad_clip_norm="),
+    (r"--hardware\b", "hardware="), (r"--strategies\b", "strategies="), (r"--seq-len\b", "seq_len="),
+    (r"--no-cache\b", "cache=False"), (r"--gpus\b", "hardware="), (r"--nodes\b", "hardware="),
+)
+"""``autoshard.profile``'s, ``recommend``'s and ``tune``'s arguments for the ``recommend`` flags that the library's
+messages name (the hardware's own flags are :func:`autoshard.hardware.load_hardware`'s, given as ``hardware=``)."""
+
+HARDWARE_ARGUMENTS: Rewrites = (
+    (r"--hardware ([\w.-]+) --gpus (\d+)", r'load_hardware("\1", gpus=\2)'), (r"--gpus (\d+)", r"gpus=\1"),
+    (r"--nodes (\d+)", r"nodes=\1"), (r"--gpus\b", "gpus="), (r"--nodes\b", "nodes="),
+    (r"--gpu-memory\b", "gpu_memory="), (r"--cpu-memory\b", "cpu_memory="), (r"--cpu-cores\b", "cpu_cores="),
+    (r"--nvme\b", "nvme="), (r"--hardware\b", "load_hardware()"),
+)
+""":func:`autoshard.hardware.load_hardware`'s arguments for the hardware flags its messages name."""
+
+_COMMAND_LINE: ContextVar[bool] = ContextVar("autoshard_command_line", default=False)
+
+
+@contextmanager
+def command_line() -> Iterator[None]:
+    """While active, errors keep the flags they name: the ``autoshard`` command is the caller."""
+    token = _COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _COMMAND_LINE.reset(token)
+
+
+def reworded(text: str, rewrites: Rewrites) -> str:
+    """``text`` with each pattern of ``rewrites`` replaced.
+
+    Example:
+        >>> reworded("Use --seq-len 128 or less.", PLANNER_ARGUMENTS)
+        'Use seq_len=128 or less.'
+    """
+    for pattern, replacement in rewrites:
+        text = re.sub(pattern, replacement, text)
+    return text
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def in_arguments(rewrites: Rewrites) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Decorate a public function so that the errors it raises name its arguments, not the command line's flags
+    (which the library's messages are written in), unless the ``autoshard`` command called it
+    (:func:`command_line`)."""
+    def decorate(function: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(function)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return function(*args, **kwargs)
+            except AutoshardError as exc:
+                if not _COMMAND_LINE.get():
+                    exc.reword(functools.partial(reworded, rewrites=rewrites))
+                raise
+        return wrapper
+    return decorate

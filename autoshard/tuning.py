@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from autoshard.errors import PLANNER_ARGUMENTS, in_arguments
 from autoshard.tuner.runner import TrialRunner, run_trial
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from autoshard.tuner.space import SearchSpace
 
 
+@in_arguments(PLANNER_ARGUMENTS)
 def tune(
     model: str | os.PathLike[str] | ModelSource,
     *,

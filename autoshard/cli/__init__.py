@@ -17,7 +17,7 @@ from difflib import get_close_matches
 from types import ModuleType
 from typing import Any, NoReturn
 
-from autoshard.errors import AutoshardError
+from autoshard.errors import AutoshardError, command_line
 
 SUBCOMMANDS = ("recommend", "profile", "tune", "hardware", "models", "export", "cache")
 """The subcommands, in the order ``--help`` lists them; each is the module ``autoshard.cli.<name>``."""
@@ -123,12 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     as_json = bool(getattr(args, "json", False))
     try:
-        if as_json:
-            from autoshard.cli._format import json_only_stdout
+        with command_line():  # the library's errors keep naming flags
+            if as_json:
+                from autoshard.cli._format import json_only_stdout
 
-            with json_only_stdout():
-                return int(args._run(args) or 0)
-        return int(args._run(args) or 0)
+                with json_only_stdout():
+                    return int(args._run(args) or 0)
+            return int(args._run(args) or 0)
     except AutoshardError as exc:
         if debug:
             raise

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autoshard.errors import HardwareError, UsageError
+from autoshard.errors import HARDWARE_ARGUMENTS, HardwareError, UsageError, in_arguments
 from autoshard.hardware.detect import detect_hardware
 from autoshard.hardware.disk_benchmark import DiskBenchmark
 from autoshard.hardware.host import directory_disk
@@ -83,6 +83,7 @@ class HardwareOverrides:
         )
 
 
+@in_arguments(HARDWARE_ARGUMENTS)
 def load_hardware(
     name_or_path: str | os.PathLike[str],
     *,

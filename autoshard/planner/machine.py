@@ -177,7 +177,7 @@ def plan_for(
     if not 0 <= safety_margin < 1:
         raise UsageError(f"safety margin must be in [0, 1), but got {safety_margin!r}.")
     for name, value in (("batch size", batch_size), ("global batch size", global_batch_size)):
-        if value is not None and (not isinstance(value, int) or value < 1):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{name} must be a positive integer, but got {value!r}.")
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise UsageError(f"jobs must be a positive integer (processes tracing at once), but got {jobs!r}.")

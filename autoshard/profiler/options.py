@@ -270,11 +270,11 @@ class ProfileOptions:
     (``fit()`` sets it for ``16-mixed``, so that the scaled loss and its gradient stay finite)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if not _positive_int(self.batch_size):
             raise UsageError(f"batch size must be a positive integer, but got {self.batch_size!r}.")
-        if self.seq_len is not None and (not isinstance(self.seq_len, int) or self.seq_len < 1):
+        if self.seq_len is not None and not _positive_int(self.seq_len):
             raise UsageError(f"sequence length must be a positive integer, but got {self.seq_len!r}.")
-        if not isinstance(self.grad_accumulation, int) or self.grad_accumulation < 1:
+        if not _positive_int(self.grad_accumulation):
             raise UsageError(f"gradient accumulation must be a positive integer, but got {self.grad_accumulation!r}.")
         if not isinstance(self.set_grads_to_none, bool):
             raise UsageError(f"set_grads_to_none must be True or False, but got {self.set_grads_to_none!r}.")
@@ -299,3 +299,8 @@ class ProfileOptions:
         d["precision"] = self.precision.value
         d["checkpointing"] = str(self.checkpointing)
         return d
+
+
+def _positive_int(value: object) -> bool:
+    """A whole number above 0 (``True`` is an ``int`` to Python, not to a user)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -23,6 +22,8 @@ from typing import Any, TypeAlias
 import torch
 from torch import nn
 from torch.utils.data import Dataset
+
+from autoshard.errors import reworded
 
 OptimizerSpec: TypeAlias = (
     torch.optim.Optimizer | type[torch.optim.Optimizer] | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
@@ -79,8 +80,4 @@ def in_fit_arguments(hint: str | None) -> str | None:
         ...                  "--seq-len.")
         'Try more GPUs (e.g. hardware= with 16 GPUs), larger GPUs (hardware=), or a shorter seq_len=.'
     """
-    if hint is None:
-        return None
-    for flag, argument in FIT_ARGUMENTS:
-        hint = re.sub(flag, argument, hint)
-    return hint
+    return None if hint is None else reworded(hint, FIT_ARGUMENTS)

@@ -48,18 +48,18 @@ def test_fewer_gpus_than_a_preset_is_a_subset_more_is_a_conflict() -> None:
     assert load_hardware("dgx-h100", gpus=1).node.intra_node_link is None
     with pytest.raises(UsageError, match="contradicts 'dgx-h100', which has 8 GPUs") as info:
         load_hardware("dgx-h100", gpus=16)
-    assert "--hardware h100-sxm-80gb --gpus 16" in (info.value.hint or "")
+    assert 'load_hardware("h100-sxm-80gb", gpus=16)' in (info.value.hint or "")  # a Python caller's terms
 
 
 @pytest.mark.parametrize(
     ("overrides", "error", "fragment"),
     [
-        (dict(gpu_memory="garbage"), UsageError, "--gpu-memory: expected a size"),
+        (dict(gpu_memory="garbage"), UsageError, "gpu_memory=: expected a size"),
         (dict(gpu_memory="0GB"), UsageError, "positive"),
-        (dict(cpu_memory="-1TiB"), UsageError, "--cpu-memory: expected a positive size"),
-        (dict(gpus=0), UsageError, "--gpus must be a positive whole number"),
-        (dict(nodes=-1), UsageError, "--nodes must be a positive whole number"),
-        (dict(cpu_cores=0), UsageError, "--cpu-cores must be a positive whole number"),
+        (dict(cpu_memory="-1TiB"), UsageError, "cpu_memory=: expected a positive size"),
+        (dict(gpus=0), UsageError, "gpus= must be a positive whole number"),
+        (dict(nodes=-1), UsageError, "nodes= must be a positive whole number"),
+        (dict(cpu_cores=0), UsageError, "cpu_cores= must be a positive whole number"),
         (dict(nvme="/definitely/not/here"), HardwareError, "does not exist"),
     ],
 )

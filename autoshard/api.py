@@ -92,6 +92,7 @@ def profile(
         >>> p.peak_bytes > p.parameter_bytes
         True
     """
+    from autoshard.profiler.checkpointable import check_checkpointable
     from autoshard.profiler.optimizers import require_optimizer
     from autoshard.profiler.scaling import profile_source
 
@@ -112,6 +113,7 @@ def profile(
     )
     require_optimizer(options.optimizer)
     loaded = load_source(source)
+    check_checkpointable(loaded, parse_checkpointing(options.checkpointing))
     result = profile_source(loaded, options, extrapolate=extrapolate)
     if reserved:
         import dataclasses

@@ -170,6 +170,7 @@ def plan_for(
     """
     from autoshard.cache import workloads_dir
     from autoshard.planner.workload_cache import cached_workload
+    from autoshard.profiler.checkpointable import check_checkpointable
     from autoshard.strategies import get, names
 
     if goal not in GOALS:
@@ -203,6 +204,8 @@ def plan_for(
     check_optimizer(parse_optimizer(optimizer), chosen)
     require_optimizer(parse_optimizer(optimizer))
     loaded = load_source(source)
+    if choice is not None:
+        check_checkpointable(loaded, choice)
     sessions = [0, 0]  # traced before this workload, and this workload's total so far
 
     def counted(done: int, total: int) -> None:

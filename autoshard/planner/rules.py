@@ -215,6 +215,17 @@ RULES: tuple[Rule, ...] = (
         "(fp16/bf16 compress, PowerSGD) cuts DDP's all-reduce volume 2× or more; `autoshard tune` measures it.",
     ),
     Rule(
+        name="one-device-small-model",
+        applies=lambda ctx, e: ctx.hardware.world_size == 1 and not _replicas(e)
+        and ctx.workload.parameter_count < SMALL_MODEL_PARAMETERS and ctx.fits_any(_replicas),
+        factor=0.0,  # not picked while DDP fits (said in the candidate's reasons)
+        says=lambda ctx, e: f"On one device {e.strategy} shards nothing and DDP fits: a lead predicted for it comes "
+        "from running the whole step in the half precision (not the autocast asked for) and from a larger "
+        "micro-batch, while its engine's host-side work, which the step-time model underestimates, is measured "
+        "to cost more (GPT-2 on one H200: ZeRO-2 27 % and FSDP shard-grad-op 97 % slower than DDP; "
+        "docs/benchmarks/gpu_strategies.md); it is not recommended over DDP.",
+    ),
+    Rule(
         name="one-device-sharding",
         applies=lambda ctx, e: ctx.hardware.world_size == 1 and not _replicas(e) and not _offloads(e),
         factor=1.0,  # said, not weighed: the costs already price the difference

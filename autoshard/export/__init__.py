@@ -127,8 +127,9 @@ def notes(exported: ExportedPlan) -> list[str]:
         choice = exported.checkpointing_choice
         out.append(f"The plan uses {choice.label} ({choice}, torchtitan's selective modes), which the "
                    "checkpointing switches of these files cannot express (they are off): apply it in your script "
-                   "with autoshard.runtime.activation_checkpointing.checkpoint_blocks(model, block_names, "
-                   f"\"{choice}\").")
+                   "with autoshard.runtime.activation_checkpointing.checkpoint_blocks(model, "
+                   f"autoshard.profiler.blocks.find_repeated_blocks(model).names, \"{choice}\") (the blocks' module "
+                   "names, e.g. model.layers.0, not their class).")
     out += exporter(exported.family).notes(exported)
     if exported.hardware.nodes > 1:
         out.append("Multi-node: set MASTER_ADDR and JOB_ID in launch.sh; accelerate launch also needs "

@@ -46,6 +46,8 @@ def arguments(exported: ExportedPlan, *, ds_config_file: str = DS_CONFIG_FILE,
     elif exported.precision == "16-mixed":
         args.append("--fp16")
     args += optimizer_arguments(exported)
+    if exported.hardware.device_type == "cpu":  # else the Trainer refuses --bf16 without a GPU ("use_cpu")
+        args += ["--use_cpu", "True"]
     if exported.float32_matmul_precision != "highest":
         args += ["--tf32", "True"]
     args += exporter(exported.family).hf_trainer(exported, ds_config_file=ds_config_file,

@@ -302,6 +302,11 @@ def read(path: str | Path) -> ExportedPlan:
     path = Path(path)
     if path.is_dir() and (path / "plan.json").is_file():
         path = path / "plan.json"
+    elif path.is_dir():
+        inside = [f"{path / n}" for n in ("best", "summary.json") if (path / n).exists()]
+        raise UsageError(f"{path} is a directory without a plan.json.",
+                         hint=(f"Give {' or '.join(inside)} (an autoshard tune output)" if inside else
+                               "Give a plan.json, a directory holding one, or a tune summary.json") + ".")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:

@@ -30,6 +30,7 @@ from autoshard.tuner.cache import ResultCache
 from autoshard.tuner.candidate import trial_candidate
 from autoshard.tuner.estimate import describe
 from autoshard.tuner.observer import TuneObserver
+from autoshard.tuner.records import trial_strategy
 from autoshard.tuner.result import FailureClass, TrialConfig, TrialEstimate
 from autoshard.tuner.resume import RERUN, RERUN_ATTR
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialRunner, TrialSpec, run_trial
@@ -103,12 +104,14 @@ class StudyLoop:
             display.study_ended()
 
     def _counted(self) -> int:
-        """Finished trials (not predicted infeasible) plus trials other tuners are running now."""
+        """Finished trials (not predicted infeasible) plus trials other tuners are running now, of this run's
+        strategies (a study resumed with other ``--strategies`` gets its budget for them)."""
         n = 0
+        allowed = {s.strategy for s in self.space.strategies}
         for t in self.study.get_trials(deepcopy=False):
             if t.state == optuna.trial.TrialState.RUNNING:
                 n += t.user_attrs.get(storage_mod.OWNER_ATTR) != self.me
-            elif t.state.is_finished():
+            elif t.state.is_finished() and trial_strategy(t) in (*allowed, None):
                 # Predicted-infeasible and repeated configurations cost nothing, and a trial whose tuner was killed
                 # says nothing about its configuration: none of them uses up the budget.
                 n += (t.user_attrs.get("failure") not in _NOT_COUNTED and "duplicate_of" not in t.user_attrs)

@@ -42,3 +42,9 @@ def best_record(records: Sequence[TrialRecord]) -> TrialRecord | None:
     """The fastest measured feasible trial."""
     measured = [r for r in records if r.state is TrialState.COMPLETE and r.samples_per_s is not None]
     return max(measured, key=lambda r: r.samples_per_s or 0.0) if measured else None
+
+
+def trial_strategy(t: optuna.trial.FrozenTrial) -> str | None:
+    """The strategy a stored trial runs (``None`` before its configuration was recorded)."""
+    config = record(t).config
+    return None if config is None else config.strategy

@@ -38,7 +38,7 @@ from autoshard.tuner.loop import StudyLoop
 from autoshard.tuner.machine import trial_hardware, worker_environ, worker_threads
 from autoshard.tuner.observer import Observers, TuneObserver
 from autoshard.tuner.pruner import SlowerThanBestPruner
-from autoshard.tuner.records import best_record, record
+from autoshard.tuner.records import best_record, record, trial_strategy
 from autoshard.tuner.result import TrialRecord, TrialState, TuneResult
 from autoshard.tuner.resume import RERUN, enqueue_reruns
 from autoshard.tuner.runner import TrialRunner, TrialSpec, run_trial
@@ -165,10 +165,10 @@ def run_study(
         try:
             loop.run()
         except KeyboardInterrupt:  # what finished before Ctrl-C is written out, then the tuner stops (exit 130)
-            _finish(study, plan, shown, out, [*notes, *loop.notes, "Interrupted (Ctrl-C): these are the trials "
+            _finish(study, plan, space, shown, out, [*notes, *loop.notes, "Interrupted (Ctrl-C): these are the trials "
                     "finished before it; the same command resumes the study."], observer, estimate)
             raise
-        return _finish(study, plan, shown, out, notes + loop.notes, observer, estimate)
+        return _finish(study, plan, space, shown, out, notes + loop.notes, observer, estimate)
     finally:
         optuna.logging.set_verbosity(verbosity)
 
@@ -252,7 +252,9 @@ def create_study(name: str, store: optuna.storages.BaseStorage, shown: str, fing
 
 def enqueue_defaults(study: optuna.Study, space: SearchSpace) -> None:
     """The planner's choice first, then each other strategy with its backend's defaults (once per study)."""
-    if any(t.user_attrs.get("origin") == "planner" for t in study.get_trials(deepcopy=False)):
+    allowed = {s.strategy for s in space.strategies}  # a resumed study may have run other strategies
+    trials = study.get_trials(deepcopy=False)
+    if any(t.user_attrs.get("origin") == "planner" and trial_strategy(t) in allowed for t in trials):
         return
     for i, s in enumerate(space.strategies):
         study.enqueue_trial(space.params(space.defaults(s)), user_attrs={"origin": "planner" if i == 0 else "default"},
@@ -275,15 +277,23 @@ def running_elsewhere(records: Sequence[TrialRecord]) -> list[str]:
             "(it adds no trial when the budget is spent)."]
 
 
-def _finish(study: optuna.Study, plan: Plan, shown: str, out: Path, notes: list[str],
+def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out: Path, notes: list[str],
             observer: TuneObserver, estimate: Any) -> TuneResult:
-    """The study's result, with the estimate of a trial's time the observers (``summary.json``) report too."""
+    """The study's result, with the estimate of a trial's time the observers (``summary.json``) report too. The
+    best is chosen among the trials of this run's strategies: a study resumed with other ``--strategies`` keeps
+    the trials it ran, which are listed but not exported."""
     from autoshard.export import export_plan
 
     records = tuple(record(t) for t in study.get_trials(deepcopy=False))
-    best = best_record(records)
+    allowed = {s.strategy for s in space.strategies}
+    outside = sorted({r.config.strategy for r in records if r.config is not None and r.config.strategy not in allowed})
+    best = best_record([r for r in records if r.config is None or r.config.strategy in allowed])
     notes = [*notes, *running_elsewhere(records)]
-    planned = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("origin") == "planner"]
+    if outside:
+        notes.append(f"This study also holds trials of {', '.join(outside)}, outside this run's strategies "
+                     f"({', '.join(sorted(allowed))}): listed, never the best.")
+    planned = [t for t in study.get_trials(deepcopy=False)
+               if t.user_attrs.get("origin") == "planner" and trial_strategy(t) in allowed]
     measured = [t for t in planned if t.user_attrs.get("failure") not in RERUN]  # not its interrupted run
     planner = next((t.number for t in measured or planned), None)
     files: tuple[str, ...]

@@ -87,6 +87,11 @@ class DDPExporter:
         text = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
         out = [("accelerate_config.yaml has no keys for DDP's settings: pass Accelerator(kwargs_handlers=["
                 f"DistributedDataParallelKwargs({text})]) (or autoshard.export.accelerate.kwargs_handlers(plan)).")]
+        if exported.gradient_accumulation > 1:
+            out.append(f"Accumulating {exported.gradient_accumulation} micro-batches: accelerate_config.yaml has no "
+                       "key for it under DDP: build the Accelerator with gradient_accumulation_steps="
+                       f"{exported.gradient_accumulation} and run each micro-batch in `with accelerator.accumulate("
+                       "model):` (the HF Trainer arguments and the Lightning snippet set it).")
         if exported.settings.get("comm_hook", "none") != "none":
             out.append(f"comm_hook={exported.settings['comm_hook']} is not in the HF Trainer arguments; register "
                        "it with model.register_comm_hook there.")

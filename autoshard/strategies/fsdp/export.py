@@ -213,8 +213,8 @@ class FSDPExporter:
             out.append(f"Accumulating {exported.gradient_accumulation} micro-batches: the plan reduce-scatters every "
                        "micro-batch (sharded gradients kept between them). Accelerate's accumulate() / no_sync() skips "
                        "that under FSDP2 and keeps every unsharded gradient instead: build the Accelerator with "
-                       "GradientAccumulationPlugin(num_steps=..., sync_each_batch=True) (the HF Trainer arguments "
-                       "here set it; Lightning syncs every micro-batch already).")
+                       f"GradientAccumulationPlugin(num_steps={exported.gradient_accumulation}, sync_each_batch=True) "
+                       "(the HF Trainer arguments here set it; Lightning syncs every micro-batch already).")
         return out
 
 

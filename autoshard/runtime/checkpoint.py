@@ -155,7 +155,7 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
     plan, ctx = backend.plan, backend.ctx
     if meta.layout_hash != plan.model.layout_hash:
         raise UsageError(f"checkpoint {directory} was written for another model (layout {meta.layout_hash}, this "
-                         f"model {plan.model.layout_hash}).", hint="Point checkpoint_dir at this model's run.")
+                         f"model {plan.model.layout_hash}).", hint="Point Checkpointing(dir=...) at this model's run.")
     if meta.family != plan.family:
         raise UsageError(f"checkpoint {directory} was written by {meta.strategy}, and this run uses "
                          f"{plan.strategy}.", hint="Resume with the same strategy family, or start afresh.")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from autoshard.errors import AutoshardError, UsageError
+from autoshard.errors import AutoshardError, UsageError, in_arguments
 from autoshard.models import load_source
 from autoshard.models.source import ModelSource, is_compiled
 from autoshard.planner import plan_file
@@ -23,7 +23,7 @@ from autoshard.runtime import calls, planning, supervisor, workers
 from autoshard.runtime.data import SampleList
 from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, destroy_group, join
-from autoshard.runtime.options import Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
+from autoshard.runtime.options import FIT_ARGUMENTS, Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
 from autoshard.runtime.result import FitResult
 from autoshard.runtime.train import TrainJob, check_optimizer_instance, train
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 
 @calls.identified
+@in_arguments(FIT_ARGUMENTS)
 def fit(
     model: nn.Module | str | os.PathLike[str] | ModelSource,
     data: DataSpec = None,
@@ -155,6 +156,11 @@ def fit(
         log_every=log_every, processes=processes, batch_size=batch_size, global_batch_size=global_batch_size,
         lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm, eval_data=eval_data, eval_every=eval_every)
     check_optimizer_instance(optimizer)  # before planning and the workers
+    _check_run_options(seed=seed, timeout_s=timeout_s, consolidate=consolidate, progress=progress, loss_fn=loss_fn,
+                       checkpointing=checkpointing)
+    if isinstance(data, Iterator) and epochs is not None and epochs > 1:  # a generator: one pass
+        raise UsageError(f"data is a one-pass iterator (a generator), and epochs={epochs} asks for more than one pass.",
+                         hint="Pass a list, a Dataset or a DataLoader, or train one epoch (or max_steps within it).")
     from autoshard.planner.machine import parse_reduce_dtype
 
     environ = os.environ  # the edge: the launcher's variables are read here only
@@ -332,6 +338,27 @@ def _check_checkpointing(checkpointing: Any) -> None:
     if checkpointing.resume is True and checkpointing.dir is None:
         raise UsageError("checkpointing.resume=True needs checkpointing.dir.",
                          hint="Pass Checkpointing(dir=the run's directory, resume=True), or resume= a checkpoint path.")
+
+
+def _check_run_options(*, seed: Any, timeout_s: Any, consolidate: Any, progress: Any, loss_fn: Any,
+                       checkpointing: Checkpointing | None) -> None:
+    """Refuse the run's other arguments before planning: they were met only inside a worker (``seed=None``: a
+    ``TypeError`` from ``torch.manual_seed`` on rank 0; ``timeout_s=0``: the workers stopped after they started)
+    or not at all (``progress="no"`` was true)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UsageError(f"seed must be a whole number, but got {seed!r}.")
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                  or not timeout_s > 0):
+        raise UsageError(f"timeout_s must be a positive number of seconds (or None: no limit), but got {timeout_s!r}.")
+    for name, value in (("consolidate", consolidate), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise UsageError(f"{name} must be True or False, but got {value!r}.")
+    if loss_fn is not None and not callable(loss_fn):
+        raise UsageError(f"loss_fn must be a function loss_fn(output, batch) returning a scalar tensor, but got "
+                         f"{loss_fn!r}.", hint="E.g. loss_fn=lambda out, batch: F.mse_loss(out, batch[1]).")
+    if checkpointing is not None and checkpointing.dir is not None and not isinstance(checkpointing.dir,
+                                                                                      (str, os.PathLike)):
+        raise UsageError(f"checkpointing.dir must be a path, but got {checkpointing.dir!r}.")
 
 
 def _check_counts(**values: int | None) -> None:

@@ -243,6 +243,9 @@ def check_optimizer_instance(optimizer: Any) -> None:
     Raises:
         UsageError: it has several groups, with the factory that keeps them.
     """
+    if optimizer is not None and not isinstance(optimizer, (str, torch.optim.Optimizer)) and not callable(optimizer):
+        raise UsageError(f"optimizer must be a name (e.g. 'adamw'), a torch optimizer (class or instance) or a "
+                         f"factory optimizer(params), but got {optimizer!r}.")
     if isinstance(optimizer, torch.optim.Optimizer) and len(optimizer.param_groups) != 1:
         raise UsageError(
             f"the optimizer instance has {len(optimizer.param_groups)} parameter groups, and fit() rebuilds an "

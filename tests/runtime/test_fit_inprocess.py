@@ -6,6 +6,7 @@ import inspect
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -383,6 +384,35 @@ def test_a_global_batch_size_that_cannot_train_is_refused_before_planning(kwargs
     monkeypatch.setattr(machine, "plan_for", never)
     with pytest.raises(UsageError, match=message):
         fit(_Regressor(), _fixed_loader(8), loss_fn=_mse, **kwargs)
+
+
+def _samples() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    yield from _fixed_loader(4)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [  # met in a worker, after planning, or never, before
+    ({"seed": None}, r"seed must be a whole number, but got None"),
+    ({"timeout_s": 0}, r"timeout_s must be a positive number of seconds"),
+    ({"progress": "no"}, r"progress must be True or False, but got 'no'"),
+    ({"consolidate": "no"}, r"consolidate must be True or False"),
+    ({"loss_fn": "mse"}, r"loss_fn must be a function"),
+    ({"checkpointing": autoshard.Checkpointing(dir=123)}, r"checkpointing.dir must be a path, but got 123"),
+    ({"optimizer": 3}, r"optimizer must be a name .* but got 3"),
+    ({"data": "generator", "epochs": 2}, r"one-pass iterator \(a generator\), and epochs=2"),
+])
+def test_other_bad_arguments_are_refused_before_planning(kwargs: dict, message: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from autoshard.planner import machine
+
+    def never(*args: object, **kw: object) -> None:
+        raise AssertionError("planned before refusing")
+
+    monkeypatch.setattr(machine, "plan_for", never)
+    given = {"loss_fn": _mse, "data": _fixed_loader(8), **kwargs}
+    if isinstance(given["data"], str):
+        given["data"] = _samples()
+    with pytest.raises(UsageError, match=message):
+        fit(_Regressor(), **given)
 
 
 def test_a_global_batch_size_other_than_the_plans_is_refused() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import io
 import json
 import os
 import sys
@@ -504,6 +505,13 @@ def test_a_module_trained_by_deepspeed_in_this_process_is_handed_back_plain(stra
     nn.functional.mse_loss(model(x), y).backward()  # plain torch from here: no DeepSpeed hook runs
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     assert all(p.grad is not None for p in model.parameters())
+    # ... with none of the engine's attributes: ZeRO-3 left ds_process_group on each parameter and a class local to a
+    # function on each module, so torch.save(model) failed, and a second fit() met parameters partitioned already
+    assert not [a for t in (*model.parameters(), *model.modules()) for a in vars(t) if a.startswith("ds_")]
+    torch.save(model, io.BytesIO())
+    again = fit(model, _fixed_loader(8), loss_fn=nn.functional.mse_loss, max_steps=1, strategy=strategy,
+                precision="bf16-mixed", progress=False)
+    assert again.model is model and len(again.steps) == 1
 
 
 # -- eval_data: held-out loss during training -----------------------------------------------------------------

@@ -54,6 +54,8 @@ class DeepSpeedBackend(Backend):
     _linear: Any = None
     """``torch.nn.functional.linear`` as it was before ``zero.Init`` replaced it (``None``: not replaced)."""
     _given_dtypes: dict[str, torch.dtype] | None = None
+    _given_attributes: dict[int, set[str]] | None = None
+    """The attributes each parameter and buffer of the user's module had before the engine added its own."""
     """The dtypes of the user's module's parameters and buffers before the engine cast them (``None``: the
     backend built the module)."""
     _frozen: dict[str, torch.Tensor] | None = None
@@ -89,6 +91,8 @@ class DeepSpeedBackend(Backend):
         if model.module is not None:
             self._given_dtypes = {name: t.dtype for name, t in (*module.named_parameters(),
                                                                  *module.named_buffers())}
+            self._given_attributes = {id(t): set(vars(t)) for t in (*module.parameters(), *module.buffers(),
+                                                                     *module.modules())}
             if self.ctx.is_main:
                 self._frozen = {name: p.data if p.device.type == "cpu" else p.detach().to("cpu", copy=True)
                                 for name, p in module.named_parameters() if not p.requires_grad}
@@ -224,6 +228,16 @@ class DeepSpeedBackend(Backend):
             if isinstance(sub._parameters, OrderedDict):
                 sub._parameters = dict(OrderedDict.items(sub._parameters))
                 sub.__dict__.pop("_original_parameters", None)
+        # Stage 3 also set its own attributes on every parameter (ds_tensor, ds_process_group, all_gather,
+        # partition, ...: _convert_to_deepspeed_param, runtime/zero/partition_parameters.py, 0.19.8) and module
+        # (ds_id, pre_bwd_fn, a class local to a function, ...: parameter_offload.py): the process group and that
+        # class cannot be pickled (torch.save(model) failed), and a second engine took the parameters for its own,
+        # already partitioned. Whatever was added since the engine was built goes, but torch's own module fields.
+        given = self._given_attributes or {}
+        torch_fields = set(vars(torch.nn.Module()))
+        for obj in (*module.parameters(), *module.buffers(), *module.modules()):
+            for name in set(vars(obj)) - given.get(id(obj), set(vars(obj))) - torch_fields:
+                delattr(obj, name)
 
 
 def _check_nvme(path: str | None) -> None:

@@ -158,7 +158,15 @@ def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) ->
         state = torch.load(run_dir / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         if module is not None:
             module.load_state_dict(state)
+    elif module is not None:  # consolidate=False: the module here holds the weights it was given, not the trained
+        data = {**data, "notes": [*data["notes"], UNTRAINED_NOTE]}
+        module = None
     return dataclasses.replace(FitResult.from_dict(data, model=module, state_dict=state), plan=exported, rank=0)
+
+
+UNTRAINED_NOTE = ("consolidate=False: the trained weights stayed in the worker processes, which are gone, so "
+                  "result.model is None (your module still holds the weights it was given); train with "
+                  "consolidate=True, or keep them with checkpointing=Checkpointing(dir=...).")
 
 
 def _module_worker_command(job: TrainJob, model: Any) -> list[str]:

@@ -9,6 +9,7 @@ process.
 * ``hf-list``: the same list of dict samples passed as ``data`` directly.
 * ``training-step``: a ``training_step(model, batch) -> loss`` hook.
 * ``compiled``: ``plain`` with the model given as ``torch.compile(model)``.
+* ``no-consolidate``: ``plain`` with ``consolidate=False``.
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ def _training_step() -> dict:
 
 
 def main(case: str) -> None:
-    if case in ("plain", "compiled"):
+    if case in ("plain", "compiled", "no-consolidate"):
         kwargs = _plain()
         if case == "compiled":
             kwargs["model"] = torch.compile(kwargs["model"])
+        if case == "no-consolidate":
+            kwargs["consolidate"] = False
     elif case in ("hf-loader", "hf-list"):
         model, samples = _llama_samples()
         kwargs = {"model": model, "data": DataLoader(samples, batch_size=4) if case == "hf-loader" else samples}
@@ -76,7 +79,7 @@ def main(case: str) -> None:
                            **kwargs)
     if not autoshard.is_worker():
         print("RESULT " + json.dumps({"strategy": result.plan.strategy, "losses": result.losses,
-                                      "notes": list(result.notes)}), flush=True)
+                                      "notes": list(result.notes), "model": result.model is not None}), flush=True)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,14 @@ def test_a_compiled_module_trains_as_the_module_it_wraps_and_says_so() -> None:
     assert any("torch.compile'd" in n and "uncompiled" in n for n in compiled["notes"]), compiled["notes"]
 
 
+def test_without_consolidation_workers_hand_back_no_model_and_say_why() -> None:
+    """The launching process's module never saw the training: it came back as ``result.model``, untrained."""
+    result = _run("no-consolidate")
+    assert result["model"] is False and _run("plain")["model"] is True
+    assert any(n.startswith("consolidate=False: the trained weights stayed in the worker processes")
+               for n in result["notes"]), result["notes"]
+
+
 class _Two(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

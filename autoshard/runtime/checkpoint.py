@@ -2,9 +2,10 @@
 
 Layout (``checkpoint_dir/step-00000010/``): ``autoshard_checkpoint.json`` (the step, data position, strategy,
 world size and plan fingerprint, JSON), ``rng-rank<N>.pt`` (each rank's RNG state, loaded with
-``weights_only=True``), ``lr_scheduler.pt`` (the learning-rate scheduler's ``state_dict()``, when there is one;
-also ``weights_only``) and the backend's own files: ``ddp_state.pt``, an FSDP2 DCP directory, or DeepSpeed's
-checkpoint. A directory without the JSON file is incomplete and never resumed from.
+``weights_only=True``), ``epoch-rng-rank<N>.pt`` (its state when the epoch's data iterator was made),
+``lr_scheduler.pt`` (the learning-rate scheduler's ``state_dict()``, when there is one; also ``weights_only``)
+and the backend's own files: ``ddp_state.pt``, an FSDP2 DCP directory, or DeepSpeed's checkpoint. A directory
+without the JSON file is incomplete and never resumed from.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from autoshard.runtime.backends.base import Backend
 
 META_FILE = "autoshard_checkpoint.json"
 SCHEDULER_FILE = "lr_scheduler.pt"
+EPOCH_RNG_PREFIX = "epoch-rng-rank"
+"""Each rank's RNG state at the start of the checkpoint's epoch: ``epoch-rng-rank<N>.pt``."""
 PREFIX = "step-"
 
 
@@ -58,7 +61,7 @@ def step_dir(root: Path, step: int) -> Path:
 
 
 def save(backend: Backend, root: Path, position: Position, *, scheduler: LRScheduler | None = None,
-         keep_last: int | None = None) -> Path:
+         keep_last: int | None = None, epoch_rng: dict[str, torch.Tensor] | None = None) -> Path:
     """Write a checkpoint of ``position`` (collective); returns its directory.
 
     Args:
@@ -68,6 +71,8 @@ def save(backend: Backend, root: Path, position: Position, *, scheduler: LRSched
         scheduler: the learning-rate scheduler, whose ``state_dict()`` is saved with the checkpoint.
         keep_last: once this checkpoint is complete, rank 0 removes older ones beyond the newest ``keep_last``
             (``None``: keep all); see :func:`prune`.
+        epoch_rng: this rank's RNG state when the epoch's data iterator was made (:func:`rng_state`): a loader
+            that shuffles with torch's global generator drew its order from it, and a resumed run draws it again.
     """
     ctx = backend.ctx
     final = step_dir(root, position.step)
@@ -78,7 +83,9 @@ def save(backend: Backend, root: Path, position: Position, *, scheduler: LRSched
         partial.mkdir()
     dist.barrier()
     backend.save(partial)
-    torch.save(_rng_state(), partial / f"rng-rank{ctx.rank}.pt")
+    torch.save(rng_state(), partial / f"rng-rank{ctx.rank}.pt")
+    if epoch_rng is not None:
+        torch.save(epoch_rng, partial / f"{EPOCH_RNG_PREFIX}{ctx.rank}.pt")
     if scheduler is not None and ctx.is_main:  # stepped alike on every rank: one copy
         torch.save(scheduler.state_dict(), partial / SCHEDULER_FILE)
     dist.barrier()
@@ -171,7 +178,7 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
     backend.load(directory)
     rng = directory / f"rng-rank{ctx.rank}.pt"
     if rng.is_file():
-        _set_rng_state(torch.load(rng, weights_only=True))
+        set_rng_state(torch.load(rng, weights_only=True))
     if scheduler is not None:
         scheduler.load_state_dict(torch.load(directory / SCHEDULER_FILE, weights_only=True))
         # The learning rates the schedule had reached, whatever the backend's optimizer state restored.
@@ -209,14 +216,22 @@ def rescaled(meta: CheckpointMeta, world_size: int, micro_batch_size: int, direc
     return Position(step=pos.step, epoch=pos.epoch, batch_in_epoch=consumed // per_step)
 
 
-def _rng_state() -> dict[str, torch.Tensor]:
+def epoch_rng(directory: Path, rank: int) -> dict[str, torch.Tensor] | None:
+    """This rank's RNG state when the checkpoint's epoch began (``None`` in checkpoints written before)."""
+    path = directory / f"{EPOCH_RNG_PREFIX}{rank}.pt"
+    return torch.load(path, weights_only=True) if path.is_file() else None
+
+
+def rng_state() -> dict[str, torch.Tensor]:
+    """torch's global RNG states (CPU, and CUDA once initialised)."""
     state = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
-def _set_rng_state(state: dict[str, torch.Tensor]) -> None:
+def set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    """Set what :func:`rng_state` gave."""
     torch.set_rng_state(state["cpu"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])

@@ -3,6 +3,7 @@ checkpoints."""
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -56,6 +57,11 @@ class LoopConfig:
     """Scores the held-out data at a step (collective): every ``eval_every`` steps and at the end."""
     eval_every: int | None = None
     on_eval: Callable[[EvalMetrics], None] | None = None
+    epoch_rng: dict[str, torch.Tensor] | None = None
+    """Resuming inside an epoch: this rank's RNG state when that epoch's data iterator was first made
+    (:func:`autoshard.runtime.checkpoint.epoch_rng`). The iterator is made again under it, so a loader shuffling
+    with torch's global generator (one rank keeps the user's ``DataLoader``) draws the same order, then the RNG
+    continues from the checkpoint's state."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -112,7 +118,8 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     # Lengths unknown (a generator, an IterableDataset): agree with the other ranks on every micro-batch.
     check_each_step = feed.batches_per_epoch is None and not feed.endless and ctx.world_size > 1
     epoch, consumed = start.epoch, start.batch_in_epoch
-    batches: Iterator[Any] = feed.epoch(epoch, skip=consumed)
+    epoch_rng = checkpoint.rng_state() if config.epoch_rng is None or not consumed else config.epoch_rng
+    batches: Iterator[Any] = _epoch_under(feed, epoch, consumed, epoch_rng)
     first = True
     sizes = _SampleSizes()
 
@@ -146,6 +153,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             batch = next(batches, _END)
             if batch is _END and (config.epochs is None or epoch + 1 < config.epochs):
                 epoch, consumed = epoch + 1, 0
+                epoch_rng = checkpoint.rng_state()  # what a loader shuffling with torch's generator draws from
                 batches = feed.epoch(epoch)
                 batch = next(batches, _END)
             if check_each_step and not all_true(batch is not _END, ctx):
@@ -181,7 +189,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
         if (config.checkpoint_dir is not None and config.checkpoint_every
                 and position.step % config.checkpoint_every == 0 and not _done(position, config)):
             last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position, scheduler=scheduler,
-                                        keep_last=config.keep_last_checkpoints)
+                                        keep_last=config.keep_last_checkpoints, epoch_rng=epoch_rng)
         if (config.evaluate is not None and config.eval_every
                 and position.step % config.eval_every == 0 and not _done(position, config)):
             flush()
@@ -191,10 +199,23 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     if config.checkpoint_dir is not None and (last_ckpt is None or last_ckpt != checkpoint.step_dir(
             config.checkpoint_dir, position.step)) and position.step > start.step:
         last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position, scheduler=scheduler,
-                                    keep_last=config.keep_last_checkpoints)
+                                    keep_last=config.keep_last_checkpoints, epoch_rng=epoch_rng)
     if config.evaluate is not None and position.step > start.step and (not evals or evals[-1].step != position.step):
         evals.append(_evaluated(config, position.step))
     return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt, evals=evals)
+
+
+def _epoch_under(feed: DataFeed, epoch: int, skip: int, rng: dict[str, torch.Tensor]) -> Iterator[Any]:
+    """``feed.epoch(epoch, skip=skip)``, its first batch drawn under ``rng`` (a loader's shuffled order and its
+    workers' seeds come from torch's generator when its iterator starts), then torch's RNG as it was."""
+    now = checkpoint.rng_state()
+    checkpoint.set_rng_state(rng)
+    try:
+        batches = feed.epoch(epoch, skip=skip)
+        first = next(batches, _END)
+    finally:
+        checkpoint.set_rng_state(now)
+    return iter(()) if first is _END else itertools.chain([first], batches)
 
 
 def _evaluated(config: LoopConfig, step: int) -> EvalMetrics:

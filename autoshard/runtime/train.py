@@ -106,10 +106,11 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                              f"{plan.gradient_accumulation}: nothing would train.",
                              hint="Pass more data or epochs, max_steps= (steps then run on over the epochs), or a "
                                   "smaller global batch.")
-        start, resumed = Position(), None
+        start, resumed, epoch_rng = Position(), None, None
         where = _resume_from(job)
         if where is not None:
             start = checkpoint.restore(backend, where, scheduler=scheduler)
+            epoch_rng = checkpoint.epoch_rng(where, ctx.rank)
             resumed = str(where)
             notes.append(f"Resumed from {where} (step {start.step}).")
             if job.max_steps is not None and start.step >= job.max_steps:
@@ -138,7 +139,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
             tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
             checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,
             on_step=job.on_step, on_log=reporter, evaluate=evaluator, eval_every=job.eval_every,
-            on_eval=None if reporter is None else reporter.evaluated)
+            on_eval=None if reporter is None else reporter.evaluated, epoch_rng=epoch_rng)
         outcome = loop.run(backend, feed, fns, config, start, scheduler)
         state = backend.full_state_dict() if job.consolidate else None
         module = backend.module

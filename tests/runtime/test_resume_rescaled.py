@@ -60,3 +60,26 @@ def test_resumed_at_another_micro_batch_the_run_continues_as_the_uninterrupted_o
                   **kwargs)
     assert [s.step for s in resumed.steps] == [3, 4]
     assert resumed.losses == pytest.approx(whole.losses[2:], rel=1e-5)
+
+
+def test_one_process_resumed_inside_an_epoch_of_a_shuffling_loader_sees_the_uninterrupted_runs_data(
+        tmp_path: Path) -> None:
+    """One rank keeps the user's DataLoader, whose shuffled order comes from torch's generator when the epoch's
+    iterator starts: resumed, it was made under the checkpoint's RNG state, another order, and some samples were
+    seen twice in the epoch and others never."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=g)
+    data = torch.utils.data.TensorDataset(x, torch.sin(x @ torch.randn(8, 1, generator=g)))
+
+    def run(steps: int, resume: bool) -> list[float]:
+        torch.manual_seed(1)  # the loader's order and the model's weights
+        loader = torch.utils.data.DataLoader(data, batch_size=16, shuffle=True)
+        return fit(_model(), loader, loss_fn=nn.functional.mse_loss, optimizer="sgd", max_steps=steps,
+                   processes=1, progress=False,
+                   checkpointing=Checkpointing(dir=tmp_path / ("whole" if steps == 12 and not resume else "part"),
+                                               every=3, resume=resume)).losses
+
+    whole = run(12, resume=False)  # 16 batches per epoch: the checkpoint at step 6 is inside the first
+    run(6, resume=False)
+    resumed = run(12, resume=True)
+    assert resumed == pytest.approx(whole[6:], rel=1e-6)

@@ -124,7 +124,8 @@ def check_request(request: PlanRequest, world: int) -> None:
 
 
 def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest) -> list[Evaluation]:
-    reason = strategy.unsupported(hardware) or strategy.refuses(workload.optimizer) or (
+    reason = strategy.unsupported(hardware) or strategy.unsupported_precision(workload.precision, hardware) or \
+        strategy.refuses(workload.optimizer) or (
         workload.half_refused if strategy.traits.family != "ddp" else None)
     checkpointing = workload.checkpointing_choices if workload.block_class is not None else (False,)
     if reason is not None:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, cast
 
 from autoshard.hardware.specs import HardwareSpec
+from autoshard.profiler.options import Precision
 from autoshard.strategies.workload import Workload
 
 FamilyName = Literal["ddp", "fsdp", "deepspeed"]
@@ -304,6 +305,10 @@ class Strategy(abc.ABC):
 
     def unsupported(self, hardware: HardwareSpec) -> str | None:
         """Why this strategy cannot run on ``hardware`` (a sentence), or ``None`` when it can."""
+        return None
+
+    def unsupported_precision(self, precision: Precision, hardware: HardwareSpec) -> str | None:
+        """Why this strategy's backend cannot train in ``precision`` on ``hardware`` (a sentence), or ``None``."""
         return None
 
     def refuses(self, optimizer: str) -> str | None:

@@ -203,3 +203,23 @@ def test_an_offloading_plan_on_several_nodes_says_what_autoshard_does_not_plan(n
     assert bool(lines) is said
     if said:
         assert "tensor or pipeline parallelism" in lines[0] and "does not plan" in lines[0]
+
+
+def test_deepspeed_16_mixed_on_a_cpu_without_fp16_kernels_is_refused_when_planned():
+    # fit(strategy="deepspeed_stage_2", precision="16-mixed") on a CPU was planned, its workers started, and
+    # deepspeed.initialize raised "Type fp16 is not supported on your device" in a 30-line traceback
+    import torch
+
+    from autoshard.hardware.detect import detect_hardware
+    from autoshard.profiler.options import Precision
+    from autoshard.strategies import get
+
+    cpu = detect_hardware(gpus=1, environ={"CUDA_VISIBLE_DEVICES": ""})
+    said = get("deepspeed_stage_2").unsupported_precision(Precision.FP16_MIXED, cpu)
+    if torch.ops.mkldnn._is_mkldnn_fp16_supported():  # a CPU with fp16 kernels (AMX-FP16, AVX512-FP16) runs it
+        assert said is None
+    else:
+        assert said is not None and "cannot train in 16-mixed on this CPU" in said
+    assert get("deepspeed_stage_2").unsupported_precision(Precision.BF16_MIXED, cpu) is None
+    assert get("deepspeed_stage_2").unsupported_precision(Precision.FP16_MIXED, H100x8) is None
+    assert get("ddp").unsupported_precision(Precision.FP16_MIXED, cpu) is None  # torch's own autocast runs it

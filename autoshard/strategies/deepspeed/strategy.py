@@ -17,8 +17,10 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from autoshard.hardware.specs import HardwareSpec
-from autoshard.profiler.options import own_kernel
+from autoshard.profiler.options import Precision, own_kernel
 from autoshard.strategies.base import (
     Candidate,
     CostEstimate,
@@ -96,6 +98,21 @@ class DeepSpeedZero(Strategy):
             return (f"{self.name} offloads to NVMe, but no NVMe device or path is known on this hardware; "
                     "name one with --nvme PATH.")
         return None
+
+    def unsupported_precision(self, precision: Precision, hardware: HardwareSpec) -> str | None:
+        """DeepSpeed's fp16 on CPU processes needs a CPU with fp16 kernels: its CPU accelerator asks
+        ``torch.ops.mkldnn._is_mkldnn_fp16_supported()`` (``accelerator/cpu_accelerator.py``, 0.19.8), and
+        ``deepspeed.initialize`` raises "Type fp16 is not supported on your device" without them."""
+        if precision is not Precision.FP16_MIXED or hardware.gpu is not None:
+            return None
+        try:
+            supported = bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+        except (AttributeError, RuntimeError):
+            supported = False
+        if supported:
+            return None
+        return (f"{self.name} cannot train in 16-mixed on this CPU: DeepSpeed's fp16 needs CPU fp16 kernels "
+                "(oneDNN), which it lacks; bf16-mixed or 32-true train.")
 
     def refuses(self, optimizer: str) -> str | None:
         """ZeRO-Offload steps on the host with DeepSpeed's CPU Adam, not a client's bitsandbytes optimizer."""

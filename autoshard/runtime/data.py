@@ -88,6 +88,17 @@ class DataFeed:
         return self._synthetic is not None and self._loader is None and self._iterable is None
 
     @property
+    def left_out(self) -> int:
+        """Batches of a list or iterable of batches (of known length) that an epoch never reaches: those of an
+        incomplete last round over the ranks (every rank takes one batch per round, so that they step, or score,
+        together)."""
+        iterable = self._iterable
+        if self._loader is not None or iterable is None or self.ctx.world_size == 1 or not hasattr(
+                iterable, "__len__") or isinstance(iterable, (IterableDataset, DataLoader)):
+            return 0
+        return len(iterable) % self.ctx.world_size  # type: ignore[arg-type]
+
+    @property
     def batches_per_epoch(self) -> int | None:
         """This rank's batches per epoch, when known (equal on every rank)."""
         if self._loader is not None:

@@ -125,6 +125,10 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         fns = step_functions_for(job, backend.module)
         evaluator = None if job.eval_data is None else Evaluator(
             job.eval_data, backend=backend, fns=fns, micro_batch_size=plan.micro_batch_size, seed=job.seed)
+        if evaluator is not None and evaluator.feed.left_out:
+            notes.append(f"eval_data: its last {evaluator.feed.left_out} batch(es) make an incomplete round over the "
+                         f"{ctx.world_size} ranks and are not scored; pass the samples as a Dataset (or a "
+                         "DataLoader over one) to score them all.")
         reporter = None
         if job.progress and ctx.is_main:
             total = job.max_steps

@@ -57,9 +57,11 @@ def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
     if path.is_dir():
         config = path / "config.json"
         if not config.is_file():
+            inside = path / "model.py"
             raise ModelSourceError(
                 f"{text} is a directory without a config.json.",
-                hint="Point autoshard at a model.py, a Hugging Face config.json, or a catalog name.",
+                hint=f"Point autoshard at {inside}." if inside.is_file() else
+                "Point autoshard at a model.py, a Hugging Face config.json, or a catalog name.",
             )
         path = config
     if path.is_file():

@@ -252,9 +252,18 @@ def _missing_error(module: ModuleType, file: Path, missing: list[str]) -> ModelS
         for attr, value in vars(module).items()
         if isinstance(value, type) and issubclass(value, nn.Module) and value.__module__ == module.__name__
     )
-    if "model" in missing and classes:
-        also = " and `def batch(batch_size): ...`" if "batch" in missing else ""
+    factories = sorted(  # build_model(), make_model(), get_model(), ...: the user's own name for model()
+        attr for attr, value in vars(module).items()
+        if callable(value) and not isinstance(value, type) and "model" in attr.lower() and attr != "model"
+        and getattr(value, "__module__", None) == module.__name__)
+    also = " and `def batch(batch_size): ...`" if "batch" in missing else ""
+    if "model" in missing and factories:
+        hint = f"Add `def model(): return {factories[0]}()`{also}, or rename {factories[0]} to model. {_DOCS}"
+    elif "model" in missing and len(classes) == 1:
         hint = f"Add `def model(): return {classes[0]}()`{also}. {_DOCS}"
+    elif "model" in missing and classes:
+        hint = (f"Add `def model():` returning the one of {', '.join(classes)} to train, e.g. "
+                f"`return {classes[0]}()`{also}. {_DOCS}")
     else:
         hint = f"A model file defines `def model():` returning the nn.Module and `def batch(batch_size):`. {_DOCS}"
     return ModelSourceError(f"{file} defines {what}.", hint=hint)

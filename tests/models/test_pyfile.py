@@ -433,6 +433,16 @@ EXITS_AT_IMPORT = """
             ModelSourceError,
             ["defines neither", "Add `def model(): return Net()` and `def batch(batch_size): ...`."],
         ),
+        (  # the user's own name for the factory
+            "from torch import nn\ndef build_model(): return nn.Linear(2, 2)\ndef batch(batch_size): ...\n",
+            ModelSourceError,
+            ["defines no `model()`", "Add `def model(): return build_model()`, or rename build_model to model."],
+        ),
+        (  # several classes: which one is the user's to say
+            "from torch import nn\nclass Big(nn.Module): pass\nclass Small(nn.Module): pass\ndef batch(b): ...\n",
+            ModelSourceError,
+            ["Add `def model():` returning the one of Big, Small to train, e.g. `return Big()`."],
+        ),
         ("model = 3\ndef batch(batch_size): ...\n", ModelSourceError, ["`model` in {path} is a int, not a function"]),
         (
             "import torch\nmodel = torch.nn.Linear(2, 2)\ndef batch(batch_size): ...\n",
@@ -489,6 +499,8 @@ EXITS_AT_IMPORT = """
         "no-batch",
         "neither",
         "class-but-no-model-function",
+        "factory-of-another-name",
+        "several-classes",
         "model-not-callable",
         "model-is-an-instance",
         "model-needs-arguments",
@@ -587,3 +599,12 @@ def test_a_compiled_module_from_model_is_refused_in_the_files_terms(write_model:
     with pytest.raises(UserCodeError, match="returned a torch.compile'd module") as info:
         source.build()
     assert "Return the module uncompiled" in str(info.value.hint)
+
+
+def test_a_directory_holding_a_model_file_is_pointed_at_it(tmp_path: Path) -> None:
+    from autoshard.models import load_source
+
+    (tmp_path / "model.py").write_text("def model(): ...\ndef batch(batch_size): ...\n", encoding="utf-8")
+    with pytest.raises(ModelSourceError, match="is a directory without a config.json") as info:
+        load_source(str(tmp_path))
+    assert info.value.hint == f"Point autoshard at {tmp_path / 'model.py'}."

@@ -113,7 +113,7 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     console.print(
         f"[bold]{p.model}[/bold] ({p.source_kind}) — {count(p.parameter_count)} parameters "
         f"({count(p.trainable_parameter_count)} trainable), micro-batch {o.batch_size}{seq}, "
-        f"{o.precision.value}, {o.optimizer} ({o.optimizer_impl})"
+        f"{o.precision.value}, {o.optimizer}" + ("" if o.optimizer_impl is None else f" ({o.optimizer_impl})")
         + (f", {checkpointing_of(o).label}" if o.activation_checkpointing else "")
         + (f", {o.grad_accumulation} accumulation steps" if o.grad_accumulation > 1 else "")
     )

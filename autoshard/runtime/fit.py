@@ -225,6 +225,8 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
     if max_steps is None and epochs is None and data is None:
         raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
     module, source = _model(model, loss_fn)
+    if module is not None:
+        _check_unsharded(module)
     for given in (data, eval_data):
         if given is not None:
             check_data(given)
@@ -359,6 +361,19 @@ def _check_run_options(*, seed: Any, timeout_s: Any, consolidate: Any, progress:
     if checkpointing is not None and checkpointing.dir is not None and not isinstance(checkpointing.dir,
                                                                                       (str, os.PathLike)):
         raise UsageError(f"checkpointing.dir must be a path, but got {checkpointing.dir!r}.")
+
+
+def _check_unsharded(module: nn.Module) -> None:
+    """Refuse a module FSDP2 sharded in place: a one-process ``fit()`` with an FSDP strategy hands it back so
+    (``FitResult.model``), and planning copies a plain module (FSDP2 refuses ``deepcopy``: the second call was
+    reported as an error in the user's ``model()``)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if any(isinstance(m, FSDPModule) for m in module.modules()):
+        raise UsageError(f"model is an FSDP2-sharded {type(module).__name__}: a fit() in this process sharded it in "
+                         "place, and fit() plans and wraps a plain module.",
+                         hint="Build the model again and load the trained weights into it "
+                              "(model.load_state_dict(result.state_dict)), then pass that.")
 
 
 def _check_counts(**values: int | None) -> None:

@@ -552,3 +552,18 @@ def test_a_run_ending_with_its_epochs_writes_its_last_checkpoint(tmp_path: Path)
                  checkpointing=autoshard.Checkpointing(dir=tmp_path))
     assert len(result.steps) == 8 and result.last_checkpoint == str(tmp_path / "step-00000008")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000008"]
+
+
+def test_a_module_fsdp2_sharded_in_this_process_is_refused_with_how_to_train_it_again() -> None:
+    """The second fit() met FSDP2's refusal to deepcopy, reported as an error in the user's model()."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    result = fit(model, _fixed_loader(8), loss_fn=nn.functional.mse_loss, max_steps=1, strategy="fsdp",
+                 progress=False)
+    with pytest.raises(UsageError, match="model is an FSDP2-sharded FSDPSequential: a fit\\(\\) in this process"):
+        fit(model, _fixed_loader(8), loss_fn=nn.functional.mse_loss, max_steps=1, strategy="fsdp", progress=False)
+    fresh = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    assert result.state_dict is not None
+    fresh.load_state_dict(result.state_dict)  # what the hint says to do trains again
+    again = fit(fresh, _fixed_loader(8), loss_fn=nn.functional.mse_loss, max_steps=1, strategy="fsdp",
+                progress=False)
+    assert len(again.steps) == 1

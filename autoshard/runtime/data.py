@@ -56,7 +56,14 @@ class DataFeed:
                 raise UsageError("no data given, and the model source has no example batch to train on.",
                                  hint="Pass data= (a Dataset, DataLoader or iterable of batches).")
             return
-        if isinstance(data, DataLoader) and ctx.world_size == 1:
+        if isinstance(data, DataLoader) and ctx.world_size == 1 and scoring and data.persistent_workers \
+                and _map_style(data.dataset) and _rebuildable(data):
+            # Its own loader: a loader with persistent workers serves one iterator at a time, and scoring the
+            # training data's loader mid-epoch restarted the training iterator (another order from there).
+            self._loader = DataLoader(data.dataset, batch_size=data.batch_size, num_workers=data.num_workers,
+                                      collate_fn=data.collate_fn, pin_memory=data.pin_memory,
+                                      worker_init_fn=data.worker_init_fn)
+        elif isinstance(data, DataLoader) and ctx.world_size == 1:
             self._iterable = data  # one rank: the loader as the user made it
         elif isinstance(data, DataLoader) and _map_style(data.dataset) and _rebuildable(data):
             self._loader = self._distributed_loader(data.dataset, data.batch_size or micro_batch_size, seed,

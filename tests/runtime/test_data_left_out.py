@@ -33,3 +33,15 @@ def test_an_incomplete_last_round_of_batches_is_counted(data, world_size, left_o
 def test_a_loader_at_one_rank_is_never_short():
     loader = DataLoader(TensorDataset(torch.zeros(10, 2)), batch_size=4)
     assert DataFeed(loader, micro_batch_size=4, ctx=_ctx(1), seed=0, scoring=True).left_out == 0
+
+
+def test_scoring_a_loader_with_persistent_workers_leaves_its_training_iterator_alone():
+    """One rank keeps the user's loader; one with persistent workers serves one iterator at a time, so scoring
+    the training loader mid-epoch restarted the training iteration (the probe's losses changed after an eval)."""
+    data = TensorDataset(torch.arange(8.0).unsqueeze(1))
+    loader = DataLoader(data, batch_size=2, num_workers=1, persistent_workers=True)
+    training = iter(loader)
+    assert next(training)[0].flatten().tolist() == [0.0, 1.0]
+    scored = DataFeed(loader, micro_batch_size=2, ctx=_ctx(1), seed=0, scoring=True)
+    assert len(list(scored.epoch(0))) == 4
+    assert next(training)[0].flatten().tolist() == [2.0, 3.0]  # [0, 1] again before

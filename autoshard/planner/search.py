@@ -54,7 +54,7 @@ def plan(
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
                            workload.checkpoint_mode.label) + _search_limit(best, hardware, request) \
-        + _unknown_host(best, hardware) + _scope(best, hardware)
+        + _unknown_host(best, hardware) + _scope(best, hardware, ranked)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 
@@ -90,11 +90,14 @@ def _unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def _scope(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
-    """A line when the plan offloads on several nodes of GPUs: what was planned is data parallelism, with
-    sharding and offload, only; runs that size add tensor or pipeline parallelism, which the planner does not
-    weigh."""
-    if not best.traits.offloads or hardware.gpu is None or hardware.nodes < 2:
+def _scope(best: Evaluation, hardware: HardwareSpec, weighed: list[Evaluation]) -> tuple[str, ...]:
+    """A line when the plan offloads on several nodes of GPUs because nothing without offload fits (strategies
+    without it were weighed, and none fits): what was planned is data parallelism, with sharding and offload,
+    only; runs that size add tensor or pipeline parallelism, which the planner does not weigh. (Offload asked for
+    with ``--strategies`` alone, or while the GPUs hold the states, says nothing of the kind.)"""
+    on_gpus = [e for e in weighed if not e.traits.offloads and e.memory is not None]
+    if not best.traits.offloads or hardware.gpu is None or hardware.nodes < 2 or not on_gpus or any(
+            e.fits for e in on_gpus):
         return ()
     return ("Scope: on several nodes this plan offloads to the host, because data parallelism with sharding (all "
             "autoshard plans) leaves each GPU too little room; runs of this size usually add tensor or pipeline "

@@ -198,11 +198,28 @@ def test_an_offloading_plan_on_several_nodes_says_what_autoshard_does_not_plan(n
 
     offload = Synthetic("deepspeed_stage_3_offload", state_gib=100, act_gib=2, per_device_samples_s=5, sharded=True,
                         cpu_gib=500)
-    p = plan(workload(), load_hardware("dgx-h100", nodes=nodes), request(micro_batch_size=1), [offload])
+    on_gpus = Synthetic("deepspeed_stage_3", state_gib=2000, act_gib=2, per_device_samples_s=6, sharded=True)
+    p = plan(workload(), load_hardware("dgx-h100", nodes=nodes), request(micro_batch_size=1), [offload, on_gpus])
     lines = [line for line in p.explanation if line.startswith("Scope: ")]
     assert bool(lines) is said
     if said:
         assert "tensor or pipeline parallelism" in lines[0] and "does not plan" in lines[0]
+
+
+def test_offload_asked_for_where_the_gpus_hold_the_states_is_not_said_to_be_needed():
+    # a 172K-parameter model on 2 DGX nodes with --strategies fsdp_cpu_offload (2.5 of 80 GiB) was told "this plan
+    # offloads to the host, because data parallelism with sharding leaves each GPU too little room"
+    from autoshard.hardware import load_hardware
+
+    offload = Synthetic("deepspeed_stage_3_offload", state_gib=1, act_gib=1, per_device_samples_s=5, sharded=True,
+                        cpu_gib=5)
+    small = Synthetic("deepspeed_stage_3", state_gib=1, act_gib=1, per_device_samples_s=4, sharded=True)
+    two = load_hardware("dgx-h100", nodes=2)
+    for strategies in ([offload], [offload, small]):
+        p = plan(workload(), two, request(micro_batch_size=1, strategies=tuple(s.name for s in strategies)),
+                 strategies)
+        assert p.recommended.strategy == "deepspeed_stage_3_offload" or len(strategies) == 2
+        assert not [line for line in p.explanation if line.startswith("Scope: ")]
 
 
 def test_deepspeed_16_mixed_on_a_cpu_without_fp16_kernels_is_refused_when_planned():

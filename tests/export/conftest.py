@@ -29,3 +29,17 @@ def cpu_plan(plan, strategy: str, *, ranks: int, nodes: int = 1, precision: str 
     hw = dataclasses.replace(e.hardware, gpu=None, gpu_memory_bytes=None, gpus_per_node=ranks, nodes=nodes,
                              device_type="cpu", backend="gloo")
     return dataclasses.replace(e, hardware=hw, precision=precision, settings={**e.settings, **settings})
+
+
+def on_gpus(exported: plan_file.ExportedPlan, gpu: str = "NVIDIA H100 80GB HBM3") -> plan_file.ExportedPlan:
+    """A :func:`cpu_plan` for as many GPUs: what Lightning's DeepSpeed snippet is written for (Lightning runs
+    DeepSpeed on CUDA only, so a CPU plan gets none)."""
+    hw = dataclasses.replace(exported.hardware, gpu=gpu, gpu_memory_bytes=80 * 2**30, device_type="cuda",
+                             backend="nccl")
+    return dataclasses.replace(exported, hardware=hw)
+
+
+def constructible_here(snippet: str) -> str:
+    """A GPU plan's Lightning snippet made to build its ``Trainer`` on this CPU machine (its strategy and config
+    as written; ``Trainer(accelerator='gpu')`` refuses a machine without one)."""
+    return snippet.replace("accelerator='gpu'", "accelerator='cpu'")

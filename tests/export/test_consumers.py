@@ -20,7 +20,7 @@ import pytest
 from autoshard.errors import UsageError
 from autoshard.export import hf_trainer, lightning, notes, render
 
-from .conftest import cpu_plan
+from .conftest import constructible_here, cpu_plan, on_gpus
 
 SCRIPTS = Path(__file__).parent / "consumers"
 REPO = Path(__file__).parents[2]
@@ -74,9 +74,9 @@ def test_lightning_deepspeed_config_passes_lightnings_setup(plan, tmp_path, monk
     pytest.importorskip("deepspeed")
     import lightning.pytorch as pl
 
-    monkeypatch.chdir(write(cpu_plan(plan, "deepspeed_stage_2", ranks=1, accumulation=2), tmp_path))
+    monkeypatch.chdir(write(on_gpus(cpu_plan(plan, "deepspeed_stage_2", ranks=1, accumulation=2)), tmp_path))
     namespace: dict = {}
-    exec((tmp_path / "lightning_trainer.py").read_text(), namespace)
+    exec(constructible_here((tmp_path / "lightning_trainer.py").read_text()), namespace)
     trainer = namespace["trainer"]
     module = pl.LightningModule()
     module.trainer = trainer
@@ -84,6 +84,13 @@ def test_lightning_deepspeed_config_passes_lightnings_setup(plan, tmp_path, monk
     trainer.strategy._format_config()
     assert trainer.strategy.config["gradient_accumulation_steps"] == 2  # set by Lightning from the Trainer
     assert trainer.strategy.config["gradient_clipping"] == 0.0
+
+
+def test_a_deepspeed_plan_for_cpu_processes_gets_no_lightning_file_and_says_why(plan, tmp_path):
+    """Lightning's fit() refuses DeepSpeed off CUDA ("only supported on CUDA GPUs"): the snippet could not run."""
+    written = write(cpu_plan(plan, "deepspeed_stage_2", ranks=2), tmp_path)
+    assert not (written / "lightning_trainer.py").exists()
+    assert "DeepSpeedStrategy runs on CUDA GPUs only" in (written / "README.md").read_text()
 
 
 def test_lightning_strategy_objects_are_the_snippets(plan):

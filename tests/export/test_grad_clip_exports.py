@@ -15,7 +15,7 @@ import pytest
 from autoshard.export import hf_trainer, lightning, notes, render
 from autoshard.strategies.deepspeed import config as ds_config
 
-from .conftest import cpu_plan
+from .conftest import constructible_here, cpu_plan, on_gpus
 
 
 def test_every_export_clips_as_the_plan_says(plan) -> None:
@@ -39,10 +39,10 @@ def test_deepspeed_and_lightning_read_the_norm(plan, tmp_path: Path) -> None:
     pytest.importorskip("deepspeed")
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    e = dataclasses.replace(cpu_plan(plan, "deepspeed_stage_2", ranks=1, accumulation=2), grad_clip_norm=0.5)
+    e = dataclasses.replace(on_gpus(cpu_plan(plan, "deepspeed_stage_2", ranks=1, accumulation=2)), grad_clip_norm=0.5)
     files = render(e)
     assert DeepSpeedConfig(json.loads(files["ds_config.json"])).gradient_clipping == 0.5  # one rank: no group
-    (tmp_path / "lightning_trainer.py").write_text(files["lightning_trainer.py"])
+    (tmp_path / "lightning_trainer.py").write_text(constructible_here(files["lightning_trainer.py"]))
     code = ("import runpy; ns = runpy.run_path('lightning_trainer.py'); t = ns['trainer']; "
             "print('RESULT', t.gradient_clip_val)")  # the algorithm left to Lightning's default, the norm
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=240)

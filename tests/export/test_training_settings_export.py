@@ -45,7 +45,8 @@ def test_only_full_checkpointing_turns_on_the_trainers_switch(mode: str | None, 
     selective = [n for n in notes(exported) if "cannot express" in n]
     assert bool(selective) is not switch
     if selective:
-        assert f'checkpoint_blocks(model, block_names, "{mode}")' in selective[0]
+        assert f'checkpoint_blocks(model, autoshard.profiler.blocks.find_repeated_blocks(model).names, "{mode}")' \
+            in selective[0]
 
 
 def test_a_plan_with_an_unknown_checkpointing_is_refused() -> None:

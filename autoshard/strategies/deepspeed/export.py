@@ -11,6 +11,7 @@ from __future__ import annotations
 import pprint
 from typing import Any
 
+from autoshard.errors import UsageError
 from autoshard.export.accelerate import DS_CONFIG_FILE
 from autoshard.export.family import LightningPart
 from autoshard.export.launch import MASTER_PORT
@@ -33,6 +34,10 @@ def lightning_config(exported: ExportedPlan) -> dict[str, Any]:
     ds = config.ds_config(exported)
     del ds["gradient_accumulation_steps"]
     return ds
+
+
+CPU_LIGHTNING = ("Lightning's DeepSpeedStrategy runs on CUDA GPUs only (\"The DeepSpeed strategy is only supported on "
+                 "CUDA GPUs\", Lightning 2.5): no Lightning file is written for CPU processes.")
 
 
 class DeepSpeedExporter:
@@ -65,6 +70,8 @@ class DeepSpeedExporter:
         Lightning 2.5.6 sets that key from ``Trainer(accumulate_grad_batches)`` and raises when the config has it
         (``strategies/deepspeed.py::_format_batch_size_and_grad_accum_config``).
         """
+        if exported.hardware.device_type == "cpu":
+            raise UsageError(CPU_LIGHTNING)
         ds = lightning_config(exported)
         return LightningPart(
             imports=["from lightning.pytorch.strategies import DeepSpeedStrategy"],
@@ -93,11 +100,14 @@ class DeepSpeedExporter:
 
     def notes(self, exported: ExportedPlan) -> list[str]:
         """The optimizer under offload, and the NVMe path to fill in."""
+        cpu = exported.hardware.device_type == "cpu"
         out = ["ds_config.json has no optimizer block: with optimizer offload use "
                "deepspeed.ops.adam.DeepSpeedCPUAdam (DeepSpeed refuses other client optimizers by default).",
                (f"ds_config.json says gradient_clipping {exported.grad_clip_norm or 0.0:g} (DeepSpeed's own default "
-                "would clip at 1.0); the Lightning snippet carries its content inline, so an edit to one is not "
-                "seen by the other.")]
+                "would clip at 1.0)" + ("." if cpu else "; the Lightning snippet carries its content inline, so an "
+                                        "edit to one is not seen by the other."))]
+        if cpu:
+            out.append(CPU_LIGHTNING)
         if exported.strategy_traits.offload == "nvme" and exported.hardware.nvme_path is None:
             out.append(f"Replace nvme_path {config.NVME_PATH_PLACEHOLDER} in ds_config.json with a directory on "
                        "a local NVMe drive of every node.")

@@ -198,13 +198,16 @@ class FSDPExporter:
         if not isinstance(raf, bool):
             out.append(f"reshard_after_forward={raf} (a partial shard) is written as True: Accelerate, Lightning and "
                        "the HF Trainer take only a bool.")
+        lightning = exported.precision != "16-mixed"  # else no Lightning file is written
         out.append("forward_prefetch, backward_prefetch, reduce_dtype, blocks_per_unit and foreach are not "
-                   "expressible in the Accelerate and HF Trainer configs; the Lightning snippet sets reduce_dtype "
-                   "(and a partial reshard_after_forward), set the rest in your own fully_shard code if they differ "
-                   "from the defaults.")
-        out.append("Lightning runs FSDP2 through ModelParallelStrategy: call the snippet's shard(self.model, "
-                   "self.device_mesh) in your LightningModule's configure_model().")
-        if exported.precision == "16-mixed":
+                   "expressible in the Accelerate and HF Trainer configs; "
+                   + ("the Lightning snippet sets reduce_dtype (and a partial reshard_after_forward), set the rest"
+                      if lightning else "set them")
+                   + " in your own fully_shard code if they differ from the defaults.")
+        if lightning:
+            out.append("Lightning runs FSDP2 through ModelParallelStrategy: call the snippet's shard(self.model, "
+                       "self.device_mesh) in your LightningModule's configure_model().")
+        else:
             out.append("Lightning's ModelParallelStrategy has no 16-mixed precision: no Lightning file is written.")
         if exported.strategy_traits.hybrid:
             out.append("Hybrid sharding: the HF Trainer cannot run it with FSDP2 (no file written); the Accelerate "

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -30,9 +31,9 @@ from typing import Any
 from autoshard.errors import UsageError
 from autoshard.planner.plan import Plan
 from autoshard.profiler.checkpointing import FULL, NONE, ActivationCheckpointing, parse_checkpointing
-from autoshard.profiler.options import parse_float32_matmul_precision, parse_grad_clip_norm
+from autoshard.profiler.options import parse_float32_matmul_precision, parse_grad_clip_norm, parse_optimizer
 from autoshard.strategies import get
-from autoshard.strategies.base import Traits
+from autoshard.strategies.base import Knob, Traits
 
 SCHEMA_VERSION = 1
 """Bumped whenever a field changes meaning or disappears; readers refuse other versions."""
@@ -140,6 +141,14 @@ class ExportedPlan:
                              hint="Pass traits=None to take the strategy's, or export the plan again.")
         if registered.family != self.family:
             raise UsageError(f"the plan's family {self.family!r} is not its strategy's ({registered.family!r}).")
+        parse_optimizer(self.optimizer)  # a UsageError naming the optimizers autoshard knows
+        if self.hardware.device_type not in ("cuda", "cpu"):
+            raise UsageError(f"the plan's hardware.device_type must be 'cuda' or 'cpu', but got "
+                             f"{self.hardware.device_type!r}.")
+        problem = settings_problem(self.strategy, self.settings)
+        if problem is not None:
+            raise UsageError(f"the plan's settings: {problem}.",
+                             hint="Export the plan again, or give the setting a value of its kind.")
 
     @property
     def strategy_traits(self) -> Traits:
@@ -172,6 +181,50 @@ class ExportedPlan:
         d = asdict(self)
         d["traits"] = self.strategy_traits.to_dict()
         return {"kind": KIND, "schema_version": SCHEMA_VERSION, **d, "global_batch_size": self.global_batch_size}
+
+
+@functools.cache
+def _knobs(strategy: str) -> dict[str, Knob]:
+    """``strategy``'s knobs on a permissive stand-in for any hardware (CUDA and NCCL, 2 nodes of 8 GPUs): a plan
+    file's settings are checked for their names and kinds, not for the machine."""
+    from autoshard.hardware import load_hardware
+
+    return {k.name: k for k in get(strategy).knobs(load_hardware("h100-sxm-80gb", gpus=8, nodes=2))}
+
+
+def settings_problem(strategy: str, settings: dict[str, Any]) -> str | None:
+    """Why ``settings`` are not ``strategy``'s (an unknown name, a value of the wrong kind), or ``None``.
+
+    Example:
+        >>> settings_problem("ddp", {"bucket_cap_mb": "lots"})
+        "bucket_cap_mb must be a number, but got 'lots'"
+        >>> settings_problem("fsdp", {"reduce_dtype": "bf16", "reshard_after_forward": False}) is None
+        True
+    """
+    knobs = _knobs(strategy)
+    for name, value in settings.items():
+        knob = knobs.get(name)
+        if knob is None:
+            return f"{name} is not a setting of {strategy} (its settings: {', '.join(knobs)})"
+        if knob.kind == "bool":
+            ok, want = isinstance(value, bool), "True or False"
+        elif knob.kind == "choice" and all(isinstance(c, str) for c in knob.choices):
+            ok, want = value in knob.choices, f"one of {', '.join(map(repr, knob.choices))}"
+        elif knob.kind == "choice":  # numbers (and booleans) whose set depends on the hardware
+            ok = isinstance(value, int)  # a bool is one
+            want = "True, False or a whole number" if any(isinstance(c, bool) for c in knob.choices) else \
+                "a whole number"
+        elif knob.kind == "int":
+            ok, want = _whole(value), "a whole number"
+        else:
+            ok, want = not isinstance(value, bool) and isinstance(value, (int, float)), "a number"
+        if not ok:
+            return f"{name} must be {want}, but got {value!r}"
+    return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def layout_hash(parameter_numels: tuple[int, ...], block_parameter_counts: tuple[int, ...]) -> str:

@@ -36,3 +36,31 @@ def test_a_mistyped_setting_is_refused() -> None:
     data["optimizer_impl"] = 3
     with pytest.raises(UsageError, match="optimizer_impl"):
         loads(json.dumps(data))
+
+
+@pytest.mark.parametrize(("plan", "message"), [
+    ({"settings": {"bucket_cap_mb": "lots"}}, r"bucket_cap_mb must be a number, but got 'lots'"),  # int() in export
+    ({"settings": {"bucket_cap_mb": "25"}}, r"bucket_cap_mb must be a number, but got '25'"),  # DDP's own error
+    ({"strategy": "fsdp", "family": "fsdp", "settings": {"reduce_dtype": "fp64"}},
+     r"reduce_dtype must be one of 'fp32', 'bf16', but got 'fp64'"),  # a KeyError in the export
+    ({"settings": {"bucket_size": 25}}, r"bucket_size is not a setting of ddp \(its settings: bucket_cap_mb, "),
+    ({"optimizer": "lion"}, r"unknown optimizer 'lion'"),
+    ({"hardware": {"device_type": "tpu"}}, r"device_type must be 'cuda' or 'cpu', but got 'tpu'"),
+])
+def test_a_hand_edited_plan_with_values_autoshard_cannot_train_is_refused_when_read(plan: dict, message: str) -> None:
+    # autoshard export said "internal error: KeyError: 'fp64'", or wrote bucket_cap_mb='25' for DDP to refuse
+    data = json.loads(dumps(PLAN))
+    if "strategy" in plan:
+        del data["traits"]  # the strategy's own are taken
+    for key, value in plan.items():
+        data[key] = {**data[key], **value} if key == "hardware" else value
+    with pytest.raises(UsageError, match=message):
+        loads(json.dumps(data))
+
+
+def test_a_partial_reshard_and_the_nvme_sizes_are_whole_numbers_whatever_the_hardware_allows() -> None:
+    fsdp = dataclasses.replace(PLAN, strategy="fsdp", family="fsdp", traits=None,
+                               settings={"reshard_after_forward": 4, "reduce_dtype": "bf16"})
+    assert loads(dumps(fsdp)).settings["reshard_after_forward"] == 4
+    with pytest.raises(UsageError, match="reshard_after_forward must be True, False or a whole number"):
+        dataclasses.replace(fsdp, settings={"reshard_after_forward": "yes"})

@@ -14,6 +14,8 @@ from autoshard.tuner.result import (
     TuneResult,
 )
 
+from .standin import DDP_SPACE
+
 GIB = 2**30
 DDP = TrialConfig(strategy="ddp", micro_batch_size=4, activation_checkpointing=False,
                   settings={"bucket_cap_mb": 25.0, "comm_hook": "powersgd", "matrix_approximation_rank": 2})
@@ -112,8 +114,9 @@ def test_the_budget_counts_only_trials_that_cost_a_run() -> None:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         study.tell(trial, 1.0)
-    loop = StudyLoop.__new__(StudyLoop)  # only the study and the owner are needed to count
+    loop = StudyLoop.__new__(StudyLoop)  # only the study, the space and the owner are needed to count
     loop.study, loop.me = study, {"host": "here", "pid": 1, "started": 0.0}
+    loop.space = DDP_SPACE  # these trials record no configuration: counted whatever the space's strategies
     assert loop._counted() == 3
     other = study.ask()  # a trial another tuner is running counts; one of this tuner's own does not
     other.set_user_attr("autoshard_owner", {"host": "elsewhere", "pid": 2, "started": 0.0})

@@ -134,7 +134,15 @@ def notes(exported: ExportedPlan) -> list[str]:
     if exported.hardware.nodes > 1:
         out.append("Multi-node: set MASTER_ADDR and JOB_ID in launch.sh; accelerate launch also needs "
                    "--machine_rank and --main_process_ip on each node.")
-    if exported.hardware.device_type == "cpu" and exported.hardware.world_size > 1:
+    if exported.hardware.device_type == "cpu" and exported.hardware.world_size > 1 and exported.family == "deepspeed":
+        # accelerate 1.15: a DEEPSPEED config starts every process, but Accelerator(cpu=True) ignores LOCAL_RANK
+        # (_prepare_backend) and ACCELERATE_USE_CPU=1 turns the run into DDP.
+        out.append(f"CPU processes: accelerate cannot run this DeepSpeed plan on them: accelerate launch starts the "
+                   f"{exported.hardware.world_size} processes and DeepSpeed joins them, but each Accelerator counts "
+                   "itself the only process (its data not sharded), and ACCELERATE_USE_CPU=1 trains DDP instead. Use "
+                   "launch.sh's deepspeed line with a script that calls deepspeed.initialize with ds_config.json, "
+                   "or autoshard.fit(plan=...).")
+    elif exported.hardware.device_type == "cpu" and exported.hardware.world_size > 1:
         # accelerate 1.15's launch_command sends use_cpu to simple_launcher: one process, unless MPI is configured.
         out.append(f"CPU processes: accelerate launch starts {exported.hardware.world_size} of them only through "
                    "MPI (mpirun_hostfile in accelerate_config.yaml); otherwise it starts one. launch.sh's torchrun "

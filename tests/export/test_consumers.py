@@ -118,6 +118,8 @@ def test_lightning_strategy_objects_are_the_snippets(plan):
 
 
 def test_accelerate_launch_runs_a_deepspeed_export(plan, tmp_path):
+    """DeepSpeed joins the processes accelerate launch starts and reads the exported config (on CPU each
+    Accelerator still counts itself alone, which the README says: test_export.py)."""
     pytest.importorskip("accelerate")
     pytest.importorskip("deepspeed")
     got = accelerate_launch(write(cpu_plan(plan, "deepspeed_stage_2", ranks=2), tmp_path), "deepspeed")

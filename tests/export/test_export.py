@@ -235,6 +235,11 @@ def test_a_multi_process_cpu_plan_says_how_its_processes_start(plan):
     assert any(n.startswith("CPU processes: accelerate launch starts 2 of them only through MPI")
                for n in notes(cpu))
     assert not any(n.startswith("CPU processes") for n in notes(e))
+    # DeepSpeed: accelerate launch starts both, but each Accelerator(cpu=True) took itself for the only process
+    ds = exported_for(plan, "deepspeed_stage_2")
+    ds_cpu = dataclasses.replace(ds, hardware=dataclasses.replace(ds.hardware, device_type="cpu", gpus_per_node=2))
+    said = [n for n in notes(ds_cpu) if n.startswith("CPU processes")]
+    assert len(said) == 1 and "accelerate cannot run this DeepSpeed plan on them" in said[0]
 
 
 def test_exports_stdout_is_the_file_list_alone_when_deepspeed_checks_the_config(plan, tmp_path):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING
 
 from autoshard.errors import PLANNER_ARGUMENTS, UsageError, in_arguments
 from autoshard.models import ModelSource, load_source
 from autoshard.profiler.checkpointing import parse_checkpointing
-from autoshard.profiler.options import OptimizerImpl, Precision, PrecisionName, ProfileOptions
+from autoshard.profiler.options import OWN_KERNEL_OPTIMIZERS, OptimizerImpl, Precision, PrecisionName, ProfileOptions
 from autoshard.profiler.result import ModelProfile
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def profile(
         True
     """
     from autoshard.profiler.checkpointable import check_checkpointable
-    from autoshard.profiler.optimizers import require_optimizer
+    from autoshard.profiler.optimizers import declared_optimizer, require_optimizer
     from autoshard.profiler.scaling import profile_source
 
     _check_source(source, "profile")
@@ -111,13 +112,15 @@ def profile(
         optimizer_impl=optimizer_impl,
         set_grads_to_none=set_grads_to_none,
     )
-    require_optimizer(options.optimizer)
     loaded = load_source(source)
+    declared = declared_optimizer(loaded)  # a model file's optimizer() wins: what is traced is named
+    if declared is not None and declared != options.optimizer:
+        options = dataclasses.replace(options, optimizer=declared, optimizer_impl=None if declared in
+                                      OWN_KERNEL_OPTIMIZERS else options.optimizer_impl)
+    require_optimizer(options.optimizer)
     check_checkpointable(loaded, parse_checkpointing(options.checkpointing))
     result = profile_source(loaded, options, extrapolate=extrapolate)
     if reserved:
-        import dataclasses
-
         from autoshard.profiler.cuda_reserve import trace_reserved
 
         result = dataclasses.replace(result, reserved=trace_reserved(loaded, options))

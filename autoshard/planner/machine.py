@@ -19,7 +19,7 @@ from autoshard.planner.plan import Plan, PlanRequest
 from autoshard.planner.search import check_optimizer, check_request, plan
 from autoshard.planner.selective import weigh_selective
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, parse_checkpointing
-from autoshard.profiler.optimizers import require_optimizer
+from autoshard.profiler.optimizers import declared_optimizer, require_optimizer
 from autoshard.profiler.options import (
     OptimizerImpl,
     Precision,
@@ -201,9 +201,10 @@ def plan_for(
     check_request(request, hardware.world_size)
     if precision is not None:
         check_precision(parse_precision(precision), hardware)
+    loaded = load_source(source)
+    optimizer = declared_optimizer(loaded) or optimizer  # a model file's optimizer() wins: the plan names it
     check_optimizer(parse_optimizer(optimizer), chosen)
     require_optimizer(parse_optimizer(optimizer))
-    loaded = load_source(source)
     if choice is not None:
         check_checkpointable(loaded, choice)
     sessions = [0, 0]  # traced before this workload, and this workload's total so far

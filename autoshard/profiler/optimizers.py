@@ -126,6 +126,25 @@ def force_foreach_default(optimizer: torch.optim.Optimizer, foreach: bool = True
             group["foreach"] = foreach
 
 
+def declared_optimizer(source: ModelSource) -> str | None:
+    """The name (:data:`~autoshard.profiler.options.OPTIMIZERS`) of the optimizer a model file's
+    ``optimizer(params)`` builds, built over the model on the meta device: what the trace steps (it wins over
+    ``--optimizer``), so what the profile, the plan and its exports must name. ``None`` when the source declares
+    none, or one autoshard has no name for (the trace still steps it; the name given is kept), or it cannot be
+    built here (the trace then says why)."""
+    if source.optimizer_fn is None:
+        return None
+    from autoshard.profiler.depth_plan import meta_model
+
+    try:
+        optimizer = call_user(source.optimizer_fn, meta_model(source).parameters(), what="optimizer()",
+                              user_file=source.user_file)
+    except UserCodeError:
+        return None
+    names = {"AdamW": "adamw", "Adam": "adam", "SGD": "sgd", "Adafactor": "adafactor", "AdamW8bit": "adamw8bit"}
+    return names.get(type(optimizer).__name__)
+
+
 def make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Module) -> torch.optim.Optimizer:
     """The optimizer the traced step runs: the model file's ``optimizer(params)`` when it defines one (with the
     implementation ``options`` names forced where it can be), else ``options.optimizer`` built by name.

@@ -206,6 +206,22 @@ def peek(data: Any) -> tuple[Any, Any]:
     return first, data
 
 
+def unbatched_samples(data: Any) -> tuple[Any, tuple[str, ...]]:
+    """``DataLoader(dataset, batch_size=None)`` (automatic batching off: each item one sample, as the dataset
+    gives it) as its map-style dataset, which ``fit()`` batches at the planned micro-batch, with a note; anything
+    else as it is. Fed as batches, a sample of shape ``[8]`` was planned as a batch of 8 samples of one element,
+    and the trace of a model taking ``[8]`` failed (blamed on the user's code)."""
+    from torch.utils.data import SequentialSampler
+    from torch.utils.data._utils.collate import default_convert
+
+    if not (isinstance(data, DataLoader) and data.batch_size is None and data.batch_sampler is None
+            and _map_style(data.dataset) and data.collate_fn is default_convert
+            and isinstance(data.sampler, (RandomSampler, SequentialSampler))):
+        return data, ()
+    return data.dataset, ("data is a DataLoader with batch_size=None (each item one sample): its dataset is "
+                          "batched at the planned micro-batch, as a Dataset given as data is.",)
+
+
 def _map_style(dataset: Any) -> bool:
     return hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and not isinstance(dataset,
                                                                                                IterableDataset)

@@ -20,7 +20,7 @@ from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import OptimizerImpl, parse_grad_clip_norm
 from autoshard.runtime import calls, planning, supervisor, workers
-from autoshard.runtime.data import SampleList
+from autoshard.runtime.data import SampleList, unbatched_samples
 from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, destroy_group, join
 from autoshard.runtime.options import FIT_ARGUMENTS, Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
@@ -167,6 +167,8 @@ def fit(
     launch = LaunchInfo.from_environ(environ)
     ckpt = checkpointing or Checkpointing()
     module, arrival = _uncompiled(module)
+    data, unbatched = unbatched_samples(data)
+    arrival += unbatched
     job = TrainJob(module=module, source=source, data=data, eval_data=eval_data, eval_every=eval_every,
                    loss_fn=loss_fn, training_step=training_step,
                    optimizer=optimizer, notes=arrival,

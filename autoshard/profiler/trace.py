@@ -424,7 +424,10 @@ def _forward(
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise UserCodeError(
             f"the loss of {source.name} is {_describe(loss)}, expected a scalar tensor.",
-            hint="Return a 0-dim tensor from loss(output, batch), e.g. `F.cross_entropy(...)`.",
+            hint="Return the loss as a 0-dim tensor from training_step(model, batch), not a dict or tuple (log "
+                 "what else it computes outside the step)." if str(source.metadata.get("feeding", "")).startswith(
+                     "training_step") else
+            "Return a 0-dim tensor from loss(output, batch), e.g. `F.cross_entropy(...)`.",
         )
     if not loss.requires_grad:
         raise UserCodeError(

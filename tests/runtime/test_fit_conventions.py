@@ -105,6 +105,10 @@ def test_a_training_step_replaces_forward_and_loss_in_one_process() -> None:
     assert len(result.steps) == 2 and seen and all(n == 2 for n in seen)
     with pytest.raises(UsageError, match="loss_fn or training_step, not both"):
         fit(model, batches, training_step=step, loss_fn=F.mse_loss, max_steps=1)
+    # a step returning a dict was told to return a tensor "from loss(output, batch)", which it has none of
+    with pytest.raises(UserCodeError, match="is a dict, expected a scalar tensor") as info:
+        fit(model, batches, training_step=lambda m, b: {"loss": step(m, b)}, max_steps=1)
+    assert (info.value.hint or "").startswith("Return the loss as a 0-dim tensor from training_step(model, batch)")
 
 
 def test_an_error_in_a_module_is_not_blamed_on_a_model_file() -> None:

@@ -256,3 +256,20 @@ def test_exports_stdout_is_the_file_list_alone_when_deepspeed_checks_the_config(
     listed = done.stdout.splitlines()
     assert str(tmp_path / "out" / "ds_config.json") in listed
     assert all((tmp_path / "out").joinpath(line.rsplit("/", 1)[-1]).is_file() for line in listed), done.stdout
+
+
+def test_what_a_new_user_met_running_the_exports(plan, tmp_path):
+    """A CPU plan's HF Trainer flags failed on --bf16 without --use_cpu; a DDP plan accumulating micro-batches
+    never told Accelerate to; an FSDP plan's GradientAccumulationPlugin was left as num_steps=...; export of a
+    tune directory said only "Is a directory"."""
+    e = exported_for(plan, "ddp", precision="bf16-mixed")
+    cpu = dataclasses.replace(e, hardware=dataclasses.replace(e.hardware, device_type="cpu", gpu=None))
+    assert "--use_cpu" in hf_trainer.arguments(cpu) and "--use_cpu" not in hf_trainer.arguments(e)
+    two = dataclasses.replace(e, gradient_accumulation=2)
+    assert any("gradient_accumulation_steps=2" in n and "accelerator.accumulate" in n for n in notes(two))
+    fsdp = dataclasses.replace(exported_for(plan, "fsdp"), gradient_accumulation=3)
+    assert any("GradientAccumulationPlugin(num_steps=3, sync_each_batch=True)" in n for n in notes(fsdp))
+    (tmp_path / "tune" / "best").mkdir(parents=True)
+    with pytest.raises(UsageError, match="is a directory without a plan.json") as info:
+        plan_file.read(tmp_path / "tune")
+    assert info.value.hint == f"Give {tmp_path / 'tune' / 'best'} (an autoshard tune output)."

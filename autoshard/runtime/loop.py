@@ -175,7 +175,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
         lr = float(optimizer.param_groups[0]["lr"])  # what this step's update uses
         backend.step()
         if scheduler is not None:
-            scheduler.step()
+            _schedule(scheduler, position.step + 1)
         if cuda:
             torch.cuda.synchronize(ctx.device)
         seconds = time.perf_counter() - started
@@ -203,6 +203,17 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     if config.evaluate is not None and position.step > start.step and (not evals or evals[-1].step != position.step):
         evals.append(_evaluated(config, position.step))
     return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt, evals=evals)
+
+
+def _schedule(scheduler: LRScheduler, step: int) -> None:
+    """``scheduler.step()`` after optimizer step ``step``; what it raises is the user's schedule, said so (a
+    ``OneCycleLR`` whose ``total_steps`` the run outlasts raised a bare ``ValueError`` in a rank's traceback)."""
+    try:
+        scheduler.step()
+    except Exception as exc:
+        raise UserCodeError(f"lr_scheduler's step() after optimizer step {step} raised {type(exc).__name__}: {exc}",
+                            hint="Build the schedule for the steps the run takes (max_steps=, or the epochs' "
+                                 "steps; e.g. OneCycleLR(total_steps=...)), or end the run within it.") from exc
 
 
 def _epoch_under(feed: DataFeed, epoch: int, skip: int, rng: dict[str, torch.Tensor]) -> Iterator[Any]:

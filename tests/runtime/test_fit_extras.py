@@ -155,12 +155,15 @@ class _Schedule:
     (torch.optim.lr_scheduler.ReduceLROnPlateau, False, UsageError, "ReduceLROnPlateau needs one"),
     (lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, _Schedule()), True, UserCodeError,
      "a checkpoint does not store"),
+    # a schedule shorter than the run: a bare ValueError in a rank's traceback
+    (lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=1), False, UserCodeError,
+     r"lr_scheduler's step\(\) after optimizer step 2 raised ValueError: Tried to step 2 times"),
 ])
 def test_a_bad_scheduler_factory_gets_one_clear_error(scheduler: Any, checkpointed: bool, error: type[Exception],
                                                       message: str, tmp_path: Path) -> None:
     model = _Regressor()
     with pytest.raises(error, match=message):
-        fit(model, _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=1,
+        fit(model, _batches(2), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=2,
             lr_scheduler=scheduler, checkpointing=Checkpointing(dir=tmp_path) if checkpointed else None)
     assert not torch.distributed.is_initialized()
 

@@ -47,7 +47,20 @@ traced bytes per second (:func:`cpu_optimizer_seconds`)."""
 
 CPU_OPTIMIZER_THREADS = 1
 """torchrun sets ``OMP_NUM_THREADS=1`` for every process when it starts more than one per node and the variable
-is unset (``torch/distributed/run.py``, torch 2.13.0): each rank's CPU optimizer step runs on one thread."""
+is unset (``torch/distributed/run.py``, torch 2.13.0): each rank's CPU optimizer step runs on one thread. One
+process per node keeps torch's intra-op threads, one per core (:func:`cpu_optimizer_threads`)."""
+
+UNKNOWN_HOST_CORES = 8
+"""Cores assumed for a host the hardware does not describe (a GPU profile alone, a node file without ``cpu``): the
+low end of a GPU workstation's CPU (8-16 cores on a desktop; a GPU server has 32-112). Shared by the node's ranks,
+so the node's CPU Adam does not grow with its GPUs: one thread per rank instead would price two GPUs' offloaded
+step at more than twice one GPU's throughput. An assumption, said in the step's notes."""
+
+HOST_MEMORY_EFFICIENCY = 0.8
+"""Fraction of the host's peak DRAM bandwidth a streaming loop reaches on a two-socket server (STREAM triad
+typically reaches 75-85 %; J. McCalpin, STREAM benchmark, https://www.cs.virginia.edu/stream/). An assumption
+that ``benchmarks/step_time_fit.py`` can refit."""
+
 
 CLIP_PASSES = 3
 """Gradient clipping (``torch.nn.utils.clip_grad_norm_``) reads every gradient for the norm, then reads and writes
@@ -220,10 +233,30 @@ def optimizer_step_seconds(workload: Workload, hardware: HardwareSpec, checkpoin
     return seconds + clip_s, note if clip_note is None else f"{note}; {clip_note}"
 
 
-def cpu_optimizer_seconds(elements: int, step_bytes_per_parameter: float) -> float:
+def cpu_optimizer_threads(hardware: HardwareSpec) -> tuple[int, str]:
+    """Threads one rank's CPU optimizer step runs on, and how that was decided: one with several processes per
+    node (:data:`CPU_OPTIMIZER_THREADS`), else the host's cores (:data:`UNKNOWN_HOST_CORES` when unknown).
+
+    Example:
+        >>> from autoshard.hardware import load_hardware
+        >>> cpu_optimizer_threads(load_hardware("dgx-h100"))[0]
+        1
+    """
+    if hardware.processes_per_node > 1:
+        return CPU_OPTIMIZER_THREADS, "1 thread per rank (torchrun's OMP_NUM_THREADS=1 with several per node)"
+    known = hardware.node.cpu.usable_cores or hardware.node.cpu.physical_cores
+    cores = known or UNKNOWN_HOST_CORES
+    return cores, (f"{cores} threads (one process per node: torch's intra-op threads"
+                   + ("" if known else f", the host's cores unknown: {UNKNOWN_HOST_CORES} assumed") + ")")
+
+
+def cpu_optimizer_seconds(elements: int, step_bytes_per_parameter: float, threads: int = CPU_OPTIMIZER_THREADS,
+                          host_bandwidth: float | None = None) -> float:
     """One rank's CPU optimizer step over ``elements`` parameters whose traced step reads and writes
-    ``step_bytes_per_parameter`` bytes each: the step is memory-bound, so it is priced at the traced bytes per
-    second of the measured one (AdamW on fp32, :data:`CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD`).
+    ``step_bytes_per_parameter`` bytes each on ``threads`` threads: the step is memory-bound, so it is priced at
+    the traced bytes per second of the measured one (AdamW on fp32, :data:`CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD`)
+    per thread, at most the host's memory bandwidth (``host_bandwidth``, when known) at
+    :data:`HOST_MEMORY_EFFICIENCY`.
 
     Checked by ``benchmarks/cpu_optimizer.py`` (``docs/benchmarks/cpu_optimizer.md``): it errs slow for SGD (the
     traced bytes price it 2.6 x faster than AdamW; it measured 3.1-6.6 x) and is within about 25 % for the others.
@@ -232,7 +265,9 @@ def cpu_optimizer_seconds(elements: int, step_bytes_per_parameter: float) -> flo
         >>> round(cpu_optimizer_seconds(3 * 10**8, 84.0), 3), round(cpu_optimizer_seconds(3 * 10**8, 32.0), 3)
         (1.0, 0.381)
     """
-    rate = CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD * ADAMW_TRACED_BYTES_PER_PARAMETER * CPU_OPTIMIZER_THREADS
+    rate = CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD * ADAMW_TRACED_BYTES_PER_PARAMETER * max(1, threads)
+    if host_bandwidth is not None:
+        rate = min(rate, host_bandwidth * HOST_MEMORY_EFFICIENCY)
     return elements * step_bytes_per_parameter / rate
 
 
@@ -256,7 +291,9 @@ def grad_clip_seconds(workload: Workload, hardware: HardwareSpec, *, shard: int 
     grad_bytes = 2 if workload.precision is Precision.BF16_TRUE else 4
     where = "all gradients" if shard <= 1 else f"1/{shard} of the gradients"
     if on_host:
-        seconds = cpu_optimizer_seconds(int(elements), CLIP_PASSES * grad_bytes)
+        threads, _ = cpu_optimizer_threads(hardware)
+        seconds = cpu_optimizer_seconds(int(elements), CLIP_PASSES * grad_bytes, threads,
+                                        hardware.node.cpu.memory_bandwidth_bytes_per_s)
         return seconds, (f"gradient clipping at norm {workload.grad_clip_norm:g} on the host: {seconds * 1e3:.3g} ms "
                          f"(a norm and a scaling pass over {where}, at the CPU optimizer's rate)")
     if hardware.gpu is None:

@@ -195,6 +195,23 @@ def test_cpu_adam_without_known_cores_shares_an_assumed_host_among_the_nodes_ran
     assert rate == threads * CPU_ADAM_PARAMETERS_PER_S and "cores are unknown: 8 assumed" in note
 
 
+@pytest.mark.parametrize(("gpus", "cores", "bandwidth", "threads"), [
+    (1, 32, None, 32), (1, None, None, 8), (2, 32, None, 1), (1, 32, 50e9, 32)])
+def test_a_cpu_optimizer_step_runs_on_every_core_with_one_process_per_node(gpus, cores, bandwidth, threads):
+    # FSDP2's CPU offload on one GPU was priced on one thread (torchrun's OMP_NUM_THREADS=1, which it sets only
+    # with several processes per node): GPT-2 on one H100 at 31.7 samples/s, on 8 at 112 per GPU
+    from autoshard.strategies import costs
+
+    hw = _with_cpu(load_hardware("h100-sxm-80gb", gpus=gpus), cores, bandwidth)
+    assert costs.cpu_optimizer_threads(hw)[0] == threads
+    one = costs.cpu_optimizer_seconds(10**8, 84.0)
+    seconds = costs.cpu_optimizer_seconds(10**8, 84.0, threads, hw.node.cpu.memory_bandwidth_bytes_per_s)
+    if bandwidth is None:
+        assert seconds == pytest.approx(one / threads)
+    else:  # memory-bound: at most the host's bandwidth
+        assert seconds == pytest.approx(10**8 * 84.0 / (bandwidth * HOST_MEMORY_EFFICIENCY))
+
+
 def test_fp16_deepspeed_on_a_gpu_without_bf16_is_priced_from_its_traced_ops(tmp_path):
     """16-mixed's half modes are traced in bf16; a V100 has only an fp16 peak, and DeepSpeed's fp16 step must
     still be priced from the census (it fell back to one MFU when the census said bf16)."""

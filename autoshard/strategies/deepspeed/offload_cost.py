@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies import costs
+from autoshard.strategies.costs import HOST_MEMORY_EFFICIENCY, UNKNOWN_HOST_CORES
 from autoshard.strategies.deepspeed.layout import ZeroSettings, flat_layout, partitioned_layout
 from autoshard.strategies.deepspeed.memory import FP32_BYTES, model_dtype_bytes, state_bytes_per_parameter
 from autoshard.strategies.workload import Workload
@@ -17,21 +18,10 @@ shared host), 6-9x ``torch.optim.AdamW(foreach=False)`` in the same runs — in 
 docstring (``deepspeed/ops/adam/cpu_adam.py``) and the CPU-Adam speed-ups of the ZeRO-Offload paper (Ren et al.
 2021, sec. 5.1). Per thread; :func:`cpu_adam_parameters_per_s` scales it with the host's cores."""
 
-UNKNOWN_HOST_CORES = 8
-"""Cores assumed for a host the hardware does not describe (a GPU profile alone, a node file without ``cpu``): the
-low end of a GPU workstation's CPU (8-16 cores on a desktop; a GPU server has 32-112). Shared by the node's ranks,
-so the node's CPU Adam does not grow with its GPUs: one thread per rank instead would price two GPUs' offloaded
-step at more than twice one GPU's throughput. An assumption, said in the step's notes."""
-
 CPU_ADAM_BYTES_PER_PARAMETER = 28
 """Host memory traffic of one parameter's update in ``Step_AVX`` (deepspeed 0.19.8,
 ``csrc/includes/cpu_adam.h``): the fp32 gradient, parameter, ``exp_avg`` and ``exp_avg_sq`` loaded (16 bytes),
 the parameter and both moments stored (12 bytes). The loop is memory-bound once enough threads run it."""
-
-HOST_MEMORY_EFFICIENCY = 0.8
-"""Fraction of the host's peak DRAM bandwidth a streaming loop reaches on a two-socket server (STREAM triad
-typically reaches 75-85 %; J. McCalpin, STREAM benchmark, https://www.cs.virginia.edu/stream/). An assumption
-that ``benchmarks/step_time_fit.py`` can refit."""
 
 NVME_DEFAULT_BYTES_PER_S = 2.0e9
 """Sequential NVMe bandwidth assumed when the hardware does not give one (a single PCIe 4.0 SSD is 2-7 GB/s;

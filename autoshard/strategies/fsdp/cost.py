@@ -217,7 +217,9 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
     # PCIe is full duplex and the bandwidth is per direction: in backward the re-gathered parameters go up while
     # the gradients go down (the copies run on FSDP's all-gather and reduce-scatter streams).
     transfer_s = elements * o / bandwidth + max(backward_up * o, down) / bandwidth
-    optimizer_s = costs.cpu_optimizer_seconds(stepped, step_bytes_per_parameter)
+    threads, how = costs.cpu_optimizer_threads(hardware)
+    optimizer_s = costs.cpu_optimizer_seconds(stepped, step_bytes_per_parameter, threads,
+                                              hardware.node.cpu.memory_bandwidth_bytes_per_s)
     # Pinned memory lets the non_blocking copies overlap compute (_fsdp_api.py CPUOffloadPolicy); pageable copies
     # are synchronous. The optimizer step runs on the CPU after backward, on the critical path.
     exposed_transfer = costs.exposed(transfer_s, compute_s) if pin_memory else transfer_s
@@ -226,7 +228,7 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
         f"once ({down / 2**20:.4g} MiB) over the host link at {costs.LINK_EFFICIENCY:g} of nominal per direction, "
         "up and down at once in backward (FSDPParam.all_gather_inputs, foreach_reduce; torch 2.13.0)",
         f"CPU optimizer step ({optimizer}): {optimizer_s:.3g} s for {stepped:,} parameters on "
-        f"{costs.CPU_OPTIMIZER_THREADS} thread per rank (torchrun's OMP_NUM_THREADS=1); its traced step moves "
+        f"{how}; its traced step moves "
         f"{step_bytes_per_parameter:.0f} bytes per parameter, priced at fp32 AdamW's measured rate "
         f"({costs.CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD:.2g} parameters/s per thread, "
         f"{costs.ADAMW_TRACED_BYTES_PER_PARAMETER:.0f} bytes each; torch 2.13.0)",

@@ -81,7 +81,7 @@ def guard(fn: Callable[[], Any], source: ModelSource, tracker: MemoryTracker | N
                 "times than the forward did, and torch's selective checkpointing replays each op by its count (a "
                 "block shared between layers does this: autocast casts its weights once in the forward, and again "
                 "in each recompute).",
-                hint="Use full or every-N checkpointing (--checkpointing full; checkpointing= in fit()).",
+                hint="Use full or every-N checkpointing (--checkpointing full; activation_checkpointing= in fit()).",
             ) from cause
         if cause is not None and "data-dependent" in str(cause).lower():
             op = f" calls {tracker.failure[0]}" if tracker is not None and tracker.failure else ""

@@ -66,8 +66,10 @@ FIT_ARGUMENTS: tuple[tuple[str, str], ...] = (
     (r"--gpus/--nodes for (\d+)", r"hardware= with \1 GPUs"), (r"--nvme PATH", "an NVMe path in hardware="),
     (r"\(--nodes\)", "(hardware= with more nodes)"), (r"\(--cpu-memory\)", "(hardware= with its RAM)"),
     (r"--strategies; strategy= in fit\(\)", "strategy="), (r"--hardware", "hardware="), (r"--seq-len", "seq_len="),
-    (r"--optimizer", "optimizer="), (r"--checkpointing ([\w-]+)", r'checkpointing="\1"'),
-    (r"--checkpointing", "checkpointing="), (r"--batch-size", "batch_size="),
+    (r"--optimizer", "optimizer="),
+    (r"--checkpointing ([\w-]+); activation_checkpointing= in fit\(\)", r'activation_checkpointing="\1"'),
+    (r"--checkpointing ([\w-]+)", r'activation_checkpointing="\1"'),
+    (r"--checkpointing", "activation_checkpointing="), (r"--batch-size", "batch_size="),
 )
 """The planner's hints name ``recommend``'s flags; ``fit()`` takes these arguments in their place (patterns and
 replacements for :func:`re.sub`)."""

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset
 
-from autoshard.errors import NoFeasiblePlan, UsageError, UserCodeError
+from autoshard.errors import UsageError, UserCodeError
 from autoshard.models.source import ModelSource
 from autoshard.models.step import describe, step_functions, unused_keys
 from autoshard.planner.plan_file import (
@@ -41,7 +41,6 @@ from autoshard.runtime.data import (
     samples_per_rank,
     size_as_it_comes,
 )
-from autoshard.runtime.options import in_fit_arguments
 from autoshard.strategies.workload import parameter_layout
 
 if TYPE_CHECKING:
@@ -358,17 +357,15 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
 
     def planned(source: ModelSource) -> Any:
         # Priced as this process runs fp32 matmuls (torch.set_float32_matmul_precision, set by the user's script).
-        try:
-            return plan_for(source, hw, batch_size=batch_size, global_batch_size=options.global_batch_size,
-                            seq_len=options.seq_len, precision=precision,
-                            optimizer=optimizer_name(job.optimizer) or "adamw",
-                            optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
-                            reduce_dtype=options.reduce_dtype,
-                            float32_matmul_precision=torch.get_float32_matmul_precision(),
-                            grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache,
-                            max_batch_size=per_rank)
-        except NoFeasiblePlan as exc:
-            raise NoFeasiblePlan(exc.message, hint=in_fit_arguments(exc.hint), candidates=exc.candidates) from None
+        # Its errors name recommend's flags; fit() (errors.in_arguments) rewrites them as its own arguments.
+        return plan_for(source, hw, batch_size=batch_size, global_batch_size=options.global_batch_size,
+                        seq_len=options.seq_len, precision=precision,
+                        optimizer=optimizer_name(job.optimizer) or "adamw",
+                        optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
+                        reduce_dtype=options.reduce_dtype,
+                        float32_matmul_precision=torch.get_float32_matmul_precision(),
+                        grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache,
+                        max_batch_size=per_rank)
 
     if options.progress:
         from autoshard.runtime.progress import say

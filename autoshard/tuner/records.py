@@ -45,6 +45,7 @@ def best_record(records: Sequence[TrialRecord]) -> TrialRecord | None:
 
 
 def trial_strategy(t: optuna.trial.FrozenTrial) -> str | None:
-    """The strategy a stored trial runs (``None`` before its configuration was recorded)."""
-    config = record(t).config
-    return None if config is None else config.strategy
+    """The strategy a stored trial runs (``None`` before its configuration was recorded): its stored
+    configuration's, read without building the record (the tuner's loop asks it of every trial each turn)."""
+    config = t.user_attrs.get("config")
+    return None if config is None else config["strategy"]

@@ -149,7 +149,7 @@ class SampleList(Dataset[Any]):
     """A list (or tuple) of single samples, read as a map-style dataset: batched at the plan's micro-batch and
     sharded like any ``Dataset``."""
 
-    def __init__(self, samples: list[Any] | tuple[Any, ...]) -> None:
+    def __init__(self, samples: list[Any] | tuple[Any, ...] | torch.Tensor) -> None:
         self.samples = samples
 
     def __len__(self) -> int:
@@ -207,13 +207,18 @@ def peek(data: Any) -> tuple[Any, Any]:
 
 
 def unbatched_samples(data: Any) -> tuple[Any, tuple[str, ...]]:
-    """``DataLoader(dataset, batch_size=None)`` (automatic batching off: each item one sample, as the dataset
-    gives it) as its map-style dataset, which ``fit()`` batches at the planned micro-batch, with a note; anything
-    else as it is. Fed as batches, a sample of shape ``[8]`` was planned as a batch of 8 samples of one element,
-    and the trace of a model taking ``[8]`` failed (blamed on the user's code)."""
+    """A tensor (its rows the samples, as ``TensorDataset`` reads one) and ``DataLoader(dataset,
+    batch_size=None)`` (automatic batching off: each item one sample, as the dataset gives it) as a map-style
+    dataset, which ``fit()`` batches at the planned micro-batch, with a note; anything else as it is. Fed as
+    batches, a sample of shape ``[8]`` was planned as a batch of 8 samples of one element, and the trace of a model
+    taking ``[8]`` failed (blamed on the user's code)."""
     from torch.utils.data import SequentialSampler
     from torch.utils.data._utils.collate import default_convert
 
+    if isinstance(data, torch.Tensor) and data.dim() > 0:  # iterated, its rows were fed to the model as batches
+        return SampleList(data), (f"data is a tensor of shape {list(data.shape)}: each row along its first "
+                                  "dimension is one sample, batched at the planned micro-batch as a Dataset's. "
+                                  "Pass a list of batches (or a DataLoader) to feed it as batches.",)
     if not (isinstance(data, DataLoader) and data.batch_size is None and data.batch_sampler is None
             and _map_style(data.dataset) and data.collate_fn is default_convert
             and isinstance(data.sampler, (RandomSampler, SequentialSampler))):

@@ -10,6 +10,7 @@ process.
 * ``training-step``: a ``training_step(model, batch) -> loss`` hook.
 * ``compiled``: ``plain`` with the model given as ``torch.compile(model)``.
 * ``no-consolidate``: ``plain`` with ``consolidate=False``.
+* ``tensor``: one tensor of inputs passed as ``data`` (its rows the samples), an autoencoder's loss.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def _training_step() -> dict:
     return {"model": model, "data": DataLoader(TensorDataset(x, y), batch_size=8), "training_step": training_step}
 
 
+def _tensor() -> dict:
+    torch.manual_seed(0)
+    x = torch.randn(1, 8).repeat(64, 1) + 0.01 * torch.randn(64, 8)  # one pattern, learnt in a few steps
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 8))
+    return {"model": model, "data": x, "loss_fn": lambda out, batch: F.mse_loss(out, batch), "batch_size": 8}
+
+
 def main(case: str) -> None:
     if case in ("plain", "compiled", "no-consolidate"):
         kwargs = _plain()
@@ -71,6 +79,8 @@ def main(case: str) -> None:
             kwargs["batch_size"] = 4
     elif case == "training-step":
         kwargs = _training_step()
+    elif case == "tensor":
+        kwargs = _tensor()
     else:
         raise SystemExit(f"unknown case {case!r}")
     model = kwargs.pop("model")

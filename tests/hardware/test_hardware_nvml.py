@@ -7,6 +7,7 @@ import pytest
 from autoshard.errors import HardwareError
 from autoshard.hardware import detect_hardware
 from autoshard.hardware.nvml import probe_nvml
+from autoshard.hardware.profiles import load_profile
 from hardware_fake_nvml import FakeNvml, load_fixture
 
 A100_TOTAL = 81920 * 2**20
@@ -50,6 +51,9 @@ def test_one_gpu_tolerates_unsupported_queries(fake_nvml) -> None:
     assert hw.gpu is not None and hw.gpu.name == "t4" and hw.gpu.host_link is not None
     assert hw.gpu.host_link.bandwidth_bytes_per_s == pytest.approx(15.75e9)
     assert hw.world_size == 1
+    # The plan made from the t4 profile before renting is the one made on the card: the same memory (NVML's total,
+    # not the datasheet's "16GB", which the card's ECC reserve leaves 1 GiB short of).
+    assert hw.gpu.memory_bytes == load_profile("t4").spec.memory_bytes == 15360 * 2**20
 
 
 @pytest.mark.parametrize("fixture", ["nvml_missing", "driver_not_loaded"])

@@ -30,7 +30,15 @@ def test_every_shipped_profile_loads_validates_and_cites_its_numbers(path: Path)
         assert (gpu.nvml_names or gpu.power_limit_w) and gpu.compute_capability and gpu.memory_bandwidth_bytes_per_s
         assert gpu.host_link is not None and gpu.host_link.kind == "pcie"
         assert gpu.peak_tflops.fp32 and (gpu.peak_tflops.bf16 or gpu.peak_tflops.fp16)
-        assert gpu.memory_bytes % 2**30 == 0
+        # NVML's total where it is published (nvidia-smi's MiB: the GDDR6 cards' ECC reserve, the H100's 81,559),
+        # else the datasheet's GB read as GiB; a file's memory was once the datasheet's on every card.
+        assert gpu.memory_bytes % 2**20 == 0
+        nvml = {"l40s": 46068, "l4": 23034, "t4": 15360, "a10g": 23028, "h100-sxm-80gb": 81559,
+                "h100-pcie-80gb": 81559, "h100-sxm-80gb-500w": 81559, "h200-sxm-141gb": 143771}
+        if gpu.name in nvml:
+            assert gpu.memory_bytes == nvml[gpu.name] * 2**20
+        else:
+            assert gpu.memory_bytes % 2**30 == 0
     elif isinstance(profile.spec, LinkSpec):
         assert profile.spec.bandwidth_bytes_per_s > 0
     else:

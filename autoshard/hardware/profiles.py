@@ -44,8 +44,8 @@ from autoshard.hardware.specs import (
 from autoshard.hardware.units import (
     RATE_EXAMPLES,
     SIZE_EXAMPLES,
-    parse_bytes,
-    parse_rate,
+    written_rate,
+    written_size,
 )
 
 KINDS: tuple[str, ...] = ("gpu", "interconnect", "node", "cluster")
@@ -262,7 +262,7 @@ def _load_interconnect(doc: Doc, root: Path) -> Profile:
         name=doc.string("name"),
         display_name=doc.string("display_name"),
         kind=doc.choice("type", LINK_KINDS),
-        bandwidth_bytes_per_s=doc.quantity("bandwidth", parse_rate, _RATE),
+        bandwidth_bytes_per_s=doc.quantity("bandwidth", written_rate, _RATE),
         lanes=doc.optional_quantity("lanes", positive_int, "a positive whole number"),
         latency_s=None if latency_us is None else latency_us * 1e-6,
     )
@@ -289,11 +289,11 @@ def _load_gpu(doc: Doc, root: Path) -> Profile:
     spec = GPUSpec(
         name=doc.string("name"),
         display_name=doc.string("display_name"),
-        memory_bytes=doc.quantity("memory", parse_bytes, _SIZE),
+        memory_bytes=doc.quantity("memory", written_size, _SIZE),
         compute_capability=doc.optional_quantity(
             "compute_capability", compute_capability, "a compute capability like '8.0'"
         ),
-        memory_bandwidth_bytes_per_s=doc.optional_quantity("memory_bandwidth", parse_rate, _RATE),
+        memory_bandwidth_bytes_per_s=doc.optional_quantity("memory_bandwidth", written_rate, _RATE),
         peak_tflops=peak,
         form_factor=doc.optional_choice("form_factor", ("sxm", "pcie")),
         host_link=_link(doc, "host_link", root),
@@ -368,13 +368,13 @@ def _network(doc: Doc, key: str, root: Path) -> NetworkSpec | None:
 
 def _load_nvme(item: Doc) -> NVMeDevice:
     item.check_keys(["size"], ["path", "read_bandwidth", "write_bandwidth"])
-    size = item.quantity("size", parse_bytes, _SIZE)
+    size = item.quantity("size", written_size, _SIZE)
     return NVMeDevice(
         path=item.optional_string("path") or "(local NVMe)",
         total_bytes=size,
         free_bytes=size,
-        read_bytes_per_s=item.optional_quantity("read_bandwidth", parse_rate, _RATE),
-        write_bytes_per_s=item.optional_quantity("write_bandwidth", parse_rate, _RATE),
+        read_bytes_per_s=item.optional_quantity("read_bandwidth", written_rate, _RATE),
+        write_bytes_per_s=item.optional_quantity("write_bandwidth", written_rate, _RATE),
         origin="profile",
     )
 
@@ -391,14 +391,14 @@ def _load_node(doc: Doc, root: Path) -> Profile:
         name=doc.optional_string("display_name") or doc.string("name"),
         link=_link(doc, "intra_node_link", root),
     )
-    cpu_memory = doc.optional_quantity("cpu_memory", parse_bytes, _SIZE)
+    cpu_memory = doc.optional_quantity("cpu_memory", written_size, _SIZE)
     spec = replace(
         node,
         cpu=CPUSpec(
             physical_cores=doc.optional_quantity("cpu_cores", positive_int, "a positive number of cores"),
             memory_total_bytes=cpu_memory,
             memory_available_bytes=cpu_memory,
-            memory_bandwidth_bytes_per_s=doc.optional_quantity("cpu_memory_bandwidth", parse_rate, _RATE),
+            memory_bandwidth_bytes_per_s=doc.optional_quantity("cpu_memory_bandwidth", written_rate, _RATE),
         ),
         nvme=tuple(_load_nvme(item) for item in doc.items("nvme")),
         network=_network(doc, "network", root),

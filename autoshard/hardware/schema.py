@@ -220,8 +220,10 @@ class Doc:
             )
         try:
             return parse(value)
-        except (ValueError, TypeError):
-            raise self.error(where, expected, value) from None
+        except (ValueError, TypeError) as e:
+            bare = isinstance(value, (int, float)) and not isinstance(value, bool) and "has no unit" in str(e)
+            raise self.error(where, expected, value,
+                             hint="A bare number has no unit: add one, as in '80 GiB'." if bare else None) from None
 
     def optional_quantity(self, key: str, parse: Callable[[Any], T], expected: str) -> T | None:
         """Like :meth:`quantity`, but ``None`` when the key is absent or null."""

@@ -60,6 +60,8 @@ def parse_bytes(text: str | int, *, what: str = "size") -> int:
     if isinstance(text, int):
         if text <= 0:
             raise ValueError(f"{what}: expected a positive size, got {text} bytes.")
+        if text > _LARGEST_SIZE:
+            raise ValueError(f"{what}: {text} bytes is larger than any machine's.")
         return text
     if not isinstance(text, str):
         raise ValueError(f"{what}: expected a size ({SIZE_EXAMPLES}), got {text!r}.")
@@ -81,6 +83,8 @@ def parse_bytes(text: str | int, *, what: str = "size") -> int:
     nbytes = int(value)
     if nbytes < 1:
         raise ValueError(f"{what}: {text!r} is less than one byte.")
+    if nbytes > _LARGEST_SIZE:
+        raise ValueError(f"{what}: {text!r} is larger than any machine's; write {SIZE_EXAMPLES}.")
     return nbytes
 
 
@@ -116,9 +120,34 @@ def parse_rate(text: str | int | float, *, what: str = "bandwidth") -> float:
         value = float(Decimal(match["num"]) * multiplier) / (8 if bits else 1)
     else:
         raise ValueError(f"{what}: expected a rate ({RATE_EXAMPLES}), got {text!r}.")
-    if not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value) or value <= 0 or value > _LARGEST_SIZE:
         raise ValueError(f"{what}: expected a positive rate, got {text!r}.")
     return value
+
+
+def written_size(value: object, *, what: str = "size") -> int:
+    """:func:`parse_bytes` for a value written in a file: a bare number is refused, not read as bytes (a hardware
+    file's ``memory: 80`` was 80 bytes, and the plan said nothing fits).
+
+    Example:
+        >>> written_size("80 GiB") == 80 * 2**30
+        True
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(f"{what}: {value!r} has no unit; write {SIZE_EXAMPLES}.")
+    return parse_bytes(value, what=what)  # type: ignore[arg-type]  # anything else is refused there
+
+
+def written_rate(value: object, *, what: str = "bandwidth") -> float:
+    """:func:`parse_rate` for a value written in a file: a bare number is refused, not read as bytes per second
+    (an interconnect's ``bandwidth: 400`` was 400 B/s, and a step took 122 days)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(f"{what}: {value!r} has no unit; write {RATE_EXAMPLES}.")
+    return parse_rate(value, what=what)  # type: ignore[arg-type]
+
+
+_LARGEST_SIZE = 2**70
+"""A size beyond any machine (1 ZiB): refused, as a typo (``1e400 GB`` overflowed the formatting of the figure)."""
 
 
 def format_bytes(nbytes: int | float | None) -> str:

@@ -122,6 +122,14 @@ peak_tflops: {fp32: 10, bf16: 100}
         (GOOD_GPU.replace("24 GiB", "-24 GiB"), ["memory: expected a positive size", "found '-24 GiB'"]),
         (GOOD_GPU.replace("24 GiB", "0 GiB"), ["memory: expected a positive size", "found '0 GiB'"]),
         (GOOD_GPU.replace("24 GiB", "lots"), ["memory: expected a positive size", "found 'lots' (str)"]),
+        # A bare number was read as bytes: 80 bytes of GPU memory, a 400 B/s network, and a plan saying so.
+        (GOOD_GPU.replace("24 GiB", "80"), ["memory: expected a positive size", "found 80 (int)",
+                                           "A bare number has no unit"]),
+        (GOOD_GPU.replace("24 GiB", "1e400 GB"), ["memory: expected a positive size", "found '1e400 GB'"]),
+        ("kind: node\nname: n\ngpu: t4\ngpus_per_node: 2\ncpu_memory: 512\n",
+         ["cpu_memory: expected a positive size", "found 512 (int)"]),
+        ("kind: node\nname: n\ngpu: t4\ngpus_per_node: 2\nnetwork: {link: {name: ib, display_name: IB, "
+         "type: infiniband, bandwidth: 400}, ports: 1}\n", ["bandwidth: expected a positive rate", "found 400 (int)"]),
         (GOOD_GPU.replace("bf16: 100", "bf16: fast"), ["peak_tflops.bf16: expected a positive number"]),
         (GOOD_GPU.replace("bf16: 100", "bf17: 100"), ["peak_tflops.bf17: unknown key"]),
         (GOOD_GPU.replace("24 GiB", "{value: 24 GiB, sorce: x}"), ["memory.sorce: unknown key"]),

@@ -41,6 +41,7 @@ def test_parse_bytes_distinguishes_decimal_gb_from_binary_gib(text: str | int, e
         ("80 XB", "unknown unit"),
         ("GB", "expected a size"),
         ("0.1B", "less than one byte"),
+        ("1e400 GB", "larger than any machine"),  # overflowed the formatting of the figure: an internal error
         (0, "positive"),
         (-1, "positive"),
         (True, "expected a size"),
@@ -69,7 +70,7 @@ def test_parse_rate_tells_bits_from_bytes(text: str | float, expected: float) ->
     assert parse_rate(text) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("text", ["fast", "0 GB/s", "-1 GB/s", "200 gb/s", "25 GB", True, 0])
+@pytest.mark.parametrize("text", ["fast", "0 GB/s", "-1 GB/s", "200 gb/s", "25 GB", True, 0, "1e400 GB/s"])
 def test_parse_rate_rejects_garbage(text: object) -> None:
     with pytest.raises(ValueError, match="bandwidth"):
         parse_rate(text)  # type: ignore[arg-type]

@@ -83,9 +83,9 @@ def _benchmark(args: argparse.Namespace, hw: HardwareSpec) -> tuple[DiskBenchmar
 
 
 def _list(*, as_json: bool) -> int:
-    from rich.console import Console
     from rich.table import Table
 
+    from autoshard._console import stdout_console
     from autoshard.hardware.profiles import list_profiles
 
     entries = list_profiles()
@@ -97,7 +97,7 @@ def _list(*, as_json: bool) -> int:
         table.add_column(column)
     for entry in entries:
         table.add_row(entry.kind, entry.name, entry.display_name)
-    Console().print(table)
+    stdout_console(wide_when_piped=False).print(table)
     return 0
 
 
@@ -209,11 +209,10 @@ def _disk_table(node: NodeSpec) -> Table:
 
 
 def _render(hw: HardwareSpec, result: DiskBenchmark | None) -> None:
-    from rich.console import Console
-
+    from autoshard._console import stdout_console
     from autoshard.hardware.units import format_bytes, format_rate
 
-    console = Console()
+    console = stdout_console(wide_when_piped=False)
     node = hw.node
     what = f"{node.gpus} × {node.gpu.display_name}" if node.gpu else "CPU only"
     console.print(

@@ -24,13 +24,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from autoshard._console import stdout_console
 
     table = Table(title="autoshard catalog", title_justify="left")
     for col in ("name", "parameters", "default seq len"):
         table.add_column(col, justify="left" if col == "name" else "right")
     for r in rows:
         table.add_row(r["name"], count(r["parameters"]), str(r["default_seq_len"] or "—"))
-    Console().print(table)
+    stdout_console(wide_when_piped=False).print(table)
     return 0

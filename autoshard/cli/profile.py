@@ -101,13 +101,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(p: ModelProfile, *, show_blocks: bool) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from autoshard._console import stdout_console
     from autoshard.profiler.trace import checkpointing_of
 
-    console = Console()
+    console = stdout_console(wide_when_piped=False)
     o = p.options
     seq = f", seq {p.seq_len}" if p.seq_len is not None else ""
     console.print(

@@ -123,15 +123,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(plan: Plan) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from autoshard._console import stdout_console
     from autoshard.hardware.units import format_throughput
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)  # piped output: do not squeeze the table into 80 columns
+    console = stdout_console()
     hw = plan.hardware
     device = hw.gpu.display_name if hw.gpu is not None else "CPU process"
     w = plan.workload

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autoshard._console import stdout_console
 from autoshard.report import _format as fmt
 from autoshard.tuner.result import TrialState, TuneResult
 
@@ -25,14 +26,11 @@ def print_summary(result: TuneResult, console: Console | None = None) -> None:
         result: the study's outcome.
         console: where to print; by default stdout, 200 columns wide when it is not a terminal.
     """
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     if console is None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=200)  # piped output: do not squeeze the table into 80 columns
+        console = stdout_console()
     table = Table(title=Text(f"{result.study_name}: {fmt.counts_line(result)}"), title_justify="left", pad_edge=False)
     keys = [(key, header) for key, _, header in fmt.COLUMNS if key not in fmt.TERMINAL_SKIPS]
     for key, header in keys:

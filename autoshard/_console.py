@@ -1,0 +1,24 @@
+"""The rich console the CLI prints its tables to (rich imported only when something is printed)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def stdout_console(*, wide_when_piped: bool = True) -> Console:
+    """A rich console on stdout: 200 columns wide when stdout is not a terminal (``wide_when_piped``: a table is
+    not squeezed into 80 columns in a file), and a reader that stops early (``autoshard ... | head``) raises
+    ``BrokenPipeError``, which the CLI answers with 141 as a shell reports SIGPIPE (rich's own answer exits 1, a
+    failure to ``set -o pipefail``)."""
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    console = _Console()
+    return _Console(width=200) if wide_when_piped and not console.is_terminal else console

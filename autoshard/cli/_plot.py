@@ -64,7 +64,7 @@ def memory_figure(plan: Plan) -> Figure:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise UsageError("--plot needs matplotlib.",
-                         hint="pip install 'autoshard[plot]' (or pip install matplotlib).") from exc
+                         hint="pip install 'matplotlib>=3.7' (in autoshard's checkout: pip install -e '.[plot]').") from exc
     from matplotlib.patches import Patch
 
     from autoshard.hardware.units import format_throughput

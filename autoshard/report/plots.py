@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 HISTORY_PNG = "optimization_history.png"
 IMPORTANCES_PNG = "param_importances.png"
-PLOT_HINT = "pip install 'autoshard[plot]'"
+PLOT_HINT = "pip install 'matplotlib>=3.7'; in autoshard's checkout: pip install -e '.[plot]'"
 _OBJECTIVE_NAME = "Throughput (samples/s)"
 
 

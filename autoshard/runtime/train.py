@@ -122,6 +122,11 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                              "optimizer's learning rate is not scheduled from here on.")
         elif job.resume is True:
             notes.append(f"No checkpoint in {job.checkpoint_dir} to resume from: started afresh.")
+        elif job.checkpoint_dir is not None and (earlier := checkpoint.latest(job.checkpoint_dir)) is not None:
+            notes.append(f"{job.checkpoint_dir} holds an earlier run's checkpoints (the newest {earlier.name}): "
+                         "this run starts from step 0 and saves beside them, replacing any of the same step, and "
+                         "a later resume=True takes the newest of either run. Pass Checkpointing(dir=..., "
+                         "resume=True) to continue that run, or another dir to keep the two apart.")
         fns = step_functions_for(job, backend.module)
         evaluator = None if job.eval_data is None else Evaluator(
             job.eval_data, backend=backend, fns=fns, micro_batch_size=plan.micro_batch_size, seed=job.seed)

@@ -404,7 +404,7 @@ def test_missing_transformers_names_the_extra_to_install(
     with pytest.raises(ModelSourceError) as info:
         load_config(path)
     assert "needs the transformers package" in info.value.message
-    assert "pip install 'autoshard[hf]'" in str(info.value.hint)
+    assert "pip install 'transformers>=4.45'" in str(info.value.hint)
 
 
 def test_a_package_the_model_class_needs_is_named_not_the_config(

@@ -554,6 +554,20 @@ def test_a_run_ending_with_its_epochs_writes_its_last_checkpoint(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000008"]
 
 
+def test_a_second_run_into_a_checkpoint_dir_without_resume_says_what_it_does_to_the_first_runs(
+        tmp_path: Path) -> None:
+    """Running a training script twice replaced the first run's step-00000008 without a word, and left its other
+    checkpoints for a later resume=True to pick."""
+    kwargs = {"loss_fn": _mse, "max_steps": 2, "progress": False,
+              "checkpointing": autoshard.Checkpointing(dir=tmp_path)}
+    first = fit(_Regressor(), _fixed_loader(8), **kwargs)  # type: ignore[arg-type]
+    assert not any("earlier run" in n for n in first.notes)
+    second = fit(_Regressor(), _fixed_loader(8), **kwargs)  # type: ignore[arg-type]
+    assert second.resumed_from is None and second.steps[0].step == 1
+    assert any(n.startswith(f"{tmp_path} holds an earlier run's checkpoints (the newest step-00000002)")
+               and "resume=True" in n for n in second.notes), second.notes
+
+
 def test_a_module_fsdp2_sharded_in_this_process_is_refused_with_how_to_train_it_again() -> None:
     """The second fit() met FSDP2's refusal to deepcopy, reported as an error in the user's model()."""
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))

@@ -385,11 +385,15 @@ def _load_node(doc: Doc, root: Path) -> Profile:
         [*_COMMON, "intra_node_link", "cpu_cores", "cpu_memory", "cpu_memory_bandwidth", "nvme", "network"],
     )
     gpus = doc.quantity("gpus_per_node", positive_int, "a positive number of GPUs")
+    link = _link(doc, "intra_node_link", root)
+    if link is not None and link.kind not in ("nvlink", "pcie"):  # a network between nodes, not a node's GPUs
+        raise doc.error("intra_node_link", "an nvlink or pcie interconnect (the network between nodes is "
+                        "network:)", found_text=f"{link.name!r}, {_a(link.kind)} link")
     node = node_from_gpu(
         _gpu(doc, "gpu", root),
         gpus,
         name=doc.optional_string("display_name") or doc.string("name"),
-        link=_link(doc, "intra_node_link", root),
+        link=link,
     )
     cpu_memory = doc.optional_quantity("cpu_memory", written_size, _SIZE)
     spec = replace(

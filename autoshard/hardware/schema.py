@@ -51,7 +51,33 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise HardwareError(
             f"{path}: expected a mapping of keys (kind:, name:, ...) at the top level, found {_describe(data)}."
         )
+    duplicate = _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
+    if duplicate is not None:  # safe_load keeps the last silently: `gpus_per_node: 8` then `4` planned 4 GPUs
+        key, line, first = duplicate
+        raise HardwareError(f"{path}:{line}: {key!r} is given twice (first on line {first}).",
+                            hint="Keep one of the two.")
     return data
+
+
+def _duplicate_key(node: yaml.Node | None) -> tuple[str, int, int] | None:
+    """The first key a YAML mapping repeats (anywhere in the document), its line and the line of the first one."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                line = key.start_mark.line + 1
+                if key.value in seen:
+                    return key.value, line, seen[key.value]
+                seen[key.value] = line
+            found = _duplicate_key(value)
+            if found is not None:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            found = _duplicate_key(item)
+            if found is not None:
+                return found
+    return None
 
 
 def _describe(value: Any) -> str:

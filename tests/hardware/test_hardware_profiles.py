@@ -80,6 +80,7 @@ def test_peak_tflops_are_dense_not_sparse(name: str, dtype: str, dense_tflops: f
         ("Tesla T4", "t4"),
         ("NVIDIA GeForce RTX 4090", "rtx-4090"),
         ("GeForce RTX 3090", "rtx-3090"),
+        ("Tesla V100-SXM3-32GB", "v100-sxm-32gb"),  # a DGX-2's, whose profile names this board
         ("NVIDIA B999", None),
     ],
 )
@@ -144,6 +145,10 @@ peak_tflops: {fp32: 10, bf16: 100}
         ("kind: node\nname: n\ngpu: t4\ngpus_per_node: 2\nnetwork: {link: nvlink3, ports: 1}\n",
          ["network.link: expected an infiniband or ethernet interconnect"]),
         ("kind: cluster\nname: c\nnode: dgx-a100\nnodes: -2\n", ["nodes: expected a positive number of nodes"]),
+        ("kind: node\nname: n\ngpu: t4\ngpus_per_node: 8\ngpus_per_node: 4\n",  # safe_load kept the last
+         ["mine.yaml:5: 'gpus_per_node' is given twice (first on line 4)"]),
+        ("kind: node\nname: n\ngpu: t4\ngpus_per_node: 2\nintra_node_link: infiniband-ndr\n",
+         ["intra_node_link: expected an nvlink or pcie interconnect", "an infiniband link"]),
     ],
     ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None,
 )

@@ -49,7 +49,8 @@ def check_plot_path(path: Path) -> None:
             folder does not exist or cannot be written.
     """
     if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("--plot needs matplotlib.", hint="pip install 'matplotlib>=3.7' (in autoshard's checkout: pip install -e '.[plot]').")
+        raise UsageError("--plot needs matplotlib.",
+                         hint="pip install 'matplotlib>=3.7' (in autoshard's checkout: pip install -e '.[plot]').")
     if path.is_dir():
         raise UsageError(f"--plot {path} is a directory; give a file name such as memory.png.")
     suffix = path.suffix.lower().lstrip(".")

@@ -16,24 +16,38 @@ if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
 
 
+class _Once(argparse.Action):
+    """A flag that may be given once: argparse keeps the last of ``--hardware dgx-h100 --hardware dgx-a100``, and
+    the plan was for dgx-a100 alone, without a word."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        before = getattr(namespace, self.dest, None)
+        if before is not None:
+            parser.error(f"{option_string} is given twice ({before} and {values}): autoshard plans for one machine "
+                         "at a time; run the command once for each")
+        setattr(namespace, self.dest, values)
+
+
 def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the hardware-choosing flags to a subcommand's parser."""
     group = parser.add_argument_group("hardware (default: this machine, detected)")
     group.add_argument(
         "--hardware",
+        action=_Once,
         metavar="NAME|FILE",
         help="plan for a profile instead of this machine: a shipped name (autoshard hardware --list) "
         "or a YAML file",
     )
-    group.add_argument("--gpus", type=int, metavar="N", help="GPUs per node (with no GPU: CPU processes)")
-    group.add_argument("--nodes", type=int, metavar="N", help="number of nodes")
+    group.add_argument("--gpus", type=int, action=_Once, metavar="N", help="GPUs per node (with no GPU: CPU processes)")
+    group.add_argument("--nodes", type=int, action=_Once, metavar="N", help="number of nodes")
     group.add_argument(
-        "--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GB (10^9 bytes each) or 80GiB (2^30)"
+        "--gpu-memory", action=_Once, metavar="SIZE", help="memory per GPU, e.g. 80GB (10^9 bytes each) or 80GiB (2^30)"
     )
-    group.add_argument("--cpu-memory", metavar="SIZE", help="host RAM per node, e.g. 512GiB")
-    group.add_argument("--cpu-cores", type=int, metavar="N",
+    group.add_argument("--cpu-memory", action=_Once, metavar="SIZE", help="host RAM per node, e.g. 512GiB")
+    group.add_argument("--cpu-cores", type=int, action=_Once, metavar="N",
                        help="host CPU cores per node: what a CPU optimizer step under offload runs on")
-    group.add_argument("--nvme", metavar="PATH", help="directory on a fast local disk to offload to")
+    group.add_argument("--nvme", action=_Once, metavar="PATH", help="directory on a fast local disk to offload to")
 
 
 def overrides_from_args(args: argparse.Namespace) -> HardwareOverrides:

@@ -49,6 +49,19 @@ def test_bad_paths_and_batches_are_refused_before_tracing(flags, message, tmp_pa
     assert message in err and "internal error" not in err
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--hardware", "dgx-a100"], "--hardware is given twice (dgx-h100 and dgx-a100)"),
+    (["--gpus", "4", "--gpus", "2"], "--gpus is given twice (4 and 2)"),
+])
+def test_a_hardware_flag_given_twice_is_refused(flags, message, no_tracing, capsys):
+    """argparse kept the last: ``--hardware dgx-h100 --hardware dgx-a100`` planned for dgx-a100 alone, silently."""
+    with pytest.raises(SystemExit) as info:
+        main([*RECOMMEND, *flags])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "one machine at a time" in err
+
+
 def test_profile_of_a_built_module_is_a_usage_error_with_a_hint():
     with pytest.raises(UsageError, match="not a built Linear module") as info:
         autoshard.profile(torch.nn.Linear(2, 2), batch_size=1)

@@ -36,7 +36,7 @@ def tune(
     global_batch_size: int | None = None,
     seq_len: int | None = None,
     precision: PrecisionName | None = None,
-    optimizer: str = "adamw",
+    optimizer: str | None = None,
     grad_clip_norm: float | None = None,
     trials: int = 12,
     timeout_s: float | None = None,
@@ -70,7 +70,10 @@ def tune(
         seq_len: sequence length of token models.
         precision: as ``fit()``'s (default ``bf16-mixed`` on GPUs that have it, ``16-mixed`` on those without
             (V100, T4), ``32-true`` without a GPU).
-        optimizer: ``adamw``, ``adam``, ``sgd``, ``adafactor`` or ``adamw8bit`` (bitsandbytes' ``AdamW8bit``).
+        optimizer: ``adamw``, ``adam``, ``sgd``, ``adafactor`` or ``adamw8bit`` (bitsandbytes' ``AdamW8bit``);
+            default ``adamw``. A model file's ``optimizer()`` wins, as in ``recommend()`` and ``fit()``: the plan
+            names it and every trial trains with it (a note says so when another was asked for). An unknown name
+            is refused before anything runs.
         grad_clip_norm: the norm the run clips the gradients' global 2-norm to before each optimizer step (a
             positive number; ``None``: no clipping): planned and priced as ``recommend()``'s, every trial clips
             so, and the best plan keeps it (``fit(plan=...)`` clips as it says). A study remembers it: one made

@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", default=None,
                         help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed, or 16-mixed on a GPU "
                              "without bf16: V100, T4; 32-true on CPU)")
-    parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
+    parser.add_argument("--optimizer", default=None,
+                        help=f"one of {', '.join(OPTIMIZERS)} (default adamw; a model file's optimizer() wins)")
     add_grad_clip_norm_argument(parser, "the trials clip as the run will, and best/plan.json and its configs "
                                         "say so")
     parser.add_argument("--cache-dir", type=Path, default=None, help="result cache (default ~/.cache/autoshard/tune)")

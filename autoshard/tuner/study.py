@@ -28,7 +28,7 @@ from autoshard.planner import plan_file
 from autoshard.planner.machine import default_precision, plan_for
 from autoshard.planner.plan import Plan
 from autoshard.planner.plan_file import ExportedPlan
-from autoshard.profiler.options import parse_grad_clip_norm
+from autoshard.profiler.options import parse_grad_clip_norm, parse_optimizer
 from autoshard.tuner import storage as storage_mod
 from autoshard.tuner.budget import check_budget
 from autoshard.tuner.cache import ResultCache, default_dir
@@ -62,7 +62,7 @@ def run_study(
     global_batch_size: int | None = None,
     seq_len: int | None = None,
     precision: PrecisionName | None = None,
-    optimizer: str = "adamw",
+    optimizer: str | None = None,
     grad_clip_norm: float | None = None,
     trials: int = 12,
     timeout_s: float | None = None,
@@ -100,6 +100,11 @@ def run_study(
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:  # numpy's range, Optuna's
         raise UsageError(f"seed must be a whole number from 0 to 2**32 - 1, but got {seed!r}.")
     clip_norm = parse_grad_clip_norm(grad_clip_norm)
+    if optimizer is not None and not isinstance(optimizer, str):
+        raise UsageError(f"optimizer must be a name such as 'adamw', but got {type(optimizer).__name__}.",
+                         hint="Trials rebuild the optimizer in their own processes: name it, or define optimizer() "
+                              "in the model file.")
+    asked = None if optimizer is None else parse_optimizer(optimizer)  # before any trial: every one would fail
     if isinstance(model, ModelSource) and model.kind not in ("catalog", "file", "hf-config"):
         raise UsageError("tune() runs each trial in its own processes, which rebuild the model from its source; "
                          "this model has none.", hint="Save the model as a model.py and tune that.")
@@ -124,7 +129,7 @@ def run_study(
         hw = trial_hardware(hardware, processes)
         chosen = precision or default_precision(hw)
         plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
-                        precision=chosen, optimizer=optimizer, grad_clip_norm=clip_norm,
+                        precision=chosen, optimizer=asked or "adamw", grad_clip_norm=clip_norm,
                         strategies=strategies, cache=use_cache)
         environ = worker_environ(os.environ, hw)
         flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
@@ -137,7 +142,10 @@ def run_study(
         estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
                                   flops_per_s)
         planned = plan_file.from_plan(plan)
-        batch: dict[str, Any] = {"global_batch_size": global_batch_size, "precision": chosen, "optimizer": optimizer,
+        # The model file's optimizer() wins (the planner priced it, the trials train it, as fit() does): the job
+        # is the optimizer the plan names
+        batch: dict[str, Any] = {"global_batch_size": global_batch_size, "precision": chosen,
+                                 "optimizer": planned.optimizer,
                                  "seq_len": planned.seq_len}
         if clip_norm is not None:  # only then: a study made before clipping was planned keeps its fingerprint
             batch["grad_clip_norm"] = clip_norm
@@ -152,13 +160,16 @@ def run_study(
                              prune, warmup_steps)
         notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
                  for n in storage_mod.fail_stale_trials(study)]
+        if source.optimizer_fn is not None and asked is not None and asked != planned.optimizer:
+            notes.append(f"The trials train with the model file's optimizer() ({planned.optimizer}), as fit() "
+                         f"will; the optimizer asked for ({asked}) is not used.")
         enqueue_defaults(study, space)
         notes += [f"Trial {n} was stopped before it finished ({why}): its configuration runs again first."
                   for n, why in enqueue_reruns(study, space)]
         cache = ResultCache(None if not use_cache
                             else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
                             {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
-        spec = TrialSpec(model=origin, optimizer=optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
+        spec = TrialSpec(model=origin, optimizer=planned.optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
         observer = Observers(observers)
         loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, runner, observer=observer,
                          estimate=estimate)

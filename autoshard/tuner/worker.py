@@ -2,7 +2,7 @@
 
 Started by :func:`autoshard.tuner.runner.run_trial` (one process per rank, each in its own process group),
 with ``AUTOSHARD_RUN_DIR`` naming the trial's directory, which holds ``plan.json`` (the configuration) and
-``trial.json`` (the model source, optimizer, steps and seed). It trains on the source's own example batches
+``trial.json`` (the model source, the plan's optimizer, steps and seed). It trains on the source's own example batches
 with the plan's backend, exactly as ``fit()`` would, and rank 0 writes:
 
 * ``progress.jsonl`` — one line per optimizer step (step number and seconds), as it goes, so the tuner can
@@ -74,7 +74,9 @@ def _run(run_dir: Path, launch: Any) -> None:
             progress.flush()
 
     try:
-        job = TrainJob(module=None, source=source, data=None, loss_fn=None, optimizer=spec["optimizer"],
+        # optimizer=None: the model file's optimizer(), else the plan's by name, as fit(plan=...) trains (the
+        # planner priced the file's; trial.json's name is the plan's, for the record)
+        job = TrainJob(module=None, source=source, data=None, loss_fn=None, optimizer=None,
                        max_steps=int(spec["steps"]), epochs=None, seed=int(spec["seed"]), checkpoint_dir=None,
                        checkpoint_every=None, resume=False, consolidate=False, log_every=int(spec["steps"]),
                        on_step=on_step)

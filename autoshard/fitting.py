@@ -107,7 +107,7 @@ def fit(
     best, note = _tuned(model, plan, tune, strategy=strategy, hardware=hardware, processes=processes,
                         precision=precision, batch_size=batched, global_batch_size=global_batch_size,
                         seq_len=seq_len, optimizer=optimizer, seed=seed,
-                        grad_clip_norm=grad_clip_norm, cache=cache)
+                        grad_clip_norm=grad_clip_norm, cache=cache, training_step=training_step, loss_fn=loss_fn)
     result = train(model, data, plan=best, **given)
     return dataclasses.replace(result, notes=(note, *result.notes))
 
@@ -149,7 +149,8 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
     mapping = {"strategy": "strategies", "hardware": "hardware", "processes": "processes",
                "precision": "precision", "batch_size": "batch_size", "global_batch_size": "global_batch_size",
                "seq_len": "seq_len", "seed": "seed",
-               "grad_clip_norm": "grad_clip_norm"}  # the trials clip as the run will
+               "grad_clip_norm": "grad_clip_norm",  # the trials clip as the run will
+               "training_step": "training_step", "loss_fn": "loss_fn"}  # and run the step it will
     for ours, theirs in mapping.items():
         value = given[ours]
         if value is not None and theirs not in kwargs:
@@ -174,4 +175,7 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
             f"{best.samples_per_s if best and best.samples_per_s else 0:.1f} samples/s")
     if planner is not None and planner.samples_per_s:
         note += f"; the planner's choice measured {planner.samples_per_s:.1f}"
+    if optimizer is not None and not isinstance(optimizer, str):  # the trials' processes rebuild it by name only
+        note += (f"; the trials stepped the plan's optimizer ({result.best_plan.optimizer}), not the one given to "
+                 "fit() (name it, or define optimizer() in the model file, to tune with it)")
     return result.best_plan, note + "."

@@ -8,13 +8,15 @@ first as observers, so the tuner imports neither rich nor matplotlib.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from autoshard.errors import PLANNER_ARGUMENTS, in_arguments
 from autoshard.tuner.runner import TrialRunner, run_trial
 
 if TYPE_CHECKING:
+    import torch
+
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.models.source import ModelSource
     from autoshard.profiler.options import PrecisionName
@@ -38,6 +40,8 @@ def tune(
     precision: PrecisionName | None = None,
     optimizer: str | None = None,
     grad_clip_norm: float | None = None,
+    training_step: Callable[[Any, Any], torch.Tensor] | None = None,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
     trials: int = 12,
     timeout_s: float | None = None,
     trial_timeout_s: float = 300.0,
@@ -78,6 +82,11 @@ def tune(
             positive number; ``None``: no clipping): planned and priced as ``recommend()``'s, every trial clips
             so, and the best plan keeps it (``fit(plan=...)`` clips as it says). A study remembers it: one made
             with another norm is refused.
+        training_step: ``training_step(model, batch) -> loss``, the step ``fit()`` will run in place of forward +
+            loss: every trial runs it. Trials run in processes of their own, which import it by name: define it
+            at the top level of the model file or of a module (a lambda, a closure or a function of the running
+            script is refused before any trial).
+        loss_fn: ``loss_fn(output, batch) -> loss`` in place of the source's own loss, imported likewise.
         trials: trials the study should hold when done (a resumed study counts its earlier ones; configurations
             predicted not to fit are recorded but not counted).
         timeout_s: stop starting trials after this long (``None``: no limit).
@@ -119,7 +128,8 @@ def tune(
     return run_study(
         model, hardware=hardware, processes=processes, strategies=strategies, top_strategies=top_strategies,
         batch_size=batch_size, micro_batch_sizes=micro_batch_sizes, global_batch_size=global_batch_size,
-        seq_len=seq_len, precision=precision, optimizer=optimizer, grad_clip_norm=grad_clip_norm, trials=trials,
+        seq_len=seq_len, precision=precision, optimizer=optimizer, grad_clip_norm=grad_clip_norm,
+        training_step=training_step, loss_fn=loss_fn, trials=trials,
         timeout_s=timeout_s, trial_timeout_s=trial_timeout_s, steps=steps, warmup_steps=warmup_steps, storage=storage,
         study_name=study_name, output_dir=output_dir, cache_dir=cache_dir, use_cache=use_cache, prune=prune,
         seed=seed, compress_gradients=compress_gradients, space=space, runner=runner, observers=observers,

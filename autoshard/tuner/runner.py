@@ -40,6 +40,11 @@ class TrialSpec:
     """Optimizer steps per trial, warm-up included."""
     warmup_steps: int
     seed: int = 0
+    training_step: dict[str, str] | None = None
+    """The user's ``training_step(model, batch)``, by reference
+    (:func:`~autoshard.tuner.usercode.function_reference`)."""
+    loss_fn: dict[str, str] | None = None
+    """The user's ``loss_fn(output, batch)``, by reference; ``None``: the source's own loss."""
     grace_s: float = 5.0
     """Seconds between SIGTERM and SIGKILL when a trial is stopped."""
 
@@ -97,7 +102,9 @@ def run_trial(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout
     run_dir.mkdir(parents=True, exist_ok=True)
     plan_file.write(exported, run_dir / "plan.json")
     (run_dir / worker.TRIAL_FILE).write_text(json.dumps({"model": spec.model, "optimizer": spec.optimizer,
-                                                         "steps": spec.steps, "seed": spec.seed}), encoding="utf-8")
+                                                         "steps": spec.steps, "seed": spec.seed,
+                                                         "training_step": spec.training_step,
+                                                         "loss_fn": spec.loss_fn}), encoding="utf-8")
     world = exported.hardware.world_size
     samples_per_step = exported.micro_batch_size * exported.gradient_accumulation * world
     watcher = _ProgressWatcher(run_dir / worker.PROGRESS_FILE, spec.warmup_steps, samples_per_step, on_progress)

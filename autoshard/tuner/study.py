@@ -16,7 +16,7 @@ import os
 import socket
 import warnings
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,7 @@ from autoshard.tuner.result import TrialRecord, TrialState, TuneResult
 from autoshard.tuner.resume import RERUN, enqueue_reruns
 from autoshard.tuner.runner import TrialRunner, TrialSpec, run_trial
 from autoshard.tuner.space import SearchSpace, build_space, check_space_arguments
+from autoshard.tuner.usercode import function_reference
 
 if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
@@ -64,6 +65,8 @@ def run_study(
     precision: PrecisionName | None = None,
     optimizer: str | None = None,
     grad_clip_norm: float | None = None,
+    training_step: Callable[[Any, Any], Any] | None = None,
+    loss_fn: Callable[[Any, Any], Any] | None = None,
     trials: int = 12,
     timeout_s: float | None = None,
     trial_timeout_s: float = 300.0,
@@ -105,6 +108,10 @@ def run_study(
                          hint="Trials rebuild the optimizer in their own processes: name it, or define optimizer() "
                               "in the model file.")
     asked = None if optimizer is None else parse_optimizer(optimizer)  # before any trial: every one would fail
+    if training_step is not None and loss_fn is not None:
+        raise UsageError("pass loss_fn or training_step, not both: training_step returns the loss itself.")
+    steps_given = {name: function_reference(fn, name) for name, fn in
+                   (("training_step", training_step), ("loss_fn", loss_fn)) if fn is not None}
     if isinstance(model, ModelSource) and model.kind not in ("catalog", "file", "hf-config"):
         raise UsageError("tune() runs each trial in its own processes, which rebuild the model from its source; "
                          "this model has none.", hint="Save the model as a model.py and tune that.")
@@ -149,6 +156,8 @@ def run_study(
                                  "seq_len": planned.seq_len}
         if clip_norm is not None:  # only then: a study made before clipping was planned keeps its fingerprint
             batch["grad_clip_norm"] = clip_norm
+        for name, ref in steps_given.items():  # only then, likewise: the user's step is part of the job
+            batch[name] = f"{ref['module']}.{ref['qualname']}"
         fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
                        "batch": batch}
         name = study_name or _default_name(planned)
@@ -169,7 +178,8 @@ def run_study(
         cache = ResultCache(None if not use_cache
                             else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
                             {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
-        spec = TrialSpec(model=origin, optimizer=planned.optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed)
+        spec = TrialSpec(model=origin, optimizer=planned.optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed,
+                         training_step=steps_given.get("training_step"), loss_fn=steps_given.get("loss_fn"))
         observer = Observers(observers)
         loop = StudyLoop(study, space, plan, spec, cache, out, environ, budget, runner, observer=observer,
                          estimate=estimate)

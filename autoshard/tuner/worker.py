@@ -2,8 +2,8 @@
 
 Started by :func:`autoshard.tuner.runner.run_trial` (one process per rank, each in its own process group),
 with ``AUTOSHARD_RUN_DIR`` naming the trial's directory, which holds ``plan.json`` (the configuration) and
-``trial.json`` (the model source, the plan's optimizer, steps and seed). It trains on the source's own example batches
-with the plan's backend, exactly as ``fit()`` would, and rank 0 writes:
+``trial.json`` (the model source, the plan's optimizer, steps, seed and the user's step functions). It trains on
+the source's own example batches with the plan's backend, exactly as ``fit()`` would, and rank 0 writes:
 
 * ``progress.jsonl`` — one line per optimizer step (step number and seconds), as it goes, so the tuner can
   report intermediate throughput to Optuna's pruner and prune a trial that is clearly slower;
@@ -59,10 +59,12 @@ def _run(run_dir: Path, launch: Any) -> None:
     from autoshard.planner import plan_file
     from autoshard.runtime.distributed import join
     from autoshard.runtime.train import TrainJob, train
+    from autoshard.tuner.usercode import load_function
 
     spec = json.loads((run_dir / TRIAL_FILE).read_text(encoding="utf-8"))
     exported = plan_file.read(run_dir / "plan.json")
     source = load_source(spec["model"])
+    step, loss = (None if spec.get(k) is None else load_function(spec[k]) for k in ("training_step", "loss_fn"))
     ctx = join(launch, device_type=exported.hardware.device_type)
     cuda = ctx.device.type == "cuda"
     baseline_rss = psutil.Process().memory_info().rss  # before the model, the optimizer and the backend exist
@@ -76,7 +78,7 @@ def _run(run_dir: Path, launch: Any) -> None:
     try:
         # optimizer=None: the model file's optimizer(), else the plan's by name, as fit(plan=...) trains (the
         # planner priced the file's; trial.json's name is the plan's, for the record)
-        job = TrainJob(module=None, source=source, data=None, loss_fn=None, optimizer=None,
+        job = TrainJob(module=None, source=source, data=None, loss_fn=loss, training_step=step, optimizer=None,
                        max_steps=int(spec["steps"]), epochs=None, seed=int(spec["seed"]), checkpoint_dir=None,
                        checkpoint_every=None, resume=False, consolidate=False, log_every=int(spec["steps"]),
                        on_step=on_step)

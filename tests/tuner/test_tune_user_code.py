@@ -36,3 +36,29 @@ def test_an_unknown_optimizer_is_refused_before_planning_even_when_the_file_decl
     with pytest.raises(UsageError, match="unknown optimizer 'bogus'"):
         autoshard.tune(MODEL, optimizer="bogus", output_dir=tmp_path / "out", **ONE_TRIAL)
     assert not (tmp_path / "out" / "trials").exists()
+
+
+def test_trials_run_the_users_training_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fit(tune=..., training_step=...) and tune() trained the stand-in forward + loss: the step was dropped."""
+    counter = tmp_path / "steps"
+    monkeypatch.setenv("AUTOSHARD_TEST_STEP_COUNTER", str(counter))
+    fitted = autoshard.fit(MODEL, training_step=own_step_model.shifted_step, max_steps=1, progress=False,
+                           processes=1, precision="32-true", tune={k: v for k, v in ONE_TRIAL.items() if k not in (
+                               "processes", "precision")} | {"output_dir": str(tmp_path / "out")})
+    assert any(n.startswith("Tuned with 1 trial(s)") for n in fitted.notes), fitted.notes
+    trial = json.loads((tmp_path / "out" / "trials" / "0000" / "trial.json").read_text())
+    assert trial["training_step"]["qualname"] == "shifted_step"
+    assert counter.read_text().count("step") == ONE_TRIAL["steps"]  # every step of the trial ran the user's
+
+
+def _closure() -> object:
+    def step(model: object, batch: object) -> object:
+        return own_step_model.shifted_step(model, batch)  # type: ignore[arg-type]
+    return step
+
+
+@pytest.mark.parametrize("step", [lambda model, batch: model(batch[0]).sum(), _closure()])
+def test_a_step_the_trials_cannot_import_is_refused_before_any_trial(tmp_path: Path, step: object) -> None:
+    with pytest.raises(UsageError, match=r"training_step .* is a lambda, a closure"):
+        autoshard.tune(MODEL, training_step=step, output_dir=tmp_path / "out", **ONE_TRIAL)  # type: ignore[arg-type]
+    assert not (tmp_path / "out" / "trials").exists()

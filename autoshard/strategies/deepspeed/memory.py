@@ -17,10 +17,14 @@ What a rank holds, in short:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
+import torch
+
 from autoshard.hardware.specs import HardwareSpec
+from autoshard.profiler.optimizers import build_optimizer
 from autoshard.profiler.options import Precision, state_follows_parameter_dtype
 from autoshard.profiler.result import MemoryBreakdown
 from autoshard.strategies.base import Candidate, GpuMemory, MemoryEstimate
@@ -46,6 +50,10 @@ class _Step:
     inputs: int
     backward_gradient_bytes: int
     """Gradient bytes alive at the trace's backward high point (single device, model dtype)."""
+    backward_high_point_non_state: int
+    """Non-model-state bytes (activations, temporaries, inputs) at that same high point: what is alive beside
+    :attr:`backward_gradient_bytes`. ``activations["backward"]`` is the highest of them anywhere in backward,
+    usually earlier, when few gradients exist yet."""
     backward_progress: float
     """Fraction of the gradients already produced at that point (0 = start of backward)."""
     backward_saved: int
@@ -66,17 +74,52 @@ def model_dtype_bytes(precision: Precision) -> int:
     return FP32_BYTES if precision is Precision.FP32 else 2
 
 
+FLAT_SHAPED_OPTIMIZERS = ("adafactor",)
+"""Optimizers whose state depends on the tensor's shape: torch's Adafactor factors the second moment of a tensor of
+two or more dimensions into a row and a column, and keeps it whole for a 1-D one
+(``torch/optim/_adafactor.py::Adafactor._init_group``: ``if p.grad.dim() > 1``, torch 2.x; transformers'
+``Adafactor`` likewise, ``factored = len(grad_shape) >= 2``)."""
+
+_FLAT_PROBE_NUMEL = 1024
+
+
 def state_bytes_per_parameter(workload: Workload) -> float:
     """Optimizer-state bytes per parameter once the state lives on an fp32 master copy.
 
     DeepSpeed's optimizer always steps fp32 master partitions (``single_partition_of_fp32_groups`` in
     ``stage_1_and_2.py``, ``fp32_partitioned_groups_flat`` in ``stage3.py``), so state profiled on bf16 weights
     (``bf16-true``) is scaled to fp32; bitsandbytes' 8-bit state is not (its size does not follow the dtype).
+    Those partitions are flat 1-D tensors (``param_group['params'] = [single_partition_of_fp32_groups[i]]``,
+    ``DeepSpeedZeroOptimizer.__init__``), so an optimizer whose state depends on the shape
+    (:data:`FLAT_SHAPED_OPTIMIZERS`) keeps what it keeps for a 1-D tensor: Adafactor its whole second moment,
+    4 B per element, not the factored rows and columns of the model's matrices the trace measured.
     """
+    if workload.optimizer in FLAT_SHAPED_OPTIMIZERS:
+        return flat_state_bytes_per_element(workload.optimizer)
     if not state_follows_parameter_dtype(workload.optimizer):
         return workload.optimizer_state_bytes_per_parameter
     profiled = 2 if workload.precision is Precision.BF16_TRUE else FP32_BYTES
     return workload.optimizer_state_bytes_per_parameter * FP32_BYTES / profiled
+
+
+@functools.cache
+def flat_state_bytes_per_element(optimizer: str) -> float:
+    """State bytes per element that ``optimizer`` keeps for one 1-D fp32 tensor, measured by stepping it once on
+    two sizes (what does not grow with the tensor, the ``step`` counter, drops out).
+
+    Example:
+        >>> flat_state_bytes_per_element("adafactor"), flat_state_bytes_per_element("adamw")
+        (4.0, 8.0)
+    """
+    def state_bytes(numel: int) -> int:
+        parameter = torch.nn.Parameter(torch.zeros(numel, dtype=torch.float32))
+        parameter.grad = torch.ones_like(parameter)
+        stepped = build_optimizer(optimizer, [parameter])
+        stepped.step()
+        return sum(t.numel() * t.element_size() for state in stepped.state.values() for t in state.values()
+                   if isinstance(t, torch.Tensor))
+
+    return (state_bytes(2 * _FLAT_PROBE_NUMEL) - state_bytes(_FLAT_PROBE_NUMEL)) / _FLAT_PROBE_NUMEL
 
 
 def optimizer_scratch_bytes(workload: Workload, trace: StepTrace, micro_batch: int, numel: int) -> int:
@@ -120,6 +163,7 @@ def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step
                      for p in (*_STEP_PHASES, *phases)},
         inputs=_phase(phases, "optimizer").inputs,
         backward_gradient_bytes=backward.gradients,
+        backward_high_point_non_state=backward.activations + backward.temporaries + backward.inputs,
         backward_progress=min(1.0, backward.gradients / max(full_gradients, 1)),
         backward_saved=saved,
     )
@@ -364,8 +408,11 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
         staging, convert = largest * lp, largest * FP32_BYTES
         reducing_bytes = staging + bucket + convert
         phases["backward"] = max(
+            _Phase(parameters=params, activations=act["backward"], buffers=reducing_bytes if started else staging),
+            # ZeRO-1 keeps every .grad until backward ends: the trace's high point, gradients and activations of
+            # the same moment (see below).
             _Phase(parameters=params, gradients=0 if in_hooks else step.backward_gradient_bytes,
-                   activations=act["backward"], buffers=reducing_bytes if started else staging),
+                   activations=step.backward_high_point_non_state, buffers=reducing_bytes if started else staging),
             _Phase(parameters=params, activations=step.backward_saved, buffers=reducing_bytes),
             _Phase(parameters=params, gradients=0 if in_hooks else total * lp, activations=step.inputs,
                    buffers=reducing_bytes),
@@ -377,9 +424,10 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
             "the step runs on the CPU (DeepSpeedCPUAdam, no GPU scratch). NVMe is treated as CPU: "
             "stage_1_and_2.py has no swapper.")
         return phases, notes
-    # Three moments of backward: the trace's high point (buckets and partition there only if a gradient exists
-    # already); the first gradient hook, just after it, when the loss gradient's temporaries are gone but the
-    # saved activations are not; and the end of backward, activations gone, gradients at their most.
+    # Moments of backward: the highest activations and the trace's high point (buckets and partition there only
+    # if a gradient exists already); the first gradient hook, just after it, when the loss gradient's
+    # temporaries are gone but the saved activations are not; and the end of backward, activations gone,
+    # gradients at their most.
     if in_hooks:
         # Each gradient moves into the bucket as produced; the partition's own go to grads_in_partition, which
         # the rank whose partition backward reaches first allocates at the first reduction.
@@ -391,10 +439,19 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
         # first reduction that reaches the rank's partition (rank 0: the first one).
         reducing = _Phase(parameters=params, optimizer=held, buffers=bucket)
         end_gradients = total * lp + gin
-    peak_gradients = reducing.gradients if in_hooks else step.backward_gradient_bytes
     phases["backward"] = max(
-        _Phase(parameters=params, optimizer=held, gradients=max(carried, peak_gradients if started else 0),
+        # The highest activations, with what is alive beside them whenever they peak: ZeRO-2's partition and
+        # buckets once a gradient exists, and the gradients carried from earlier micro-batches.
+        _Phase(parameters=params, optimizer=held, gradients=max(carried, reducing.gradients if started else 0),
                activations=act["backward"], buffers=reducing.buffers if started else 0),
+        # ZeRO-1 (without overlap_comm) holds every .grad as the single-device trace does, so its gradients peak
+        # with the trace's: at its high point, beside that moment's activations (which are below the highest,
+        # reached earlier with fewer gradients: adding the two counted ~11 GiB no step holds, Llama-2-7B at
+        # micro-batch 12, and made memory fall as the micro-batch grew); the bucket exists from the first hook.
+        _Phase(parameters=params, optimizer=held,
+               gradients=max(carried, step.backward_gradient_bytes if not in_hooks
+                             else reducing.gradients if started else 0),
+               activations=step.backward_high_point_non_state, buffers=reducing.buffers if started else 0),
         _Phase(parameters=params, optimizer=held, gradients=max(carried, reducing.gradients),
                activations=step.backward_saved, buffers=reducing.buffers),
         _Phase(parameters=params, optimizer=held, gradients=max(carried, end_gradients), activations=step.inputs,

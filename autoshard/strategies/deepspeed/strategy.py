@@ -52,6 +52,8 @@ AIO_QUEUE_DEPTH = 8
 AIO_THREAD_COUNT = 1
 
 INSTALL_HINT = "pip install deepspeed"
+CPU_ADAM_OPTIMIZERS = ("adam", "adamw")
+"""Optimizers ZeRO-Offload can step: those ``fit()`` turns into DeepSpeedCPUAdam (``backend.py::_cpu_adam_like``)."""
 
 
 class DeepSpeedZero(Strategy):
@@ -115,11 +117,19 @@ class DeepSpeedZero(Strategy):
                 "(oneDNN), which it lacks; bf16-mixed or 32-true train.")
 
     def refuses(self, optimizer: str) -> str | None:
-        """ZeRO-Offload steps on the host with DeepSpeed's CPU Adam, not a client's bitsandbytes optimizer."""
-        if own_kernel(optimizer) and self.offload_optimizer != "none":
-            return ("ZeRO-Offload steps the optimizer on the host with DeepSpeed's CPU Adam and refuses a "
-                    "bitsandbytes optimizer (zero_force_ds_cpu_optimizer). ZeRO without offload steps it on the GPU.")
-        return None
+        """ZeRO-Offload steps on the host with DeepSpeed's CPU Adam: it refuses every other optimizer.
+
+        DeepSpeed raises for a client optimizer other than its own ``DeepSpeedCPUAdam`` / ``DeepSpeedCPULion``
+        under offload (``runtime/engine.py::DeepSpeedEngine._configure_optimizer``: ``zero_force_ds_cpu_optimizer``,
+        true by default, deepspeed 0.19.8), and ``fit()`` turns only Adam / AdamW into DeepSpeedCPUAdam
+        (``backend.py::_cpu_adam_like``); a bitsandbytes optimizer is refused even when it is an Adam.
+        """
+        if self.offload_optimizer == "none" or optimizer in CPU_ADAM_OPTIMIZERS:
+            return None
+        what = "a bitsandbytes optimizer" if own_kernel(optimizer) else optimizer
+        return (f"ZeRO-Offload steps the optimizer on the host with DeepSpeed's CPU Adam and refuses {what} "
+                "(zero_force_ds_cpu_optimizer); only Adam and AdamW run there. ZeRO without offload steps it on "
+                "the GPU.")
 
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:
         """Settings of ``zero_optimization`` (and ``aio`` for NVMe) with DeepSpeed 0.19.8's defaults, except

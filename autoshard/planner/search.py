@@ -41,7 +41,7 @@ def plan(
         evaluations.extend(_evaluate(strategy, workload, hardware, request))
     fitting = tuple(e for e in evaluations if e.fits)
     if not fitting:
-        raise _no_fit(evaluations, workload, hardware, request)
+        raise _no_fit(evaluations, workload, hardware, request, strategies)
     ctx = Context(workload=workload, hardware=hardware, request=request, fitting=fitting)
     ranked = []
     for e in evaluations:
@@ -141,6 +141,11 @@ def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, re
     out = []
     for ckpt in checkpointing:
         largest = _max_micro_batch(strategy, workload, hardware, request, ckpt)
+        per_device = None if request.global_batch_size is None else request.global_batch_size // hardware.world_size
+        if request.micro_batch_size is None and per_device is not None and largest < per_device:
+            # The per-device batch takes several micro-batches: search with the gradients they accumulate (FSDP's
+            # sharded, ZeRO-1's 16-bit gradients kept through every forward), as evaluate() prices the choice.
+            largest = _max_micro_batch(strategy, workload, hardware, request, ckpt, accumulating=True)
         micro = _choose_micro_batch(request, hardware.world_size, largest)
         candidate = _candidate(strategy, hardware, request, micro, ckpt)
         out.append(evaluate(strategy, workload, hardware, request, candidate, max_micro_batch_size=largest))
@@ -205,11 +210,16 @@ def _does_not_fit(memory: MemoryEstimate, hardware: HardwareSpec, request: PlanR
 
 
 def _max_micro_batch(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest,
-                     ckpt: bool) -> int:
-    """Largest micro-batch that fits this candidate (see :func:`largest_micro_batch`)."""
+                     ckpt: bool, *, accumulating: bool = False) -> int:
+    """Largest micro-batch that fits this candidate (see :func:`largest_micro_batch`); ``accumulating``: with the
+    gradient accumulation the global batch implies for each micro-batch tried (at least two micro-batches, so
+    that memory stays monotone in the micro-batch)."""
 
     def fits(mb: int) -> bool:
         candidate = _candidate(strategy, hardware, request, mb, ckpt)
+        if accumulating:
+            accumulation = max(2, _accumulation(request, hardware.world_size, mb))
+            candidate = dataclasses.replace(candidate, gradient_accumulation=accumulation)
         return _does_not_fit(strategy.memory(workload, hardware, candidate), hardware, request) is None
 
     return largest_micro_batch(fits, limit=min(MAX_MICRO_BATCH, request.max_micro_batch_size or MAX_MICRO_BATCH))
@@ -325,7 +335,7 @@ def check_optimizer(optimizer: str, strategies: Sequence[Strategy]) -> None:
 
 
 def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec,
-            request: PlanRequest) -> NoFeasiblePlan:
+            request: PlanRequest, strategies: Sequence[Strategy] = ()) -> NoFeasiblePlan:
     measured = [e for e in evaluations if e.memory is not None]
     if not measured:
         reasons = "; ".join(sorted({r.rstrip(".") for e in evaluations for r in e.reasons}))
@@ -335,7 +345,6 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
     need = smallest.memory.gpu.total  # type: ignore[union-attr]
     usable = usable_gpu_bytes(hardware, request)
-    gpus_needed = hardware.world_size * 2
     what = (f"the smallest is {smallest.strategy}"
             + (" with activation checkpointing" if smallest.candidate.activation_checkpointing else "")
             + f" at micro-batch {smallest.candidate.micro_batch_size}: {_gib(need)} per device against "
@@ -358,8 +367,8 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
                 "(autoshard plans no sequence or context parallelism): try a shorter --seq-len, or larger GPUs "
                 "(--hardware).")
     elif any(e.traits.zero_stage > 0 for e in measured):
-        hint = (f"Try more GPUs (e.g. --gpus/--nodes for {gpus_needed}), larger GPUs (--hardware), "
-                f"{_offload_hint(evaluations, hardware)}or a shorter --seq-len.")
+        hint = (f"Try more GPUs ({_more_gpus(evaluations, strategies, workload, hardware, request)}), larger GPUs "
+                f"(--hardware), {_offload_hint(evaluations, hardware)}or a shorter --seq-len.")
     else:  # whole replicas on every GPU: more of them hold no less each
         hint = ("The strategies weighed all keep a whole copy of the model's states on each GPU, so more GPUs do "
                 "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit()), "
@@ -367,6 +376,51 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
     return NoFeasiblePlan(f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
                           hint=hint, candidates=tuple(e.to_dict() for e in sorted(
                               evaluations, key=lambda e: e.memory.gpu.total if e.memory else float("inf"))))
+
+
+def _more_gpus(evaluations: list[Evaluation], strategies: Sequence[Strategy], workload: Workload,
+               hardware: HardwareSpec, request: PlanRequest) -> str:
+    """How many GPUs of this kind the sharding candidates evaluated need, in words: the fewest on which one fits,
+    found by evaluating them at growing counts (the node filled, then twice the nodes, up to
+    :data:`MAX_WORLD_SEARCHED`), or twice the count when they cannot be re-evaluated (no GPU, strategies unknown)."""
+    world = _smallest_world(evaluations, strategies, workload, hardware, request)
+    if world is None:
+        return f"e.g. --gpus/--nodes for {hardware.world_size * 2}"
+    if world.world_size > MAX_WORLD_SEARCHED:
+        return f"even {MAX_WORLD_SEARCHED:,} are too few at this micro-batch"
+    nodes = f": {world.nodes} nodes of {world.processes_per_node}" if world.nodes > 1 else ""
+    return f"the fewest on which it fits are {world.world_size}, e.g. --gpus/--nodes for {world.world_size}{nodes}"
+
+
+MAX_WORLD_SEARCHED = 4096
+"""The most GPUs the nothing-fits hint evaluates the sharding candidates on."""
+
+
+def _smallest_world(evaluations: list[Evaluation], strategies: Sequence[Strategy], workload: Workload,
+                    hardware: HardwareSpec, request: PlanRequest) -> HardwareSpec | None:
+    """The first of growing GPU counts on which a sharding candidate of ``evaluations`` fits (its micro-batch and
+    accumulation as evaluated), past :data:`MAX_WORLD_SEARCHED` when none does; ``None`` without a GPU or
+    without the candidates' strategies."""
+    by_name = {s.name: s for s in strategies}
+    sharded = [e for e in evaluations if e.memory is not None and e.traits.zero_stage > 0 and e.strategy in by_name]
+    if hardware.gpu is None or not sharded:
+        return None
+    per_node = max(hardware.node.gpus, hardware.processes_per_node)
+    nodes, ranks = hardware.nodes, hardware.processes_per_node
+    while nodes * ranks <= MAX_WORLD_SEARCHED:
+        if ranks < per_node:  # fill the node first: NVLink, and what --gpus asks for
+            ranks = min(2 * ranks, per_node)
+        else:
+            nodes *= 2
+        larger = dataclasses.replace(hardware, nodes=nodes, processes_per_node=ranks)
+        for e in sharded:
+            strategy = by_name[e.strategy]
+            if strategy.unsupported(larger) is not None:
+                continue
+            candidate = dataclasses.replace(e.candidate, gradient_accumulation=e.gradient_accumulation)
+            if _does_not_fit(strategy.memory(workload, larger, candidate), larger, request) is None:
+                return larger
+    return dataclasses.replace(hardware, nodes=nodes, processes_per_node=ranks)
 
 
 def _offload_hint(evaluations: list[Evaluation], hardware: HardwareSpec) -> str:

@@ -6,6 +6,7 @@ import pytest
 
 from autoshard.errors import NoFeasiblePlan
 from autoshard.planner import plan
+from autoshard.hardware import load_hardware
 from tests.planner.test_planner import H100x8, Synthetic, request, workload
 
 
@@ -43,8 +44,24 @@ def test_nothing_fits_suggests_more_gpus_only_when_a_strategy_weighed_shards(sha
         plan(workload(), H100x8, request(micro_batch_size=1),
              [Synthetic(name, state_gib=5000, act_gib=1, per_device_samples_s=10, sharded=sharded)])
     hint = info.value.hint or ""
-    assert ("Try more GPUs (e.g. --gpus/--nodes for 16)" in hint) is says_more_gpus
+    assert ("Try more GPUs (the fewest on which it fits are 128" in hint) is says_more_gpus
     assert ("more GPUs do not help: try a sharding strategy" in hint) is not says_more_gpus
+
+
+# 81,559 MiB less 10 %: 71.7 GiB usable; the states divide among the GPUs, 1 GiB of activations does not.
+@pytest.mark.parametrize(("gpus", "state_gib", "says"), [
+    # --gpus 4 makes a node of 4 GPUs: more of them are more nodes
+    (4, 500, "the fewest on which it fits are 8, e.g. --gpus/--nodes for 8: 2 nodes of 4)"),  # 125 + 1 > 71.7
+    (4, 700, "the fewest on which it fits are 16, e.g. --gpus/--nodes for 16: 4 nodes of 4)"),
+    (8, 4000, "the fewest on which it fits are 64, e.g. --gpus/--nodes for 64: 8 nodes of 8)"),
+    (8, 400_000, "even 4,096 are too few at this micro-batch"),
+])
+def test_nothing_fits_names_the_fewest_gpus_on_which_a_sharded_candidate_fits(gpus, state_gib, says):
+    # not twice the GPUs asked for: 4000 GiB of states on 8 H100s need 64 of them, not 16
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan(workload(), load_hardware("dgx-h100", gpus=gpus), request(micro_batch_size=1),
+             [Synthetic("fsdp", state_gib=state_gib, act_gib=1, per_device_samples_s=10, sharded=True)])
+    assert says in (info.value.hint or "")
 
 
 @pytest.mark.parametrize(("precision", "says"), [("bf16-mixed", "run in bf16 throughout"),

@@ -7,7 +7,8 @@ names none), :mod:`~autoshard.models.hf_build` builds it for training (KV cache 
 :mod:`~autoshard.models.hf_inputs` makes its example batch (text, image, audio, image + text).
 :mod:`~autoshard.models.hub` finds a Hub id's config.json in the local Hugging Face cache.
 
-transformers is an optional dependency (``pip install -e '.[hf]'`` in the checkout, or transformers itself), imported only by these modules.
+transformers is an optional dependency (``pip install -e '.[hf]'`` in the checkout, or transformers itself),
+imported only by these modules.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from autoshard.models.source import ModelSource
 
 __all__ = ["load_config"]
 
-_INSTALL_HINT = "Install it with `pip install 'transformers>=4.45'` (in autoshard's checkout: `pip install -e '.[hf]'`)."
+_INSTALL_HINT = ("Install it with `pip install 'transformers>=4.45'` (in autoshard's checkout: "
+                 "`pip install -e '.[hf]'`).")
 
 # Keys of a saved config.json that describe the checkpoint rather than the architecture.
 _NOT_CONFIG_KEYS = frozenset({"model_type", "_name_or_path", "transformers_version", "torch_dtype", "dtype"})

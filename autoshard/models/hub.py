@@ -94,7 +94,8 @@ def load_hub_id(hub_id: HubId, *, cache_dir: Path | None = None) -> ModelSource:
         raise ModelSourceError(
             f"{hub_id}: reading a Hub id from the local cache needs huggingface_hub, which cannot be "
             "imported.",
-            hint="Install it with `pip install 'transformers>=4.45'` (in autoshard's checkout: `pip install -e '.[hf]'`), or pass the path to a config.json.",
+            hint="Install it with `pip install 'transformers>=4.45'` (in autoshard's checkout: "
+                 "`pip install -e '.[hf]'`), or pass the path to a config.json.",
         ) from exc
     found = huggingface_hub.try_to_load_from_cache(
         hub_id.repo_id, "config.json", cache_dir=str(cache), revision=hub_id.revision

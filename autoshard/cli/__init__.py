@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from autoshard.errors import AutoshardError, command_line
 
-SUBCOMMANDS = ("recommend", "profile", "tune", "hardware", "models", "export", "cache")
+SUBCOMMANDS = ("recommend", "compare", "profile", "tune", "hardware", "models", "export", "cache")
 """The subcommands, in the order ``--help`` lists them; each is the module ``autoshard.cli.<name>``."""
 
 

@@ -38,6 +38,21 @@ def add_grad_clip_norm_argument(parser: argparse.ArgumentParser, what: str) -> N
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``recommend`` flags."""
     from autoshard.cli._hardware_args import add_hardware_arguments
+
+    add_request_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable output (docs/recommend.md)")
+    parser.add_argument("--plot", type=Path, metavar="FILE",
+                        help="write a plot of per-strategy memory, in the format of its suffix (.png, .svg, .pdf, ...)")
+    parser.add_argument("--output-dir", type=Path, metavar="DIR",
+                        help="write plan.json and the configs for the recommendation (docs/export.md)")
+    parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ;"
+                        " remove those another export left")
+    add_hardware_arguments(parser)
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model and what to plan for it (batch, sequence, precision, optimizer, strategies...): ``recommend``'s
+    flags that ``compare`` shares."""
     from autoshard.cli.profile import add_checkpointing_argument, add_keep_grads_argument, add_optimizer_impl_argument
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
@@ -63,18 +78,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategies", nargs="+", metavar="NAME", help="consider only these strategies")
     parser.add_argument("--safety-margin", type=float, default=0.10,
                         help="fraction of device memory kept free (default 0.10)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output (docs/recommend.md)")
-    parser.add_argument("--plot", type=Path, metavar="FILE",
-                        help="write a plot of per-strategy memory, in the format of its suffix (.png, .svg, .pdf, ...)")
-    parser.add_argument("--output-dir", type=Path, metavar="DIR",
-                        help="write plan.json and the configs for the recommendation (docs/export.md)")
-    parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ;"
-                        " remove those another export left")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="trace in at most N processes at once (default: one per CPU core; 1: in this process)")
     parser.add_argument("--no-cache", action="store_true",
                         help="trace the model again: neither read nor write the workload cache (autoshard cache)")
-    add_hardware_arguments(parser)
+
+
+def request_options(args: argparse.Namespace) -> dict[str, object]:
+    """:func:`autoshard.recommend`'s keyword arguments from :func:`add_request_arguments`' flags."""
+    return dict(batch_size=args.batch_size, global_batch_size=args.global_batch_size, seq_len=args.seq_len,
+                precision=args.precision, optimizer=args.optimizer, goal=args.goal, strategies=args.strategies,
+                safety_margin=args.safety_margin, optimizer_impl=args.optimizer_impl,
+                activation_checkpointing=args.checkpointing, reduce_dtype=args.reduce_dtype,
+                float32_matmul_precision=args.float32_matmul_precision, grad_clip_norm=args.grad_clip_norm,
+                cache=not args.no_cache, jobs=args.jobs, set_grads_to_none=not args.keep_grads)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,15 +107,8 @@ def run(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)
     hardware = hardware_from_args(args)
     with tracing_progress(enabled=not args.json) as progress:
-        plan = recommend(
-            args.model, hardware=hardware, batch_size=args.batch_size, global_batch_size=args.global_batch_size,
-            seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer, goal=args.goal,
-            strategies=args.strategies, safety_margin=args.safety_margin, progress=progress,
-            optimizer_impl=args.optimizer_impl, activation_checkpointing=args.checkpointing,
-            reduce_dtype=args.reduce_dtype, float32_matmul_precision=args.float32_matmul_precision,
-            grad_clip_norm=args.grad_clip_norm, cache=not args.no_cache, jobs=args.jobs,
-            set_grads_to_none=not args.keep_grads,
-        )
+        plan = recommend(args.model, hardware=hardware, progress=progress,
+                         **request_options(args))  # type: ignore[arg-type]
     if plan.cached_workload is not None and not args.json:  # --json says it in "cached_workload"
         print(f"autoshard: note: the traced step came from the workload cache ({plan.cached_workload}); "
               "--no-cache traces again.", file=sys.stderr)

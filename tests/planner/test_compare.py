@@ -1,0 +1,100 @@
+"""``autoshard compare``: one model planned on several machines as ``recommend`` plans each, fastest first, with
+the hours and cost of a budget; a machine where nothing fits stays in the table with its reason; bad names and
+prices are refused before anything is traced."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import autoshard
+from autoshard.cli import main
+from autoshard.errors import HardwareError, UsageError
+from autoshard.hardware import load_hardware
+from autoshard.planner.compare import compare, machine_hardware
+
+MODEL = "tiny-gpt2"
+TINY_GPU = """\
+kind: gpu
+name: tiny-gpu
+display_name: A GPU too small for anything
+memory: 1 MiB
+memory_bandwidth: 100 GB/s
+peak_tflops: {fp32: 10, bf16: 100}
+"""
+
+
+@pytest.fixture
+def no_tracing(monkeypatch):
+    def traced(*args, **kwargs):
+        raise AssertionError("the model was traced before the input was checked")
+
+    monkeypatch.setattr("autoshard.strategies.build_workload", traced)
+    monkeypatch.setattr("autoshard.planner.workload_cache.build_workload", traced)
+
+
+def test_each_machine_is_planned_as_recommend_plans_it_fastest_first(tmp_path: Path) -> None:
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(TINY_GPU)
+    options = compare(MODEL, ["t4:2", "dgx-h100", str(tiny)], prices={"t4:2": 0.35, "dgx-h100": 2.99},
+                      seq_len=32)
+    assert [o.machine for o in options] == ["dgx-h100", "t4:2", str(tiny)]
+    rates = [o.samples_per_s for o in options[:2]]
+    assert rates[0] is not None and rates[1] is not None and rates[0] > rates[1]
+    alone = autoshard.recommend(MODEL, hardware=load_hardware("t4", gpus=2), seq_len=32)
+    t4 = options[1]
+    assert t4.gpus == 2 and t4.plan is not None
+    assert (t4.plan.recommended.strategy, t4.plan.recommended.candidate.micro_batch_size) == (
+        alone.recommended.strategy, alone.recommended.candidate.micro_batch_size)
+    assert t4.samples_per_s == pytest.approx(alone.recommended.cost.samples_per_s)
+    tokens = 1e9
+    hours = t4.hours(tokens=tokens)
+    assert hours == pytest.approx(tokens / t4.tokens_per_s / 3600)
+    assert t4.cost_usd(tokens=tokens) == pytest.approx(hours * 2 * 0.35)
+    nothing = options[2]  # kept, with recommend's reason, instead of ending the comparison
+    assert nothing.plan is None and nothing.refused and "usable" in nothing.refused
+    assert nothing.hours(tokens=tokens) is None and nothing.cost_usd(tokens=tokens) is None
+    row = nothing.to_dict(tokens=tokens)
+    assert row["strategy"] is None and row["refused"] == nothing.refused
+
+
+@pytest.mark.parametrize(("machines", "prices", "error", "message"), [
+    (["dgx-h100", "nosuch-gpu"], {}, HardwareError, "unknown hardware profile 'nosuch-gpu'"),
+    (["dgx-h100", "dgx-h100"], {}, UsageError, "dgx-h100 is named twice"),
+    (["dgx-h100"], {"a100": 2.0}, UsageError, "a price is given for a100, which is not compared"),
+    (["dgx-h100"], {"dgx-h100": 0.0}, UsageError, "prices must be positive"),
+    (["dgx-h100:16"], {}, UsageError, "dgx-h100:16: .*16 contradicts 'dgx-h100'"),
+    ([], {}, UsageError, "no machine to compare"),
+])
+def test_bad_machines_and_prices_are_refused_before_tracing(machines, prices, error, message, no_tracing) -> None:
+    with pytest.raises(error, match=message.replace("(", r"\(") if "*" not in message else message):
+        compare(MODEL, machines, prices=prices, seq_len=32)
+
+
+def test_machines_are_sized_by_gpus_and_nodes() -> None:
+    assert (machine_hardware("l40s:8").world_size, machine_hardware("l40s:8").gpu.name) == (8, "l40s")
+    two = machine_hardware("h100-sxm-80gb:8x2")
+    assert (two.nodes, two.world_size) == (2, 16)
+    assert machine_hardware("dgx-a100").world_size == 8
+
+
+def test_the_command_prints_json_alone_and_costs_only_what_is_priced(capsys) -> None:
+    code = main(["compare", MODEL, "--seq-len", "32", "--hardware", "dgx-h100", "t4", "--tokens", "1e9",
+                 "--price", "t4=0.35", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["budget"] == {"tokens": 1e9, "samples": None}
+    rows = {r["machine"]: r for r in doc["machines"]}
+    assert rows["t4"]["cost_usd"] == pytest.approx(rows["t4"]["hours"] * 0.35)
+    assert rows["dgx-h100"]["cost_usd"] is None and rows["dgx-h100"]["hours"] > 0
+    assert rows["dgx-h100"]["gpus"] == 8
+
+
+def test_the_command_table_names_the_cheapest_and_the_fastest(capsys) -> None:
+    assert main(["compare", MODEL, "--seq-len", "32", "--hardware", "dgx-h100", "t4:2", "--samples", "1e6",
+                 "--price", "t4:2=0.35", "--price", "dgx-h100=2.99"]) == 0
+    out = capsys.readouterr().out
+    assert "Cheapest of those priced:" in out and "Fastest: dgx-h100" in out and "cost $" in out

@@ -177,7 +177,7 @@ class StudyLoop:
         def on_progress(step: int, rate: float) -> None:
             display.trial_step(step, self.spec.steps, rate)
             trial.report(rate, step)
-            if trial.should_prune():
+            if step < self.spec.steps and trial.should_prune():  # a trial at its last step has its measurement
                 raise _Pruned(f"{rate:.1f} samples/s at step {step}, below half the best so far")
 
         heartbeat = _Heartbeat(self.study, trial)

@@ -260,7 +260,9 @@ def create_study(name: str, store: optuna.storages.BaseStorage, shown: str, fing
         sampler = optuna.samplers.TPESampler(
             seed=seed, n_startup_trials=len(space.strategies) + 2, multivariate=True, group=True,
             constant_liar=True)
-    pruner = SlowerThanBestPruner(min_steps=2) if prune else optuna.pruners.NopPruner()
+    # compared with this run's strategies only: a study resumed with others holds trials they do not compete with
+    pruner = (SlowerThanBestPruner(min_steps=2, strategies=[s.strategy for s in space.strategies]) if prune
+              else optuna.pruners.NopPruner())
     study = optuna.create_study(study_name=name, storage=store, sampler=sampler, pruner=pruner,
                                 direction="maximize", load_if_exists=True)
     if study.direction != optuna.study.StudyDirection.MAXIMIZE:

@@ -72,3 +72,14 @@ def test_a_ratio_outside_zero_one_is_refused(ratio: float) -> None:
 def test_min_steps_below_one_is_refused(min_steps: int) -> None:
     with pytest.raises(ValueError, match="min_steps must be >= 1"):
         SlowerThanBestPruner(min_steps=min_steps)
+
+
+def test_only_trials_of_the_given_strategies_are_a_best() -> None:
+    study = optuna.create_study(direction="maximize",
+                                pruner=SlowerThanBestPruner(min_steps=2, strategies=["deepspeed_stage_1"]))
+    done = study.ask()
+    done.set_user_attr("config", {"strategy": "ddp"})
+    done.set_constraint("oom", 0.0)
+    study.tell(done, 1000.0)
+    assert best_throughput(study) == 1000.0 and best_throughput(study, ["deepspeed_stage_1"]) is None
+    assert prunes_after(study, [1.0, 1.0]) == [False, False]

@@ -156,6 +156,9 @@ class Plan:
         d = e.to_dict()
         if d["memory"] is not None:
             d["memory"]["device"] = self.device_memory(e)
+        # What the checkpointed candidates recompute (full, op, every-N: the workload's choice, the table's "ckpt"
+        # column); without it, op-selective at one micro-batch and full at the next read as memory halving.
+        d["checkpointing"] = str(self.workload.checkpoint_mode) if e.candidate.activation_checkpointing else "none"
         return d
 
     def to_dict(self) -> dict[str, Any]:

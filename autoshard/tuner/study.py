@@ -158,8 +158,12 @@ def run_study(
             batch["grad_clip_norm"] = clip_norm
         for name, ref in steps_given.items():  # only then, likewise: the user's step is part of the job
             batch[name] = f"{ref['module']}.{ref['qualname']}"
-        fingerprint = {"model": dataclasses.asdict(planned.model), "hardware": dataclasses.asdict(planned.hardware),
-                       "batch": batch}
+        model_print = dataclasses.asdict(planned.model)
+        if source.kind == "file" and source.fingerprint is not None:
+            # the file's code and the siblings it imports, as the workload cache keys it: an edited forward is
+            # another job (its parameters' shapes, all the layout hash sees, may be the same)
+            model_print["code"] = source.fingerprint
+        fingerprint = {"model": model_print, "hardware": dataclasses.asdict(planned.hardware), "batch": batch}
         name = study_name or _default_name(planned)
         _check_output_dir(out, name)
     verbosity = optuna.logging.get_verbosity()

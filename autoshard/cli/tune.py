@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -62,6 +63,13 @@ def run(args: argparse.Namespace) -> int:
     from autoshard.tuning import tune
 
     hardware = hardware_from_args(args)
+    terminated: list[int] = []
+
+    def on_sigterm(signum: int, frame: object) -> None:  # `kill`, a job scheduler's time limit: as Ctrl-C
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         result = tune(
             args.model, hardware=hardware, strategies=args.strategies, top_strategies=args.top,
@@ -75,10 +83,13 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.json,
         )
     except KeyboardInterrupt:  # the running trial's workers are stopped; it is recorded as interrupted
-        print(f"autoshard: interrupted; what finished is in {Path(args.output_dir) / 'summary.md'}, and the same "
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"autoshard: {how}; what finished is in {Path(args.output_dir) / 'summary.md'}, and the same "
               f"command resumes the study in {args.output_dir} (a trial it was running runs again first).",
               file=sys.stderr)
-        return 130
+        return 143 if terminated else 130  # what a shell reports for a process SIGTERM or SIGINT ended
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print_json(result.to_dict())
         return 0 if result.best is not None else 1

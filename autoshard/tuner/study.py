@@ -190,8 +190,8 @@ def run_study(
         try:
             loop.run()
         except KeyboardInterrupt:  # what finished before Ctrl-C is written out, then the tuner stops (exit 130)
-            _finish(study, plan, space, shown, out, [*notes, *loop.notes, "Interrupted (Ctrl-C): these are the trials "
-                    "finished before it; the same command resumes the study."], observer, estimate)
+            _finish(study, plan, space, shown, out, [*notes, *loop.notes, "Interrupted (Ctrl-C or SIGTERM): these "
+                    "are the trials finished before it; the same command resumes the study."], observer, estimate)
             raise
         return _finish(study, plan, space, shown, out, notes + loop.notes, observer, estimate)
     finally:

@@ -149,6 +149,30 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
     assert not leftover_workers(out)
 
 
+@pytest.mark.slow
+def test_sigterm_stops_the_tuner_as_ctrl_c_does(tmp_path: Path) -> None:
+    """`kill PID` (a job scheduler's time limit) left the running trial RUNNING in the study and wrote no summary:
+    it is Ctrl-C's path now, the trial's workers stopped and the trial recorded, exit 143."""
+    out = tmp_path / "out"
+    first = subprocess.Popen(command(out, trials=2, steps=20), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        interrupted = wait_for_running_trial(out / "study.db", first, deadline_s=300, after_complete=False)
+        first.terminate()  # the tuner alone, not its group
+        _, stderr = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 143, stderr[-3000:]
+    assert "autoshard: terminated (SIGTERM); what finished is in" in stderr
+    assert not leftover_workers(out)
+    seen = {t.number: t for t in optuna.load_study(study_name=None, storage=f"sqlite:///{out / 'study.db'}").trials}
+    assert seen[interrupted].state == optuna.trial.TrialState.FAIL
+    assert seen[interrupted].user_attrs["failure"] == "interrupted"
+    assert json.loads((out / "summary.json").read_text())["trials"][interrupted]["failure"] == "interrupted"
+
+
 @pytest.mark.parametrize("launcher_is_parent", [True, False], ids=["launcher-alive", "orphaned-while-starting"])
 def test_a_trial_worker_whose_tuner_died_while_it_started_leaves_at_once(tmp_path: Path,
                                                                           launcher_is_parent: bool) -> None:

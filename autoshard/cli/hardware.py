@@ -228,7 +228,10 @@ def _render(hw: HardwareSpec, result: DiskBenchmark | None) -> None:
     if node.nvme:
         console.print(_disk_table(node))
     else:
-        console.print("No local NVMe/SSD found to offload to (pass --nvme PATH to choose a directory).")
+        console.print("No local NVMe/SSD found to offload to (pass --nvme PATH to choose a directory)."
+                      if hw.source == "detected" else
+                      f"{hw.origin} lists no NVMe/SSD to offload to (add an nvme: entry with its size to a "
+                      "hardware file to plan NVMe offload there).")
     if result is not None:
         cached = " (reads may come from the page cache: no O_DIRECT here)" if result.read_may_be_cached else ""
         early = " — stopped at the time limit" if result.stopped_early else ""

@@ -49,6 +49,14 @@ def test_cli_plans_for_a_profile_with_overrides(capsys: pytest.CaptureFixture[st
     assert "PCIe 4.0 x16" in out and "18.63 GiB" in out  # 20 GB = 18.63 GiB
 
 
+def test_a_profile_without_nvme_says_so_rather_than_that_none_was_found_here(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """"No local NVMe/SSD found" under a GPU profile read as if autoshard had looked at the rented machine."""
+    assert main(["hardware", "--hardware", "h100-sxm-80gb"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "h100-sxm-80gb lists no NVMe/SSD to offload to" in out and "No local NVMe" not in out
+
+
 def test_cli_lists_every_shipped_profile(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["hardware", "--list"]) == 0
     assert "dgx-a100" in capsys.readouterr().out

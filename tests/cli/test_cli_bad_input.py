@@ -16,15 +16,6 @@ from autoshard.errors import UsageError
 RECOMMEND = ["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--seq-len", "32"]
 
 
-@pytest.fixture
-def no_tracing(monkeypatch):
-    def traced(*args, **kwargs):
-        raise AssertionError("the model was traced before the input was checked")
-
-    monkeypatch.setattr("autoshard.strategies.build_workload", traced)
-    monkeypatch.setattr("autoshard.planner.workload_cache.build_workload", traced)
-
-
 def _a_file(tmp_path: Path) -> Path:
     path = tmp_path / "file"
     path.write_text("")

@@ -26,15 +26,6 @@ peak_tflops: {fp32: 10, bf16: 100}
 """
 
 
-@pytest.fixture
-def no_tracing(monkeypatch):
-    def traced(*args, **kwargs):
-        raise AssertionError("the model was traced before the input was checked")
-
-    monkeypatch.setattr("autoshard.strategies.build_workload", traced)
-    monkeypatch.setattr("autoshard.planner.workload_cache.build_workload", traced)
-
-
 def test_each_machine_is_planned_as_recommend_plans_it_fastest_first(tmp_path: Path) -> None:
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text(TINY_GPU)

@@ -29,6 +29,7 @@ from autoshard.profiler.options import (
     parse_optimizer_impl,
     parse_precision,
 )
+from autoshard.strategies.base import Strategy
 from autoshard.strategies.workload import Workload
 
 Goal = Literal["pretrain", "finetune"]
@@ -189,15 +190,17 @@ def plan_for(
     if not isinstance(set_grads_to_none, bool):
         raise UsageError(f"set_grads_to_none must be True or False, but got {set_grads_to_none!r}.")
     choice = None if checkpointing is None else parse_checkpointing(checkpointing)
-    choices, mode = ((False, True), FULL) if choice is None else ((bool(choice),), choice if choice else FULL)
     if isinstance(strategies, str):
         raise UsageError(f"strategies must be a list of strategy names, e.g. [{strategies!r}], but got the string "
                          f"{strategies!r}.")
     chosen = [get(n) for n in (strategies or names())]
+    choices, mode = ((False, True), FULL) if choice is None else (traced_choices(bool(choice), chosen),
+                                                                  choice if choice else FULL)
     settings = {} if reduce_dtype is None else {"reduce_dtype": parse_reduce_dtype(reduce_dtype)}
     request = PlanRequest(micro_batch_size=batch_size, global_batch_size=global_batch_size, goal=goal,
                           safety_margin=safety_margin, strategies=None if strategies is None else tuple(strategies),
-                          settings=settings, max_micro_batch_size=max_batch_size)
+                          settings=settings, max_micro_batch_size=max_batch_size,
+                          checkpointing=None if choice is None else (bool(choice),))
     check_request(request, hardware.world_size)
     if precision is not None:
         check_precision(parse_precision(precision), hardware)
@@ -236,6 +239,25 @@ def plan_for(
     if workload.checkpoints_itself:
         lines.append(SELF_CHECKPOINTING)
     return dataclasses.replace(planned, explanation=(*planned.explanation, *lines)) if lines else planned
+
+
+def traced_choices(checkpointed: bool, strategies: Sequence[Strategy]) -> tuple[bool, ...]:
+    """The checkpointing choices to trace when the user named one (``checkpointed``: a mode that recomputes).
+
+    FSDP2's memory under checkpointing reads what a block holds while it is recomputed from the trace without
+    checkpointing (:class:`~autoshard.strategies.fsdp.memory.StepActivations`), so with an FSDP candidate that
+    trace is taken too; for ``full`` the workload is the one planned without a named choice, and its cache entry
+    is shared. The plan still weighs the named choice alone (:attr:`PlanRequest.checkpointing`).
+
+    Example:
+        >>> from autoshard.strategies import get
+        >>> fsdp, ddp = [get("fsdp"), get("ddp")], [get("ddp")]
+        >>> traced_choices(True, fsdp), traced_choices(True, ddp), traced_choices(False, fsdp)
+        ((False, True), (True,), (False,))
+    """
+    if checkpointed and any(s.traits.family == "fsdp" for s in strategies):
+        return (False, True)
+    return (checkpointed,)
 
 
 def _source_lines(loaded: ModelSource, world_size: int) -> list[str]:

@@ -31,6 +31,17 @@ class PlanRequest:
     max_micro_batch_size: int | None = None
     """The most samples a chosen micro-batch may hold: what each rank's data has (``fit()`` on a dataset of known
     length), or ``None`` (:data:`~autoshard.planner.search.MAX_MICRO_BATCH`)."""
+    checkpointing: tuple[bool, ...] | None = None
+    """The checkpointing choices to weigh (``(True,)``: only the checkpointed candidates, as ``--checkpointing
+    MODE`` asks), or ``None``: every choice the workload traced. The workload may hold a trace the plan does not
+    weigh: FSDP2 reads what a recomputed block holds from the one without checkpointing."""
+
+    def checkpointing_choices(self, workload: Workload) -> tuple[bool, ...]:
+        """The checkpointing choices to plan on ``workload``: the request's, else every one it traced; without
+        checkpointing when nothing repeats."""
+        if workload.block_class is None:
+            return (False,)
+        return workload.checkpointing_choices if self.checkpointing is None else self.checkpointing
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -42,6 +53,7 @@ class PlanRequest:
             "strategies": None if self.strategies is None else list(self.strategies),
             "settings": dict(self.settings),
             "max_micro_batch_size": self.max_micro_batch_size,
+            "checkpointing": None if self.checkpointing is None else list(self.checkpointing),
         }
 
 

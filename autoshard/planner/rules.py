@@ -275,7 +275,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         name="checkpoint-when-activations-dominate",
         applies=lambda ctx, e: e.candidate.activation_checkpointing
-        and False in ctx.workload.checkpointing_choices  # not when the user asked for checkpointing
+        and False in ctx.request.checkpointing_choices(ctx.workload)  # not when the user asked for checkpointing
         and not ctx.fits_any(
             lambda o: o.strategy == e.strategy
             and not o.candidate.activation_checkpointing

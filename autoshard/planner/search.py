@@ -34,8 +34,13 @@ def plan(
     Raises:
         UsageError: contradictory request (e.g. global batch not divisible by the devices).
         NoFeasiblePlan: nothing fits; the message gives the smallest requirement and what would make it fit.
+        ValueError: the request weighs a checkpointing choice the workload was not traced with.
     """
     check_request(request, hardware.world_size)
+    untraced = set(request.checkpointing_choices(workload)) - set(workload.checkpointing_choices)
+    if untraced:
+        raise ValueError(f"the request weighs checkpointing {sorted(untraced)}, which the workload did not trace "
+                         f"(it traced {list(workload.checkpointing_choices)}).")
     evaluations: list[Evaluation] = []
     for strategy in strategies:
         evaluations.extend(_evaluate(strategy, workload, hardware, request))
@@ -130,7 +135,7 @@ def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, re
     reason = strategy.unsupported(hardware) or strategy.unsupported_precision(workload.precision, hardware) or \
         strategy.refuses(workload.optimizer) or (
         workload.half_refused if strategy.traits.family != "ddp" else None)
-    checkpointing = workload.checkpointing_choices if workload.block_class is not None else (False,)
+    checkpointing = request.checkpointing_choices(workload)
     if reason is not None:
         return [
             Evaluation(candidate=Candidate(strategy=strategy.name, micro_batch_size=request.micro_batch_size or 1,

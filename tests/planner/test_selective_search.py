@@ -99,9 +99,12 @@ def test_nothing_more_is_traced_when_the_plan_needs_no_checkpointing_or_names_it
     assert weigh_selective(roomy, traced, []) is roomy  # type: ignore[arg-type]
     assert roomy.to_dict()["checkpointing_weighed"] == []
     assert not any(line.startswith("Weighed against it") for line in roomy.explanation)
-    named = _plan(llama, 14, "full")  # checkpointing named: every candidate checkpoints, nothing else weighed
+    # Checkpointing named: every candidate checkpoints, nothing else is weighed or traced. FSDP2 reads the trace
+    # without checkpointing too, so the named full plan is the roomy plan's workload, read back from the cache.
+    seen: list[tuple[int, int]] = []
+    named = _plan(llama, 14, "full", progress=lambda done, total: seen.append((done, total)))
     assert named.workload.checkpoint_mode == FULL and named.recommended.candidate.activation_checkpointing
-    assert weigh_selective(named, traced, []) is named  # type: ignore[arg-type]
+    assert seen == [] and named.cached_workload is not None and named.checkpointing_weighed == ()
     assert not any(line.startswith("Weighed against it") for line in named.explanation)
 
 

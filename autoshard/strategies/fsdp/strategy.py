@@ -192,7 +192,8 @@ class FSDPStrategy(Strategy):
             notes=tuple(_memory_notes(layout, units, peak.where, overhead) + (
                 [f"{candidate.gradient_accumulation} micro-batches per step, each reduce-scattered: the sharded "
                  "gradients are kept between micro-batches and accumulated in place"]
-                if candidate.gradient_accumulation > 1 else [])),
+                if candidate.gradient_accumulation > 1 else []) + (
+                [UNCHECKED_MISSING] if candidate.activation_checkpointing and _unchecked(workload) is None else [])),
         )
 
     def _model(self, workload: Workload, hardware: HardwareSpec, candidate: Candidate
@@ -291,6 +292,12 @@ def _memory_notes(layout: Layout, units: Units, where: str, overhead: int) -> li
     if overhead:
         notes.append(f"CUDA allocator-side overheads: {overhead / 2**20:.3g} MiB (from the profile)")
     return notes
+
+
+UNCHECKED_MISSING = ("low: the workload has no trace without checkpointing, so a block's activations while it is "
+                     "recomputed in backward are counted as what it saves in forward (trace both choices, as "
+                     "recommend does)")
+"""The memory note of a checkpointed candidate planned without FSDP2's 'half' trace without checkpointing."""
 
 
 def _unchecked(workload: Workload) -> StepTrace | None:

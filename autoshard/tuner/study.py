@@ -46,6 +46,8 @@ from autoshard.tuner.space import SearchSpace, build_space, check_space_argument
 from autoshard.tuner.usercode import function_reference
 
 if TYPE_CHECKING:
+    import torch
+
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.profiler.options import PrecisionName
     from autoshard.strategies.base import StrategyName
@@ -65,8 +67,8 @@ def run_study(
     precision: PrecisionName | None = None,
     optimizer: str | None = None,
     grad_clip_norm: float | None = None,
-    training_step: Callable[[Any, Any], Any] | None = None,
-    loss_fn: Callable[[Any, Any], Any] | None = None,
+    training_step: Callable[[Any, Any], torch.Tensor] | None = None,
+    loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
     trials: int = 12,
     timeout_s: float | None = None,
     trial_timeout_s: float = 300.0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 
 from autoshard.errors import NoFeasiblePlan, UsageError
@@ -58,7 +59,7 @@ def plan(
     ranked.sort(key=lambda e: (not e.fits, -e.score))
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
-                           workload.checkpoint_mode.label) + _search_limit(best, hardware, request) \
+                           workload.checkpoint_mode.label, rules) + _search_limit(best, hardware, request) \
         + _unknown_host(best, hardware) + _scope(best, hardware, ranked)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
@@ -291,7 +292,7 @@ def _with_accumulation(cost: CostEstimate, accumulation: int, micro: int, world:
 
 
 def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule],
-             checkpointing: str = "activation checkpointing") -> tuple[str, ...]:
+             checkpointing: str = "activation checkpointing", rules: Sequence[Rule] = ()) -> tuple[str, ...]:
     """Why ``best``: its numbers, the rules that favour it and the runner-up (``checkpointing``: what the
     workload's checkpointed traces recompute, in words).
 
@@ -319,7 +320,14 @@ def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule],
     runner_up = next((e for e in ranked[1:] if e.fits and e.strategy != best.strategy), None)
     if runner_up is not None and runner_up.cost is not None and best.cost is not None:
         rate = format_throughput(runner_up.cost.samples_per_s)
-        lines.append(f"Runner-up: {runner_up.strategy} at {rate} samples/s "
+        faster = runner_up.cost.samples_per_s / best.cost.samples_per_s - 1
+        held = [r for r in rules if r.factor < 1 and any(x.startswith(f"[{r.name}]") for x in runner_up.reasons)]
+        why = ""
+        if faster > 0.005 and held:  # the headline is not the fastest predicted: say what ranked it lower
+            factor = math.prod(r.factor for r in held)
+            why = (f", predicted {100 * faster:.0f} % faster, ranked below it by "
+                   f"{', '.join(r.name for r in held)} (score ×{factor:.2f}; its reasons say why)")
+        lines.append(f"Runner-up: {runner_up.strategy} at {rate} samples/s{why} "
                      f"(score {runner_up.score:.4g} against {best.score:.4g}).")
     return tuple(lines)
 

@@ -60,7 +60,7 @@ def plan(
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
                            workload.checkpoint_mode.label, rules) + _search_limit(best, hardware, request) \
-        + _unknown_host(best, hardware) + _scope(best, hardware, ranked)
+        + _unknown_host(best, hardware) + _assumed_gpu(best, hardware) + _scope(best, hardware, ranked)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 
@@ -93,6 +93,34 @@ def _unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
         lines.append(f"Assumed: the optimizer steps on the host (DeepSpeed's CPU Adam), whose cores are not known: "
                      f"{UNKNOWN_HOST_CORES} per node were priced, shared by its {hardware.processes_per_node} ranks "
                      "(--cpu-cores N prices the real host).")
+    return tuple(lines)
+
+
+def _assumed_gpu(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
+    """Lines for what the step time assumed of GPUs the hardware does not describe in full (a user's file, a
+    profile without measurements): said in the explanation, not only in the candidates' cost notes, since the
+    predicted throughput is the less certain for it (a GPU file without ``memory_bandwidth`` came out 26 % faster
+    than the same GPU with it)."""
+    from autoshard.strategies.costs import host_link_bytes_per_s, link
+
+    gpu, lines = hardware.gpu, []
+    if gpu is None or best.cost is None:
+        return ()
+    if gpu.memory_bandwidth_bytes_per_s is None:
+        lines.append(f"Assumed: {gpu.display_name}'s memory bandwidth is not known: memory-bound kernels were priced "
+                     "at their launch time only, so the predicted step is too fast (give the GPU a "
+                     "memory_bandwidth).")
+    if gpu.achievable is None:
+        lines.append(f"Assumed: {gpu.display_name} has no measured kernel efficiencies: its kernels were priced at "
+                     "generic fractions of its peaks (docs/strategies/step-time.md), less certain than for the "
+                     "A100, H100 and V100 profiles, which are fitted to published measurements.")
+    if hardware.processes_per_node > 1 and not link(hardware, "intra").known:
+        lines.append("Assumed: the link between a node's GPUs is not known: its collectives were priced at "
+                     f"{link(hardware, 'intra').bandwidth_bytes_per_s / 1e9:.3g} GB/s (give the GPU a host_link "
+                     "or nvlink, or the node an intra_node_link).")
+    if best.traits.offloads and host_link_bytes_per_s(hardware)[1]:
+        lines.append(f"Assumed: {host_link_bytes_per_s(hardware)[1][0]} between GPU and host, for the offloaded "
+                     "traffic (give the GPU a host_link).")
     return tuple(lines)
 
 

@@ -264,14 +264,20 @@ class Predictor:
         from autoshard.profiler.checkpointing import FULL, parse_checkpointing
         from autoshard.strategies import build_workload
 
+        from autoshard.planner.machine import traced_choices
+        from autoshard.strategies import get
+
         mode = parse_checkpointing(AUTOSHARD_CHECKPOINTING[point["strategy"]["activation_checkpointing"]])
         impl = point["optimizer"].get("impl")
+        # FSDP2 under checkpointing reads what a recomputed block holds from the step traced without it, as
+        # recommend traces it (planner.machine.traced_choices)
+        choices = traced_choices(bool(mode), [get(point["strategy"]["autoshard"])])
         key = json.dumps([point["model"], point["seq_len"], point["precision"], point["optimizer"]["name"], impl,
-                          str(mode)])
+                          str(mode), choices])
         if key not in self._workloads:
             self._workloads[key] = build_workload(
                 load_source(self.model_source(point)), precision=point["precision"],
-                optimizer=point["optimizer"]["name"], seq_len=point["seq_len"], checkpointing=(bool(mode),),
+                optimizer=point["optimizer"]["name"], seq_len=point["seq_len"], checkpointing=choices,
                 target="cuda", checkpoint_mode=mode if mode else FULL, optimizer_impl=impl)
         return self._workloads[key]
 

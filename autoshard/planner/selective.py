@@ -50,7 +50,8 @@ def weigh_selective(planned: Plan, traced: Callable[[ActivationCheckpointing], t
     """
     base = planned.workload
     unchecked = tuple(t for t in base.traces if not t.checkpointing)
-    if not planned.recommended.candidate.activation_checkpointing or base.checkpoint_mode != FULL or not unchecked:
+    if (not planned.recommended.candidate.activation_checkpointing or base.checkpoint_mode != FULL or not unchecked
+            or planned.request.checkpointing is not None):  # named: FSDP's traces hold the unchecked step too
         return planned
     weighed: list[tuple[ActivationCheckpointing, Plan | None]] = []
     entries: dict[ActivationCheckpointing, str | None] = {}

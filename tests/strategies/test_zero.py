@@ -22,10 +22,8 @@ from autoshard.strategies.deepspeed.layout import (
     flat_layout,
     partitioned_layout,
 )
-from autoshard.strategies.deepspeed.memory import (
-    model_states,
-    state_bytes_per_parameter,
-)
+from autoshard.strategies.deepspeed.memory import model_states
+from autoshard.strategies.deepspeed.optimizer_state import state_bytes_per_parameter
 from autoshard.strategies.deepspeed.strategy import DeepSpeedZero
 from tests.strategies import conformance
 
@@ -473,7 +471,7 @@ def test_gradients_outside_the_bucket_cost_two_more_passes_over_them(name: str) 
     """Without contiguous_gradients each bucket is flattened and copied back (buffered_reduce_fallback): 4 x the
     16-bit gradient bytes at the memory-bound rate, on the compute stream when overlap_comm is off."""
     from autoshard.strategies import step_time
-    from autoshard.strategies.deepspeed.memory import model_dtype_bytes
+    from autoshard.strategies.deepspeed.optimizer_state import model_dtype_bytes
 
     workload = conformance.workloads()["tiny-llama"]
     hw = load_hardware("dgx-h100")

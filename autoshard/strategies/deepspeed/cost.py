@@ -37,8 +37,8 @@ from autoshard.strategies.deepspeed.layout import (
     flat_layout,
     partitioned_layout,
 )
-from autoshard.strategies.deepspeed.memory import model_dtype_bytes
 from autoshard.strategies.deepspeed.offload_cost import offload_seconds
+from autoshard.strategies.deepspeed.optimizer_state import model_dtype_bytes
 from autoshard.strategies.module_census import checkpointed_block_indices
 from autoshard.strategies.workload import Workload, compute_dtype, tf32_matmuls
 

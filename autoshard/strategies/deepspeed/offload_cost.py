@@ -8,7 +8,7 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies import costs
 from autoshard.strategies.costs import HOST_MEMORY_EFFICIENCY, UNKNOWN_HOST_CORES
 from autoshard.strategies.deepspeed.layout import ZeroSettings, flat_layout, partitioned_layout
-from autoshard.strategies.deepspeed.memory import FP32_BYTES, model_dtype_bytes, state_bytes_per_parameter
+from autoshard.strategies.deepspeed.optimizer_state import FP32_BYTES, model_dtype_bytes, state_bytes_per_parameter
 from autoshard.strategies.workload import Workload
 
 CPU_ADAM_PARAMETERS_PER_S = 1.0e9

@@ -380,8 +380,11 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
     measured = [e for e in evaluations if e.memory is not None]
     if not measured:
         reasons = "; ".join(sorted({r.rstrip(".") for e in evaluations for r in e.reasons}))
+        missing = "install" in reasons.lower()  # a package (DeepSpeed, libaio), not the hardware itself
         return NoFeasiblePlan(f"no strategy can run on this hardware: {reasons}.",
-                              hint="Install what is missing, or plan for other hardware with --hardware.",
+                              hint="Install what is missing, or plan for other hardware with --hardware." if missing
+                              else "Choose strategies this hardware can run (--strategies), or plan for other "
+                                   "hardware with --hardware.",
                               candidates=tuple(e.to_dict() for e in evaluations))
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
     need = smallest.memory.gpu.total  # type: ignore[union-attr]

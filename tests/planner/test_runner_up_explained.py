@@ -26,3 +26,18 @@ def test_a_slower_runner_up_is_named_without_a_reason() -> None:
                   Synthetic("fsdp", state_gib=2, act_gib=1, per_device_samples_s=90, sharded=True)]
     line = _runner_up(plan(workload(1_000_000_000), RTX_PAIR, request(micro_batch_size=4), strategies))
     assert "faster" not in line and "ranked below" not in line
+
+
+def test_nothing_runnable_here_is_not_told_to_install_what_is_not_missing() -> None:
+    """CPU offload on a machine without a GPU: nothing is missing to install (probe D)."""
+    import pytest
+    import torch
+
+    import autoshard
+    from autoshard.errors import NoFeasiblePlan
+
+    if torch.cuda.is_available():
+        pytest.skip("plans for this machine's CPU only without a GPU")
+    with pytest.raises(NoFeasiblePlan) as info:
+        autoshard.recommend("tiny-gpt2", seq_len=32, strategies=["fsdp_cpu_offload"])
+    assert "Install" not in (info.value.hint or "") and "Choose strategies" in (info.value.hint or "")

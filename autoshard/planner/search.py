@@ -383,8 +383,8 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
         missing = "install" in reasons.lower()  # a package (DeepSpeed, libaio), not the hardware itself
         return NoFeasiblePlan(f"no strategy can run on this hardware: {reasons}.",
                               hint="Install what is missing, or plan for other hardware with --hardware." if missing
-                              else "Choose strategies this hardware can run (--strategies), or plan for other "
-                                   "hardware with --hardware.",
+                              else "Choose strategies this hardware can run (--strategies; strategy= in fit()), or "
+                                   "plan for other hardware with --hardware.",
                               candidates=tuple(e.to_dict() for e in evaluations))
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
     need = smallest.memory.gpu.total  # type: ignore[union-attr]

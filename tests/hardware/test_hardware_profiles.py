@@ -34,7 +34,8 @@ def test_every_shipped_profile_loads_validates_and_cites_its_numbers(path: Path)
         # else the datasheet's GB read as GiB; a file's memory was once the datasheet's on every card.
         assert gpu.memory_bytes % 2**20 == 0
         nvml = {"l40s": 46068, "l4": 23034, "t4": 15360, "a10g": 23028, "h100-sxm-80gb": 81559,
-                "h100-pcie-80gb": 81559, "h100-sxm-80gb-500w": 81559, "h200-sxm-141gb": 143771}
+                "h100-pcie-80gb": 81559, "h100-sxm-80gb-500w": 81559, "h200-sxm-141gb": 143771,
+                "b200": 183359, "h100-nvl": 95830, "rtx-a6000": 49140, "a40": 46068}
         if gpu.name in nvml:
             assert gpu.memory_bytes == nvml[gpu.name] * 2**20
         else:
@@ -48,8 +49,9 @@ def test_every_shipped_profile_loads_validates_and_cites_its_numbers(path: Path)
 def test_the_issue_gpu_list_is_shipped() -> None:
     names = {e.name for e in list_profiles() if e.kind == "gpu"}
     assert set(ISSUE_GPUS) <= names
-    assert {"dgx-a100", "dgx-h100", "workstation-2x-rtx4090"} <= {e.name for e in list_profiles()}
-    assert {"nvlink2", "nvlink3", "nvlink4", "pcie-gen3", "pcie-gen4", "pcie-gen5", "infiniband-hdr",
+    assert {"dgx-a100", "dgx-h100", "dgx-b200", "workstation-2x-rtx4090"} <= {e.name for e in list_profiles()}
+    assert {"b200", "h100-nvl", "rtx-a6000", "a40"} <= names  # what renters are offered beside the issue's list
+    assert {"nvlink2", "nvlink3", "nvlink4", "nvlink5", "pcie-gen3", "pcie-gen4", "pcie-gen5", "infiniband-hdr",
             "infiniband-ndr", "ethernet-100g", "ethernet-25g"} <= {e.name for e in list_profiles()}
 
 
@@ -63,6 +65,9 @@ def test_the_issue_gpu_list_is_shipped() -> None:
         ("rtx-4090", "fp16", 165.2),  # FP32 accumulate, as PyTorch uses
         ("v100-sxm-32gb", "fp16", 125),
         ("t4", "bf16", None),  # Turing has no bf16 tensor cores
+        ("b200", "bf16", 2250),  # DGX B200 datasheet: 4.5 PFLOPS with sparsity per GPU
+        ("h100-nvl", "bf16", 835.5),  # datasheet prints only 1,671 with sparsity
+        ("rtx-a6000", "fp16", 154.8),  # datasheet prints only 309.7 with sparsity
     ],
 )
 def test_peak_tflops_are_dense_not_sparse(name: str, dtype: str, dense_tflops: float | None) -> None:

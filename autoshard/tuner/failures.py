@@ -8,12 +8,14 @@ learns to avoid its region), a user-code error on the first trial stops the stud
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from autoshard.errors import AutoshardError, WorkerKilled, WorkerTimeout
+from autoshard.errors import AutoshardError, UserCodeError, WorkerKilled, WorkerTimeout
 from autoshard.runtime import supervisor
 from autoshard.runtime.distributed import communication_failure
 from autoshard.tuner.result import FailureClass
@@ -69,6 +71,70 @@ def classify(error: AutoshardError, run_dir: Path, world_size: int) -> tuple[Fai
     rank = supervisor.first_error(records)
     record = records[rank]
     return classify_record(record), _one_line(f"rank {rank}: {record.get('type')}: {record.get('message')}")
+
+
+def user_error(exc: BaseException, user_files: Sequence[str], step: int) -> UserCodeError | None:
+    """``exc``, raised in a trial's worker, as the user's error naming their file and line, or ``None`` when it is
+    not theirs (called in the worker, which records what this returns in place of ``exc``).
+
+    It is theirs when its innermost frame in one of ``user_files`` (the model file, the files of their
+    ``training_step`` / ``loss_fn``) has below it only frames of other libraries — not autoshard's, not
+    torch.distributed's or DeepSpeed's (a sharding hook that fails inside their forward). Running out of memory
+    and a lost peer are never theirs. A first-step :class:`UserCodeError` (the runtime blames any failure of
+    the first forward or loss on the user) gets the location of the frame it came from. At any step, the
+    message starts ``path:line:``, so that the one-line record the tuner keeps still names it.
+
+    Args:
+        exc: what the worker's training raised.
+        user_files: the user's files.
+        step: the optimizer step it was raised in (1-based).
+    """
+    if not isinstance(exc, Exception) or classify_record(
+            {"type": type(exc).__name__, "message": str(exc)}) in (FailureClass.OOM, FailureClass.COMMUNICATION):
+        return None
+    location = _user_location(exc, user_files)
+    if isinstance(exc, UserCodeError):
+        if exc.location is not None or location is None:
+            return None
+        return UserCodeError(f"{location}: {exc.message}", hint=exc.hint, location=location)
+    if location is None or isinstance(exc, AutoshardError):
+        return None
+    return UserCodeError(f"{location}: your code raised {type(exc).__name__} at step {step}: {exc}",
+                         hint=f"Fix it in {location.rsplit(':', 1)[0]}; every trial runs this code. The trial's "
+                              "full traceback is in its error-rank<N>.json.", location=location)
+
+
+_MACHINERY = (str(Path(__file__).resolve().parents[1]) + os.sep,  # autoshard's own code
+              f"{os.sep}torch{os.sep}distributed{os.sep}", f"{os.sep}deepspeed{os.sep}")
+"""Paths of frames that make an error raised through the user's code not theirs."""
+
+
+def _user_location(exc: BaseException, user_files: Sequence[str]) -> str | None:
+    """``"path:line"`` of the innermost frame in ``user_files`` of ``exc`` or what it was raised from, if no
+    frame of autoshard, torch.distributed or DeepSpeed lies below it."""
+    targets = {os.path.realpath(f) for f in user_files if f}
+    if not targets:
+        return None
+    for link in _chain(exc):
+        frames = traceback.extract_tb(link.__traceback__)
+        mine = [i for i, f in enumerate(frames) if os.path.realpath(f.filename) in targets]
+        if not mine:
+            continue
+        below = frames[mine[-1] + 1:]
+        if any(m in os.path.realpath(f.filename) for f in below for m in _MACHINERY):
+            return None
+        return f"{frames[mine[-1]].filename}:{frames[mine[-1]].lineno}"
+    return None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from (``__cause__``, else ``__context__``), and so on."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 def _one_line(text: str, limit: int = 300) -> str:

@@ -59,6 +59,7 @@ def _run(run_dir: Path, launch: Any) -> None:
     from autoshard.planner import plan_file
     from autoshard.runtime.distributed import join
     from autoshard.runtime.train import TrainJob, train
+    from autoshard.tuner.failures import user_error
     from autoshard.tuner.usercode import load_function
 
     spec = json.loads((run_dir / TRIAL_FILE).read_text(encoding="utf-8"))
@@ -69,8 +70,13 @@ def _run(run_dir: Path, launch: Any) -> None:
     cuda = ctx.device.type == "cuda"
     baseline_rss = psutil.Process().memory_info().rss  # before the model, the optimizer and the backend exist
     progress = open(run_dir / PROGRESS_FILE, "a", encoding="utf-8") if ctx.is_main else None  # noqa: SIM115
+    # The user's files: an error raised from them at any step is the user's (failures.user_error)
+    user_files = [f for f in (source.user_file, *((spec.get(k) or {}).get("file") for k in ("training_step",
+                                                                                           "loss_fn"))) if f]
+    done = [0]
 
     def on_step(step: int, seconds: float) -> None:
+        done[0] = step
         if progress is not None:
             progress.write(json.dumps({"step": step, "seconds": seconds}) + "\n")
             progress.flush()
@@ -83,6 +89,11 @@ def _run(run_dir: Path, launch: Any) -> None:
                        checkpoint_every=None, resume=False, consolidate=False, log_every=int(spec["steps"]),
                        on_step=on_step)
         result = train(job, exported, ctx, [])
+    except Exception as e:
+        blamed = user_error(e, user_files, done[0] + 1)
+        if blamed is None:
+            raise
+        raise blamed from e
     finally:
         if progress is not None:
             progress.close()

@@ -9,7 +9,7 @@ import pytest
 
 from autoshard.errors import UserCodeError, WorkerError, WorkerTimeout
 from autoshard.runtime import supervisor
-from autoshard.tuner.failures import classify, classify_record
+from autoshard.tuner.failures import classify, classify_record, user_error
 from autoshard.tuner.result import FailureClass
 
 CUDA_OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which "
@@ -115,3 +115,57 @@ def test_no_records_is_a_crash_with_the_supervisors_message(tmp_path: Path) -> N
 def test_records_of_ranks_beyond_the_world_size_are_ignored(tmp_path: Path) -> None:
     supervisor.write_error(tmp_path, 2, MemoryError("from another, larger run"))
     assert classify(WorkerError("rank 0 failed"), tmp_path, world_size=2)[0] is FailureClass.CRASH
+
+
+def _raised(tmp_path: Path, chain: list[tuple[str, str]]) -> BaseException:
+    """The exception raised by calling, in turn, functions compiled as if they lived in the files named in
+    ``chain`` (``(file, body)``, outermost first; the innermost body raises)."""
+    namespace: dict[str, object] = {}
+    callee = "None"
+    for i, (file, body) in reversed(list(enumerate(chain))):
+        code = f"def f{i}():\n    inner = {callee}\n    {body}\n"
+        exec(compile(code, str(tmp_path / file) if not file.startswith("/") else file, "exec"), namespace)
+        callee = f"f{i}"
+    try:
+        namespace["f0"]()  # type: ignore[operator]
+    except Exception as e:  # noqa: BLE001 — what each case raises
+        return e
+    raise AssertionError("nothing raised")
+
+
+@pytest.mark.parametrize(
+    ("chain", "blamed"),
+    [
+        ([("model.py", "raise ValueError('bad shape')")], True),
+        ([("model.py", "inner()"), ("lib/torch/nn/functional.py", "raise ValueError('bad shape')")], True),
+        # a sharding hook inside the user's forward failed: not their code
+        ([("model.py", "inner()"), ("/x/torch/distributed/fsdp/hook.py", "raise RuntimeError('bad DTensor')")],
+         False),
+        ([("other.py", "raise ValueError('bad shape')")], False),
+        ([("model.py", "raise MemoryError()")], False),  # out of memory is never the user's
+        ([("model.py", "raise RuntimeError('" + GLOO_PEER_LOST + "')")], False),
+    ],
+    ids=["raised-in-their-file", "raised-by-a-library-they-called", "raised-by-torch-distributed-below-them",
+         "not-their-file", "out-of-memory", "lost-peer"],
+)
+def test_an_error_from_the_users_file_is_theirs_with_its_line(tmp_path: Path, chain: list[tuple[str, str]],
+                                                               blamed: bool) -> None:
+    error = user_error(_raised(tmp_path, chain), [str(tmp_path / "model.py")], step=3)
+    if not blamed:
+        assert error is None
+        return
+    assert isinstance(error, UserCodeError) and error.location == f"{tmp_path / 'model.py'}:3"
+    assert error.message.startswith(f"{error.location}: your code raised ValueError at step 3: bad shape")
+    assert classify_record({"type": type(error).__name__, "message": error.message}) is FailureClass.USER_CODE
+
+
+def test_a_first_step_user_code_error_gets_the_line_it_came_from(tmp_path: Path) -> None:
+    cause = _raised(tmp_path, [("model.py", "raise ValueError('bad shape')")])
+    try:
+        raise UserCodeError("the model failed on the first batch: ValueError: bad shape") from cause
+    except UserCodeError as e:
+        error = user_error(e, [str(tmp_path / "model.py")], step=1)
+    assert error is not None
+    assert error.message == f"{tmp_path / 'model.py'}:3: the model failed on the first batch: ValueError: bad shape"
+    located = UserCodeError("model() raised ValueError at model.py:9: bad", location="model.py:9")
+    assert user_error(located, [str(tmp_path / "model.py")], step=1) is None  # named already: recorded as it is

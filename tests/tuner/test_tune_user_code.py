@@ -1,15 +1,18 @@
 """Trials train what the user trains: the model file's ``optimizer()`` (the plan named it, the trials stepped
-AdamW), with real trials of a tiny model file on CPU."""
+AdamW), with real trials of a tiny model file on CPU; and an error the user's code raises at any step is
+theirs, with its file and line."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import optuna
 import pytest
 
 import autoshard
-from autoshard.errors import UsageError
+from autoshard.errors import UsageError, UserCodeError
+from autoshard.tuner import FailureClass
 
 from . import own_step_model
 
@@ -62,3 +65,28 @@ def test_a_step_the_trials_cannot_import_is_refused_before_any_trial(tmp_path: P
     with pytest.raises(UsageError, match=r"training_step .* is a lambda, a closure"):
         autoshard.tune(MODEL, training_step=step, output_dir=tmp_path / "out", **ONE_TRIAL)  # type: ignore[arg-type]
     assert not (tmp_path / "out" / "trials").exists()
+
+
+LATE = Path(__file__).parent / "late_error_model.py"
+RAISE_LINE = next(n for n, line in enumerate(LATE.read_text().splitlines(), 1) if "# RAISE_LINE" in line)
+
+
+@pytest.mark.parametrize(("where", "at", "step"), [("forward", 1, 1), ("forward", 2, 2), ("loss", 3, 3),
+                                                   ("step", 2, 2)])
+def test_the_users_error_at_any_step_is_theirs_with_file_and_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, at: int, step: int) -> None:
+    """A ValueError in forward, the loss or training_step after the first step was a 'crash' with no file:line
+    (at the first step: user_code, no file:line either); now user_code naming the file and line, at any step."""
+    from . import late_error_model
+
+    monkeypatch.setenv("AUTOSHARD_TEST_RAISE_IN", where)
+    monkeypatch.setenv("AUTOSHARD_TEST_RAISE_AT", str(at))
+    given = {"training_step": late_error_model.training_step} if where == "step" else {}
+    with pytest.raises(UserCodeError, match="the first trial failed in your code") as caught:
+        autoshard.tune(LATE, output_dir=tmp_path / "out", **ONE_TRIAL, **given)
+    assert f"{LATE}:{RAISE_LINE}: " in caught.value.message, caught.value.message
+    assert f"injected bug in the user's {where}" in caught.value.message
+    if step > 1:
+        assert f"at step {step}" in caught.value.message
+    stored = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path / 'out' / 'study.db'}")
+    assert [t.user_attrs.get("failure") for t in stored.trials] == [FailureClass.USER_CODE.value]

@@ -1,7 +1,8 @@
 """The study loop: Optuna's ask-and-tell over short real training trials.
 
 Ask for a configuration, predict its memory with the planner's models (a configuration predicted not to fit is
-recorded as infeasible without running and does not count against the budget), reuse an earlier measurement of
+recorded as infeasible without running and does not count against the budget, as is one that needs no less
+memory than a configuration of the same strategy that ran out of memory), reuse an earlier measurement of
 the same configuration if there is one, else run it (:mod:`autoshard.tuner.runner`) and tell Optuna the measured
 throughput. Out-of-memory trials are told as COMPLETE with throughput 0 and a violated constraint
 (``trial.set_constraint``), so TPE learns to avoid their region; other failures are FAIL with their class;
@@ -41,7 +42,10 @@ MAX_PREDICTED_INFEASIBLE = 50
 MAX_DUPLICATES = 10
 """Consecutive configurations this study had already measured after which it stops: the sampler has converged
 (a repeated configuration is answered from the study at no cost and does not use up the budget)."""
-_NOT_COUNTED = (FailureClass.PREDICTED_OOM.value, *RERUN)
+MAX_IMPLIED = 10
+"""Consecutive configurations that need no less memory than one that ran out of it (``implied_oom``) after which
+the study stops: the sampler keeps to a region that does not fit."""
+_NOT_COUNTED = (FailureClass.PREDICTED_OOM.value, FailureClass.IMPLIED_OOM.value, *RERUN)
 """Finished trials that do not use up the budget (repeats, ``duplicate_of``, neither)."""
 _Pruned = optuna.TrialPruned
 
@@ -62,12 +66,14 @@ class StudyLoop:
         self.notes: list[str] = []
         self.estimate = estimate
         """What a trial is predicted to cost; said before the first trial starts."""
+        self.implied = 0
+        """Configurations this run did not start: one that needs no less memory ran out of it."""
 
     def run(self) -> None:
         display = self.observer
         display.study_started(budget=self.budget.trials)
         try:
-            predicted_in_a_row = duplicates_in_a_row = 0
+            predicted_in_a_row = duplicates_in_a_row = implied_in_a_row = 0
             display.trials_done(self._counted())
             if self.estimate is not None and self._counted() < self.budget.trials:
                 display.say(describe(self.estimate, self.budget.trials - self._counted()))
@@ -89,11 +95,18 @@ class StudyLoop:
                 except BaseException as e:
                     self._abandon(trial, e)
                     raise
-                predicted_in_a_row = predicted_in_a_row + 1 if how == "predicted" else 0
+                predicted_in_a_row = predicted_in_a_row + 1 if how in ("predicted", "implied") else 0
+                implied_in_a_row = implied_in_a_row + 1 if how == "implied" else 0
                 duplicates_in_a_row = duplicates_in_a_row + 1 if how == "duplicate" else 0
                 if predicted_in_a_row >= MAX_PREDICTED_INFEASIBLE:
                     self.notes.append(f"Stopped early: the last {MAX_PREDICTED_INFEASIBLE} configurations asked for "
-                                      "were all predicted not to fit.")
+                                      "were all predicted not to fit, or to need no less memory than one that ran "
+                                      "out of it.")
+                    break
+                if implied_in_a_row >= MAX_IMPLIED:
+                    self.notes.append(f"Stopped early: the last {MAX_IMPLIED} configurations asked for all need no "
+                                      "less memory than one that ran out of it (the sampler keeps to a region that "
+                                      "does not fit).")
                     break
                 if duplicates_in_a_row >= MAX_DUPLICATES:
                     self.notes.append(f"Stopped early: the sampler proposed {MAX_DUPLICATES} configurations in a row "
@@ -102,6 +115,10 @@ class StudyLoop:
                 display.trials_done(self._counted())
         finally:
             display.study_ended()
+            if self.implied:
+                self.notes.append(f"{self.implied} configuration(s) not run (implied_oom): each needs no less memory "
+                                  "than one of its strategy that ran out of memory (other bucket sizes or comm hooks "
+                                  "do not make it fit); they do not use up the budget.")
 
     def _counted(self) -> int:
         """Finished trials (not predicted infeasible) plus trials other tuners are running now, of this run's
@@ -151,7 +168,8 @@ class StudyLoop:
         self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
     def _trial(self, trial: optuna.Trial, config: TrialConfig, display: TuneObserver, timeout_s: float) -> str:
-        """Run or settle one trial; says how: ``predicted`` (not run: predicted not to fit), ``duplicate``
+        """Run or settle one trial; says how: ``predicted`` (not run: predicted not to fit), ``implied`` (not
+        run: it needs no less memory than one that ran out of it), ``duplicate``
         (answered from an earlier trial of this study), ``cached`` (from the result cache) or ``ran``."""
         evaluation = evaluate(get(config.strategy), self.plan.workload, self.plan.hardware, self.plan.request,
                               trial_candidate(config, trial=True))
@@ -162,6 +180,11 @@ class StudyLoop:
         if not evaluation.fits:
             self._infeasible(trial, FailureClass.PREDICTED_OOM, "; ".join(evaluation.reasons))
             return "predicted"
+        outgrown = self._outgrown(config, predicted)
+        if outgrown is not None:
+            self._infeasible(trial, FailureClass.IMPLIED_OOM, outgrown)
+            self.implied += 1
+            return "implied"
         reused, earlier = self._reuse(config)
         if reused is not None:
             trial.set_user_attr("cached", True)
@@ -193,6 +216,29 @@ class StudyLoop:
         self._settle(trial, config, outcome, cache=True)
         display.trial_ended(trial.number, outcome)
         return "ran"
+
+    def _outgrown(self, config: TrialConfig, predicted: int | None) -> str | None:
+        """Why ``config`` cannot fit, without running it: a trial of this study with the same strategy, at no
+        larger a micro-batch and with checkpointing if ``config`` has it, ran out of memory, and ``config`` is
+        predicted to need no less (its other knobs — bucket sizes, comm hooks — do not lower the planner's
+        figure). ``None``: it may fit. A knob the memory model says saves memory (FSDP's resharding, DDP's
+        gradients as bucket views) is tried.
+        """
+        if predicted is None:
+            return None
+        key = config.key()
+        for t in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            stored, peak = t.user_attrs.get("config"), t.user_attrs.get("predicted_peak_bytes")
+            if t.user_attrs.get("failure") != FailureClass.OOM.value or stored is None or peak is None:
+                continue
+            oom = TrialConfig(**stored)
+            if (oom.strategy == config.strategy and oom.micro_batch_size <= config.micro_batch_size
+                    and (oom.activation_checkpointing or not config.activation_checkpointing) and predicted >= peak
+                    and oom.key() != key):  # the very configuration again is a repeat (duplicate_of)
+                return (f"not run: trial {t.number} ({_describe(oom)}) ran out of memory, and this configuration "
+                        f"is predicted to need no less ({predicted / 2**20:,.1f} MiB against "
+                        f"{peak / 2**20:,.1f} MiB)")
+        return None
 
     def _reuse(self, config: TrialConfig) -> tuple[dict[str, Any] | None, int | None]:
         """An earlier outcome of the same configuration and the study trial it came from: in this study, else

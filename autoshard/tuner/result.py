@@ -32,6 +32,10 @@ class FailureClass(str, Enum):
     """Out of device (or host) memory while running."""
     PREDICTED_OOM = "predicted_oom"
     """Not run: the memory model says it does not fit."""
+    IMPLIED_OOM = "implied_oom"
+    """Not run: a trial of the same strategy, at no larger a micro-batch (checkpointed, if this one is), ran out
+    of memory, and this one is predicted to need no less (other bucket sizes or comm hooks, a larger
+    micro-batch)."""
     TIMEOUT = "timeout"
     """Did not finish within the trial's wall-clock limit; its process groups were stopped."""
     CRASH = "crash"

@@ -109,18 +109,24 @@ def test_a_hanging_trial_is_stopped_and_an_oom_is_infeasible(tmp_path: Path, mon
     result = autoshard.tune(MISBEHAVING, processes=2, strategies=["ddp"], top_strategies=1, micro_batch_sizes=[4],
                             trials=3, trial_timeout_s=25, steps=5, warmup_steps=2, output_dir=tmp_path / "out",
                             use_cache=False, progress=False)
-    hung, oom, fine = result.trials
+    hung, oom, *implied, fine = result.trials
     assert hung.state is TrialState.FAILED and hung.failure is FailureClass.TIMEOUT
     assert 25 <= hung.duration_s < 25 + 15  # stopped at its limit (plus the SIGTERM grace period at most)
     # Where it hung, from the stack each worker wrote when it was stopped: rank 0 asleep in the model's forward.
     assert f"rank 0 was in _misbehave ({MISBEHAVING}:" in hung.message, hung.message
     assert oom.state is TrialState.INFEASIBLE and oom.failure is FailureClass.OOM and "out of memory" in oom.message
+    # Micro-batch 4 ran out of memory: its variants the memory model says need no less are not run (the injected
+    # OOM would not recur, a real one would); the study goes on to one it says needs less, which trains.
+    for t in implied:
+        assert t.failure is FailureClass.IMPLIED_OOM and t.duration_s is None, t.to_dict()
+        assert not (tmp_path / "out" / "trials" / f"{t.number:04d}").exists()
     assert fine.state is TrialState.COMPLETE and fine.samples_per_s > 0
+    assert fine.predicted_peak_bytes < oom.predicted_peak_bytes
     assert result.best is fine
     stored = optuna.load_study(study_name=result.study_name, storage=result.storage)
     assert stored.trials[1].state == optuna.trial.TrialState.COMPLETE and stored.trials[1].constraints == {"oom": 1.0}
     assert stored.trials[0].state == optuna.trial.TrialState.FAIL
-    assert stored.best_trial.number == 2  # Optuna's own best skips the infeasible trial
+    assert stored.best_trial.number == fine.number  # Optuna's own best skips the infeasible trials
     assert not leftover_workers(tmp_path)
 
 

@@ -1,0 +1,38 @@
+"""A small model file that runs out of memory for real inside trial workers (tests/tuner/test_tune_oom.py): at a
+micro-batch of ``$AUTOSHARD_TEST_OOM_FROM`` or more, its forward asks torch's CPU allocator for more bytes than
+any machine has (2**48 per sample), and the allocator refuses ("DefaultCPUAllocator: can't allocate memory"), as
+it does when a batch does not fit. Planning traces the model in the tuner's own process, where nothing is asked."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+WIDTH = 16
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(WIDTH, WIDTH)
+        self.head = nn.Linear(WIDTH, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        oom_from = os.environ.get("AUTOSHARD_TEST_OOM_FROM")
+        if "AUTOSHARD_RUN_DIR" in os.environ and oom_from is not None and x.shape[0] >= int(oom_from):
+            torch.empty(x.shape[0] << 48, dtype=torch.uint8)
+        return self.head(torch.relu(self.fc(x)))
+
+
+def model() -> nn.Module:
+    return Net()
+
+
+def batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(batch_size, WIDTH), torch.randn(batch_size, 1)
+
+
+def loss(output: torch.Tensor, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    return torch.nn.functional.mse_loss(output, batch[1])

@@ -47,7 +47,8 @@ def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cpu-memory", action=_Once, metavar="SIZE", help="host RAM per node, e.g. 512GiB")
     group.add_argument("--cpu-cores", type=int, action=_Once, metavar="N",
                        help="host CPU cores per node: what a CPU optimizer step under offload runs on")
-    group.add_argument("--nvme", action=_Once, metavar="PATH", help="directory on a fast local disk to offload to")
+    group.add_argument("--nvme", action=_Once, metavar="PATH",
+                       help="directory on a fast local disk to offload to (with --hardware: an absolute path there)")
 
 
 def overrides_from_args(args: argparse.Namespace) -> HardwareOverrides:

@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         if chosen:
             raise UsageError(f"--list does not combine with {', '.join(chosen)}.")
         return _list(as_json=args.json)
+    if args.benchmark_disk is not None and args.hardware is not None:
+        raise UsageError("--benchmark-disk measures a disk of this machine, and --hardware describes another one: "
+                         "run it on the machine itself, then put the figures under 'nvme:' in a hardware file.")
     hw = hardware_from_args(args)
     result = None
     if args.benchmark_disk is not None:

@@ -19,7 +19,7 @@ from autoshard.hardware.detect import detect_hardware
 from autoshard.hardware.disk_benchmark import DiskBenchmark
 from autoshard.hardware.host import directory_disk
 from autoshard.hardware.profiles import load_profile, node_from_gpu, profiles_dir
-from autoshard.hardware.specs import UNKNOWN_LINK_BYTES_PER_S, GPUSpec, HardwareSpec, NodeSpec
+from autoshard.hardware.specs import UNKNOWN_LINK_BYTES_PER_S, GPUSpec, HardwareSpec, NodeSpec, NVMeDevice
 from autoshard.hardware.units import format_bytes, parse_bytes
 
 
@@ -43,7 +43,8 @@ class HardwareOverrides:
     cpu_cores: int | None = None
     """Host CPU cores per node (``--cpu-cores``): what a CPU optimizer step (offload) runs on."""
     nvme_path: str | None = None
-    """Directory to offload to (``--nvme``); replaces the detected or profiled disks."""
+    """Directory to offload to (``--nvme``); replaces the disks. On this machine it is measured; on a profile or a
+    hardware file it is a directory on that machine, sized by the profile's disk."""
 
     def __post_init__(self) -> None:
         _positive(self.gpus, "--gpus")
@@ -106,7 +107,8 @@ def load_hardware(
         gpu_memory: memory per GPU, ``"80GB"`` (10**9 bytes per GB), ``"80GiB"`` (2**30) or ``int`` bytes.
         cpu_memory: host RAM per node, same forms.
         cpu_cores: host CPU cores per node (what prices a CPU optimizer step under offload).
-        nvme: a directory to offload to, measured on this machine.
+        nvme: a directory to offload to: measured on this machine, or, with ``hardware`` a profile or file, an
+            absolute path on that machine, sized by its disk.
 
     Returns:
         A :class:`HardwareSpec` with ``source`` ``"profile"`` or ``"file"``.
@@ -252,10 +254,33 @@ def _apply(hw: HardwareSpec, overrides: HardwareOverrides, *, was: str) -> Hardw
         cpu = dataclasses.replace(node.cpu, physical_cores=cores, logical_cores=cores, usable_cores=cores)
         node = dataclasses.replace(node, cpu=cpu)
     if overrides.nvme_path is not None:
-        disk = directory_disk(overrides.nvme_path)
-        notes.append(f"Offload directory set to {disk.path} by --nvme ({format_bytes(disk.free_bytes)} free here).")
+        disk, note = _offload_disk(hw, overrides.nvme_path)
+        notes.append(note)
         node = dataclasses.replace(node, nvme=(disk,))
     return dataclasses.replace(hw, nodes=nodes, node=node, notes=tuple(notes))
+
+
+def _offload_disk(hw: HardwareSpec, path: str) -> tuple[NVMeDevice, str]:
+    """The disk ``--nvme PATH`` offloads to, and the note saying where its size comes from.
+
+    On this machine the directory is measured. On a profiled or described machine it is a directory there: its
+    size is the profile's disk (the one with the most room), not this machine's, and the path need not exist here.
+    """
+    if hw.source == "detected":
+        disk = directory_disk(path)
+        return disk, f"Offload directory set to {disk.path} by --nvme ({format_bytes(disk.free_bytes)} free here)."
+    if not path.startswith("/"):
+        raise UsageError(f"--nvme {path}: give the directory's absolute path on {hw.origin} (e.g. /local_nvme); "
+                         "it is a directory there, not on this machine.")
+    listed = max(hw.node.nvme, key=lambda d: d.free_bytes or 0, default=None)
+    if listed is not None and listed.free_bytes is not None:
+        disk = dataclasses.replace(listed, path=path)
+        return disk, (f"Offload directory set to {path} by --nvme, on {hw.origin}'s disk "
+                      f"({format_bytes(listed.free_bytes)} from its {hw.source}).")
+    disk = NVMeDevice(path=path, origin="override")
+    return disk, (f"Offload directory set to {path} by --nvme; {hw.origin} lists no disk, so its room is unknown and "
+                  "NVMe offload is not checked against it: give the disk's size under 'nvme:' in a hardware file "
+                  "(docs/hardware.md).")
 
 
 def attach_disk_benchmark(hw: HardwareSpec, result: DiskBenchmark) -> HardwareSpec:

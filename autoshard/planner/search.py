@@ -236,8 +236,8 @@ def _does_not_fit(memory: MemoryEstimate, hardware: HardwareSpec, request: PlanR
     if memory.cpu_bytes_per_node and ram is not None and memory.cpu_bytes_per_node > ram * HOST_MEMORY_FRACTION:
         return (f"needs {_gib(memory.cpu_bytes_per_node)} of CPU RAM per node for offloaded states, "
                 f"{_gib(ram * HOST_MEMORY_FRACTION)} usable")
-    if memory.nvme_bytes_per_node:
-        free = sum(d.free_bytes or 0 for d in hardware.node.nvme)
+    if memory.nvme_bytes_per_node and all(d.free_bytes is not None for d in hardware.node.nvme):
+        free = sum(d.free_bytes or 0 for d in hardware.node.nvme)  # a disk of unknown room is not checked (noted)
         if memory.nvme_bytes_per_node > free:
             return f"needs {_gib(memory.nvme_bytes_per_node)} of NVMe per node, {_gib(free)} free"
     return None

@@ -64,14 +64,14 @@ def test_cli_lists_every_shipped_profile(capsys: pytest.CaptureFixture[str]) -> 
     assert {e["name"] for e in entries} == {p.stem for p in profiles_dir().rglob("*.yaml")}
 
 
-def test_cli_benchmarks_a_disk_and_cleans_up(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    data = _json(capsys, ["hardware", "--hardware", "t4", "--benchmark-disk", str(tmp_path),
-                          "--benchmark-size", "1MiB", "--json"])
+def test_cli_benchmarks_a_disk_and_cleans_up(capsys: pytest.CaptureFixture[str], tmp_path: Path, install_nvml) -> None:
+    install_nvml("nvml_missing")  # this machine, as on one without GPUs
+    data = _json(capsys, ["hardware", "--benchmark-disk", str(tmp_path), "--benchmark-size", "1MiB", "--json"])
     bench = data["disk_benchmark"]
     assert bench["bytes_written"] == 2**20 and bench["write_bytes_per_s"] > 0
     assert data["node"]["nvme"][0]["read_bytes_per_s"] == bench["read_bytes_per_s"]
     assert list(tmp_path.iterdir()) == []
-    assert main(["hardware", "--hardware", "t4", "--benchmark-disk", str(tmp_path), "--benchmark-size", "64KiB"]) == 0
+    assert main(["hardware", "--benchmark-disk", str(tmp_path), "--benchmark-size", "64KiB"]) == 0
     assert "the test file was deleted" in capsys.readouterr().out
 
 
@@ -91,11 +91,14 @@ BAD_YAML = "kind: node\nname: x\ngpu: [t4\n"
         (["--hardware", "dgx-a100", "--gpus", "16"], "contradicts 'dgx-a100'"),
         (["--hardware", "t4", "--gpus", "0"], "--gpus must be a positive whole number"),
         (["--hardware", "t4", "--nodes", "-3"], "--nodes must be a positive whole number"),
-        (["--hardware", "t4", "--nvme", "{missing}"], "does not exist"),
+        (["--nvme", "{missing}"], "does not exist"),  # on this machine it is measured
+        (["--hardware", "t4", "--nvme", "relative"], "absolute path on t4"),  # on a profile, a path there
         (["--gpu-memory", "80GB"], "no GPU was detected"),
-        (["--hardware", "t4", "--benchmark-disk", "{missing}"], "does not exist"),
-        (["--hardware", "t4", "--benchmark-disk", "{bad}"], "not a directory"),
-        (["--hardware", "t4", "--benchmark-disk", "{tmp}", "--benchmark-size", "huge"], "--benchmark-size"),
+        (["--benchmark-disk", "{missing}"], "does not exist"),
+        (["--benchmark-disk", "{bad}"], "not a directory"),
+        (["--benchmark-disk", "{tmp}", "--benchmark-size", "huge"], "--benchmark-size"),
+        # this machine's disk attached to a rented one's profile described neither
+        (["--hardware", "t4", "--benchmark-disk", "{tmp}"], "--benchmark-disk measures a disk of this machine"),
         (["--list", "--hardware", "t4"], "--list does not combine with --hardware"),
     ],
 )

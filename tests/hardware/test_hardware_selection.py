@@ -60,7 +60,7 @@ def test_fewer_gpus_than_a_preset_is_a_subset_more_is_a_conflict() -> None:
         (dict(gpus=0), UsageError, "gpus= must be a positive whole number"),
         (dict(nodes=-1), UsageError, "nodes= must be a positive whole number"),
         (dict(cpu_cores=0), UsageError, "cpu_cores= must be a positive whole number"),
-        (dict(nvme="/definitely/not/here"), HardwareError, "does not exist"),
+        (dict(nvme="relative/dir"), UsageError, "absolute path on t4"),
     ],
 )
 def test_bad_overrides_are_usage_errors(overrides: dict, error: type, fragment: str) -> None:
@@ -73,8 +73,20 @@ def test_overrides_replace_pieces_and_say_so(tmp_path: Path) -> None:
     assert hw.gpu is not None and hw.gpu.memory_bytes == 20 * 10**9
     assert hw.node.cpu.memory_total_bytes == hw.node.cpu.memory_available_bytes == 512 * GiB
     assert hw.node.cpu.physical_cores == hw.node.cpu.usable_cores == 32
-    assert [d.path for d in hw.node.nvme] == [str(tmp_path.resolve())]
+    assert [d.path for d in hw.node.nvme] == [str(tmp_path)]
     assert sum("by --" in note for note in hw.notes) == 4
+
+
+def test_nvme_on_a_profile_is_a_directory_there_sized_by_the_profile(tmp_path: Path) -> None:
+    # A renter's --nvme names a directory on the rented machine: this machine's disk says nothing about it.
+    # Once it was measured here: the DGX H100's 30.72 TB became this laptop's free space, or the path had to exist.
+    hw = load_hardware("dgx-h100", nvme="/raid/offload")
+    assert [(d.path, d.free_bytes, d.total_bytes) for d in hw.node.nvme] == [("/raid/offload", 30.72e12, 30.72e12)]
+    assert any("/raid/offload" in n and "dgx-h100" in n and "27.94 TiB" in n for n in hw.notes)
+    # A profile without disks: the room is unknown, said so, and NVMe offload is not refused for it.
+    bare = load_hardware("l4", nvme="/mnt/nvme")
+    assert [(d.path, d.free_bytes) for d in bare.node.nvme] == [("/mnt/nvme", None)]
+    assert any("lists no disk" in n for n in bare.notes)
 
 
 def test_cpu_cores_price_the_offloaded_optimizer_step() -> None:

@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
     parser.add_argument("--trials", type=int, default=12, help="trials the study holds when done (default 12)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S", help="stop starting trials after S s")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="stop starting trials after S s, or when less is left than a trial takes")
     parser.add_argument("--trial-timeout", type=float, default=300.0, metavar="S",
                         help="stop a trial after S s, start-up included (default 300)")
     parser.add_argument("--storage", metavar="URL", default=None,

@@ -12,6 +12,7 @@ clearly slower trials are pruned.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 import warnings
 from collections.abc import Mapping
@@ -79,7 +80,9 @@ class StudyLoop:
                 display.say(describe(self.estimate, self.budget.trials - self._counted()))
             while self._counted() < self.budget.trials:
                 remaining = self.budget.remaining_s()
-                if remaining is not None and remaining <= 0:
+                stop = self._out_of_time(remaining)
+                if stop is not None:
+                    self.notes.append(stop)
                     break
                 # A tuner of this host killed while this one runs leaves a trial RUNNING: fail it now, not at the
                 # next resume (it would otherwise count as running elsewhere and stay so in the summary).
@@ -119,6 +122,25 @@ class StudyLoop:
                 self.notes.append(f"{self.implied} configuration(s) not run (implied_oom): each needs no less memory "
                                   "than one of its strategy that ran out of memory (other bucket sizes or comm hooks "
                                   "do not make it fit); they do not use up the budget.")
+
+    def _out_of_time(self, remaining: float | None) -> str | None:
+        """Why no trial should start with ``remaining`` seconds of the study's time limit left: none are left, or
+        fewer than a trial takes here (the median duration of this study's trials measured to the end; a trial
+        started anyway would be stopped at the limit, its time spent for nothing). ``None``: start one."""
+        if remaining is None:
+            return None
+        limit = f"the study's time limit (timeout, {self.budget.timeout_s:g} s)"
+        if remaining <= 0:
+            return f"Stopped: {limit} ran out, after {self._counted()} of {self.budget.trials} trial(s)."
+        durations = [float(t.user_attrs["duration_s"]) for t in self.study.get_trials(
+            deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)) if t.user_attrs.get("failure") is None
+            and not t.user_attrs.get("cached") and t.user_attrs.get("duration_s") is not None]
+        expected = statistics.median(durations) if durations else 0.0
+        if remaining >= expected:
+            return None
+        return (f"Stopped: {remaining:.1f} s of {limit} were left, less than a trial takes here ({expected:.1f} s, "
+                f"the median of {len(durations)} measured); no trial was started that could not finish, after "
+                f"{self._counted()} of {self.budget.trials} trial(s).")
 
     def _counted(self) -> int:
         """Finished trials (not predicted infeasible) plus trials other tuners are running now, of this run's

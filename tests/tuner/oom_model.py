@@ -1,11 +1,13 @@
 """A small model file that runs out of memory for real inside trial workers (tests/tuner/test_tune_oom.py): at a
 micro-batch of ``$AUTOSHARD_TEST_OOM_FROM`` or more, its forward asks torch's CPU allocator for more bytes than
 any machine has (2**48 per sample), and the allocator refuses ("DefaultCPUAllocator: can't allocate memory"), as
-it does when a batch does not fit. Planning traces the model in the tuner's own process, where nothing is asked."""
+it does when a batch does not fit. ``$AUTOSHARD_TEST_FORWARD_SLEEP_S`` makes each forward of a trial that long
+(tests/tuner/test_tune_timeout.py). Planning traces the model in the tuner's own process, where neither happens."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 from torch import nn
@@ -23,6 +25,8 @@ class Net(nn.Module):
         oom_from = os.environ.get("AUTOSHARD_TEST_OOM_FROM")
         if "AUTOSHARD_RUN_DIR" in os.environ and oom_from is not None and x.shape[0] >= int(oom_from):
             torch.empty(x.shape[0] << 48, dtype=torch.uint8)
+        if "AUTOSHARD_RUN_DIR" in os.environ:
+            time.sleep(float(os.environ.get("AUTOSHARD_TEST_FORWARD_SLEEP_S", "0")))
         return self.head(torch.relu(self.fc(x)))
 
 

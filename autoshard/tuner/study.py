@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from autoshard.errors import UsageError
+from autoshard.errors import AutoshardError, UsageError
 from autoshard.models import ModelSource, load_source
 from autoshard.planner import plan_file
 from autoshard.planner.machine import default_precision, plan_for
@@ -195,6 +195,10 @@ def run_study(
             _finish(study, plan, space, shown, out, [*notes, *loop.notes, "Interrupted (Ctrl-C or SIGTERM): these "
                     "are the trials finished before it; the same command resumes the study."], observer, estimate)
             raise
+        except AutoshardError as e:  # the user's code failed the first trial: the summary and best/ say so too
+            _finish(study, plan, space, shown, out, [*notes, *loop.notes, f"Stopped: {e.message}"], observer,
+                    estimate)
+            raise
         return _finish(study, plan, space, shown, out, notes + loop.notes, observer, estimate)
     finally:
         optuna.logging.set_verbosity(verbosity)
@@ -290,6 +294,28 @@ def enqueue_defaults(study: optuna.Study, space: SearchSpace) -> None:
                             skip_if_exists=True)
 
 
+def _clear_best(best: Path) -> list[str]:
+    """Remove what an earlier run exported to ``best`` (a study with no best must not show another run's); the
+    directory goes too once empty. Returns the note that says so (none when there was nothing)."""
+    from autoshard.export import EXPORT_FILES
+
+    old = sorted(p for p in (best / name for name in EXPORT_FILES) if p.is_file())
+    if not old:
+        return []
+    try:
+        strategy = plan_file.read(best / "plan.json").strategy if (best / "plan.json") in old else None
+    except UsageError:  # only to name it in the note; a plan that cannot be read goes all the same
+        strategy = None
+    for path in old:
+        path.unlink()
+    left = sorted(p.name for p in best.iterdir())
+    if not left:
+        best.rmdir()
+    what = f"a {strategy} plan" if strategy else "a plan"
+    return [f"{best} held the files of {what} an earlier run exported; this run has no best: they were removed"
+            + (f" (left there: {', '.join(left)}, which autoshard did not write)." if left else ".")]
+
+
 def running_elsewhere(records: Sequence[TrialRecord]) -> list[str]:
     """A note on the trials still running when this tuner finishes (it runs none by then: another tuner sharing
     the study does): this summary is the study as it stands, not as it ends.
@@ -332,6 +358,7 @@ def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out
         files = tuple(str(p) for p in export_plan(best_plan, out / "best", force=True, validate=True))
     else:
         notes.append("No trial completed: nothing to export.")
+        notes += _clear_best(out / "best")
     result = TuneResult(study_name=study.study_name, storage=shown, output_dir=str(out), trials=records, best=best,
                         best_plan=best_plan, planner_trial=planner, exported=files, notes=tuple(notes),
                         trial_estimate=estimate)

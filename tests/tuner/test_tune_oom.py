@@ -14,7 +14,7 @@ from autoshard.tuner import FailureClass, TrialState
 from autoshard.tuner.loop import MAX_IMPLIED
 from autoshard.tuner.space import SearchSpace, StrategySpace
 
-MODEL = Path(__file__).parent / "oom_model.py"
+MODEL = Path(__file__).parent / "trial_model.py"
 BUCKETS = Knob(name="bucket_cap_mb", default=25.0, kind="float", low=1.0, high=200.0, log=True)
 # DDP at micro-batch 8 only, which runs out of memory whatever its bucket size: every configuration the
 # sampler can ask for is a bucket-size variant of the first trial.

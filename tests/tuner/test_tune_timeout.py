@@ -11,7 +11,7 @@ import pytest
 import autoshard
 from autoshard.tuner import FailureClass, TrialState
 
-MODEL = Path(__file__).parent / "oom_model.py"
+MODEL = Path(__file__).parent / "trial_model.py"
 
 
 def test_no_trial_starts_with_less_time_left_than_a_trial_takes(tmp_path: Path,

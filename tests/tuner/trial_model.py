@@ -1,8 +1,14 @@
-"""A small model file that runs out of memory for real inside trial workers (tests/tuner/test_tune_oom.py): at a
-micro-batch of ``$AUTOSHARD_TEST_OOM_FROM`` or more, its forward asks torch's CPU allocator for more bytes than
-any machine has (2**48 per sample), and the allocator refuses ("DefaultCPUAllocator: can't allocate memory"), as
-it does when a batch does not fit. ``$AUTOSHARD_TEST_FORWARD_SLEEP_S`` makes each forward of a trial that long
-(tests/tuner/test_tune_timeout.py). Planning traces the model in the tuner's own process, where neither happens."""
+"""A small model file whose trials misbehave as the environment says, inside trial workers only (planning traces
+the model in the tuner's own process, where nothing happens):
+
+* ``$AUTOSHARD_TEST_OOM_FROM``: at that micro-batch or more, the forward runs out of memory for real: it asks
+  torch's CPU allocator for more bytes than any machine has (2**48 per sample), and the allocator refuses
+  ("DefaultCPUAllocator: can't allocate memory"), as it does when a batch does not fit
+  (tests/tuner/test_tune_oom.py);
+* ``$AUTOSHARD_TEST_FORWARD_SLEEP_S``: each forward takes that long (tests/tuner/test_tune_timeout.py);
+* ``$AUTOSHARD_TEST_RAISE``: the forward raises ``ValueError`` with that text, a bug in the user's code
+  (tests/tuner/test_tune_best_dir.py).
+"""
 
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ class Net(nn.Module):
             torch.empty(x.shape[0] << 48, dtype=torch.uint8)
         if "AUTOSHARD_RUN_DIR" in os.environ:
             time.sleep(float(os.environ.get("AUTOSHARD_TEST_FORWARD_SLEEP_S", "0")))
+            if "AUTOSHARD_TEST_RAISE" in os.environ:
+                raise ValueError(os.environ["AUTOSHARD_TEST_RAISE"])
         return self.head(torch.relu(self.fc(x)))
 
 

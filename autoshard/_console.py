@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
-def stdout_console(*, wide_when_piped: bool = True) -> Console:
-    """A rich console on stdout: 200 columns wide when stdout is not a terminal (``wide_when_piped``: a table is
-    not squeezed into 80 columns in a file), and a reader that stops early (``autoshard ... | head``) raises
-    ``BrokenPipeError``, which the CLI answers with 141 as a shell reports SIGPIPE (rich's own answer exits 1, a
-    failure to ``set -o pipefail``)."""
+@functools.cache
+def _console_class() -> type[Console]:
+    """rich's console, told to raise ``BrokenPipeError`` when the reader goes away (defined once, on first use)."""
     from rich.console import Console
 
     class _Console(Console):
@@ -20,5 +19,14 @@ def stdout_console(*, wide_when_piped: bool = True) -> Console:
             self.quiet = True
             raise BrokenPipeError
 
-    console = _Console()
-    return _Console(width=200) if wide_when_piped and not console.is_terminal else console
+    return _Console
+
+
+def stdout_console(*, wide_when_piped: bool = True) -> Console:
+    """A rich console on stdout: 200 columns wide when stdout is not a terminal (``wide_when_piped``: a table is
+    not squeezed into 80 columns in a file), and a reader that stops early (``autoshard ... | head``) raises
+    ``BrokenPipeError``, which the CLI answers with 141 as a shell reports SIGPIPE (rich's own answer exits 1, a
+    failure to ``set -o pipefail``)."""
+    cls = _console_class()
+    console = cls()
+    return cls(width=200) if wide_when_piped and not console.is_terminal else console

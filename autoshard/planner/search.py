@@ -114,13 +114,15 @@ def _assumed_gpu(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
         lines.append(f"Assumed: {gpu.display_name} has no measured kernel efficiencies: its kernels were priced at "
                      "generic fractions of its peaks (docs/strategies/step-time.md), less certain than for the "
                      "A100, H100 and V100 profiles, which are fitted to published measurements.")
-    if hardware.processes_per_node > 1 and not link(hardware, "intra").known:
+    intra = link(hardware, "intra")
+    if hardware.processes_per_node > 1 and not intra.known:
         lines.append("Assumed: the link between a node's GPUs is not known: its collectives were priced at "
-                     f"{link(hardware, 'intra').bandwidth_bytes_per_s / 1e9:.3g} GB/s (give the GPU a host_link "
-                     "or nvlink, or the node an intra_node_link).")
-    if best.traits.offloads and host_link_bytes_per_s(hardware)[1]:
-        lines.append(f"Assumed: {host_link_bytes_per_s(hardware)[1][0]} between GPU and host, for the offloaded "
-                     "traffic (give the GPU a host_link).")
+                     f"{intra.bandwidth_bytes_per_s / 1e9:.3g} GB/s (give the GPU a host_link or nvlink, or the "
+                     "node an intra_node_link).")
+    host_assumed = host_link_bytes_per_s(hardware)[1] if best.traits.offloads else ()
+    if host_assumed:
+        lines.append(f"Assumed: {host_assumed[0]} between GPU and host, for the offloaded traffic (give the GPU a "
+                     "host_link).")
     return tuple(lines)
 
 

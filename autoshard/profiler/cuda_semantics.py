@@ -58,18 +58,13 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import torch
-from torch._subclasses.fake_tensor import is_fake
 
-from autoshard.profiler.cuda_attention import (
-    efficient_attention,
-    runs_math_attention,
-    takes_efficient_attention,
-)
 from autoshard.profiler.cuda_autocast_policy import (
     APPEND_DTYPE_TARGETS,
     CUDA_AUTOCAST_POLICIES,
     CastPolicy,
 )
+from autoshard.profiler.cuda_kernel_choices import kernel_choices
 from autoshard.profiler.kernel_overrides import KernelOverrides
 
 __all__ = ["CUDA_AUTOCAST_POLICIES", "CastPolicy", "CudaSemantics", "kernels_registered"]
@@ -403,62 +398,6 @@ def _autocast_kernel(qualified_name: str, policy: CastPolicy) -> Callable[..., A
     return kernel
 
 
-# --- CUDA kernel choices (on the AutogradCPU key, only while active in this thread) ---------
-
-
-def _dropout(input: torch.Tensor, p: float, train: bool) -> torch.Tensor:
-    # Dropout.cpp: CUDA takes native_dropout when train and is_fused_kernel_acceptable
-    # (0 < p < 1 and numel > 0); its backward saves the bool mask.
-    if _is_active() and train and 0.0 < p < 1.0 and input.numel() > 0:
-        return torch.ops.aten.native_dropout.default(input, p, train)[0]
-    return torch.ops.aten.dropout.default.decompose(input, p, train)
-
-
-def _scaled_dot_product_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-    *,
-    scale: float | None = None,
-    enable_gqa: bool = False,
-) -> torch.Tensor:
-    if _is_active():
-        if takes_efficient_attention(query, key, value):
-            return efficient_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
-        if runs_math_attention(query, key, value, enable_gqa):  # what CUDA runs, dropout mask and all
-            return torch.ops.aten._scaled_dot_product_attention_math.default(
-                query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
-            )[0]
-        # CUDA flash / memory-efficient attention apply dropout inside the kernel, so the memory
-        # is that of dropout_p=0; on CPU dropout_p > 0 would select the math path.
-        dropout_p = 0.0
-    return torch.ops.aten.scaled_dot_product_attention.default.decompose(
-        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
-    )
-
-
-def _half_to_float_kernel(
-    composite: torch._ops.OpOverload, fused: torch._ops.OpOverload
-) -> Callable[..., torch.Tensor]:
-    # SoftMax.cpp: on CUDA, fp16 input with dtype=float32 calls _softmax(input, dim,
-    # half_to_float=True) without an fp32 copy of the input. The CPU kernel rejects
-    # half_to_float, so only fake (or meta) tensors take this path.
-    def kernel(input: torch.Tensor, dim: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-        if (
-            _is_active()
-            and input.dtype == torch.float16
-            and dtype == torch.float32
-            and (input.is_meta or is_fake(input))
-        ):
-            return fused(input, dim, True)
-        return composite.decompose(input, dim, dtype)
-
-    return kernel
-
-
 # --- registration ----------------------------------------------------------------------------
 
 
@@ -488,15 +427,7 @@ def _kernel_table() -> Iterator[tuple[str, Callable[..., Any], str]]:
         yield name, torch.library.fallthrough_kernel, "AutocastCPU"
     for name, policy in CUDA_AUTOCAST_POLICIES.items():
         yield name, _autocast_kernel(name, policy), "AutocastCPU"
-    aten = torch.ops.aten
-    yield "aten::dropout", _dropout, "AutogradCPU"
-    yield "aten::scaled_dot_product_attention", _scaled_dot_product_attention, "AutogradCPU"
-    yield "aten::softmax.int", _half_to_float_kernel(aten.softmax.int, aten._softmax.default), "AutogradCPU"
-    yield (
-        "aten::log_softmax.int",
-        _half_to_float_kernel(aten.log_softmax.int, aten._log_softmax.default),
-        "AutogradCPU",
-    )
+    yield from kernel_choices(_is_active)
 
 
 _KERNELS = KernelOverrides(lambda: (

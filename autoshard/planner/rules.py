@@ -99,6 +99,11 @@ class Context:
         whole network, which a ring over every rank runs at (the cost model's own bound)."""
         return costs.bus_bandwidth_bytes_per_s(self.hardware, "world")
 
+    def gather_link_bytes_per_s(self, e: Evaluation) -> float | None:
+        """The link ``e`` gathers parameters over: within each node for hybrid sharding (it shards inside a node
+        and replicates across nodes), else a ring over every rank (:meth:`slowest_link_bytes_per_s`)."""
+        return costs.bus_bandwidth_bytes_per_s(self.hardware, "intra" if e.traits.hybrid else "world")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Rule:
@@ -200,10 +205,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         name="slow-interconnect",
-        applies=lambda ctx, e: (ctx.slowest_link_bytes_per_s() or 1e18) < SLOW_LINK_BYTES_PER_S
-        and _gathers_parameters(e),
+        applies=lambda ctx, e: _gathers_parameters(e)
+        and (ctx.gather_link_bytes_per_s(e) or 1e18) < SLOW_LINK_BYTES_PER_S,
         factor=0.85,
-        says=lambda ctx, e: f"The GPUs talk over a slow link ({_gb(ctx.slowest_link_bytes_per_s() or 0)}): gathering "
+        says=lambda ctx, e: f"The GPUs talk over a slow link ({_gb(ctx.gather_link_bytes_per_s(e) or 0)}): gathering "
         "parameters every step is costly here; prefer strategies that only reduce gradients.",
     ),
     Rule(

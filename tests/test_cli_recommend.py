@@ -40,6 +40,15 @@ def test_recommend_table_names_the_recommendation_and_rejections(capsys):
     assert "Recommendation:" in out and "Rejected:" in out
 
 
+def test_a_rejected_checkpointed_candidate_names_what_it_recomputes(capsys):
+    """'deepspeed_stage_3 + checkpointing: needs 74.5 GiB' under a plan whose line above said ZeRO-3 with full
+    checkpointing fits: the rejected one was op-selective, and the label did not say (probe)."""
+    assert main(["recommend", "gpt2", "--hardware", "t4", "--seq-len", "1024", "--checkpointing", "op",
+                 "--gpu-memory", "2GiB", "--batch-size", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "ddp + checkpointing (op): needs" in out, out
+
+
 def test_recommend_writes_a_png_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "memory.png"

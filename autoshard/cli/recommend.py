@@ -189,5 +189,6 @@ def _print(plan: Plan) -> None:
     if rejected:
         console.print("[bold]Rejected:[/bold]")
         for e in rejected:
-            tag = e.strategy + (" + checkpointing" if e.candidate.activation_checkpointing else "")
+            mode = plan.workload.checkpoint_mode  # every candidate's (the table's ckpt column)
+            tag = e.strategy + (f" + checkpointing ({mode})" if e.candidate.activation_checkpointing else "")
             console.print(escape(f"  • {tag}: {e.reasons[0] if e.reasons else 'does not fit'}"))

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from autoshard.errors import NoFeasiblePlan, UsageError
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.hardware.units import format_throughput
+from autoshard.planner.caveats import assumed_gpu, global_batch, offload_scope, unknown_host
 from autoshard.planner.plan import Evaluation, Plan, PlanRequest
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
 from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Strategy
@@ -60,7 +61,8 @@ def plan(
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
                            workload.checkpoint_mode.label, rules) + _search_limit(best, hardware, request) \
-        + _unknown_host(best, hardware) + _assumed_gpu(best, hardware) + _scope(best, hardware, ranked)
+        + global_batch(best, hardware) + unknown_host(best, hardware) + assumed_gpu(best, hardware) \
+        + offload_scope(best, hardware, ranked)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 
@@ -75,70 +77,6 @@ def _search_limit(best: Evaluation, hardware: HardwareSpec, request: PlanRequest
     return (f"Micro-batch {micro} is the search's limit, not memory's ({MAX_MICRO_BATCH} samples per device at "
             f"most are tried): a global batch of {micro * world:,} over {world} device(s). The batch size changes "
             "what training learns; choose it with --global-batch-size (or --batch-size).",)
-
-
-def _unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
-    """Lines for what ``best`` asks of a host this hardware does not describe (a GPU profile, a node file without
-    ``cpu_memory`` or ``cpu_cores``): RAM for its offloaded states, which the plan could not check; cores for
-    DeepSpeed's CPU Adam, which it priced with an assumed count."""
-    from autoshard.strategies.deepspeed.offload_cost import UNKNOWN_HOST_CORES
-
-    cpu, lines = hardware.node.cpu, []
-    need = best.memory.cpu_bytes_per_node if best.memory is not None else 0
-    if need and cpu.memory_available_bytes is None:
-        lines.append(f"Unchecked: this plan keeps {_gib(need)} of offloaded states in CPU RAM per node, and this "
-                     "hardware's RAM is not known; a host with less cannot run it (--cpu-memory SIZE has the plan "
-                     "check it).")
-    if best.traits.family == "deepspeed" and best.traits.offloads and not (cpu.usable_cores or cpu.physical_cores):
-        lines.append(f"Assumed: the optimizer steps on the host (DeepSpeed's CPU Adam), whose cores are not known: "
-                     f"{UNKNOWN_HOST_CORES} per node were priced, shared by its {hardware.processes_per_node} ranks "
-                     "(--cpu-cores N prices the real host).")
-    return tuple(lines)
-
-
-def _assumed_gpu(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
-    """Lines for what the step time assumed of GPUs the hardware does not describe in full (a user's file, a
-    profile without measurements): said in the explanation, not only in the candidates' cost notes, since the
-    predicted throughput is the less certain for it (a GPU file without ``memory_bandwidth`` came out 26 % faster
-    than the same GPU with it)."""
-    from autoshard.strategies.costs import host_link_bytes_per_s, link
-
-    gpu, lines = hardware.gpu, []
-    if gpu is None or best.cost is None:
-        return ()
-    if gpu.memory_bandwidth_bytes_per_s is None:
-        lines.append(f"Assumed: {gpu.display_name}'s memory bandwidth is not known: memory-bound kernels were priced "
-                     "at their launch time only, so the predicted step is too fast (give the GPU a "
-                     "memory_bandwidth).")
-    if gpu.achievable is None:
-        lines.append(f"Assumed: {gpu.display_name} has no measured kernel efficiencies: its kernels were priced at "
-                     "generic fractions of its peaks (docs/strategies/step-time.md), less certain than for the "
-                     "A100, H100 and V100 profiles, which are fitted to published measurements.")
-    intra = link(hardware, "intra")
-    if hardware.processes_per_node > 1 and not intra.known:
-        lines.append("Assumed: the link between a node's GPUs is not known: its collectives were priced at "
-                     f"{intra.bandwidth_bytes_per_s / 1e9:.3g} GB/s (give the GPU a host_link or nvlink, or the "
-                     "node an intra_node_link).")
-    host_assumed = host_link_bytes_per_s(hardware)[1] if best.traits.offloads else ()
-    if host_assumed:
-        lines.append(f"Assumed: {host_assumed[0]} between GPU and host, for the offloaded traffic (give the GPU a "
-                     "host_link).")
-    return tuple(lines)
-
-
-def _scope(best: Evaluation, hardware: HardwareSpec, weighed: list[Evaluation]) -> tuple[str, ...]:
-    """A line when the plan offloads on several nodes of GPUs because nothing without offload fits (strategies
-    without it were weighed, and none fits): what was planned is data parallelism, with sharding and offload,
-    only; runs that size add tensor or pipeline parallelism, which the planner does not weigh. (Offload asked for
-    with ``--strategies`` alone, or while the GPUs hold the states, says nothing of the kind.)"""
-    on_gpus = [e for e in weighed if not e.traits.offloads and e.memory is not None]
-    if not best.traits.offloads or hardware.gpu is None or hardware.nodes < 2 or not on_gpus or any(
-            e.fits for e in on_gpus):
-        return ()
-    return ("Scope: on several nodes this plan offloads to the host, because data parallelism with sharding (all "
-            "autoshard plans) leaves each GPU too little room; runs of this size usually add tensor or pipeline "
-            "parallelism (Megatron-LM, torchtitan, DeepSpeed's pipeline engine), which can keep the states on the "
-            "GPUs and be faster, and which autoshard does not plan.",)
 
 
 def check_request(request: PlanRequest, world: int) -> None:

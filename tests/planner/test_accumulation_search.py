@@ -36,3 +36,18 @@ def test_global_batch_micro_batch_is_the_largest_that_fits_with_accumulated_grad
     assert (best.candidate.micro_batch_size, best.gradient_accumulation) == (micro, accumulation)
     assert best.fits
     assert best.candidate.micro_batch_size <= best.max_micro_batch_size
+
+
+def test_the_explanation_states_the_global_batch_it_trains_with() -> None:
+    """A 16-node plan over 25 GbE trained 4,352 sequences a step where InfiniBand's trained 256, and neither was
+    said (probe): the batch size changes what training learns."""
+    s = Synthetic("ddp", state_gib=10, act_gib=1, per_device_samples_s=100)
+    p = plan(workload(), H100x8, request(global_batch_size=48), [s])
+    line = next(x for x in p.explanation if x.startswith("Global batch:"))
+    micro, steps = p.recommended.candidate.micro_batch_size, p.recommended.gradient_accumulation
+    assert micro * steps * 8 == 48
+    assert line.startswith(f"Global batch: 48 samples per optimizer step (micro-batch {micro}, ") and "8 data" in line
+    one = plan(workload(), dataclasses.replace(H100x8, processes_per_node=1,
+                                               node=dataclasses.replace(H100x8.node, gpus=1)),
+               request(micro_batch_size=2), [s])
+    assert not any(x.startswith("Global batch:") for x in one.explanation)  # one device, one micro-batch

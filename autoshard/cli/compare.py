@@ -33,8 +33,10 @@ def _price(text: str) -> tuple[str, float]:
         value = float(usd) if sep and machine else float("nan")
     except ValueError:
         value = float("nan")
-    if not value > 0 or value == float("inf"):
+    if value != value or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be MACHINE=USD per GPU-hour (e.g. dgx-h100=2.99), not {text!r}")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a price must be positive USD per GPU-hour, not {usd} ({text!r})")
     return machine, value
 
 
@@ -101,7 +103,9 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
             row = [escape(o.machine), str(o.gpus), "nothing fits", "", "", "", ""]
         else:
             c = rec.candidate
-            plan = f"{c.strategy}, micro-batch {c.micro_batch_size}" + (", ckpt" if c.activation_checkpointing else "")
+            plan = (f"{c.strategy}, micro-batch {c.micro_batch_size}"
+                    + (f" x {rec.gradient_accumulation} accumulated" if rec.gradient_accumulation > 1 else "")
+                    + (f", ckpt ({o.checkpointing})" if o.checkpointing else ""))
             tps = o.tokens_per_s
             row = [escape(o.machine), str(o.gpus), plan, gib(rec.memory.gpu.total) if rec.memory else "—",
                    format_throughput(o.samples_per_s or 0.0), "—" if tps is None else format_throughput(tps),
@@ -116,6 +120,8 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
     for o in options:
         if o.refused is not None:
             console.print(f"{escape(o.machine)}: {escape(o.refused)}")
+        for note in o.notes:  # what its figures rest on that the hardware did not say
+            console.print(f"{escape(o.machine)}: {escape(note)}")
     priced = [o for o in options if o.cost_usd(tokens=tokens, samples=samples) is not None]
     if len(priced) > 1:
         cheapest = min(priced, key=lambda o: o.cost_usd(tokens=tokens, samples=samples) or 0.0)

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.planner.plan import Plan
 
-_COUNTS = re.compile(r"^(?P<name>.+):(?P<gpus>[1-9][0-9]*)(?:x(?P<nodes>[1-9][0-9]*))?$")
+_COUNTS = re.compile(r"^(?P<name>.+):(?P<gpus>[0-9]+)(?:x(?P<nodes>[0-9]+))?$")
 """``NAME:G`` (G GPUs per node) or ``NAME:GxN`` (and N nodes): how one machine of a comparison is sized."""
 
 
@@ -71,16 +72,37 @@ class MachineOption:
             return None
         return hours * self.gpus * self.gpu_hour_usd
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the plan for this machine assumed or could not check: the hardware's notes (an unknown network
+        between nodes, an override) and the plan's ``Assumed:`` / ``Unchecked:`` lines."""
+        lines = () if self.plan is None else tuple(
+            x for x in self.plan.explanation if x.startswith(("Assumed:", "Unchecked:")))
+        return (*self.hardware.notes, *lines)
+
+    @property
+    def checkpointing(self) -> str | None:
+        """What the plan's checkpointed blocks recompute (``full``, ``op``, ``every-N``); ``None``: it does not
+        checkpoint, or nothing fits."""
+        rec = None if self.plan is None else self.plan.recommended
+        if rec is None or not rec.candidate.activation_checkpointing:
+            return None
+        return str(self.plan.workload.checkpoint_mode) if self.plan is not None else None
+
     def to_dict(self, *, tokens: float | None = None, samples: float | None = None) -> dict[str, Any]:
         """JSON-ready: the machine, its plan's headline figures (the whole plan is ``recommend --json``'s), the
-        budget's hours and cost."""
+        budget's hours and cost, and what the plan assumed."""
         rec = None if self.plan is None else self.plan.recommended
         return {
             "machine": self.machine, "gpus": self.gpus, "nodes": self.hardware.nodes,
             "gpu": None if self.hardware.gpu is None else self.hardware.gpu.name,
             "strategy": None if rec is None else rec.strategy,
             "micro_batch_size": None if rec is None else rec.candidate.micro_batch_size,
+            "gradient_accumulation": None if rec is None else rec.gradient_accumulation,
+            "global_batch_size": None if rec is None else (
+                rec.candidate.micro_batch_size * rec.gradient_accumulation * self.gpus),
             "activation_checkpointing": None if rec is None else rec.candidate.activation_checkpointing,
+            "checkpointing": self.checkpointing, "notes": list(self.notes),
             "gpu_memory_bytes": None if rec is None or rec.memory is None else rec.memory.gpu.total,
             "samples_per_s": self.samples_per_s, "tokens_per_s": self.tokens_per_s,
             "hours": self.hours(tokens=tokens, samples=samples), "gpu_hour_usd": self.gpu_hour_usd,
@@ -101,12 +123,17 @@ def machine_hardware(machine: str, load: Callable[..., HardwareSpec] | None = No
     sized = _COUNTS.match(machine)
     name, gpus, nodes = (machine, None, None) if sized is None else (
         sized["name"], int(sized["gpus"]), None if sized["nodes"] is None else int(sized["nodes"]))
+    if gpus == 0 or nodes == 0:
+        raise UsageError(f"{machine}: a machine has at least one GPU per node and one node.",
+                         hint="Size a GPU profile as NAME:G or NAME:GxN with G and N from 1 (e.g. h100-sxm-80gb:8x2).")
     try:
-        return (load or load_hardware)(name, gpus=gpus, nodes=nodes)
+        hw = (load or load_hardware)(name, gpus=gpus, nodes=nodes)
     except UsageError as e:  # it names --gpus / --nodes, which the machine's size stands for here
         raise UsageError(f"{machine}: {e.message}", hint="Size a GPU profile as NAME:G or NAME:GxN (e.g. "
                          "h100-sxm-80gb:16, h100-sxm-80gb:8x2); a node profile keeps its own GPUs (dgx-h100:8x2)."
                          ) from None
+    # the machine's own size is not an override of it: "Nodes set to 2 by --nodes" says what was not typed
+    return dataclasses.replace(hw, notes=tuple(n for n in hw.notes if "by --nodes" not in n))
 
 
 def compare(source: Any, machines: Sequence[str], *, prices: Mapping[str, float] | None = None,

@@ -57,6 +57,7 @@ def test_each_machine_is_planned_as_recommend_plans_it_fastest_first(tmp_path: P
     (["dgx-h100"], {"a100": 2.0}, UsageError, "a price is given for a100, which is not compared"),
     (["dgx-h100"], {"dgx-h100": 0.0}, UsageError, "prices must be positive"),
     (["dgx-h100:16"], {}, UsageError, "dgx-h100:16: .*16 contradicts 'dgx-h100'"),
+    (["dgx-h100:8x0"], {}, UsageError, "dgx-h100:8x0: a machine has at least one GPU per node and one node"),
     ([], {}, UsageError, "no machine to compare"),
 ])
 def test_bad_machines_and_prices_are_refused_before_tracing(machines, prices, error, message, no_tracing) -> None:
@@ -89,3 +90,27 @@ def test_the_command_table_names_the_cheapest_and_the_fastest(capsys) -> None:
                  "--price", "t4:2=0.35", "--price", "dgx-h100=2.99"]) == 0
     out = capsys.readouterr().out
     assert "Cheapest of those priced:" in out and "Fastest: dgx-h100" in out and "cost $" in out
+
+
+def test_each_machine_says_what_its_figures_assume_in_the_table_and_the_json(capsys) -> None:
+    """A GPU profile on two nodes is priced at an assumed 10 GB/s network: recommend said so, compare did not
+    (probe). Its own size is not an override ("Nodes set to 2 by --nodes" was never typed)."""
+    option = machine_hardware("h100-sxm-80gb:8x2")
+    assert not any("by --nodes" in n for n in option.notes)
+    assert main(["compare", MODEL, "--seq-len", "32", "--hardware", "h100-sxm-80gb:8x2", "dgx-h100:8x2",
+                 "--global-batch-size", "64", "--json"]) == 0
+    rows = {r["machine"]: r for r in json.loads(capsys.readouterr().out)["machines"]}
+    assert any("network between them is unknown" in n for n in rows["h100-sxm-80gb:8x2"]["notes"])
+    assert not any("network between them is unknown" in n for n in rows["dgx-h100:8x2"]["notes"])
+    row = rows["dgx-h100:8x2"]
+    assert row["global_batch_size"] == 64 == row["micro_batch_size"] * row["gradient_accumulation"] * 16
+    assert main(["compare", MODEL, "--seq-len", "32", "--hardware", "h100-sxm-80gb:8x2", "t4"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "h100-sxm-80gb:8x2: 2 nodes, but the network between them is unknown" in out
+    assert "t4: Assumed: NVIDIA T4 has no measured kernel efficiencies" in out
+
+
+def test_a_negative_price_is_told_as_such(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["compare", MODEL, "--hardware", "t4", "--price", "t4=-3"])
+    assert "a price must be positive USD per GPU-hour, not -3" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from autoshard.errors import ModelSourceError, UsageError
 from autoshard.models import hf_layers
 from autoshard.models.fingerprint import config_fingerprint
 from autoshard.models.hf_build import attention_implementation, build_model, training_config
-from autoshard.models.hf_classes import check_architectures, check_traceable, chunked_scan, model_class
+from autoshard.models.hf_classes import check_architectures, check_traceable, chunked_scan, model_class, moe_layout
 from autoshard.models.hf_inputs import input_spec
 from autoshard.models.hf_masks import call_without_padding
 from autoshard.models.source import ModelSource
@@ -115,10 +115,16 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         metadata["image_tokens"] = inputs.image_tokens
     if chunked_scan(config):
         metadata["reference_scan"] = True
-    experts = next((n for n in (getattr(config, k, None) for k in _EXPERT_FIELDS)
-                    if isinstance(n, int) and not isinstance(n, bool) and n > 1), None)
+    experts, per_token, dense = moe_layout(config)
     if experts is not None:
         metadata["experts"] = experts
+        if per_token is not None and not 1 <= per_token <= experts:
+            raise ModelSourceError(f"{file}: {per_token} experts per token (num_experts_per_tok) of {experts}: each "
+                                   f"token must go to between 1 and {experts}.", hint="Fix num_experts_per_tok.")
+        if per_token is not None:
+            metadata["experts_per_token"] = per_token
+        if dense:
+            metadata["dense_experts"] = True
     defaulted = defaulted_sizes(config, data)
     if defaulted:
         metadata["defaulted_sizes"] = defaulted
@@ -144,10 +150,6 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         **inputs.seq_fields(),
     )
 
-
-_EXPERT_FIELDS = ("num_local_experts", "n_routed_experts", "num_experts")
-"""Where transformers' MoE configs (Mixtral, DeepSeek-V3, Qwen-MoE, OLMoE, gpt-oss, Llama 4, ...) keep the number
-of routed experts per MoE layer."""
 
 SIZE_FIELDS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads")

@@ -49,6 +49,41 @@ def chunked_scan(config: Any) -> bool:
                and any(getattr(part, k, None) is not None for k in _SSM_CHUNK_KEYS) for part in (config, text))
 
 
+_EXPERT_FIELDS = ("num_local_experts", "n_routed_experts", "num_experts")
+"""Where transformers' MoE configs (Mixtral, DeepSeek-V3, Qwen-MoE, OLMoE, gpt-oss, Llama 4, ...) keep the number
+of routed experts per MoE layer."""
+
+_TOP_K_FIELDS = ("num_experts_per_tok", "moe_topk")
+"""Where they keep how many routed experts each token goes to."""
+
+DENSE_EXPERT_MODEL_TYPES = ("llama4_text",)
+"""MoE text models whose transformers code sends every token through every routed expert and zeroes the others'
+outputs by the router's weights: ``Llama4TextMoe.forward`` repeats the hidden states once per expert
+(``hidden_states.repeat(router_scores.shape[1], 1)``, transformers 5.x ``models/llama4/modeling_llama4.py``), so the
+step computes all experts, not the top-k."""
+
+
+def moe_layout(config: Any) -> tuple[int | None, int | None, bool]:
+    """``(routed experts per MoE layer, experts per token, every expert computed)`` of a config, read from it or
+    from its text config (a vision-language model's MoE language model): ``(None, None, False)`` without experts.
+
+    Example:
+        >>> import transformers
+        >>> moe_layout(transformers.MixtralConfig())
+        (8, 2, False)
+    """
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+
+    def first(fields: tuple[str, ...]) -> int | None:
+        values = (getattr(part, k, None) for part in (config, text) for k in fields)
+        return next((n for n in values if isinstance(n, int) and not isinstance(n, bool)), None)
+
+    experts = first(_EXPERT_FIELDS)
+    if experts is None or experts < 2:
+        return None, None, False
+    return experts, first(_TOP_K_FIELDS), getattr(text, "model_type", None) in DENSE_EXPERT_MODEL_TYPES
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelClass:
     """The class a config is built with, and how it was chosen."""

@@ -177,7 +177,10 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
             fed = f" each batch was fed as {feeding};" if feeding else ""
             hint = f"Your code raised it:{fed} check the model, the batch and the loss (see the error above)."
         else:  # a Hugging Face config or a catalog model: the code that raised is not the user's
-            hint = "The model's own code raised it; rerun with --debug for the full traceback and report it."
+            hint = ("The model's own code raised it. For a config.json the usual cause is a value transformers "
+                    "accepts but its model cannot run (num_experts_per_tok above the experts, attention heads not a "
+                    "multiple of the key/value heads): check the config; else rerun with --debug for the full "
+                    "traceback and report it.")
         raise UserCodeError(
             f"{what} raised {type(exc).__name__}{where}: {exc}", hint=hint, location=location
         ) from exc

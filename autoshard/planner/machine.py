@@ -271,6 +271,13 @@ def _source_lines(loaded: ModelSource, world_size: int) -> list[str]:
             "gather a layer's experts whole on every GPU); expert parallelism, which keeps each expert on its own "
             "GPUs (Megatron-LM, DeepSpeed-MoE, torchtitan), is not planned; with many or large experts it is usually "
             "the faster way.")
+    if experts and loaded.metadata.get("dense_experts"):
+        k = loaded.metadata.get("experts_per_token")
+        lines.append(
+            f"Scope: transformers' code for this model sends every token through all {experts} experts and zeroes "
+            f"the outputs the router did not choose{f' (top-{k})' if k else ''}: the FLOPs, step time and MFU here "
+            f"are of that dense computation, about {experts // (k or 1)}x the routed experts' work of an "
+            "implementation with grouped GEMMs (torchtitan, Megatron-LM), which autoshard does not trace.")
     defaulted = loaded.metadata.get("defaulted_sizes")
     if defaulted:
         sizes = ", ".join(f"{k} {v:,}" for k, v in defaulted.items())

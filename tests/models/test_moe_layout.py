@@ -1,0 +1,63 @@
+"""What a config's MoE layout tells the plan, read from transformers' own config classes: the experts and the
+experts per token (a vision-language model's too, from its text config), a top-k no token can run, and
+Llama 4, whose transformers code computes every expert for every token (a probe's Scout profiled at 6.7x the
+FLOPs its 17B active parameters imply, without a word)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import transformers
+
+import autoshard
+from autoshard.errors import ModelSourceError
+from autoshard.models.hf import load_config
+
+SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _saved(config: transformers.PretrainedConfig, tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    config.save_pretrained(folder)
+    return folder
+
+
+def test_experts_and_experts_per_token_are_recorded(tmp_path: Path) -> None:
+    mixtral = transformers.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2)
+    meta = load_config(_saved(mixtral, tmp_path, "mixtral")).metadata
+    assert (meta["experts"], meta["experts_per_token"], "dense_experts" in meta) == (4, 2, False)
+
+
+def test_a_vision_language_models_moe_text_model_is_read_from_its_text_config(tmp_path: Path) -> None:
+    text = transformers.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2)
+    vision = transformers.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, image_size=32, patch_size=8)
+    llava = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_index=127)
+    meta = load_config(_saved(llava, tmp_path, "llava-mixtral")).metadata
+    assert (meta["experts"], meta["experts_per_token"]) == (4, 2)
+
+
+@pytest.mark.parametrize("per_token", [0, 5])
+def test_a_top_k_no_token_can_run_is_refused(tmp_path: Path, per_token: int) -> None:
+    mixtral = transformers.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=per_token)
+    with pytest.raises(ModelSourceError, match=f"{per_token} experts per token .* between 1 and 4"):
+        load_config(_saved(mixtral, tmp_path, f"k{per_token}"))
+
+
+def test_llama4s_dense_experts_are_said_in_the_plan(tmp_path: Path) -> None:
+    llama4 = transformers.Llama4TextConfig(**SMALL, intermediate_size_mlp=64, num_local_experts=4,
+                                           num_experts_per_tok=1, interleave_moe_layer_step=1)
+    folder = _saved(llama4, tmp_path, "llama4")
+    assert load_config(folder).metadata["dense_experts"] is True
+    plan = autoshard.recommend(str(folder), hardware="dgx-h100", seq_len=32)
+    line = next(x for x in plan.explanation if "sends every token through all 4 experts" in x)
+    assert "(top-1)" in line and "about 4x the routed experts' work" in line
+
+
+def test_a_config_transformers_accepts_but_cannot_run_points_at_the_config(tmp_path: Path) -> None:
+    bad = transformers.LlamaConfig(**{**SMALL, "num_attention_heads": 8, "num_key_value_heads": 3})
+    with pytest.raises(autoshard.errors.UserCodeError) as info:
+        autoshard.profile(str(_saved(bad, tmp_path, "heads")), batch_size=1, seq_len=16)
+    assert "check the config" in (info.value.hint or "")

@@ -277,14 +277,12 @@ def _vision_language_spec(cls: type, config: Any, file: Path, params: Mapping[st
     why = None
     if pooled is not None:
         why = _pooled_problem(pooled, vision)
-    elif paligemma and tower != "siglip_vision_model":
-        why = f"its vision tower is {tower!r}"
+    elif (paligemma and tower != "siglip_vision_model") or (not paligemma and tower not in _CLASS_TOKENS):
+        why = f"its vision tower is {tower!r}"  # first: no strategy or geometry setting would change it
     elif strategy not in {"default", "full"}:
         why = f"vision_feature_select_strategy is {strategy!r}, not 'default' or 'full'"
     elif geometry:
         why = f"its config sets {geometry[0]}"
-    elif tower not in _CLASS_TOKENS:
-        why = f"its vision tower is {tower!r}"
     if why is not None:
         raise ModelSourceError(
             f"{file}: autoshard cannot build the image inputs of {cls.__name__} yet ({why}); it builds them "

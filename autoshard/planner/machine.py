@@ -278,6 +278,12 @@ def _source_lines(loaded: ModelSource, world_size: int) -> list[str]:
             f"the outputs the router did not choose{f' (top-{k})' if k else ''}: the FLOPs, step time and MFU here "
             f"are of that dense computation, about {experts // (k or 1)}x the routed experts' work of an "
             "implementation with grouped GEMMs (torchtitan, Megatron-LM), which autoshard does not trace.")
+    if loaded.metadata.get("attn_implementation") == "eager" and "no SDPA path" in str(
+            loaded.metadata.get("attn_implementation_chosen_by")):
+        lines.append(f"Scope: {loaded.metadata.get('architecture')} has no SDPA path in transformers, so its attention "
+                     "was traced eager: the scores of every head are materialised and kept for backward, slower and "
+                     "larger than a fused kernel (attn_implementation in the config names another, e.g. a "
+                     "flash-attention kernel the class supports).")
     defaulted = loaded.metadata.get("defaulted_sizes")
     if defaulted:
         sizes = ", ".join(f"{k} {v:,}" for k, v in defaulted.items())

@@ -61,3 +61,13 @@ def test_a_config_transformers_accepts_but_cannot_run_points_at_the_config(tmp_p
     with pytest.raises(autoshard.errors.UserCodeError) as info:
         autoshard.profile(str(_saved(bad, tmp_path, "heads")), batch_size=1, seq_len=16)
     assert "check the config" in (info.value.hint or "")
+
+
+def test_a_class_without_sdpa_says_its_attention_was_traced_eager(tmp_path: Path) -> None:
+    """GPT-OSS came out at 7-9 % MFU and nothing said why: its class has no SDPA path (probe)."""
+    gpt_oss = transformers.GptOssConfig(**SMALL, head_dim=8, num_local_experts=4, num_experts_per_tok=2)
+    plan = autoshard.recommend(str(_saved(gpt_oss, tmp_path, "gpt-oss")), hardware="dgx-h100", seq_len=32)
+    assert any(x.startswith("Scope: GptOssForCausalLM has no SDPA path") for x in plan.explanation)
+    mixtral = transformers.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2)
+    plan = autoshard.recommend(str(_saved(mixtral, tmp_path, "mixtral")), hardware="dgx-h100", seq_len=32)
+    assert not any("no SDPA path" in x for x in plan.explanation)

@@ -27,7 +27,14 @@ from autoshard.errors import ModelSourceError, UsageError
 from autoshard.models import hf_layers
 from autoshard.models.fingerprint import config_fingerprint
 from autoshard.models.hf_build import attention_implementation, build_model, training_config
-from autoshard.models.hf_classes import check_architectures, check_traceable, chunked_scan, model_class, moe_layout
+from autoshard.models.hf_classes import (
+    check_architectures,
+    check_traceable,
+    chunked_scan,
+    linear_attention,
+    model_class,
+    moe_layout,
+)
 from autoshard.models.hf_inputs import input_spec
 from autoshard.models.hf_masks import call_without_padding
 from autoshard.models.source import ModelSource
@@ -115,6 +122,8 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
         metadata["image_tokens"] = inputs.image_tokens
     if chunked_scan(config):
         metadata["reference_scan"] = True
+    if linear_attention(config):
+        metadata["reference_linear_attention"] = True
     experts, per_token, dense = moe_layout(config)
     if experts is not None:
         metadata["experts"] = experts

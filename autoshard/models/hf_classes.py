@@ -49,6 +49,14 @@ def chunked_scan(config: Any) -> bool:
                and any(getattr(part, k, None) is not None for k in _SSM_CHUNK_KEYS) for part in (config, text))
 
 
+def linear_attention(config: Any) -> bool:
+    """Whether some layers are linear attention (``layer_types`` naming ``linear_attention``: Qwen3-Next, Qwen3.5,
+    OLMo hybrid's gated DeltaNet), which transformers runs through its PyTorch chunked path
+    (``torch_chunk_gated_delta_rule``) unless flash-linear-attention is installed: autoshard traces that path."""
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    return any("linear_attention" in (getattr(part, "layer_types", None) or ()) for part in (config, text))
+
+
 _EXPERT_FIELDS = ("num_local_experts", "n_routed_experts", "num_experts")
 """Where transformers' MoE configs (Mixtral, DeepSeek-V3, Qwen-MoE, OLMoE, gpt-oss, Llama 4, ...) keep the number
 of routed experts per MoE layer."""

@@ -122,6 +122,14 @@ REFERENCE_SCAN = ("Its Mamba-2 mixers were traced through transformers' PyTorch 
 chunked_scan`)."""
 
 
+REFERENCE_LINEAR_ATTENTION = (
+    "Its linear-attention layers (gated DeltaNet) were traced through transformers' PyTorch chunked path, not the "
+    "flash-linear-attention kernels a GPU run uses when installed: their activation memory and step time are upper "
+    "bounds for such a run.")
+"""The explanation's line for a model with linear-attention layers (:func:`autoshard.models.hf_classes.
+linear_attention`)."""
+
+
 def plan_for(
     source: str | os.PathLike[str] | ModelSource,
     hardware: HardwareSpec,
@@ -291,4 +299,6 @@ def _source_lines(loaded: ModelSource, world_size: int) -> list[str]:
                      f"model_type were used ({sizes}); set them in the file if the model differs.")
     if loaded.metadata.get("reference_scan"):
         lines.append(REFERENCE_SCAN)
+    if loaded.metadata.get("reference_linear_attention"):
+        lines.append(REFERENCE_LINEAR_ATTENTION)
     return lines

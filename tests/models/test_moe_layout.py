@@ -71,3 +71,16 @@ def test_a_class_without_sdpa_says_its_attention_was_traced_eager(tmp_path: Path
     mixtral = transformers.MixtralConfig(**SMALL, num_local_experts=4, num_experts_per_tok=2)
     plan = autoshard.recommend(str(_saved(mixtral, tmp_path, "mixtral")), hardware="dgx-h100", seq_len=32)
     assert not any("no SDPA path" in x for x in plan.explanation)
+
+
+def test_linear_attention_layers_traced_through_the_reference_path_are_said(tmp_path: Path) -> None:
+    """Qwen3-Next's gated DeltaNet layers run transformers' PyTorch chunked path here, as Mamba-2's scan does, and
+    only the Mamba-2 plan said so (probe)."""
+    qwen3_next = transformers.Qwen3NextConfig(
+        **{**SMALL, "num_hidden_layers": 4}, head_dim=8, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=16, shared_expert_intermediate_size=16, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8)
+    folder = _saved(qwen3_next, tmp_path, "qwen3-next")
+    assert load_config(folder).metadata["reference_linear_attention"] is True
+    plan = autoshard.recommend(str(folder), hardware="dgx-h100", seq_len=32)
+    assert any(x.startswith("Its linear-attention layers (gated DeltaNet) were traced") for x in plan.explanation)

@@ -32,6 +32,7 @@ from autoshard.hardware.schema import (
 from autoshard.hardware.specs import (
     DTYPES,
     LINK_KINDS,
+    MAX_GPUS_PER_NODE,
     Achievable,
     CPUSpec,
     GPUSpec,
@@ -385,6 +386,9 @@ def _load_node(doc: Doc, root: Path) -> Profile:
         [*_COMMON, "intra_node_link", "cpu_cores", "cpu_memory", "cpu_memory_bandwidth", "nvme", "network"],
     )
     gpus = doc.quantity("gpus_per_node", positive_int, "a positive number of GPUs")
+    if gpus > MAX_GPUS_PER_NODE:
+        raise doc.error("gpus_per_node", f"at most {MAX_GPUS_PER_NODE} GPUs (no node holds more; a cluster is "
+                        "nodes x GPUs per node)", found_text=str(gpus))
     link = _link(doc, "intra_node_link", root)
     if link is not None and link.kind not in ("nvlink", "pcie"):  # a network between nodes, not a node's GPUs
         raise doc.error("intra_node_link", "an nvlink or pcie interconnect (the network between nodes is "

@@ -19,7 +19,14 @@ from autoshard.hardware.detect import detect_hardware
 from autoshard.hardware.disk_benchmark import DiskBenchmark
 from autoshard.hardware.host import directory_disk
 from autoshard.hardware.profiles import load_profile, node_from_gpu, profiles_dir
-from autoshard.hardware.specs import UNKNOWN_LINK_BYTES_PER_S, GPUSpec, HardwareSpec, NodeSpec, NVMeDevice
+from autoshard.hardware.specs import (
+    MAX_GPUS_PER_NODE,
+    UNKNOWN_LINK_BYTES_PER_S,
+    GPUSpec,
+    HardwareSpec,
+    NodeSpec,
+    NVMeDevice,
+)
 from autoshard.hardware.units import format_bytes, parse_bytes
 
 
@@ -48,6 +55,9 @@ class HardwareOverrides:
 
     def __post_init__(self) -> None:
         _positive(self.gpus, "--gpus")
+        if self.gpus is not None and self.gpus > MAX_GPUS_PER_NODE:
+            raise UsageError(f"--gpus {self.gpus} is GPUs per node, and no node holds more than "
+                             f"{MAX_GPUS_PER_NODE}: give the nodes with --nodes.")
         _positive(self.nodes, "--nodes")
         _positive(self.gpu_memory_bytes, "--gpu-memory")
         _positive(self.cpu_memory_bytes, "--cpu-memory")

@@ -31,6 +31,10 @@ def _fields_dict(obj: Any) -> dict[str, Any]:
     return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
 
 
+MAX_GPUS_PER_NODE = 1024
+"""More GPUs per node than any machine holds: the largest NVLink domains sold are 72 GPUs (GB200 NVL72) and
+PCIe servers hold about 20, so a larger count is a typo (``80000`` for ``8``), refused before any tracing."""
+
 UNKNOWN_LINK_BYTES_PER_S = 10e9
 """Bandwidth the plans assume for a link the hardware does not describe (the network of a multi-node plan made
 from a GPU profile, CPU processes over gloo); flagged in the hardware's notes and the cost notes."""

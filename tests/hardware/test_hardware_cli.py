@@ -90,6 +90,8 @@ BAD_YAML = "kind: node\nname: x\ngpu: [t4\n"
         (["--hardware", "t4", "--cpu-memory", "0"], "--cpu-memory: '0' has no unit"),
         (["--hardware", "dgx-a100", "--gpus", "16"], "contradicts 'dgx-a100'"),
         (["--hardware", "t4", "--gpus", "0"], "--gpus must be a positive whole number"),
+        (["--hardware", "t4", "--gpus", "100000"], "no node holds more than 1024"),  # a typo, not a node
+        (["--hardware", "{huge}"], "gpus_per_node: expected at most 1024 GPUs"),
         (["--hardware", "t4", "--nodes", "-3"], "--nodes must be a positive whole number"),
         (["--nvme", "{missing}"], "does not exist"),  # on this machine it is measured
         (["--hardware", "t4", "--nvme", "relative"], "absolute path on t4"),  # on a profile, a path there
@@ -108,7 +110,9 @@ def test_cli_bad_input_is_one_clear_message_and_exit_2(
     install_nvml("nvml_missing")  # the same answer on machines with and without GPUs
     bad = tmp_path / "bad.yaml"
     bad.write_text(BAD_YAML)
-    paths = {"bad": str(bad), "missing": str(tmp_path / "missing.yaml"), "tmp": str(tmp_path)}
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("kind: node\nname: huge\ngpu: h100-sxm-80gb\ngpus_per_node: 100000\n")
+    paths = {"bad": str(bad), "missing": str(tmp_path / "missing.yaml"), "tmp": str(tmp_path), "huge": str(huge)}
     assert main(["hardware", *(a.format(**paths) for a in argv)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""

@@ -267,7 +267,16 @@ def _load_interconnect(doc: Doc, root: Path) -> Profile:
         lanes=doc.optional_quantity("lanes", positive_int, "a positive whole number"),
         latency_s=None if latency_us is None else latency_us * 1e-6,
     )
+    if spec.kind in ("infiniband", "ethernet") and spec.bandwidth_bytes_per_s > _MAX_PORT_BYTES_PER_S:
+        raise doc.error("bandwidth", f"at most {_MAX_PORT_BYTES_PER_S * 8 / 1e9:g} Gb/s for one {spec.kind} port "
+                        "(the fastest sold carry 800 Gb/s)", found_text=f"{spec.bandwidth_bytes_per_s / 1e9:g} GB/s",
+                        hint="A port's speed is usually written in Gb/s (bits): 400 Gb/s is 50 GB/s.")
     return Profile(kind="interconnect", name=spec.name, path=doc.file, spec=spec)
+
+
+_MAX_PORT_BYTES_PER_S = 200e9
+"""1.6 Tb/s: twice the fastest network port sold (800 Gb/s XDR InfiniBand, 800 GbE); a faster port in a file is a
+GB/s written for Gb/s."""
 
 
 def _load_gpu(doc: Doc, root: Path) -> Profile:

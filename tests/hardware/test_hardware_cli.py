@@ -92,6 +92,7 @@ BAD_YAML = "kind: node\nname: x\ngpu: [t4\n"
         (["--hardware", "t4", "--gpus", "0"], "--gpus must be a positive whole number"),
         (["--hardware", "t4", "--gpus", "100000"], "no node holds more than 1024"),  # a typo, not a node
         (["--hardware", "{huge}"], "gpus_per_node: expected at most 1024 GPUs"),
+        (["--hardware", "{bytes_for_bits}"], "expected at most 1600 Gb/s for one infiniband port"),
         (["--hardware", "t4", "--nodes", "-3"], "--nodes must be a positive whole number"),
         (["--nvme", "{missing}"], "does not exist"),  # on this machine it is measured
         (["--hardware", "t4", "--nvme", "relative"], "absolute path on t4"),  # on a profile, a path there
@@ -112,7 +113,11 @@ def test_cli_bad_input_is_one_clear_message_and_exit_2(
     bad.write_text(BAD_YAML)
     huge = tmp_path / "huge.yaml"
     huge.write_text("kind: node\nname: huge\ngpu: h100-sxm-80gb\ngpus_per_node: 100000\n")
-    paths = {"bad": str(bad), "missing": str(tmp_path / "missing.yaml"), "tmp": str(tmp_path), "huge": str(huge)}
+    bytes_for_bits = tmp_path / "port.yaml"  # a probe's 400 GB/s port, meant as NDR's 400 Gb/s
+    bytes_for_bits.write_text("kind: node\nname: n\ngpu: h100-sxm-80gb\ngpus_per_node: 8\nnetwork:\n  link:\n"
+                              "    {name: p, display_name: p, type: infiniband, bandwidth: 400 GB/s}\n  ports: 8\n")
+    paths = {"bad": str(bad), "missing": str(tmp_path / "missing.yaml"), "tmp": str(tmp_path), "huge": str(huge),
+             "bytes_for_bits": str(bytes_for_bits)}
     assert main(["hardware", *(a.format(**paths) for a in argv)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""

@@ -83,8 +83,13 @@ def optimizer_arguments(exported: ExportedPlan) -> list[str]:
 
 
 def command_line(exported: ExportedPlan, *, script: str = "train.py") -> str:
-    """One shell line: ``python train.py <flags>`` (prefix it with a launcher from ``launch.sh``)."""
-    return shlex.join(["python", script, *arguments(exported)])
+    """One shell line: ``python train.py <flags>`` on one device; on several, the plan's ``torchrun`` (as
+    ``launch.sh`` has it) running ``train.py <flags>``: ``python`` would start one process of the plan's many."""
+    from autoshard.export.launch import torchrun
+
+    line = shlex.join([script, *arguments(exported)])
+    hw = exported.hardware
+    return f"python {line}" if hw.nodes * hw.gpus_per_node == 1 else torchrun(exported, script=line)
 
 
 def training_arguments(exported: ExportedPlan, **overrides: Any) -> TrainingArguments:

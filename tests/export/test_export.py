@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import importlib.util
 import json
+import shlex
 
 import pytest
 import yaml
@@ -159,6 +160,22 @@ def test_hf_trainer_arguments_parse_in_transformers(plan, strategy, tmp_path, mo
     if e.family == "fsdp":
         assert parsed.fsdp_config["reshard_after_forward"] is (strategy != "fsdp_shard_grad_op")
         assert parsed.fsdp_config["cpu_offload"] is (strategy == "fsdp_cpu_offload")
+
+
+@pytest.mark.parametrize("nodes", [1, 4])
+def test_the_hf_trainer_command_launches_one_process_per_gpu(plan, nodes):
+    """hf_trainer_args.txt was `python train.py ...` for a 4-node plan: one process of 32 (probe)."""
+    from torch.distributed.run import get_args_parser
+
+    line = hf_trainer.command_line(exported_for(plan, "deepspeed_stage_3", nodes=nodes))
+    words = shlex.split(line)
+    assert words[0] == "torchrun"
+    parsed = get_args_parser().parse_args(words[1:])
+    assert (parsed.nnodes, parsed.nproc_per_node, parsed.training_script) == (str(nodes), "8", "train.py")
+    assert parsed.training_script_args[:2] == ["--per_device_train_batch_size", "4"]
+    one = dataclasses.replace(exported_for(plan, "ddp"), hardware=dataclasses.replace(
+        exported_for(plan, "ddp").hardware, nodes=1, gpus_per_node=1))
+    assert hf_trainer.command_line(one).startswith("python train.py --per_device_train_batch_size")
 
 
 @pytest.mark.parametrize("nodes", [1, 4])

@@ -16,7 +16,8 @@ class Model(torch.nn.Module):
         return {"loss": torch.nn.functional.mse_loss(self.linear(x), labels)}
 
 
-flags = shlex.split(Path("hf_trainer_args.txt").read_text())[2:]  # after "python train.py"
+words = shlex.split(Path("hf_trainer_args.txt").read_text())  # "python train.py ..." or "torchrun ... train.py ..."
+flags = words[words.index("train.py") + 1:]
 (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
     ["--output_dir", "out", "--max_steps", "2", "--use_cpu", "--report_to", "none", "--save_strategy", "no", *flags])
 data = [{"x": torch.randn(8), "labels": torch.randn(1)} for _ in range(16)]

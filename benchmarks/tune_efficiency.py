@@ -388,14 +388,14 @@ def tuner_loop(plan: Plan, space: SearchSpace, spec: Any, *, trials: int, seed: 
 
 
 def trial_rows(records: Sequence[Any], table: Mapping[str, float | None], best: float) -> list[dict[str, Any]]:
-    """The trials a study asked for (those predicted not to fit left out), each with its grid throughput and
+    """The trials a study asked for (those predicted, or implied by an earlier OOM, not to fit left out), each with its grid throughput and
     its number among the trials that use up the budget (``None`` for a repeat of an earlier configuration)."""
     from autoshard.tuner.result import FailureClass
 
     rows: list[dict[str, Any]] = []
     counted = 0
     for r in records:
-        if r.failure is FailureClass.PREDICTED_OOM:
+        if r.failure in (FailureClass.PREDICTED_OOM, FailureClass.IMPLIED_OOM):  # not run, not counted
             continue
         repeat = r.duplicate_of is not None
         counted += not repeat

@@ -21,6 +21,26 @@ def global_batch(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
             f"{steps}, {ranks}); --global-batch-size sets it.",)
 
 
+COMMUNICATION_BOUND = 0.5
+"""The share of a multi-node step spent waiting on communication not hidden behind compute above which the plan
+says that adding nodes on this network may not pay (a probe's llama-2-70b over one 25 GbE port: 6,094 tokens/s on
+one DGX H100, 3,756 on two, and nothing said why)."""
+
+
+def communication_bound(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
+    """A line when a plan on several nodes spends most of its step waiting on exposed communication."""
+    cost = best.cost
+    if hardware.nodes < 2 or cost is None or cost.step_time_s <= 0:
+        return ()
+    share = cost.exposed_communication_s / cost.step_time_s
+    if share < COMMUNICATION_BOUND:
+        return ()
+    return (f"Communication-bound: {100 * share:.0f} % of each step ({cost.exposed_communication_s:.3g} of "
+            f"{cost.step_time_s:.3g} s) waits on communication not hidden behind compute across "
+            f"{hardware.nodes} nodes: on this network more nodes may add less throughput than they cost, and fewer "
+            "may train as fast (autoshard compare MODEL --hardware NAME:GxN for several N says).",)
+
+
 def unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
     """Lines for what ``best`` asks of a host this hardware does not describe (a GPU profile, a node file without
     ``cpu_memory`` or ``cpu_cores``): RAM for its offloaded states, which the plan could not check; cores for

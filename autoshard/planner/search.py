@@ -9,7 +9,13 @@ from collections.abc import Callable, Sequence
 from autoshard.errors import NoFeasiblePlan, UsageError
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.hardware.units import format_throughput
-from autoshard.planner.caveats import assumed_gpu, global_batch, offload_scope, unknown_host
+from autoshard.planner.caveats import (
+    assumed_gpu,
+    communication_bound,
+    global_batch,
+    offload_scope,
+    unknown_host,
+)
 from autoshard.planner.plan import Evaluation, Plan, PlanRequest
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
 from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Strategy
@@ -61,8 +67,8 @@ def plan(
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
                            workload.checkpoint_mode.label, rules) + _search_limit(best, hardware, request) \
-        + global_batch(best, hardware) + unknown_host(best, hardware) + assumed_gpu(best, hardware) \
-        + offload_scope(best, hardware, ranked)
+        + global_batch(best, hardware) + communication_bound(best, hardware) + unknown_host(best, hardware) \
+        + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 

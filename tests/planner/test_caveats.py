@@ -1,0 +1,24 @@
+"""The explanation's caveat lines (autoshard/planner/caveats.py) on plans of several nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from autoshard.planner.caveats import communication_bound
+from tests.planner.test_planner import H100x8, Synthetic, plan, request, workload
+
+
+def test_a_step_waiting_mostly_on_the_network_across_nodes_is_said_to() -> None:
+    """llama-2-70b over one 25 GbE port: 6,094 tokens/s on one DGX H100, 3,756 on two, and nothing said why
+    (probe): 70 % of its step waited on communication."""
+    best = plan(workload(), H100x8, request(micro_batch_size=2), [Synthetic("ddp", state_gib=10, act_gib=1,
+                                                                             per_device_samples_s=100)]).recommended
+    assert best.cost is not None
+    two_nodes = dataclasses.replace(H100x8, nodes=2)
+    bound = dataclasses.replace(best, cost=dataclasses.replace(best.cost, step_time_s=10.0,
+                                                               exposed_communication_s=7.0))
+    (line,) = communication_bound(bound, two_nodes)
+    assert line.startswith("Communication-bound: 70 % of each step (7 of 10 s) waits on communication")
+    assert communication_bound(bound, H100x8) == ()  # one node: nothing to add or take away
+    hidden = dataclasses.replace(bound, cost=dataclasses.replace(bound.cost, exposed_communication_s=4.0))
+    assert communication_bound(hidden, two_nodes) == ()

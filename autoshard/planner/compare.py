@@ -74,20 +74,20 @@ class MachineOption:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What the plan for this machine assumed or could not check: the hardware's notes (an unknown network
-        between nodes, an override) and the plan's ``Assumed:`` / ``Unchecked:`` lines."""
+        """What the plan for this machine assumed or could not check, and whether it is bound by its network: the
+        hardware's notes (an unknown network between nodes, an override) and the plan's ``Assumed:``,
+        ``Unchecked:`` and ``Communication-bound:`` lines."""
         lines = () if self.plan is None else tuple(
-            x for x in self.plan.explanation if x.startswith(("Assumed:", "Unchecked:")))
+            x for x in self.plan.explanation if x.startswith(("Assumed:", "Unchecked:", "Communication-bound:")))
         return (*self.hardware.notes, *lines)
 
     @property
     def checkpointing(self) -> str | None:
         """What the plan's checkpointed blocks recompute (``full``, ``op``, ``every-N``); ``None``: it does not
         checkpoint, or nothing fits."""
-        rec = None if self.plan is None else self.plan.recommended
-        if rec is None or not rec.candidate.activation_checkpointing:
+        if self.plan is None or not self.plan.recommended.candidate.activation_checkpointing:
             return None
-        return str(self.plan.workload.checkpoint_mode) if self.plan is not None else None
+        return str(self.plan.workload.checkpoint_mode)
 
     def to_dict(self, *, tokens: float | None = None, samples: float | None = None) -> dict[str, Any]:
         """JSON-ready: the machine, its plan's headline figures (the whole plan is ``recommend --json``'s), the

@@ -1,6 +1,7 @@
-"""The lines a plan's explanation adds after its headline: the global batch it trains with, and what it assumed
-or could not check of the hardware (a host without RAM or cores, a GPU without measurements or bandwidths,
-offload on several nodes where other parallelism is usual)."""
+"""The lines a plan's explanation adds after its headline: the global batch it trains with, a step on several
+nodes that waits mostly on the network, and what it assumed or could not check of the hardware (a host without
+RAM or cores, a GPU without measurements or bandwidths, offload on several nodes where other parallelism is
+usual)."""
 
 from __future__ import annotations
 

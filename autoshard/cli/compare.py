@@ -130,5 +130,4 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
         console.print(f"Fastest: {escape(options[0].machine)}. Each machine's plan and reasons: autoshard recommend "
                       f"{escape(model)} --hardware NAME [--gpus G --nodes N].")
     console.print("Predicted by autoshard's step-time model (docs/strategies/step-time.md): a GPU without "
-                  "measurements of its own is priced at generic efficiencies (autoshard hardware --hardware NAME "
-                  "shows which).")
+                  "measurements of its own is priced at generic efficiencies, which its machine's notes say.")

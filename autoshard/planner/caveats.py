@@ -67,6 +67,7 @@ def assumed_gpu(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
     predicted throughput is the less certain for it (a GPU file without ``memory_bandwidth`` came out 26 % faster
     than the same GPU with it)."""
     from autoshard.strategies.costs import host_link_bytes_per_s, link
+    from autoshard.strategies.step_time import UNMEASURED_UNALIGNED
 
     gpu, lines = hardware.gpu, []
     if gpu is None or best.cost is None:
@@ -80,6 +81,12 @@ def assumed_gpu(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
                      "generic fractions of its peaks (docs/strategies/step-time.md), less certain than for the "
                      "A100, H100 and V100 profiles, which are fitted to published measurements.")
     intra = link(hardware, "intra")
+    if any(UNMEASURED_UNALIGNED in note for note in best.cost.notes):
+        lines.append(f"Assumed: some of its 16-bit matmuls have dimensions that are not multiples of 8 (GPT-2's "
+                     f"50,257-token vocabulary is one), whose slowdown on {gpu.display_name} is not measured: they "
+                     "were priced at the aligned rate, so the step is predicted too fast (on Hopper such GEMMs run "
+                     "3 to 5.5x slower: docs/benchmarks/gpu_kernels.md; padding the vocabulary to a multiple of 64 "
+                     "avoids it).")
     if hardware.processes_per_node > 1 and not intra.known:
         lines.append("Assumed: the link between a node's GPUs is not known: its collectives were priced at "
                      f"{intra.bandwidth_bytes_per_s / 1e9:.3g} GB/s (give the GPU a host_link or nvlink, or the "

@@ -158,11 +158,23 @@ def alignment_factor(c: MatmulClass, fractions: Achievable) -> float:
         >>> alignment_factor(MatmulClass(**{**head.to_dict(), "alignment": 8}), f)  # 16 bytes
         1.0
     """
-    size = _ITEM_BYTES.get(c.dtype)
-    if c.kind not in ("gemm", "grouped") or size is None or c.alignment >= ALIGNED or c.alignment * size >= 16:
+    if not is_unaligned(c):
         return 1.0
+    size = _ITEM_BYTES[c.dtype]
     known = fractions.unaligned_matmul_2b if c.alignment * size <= 2 else fractions.unaligned_matmul
     return 1.0 if known is None else known
+
+
+def is_unaligned(c: MatmulClass) -> bool:
+    """Whether ``c`` is a 16-bit GEMM whose dimensions are not 16-byte aligned: slower on the GPUs measured
+    (:func:`alignment_factor`)."""
+    size = _ITEM_BYTES.get(c.dtype)
+    return c.kind in ("gemm", "grouped") and size is not None and c.alignment < ALIGNED and c.alignment * size < 16
+
+
+UNMEASURED_UNALIGNED = "whose slowdown on this GPU is not measured"
+"""The words of a step-time note when 16-bit GEMMs without 16-byte-aligned dimensions were priced at the aligned
+rate for want of the GPU's own figure (what the plan's ``Assumed:`` lines look for)."""
 
 
 def _peak_flops(gpu: GPUSpec, dtype: str) -> float | None:
@@ -219,6 +231,7 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
     matmul_s = attention_s = memory_s = 0.0
     fp32_units: set[str] = set()  # "fp32" / "tf32": where the step's fp32 GEMMs and convolutions ran
     unaligned_flops = 0  # of GEMMs priced below the aligned rate
+    unmeasured_flops = 0  # of unaligned GEMMs priced at the aligned rate: the GPU's slowdown is not known
     gemm_scale = _gemm_bytes_scale(census, census_2, b)
     for c in census.matmuls:
         priced = _priced_dtype(c.kind, c.dtype, gpu, tf32_matmuls)
@@ -229,6 +242,7 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
             return None
         aligned = alignment_factor(c, fractions)
         unaligned_flops += c.flops if aligned < 1 else 0
+        unmeasured_flops += c.flops if aligned == 1 and is_unaligned(c) else 0
         rate = peak * _fraction(c.kind, priced, fractions) * aligned
         moved = c.bytes * (b if c.kind == "attention" else gemm_scale)
         t = max(c.priced_flops * b / rate, 0.0 if hbm is None else moved / hbm, c.kernels * floor_s)
@@ -258,6 +272,9 @@ def estimate(census: OpCensus, micro_batch: int, gpu: GPUSpec, *, floor_s: float
         fp32 += (f", {unaligned_flops / max(census.matmul_flops, 1):.0%} of the matmul FLOPs in GEMMs without "
                  f"16-byte-aligned dimensions (at {fractions.unaligned_matmul_2b or 1:g} of the aligned rate if "
                  f"2-byte aligned, {fractions.unaligned_matmul or 1:g} if 4- or 8-byte)")
+    if unmeasured_flops:
+        fp32 += (f", {unmeasured_flops / max(census.matmul_flops, 1):.0%} of the matmul FLOPs in 16-bit GEMMs without "
+                 f"16-byte-aligned dimensions, {UNMEASURED_UNALIGNED}: priced at the aligned rate")
     checkpointing = (f", {checkpointed_blocks} checkpointed blocks at {checkpoint_block_s * 1e3:g} ms of host time "
                      "each" if checkpointed_blocks else "")
     note = (f"compute from the traced ops: matmuls at {fractions.matmul:g}{fp32} and attention at "

@@ -39,3 +39,20 @@ def test_a_measured_profile_assumes_nothing_and_a_generic_one_says_so() -> None:
     assert _assumed("dgx-h100") == []
     (line,) = _assumed("l40s")
     assert "NVIDIA L40S has no measured kernel efficiencies" in line
+
+
+def test_unaligned_gemms_on_a_gpu_without_their_measured_slowdown_are_said_to_be_priced_as_aligned() -> None:
+    """GPT-2's 50,257-token vocabulary makes its LM head an unaligned GEMM, measured 3-5.5x slower on Hopper and
+    priced so there; on an A100 it was priced at the aligned rate without a word, and the H100 NVL (no efficiencies
+    in its profile then) came out 1.81x the H100 SXM (probe)."""
+    from autoshard.hardware import load_hardware
+
+    a100 = autoshard.recommend("gpt2", hardware=load_hardware("a100-sxm-80gb", gpus=1), seq_len=1024,
+                               strategies=["ddp"])
+    assert any("not multiples of 8" in line and "A100" in line for line in a100.explanation)
+    rates = {}
+    for name in ("h100-sxm-80gb", "h100-nvl"):
+        plan = autoshard.recommend("gpt2", hardware=load_hardware(name, gpus=1), seq_len=1024, strategies=["ddp"])
+        assert not any("not multiples of 8" in line for line in plan.explanation)  # Hopper: measured, priced
+        rates[name] = plan.recommended.cost.samples_per_s
+    assert rates["h100-nvl"] < rates["h100-sxm-80gb"]  # 835.5 against 989.5 dense TFLOP/s, and a 400 W limit

@@ -52,9 +52,11 @@ def chunked_scan(config: Any) -> bool:
 def linear_attention(config: Any) -> bool:
     """Whether some layers are linear attention (``layer_types`` naming ``linear_attention``: Qwen3-Next, Qwen3.5,
     OLMo hybrid's gated DeltaNet), which transformers runs through its PyTorch chunked path
-    (``torch_chunk_gated_delta_rule``) unless flash-linear-attention is installed: autoshard traces that path."""
+    (``torch_chunk_gated_delta_rule``) unless flash-linear-attention is installed: autoshard traces that path.
+    transformers also names Mamba-2-style mixers so (Mamba2, Zamba2, Bamba): those are :func:`chunked_scan`'s."""
     text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
-    return any("linear_attention" in (getattr(part, "layer_types", None) or ()) for part in (config, text))
+    named = any("linear_attention" in (getattr(part, "layer_types", None) or ()) for part in (config, text))
+    return named and not chunked_scan(config)
 
 
 _EXPERT_FIELDS = ("num_local_experts", "n_routed_experts", "num_experts")

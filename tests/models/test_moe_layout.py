@@ -82,5 +82,9 @@ def test_linear_attention_layers_traced_through_the_reference_path_are_said(tmp_
         linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8)
     folder = _saved(qwen3_next, tmp_path, "qwen3-next")
     assert load_config(folder).metadata["reference_linear_attention"] is True
+    # transformers names Mamba-2 mixers linear_attention too: those plans say the scan line, not this one
+    mamba2 = transformers.Mamba2Config(vocab_size=128, hidden_size=32, num_hidden_layers=2, state_size=8,
+                                       num_heads=4, head_dim=16, n_groups=1, chunk_size=16)
+    assert "reference_linear_attention" not in load_config(_saved(mamba2, tmp_path, "mamba2")).metadata
     plan = autoshard.recommend(str(folder), hardware="dgx-h100", seq_len=32)
     assert any(x.startswith("Its linear-attention layers (gated DeltaNet) were traced") for x in plan.explanation)

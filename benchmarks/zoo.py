@@ -74,8 +74,8 @@ def profile_worker(folder: str, seq_len: int | None) -> dict[str, Any]:
         return {"status": "failed", "error": f"{type(exc).__name__}: {' '.join(str(exc).split())}",
                 "where": _where(exc)}
     data = prof.to_dict()
-    keep = ("seq_len", "parameter_count", "flops_per_step", "forward_flops", "backward_flops", "peak_bytes",
-            "peak_phase", "block_class", "extrapolated_from_layers", "trace_seconds")
+    keep = ("seq_len", "parameter_count", "active_parameter_count", "flops_per_step", "forward_flops",
+            "backward_flops", "peak_bytes", "peak_phase", "block_class", "extrapolated_from_layers", "trace_seconds")
     return {"status": "ok", **{k: data[k] for k in keep}}
 
 
@@ -341,12 +341,22 @@ def _table_row(row: dict[str, Any]) -> str:
         row["status"],
         _count(row["autoshard_parameters"]), f"{_count(row['meta_parameters'])} {exact}",
         f"{_count(published)}{delta}" if published is not None else "—",
+        _active(prof.get("active_parameter_count"), row["published_active_parameters"]),
         _flops(prof.get("flops_per_step")), _flops(row.get("kernel_formula_flops") or row["formula"]["step_flops"]),
         diff,
         f"{prof['wall_s']:.1f}", f"{rec['wall_s']:.1f}", _load(prof, rec), rec.get("recommended") or "—",
         _clip(error, 260),
     ]
     return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+def _active(autoshard_count: int | None, published: int | None) -> str:
+    """autoshard's parameters active per token beside the authors' (an MoE model), with the difference."""
+    if autoshard_count is None and published is None:
+        return "—"
+    delta = ("" if autoshard_count is None or published is None
+             else f" ({100 * (autoshard_count - published) / published:+.1f} %)")
+    return f"{_count(autoshard_count)} / {_count(published)}{delta}"
 
 
 def _load(*runs: dict[str, Any]) -> str:
@@ -373,7 +383,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"--json`, each limited to {setup['timeout_s']:g} s. References, without autoshard: *meta* is "
         "transformers' own build on the meta device (unique parameters; ✓ when autoshard reports exactly that); "
         "*published* is the authors' figure (the difference to the meta build in brackets: tied embeddings, "
-        "modules transformers does not build, rounding); *formula* is the analytic FLOPs of one training step "
+        "modules transformers does not build, rounding); *active per token* (MoE) is autoshard's count of the "
+        "parameters one token's step uses (all but the unchosen routed experts' share, "
+        "`autoshard/profiler/experts.py`) beside the authors' published figure; *formula* is the analytic FLOPs "
+        "of one training step "
         "at batch 1 (`benchmarks/zoo_flops.py`: 6·N·T over weight matrices with top-k + shared experts for MoE, "
         "plus 3 × 4·S²·d per attention layer, causal and sliding-window attention counted full — the MFU "
         "convention of PaLM appendix B — plus, for classes that run fused SDPA on a GPU (`_supports_sdpa`), the "
@@ -391,6 +404,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{s['profile_within_target_s']}/{s['profiled']}; recommend ≤ {TARGET_WALL_S:g} s "
         f"{s['recommend_ok_within_target_s']}/{s['ok']}. Within every target: {s['within_all_targets']}.")
     header = ("| model | kind | class | seq | status | params (autoshard) | params (meta) | published | "
+              "active per token (autoshard / published) | "
               "FLOPs/step (autoshard) | FLOPs/step (formula) | Δ FLOPs | profile (s) | recommend (s) | "
               "others' load (cores) | recommended | error |")
     earlier = setup.get("kept_from_earlier_runs")
@@ -398,7 +412,7 @@ def markdown(report: dict[str, Any]) -> str:
         method += (f" This command measured the models it names; the {len(earlier)} other rows were kept from "
                    "earlier runs (each row's date is in the JSON), their references recomputed.")
     lines = ["# Model zoo", "", versions, "", f"Benchmark: `{meta['command']}`", "", method, "", summary_line, "",
-             header, "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             header, "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     lines += [_table_row(r) for r in report["rows"]]
     lines += ["", "## Errors in full", ""]
     for r in report["rows"]:

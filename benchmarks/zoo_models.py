@@ -306,6 +306,8 @@ ZOO: tuple[ZooModel, ...] = (
              hidden_act="silu", attention_bias=False),
         15_700_000_000, "DeepSeek-V2 paper (arXiv 2405.04434), DeepSeek-V2-Lite: 15.7B total, 2.4B activated",
         kind="MoE decoder", active=2_400_000_000,
+        notes=("active per token: autoshard counts 2,661,150,208; without the input embedding (102400 x 2048 = "
+               "209,715,200, a lookup, no matmul) 2.45B, the figure DeepSeek's 2.4B appears to round",),
         tiny_base={},
         tiny={**_TINY_MHA, "num_hidden_layers": 4, "moe_intermediate_size": 32,
               "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2, "kv_lora_rank": 16,

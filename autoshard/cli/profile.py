@@ -100,6 +100,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _active(p: ModelProfile) -> str:
+    """``"; 12.93B active per token: 2 of 8 experts"`` for a mixture-of-experts model, else nothing."""
+    active, routing = p.active_parameter_count, p.expert_routing
+    if active is None or routing is None:
+        return ""
+    return f"; {count(active)} active per token: {routing.per_token} of {routing.experts} experts"
+
+
 def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -112,7 +120,7 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     seq = f", seq {p.seq_len}" if p.seq_len is not None else ""
     console.print(
         f"[bold]{p.model}[/bold] ({p.source_kind}) — {count(p.parameter_count)} parameters "
-        f"({count(p.trainable_parameter_count)} trainable), micro-batch {o.batch_size}{seq}, "
+        f"({count(p.trainable_parameter_count)} trainable{_active(p)}), micro-batch {o.batch_size}{seq}, "
         f"{o.precision.value}, {o.optimizer}" + ("" if o.optimizer_impl is None else f" ({o.optimizer_impl})")
         + (f", {checkpointing_of(o).label}" if o.activation_checkpointing else "")
         + (f", {o.grad_accumulation} accumulation steps" if o.grad_accumulation > 1 else "")

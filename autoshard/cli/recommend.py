@@ -145,8 +145,10 @@ def _print(plan: Plan) -> None:
     w = plan.workload
     matmuls = w.float32_matmul_precision
     tf32 = f" (float32 matmul precision {matmuls})" if matmuls != "highest" else ""
-    trains = (f" ({count(w.trainable_parameter_count)} trainable)"
-              if w.trainable_parameter_count < w.parameter_count else "")
+    counts = ([f"{count(w.trainable_parameter_count)} trainable"] if w.trainable_parameter_count < w.parameter_count
+              else []) + ([] if w.active_parameter_count is None else [f"{count(w.active_parameter_count)} active "
+                                                                      "per token"])
+    trains = f" ({'; '.join(counts)})" if counts else ""
     console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters{trains}, "
                   f"{w.precision.value}{tf32}, "
                   f"{w.optimizer}" + (f" ({w.optimizer_impl})" if w.optimizer_impl else "")

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from autoshard.profiler.checkpointing import parse_checkpointing
+from autoshard.profiler.experts import ExpertRouting, active_parameters
 from autoshard.profiler.op_census import OpCensus
 from autoshard.profiler.options import ProfileOptions
 
@@ -214,6 +215,11 @@ class ModelProfile:
     """The kernels of one steady-state optimizer step (the optimizer implementation traced: foreach, for-loop or
     fused), pooled over kernel sizes (:meth:`OpCensus.pooled`), what the step-time model prices after backward;
     ``None`` when FLOPs were not counted."""
+    routed_expert_parameter_count: int = 0
+    """Parameters of a mixture-of-experts model's routed experts (:mod:`autoshard.profiler.experts`), 0 for a
+    dense model."""
+    expert_routing: ExpertRouting | None = None
+    """Routed experts per MoE layer and experts per token, where the model states them."""
     reserved: ReserveReplay | None = None
     """With ``profile(reserved=True)`` on a CUDA target: the step's allocations, the model traced whole, replayed
     through the caching allocator (segments, splitting, fragmentation); ``None`` otherwise."""
@@ -229,6 +235,12 @@ class ModelProfile:
         """Blocks the traced step wraps in activation checkpointing (0 without it)."""
         choice = parse_checkpointing(self.options.checkpointing)
         return len(choice.checkpointed([b.name for b in self.blocks]))
+
+    @property
+    def active_parameter_count(self) -> int | None:
+        """Parameters one token's step uses (a mixture-of-experts model: the routed experts' share ``k / E``
+        only), ``None`` for a dense model."""
+        return active_parameters(self.parameter_count, self.routed_expert_parameter_count, self.expert_routing)
 
     @property
     def model_state_bytes(self) -> int:
@@ -267,6 +279,9 @@ class ModelProfile:
             "seq_len": self.seq_len,
             "parameter_count": self.parameter_count,
             "trainable_parameter_count": self.trainable_parameter_count,
+            "active_parameter_count": self.active_parameter_count,
+            "routed_expert_parameter_count": self.routed_expert_parameter_count,
+            "expert_routing": None if self.expert_routing is None else self.expert_routing.to_dict(),
             "parameter_bytes": self.parameter_bytes,
             "gradient_bytes": self.gradient_bytes,
             "optimizer_state_bytes": self.optimizer_state_bytes,

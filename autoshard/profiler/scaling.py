@@ -328,6 +328,7 @@ def _combine(
         # tower's last layer) are the same in every copy, and the weights sum to 1.
         unused_parameter_count=field("unused_parameter_count"),
         unused_parameter_bytes=field("unused_parameter_bytes"),
+        routed_expert_parameter_count=field("routed_expert_parameter_count"),
         unused_modules=tuple(dict.fromkeys(remap_module(m, plan.positions[-1], target, stacks)
                                            for m in last.unused_modules)),
     )

@@ -32,6 +32,7 @@ from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
 from autoshard.profiler.build_constants import fake_leftovers, real_schedules
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
 from autoshard.profiler.collection import gc_paused, older_objects_frozen, warm_up_checkpoint
+from autoshard.profiler.experts import routed_expert_parameters, routing_of
 from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
 from autoshard.profiler.op_census import CensusCounter, TrafficCensus
 from autoshard.profiler.optimizers import make_optimizer
@@ -220,6 +221,8 @@ def _profile(source: ModelSource, options: ProfileOptions, seq_len: int | None, 
         unused_parameter_count=sum(p.numel() for p in facts.unused.values()),
         unused_parameter_bytes=sum(p.numel() * p.element_size() for p in facts.unused.values()),
         unused_modules=unused_modules(model, set(facts.unused))[:UNUSED_NAMES_SHOWN],
+        routed_expert_parameter_count=routed_expert_parameters(model),
+        expert_routing=routing_of(source.metadata, model),
     )
 
 

@@ -190,6 +190,9 @@ class Workload:
     block_stacks: tuple[int, ...] = ()
     """Blocks in each stack, in order (:func:`autoshard.profiler.blocks.block_stacks`): an encoder-decoder has
     two. FSDP units of several blocks stay within a stack. Empty: one stack of every block."""
+    active_parameter_count: int | None = None
+    """Parameters one token's step uses, for a mixture-of-experts model (:attr:`ModelProfile.active_parameter_count`);
+    ``None`` for a dense one."""
     unused_parameter_count: int = 0
     """Trainable parameters the step leaves without a gradient (:attr:`ModelProfile.unused_parameter_count`):
     DDP must search the autograd graph for them every step."""
@@ -286,6 +289,7 @@ class Workload:
             "seq_len": self.seq_len,
             "parameter_count": self.parameter_count,
             "trainable_parameter_count": self.trainable_parameter_count,
+            "active_parameter_count": self.active_parameter_count,
             "block_class": self.block_class,
             "block_classes": list(self.block_classes),
             "blocks": len(self.block_parameter_counts),
@@ -435,6 +439,7 @@ def build_workload(
         cuda_overhead_bytes=sum(o.bytes for o in base.overheads if o.in_allocator),
         cuda_context_bytes=sum(o.bytes for o in base.overheads if not o.in_allocator),
         traces=traces,
+        active_parameter_count=base.active_parameter_count,
         unused_parameter_count=base.unused_parameter_count,
         unused_modules=base.unused_modules,
         optimizer_impl=optimizer_impl,

@@ -155,6 +155,40 @@ def exposed(communication_s: float, overlappable_compute_s: float) -> float:
     return max(0.0, communication_s - overlappable_compute_s)
 
 
+OVERLAP_COMPUTE_SLOWDOWN = 0.189
+"""How much longer compute kernels run while collectives run beside them on the same GPU (NCCL's kernels hold SMs
+and draw on the same memory bandwidth): 18.9 % on average (at most 40 %) against the same kernels with nothing
+beside them, measured training GPT and Llama models on A100, H100, MI250 and MI210 (Lee et al. 2025,
+"Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning: Performance and Power
+Implications", arXiv 2507.03114, abstract). A sourced average, not fitted to autoshard's points; one value for
+every GPU, since the source gives one."""
+
+
+def contention_seconds(hidden_s: float, window_s: float, hardware: HardwareSpec) -> tuple[float, str | None]:
+    """Compute time lost to the collectives hidden behind it, and the note saying so: during the ``hidden_s`` a
+    collective runs beside compute (at most the ``window_s`` of compute it can hide behind), the compute kernels
+    run :data:`OVERLAP_COMPUTE_SLOWDOWN` slower, so the compute that fell in that time, ``hidden / (1 + s)`` alone,
+    takes ``s / (1 + s) · hidden`` longer. 0 off CUDA (gloo's collectives run on the host's threads).
+
+    Example:
+        >>> from autoshard.hardware import load_hardware
+        >>> round(contention_seconds(1.0, 5.0, load_hardware("dgx-h100"))[0], 4)
+        0.159
+    """
+    if hardware.device_type != "cuda" or hidden_s <= 0 or window_s <= 0:
+        return 0.0, None
+    slowdown = OVERLAP_COMPUTE_SLOWDOWN
+    hidden = min(hidden_s, window_s)
+    lost = hidden * slowdown / (1 + slowdown)
+    return lost, (f"contention: {_ms(hidden)} of compute ran beside hidden collectives, {100 * slowdown:.1f} % "
+                  f"slower (NCCL's kernels share the SMs and memory bandwidth; Lee et al. 2025, arXiv 2507.03114): "
+                  f"+{_ms(lost)}, counted as exposed communication")
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.1f} ms"
+
+
 def step_compute_seconds(trace: StepTrace, micro_batch: int, hardware: HardwareSpec,
                          dtype: str, *, host_extra_s: float = 0.0, tf32_matmuls: bool = False) -> tuple[float, str]:
     """Compute time of ``micro_batch`` samples' forward + backward on one device, and the note explaining it.

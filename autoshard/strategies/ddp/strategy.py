@@ -332,6 +332,9 @@ class DDPStrategy(Strategy):
         exposed_s = last_s + costs.exposed(max(0.0, comm_s - last_s), backward_s)
         notes.append("overlap: each bucket's all-reduce starts when its gradients are ready and hides behind the "
                      "rest of backward; the last bucket is exposed (DDP design note, Backward Pass)")
+        contention_s, contention_note = costs.contention_seconds(comm_s - exposed_s, backward_s, hardware)
+        exposed_s += contention_s
+        notes += [contention_note] if contention_note else []
         if not costs.link(hardware, scope).known:
             notes.append(f"link bandwidth unknown: {costs.UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed")
         if s.find_unused_parameters and not s.static_graph:

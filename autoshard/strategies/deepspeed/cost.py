@@ -161,6 +161,8 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
     total_s = sum(costs.collective_seconds(c, hardware) for c in collectives) + copies_s
     exposed_s = (exposed_fixed + costs.exposed(fwd_overlap, forward_s) + costs.exposed(bwd_overlap, backward_s))
     notes += comm_notes
+    contention_s, contention_note = costs.contention_seconds(total_s - min(exposed_s, total_s), compute_s, hardware)
+    notes += [contention_note] if contention_note else []
     for scope in sorted({c.scope for c in collectives}):
         if not costs.link(hardware, scope).known:
             notes.append(f"{scope} link bandwidth unknown: {costs.UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed")
@@ -178,7 +180,7 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
         step_host_s, step_note = _engine_step_host(workload, settings)
         optimizer_s = max(optimizer_s, step_host_s)
         notes += step_note
-    step_s = compute_s + exposed_s + offload_s + optimizer_s
+    step_s = compute_s + exposed_s + contention_s + offload_s + optimizer_s
     # Under accumulation ZeRO-2 reduces every micro-batch's gradients (partition_gradients) and ZeRO-3 also
     # gathers parameters every micro-batch; ZeRO-1 reduces at the boundary. The all-gather after the step runs once.
     repeats = settings.stage >= 2
@@ -187,7 +189,7 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
     return CostEstimate(
         compute_s=compute_s,
         communication_s=total_s,
-        exposed_communication_s=min(exposed_s, total_s),
+        exposed_communication_s=min(exposed_s, total_s) + contention_s,
         offload_s=offload_s,
         step_time_s=step_s,
         samples_per_s=samples_per_s,
@@ -196,7 +198,7 @@ def estimate(workload: Workload, hardware: HardwareSpec, candidate: Candidate,
         notes=tuple(notes),
         optimizer_s=optimizer_s,
         repeated_communication_s=max(0.0, total_s - once_s) if repeats else 0.0,
-        repeated_exposed_s=max(0.0, min(exposed_s, total_s) - once_s) if repeats else 0.0,
+        repeated_exposed_s=max(0.0, min(exposed_s, total_s) + contention_s - once_s) if repeats else 0.0,
     )
 
 

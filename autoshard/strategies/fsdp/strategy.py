@@ -244,18 +244,21 @@ class FSDPStrategy(Strategy):
             offload_s += host.optimizer_s
         else:
             optimizer_s += host.optimizer_s
-        step_s = compute_s + comm.exposed_s + offload_s + optimizer_s
+        contention_s, contention_note = costs.contention_seconds(comm.total_s - comm.exposed_s, compute_s, hardware)
+        notes += [contention_note] if contention_note else []
+        exposed_s = comm.exposed_s + contention_s
+        step_s = compute_s + exposed_s + offload_s + optimizer_s
         replicas = hardware.world_size
         samples_per_s = b * replicas / step_s
         tokens = workload.tokens_per_sample
         return CostEstimate(
-            compute_s=compute_s, communication_s=comm.total_s, exposed_communication_s=comm.exposed_s,
+            compute_s=compute_s, communication_s=comm.total_s, exposed_communication_s=exposed_s,
             offload_s=offload_s, step_time_s=step_s, samples_per_s=samples_per_s,
             tokens_per_s=None if tokens is None else samples_per_s * tokens, collectives=comm.collectives,
             notes=tuple(notes), optimizer_s=optimizer_s,
             # Parameters are gathered for every forward and backward, and fit()'s backend reduce-scatters every
             # micro-batch's gradients: all of it repeats under accumulation.
-            repeated_communication_s=comm.total_s, repeated_exposed_s=comm.exposed_s,
+            repeated_communication_s=comm.total_s, repeated_exposed_s=exposed_s,
         )
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
         action=_Once,
         metavar="NAME|FILE",
         help="plan for a profile instead of this machine: a shipped name (autoshard hardware --list) "
-        "or a YAML file",
+        "or a YAML file; NAME:G or NAME:GxN sizes it as --gpus G --nodes N do (compare's form)",
     )
     group.add_argument("--gpus", type=int, action=_Once, metavar="N", help="GPUs per node (with no GPU: CPU processes)")
     group.add_argument("--nodes", type=int, action=_Once, metavar="N", help="number of nodes")
@@ -49,6 +51,29 @@ def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
                        help="host CPU cores per node: what a CPU optimizer step under offload runs on")
     group.add_argument("--nvme", action=_Once, metavar="PATH",
                        help="directory on a fast local disk to offload to (with --hardware: an absolute path there)")
+
+
+_SIZED = re.compile(r"^(?P<name>.+):(?P<gpus>[0-9]+)(?:x(?P<nodes>[0-9]+))?$")
+"""``NAME:G`` / ``NAME:GxN``: a machine sized as ``autoshard compare`` takes it."""
+
+
+def sized_hardware(args: argparse.Namespace) -> argparse.Namespace:
+    """``--hardware NAME:G[xN]`` (not a file of that name) as ``--hardware NAME --gpus G [--nodes N]``.
+
+    Raises:
+        UsageError: the size is given twice (with ``--gpus`` / ``--nodes`` too).
+    """
+    from autoshard.errors import UsageError
+
+    sized = None if args.hardware is None or Path(args.hardware).exists() else _SIZED.match(str(args.hardware))
+    if sized is None:
+        return args
+    if args.gpus is not None or args.nodes is not None:
+        raise UsageError(f"--hardware {args.hardware} sizes the machine, and --gpus or --nodes sizes it again.",
+                         hint=f"Pass one: --hardware {sized['name']} --gpus G [--nodes N], or --hardware "
+                              f"{args.hardware} alone.")
+    nodes = None if sized["nodes"] is None else int(sized["nodes"])
+    return argparse.Namespace(**{**vars(args), "hardware": sized["name"], "gpus": int(sized["gpus"]), "nodes": nodes})
 
 
 def overrides_from_args(args: argparse.Namespace) -> HardwareOverrides:
@@ -82,6 +107,7 @@ def hardware_from_args(args: argparse.Namespace, *, environ: Mapping[str, str] |
     """
     from autoshard.hardware.selection import select_hardware
 
+    args = sized_hardware(args)
     return select_hardware(
         args.hardware, overrides_from_args(args), environ=os.environ if environ is None else environ
     )

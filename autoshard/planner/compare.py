@@ -171,8 +171,8 @@ def compare(source: Any, machines: Sequence[str], *, prices: Mapping[str, float]
     for machine, hw in hardware.items():
         try:
             plan, refused = recommend(source, hardware=hw, **recommend_options), None
-        except NoFeasiblePlan as e:
-            plan, refused = None, e.message
+        except NoFeasiblePlan as e:  # with recommend's hint: what would fit, what autoshard does not plan
+            plan, refused = None, e.message if not e.hint else f"{e.message} {e.hint}"
         options.append(MachineOption(machine=machine, hardware=hw, plan=plan, refused=refused,
                                      gpu_hour_usd=prices.get(machine)))
     return tuple(sorted(options, key=lambda o: -(o.samples_per_s or 0.0)))

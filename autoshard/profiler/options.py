@@ -55,6 +55,10 @@ _PRECISION_ALIASES = {
     "pure-bf16": Precision.BF16_TRUE,
 }
 
+MAX_DIMENSION = 2**31 - 1
+"""The largest micro-batch or sequence length a profile is asked for: far beyond any training run, and within what
+the example batches' integer tensors (token ids drawn by ``torch.randint``, positions, masks) can hold."""
+
 OPTIMIZERS = ("adamw", "adam", "sgd", "adafactor", "adamw8bit")
 """Optimizers autoshard can build by name (``sgd`` is SGD with momentum 0.9; ``adamw8bit`` is bitsandbytes'
 ``AdamW8bit``, the Hugging Face Trainer's ``--optim adamw_bnb_8bit``)."""
@@ -274,6 +278,10 @@ class ProfileOptions:
             raise UsageError(f"batch size must be a positive integer, but got {self.batch_size!r}.")
         if self.seq_len is not None and not _positive_int(self.seq_len):
             raise UsageError(f"sequence length must be a positive integer, but got {self.seq_len!r}.")
+        for what, value in (("batch size", self.batch_size), ("sequence length", self.seq_len)):
+            if value is not None and value > MAX_DIMENSION:
+                raise UsageError(f"{what} {value:,} is above the {MAX_DIMENSION:,} autoshard can trace.",
+                                 hint="Token ids, positions and masks are built with torch's integer types.")
         if not _positive_int(self.grad_accumulation):
             raise UsageError(f"gradient accumulation must be a positive integer, but got {self.grad_accumulation!r}.")
         if not isinstance(self.set_grads_to_none, bool):

@@ -344,7 +344,11 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
     per_rank = samples_per_rank(job.data, hw.world_size)
     check_batch_fits_data(options.batch_size, per_rank)
     check_loader_fits_ranks(job.data, hw.world_size)
-    check_global_batch(options.global_batch_size, hw.world_size, batch_size, job.data,
+    # A list's first element is a batch or a single sample (only planning tells): its first dimension is a
+    # micro-batch only in a batch, so the global batch is held against it below, where a clash means samples.
+    maybe_samples = (options.batch_size is None and job.source is None and job.module is not None
+                     and as_samples(job.data) is not None)
+    check_global_batch(options.global_batch_size, hw.world_size, None if maybe_samples else batch_size, job.data,
                        epochs=job.epoch_limit)
     if source is None:
         source = module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
@@ -372,7 +376,15 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
 
         say(f"planning {source.name} for {hw.world_size} {hw.gpu.name if hw.gpu else 'cpu'} rank(s) (tracing a "
             "training step on fake tensors)")
+    clash: UsageError | None = None  # the global batch against a list's first dimension, read as batches
     try:
+        if maybe_samples:
+            try:
+                check_global_batch(options.global_batch_size, hw.world_size, batch_size, job.data,
+                                   epochs=job.epoch_limit)
+            except UsageError as e:  # not as batches: as single samples, below
+                clash = e
+                raise UserCodeError(e.message, hint=e.hint) from e
         plan = planned(source)
         _check_list_batches(job.data, options.batch_size)
     except UserCodeError as first:
@@ -401,11 +413,12 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         try:
             plan = planned(source)
         except UserCodeError:
-            raise first from None
+            raise (clash or first) from None
         job = replace(job, data=samples)
-        notes.append("data is a list whose elements are single samples (the first, passed to the model as a batch, "
-                     f"failed: {first.message}): it is batched like a Dataset. Pass a DataLoader to batch it "
-                     "yourself, or a list of batches.")
+        why = (f"read as batches, {clash.message.rstrip('.')}" if clash is not None else
+               f"the first, passed to the model as a batch, failed: {first.message}")
+        notes.append(f"data is a list whose elements are single samples ({why}): it is batched like a Dataset. "
+                     "Pass a DataLoader to batch it yourself, or a list of batches.")
     exported = from_plan(plan)
     if plan.cached_workload is not None:
         notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")

@@ -142,3 +142,30 @@ def test_a_model_that_puts_tensors_on_cuda_itself_is_told_why_it_cannot_be_trace
     assert main(["profile", str(model), "--batch-size", "2"]) == 2
     err = capsys.readouterr().err
     assert "traced on this machine's CPU, on fake tensors" in err and "(x.device)" in err
+
+
+def test_a_machine_sized_as_compare_sizes_it_is_recommend_s_gpus_and_nodes() -> None:
+    """``recommend --hardware a100-sxm-80gb:2`` was an unknown profile, while ``compare`` takes that form (probe)."""
+    import argparse
+
+    from autoshard.cli._hardware_args import hardware_from_args
+
+    def hw(**flags: object) -> object:
+        args = argparse.Namespace(**{"hardware": None, "gpus": None, "nodes": None, "gpu_memory": None,
+                                     "cpu_memory": None, "cpu_cores": None, "nvme": None, **flags})
+        return hardware_from_args(args, environ={})
+
+    sized = hw(hardware="h100-sxm-80gb:8x2")
+    flagged = hw(hardware="h100-sxm-80gb", gpus=8, nodes=2)
+    assert sized == flagged and (sized.world_size, sized.nodes) == (16, 2)  # type: ignore[attr-defined]
+    with pytest.raises(UsageError, match="sizes the machine, and --gpus or --nodes sizes it again"):
+        hw(hardware="h100-sxm-80gb:8", gpus=4)
+
+
+@pytest.mark.parametrize("flag", ["--seq-len", "--batch-size"])
+def test_a_size_beyond_torchs_integers_is_one_line(flag, capsys):
+    """A --seq-len of 10^20 printed 13 lines of C++ frames and blamed the model's own code (probe)."""
+    assert main(["profile", "tiny-gpt2", flag, "99999999999999999999"]) == 2
+    err = capsys.readouterr().err
+    assert "is above the 2,147,483,647 autoshard can trace" in err and "c10" not in err
+    assert len(err.strip().splitlines()) <= 2

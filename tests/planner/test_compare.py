@@ -11,7 +11,7 @@ import pytest
 
 import autoshard
 from autoshard.cli import main
-from autoshard.errors import HardwareError, UsageError
+from autoshard.errors import HardwareError, NoFeasiblePlan, UsageError
 from autoshard.hardware import load_hardware
 from autoshard.planner.compare import compare, machine_hardware
 
@@ -44,8 +44,11 @@ def test_each_machine_is_planned_as_recommend_plans_it_fastest_first(tmp_path: P
     hours = t4.hours(tokens=tokens)
     assert hours == pytest.approx(tokens / t4.tokens_per_s / 3600)
     assert t4.cost_usd(tokens=tokens) == pytest.approx(hours * 2 * 0.35)
-    nothing = options[2]  # kept, with recommend's reason, instead of ending the comparison
+    nothing = options[2]  # kept, with recommend's reason and hint, instead of ending the comparison
     assert nothing.plan is None and nothing.refused and "usable" in nothing.refused
+    with pytest.raises(NoFeasiblePlan) as refusal:
+        autoshard.recommend(MODEL, hardware=load_hardware(str(tiny)), seq_len=32)
+    assert refusal.value.hint and nothing.refused == f"{refusal.value.message} {refusal.value.hint}"
     assert nothing.hours(tokens=tokens) is None and nothing.cost_usd(tokens=tokens) is None
     row = nothing.to_dict(tokens=tokens)
     assert row["strategy"] is None and row["refused"] == nothing.refused

@@ -72,11 +72,13 @@ def main(case: str) -> None:
             kwargs["model"] = torch.compile(kwargs["model"])
         if case == "no-consolidate":
             kwargs["consolidate"] = False
-    elif case in ("hf-loader", "hf-list"):
+    elif case in ("hf-loader", "hf-list", "hf-list-global"):
         model, samples = _llama_samples()
         kwargs = {"model": model, "data": DataLoader(samples, batch_size=4) if case == "hf-loader" else samples}
         if case == "hf-list":
             kwargs["batch_size"] = 4
+        if case == "hf-list-global":  # a sample's 16 tokens are no micro-batch: 8 samples a step is 4 per rank
+            kwargs["global_batch_size"] = 8
     elif case == "training-step":
         kwargs = _training_step()
     elif case == "tensor":
@@ -89,6 +91,8 @@ def main(case: str) -> None:
                            **kwargs)
     if not autoshard.is_worker():
         print("RESULT " + json.dumps({"strategy": result.plan.strategy, "losses": result.losses,
+                                      "global_batch": result.plan.micro_batch_size
+                                      * result.plan.gradient_accumulation * 2,
                                       "notes": list(result.notes), "model": result.model is not None}), flush=True)
 
 

@@ -37,6 +37,7 @@ from autoshard.models.hf_classes import (
 )
 from autoshard.models.hf_inputs import input_spec
 from autoshard.models.hf_masks import call_without_padding
+from autoshard.models.hf_spec import trained_positions
 from autoshard.models.source import ModelSource
 
 __all__ = ["load_config"]
@@ -120,6 +121,9 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
     }
     if inputs.image_tokens is not None:
         metadata["image_tokens"] = inputs.image_tokens
+    positions = trained_positions(config)
+    if positions is not None:
+        metadata["trained_positions"] = positions
     if chunked_scan(config):
         metadata["reference_scan"] = True
     if linear_attention(config):

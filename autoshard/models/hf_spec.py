@@ -93,6 +93,16 @@ def _seq_bounds(text_config: Any) -> dict[str, Any]:
     return {"accepts_seq_len": True, "default_seq_len": default, "max_seq_len": max_seq_len}
 
 
+def trained_positions(config: Any) -> int | None:
+    """The positions a rotary (or otherwise unbounded) text config declares (``max_position_embeddings``): the
+    context it was made for, which a longer sequence runs past without a bound; ``None`` for learned positions
+    (a bound, :attr:`InputSpec.max_seq_len`) or a config that declares none."""
+    text = _text_config(config)
+    if not any(getattr(text, key, None) is not None for key in _UNBOUNDED_POSITION_KEYS):
+        return None
+    return next((getattr(text, k) for k in _POSITION_KEYS if isinstance(getattr(text, k, None), int)), None)
+
+
 def _text_config(config: Any) -> Any:
     """The config of the text part (``text_config`` of multimodal models; the config itself otherwise)."""
     get = getattr(config, "get_text_config", None)

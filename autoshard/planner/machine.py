@@ -243,7 +243,7 @@ def plan_for(
     planned = dataclasses.replace(plan(workload, hardware, request, chosen), cached_workload=entry)
     if choice is None:
         planned = weigh_selective(planned, lambda selective: traced((True,), selective), chosen)
-    lines = _source_lines(loaded, hardware.world_size)
+    lines = _source_lines(loaded, hardware.world_size, workload.seq_len)
     if workload.checkpoints_itself:
         lines.append(SELF_CHECKPOINTING)
     return dataclasses.replace(planned, explanation=(*planned.explanation, *lines)) if lines else planned
@@ -268,10 +268,17 @@ def traced_choices(checkpointed: bool, strategies: Sequence[Strategy]) -> tuple[
     return (checkpointed,)
 
 
-def _source_lines(loaded: ModelSource, world_size: int) -> list[str]:
+def _source_lines(loaded: ModelSource, world_size: int, seq_len: int | None = None) -> list[str]:
     """The explanation's lines about the model source itself: MoE experts on several GPUs, sizes taken from
-    transformers' defaults, a reference scan."""
+    transformers' defaults, a reference scan, a sequence past the context its rotary positions were made for."""
     lines = []
+    trained = loaded.metadata.get("trained_positions")
+    if isinstance(trained, int) and seq_len is not None and seq_len > trained:
+        lines.append(
+            f"Scope: sequence {seq_len:,} is past the {trained:,} positions {loaded.name} was made for "
+            "(max_position_embeddings): rotary positions run at any length, so memory and time are planned as "
+            "asked, but training that far usually needs RoPE scaling (rope_scaling in the config) or a long-context "
+            "checkpoint.")
     experts = loaded.metadata.get("experts")
     if experts and world_size > 1:
         lines.append(

@@ -208,7 +208,8 @@ def _entry(
     published_parameters: int | None,
     build: type[LlamaForCausalLM] = LlamaForCausalLM,
 ) -> ModelSource:
-    metadata = entry_metadata(reference, published_parameters, f"{build.__name__} (transformers), untied lm_head")
+    metadata = {**entry_metadata(reference, published_parameters, f"{build.__name__} (transformers), untied lm_head"),
+                "trained_positions": default_seq_len}  # its context: rotary positions run past it unbounded
     return layered_source(
         name,
         config,

@@ -1,0 +1,39 @@
+"""A sequence past the context a rotary model was made for is planned as asked, and the plan says so: a
+long-context user planned Llama 2 at 65,536 tokens (16x its 4,096) and nothing said that training that far needs
+RoPE scaling or a long-context checkpoint (probe)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import transformers
+
+import autoshard
+from autoshard.models.hf import load_config
+
+SMALL = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _line(plan: autoshard.Plan) -> list[str]:
+    return [x for x in plan.explanation if x.startswith("Scope: sequence")]
+
+
+def test_a_sequence_past_the_rotary_context_is_said(tmp_path: Path) -> None:
+    folder = tmp_path / "llama"
+    transformers.LlamaConfig(**SMALL).save_pretrained(folder)
+    assert load_config(folder).metadata["trained_positions"] == 64
+    past = autoshard.recommend(str(folder), hardware="dgx-h100", seq_len=128)
+    assert _line(past) == [
+        "Scope: sequence 128 is past the 64 positions llama was made for (max_position_embeddings): rotary "
+        "positions run at any length, so memory and time are planned as asked, but training that far usually needs "
+        "RoPE scaling (rope_scaling in the config) or a long-context checkpoint."]
+    assert _line(autoshard.recommend(str(folder), hardware="dgx-h100", seq_len=64)) == []
+
+
+def test_learned_positions_are_a_bound_not_a_context() -> None:
+    gpt2 = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    from autoshard.models.hf_spec import trained_positions
+
+    assert trained_positions(gpt2) is None
+    assert trained_positions(transformers.LlamaConfig(**SMALL)) == 64

@@ -2,7 +2,7 @@
 
 A stack of identical blocks adds the same tensors for every block it has: the same parameters, gradients and
 optimizer state, the same saved activations, the same FLOPs. So every quantity the trace measures — and the
-high point of each phase of the step, category by category — is an affine function of the block count ``L``
+memory at any one point of the step, category by category — is an affine function of the block count ``L``
 as long as the shape of the step does not change. Tracing at ``L1`` and ``L2`` blocks gives both
 coefficients; the profile at the real ``L`` follows. The peak is the highest of the extrapolated phase peaks.
 
@@ -13,13 +13,21 @@ block and one block of each kind; one more copy per kind adds a block of that ki
 differences give each kind's increment. With one kind this is the 2- and 3-block extrapolation above.
 
 The high point of a phase is the exception: it is the highest of many points, and where it falls can differ
-between copies — with blocks of two kinds, one copy's backward can peak inside a block of one kind and the
-others' inside a block of the other — and the maximum of several lines is not a line. So with several kinds
-each phase's highest point *inside each block every copy keeps* (the first, the last, the first of each kind)
-and outside every block is extrapolated, each being the same place in every copy, and the phase's peak is the
-highest of those. Grouping by kind instead is not enough: within a kind the highest point moves too (to the block a
-copy adds). When a copy's phase peaks inside the block it adds, which no other copy has, nothing says how those
-points grow, and every block is traced instead.
+between copies, and the maximum of several lines is not a line. With alike blocks, backward can peak at its
+start in the shallow copies (the logits' gradient, every block's saved input) and at its end at full depth
+(every block's gradient): llama-3-8b at 4096 tokens under checkpointing peaks at the start with 2 and 3 blocks
+and at the end with 32, and combining the two copies' peaks as one line gave -34 GiB of activations and a peak
+9.4 GiB low. With blocks of two kinds, one copy's backward can peak inside a block of one kind and the others'
+inside a block of the other. So each phase's highest point *inside each block every copy keeps* (the first, the
+last, the first of each kind), *before its first block* and *after each such block* (the stretches between
+blocks and at the end: :meth:`~autoshard.profiler.tracker.MemoryTracker.place`) is extrapolated, each being the
+same place in every copy, so the same operations with the same bytes alive around them; the phase's peak is the
+highest of those. Inside one place the bytes that grow with the block count (the other blocks' saved
+activations, their gradients) are the same at every point, so its highest point is the same point in every
+copy and at full depth: the result is exact. Grouping by kind instead is not enough: within a kind the highest
+point moves too (to the block a copy adds). When a copy's phase peaks inside the block it adds (or right after
+it), which no other copy has, nothing says how those points grow, and every block is traced instead, the
+profile saying why (:attr:`ModelProfile.depth`).
 
 Every extrapolated profile is checked: each shallow copy must have the kinds of block it stands for, and the
 extrapolated parameter count must equal that of the model built at full depth on the meta device. When a
@@ -36,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,11 +89,11 @@ class DepthTimelines:
     """The value at :attr:`target` is ``Σ weights[i] · value[i]`` over the traces (empty for a full trace)."""
 
     stack: str | Layout = ""
-    """The stack whose blocks are of several kinds (``""`` when its blocks are alike, or for a full trace), or
-    per stack its name and full-depth positions (a composite model's towers, see :meth:`LayerKinds.layout`)."""
+    """Per stack its name and full-depth positions (:meth:`LayerKinds.layout`) for shallow traces; ``""`` for a
+    full trace."""
     positions: tuple[tuple[int, ...], ...] = ()
-    """With :attr:`stack`: per trace, the full-depth position of each of its blocks in order. Phase peaks are
-    then extrapolated place by place (:meth:`located`)."""
+    """For shallow traces: per trace, the full-depth position of each of its blocks in order. Phase peaks are
+    then extrapolated place by place (:meth:`located`); empty for a full trace."""
     _located: dict[int, tuple[DepthTimelines, dict[str, tuple[MemoryBreakdown, int]] | None]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
     """:meth:`located`'s answers by micro-batch, with the ``later`` timelines each is for: a plan asks for
@@ -100,9 +108,9 @@ class DepthTimelines:
                 for k in values[0] if all(k in v for v in values)}
 
     def located(self, later: DepthTimelines, micro_batch: int) -> dict[str, tuple[MemoryBreakdown, int]] | None:
-        """Per phase, the peak breakdown and the highest activations + temporaries + inputs at :attr:`target`
-        when the blocks are of several kinds: each the highest of those inside each block every trace keeps and
-        outside every block, extrapolated place by place (see the module docstring). As in
+        """Per phase, the peak breakdown and the highest activations + temporaries + inputs at :attr:`target`:
+        each the highest of those inside each block every trace keeps, before the first block and after each
+        such block, extrapolated place by place (see the module docstring). As in
         :func:`~autoshard.profiler.timeline.located_peaks`, these timelines count as micro-batch 1 and
         ``later``'s (one sample more) as 2.
 
@@ -236,7 +244,7 @@ def _extrapolated_batches(
             continue
         timelines = DepthTimelines(depths=tuple(len(p) for p in plan.positions),
                                    timelines=tuple(t for _, _, t in traced), target=source.num_layers,
-                                   weights=plan.weights, **_placed(plan))
+                                   weights=plan.weights, **_placed(plan, tuple(t for _, _, t in traced)))
         out.append((dataclasses.replace(combined, trace_seconds=(time.perf_counter() - started) / len(batch_sizes)),
                     timelines))
     # A copy whose checks fail at some micro-batch: those are traced whole, each saying why.
@@ -272,9 +280,9 @@ def _checked(source: ModelSource, plan: Plan, traced: list[tuple[ModelProfile, d
 def _combine(
     name: str, target: int, plan: Plan, traced: list[tuple[ModelProfile, dict[str, PeakSnapshot]]]
 ) -> ModelProfile | str:
-    """The profile at full depth: every quantity is ``Σ weights[i] · copy[i]`` (exact integers); with blocks
-    of several kinds each phase's peak is the highest of its extrapolated peaks place by place. A string says
-    why the copies cannot be combined."""
+    """The profile at full depth: every quantity is ``Σ weights[i] · copy[i]`` (exact integers); each phase's
+    peak is the highest of its extrapolated peaks place by place (:func:`_phase_peak`). A string says why the
+    copies cannot be combined."""
     profiles = [p for p, _ in traced]
     last, last_phases = traced[-1]
     stacks = plan.kinds.layout() if plan.kinds is not None else None
@@ -290,7 +298,7 @@ def _combine(
         group = [phases[phase] for _, phases in traced if phase in phases]
         if len(group) != len(traced):
             continue
-        stack = plan.kinds.layout() if plan.mixed and plan.kinds is not None else None
+        stack = stacks if stacks is not None else _layout_of(place for s in group for place in s.within)
         snapshot = _phase_peak(group, plan.weights, plan.positions, stack, target, stacks)
         if isinstance(snapshot, str):
             return snapshot
@@ -344,11 +352,27 @@ def _combined_census(weights: tuple[int, ...], censuses: list[OpCensus | None]) 
 
 def _phase_peak(
     group: list[PeakSnapshot], weights: tuple[int, ...], positions: tuple[tuple[int, ...], ...],
-    stack: str | Layout | None, target: int, stacks: tuple[str, ...] | Layout | None,
+    stack: str | Layout, target: int, stacks: tuple[str, ...] | Layout | None,
 ) -> PeakSnapshot | str:
-    """One phase's peak at full depth from its peak in each copy: ``Σ weights[i] · copy[i]``, or with ``stack``
-    (blocks of several kinds) the highest of those extrapolated place by place (see the module docstring). A
-    string says why it cannot be extrapolated.
+    """One phase's peak at full depth from its peak in each copy: the highest of its highest points place by
+    place (inside each block every copy keeps, before the first block, after each such block), each
+    extrapolated as ``Σ weights[i] · copy[i]`` (see the module docstring). A string says why it cannot be
+    extrapolated.
+
+    The copies' peaks themselves are not combined: they need not be at the same place. Two copies whose
+    backward is highest at its start (the logits' gradient) while its end (after block 0, every gradient)
+    grows faster peak at the end at full depth, where one line through their peaks says 100::
+
+        >>> def ends(start, end):  # a copy's backward: its start and its end
+        ...     within = {}
+        ...     within[""] = PeakSnapshot(start, {c: start if c is Category.ACTIVATIONS else 0 for c in Category},
+        ...                               "backward", "head", 1, 0, within)
+        ...     within["@s.0"] = PeakSnapshot(end, {c: end if c is Category.GRADIENTS else 0 for c in Category},
+        ...                                   "backward", "embed", 1, 9, within)
+        ...     return within[""]
+        >>> peak = _phase_peak([ends(100, 60), ends(100, 80)], (-7, 8), ((0, 9), (0, 1, 9)), "s", 10, ("s",))
+        >>> peak.total_bytes, peak.module, peak.by_category[Category.ACTIVATIONS]
+        (220, 'embed', 0)
 
     Example (two copies of a stack ``s`` of two and three blocks, ten in all: the peak moves from block 0 to the
     last block as blocks are added)::
@@ -364,8 +388,6 @@ def _phase_peak(
         >>> two, three = copy(100, 90), copy(110, 115, 50)
         >>> _phase_peak([two, three], (-7, 8), ((0, 9), (0, 1, 9)), "s", 10, ("s",)).total_bytes
         290
-        >>> _phase_peak([two, three], (-7, 8), ((0, 9), (0, 1, 9)), None, 10, ("s",)).total_bytes  # one line
-        220
         >>> print(_phase_peak([two, copy(110, 115, 120)], (-7, 8), ((0, 9), (0, 1, 9)), "s", 10, ("s",)))
         ... # doctest: +ELLIPSIS
         the backward peak of the copy of 3 blocks is in block 1, which the other copies do not have, so it ...
@@ -378,8 +400,6 @@ def _phase_peak(
         module = remap_module(last.module, positions[-1], target, stacks)
         return PeakSnapshot(sum(by_category.values()), by_category, last.phase, module, last.step, last.order)
 
-    if stack is None:
-        return combined(group)
     by_place = [_by_place(stack, kept, s.within) for s, kept in zip(group, positions, strict=True)]
     common = [place for place in by_place[0] if all(place in p for p in by_place)]
     for s, p, kept in zip(group, by_place, positions, strict=True):
@@ -410,26 +430,50 @@ def _place(stack: str | Layout, kept: tuple[int, ...], block: str) -> Hashable:
     that keeps the blocks at ``kept``, its position at full depth; any other block (e.g. of a vision tower, the
     same in every copy) by its name; ``""`` outside every block.
 
-    Outside every block, towers (:func:`~autoshard.profiler.depth_names.is_towers`) tell apart the stretches
-    after each block (:meth:`~autoshard.profiler.tracker.MemoryTracker.place`): LLaVA's backward peaks
-    outside its blocks at the start (the logits' gradient) in shallow copies and at the end (every gradient)
-    at full depth. One stack keeps them one place, as it always has."""
+    Outside every block, the stretch after each block (``"@name"``,
+    :meth:`~autoshard.profiler.tracker.MemoryTracker.place`) is a place of its own, ``("after", its block's
+    place)``: backward peaks outside its blocks at the start (the logits' gradient) in shallow copies and at the
+    end (every gradient) at full depth, in LLaVA as in llama-3-8b under checkpointing. Stacks that are not
+    towers (an encoder's and a decoder's) number their blocks from 0 each: their places carry the stack's name.
+
+    Example (a copy keeping blocks 0, 1 and 9 of ``h``)::
+
+        >>> [_place("h", (0, 1, 9), b) for b in ("", "h.2", "@h.2", "@h.0", "h.1.attn", "wte")]
+        ['', 9, ('after', 9), ('after', 0), 1, 'wte']
+    """
     if block.startswith("@"):
-        return ("after", _place(stack, kept, block[1:])) if is_towers(as_layout(stack)) else ""
-    for name, start, end in as_layout(stack):
+        return ("after", _place(stack, kept, block[1:]))
+    layout = as_layout(stack)
+    for name, start, end in layout:
         if block.startswith(name + "."):
             index = block[len(name) + 1:].partition(".")[0]
             here = [p for p in kept if start <= p < end]
             if index.isdigit() and int(index) < len(here):
-                return here[int(index)]
+                # Stacks that are not towers number their blocks from 0 each (an encoder's and a decoder's).
+                return here[int(index)] if len(layout) == 1 or is_towers(layout) else (name, here[int(index)])
     return block
 
 
-def _placed(plan: Plan) -> dict[str, Any]:
-    """The :class:`DepthTimelines` fields that let phase peaks be extrapolated place by place (mixed blocks)."""
-    if not plan.mixed or plan.kinds is None:
-        return {}
-    return {"stack": plan.kinds.layout(), "positions": plan.positions}
+def _placed(plan: Plan, timelines: tuple[Timeline, ...]) -> dict[str, Any]:
+    """The :class:`DepthTimelines` fields that let phase peaks be extrapolated place by place: always, alike
+    blocks too (see the module docstring). Stacks that were not found are read off the blocks' names."""
+    stack = plan.kinds.layout() if plan.kinds is not None else _layout_of(
+        name for t in timelines for name in t.block_names)
+    return {"stack": stack, "positions": plan.positions}
+
+
+def _layout_of(places: Iterable[str]) -> Layout:
+    """Stacks named by the blocks a trace ran (``"h.3"`` is block 3 of stack ``h``; ``"@h.3"`` the stretch after
+    it), each holding every full-depth position: for a model whose stacks
+    :func:`~autoshard.models.hf_layers.layer_kinds` did not find.
+
+    Example:
+        >>> _layout_of(["", "h.0", "@h.0", "h.1", "enc.block.0"])
+        (('h', 0, 9223372036854775807), ('enc.block', 0, 9223372036854775807))
+    """
+    stacks = dict.fromkeys(name for name, dot, index in (p.lstrip("@").rpartition(".") for p in places)
+                           if dot and name and index.isdigit())
+    return as_layout(tuple(stacks))
 
 
 def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthRecord:

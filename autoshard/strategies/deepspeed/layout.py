@@ -90,6 +90,9 @@ class PartitionedLayout:
     ``numel <= stage3_param_persistence_threshold``)."""
     gathered_numel: int
     """Elements of the parameters gathered for compute (all but the persistent ones)."""
+    backward_numel: int
+    """Of those, the elements gathered again in backward: all but frozen tensors before the first trainable one
+    (see :func:`partitioned_layout`)."""
     retained_numel: int
     """Of those, the elements still gathered when backward starts: a parameter is not released after its
     forward use when it is used again within ``stage3_max_reuse_distance`` elements of the module trace
@@ -103,15 +106,40 @@ class PartitionedLayout:
     """Elements of the largest optimizer sub-group (``stage3.py::_create_fp16_sub_groups``, ``sub_group_size``)."""
 
 
-def partitioned_layout(numels: Sequence[int], world: int, settings: ZeroSettings) -> PartitionedLayout:
-    """The ZeRO-3 partitioning and gathering quantities for ``numels`` (tensors in module order)."""
+def partitioned_layout(numels: Sequence[int], world: int, settings: ZeroSettings,
+                       module_numels: Sequence[int] = ()) -> PartitionedLayout:
+    """The ZeRO-3 partitioning and gathering quantities for ``numels`` (trainable tensors in module order).
+
+    ``module_numels`` lists every parameter tensor in module order, a frozen one's element count negated
+    (:attr:`~autoshard.strategies.workload.Workload.module_parameter_numels`; empty: all train). ZeRO-3 partitions
+    and gathers frozen parameters as it does trainable ones: the hooks of ``parameter_offload.py`` fetch every
+    parameter of a module, whatever its ``requires_grad``, before its forward and, when the module's output needs
+    a gradient, before its backward (``_pre_backward_module_hook``: a frozen weight is gathered to compute the
+    input's gradient). A frozen tensor before the first trainable one (a frozen embedding, frozen lower blocks)
+    has no backward use: the module trace has no later use of it, so ``__params_to_release`` frees it after
+    forward. One after it (the frozen base weights around LoRA adapters, all but the norms in norm-only tuning)
+    is used again in backward, and stays gathered between the two uses like a trainable one.
+
+    Examples:
+        >>> s = ZeroSettings(stage=3, reduce_bucket_size=1, overlap_comm=False, contiguous_gradients=False,
+        ...                  param_persistence_threshold=10, max_reuse_distance=10**9)
+        >>> partitioned_layout([50], 2, s, module_numels=(-100, 50, -100)).retained_numel  # not the first
+        150
+        >>> partitioned_layout([50], 2, s).retained_numel
+        50
+    """
     parts = [math.ceil(n / world) for n in numels]
-    gathered = [n for n in numels if n > settings.param_persistence_threshold]
+    every = module_numels or numels
+    first_trainable = next((i for i, n in enumerate(every) if n > 0), len(every))
+    used = [(abs(n), i >= first_trainable) for i, n in enumerate(every)]  # (numel, used in backward)
+    gathered = [n for n, _ in used if n > settings.param_persistence_threshold]
     retained, after = 0, 0
-    for n in reversed(numels):
-        if n > settings.param_persistence_threshold and 2 * after < settings.max_reuse_distance:
+    for n, in_backward in reversed(used):
+        # Between its forward and backward uses a tensor sees the forward use of those after it and the backward
+        # use of those after it that backward reaches.
+        if in_backward and n > settings.param_persistence_threshold and after < settings.max_reuse_distance:
             retained += n
-        after += n
+        after += n * (2 if in_backward else 1)
     largest = max(gathered, default=0)
     window = min(settings.prefetch_bucket_size, settings.max_live_parameters)
     prefetch = min(sum(gathered), window + largest) if window > 0 else 0
@@ -122,8 +150,9 @@ def partitioned_layout(numels: Sequence[int], world: int, settings: ZeroSettings
             sub_group, current = max(sub_group, current), 0
     return PartitionedLayout(
         partition_numel=sum(parts),
-        persistent_numel=sum(numels) - sum(gathered),
+        persistent_numel=sum(n for n, _ in used) - sum(gathered),
         gathered_numel=sum(gathered),
+        backward_numel=sum(n for n, b in used if b and n > settings.param_persistence_threshold),
         retained_numel=retained,
         prefetch_numel=prefetch,
         largest_gathered_numel=largest,

@@ -12,7 +12,9 @@ What a rank holds, in short:
   reduced. ZeRO-1 keeps every gradient until backward ends; ZeRO-2 moves each into a bucket as it is produced.
 * ZeRO-3 (``stage3.py::DeepSpeedZeroOptimizer_Stage3``): one ``lp`` partition of every parameter (each padded to
   ``ceil(numel / N)``), full copies of the small "persistent" ones, an fp32 master partition, optimizer state, an
-  ``lp`` gradient partition, one reduce bucket for the whole run, and the parameters gathered for compute.
+  ``lp`` gradient partition, one reduce bucket for the whole run, and the parameters gathered for compute —
+  frozen ones too, which backward gathers again where it runs through them to reach a trainable parameter
+  (LoRA, norm-only tuning: :func:`~autoshard.strategies.deepspeed.layout.partitioned_layout`).
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def model_states(workload: Workload, world: int, settings: ZeroSettings) -> Mode
                            gpu_gradients=flat.gradient_partition_numel * lp, gpu_fp32_gradients=FP32_BYTES * part,
                            gpu_master=master, gpu_optimizer_state=states, cpu_master_and_state=0, cpu_16bit=0,
                            cpu_buffers=0, nvme=0)
-    layout = partitioned_layout(numels, world, settings)
+    layout = partitioned_layout(numels, world, settings, workload.module_parameter_numels)
     part = layout.partition_numel
     lp_parts = (part + math.ceil(frozen_numel / world)) * lp  # lp_param_buffer / pinned CPU flat buffer
     # Persistent tensors are whole on every rank (gathered in _post_step); with one rank a "gather" is a view of
@@ -415,7 +417,8 @@ def _zero3(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candida
     lp = model_dtype_bytes(workload.precision)
     numels = workload.parameter_numels
     total = sum(numels)
-    layout = partitioned_layout(numels, world, settings)
+    # Frozen parameters are gathered too (partitioned_layout says when they stay gathered into backward).
+    layout = partitioned_layout(numels, world, settings, workload.module_parameter_numels)
     persistent = layout.persistent_numel * lp if world > 1 or settings.offload_param != "none" else 0
     bucket = settings.reduce_bucket_size * lp if settings.contiguous_gradients else 0  # allocated once, kept
     params, grads = states.gpu_parameters, states.gpu_gradients
@@ -433,17 +436,21 @@ def _zero3(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candida
     prefetch = layout.prefetch_numel * copies
     retained = layout.retained_numel * copies
     start = 2 * min(gathered_numel, max(prefetch, current))
-    boundary = max(current, min(gathered_numel, retained + prefetch))
+    # Backward gathers only what it uses: frozen tensors before the first trainable one are not among them.
+    backward_numel = layout.backward_numel * copies
+    boundary = max(current, min(backward_numel, retained + prefetch))
     # In backward the retained tail of forward is used first, then the rest is fetched module by module with
     # the prefetch ahead; the trace's gradients at its backward high point tell how far backward has got.
-    done = step.backward_progress * gathered_numel
+    done = step.backward_progress * backward_numel
     kept = max(0.0, retained - done)
-    rest = max(0.0, gathered_numel - done - kept)
+    rest = max(0.0, backward_numel - done - kept)
     backward_gathered = int(max(current, kept + min(rest, current + prefetch)))
     # reduce_scatter_coalesced concatenates a bucket's gradients (padded per rank) into a new tensor; it exists
     # at the trace's backward high point only if a gradient does, and at the first reduction just after it.
     scatter_copy = min(settings.reduce_bucket_size, total) * lp
     started = step.backward_progress > 0
+    # The head's full gradient: of a trainable tensor only (a frozen head has none).
+    head_gradient = max((n for n in numels if n > settings.param_persistence_threshold), default=0) * copies * lp
 
     def phase(activations: int, gathered: int | float, extra: int = 0) -> _Phase:
         return _Phase(parameters=params, gradients=grads, optimizer=held, activations=activations,
@@ -458,7 +465,7 @@ def _zero3(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candida
         # on one device), so this moment is not in it.
         "backward": max(phase(act["backward"], backward_gathered, scatter_copy if started else 0),
                         phase(step.backward_saved, boundary, scatter_copy),
-                        phase(act["loss"], boundary, layout.largest_gathered_numel * copies * lp), key=_Phase.total),
+                        phase(act["loss"], boundary, head_gradient), key=_Phase.total),
     }
     # step(): every gathered parameter is released first (_partition_all_parameters, persistent ones too; they
     # are re-gathered in _post_step); per sub-group the gradient partition is flattened and cast to fp32.

@@ -12,6 +12,7 @@ from autoshard.hardware.units import format_throughput
 from autoshard.planner.caveats import (
     assumed_gpu,
     communication_bound,
+    frozen_behind,
     global_batch,
     offload_scope,
     unknown_host,
@@ -68,7 +69,7 @@ def plan(
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
                            workload.checkpoint_mode.label, rules) + _search_limit(best, hardware, request) \
         + global_batch(best, hardware) + communication_bound(best, hardware) + unknown_host(best, hardware) \
-        + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked)
+        + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked) + frozen_behind(best, workload)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 

@@ -7,9 +7,11 @@ import dataclasses
 import itertools
 import sys
 from collections import Counter
+from collections.abc import Hashable, Iterable
 
 from autoshard.models.hf_layers import LayerKinds
 from autoshard.profiler.result import BlockProfile, ModelProfile
+from autoshard.profiler.tracker import PeakSnapshot
 
 __all__ = ["Layout", "as_layout", "full_depth_blocks", "is_towers", "mixed_full_depth_blocks", "remap_module"]
 
@@ -115,3 +117,60 @@ def remap_module(module: str, kept: tuple[int, ...], target: int, stacks: tuple[
             if index.isdigit() and int(index) < len(here):
                 return f"{stack}.{here[int(index)]}{dot}{rest}"
     return module
+
+
+def by_place(
+    stack: str | Layout, kept: tuple[int, ...], within: dict[str, PeakSnapshot]
+) -> dict[Hashable, PeakSnapshot]:
+    """A copy's highest points by :func:`place`: where several labels make one place, the highest, the first
+    of equal heights (as :class:`~autoshard.profiler.tracker.MemoryTracker` keeps them)."""
+    out: dict[Hashable, PeakSnapshot] = {}
+    for block, peak in within.items():
+        key = place(stack, kept, block)
+        best = out.get(key)
+        if best is None or (peak.total_bytes, peak.step, -peak.order) > (best.total_bytes, best.step, -best.order):
+            out[key] = peak
+    return out
+
+
+def place(stack: str | Layout, kept: tuple[int, ...], block: str) -> Hashable:
+    """Where a traced block stands in the model: for a block of ``stack`` (or of a stack of a layout) in a copy
+    that keeps the blocks at ``kept``, its position at full depth; any other block (e.g. of a vision tower, the
+    same in every copy) by its name; ``""`` outside every block.
+
+    Outside every block, the stretch after each block (``"@name"``,
+    :meth:`~autoshard.profiler.tracker.MemoryTracker.place`) is a place of its own, ``("after", its block's
+    place)``: backward peaks outside its blocks at the start (the logits' gradient) in shallow copies and at the
+    end (every gradient) at full depth, in LLaVA as in llama-3-8b under checkpointing. Stacks that are not
+    towers (an encoder's and a decoder's) number their blocks from 0 each: their places carry the stack's name.
+
+    Example (a copy keeping blocks 0, 1 and 9 of ``h``)::
+
+        >>> [place("h", (0, 1, 9), b) for b in ("", "h.2", "@h.2", "@h.0", "h.1.attn", "wte")]
+        ['', 9, ('after', 9), ('after', 0), 1, 'wte']
+    """
+    if block.startswith("@"):
+        return ("after", place(stack, kept, block[1:]))
+    layout = as_layout(stack)
+    for name, start, end in layout:
+        if block.startswith(name + "."):
+            index = block[len(name) + 1:].partition(".")[0]
+            here = [p for p in kept if start <= p < end]
+            if index.isdigit() and int(index) < len(here):
+                # Stacks that are not towers number their blocks from 0 each (an encoder's and a decoder's).
+                return here[int(index)] if len(layout) == 1 or is_towers(layout) else (name, here[int(index)])
+    return block
+
+
+def layout_of(places: Iterable[str]) -> Layout:
+    """Stacks named by the blocks a trace ran (``"h.3"`` is block 3 of stack ``h``; ``"@h.3"`` the stretch after
+    it), each holding every full-depth position: for a model whose stacks
+    :func:`~autoshard.models.hf_layers.layer_kinds` did not find.
+
+    Example:
+        >>> layout_of(["", "h.0", "@h.0", "h.1", "enc.block.0"])
+        (('h', 0, 9223372036854775807), ('enc.block', 0, 9223372036854775807))
+    """
+    stacks = dict.fromkeys(name for name, dot, index in (p.lstrip("@").rpartition(".") for p in places)
+                           if dot and name and index.isdigit())
+    return as_layout(tuple(stacks))

@@ -44,7 +44,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,10 +52,11 @@ from autoshard.models.source import ModelSource
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.depth_names import (
     Layout,
-    as_layout,
+    by_place,
     full_depth_blocks,
-    is_towers,
+    layout_of,
     mixed_full_depth_blocks,
+    place,
     remap_module,
 )
 from autoshard.profiler.depth_plan import SHALLOW_LAYERS, Plan, Whole, plan_copies
@@ -125,7 +125,7 @@ class DepthTimelines:
         return kept[1]
 
     def _locate(self, later: DepthTimelines, micro_batch: int) -> dict[str, tuple[MemoryBreakdown, int]] | None:
-        per_trace = [located_peaks(a, b, micro_batch, functools.partial(_place, self.stack, kept))
+        per_trace = [located_peaks(a, b, micro_batch, functools.partial(place, self.stack, kept))
                      for a, b, kept in zip(self.timelines, later.timelines, self.positions, strict=True)]
         common = [key for key in per_trace[0] if all(key in p for p in per_trace)]
         for p in per_trace:
@@ -138,14 +138,14 @@ class DepthTimelines:
                     return None
         best: dict[str, tuple[MemoryBreakdown, int]] = {}
         non_state: dict[str, int] = {}
-        for phase, place in common:
-            values = self.extrapolate([p[phase, place][0].to_dict() for p in per_trace])
+        for phase, where in common:
+            values = self.extrapolate([p[phase, where][0].to_dict() for p in per_trace])
             values.pop("total", None)
             breakdown = MemoryBreakdown(**values)
-            event = per_trace[-1][phase, place][1]  # the first of equal heights, in step order
+            event = per_trace[-1][phase, where][1]  # the first of equal heights, in step order
             if phase not in best or (breakdown.total, -event) > (best[phase][0].total, -best[phase][1]):
                 best[phase] = (breakdown, event)
-            weighted = sum(w * p[phase, place][2] for w, p in zip(self.weights, per_trace, strict=True))
+            weighted = sum(w * p[phase, where][2] for w, p in zip(self.weights, per_trace, strict=True))
             non_state[phase] = max(weighted, non_state.get(phase, weighted))
         return {phase: (breakdown, non_state[phase]) for phase, (breakdown, _) in best.items()}
 
@@ -298,7 +298,7 @@ def _combine(
         group = [phases[phase] for _, phases in traced if phase in phases]
         if len(group) != len(traced):
             continue
-        stack = stacks if stacks is not None else _layout_of(place for s in group for place in s.within)
+        stack = stacks if stacks is not None else layout_of(place for s in group for place in s.within)
         snapshot = _phase_peak(group, plan.weights, plan.positions, stack, target, stacks)
         if isinstance(snapshot, str):
             return snapshot
@@ -400,80 +400,23 @@ def _phase_peak(
         module = remap_module(last.module, positions[-1], target, stacks)
         return PeakSnapshot(sum(by_category.values()), by_category, last.phase, module, last.step, last.order)
 
-    by_place = [_by_place(stack, kept, s.within) for s, kept in zip(group, positions, strict=True)]
-    common = [place for place in by_place[0] if all(place in p for p in by_place)]
-    for s, p, kept in zip(group, by_place, positions, strict=True):
-        if not any(p[place] is s for place in common):
-            where = next((place for place, peak in p.items() if peak is s), "?")
+    per_copy = [by_place(stack, kept, s.within) for s, kept in zip(group, positions, strict=True)]
+    common = [at for at in per_copy[0] if all(at in p for p in per_copy)]
+    for s, p, kept in zip(group, per_copy, positions, strict=True):
+        if not any(p[at] is s for at in common):
+            where = next((at for at, peak in p.items() if peak is s), "?")
             return (f"the {s.phase} peak of the copy of {len(kept)} blocks is in block {where}, which the other "
                     "copies do not have, so it cannot be extrapolated")
-    candidates = [combined([p[place] for p in by_place]) for place in common]
+    candidates = [combined([p[at] for p in per_copy]) for at in common]
     return max(candidates, key=lambda c: (c.total_bytes, c.step, -c.order))
-
-
-def _by_place(
-    stack: str | Layout, kept: tuple[int, ...], within: dict[str, PeakSnapshot]
-) -> dict[Hashable, PeakSnapshot]:
-    """A copy's highest points by :func:`_place`: where several labels make one place, the highest, the first
-    of equal heights (as :class:`~autoshard.profiler.tracker.MemoryTracker` keeps them)."""
-    out: dict[Hashable, PeakSnapshot] = {}
-    for block, peak in within.items():
-        key = _place(stack, kept, block)
-        best = out.get(key)
-        if best is None or (peak.total_bytes, peak.step, -peak.order) > (best.total_bytes, best.step, -best.order):
-            out[key] = peak
-    return out
-
-
-def _place(stack: str | Layout, kept: tuple[int, ...], block: str) -> Hashable:
-    """Where a traced block stands in the model: for a block of ``stack`` (or of a stack of a layout) in a copy
-    that keeps the blocks at ``kept``, its position at full depth; any other block (e.g. of a vision tower, the
-    same in every copy) by its name; ``""`` outside every block.
-
-    Outside every block, the stretch after each block (``"@name"``,
-    :meth:`~autoshard.profiler.tracker.MemoryTracker.place`) is a place of its own, ``("after", its block's
-    place)``: backward peaks outside its blocks at the start (the logits' gradient) in shallow copies and at the
-    end (every gradient) at full depth, in LLaVA as in llama-3-8b under checkpointing. Stacks that are not
-    towers (an encoder's and a decoder's) number their blocks from 0 each: their places carry the stack's name.
-
-    Example (a copy keeping blocks 0, 1 and 9 of ``h``)::
-
-        >>> [_place("h", (0, 1, 9), b) for b in ("", "h.2", "@h.2", "@h.0", "h.1.attn", "wte")]
-        ['', 9, ('after', 9), ('after', 0), 1, 'wte']
-    """
-    if block.startswith("@"):
-        return ("after", _place(stack, kept, block[1:]))
-    layout = as_layout(stack)
-    for name, start, end in layout:
-        if block.startswith(name + "."):
-            index = block[len(name) + 1:].partition(".")[0]
-            here = [p for p in kept if start <= p < end]
-            if index.isdigit() and int(index) < len(here):
-                # Stacks that are not towers number their blocks from 0 each (an encoder's and a decoder's).
-                return here[int(index)] if len(layout) == 1 or is_towers(layout) else (name, here[int(index)])
-    return block
 
 
 def _placed(plan: Plan, timelines: tuple[Timeline, ...]) -> dict[str, Any]:
     """The :class:`DepthTimelines` fields that let phase peaks be extrapolated place by place: always, alike
     blocks too (see the module docstring). Stacks that were not found are read off the blocks' names."""
-    stack = plan.kinds.layout() if plan.kinds is not None else _layout_of(
+    stack = plan.kinds.layout() if plan.kinds is not None else layout_of(
         name for t in timelines for name in t.block_names)
     return {"stack": stack, "positions": plan.positions}
-
-
-def _layout_of(places: Iterable[str]) -> Layout:
-    """Stacks named by the blocks a trace ran (``"h.3"`` is block 3 of stack ``h``; ``"@h.3"`` the stretch after
-    it), each holding every full-depth position: for a model whose stacks
-    :func:`~autoshard.models.hf_layers.layer_kinds` did not find.
-
-    Example:
-        >>> _layout_of(["", "h.0", "@h.0", "h.1", "enc.block.0"])
-        (('h', 0, 9223372036854775807), ('enc.block', 0, 9223372036854775807))
-    """
-    stacks = dict.fromkeys(name for name, dot, index in (p.lstrip("@").rpartition(".") for p in places)
-                           if dot and name and index.isdigit())
-    return as_layout(tuple(stacks))
 
 
 def _record(kinds: LayerKinds, positions: tuple[tuple[int, ...], ...]) -> DepthRecord:

@@ -159,7 +159,7 @@ class MemoryTracker(TorchDispatchMode):
         """:meth:`block`, or outside every block ``"@"`` and the block the phase last ran in (``""`` before its
         first): a phase's points outside its blocks fall before, between and after them (the start and the end
         of backward), and each such stretch is a place of its own whose height depends on the blocks around it
-        (:func:`autoshard.profiler.scaling._place`)."""
+        (:func:`autoshard.profiler.depth_names.place`)."""
         block = self.block()
         if block:
             self._last_block = (self.phase, self.step, block)

@@ -26,12 +26,7 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.profiler.options import Precision
 from autoshard.profiler.result import MemoryBreakdown
 from autoshard.strategies.base import Candidate, GpuMemory, MemoryEstimate
-from autoshard.strategies.deepspeed.layout import (
-    NCCL_START_ALIGNMENT,
-    ZeroSettings,
-    flat_layout,
-    partitioned_layout,
-)
+from autoshard.strategies.deepspeed.layout import NCCL_START_ALIGNMENT, ZeroSettings, flat_layout, partitioned_layout
 from autoshard.strategies.deepspeed.optimizer_state import FP32_BYTES, model_dtype_bytes, state_bytes_per_parameter
 from autoshard.strategies.workload import StepTrace, Workload
 

@@ -344,8 +344,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
     per_rank = samples_per_rank(job.data, hw.world_size)
     check_batch_fits_data(options.batch_size, per_rank)
     check_loader_fits_ranks(job.data, hw.world_size)
-    # A list's first element is a batch or a single sample (only planning tells): its first dimension is a
-    # micro-batch only in a batch, so the global batch is held against it below, where a clash means samples.
+    # A list's first element may be a batch or one sample: only a batch's first dimension is a micro-batch.
     maybe_samples = (options.batch_size is None and job.source is None and job.module is not None
                      and as_samples(job.data) is not None)
     check_global_batch(options.global_batch_size, hw.world_size, None if maybe_samples else batch_size, job.data,
@@ -359,10 +358,10 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                          "does not take them (as the Hugging Face Trainer drops unused columns).")
     strategies = _able_strategies(job.optimizer, options.strategy, notes)
 
-    def planned(source: ModelSource) -> Any:
+    def planned(source: ModelSource, global_batch: int | None = options.global_batch_size) -> Any:
         # Priced as this process runs fp32 matmuls (torch.set_float32_matmul_precision, set by the user's script).
         # Its errors name recommend's flags; fit() (errors.in_arguments) rewrites them as its own arguments.
-        return plan_for(source, hw, batch_size=batch_size, global_batch_size=options.global_batch_size,
+        return plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch,
                         seq_len=options.seq_len, precision=precision,
                         optimizer=optimizer_name(job.optimizer) or "adamw",
                         optimizer_impl=options.optimizer_impl, checkpointing=options.checkpointing,
@@ -377,14 +376,15 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
         say(f"planning {source.name} for {hw.world_size} {hw.gpu.name if hw.gpu else 'cpu'} rank(s) (tracing a "
             "training step on fake tensors)")
     clash: UsageError | None = None  # the global batch against a list's first dimension, read as batches
-    try:
+    try:  # a clash stands if the first element runs as a batch; else the list is of samples (below)
         if maybe_samples:
             try:
                 check_global_batch(options.global_batch_size, hw.world_size, batch_size, job.data,
                                    epochs=job.epoch_limit)
-            except UsageError as e:  # not as batches: as single samples, below
+            except UsageError as e:
                 clash = e
-                raise UserCodeError(e.message, hint=e.hint) from e
+                planned(source, None)
+                raise
         plan = planned(source)
         _check_list_batches(job.data, options.batch_size)
     except UserCodeError as first:

@@ -387,6 +387,15 @@ def test_a_global_batch_size_that_cannot_train_is_refused_before_planning(kwargs
         fit(_Regressor(), _fixed_loader(8), loss_fn=_mse, **kwargs)
 
 
+def test_a_list_of_batches_against_the_global_batch_is_refused_not_read_as_samples() -> None:
+    """A list's elements may be batches or single samples: a global batch that clashes with the first one's rows
+    sends the list to be read as samples, unless the first one runs as a batch; here each would also run as a
+    sample of a 3-D batch (the MLP broadcasts), which must not be how it is read."""
+    with pytest.raises(UsageError, match=r"global_batch_size=20 is 20 samples per rank per optimizer step, not a "
+                                         r"whole number of micro-batches of 8"):
+        fit(_Regressor(), list(_fixed_loader(8)), loss_fn=_mse, global_batch_size=20)
+
+
 def _samples() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     yield from _fixed_loader(4)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,10 +52,6 @@ def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
                        help="directory on a fast local disk to offload to (with --hardware: an absolute path there)")
 
 
-_SIZED = re.compile(r"^(?P<name>.+):(?P<gpus>[0-9]+)(?:x(?P<nodes>[0-9]+))?$")
-"""``NAME:G`` / ``NAME:GxN``: a machine sized as ``autoshard compare`` takes it."""
-
-
 def sized_hardware(args: argparse.Namespace) -> argparse.Namespace:
     """``--hardware NAME:G[xN]`` (not a file of that name) as ``--hardware NAME --gpus G [--nodes N]``.
 
@@ -64,16 +59,18 @@ def sized_hardware(args: argparse.Namespace) -> argparse.Namespace:
         UsageError: the size is given twice (with ``--gpus`` / ``--nodes`` too).
     """
     from autoshard.errors import UsageError
+    from autoshard.hardware.selection import sized_machine
 
-    sized = None if args.hardware is None or Path(args.hardware).exists() else _SIZED.match(str(args.hardware))
-    if sized is None:
+    if args.hardware is None or Path(args.hardware).exists():
+        return args
+    name, gpus, nodes = sized_machine(str(args.hardware))
+    if gpus is None:
         return args
     if args.gpus is not None or args.nodes is not None:
         raise UsageError(f"--hardware {args.hardware} sizes the machine, and --gpus or --nodes sizes it again.",
-                         hint=f"Pass one: --hardware {sized['name']} --gpus G [--nodes N], or --hardware "
-                              f"{args.hardware} alone.")
-    nodes = None if sized["nodes"] is None else int(sized["nodes"])
-    return argparse.Namespace(**{**vars(args), "hardware": sized["name"], "gpus": int(sized["gpus"]), "nodes": nodes})
+                         hint=f"Pass one: --hardware {name} --gpus G [--nodes N], or --hardware {args.hardware} "
+                              "alone.")
+    return argparse.Namespace(**{**vars(args), "hardware": name, "gpus": gpus, "nodes": nodes})
 
 
 def overrides_from_args(args: argparse.Namespace) -> HardwareOverrides:

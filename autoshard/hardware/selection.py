@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -313,3 +314,19 @@ def attach_disk_benchmark(hw: HardwareSpec, result: DiskBenchmark) -> HardwareSp
     )
     return dataclasses.replace(hw, node=dataclasses.replace(hw.node, nvme=tuple(nvme)))
 
+
+_SIZED = re.compile(r"^(?P<name>.+):(?P<gpus>[0-9]+)(?:x(?P<nodes>[0-9]+))?$")
+
+
+def sized_machine(machine: str) -> tuple[str, int | None, int | None]:
+    """``(profile, GPUs per node, nodes)`` of a machine written ``NAME``, ``NAME:G`` or ``NAME:GxN`` (as
+    ``autoshard compare`` takes machines and ``--hardware`` accepts them); ``None`` for a size not given.
+
+    Example:
+        >>> sized_machine("h100-sxm-80gb:8x2"), sized_machine("l40s:8"), sized_machine("dgx-h100")
+        (('h100-sxm-80gb', 8, 2), ('l40s', 8, None), ('dgx-h100', None, None))
+    """
+    sized = _SIZED.match(machine)
+    if sized is None:
+        return machine, None, None
+    return sized["name"], int(sized["gpus"]), None if sized["nodes"] is None else int(sized["nodes"])

@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
     from autoshard.planner.plan import Plan
 
-_COUNTS = re.compile(r"^(?P<name>.+):(?P<gpus>[0-9]+)(?:x(?P<nodes>[0-9]+))?$")
-"""``NAME:G`` (G GPUs per node) or ``NAME:GxN`` (and N nodes): how one machine of a comparison is sized."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,10 +116,9 @@ def machine_hardware(machine: str, load: Callable[..., HardwareSpec] | None = No
         UsageError: a size the profile contradicts (``dgx-h100:16``).
     """
     from autoshard.hardware import load_hardware
+    from autoshard.hardware.selection import sized_machine
 
-    sized = _COUNTS.match(machine)
-    name, gpus, nodes = (machine, None, None) if sized is None else (
-        sized["name"], int(sized["gpus"]), None if sized["nodes"] is None else int(sized["nodes"]))
+    name, gpus, nodes = sized_machine(machine)
     if gpus == 0 or nodes == 0:
         raise UsageError(f"{machine}: a machine has at least one GPU per node and one node.",
                          hint="Size a GPU profile as NAME:G or NAME:GxN with G and N from 1 (e.g. h100-sxm-80gb:8x2).")

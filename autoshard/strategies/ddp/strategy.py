@@ -266,16 +266,22 @@ class DDPStrategy(Strategy):
         # between steps, it is kept from one step to the next the same way.
         accumulating = candidate.gradient_accumulation > 1
         kept = workload.grads_kept_through_forward(candidate.gradient_accumulation)
+        # Gradients whole through the step (bucket views, or kept between micro-batches / steps) are a constant
+        # beside the step's other bytes, so the phase peaks where those do: its highest non-state bytes. Otherwise
+        # .grad grows through backward as in the single-device step, and the phase's peak is the trace's own
+        # moment of highest total: its gradients *and* its other bytes at that moment, never the highest of
+        # each wherever it falls (at the start of backward the activations, at its end the gradients).
+        whole = views or kept
         by_phase: dict[str, GpuMemory] = {}
         for phase, br in phases.items():
             by_phase[phase] = GpuMemory(
                 parameters=param_bytes,
                 # With views, .grad *is* the buckets (alive from construction); otherwise .grad lives as in the
-                # single-device step (the trace's gradients at this phase's high point) and the buckets are a
-                # second, flat copy.
+                # single-device step and the buckets are a second, flat copy.
                 gradients=bucket_bytes if views else (grad_bytes if kept else min(br.gradients, grad_bytes)),
                 optimizer=optimizer_bytes,
-                activations=trace.activation_bytes(phase, b),
+                activations=(trace.activation_bytes(phase, b) if whole
+                             else br.activations + br.temporaries + br.inputs),
                 # A hook's per-bucket transients exist only while buckets are reduced, i.e. during backward.
                 buffers=br.buffers + (0 if views else bucket_bytes) + hook_state
                 + (in_flight if phase == "backward" else 0),

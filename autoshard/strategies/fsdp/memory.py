@@ -190,6 +190,7 @@ class StepActivations:
     forward: int
     loss: int
     backward: int
+    """Backward's highest non-state bytes, wherever in backward they fall."""
     per_block: tuple[int, ...]
     """Activations each unit saves in its forward."""
     per_block_backward: tuple[int, ...]
@@ -197,9 +198,6 @@ class StepActivations:
     recomputation saves (the unit's activations in the trace without checkpointing)."""
     optimizer_scratch: int
     """The optimizer step's temporaries for the whole model (the 'amp' trace, fp32 parameters)."""
-    backward_peak_unit: int | None
-    """The block unit whose backward was running at the trace's backward high point (``None``: at the start of
-    backward, before any block), located by how many gradients existed there."""
 
     @classmethod
     def from_traces(cls, half: StepTrace, amp: StepTrace, micro_batch: int, units: Units, blocks_per_unit: int,
@@ -216,28 +214,16 @@ class StepActivations:
             b = phases.get(phase)
             return 0 if b is None else b.activations + b.temporaries + b.inputs
 
+        # Backward's highest non-state bytes bound what a running unit holds: wherever they fall, not at the
+        # trace's highest total (at depth that is backward's end, where the unsharded trace's gradients crowd
+        # out the activations FSDP's sharded gradients leave room for).
+        highest_backward = half.highest_non_state("backward", micro_batch) if "backward" in phases else 0
         inputs = phases["forward"].inputs if "forward" in phases else 0
-        peak_grads = phases["backward"].gradients if "backward" in phases else 0
-        grad_bytes = half.precision.param_dtype.itemsize
         return cls(
-            inputs=inputs, forward=act("forward"), loss=act("loss"), backward=act("backward"),
+            inputs=inputs, forward=act("forward"), loss=act("loss"), backward=max(act("backward"), highest_backward),
             per_block=grouped, per_block_backward=live,
             optimizer_scratch=0 if opt is None else opt.activations + opt.temporaries,
-            backward_peak_unit=_running_unit(units, peak_grads // grad_bytes),
         )
-
-
-def _running_unit(units: Units, gradient_elements: int) -> int | None:
-    """The block unit whose backward produces the gradients beyond ``gradient_elements`` (backward runs the head,
-    then the blocks last to first); ``None`` when no block's gradients exist yet."""
-    done = sum(trained(units.root_after))
-    if gradient_elements <= done:
-        return None
-    for k in range(len(units.blocks) - 1, -1, -1):
-        done += sum(trained(units.blocks[k]))
-        if gradient_elements < done:
-            return k
-    return 0 if units.blocks else None
 
 
 def _unit_activations(trace: StepTrace, micro_batch: int, blocks_per_unit: int, units: int) -> tuple[int, ...]:
@@ -363,11 +349,11 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     add("loss", "loss", g_root + kept_so_far, acts.loss)
 
     # -- backward: head gradients live until the root's reduce-scatter; blocks run last to first.
-    # The start of backward holds what the loss phase left plus the loss's gradients: the trace's backward high
-    # point when that falls there (no block gradient existed at it), else at most the loss phase's high point.
-    at_start = acts.backward_peak_unit is None
-    add("backward", "start", g_root + kept_so_far, acts.backward if at_start else min(acts.backward, acts.loss),
-        gradients=carried)
+    # The start of backward holds what the loss phase left plus the loss's gradients (the logits' gradient of a
+    # causal LM): at most backward's highest non-state bytes, which is where they fall in a model whose loss
+    # gradients outweigh any one block's recomputation. (Bounding it by the loss phase's high point instead
+    # dropped them: a model that computes its loss in forward has no loss phase.)
+    add("backward", "start", g_root + kept_so_far, acts.backward, gradients=carried)
     head_grads = grads(units.root_after)
     kept_before = list(itertools.accumulate((kept(b) for b in blocks), initial=0))
     done_grads, held_ar, held_rs = carried, 0, 0

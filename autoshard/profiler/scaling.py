@@ -131,7 +131,7 @@ class DepthTimelines:
         for p in per_trace:
             for phase in {ph for ph, _ in p}:
                 here = [v for (ph, _), v in p.items() if ph == phase]
-                kept = [p[phase, place] for ph, place in common if ph == phase]
+                kept = [p[phase, where] for ph, where in common if ph == phase]
                 highest = max(here, key=lambda v: (v[0].total, -v[1]))
                 if not any(v is highest for v in kept) or max(v[2] for v in here) > max(
                         (v[2] for v in kept), default=-1):
@@ -298,7 +298,7 @@ def _combine(
         group = [phases[phase] for _, phases in traced if phase in phases]
         if len(group) != len(traced):
             continue
-        stack = stacks if stacks is not None else layout_of(place for s in group for place in s.within)
+        stack = stacks if stacks is not None else layout_of(where for s in group for where in s.within)
         snapshot = _phase_peak(group, plan.weights, plan.positions, stack, target, stacks)
         if isinstance(snapshot, str):
             return snapshot

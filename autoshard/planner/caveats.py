@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.planner.plan import Evaluation
-from autoshard.strategies.workload import Workload
+from autoshard.strategies.workload import Workload, first_trainable
 
 
 def global_batch(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
@@ -118,7 +118,7 @@ def frozen_behind(best: Evaluation, workload: Workload) -> tuple[str, ...]:
     """A line when ZeRO-3 trains parameters that sit behind frozen ones (LoRA adapters, norm-only tuning): its own
     linear keeps every frozen linear's input for backward, which the plan does not count."""
     numels = workload.module_parameter_numels  # frozen ones negated; empty when everything trains
-    first = next((i for i, n in enumerate(numels) if n > 0), len(numels))
+    first = first_trainable(numels)
     if best.traits.family != "deepspeed" or best.traits.zero_stage != 3 or not any(n < 0 for n in numels[first:]):
         return ()
     return ("Unchecked: under ZeRO-3, DeepSpeed's own linear (runtime/zero/linear.py) keeps the input of every "

@@ -31,7 +31,7 @@ from autoshard.profiler.timeline import lines_up, non_state_peaks, phase_peaks
 from autoshard.strategies.module_census import module_blocks, module_census
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from torch import nn
 
@@ -378,6 +378,17 @@ def frozen_marked_numels(module: nn.Module) -> tuple[int, ...]:
     if all(p.requires_grad for p in unique):
         return ()
     return tuple(p.numel() if p.requires_grad else -p.numel() for p in unique)
+
+
+def first_trainable(numels: Sequence[int]) -> int:
+    """Index of the first trainable parameter in :func:`frozen_marked_numels`' order (its length when none trains):
+    a frozen parameter after it is used again in backward, to reach the trainable ones before it.
+
+    Example:
+        >>> first_trainable((-6, -3, 3, 1)), first_trainable((-6,))
+        (2, 1)
+    """
+    return next((i for i, n in enumerate(numels) if n > 0), len(numels))
 
 
 TraceKey = tuple[Precision, bool, bool]

@@ -8,6 +8,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autoshard.strategies.workload import first_trainable
+
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 """``offload_optimizer`` / ``offload_param`` devices (``runtime/zero/offload_config.py::OffloadDeviceEnum``)."""
 
@@ -130,8 +132,8 @@ def partitioned_layout(numels: Sequence[int], world: int, settings: ZeroSettings
     """
     parts = [math.ceil(n / world) for n in numels]
     every = module_numels or numels
-    first_trainable = next((i for i, n in enumerate(every) if n > 0), len(every))
-    used = [(abs(n), i >= first_trainable) for i, n in enumerate(every)]  # (numel, used in backward)
+    first = first_trainable(every)
+    used = [(abs(n), i >= first) for i, n in enumerate(every)]  # (numel, used in backward)
     gathered = [n for n, _ in used if n > settings.param_persistence_threshold]
     retained, after = 0, 0
     for n, in_backward in reversed(used):

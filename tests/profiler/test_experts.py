@@ -5,6 +5,7 @@ of work per token until the FLOPs were looked at)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,8 +81,12 @@ def test_the_cli_says_the_active_parameters(tmp_path: Path, command: str) -> Non
     config = transformers.MixtralConfig(**SMALL, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2)
     folder = _saved(config, tmp_path, "mixtral")
     extra = ["--hardware", "dgx-h100"] if command == "recommend" else []
+    # Both runs plan with this test's own workload cache (conftest.py): the text run traces the model and the
+    # --json run reads what it wrote, so that the count is checked on the traced and on the cached workload, and
+    # the model is traced once (test_workload_cache.py checks that a cached plan equals the traced one).
+    cache = {"AUTOSHARD_CACHE_DIR": os.environ["AUTOSHARD_CACHE_DIR"]}
     run = subprocess.run([sys.executable, "-m", "autoshard", command, str(folder), "--seq-len", "16", *extra],
-                         capture_output=True, text=True, check=False, env={"COLUMNS": "200", "PATH": ""},
+                         capture_output=True, text=True, check=False, env={"COLUMNS": "200", "PATH": "", **cache},
                          cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     active = autoshard.profile(str(folder), batch_size=1, seq_len=16).active_parameter_count

@@ -131,6 +131,13 @@ def notes(exported: ExportedPlan) -> list[str]:
                    f"autoshard.profiler.blocks.find_repeated_blocks(model).names, \"{choice}\") (the blocks' module "
                    "names, e.g. model.layers.0, not their class).")
     out += exporter(exported.family).notes(exported)
+    if exported.strategy_traits.offloads:
+        out.append(f"The optimizer steps on the host: launch.sh, slurm.sbatch and hf_trainer_args.txt set "
+                   f"OMP_NUM_THREADS to each node's cores // its {exported.hardware.gpus_per_node} rank(s) unless it "
+                   "is set, as the plan's step time assumes (torchrun alone gives each of several processes one "
+                   "thread). accelerate launch takes it from the environment (run it after that export, or pass "
+                   "--num_cpu_threads_per_process; its default is 1); Lightning started with python sets the same "
+                   "share itself.")
     if exported.hardware.nodes > 1:
         out.append("Multi-node: set MASTER_ADDR and JOB_ID in launch.sh; accelerate launch also needs "
                    "--machine_rank and --main_process_ip on each node.")

@@ -84,12 +84,17 @@ def optimizer_arguments(exported: ExportedPlan) -> list[str]:
 
 def command_line(exported: ExportedPlan, *, script: str = "train.py") -> str:
     """One shell line: ``python train.py <flags>`` on one device; on several, the plan's ``torchrun`` (as
-    ``launch.sh`` has it) running ``train.py <flags>``: ``python`` would start one process of the plan's many."""
-    from autoshard.export.launch import torchrun
+    ``launch.sh`` has it) running ``train.py <flags>``: ``python`` would start one process of the plan's many.
+    A plan whose optimizer steps on the host runs it with ``OMP_NUM_THREADS`` set as ``launch.sh`` sets it
+    (:func:`autoshard.export.launch.host_thread_lines`)."""
+    from autoshard.export.launch import host_threads, torchrun
 
     line = shlex.join([script, *arguments(exported)])
     hw = exported.hardware
-    return f"python {line}" if hw.nodes * hw.gpus_per_node == 1 else torchrun(exported, script=line)
+    command = f"python {line}" if hw.nodes * hw.gpus_per_node == 1 else torchrun(exported, script=line)
+    if exported.strategy_traits.offloads:
+        command = f"OMP_NUM_THREADS={host_threads(hw.gpus_per_node)} {command}"
+    return command
 
 
 def training_arguments(exported: ExportedPlan, **overrides: Any) -> TrainingArguments:

@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from autoshard.errors import UsageError, WorkerError, WorkerTimeout
+from autoshard.forked import usable_cores
 from autoshard.models.source import ModelSource
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
@@ -29,6 +31,7 @@ from autoshard.runtime.data import SampleList, as_samples
 from autoshard.runtime.distributed import LaunchInfo, destroy_group, join
 from autoshard.runtime.result import FitResult
 from autoshard.runtime.train import TrainJob, train
+from autoshard.strategies.costs import host_threads_per_rank
 
 RESULT_FILE = "result.json"
 WEIGHTS_FILE = "model.pt"
@@ -132,13 +135,31 @@ def spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
         (run_dir / "notes.json").write_text(json.dumps(notes), encoding="utf-8")
         try:
             supervisor.run_workers(command, world_size=exported.hardware.world_size, run_dir=run_dir,
-                                   environ=os.environ, timeout_s=timeout_s)
+                                   environ=host_thread_environ(os.environ, exported), timeout_s=timeout_s)
         except WorkerTimeout as exc:  # its stacks go with the run directory: the message keeps where ranks were
             raise WorkerTimeout(exc.message, hint=f"fit(timeout_s={timeout_s or 0:g}) stopped it; give it longer, or "
                                 "look at where the ranks were if it should have finished.") from None
         return _collect(run_dir, exported, job.module)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def host_thread_environ(environ: Mapping[str, str], exported: ExportedPlan,
+                        cores: int | None = None) -> dict[str, str]:
+    """The environment the workers start from: ``environ``, with ``OMP_NUM_THREADS`` set for a plan whose optimizer
+    steps on the host (its traits offload) to each rank's share of this machine's cores
+    (:func:`~autoshard.strategies.costs.host_threads_per_rank`; ``cores``: default :func:`autoshard.forked.
+    usable_cores`), as the plan's step time was priced and the exported launch scripts set it. Left as it is
+    when ``environ`` sets it, and for other plans.
+
+    Without it each rank's torch would start a thread per core (its default), and the ranks, which step at once
+    after backward, would oversubscribe the cores.
+    """
+    out = dict(environ)
+    if exported.strategy_traits.offloads and "OMP_NUM_THREADS" not in out:
+        threads = host_threads_per_rank(usable_cores() if cores is None else cores, exported.hardware.world_size)
+        out["OMP_NUM_THREADS"] = str(threads)
+    return out
 
 
 def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) -> FitResult:

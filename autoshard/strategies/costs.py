@@ -46,15 +46,18 @@ ADAMW_TRACED_BYTES_PER_PARAMETER = 84.0
 traced bytes per second (:func:`cpu_optimizer_seconds`)."""
 
 CPU_OPTIMIZER_THREADS = 1
-"""torchrun sets ``OMP_NUM_THREADS=1`` for every process when it starts more than one per node and the variable
-is unset (``torch/distributed/run.py``, torch 2.13.0): each rank's CPU optimizer step runs on one thread. One
-process per node keeps torch's intra-op threads, one per core (:func:`cpu_optimizer_threads`)."""
+"""Threads :func:`cpu_optimizer_seconds` prices when its caller names none: the one thread its measured rate
+(:data:`CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD`) is per. A plan's host step runs on
+:func:`host_threads_per_rank` threads: the launches autoshard writes and runs set ``OMP_NUM_THREADS`` to that, where
+torchrun alone would give each of several processes per node one thread (``torch/distributed/run.py``, torch 2.13.0)
+and ``accelerate launch`` one to every process (``--num_cpu_threads_per_process``, accelerate 1.15.0)."""
 
 UNKNOWN_HOST_CORES = 8
 """Cores assumed for a host the hardware does not describe (a GPU profile alone, a node file without ``cpu``): the
 low end of a GPU workstation's CPU (8-16 cores on a desktop; a GPU server has 32-112). Shared by the node's ranks,
-so the node's CPU Adam does not grow with its GPUs: one thread per rank instead would price two GPUs' offloaded
-step at more than twice one GPU's throughput. An assumption, said in the step's notes."""
+so the node's host optimizer step (DeepSpeed's CPU Adam, FSDP's CPU offload) does not grow with its GPUs: one
+thread per rank instead would price two GPUs' offloaded step at more than twice one GPU's throughput. An
+assumption, said in the step's notes."""
 
 HOST_MEMORY_EFFICIENCY = 0.8
 """Fraction of the host's peak DRAM bandwidth a streaming loop reaches on a two-socket server (STREAM triad
@@ -267,30 +270,52 @@ def optimizer_step_seconds(workload: Workload, hardware: HardwareSpec, checkpoin
     return seconds + clip_s, note if clip_note is None else f"{note}; {clip_note}"
 
 
+def host_threads_per_rank(cores: int, processes_per_node: int) -> int:
+    """Threads each of a node's ``processes_per_node`` ranks gets for its work on the host (the optimizer step of a
+    plan that offloads it): its share of the node's ``cores``, at least one.
+
+    The one rule for that number: the cost model prices it (:func:`cpu_optimizer_threads`), ``fit()``'s workers
+    get it as ``OMP_NUM_THREADS`` (:func:`autoshard.runtime.workers.host_thread_environ`), and the exported launch
+    scripts compute it on each node from ``nproc`` (:func:`autoshard.export.launch.omp_threads_line`, which a
+    test holds to this function), in each case unless ``OMP_NUM_THREADS`` is already set.
+
+    Example:
+        >>> host_threads_per_rank(48, 8), host_threads_per_rank(8, 1), host_threads_per_rank(4, 8)
+        (6, 8, 1)
+    """
+    return max(1, cores // max(1, processes_per_node))
+
+
 def cpu_optimizer_threads(hardware: HardwareSpec) -> tuple[int, str]:
-    """Threads one rank's CPU optimizer step runs on, and how that was decided: one with several processes per
-    node (:data:`CPU_OPTIMIZER_THREADS`), else the host's cores (:data:`UNKNOWN_HOST_CORES` when unknown).
+    """Threads one rank's CPU optimizer step runs on, and how that was decided: the node's cores shared by its
+    ranks (:func:`host_threads_per_rank`; :data:`UNKNOWN_HOST_CORES` when the cores are unknown), as the launches
+    autoshard writes and runs set ``OMP_NUM_THREADS``.
 
     Example:
         >>> from autoshard.hardware import load_hardware
-        >>> cpu_optimizer_threads(load_hardware("dgx-h100"))[0]
-        1
+        >>> cpu_optimizer_threads(load_hardware("dgx-h100"))[0]  # a DGX H100's 112 cores shared by its 8 ranks
+        14
     """
-    if hardware.processes_per_node > 1:
-        return CPU_OPTIMIZER_THREADS, "1 thread per rank (torchrun's OMP_NUM_THREADS=1 with several per node)"
+    ranks = max(1, hardware.processes_per_node)
     known = hardware.node.cpu.usable_cores or hardware.node.cpu.physical_cores
     cores = known or UNKNOWN_HOST_CORES
-    return cores, (f"{cores} threads (one process per node: torch's intra-op threads"
-                   + ("" if known else f", the host's cores unknown: {UNKNOWN_HOST_CORES} assumed") + ")")
+    threads = host_threads_per_rank(cores, ranks)
+    how = (f"{threads} thread(s) per rank ({cores} cores / {ranks} rank(s) per node; autoshard's exported launch "
+           f"and fit() set OMP_NUM_THREADS={threads}, the node's cores // its ranks, unless it is set)")
+    if not known:
+        how += (f"; the host's cores unknown: {UNKNOWN_HOST_CORES} assumed (--cpu-cores, or a node file with "
+                "cpu_cores, prices the host)")
+    return threads, how
 
 
 def cpu_optimizer_seconds(elements: int, step_bytes_per_parameter: float, threads: int = CPU_OPTIMIZER_THREADS,
-                          host_bandwidth: float | None = None) -> float:
+                          host_bandwidth: float | None = None, *, ranks: int = 1) -> float:
     """One rank's CPU optimizer step over ``elements`` parameters whose traced step reads and writes
     ``step_bytes_per_parameter`` bytes each on ``threads`` threads: the step is memory-bound, so it is priced at
     the traced bytes per second of the measured one (AdamW on fp32, :data:`CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD`)
     per thread, at most the host's memory bandwidth (``host_bandwidth``, when known) at
-    :data:`HOST_MEMORY_EFFICIENCY`.
+    :data:`HOST_MEMORY_EFFICIENCY`, shared by the node's ``ranks``, which step at once after backward (as
+    :func:`autoshard.strategies.deepspeed.offload_cost.cpu_adam_parameters_per_s` shares it).
 
     Checked by ``benchmarks/cpu_optimizer.py`` (``docs/benchmarks/cpu_optimizer.md``): it errs slow for SGD (the
     traced bytes price it 2.6 x faster than AdamW; it measured 3.1-6.6 x) and is within about 25 % for the others.
@@ -298,10 +323,13 @@ def cpu_optimizer_seconds(elements: int, step_bytes_per_parameter: float, thread
     Example:
         >>> round(cpu_optimizer_seconds(3 * 10**8, 84.0), 3), round(cpu_optimizer_seconds(3 * 10**8, 32.0), 3)
         (1.0, 0.381)
+        >>> shared = [cpu_optimizer_seconds(10**9, 84.0, 64, 100e9, ranks=r) for r in (1, 2)]  # DRAM-bound
+        >>> [round(s, 2) for s in shared]
+        [1.05, 2.1]
     """
     rate = CPU_ADAMW_PARAMETERS_PER_S_PER_THREAD * ADAMW_TRACED_BYTES_PER_PARAMETER * max(1, threads)
     if host_bandwidth is not None:
-        rate = min(rate, host_bandwidth * HOST_MEMORY_EFFICIENCY)
+        rate = min(rate, host_bandwidth * HOST_MEMORY_EFFICIENCY / max(1, ranks))
     return elements * step_bytes_per_parameter / rate
 
 
@@ -327,7 +355,8 @@ def grad_clip_seconds(workload: Workload, hardware: HardwareSpec, *, shard: int 
     if on_host:
         threads, _ = cpu_optimizer_threads(hardware)
         seconds = cpu_optimizer_seconds(int(elements), CLIP_PASSES * grad_bytes, threads,
-                                        hardware.node.cpu.memory_bandwidth_bytes_per_s)
+                                        hardware.node.cpu.memory_bandwidth_bytes_per_s,
+                                        ranks=hardware.processes_per_node)
         return seconds, (f"gradient clipping at norm {workload.grad_clip_norm:g} on the host: {seconds * 1e3:.3g} ms "
                          f"(a norm and a scaling pass over {where}, at the CPU optimizer's rate)")
     if hardware.gpu is None:

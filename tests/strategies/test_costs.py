@@ -51,3 +51,66 @@ def test_nodes_joined_by_an_unknown_network_are_priced_at_the_assumed_link_not_t
     intra = costs.link(hw, "intra")
     assert intra.known and intra.bandwidth_bytes_per_s > 10 * costs.UNKNOWN_LINK_BYTES_PER_S
     assert any("10 GB/s per node" in note for note in hw.notes)
+
+
+# -- the host optimizer step under offload ----------------------------------------------------------------------
+
+
+def _with_host(gpus: int, cores: int | None, bandwidth: float | None = None):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from autoshard.hardware.specs import CPUSpec
+
+    hw = load_hardware("h100-sxm-80gb", gpus=gpus)
+    cpu = CPUSpec(physical_cores=cores, memory_bandwidth_bytes_per_s=bandwidth)
+    return dataclasses.replace(hw, node=dataclasses.replace(hw.node, cpu=cpu))
+
+
+@pytest.mark.parametrize(("gpus", "cores", "threads"), [
+    (1, 64, 64), (2, 64, 32), (8, 64, 8), (8, 4, 1),  # the node's cores shared by its ranks, at least one each
+    (1, None, 8), (2, None, 4), (8, None, 1)])  # unknown host: UNKNOWN_HOST_CORES shared the same way
+def test_a_ranks_host_optimizer_threads_are_the_nodes_cores_shared_by_its_ranks(gpus: int, cores: int | None,
+                                                                                threads: int) -> None:
+    """One rank per GPU: each gets ``cores // ranks`` threads, what the exported launch and fit() set as
+    OMP_NUM_THREADS (until 2026-11-30 one thread with several ranks per node: torchrun's default, which nothing
+    autoshard wrote overrode)."""
+    got, note = costs.cpu_optimizer_threads(_with_host(gpus, cores))
+    assert got == threads == costs.host_threads_per_rank(cores or costs.UNKNOWN_HOST_CORES, gpus)
+    assert f"OMP_NUM_THREADS={threads}" in note
+    assert ("8 assumed" in note) is (cores is None)
+
+
+def test_the_nodes_ranks_share_its_dram_bandwidth_in_the_host_step() -> None:
+    """Bound by the host's memory, two ranks stepping at once take twice as long each as one alone (as DeepSpeed's
+    CPU Adam is priced); below the bound, the threads set the pace."""
+    one = costs.cpu_optimizer_seconds(10**9, 84.0, 64, 100 * GB, ranks=1)
+    assert costs.cpu_optimizer_seconds(10**9, 84.0, 32, 100 * GB, ranks=2) == pytest.approx(2 * one)
+    assert one == pytest.approx(10**9 * 84.0 / (100 * GB * costs.HOST_MEMORY_EFFICIENCY))
+    assert costs.cpu_optimizer_seconds(10**9, 84.0, 4, 1000 * GB, ranks=2) == pytest.approx(
+        costs.cpu_optimizer_seconds(10**9, 84.0, 4))
+
+
+@pytest.mark.parametrize(("cores", "bandwidth"), [
+    (64, None),  # half the parameters per rank on half the cores each: the node's cores do the same work
+    (None, None),  # unknown host: UNKNOWN_HOST_CORES, shared the same way
+    (64, 50 * GB),  # bound by DRAM: the two ranks share it
+])
+def test_fsdp_cpu_offload_on_two_gpus_loses_no_per_gpu_throughput_beyond_its_communication(
+        cores: int | None, bandwidth: float | None) -> None:
+    """The probe: Llama-3-8B with CPU offload on a host of unknown cores, 4.66 s a step on one H100, 14.72 s on two
+    (the host step 3.35 s -> 13.4 s: one thread per rank). Two GPUs run the same micro-batch each: the step may grow
+    by its exposed communication, not by a host step that slows as GPUs are added."""
+    from autoshard.models import load_source
+    from autoshard.strategies import build_workload, get
+    from autoshard.strategies.base import Candidate
+
+    workload = build_workload(load_source("tiny-llama"), seq_len=64)
+    cand = Candidate(strategy="fsdp_cpu_offload", micro_batch_size=1, activation_checkpointing=False)
+    one, two = (get("fsdp_cpu_offload").cost(workload, _with_host(g, cores, bandwidth), cand) for g in (1, 2))
+    assert two.step_time_s <= one.step_time_s + (two.exposed_communication_s - one.exposed_communication_s) + 1e-9
+
+    def host_step(cost) -> float:  # type: ignore[no-untyped-def]
+        (note,) = [n for n in cost.notes if n.startswith("CPU optimizer step")]
+        return float(note.split(": ")[1].split(" s ")[0])
+
+    assert host_step(two) == pytest.approx(host_step(one), rel=0.01)  # the node's host steps its parameters alike

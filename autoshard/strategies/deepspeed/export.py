@@ -92,11 +92,18 @@ class DeepSpeedExporter:
         return args
 
     def launchers(self, exported: ExportedPlan, *, script: str) -> list[str]:
-        """DeepSpeed's launcher, one node and many (commented out: torchrun is the default)."""
-        return ["", "# or DeepSpeed's launcher (multi-node: one 'hostname slots=GPUS' line per node in ./hostfile;",
-                "# it starts the other nodes over ssh):",
-                "# " + launcher(exported, script=script, multi_node=False),
-                "# " + launcher(exported, script=script, multi_node=True)]
+        """DeepSpeed's launcher, one node and many (commented out: torchrun is the default). With optimizer
+        offload, the multi-node line needs ``OMP_NUM_THREADS`` in ``./.deepspeed_env``: over ssh the launcher
+        carries only that file's variables and a few prefixes (``EXPORT_ENVS``, ``launcher/runner.py``, 0.19.8)."""
+        out = ["", "# or DeepSpeed's launcher (multi-node: one 'hostname slots=GPUS' line per node in ./hostfile;",
+               "# it starts the other nodes over ssh):",
+               "# " + launcher(exported, script=script, multi_node=False),
+               "# " + launcher(exported, script=script, multi_node=True)]
+        if exported.strategy_traits.offloads:
+            ranks = exported.hardware.gpus_per_node
+            out.insert(3, f"# (with several nodes, also put the line OMP_NUM_THREADS=<cores per node / {ranks}> in "
+                          "./.deepspeed_env: ssh does not carry the export above)")
+        return out
 
     def notes(self, exported: ExportedPlan) -> list[str]:
         """The optimizer under offload, and the NVMe path to fill in."""

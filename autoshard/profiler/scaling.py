@@ -94,7 +94,7 @@ class DepthTimelines:
     positions: tuple[tuple[int, ...], ...] = ()
     """For shallow traces: per trace, the full-depth position of each of its blocks in order. Phase peaks are
     then extrapolated place by place (:meth:`located`); empty for a full trace."""
-    _located: dict[int, tuple[DepthTimelines, dict[str, tuple[MemoryBreakdown, int]] | None]] = field(
+    _located: dict[int, tuple[DepthTimelines, dict[str, tuple[MemoryBreakdown, int, int]] | None]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
     """:meth:`located`'s answers by micro-batch, with the ``later`` timelines each is for: a plan asks for
     the same micro-batches thousands of times (each strategy's memory rules, each candidate micro-batch), and
@@ -107,10 +107,10 @@ class DepthTimelines:
         return {k: sum(w * v[k] for w, v in zip(self.weights, values, strict=True))
                 for k in values[0] if all(k in v for v in values)}
 
-    def located(self, later: DepthTimelines, micro_batch: int) -> dict[str, tuple[MemoryBreakdown, int]] | None:
-        """Per phase, the peak breakdown and the highest activations + temporaries + inputs at :attr:`target`:
-        each the highest of those inside each block every trace keeps, before the first block and after each
-        such block, extrapolated place by place (see the module docstring). As in
+    def located(self, later: DepthTimelines, micro_batch: int) -> dict[str, tuple[MemoryBreakdown, int, int]] | None:
+        """Per phase, the peak breakdown, the highest activations + temporaries + inputs at :attr:`target` and the
+        gradients alive beside those: each the highest of those inside each block every trace keeps, before the
+        first block and after each such block, extrapolated place by place (see the module docstring). As in
         :func:`~autoshard.profiler.timeline.located_peaks`, these timelines count as micro-batch 1 and
         ``later``'s (one sample more) as 2.
 
@@ -124,7 +124,7 @@ class DepthTimelines:
             self._located[micro_batch] = kept
         return kept[1]
 
-    def _locate(self, later: DepthTimelines, micro_batch: int) -> dict[str, tuple[MemoryBreakdown, int]] | None:
+    def _locate(self, later: DepthTimelines, micro_batch: int) -> dict[str, tuple[MemoryBreakdown, int, int]] | None:
         per_trace = [located_peaks(a, b, micro_batch, functools.partial(place, self.stack, kept))
                      for a, b, kept in zip(self.timelines, later.timelines, self.positions, strict=True)]
         common = [key for key in per_trace[0] if all(key in p for p in per_trace)]
@@ -137,7 +137,7 @@ class DepthTimelines:
                         (v[2] for v in kept), default=-1):
                     return None
         best: dict[str, tuple[MemoryBreakdown, int]] = {}
-        non_state: dict[str, int] = {}
+        non_state: dict[str, tuple[int, int]] = {}  # the highest, and the gradients beside it
         for phase, where in common:
             values = self.extrapolate([p[phase, where][0].to_dict() for p in per_trace])
             values.pop("total", None)
@@ -145,9 +145,10 @@ class DepthTimelines:
             event = per_trace[-1][phase, where][1]  # the first of equal heights, in step order
             if phase not in best or (breakdown.total, -event) > (best[phase][0].total, -best[phase][1]):
                 best[phase] = (breakdown, event)
-            weighted = sum(w * p[phase, where][2] for w, p in zip(self.weights, per_trace, strict=True))
+            pairs = [(w, p[phase, where]) for w, p in zip(self.weights, per_trace, strict=True)]
+            weighted = (sum(w * v[2] for w, v in pairs), sum(w * v[3] for w, v in pairs))
             non_state[phase] = max(weighted, non_state.get(phase, weighted))
-        return {phase: (breakdown, non_state[phase]) for phase, (breakdown, _) in best.items()}
+        return {phase: (breakdown, *non_state[phase]) for phase, (breakdown, _) in best.items()}
 
 
 def profile_with_timelines(

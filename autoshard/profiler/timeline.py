@@ -139,9 +139,10 @@ def phase_peaks(one: Timeline, two: Timeline, micro_batch: int) -> dict[str, Mem
 
 def located_peaks(
     one: Timeline, two: Timeline, micro_batch: int, place: Callable[[str], Hashable]
-) -> dict[tuple[str, Hashable], tuple[MemoryBreakdown, int, int]]:
+) -> dict[tuple[str, Hashable], tuple[MemoryBreakdown, int, int, int]]:
     """Per phase and place, the highest point at ``micro_batch`` (from timelines at micro-batches 1 and 2), the
-    event it is at, and the highest activations + temporaries + inputs there (wherever they fall in that place).
+    event it is at, the highest activations + temporaries + inputs there (wherever they fall in that place) and
+    the gradients alive at that moment.
 
     Args:
         place: maps an event's block (``""`` outside every block) to its place, e.g. its position in
@@ -164,10 +165,18 @@ def located_peaks(
             if not len(index):
                 continue
             event = int(index[int(totals[index].argmax())])
-            out[phase, key] = (lines.breakdown(event, micro_batch), event, int(non_state[index].max()))
+            highest = int(index[int(non_state[index].argmax())])
+            out[phase, key] = (lines.breakdown(event, micro_batch), event, int(non_state[highest]),
+                               lines.breakdown(highest, micro_batch).gradients)
     return out
 
 
-def non_state_peaks(one: Timeline, two: Timeline, micro_batch: int) -> dict[str, int]:
-    """Per phase, the highest activations + temporaries + inputs at ``micro_batch`` (wherever it falls)."""
-    return {phase: int(lines.non_state(micro_batch).max()) for phase, lines in _lines(one, two).items()}
+def non_state_peaks(one: Timeline, two: Timeline, micro_batch: int) -> dict[str, tuple[int, int]]:
+    """Per phase, the highest activations + temporaries + inputs at ``micro_batch`` (wherever it falls), and the
+    gradients alive at that moment."""
+    out = {}
+    for phase, lines in _lines(one, two).items():
+        non_state = lines.non_state(micro_batch)
+        event = int(non_state.argmax())
+        out[phase] = (int(non_state[event]), lines.breakdown(event, micro_batch).gradients)
+    return out

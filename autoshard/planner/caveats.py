@@ -46,8 +46,9 @@ def communication_bound(best: Evaluation, hardware: HardwareSpec) -> tuple[str, 
 def unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
     """Lines for what ``best`` asks of a host this hardware does not describe (a GPU profile, a node file without
     ``cpu_memory`` or ``cpu_cores``): RAM for its offloaded states, which the plan could not check; cores for
-    DeepSpeed's CPU Adam, which it priced with an assumed count."""
-    from autoshard.strategies.deepspeed.offload_cost import UNKNOWN_HOST_CORES
+    the optimizer step on the host (DeepSpeed's CPU Adam, FSDP's CPU offload), which it priced with an assumed
+    count."""
+    from autoshard.strategies.costs import UNKNOWN_HOST_CORES
 
     cpu, lines = hardware.node.cpu, []
     need = best.memory.cpu_bytes_per_node if best.memory is not None else 0
@@ -55,8 +56,9 @@ def unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
         lines.append(f"Unchecked: this plan keeps {_gib(need)} of offloaded states in CPU RAM per node, and this "
                      "hardware's RAM is not known; a host with less cannot run it (--cpu-memory SIZE has the plan "
                      "check it).")
-    if best.traits.family == "deepspeed" and best.traits.offloads and not (cpu.usable_cores or cpu.physical_cores):
-        lines.append(f"Assumed: the optimizer steps on the host (DeepSpeed's CPU Adam), whose cores are not known: "
+    if best.traits.offloads and not (cpu.usable_cores or cpu.physical_cores):
+        stepper = "DeepSpeed's CPU Adam" if best.traits.family == "deepspeed" else "torch's optimizer"
+        lines.append(f"Assumed: the optimizer steps on the host ({stepper}), whose cores are not known: "
                      f"{UNKNOWN_HOST_CORES} per node were priced, shared by its {hardware.processes_per_node} ranks "
                      "(--cpu-cores N prices the real host).")
     return tuple(lines)

@@ -89,15 +89,15 @@ def test_on_one_gpu_a_sharding_strategy_says_what_it_changes_against_ddps_best(p
     assert not any(r.startswith("[one-device-sharding]") for c in eight.candidates for r in c.reasons)
 
 
+@pytest.mark.parametrize("strategy", ["deepspeed_stage_3_offload", "fsdp_cpu_offload"])
 @pytest.mark.parametrize(("hardware", "warned"), [("h100-sxm-80gb", True), ("dgx-h100", False)])
-def test_offloaded_states_on_a_host_of_unknown_ram_are_said_to_be_unchecked(hardware, warned):
+def test_offloaded_states_on_a_host_of_unknown_ram_are_said_to_be_unchecked(hardware, warned, strategy):
     # A GPU profile says nothing of the host: 125 GiB of offloaded states cannot be checked against its RAM
-    # (a DGX H100's 2 TiB is known, and holds them), and its CPU Adam is priced on assumed cores (the DGX's 112
-    # are known)
+    # (a DGX H100's 2 TiB is known, and holds them), and the optimizer step on the host (DeepSpeed's CPU Adam,
+    # FSDP's CPU offload) is priced on assumed cores (the DGX's 112 are known)
     from autoshard.hardware import load_hardware
 
-    offload = Synthetic("deepspeed_stage_3_offload", state_gib=1, act_gib=1, per_device_samples_s=10, sharded=True,
-                        cpu_gib=125)
+    offload = Synthetic(strategy, state_gib=1, act_gib=1, per_device_samples_s=10, sharded=True, cpu_gib=125)
     p = plan(workload(), load_hardware(hardware, gpus=8), request(micro_batch_size=1), [offload])
     said = [line for line in p.explanation if line.startswith("Unchecked:")]
     assert bool(said) is warned

@@ -196,10 +196,11 @@ def test_cpu_adam_without_known_cores_shares_an_assumed_host_among_the_nodes_ran
 
 
 @pytest.mark.parametrize(("gpus", "cores", "bandwidth", "threads"), [
-    (1, 32, None, 32), (1, None, None, 8), (2, 32, None, 1), (1, 32, 50e9, 32)])
+    (1, 32, None, 32), (1, None, None, 8), (2, 32, None, 16), (1, 32, 50e9, 32)])
 def test_a_cpu_optimizer_step_runs_on_every_core_with_one_process_per_node(gpus, cores, bandwidth, threads):
     # FSDP2's CPU offload on one GPU was priced on one thread (torchrun's OMP_NUM_THREADS=1, which it sets only
-    # with several processes per node): GPT-2 on one H100 at 31.7 samples/s, on 8 at 112 per GPU
+    # with several processes per node): GPT-2 on one H100 at 31.7 samples/s, on 8 at 112 per GPU. With several,
+    # autoshard's launches set OMP_NUM_THREADS to the node's cores over its ranks, and the plan prices that.
     from autoshard.strategies import costs
 
     hw = _with_cpu(load_hardware("h100-sxm-80gb", gpus=gpus), cores, bandwidth)

@@ -35,7 +35,9 @@ def cpu_adam_parameters_per_s(hardware: HardwareSpec) -> tuple[float, str]:
     The step is an OpenMP loop over the rank's partition (``#pragma omp parallel for`` in ``cpu_adam.h``). The
     ``deepspeed`` launcher leaves ``OMP_NUM_THREADS`` unset (it sets it to the cores per rank only with
     ``--bind_cores_to_rank``; ``launcher/launch.py``, 0.19.8), so every rank's loop may use every core, and the
-    node's ranks, which step together after backward, share them: ``cores / ranks`` threads each, at
+    node's ranks, which step together after backward, share them; autoshard's own launches set
+    ``OMP_NUM_THREADS`` to that share (:func:`~autoshard.strategies.costs.host_threads_per_rank`, the same rule
+    as FSDP's host step): ``cores / ranks`` threads each, at
     :data:`CPU_ADAM_PARAMETERS_PER_S` per thread, and at most the node's DRAM bandwidth over
     :data:`CPU_ADAM_BYTES_PER_PARAMETER`, shared by the ranks.
     """
@@ -43,7 +45,7 @@ def cpu_adam_parameters_per_s(hardware: HardwareSpec) -> tuple[float, str]:
     cpu = hardware.node.cpu
     known = cpu.usable_cores or cpu.physical_cores
     cores = known or UNKNOWN_HOST_CORES
-    threads = max(1, cores // ranks)
+    threads = costs.host_threads_per_rank(cores, ranks)
     rate = threads * CPU_ADAM_PARAMETERS_PER_S
     how = f"{threads} thread(s) per rank ({cores} cores / {ranks} ranks) at {CPU_ADAM_PARAMETERS_PER_S:.2g}/s each"
     if known is None:

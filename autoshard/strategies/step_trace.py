@@ -97,8 +97,14 @@ class StepTrace:
 
     def activation_bytes(self, phase: str, micro_batch: int) -> int:
         """The highest activations + temporaries + inputs of ``phase`` at ``micro_batch`` — the bytes that are
-        not model states, wherever in the phase they peak; at micro-batch 1, those at the phase's highest total
-        (its own profile keeps no other moment; :meth:`highest_non_state` reads the timelines instead).
+        not model states, wherever in the phase they peak.
+
+        At micro-batch 1 as well: its own profile keeps only the moment of highest *total*, which in backward can
+        be its end (every gradient, few activations left) while the activations peak at its start (llama-3-8b
+        blocks, 4096 tokens, checkpointing: 1.0 GiB there against 6.5 GiB), so the timelines at micro-batch 2
+        and 3 are extended back to 1, never below the bytes at micro-batch 1's own high point (which are exact).
+        The few ops that allocate nothing at micro-batch 1 (see :attr:`timelines_2`) make the extended lines
+        count a little more than the step holds, never less (tiny-gpt2, ZeRO-2, checkpointing: +150 KB).
 
         In the optimizer phase this is the optimizer's scratch (e.g. foreach temporaries) for the unsharded
         model; strategies that shard the optimizer scale it themselves.
@@ -109,26 +115,12 @@ class StepTrace:
         """:meth:`activation_bytes`, and the gradients the single-device step holds at that same moment: ``0``
         when the bytes peak before backward has made any gradient (the start of a causal LM's backward, where
         the logits' gradient is), which is before ZeRO allocates its gradient partition and reduce buckets."""
-        along = None if micro_batch == 1 else self._non_state_along(phase, micro_batch)
-        if along is None:
-            b = self.phases(micro_batch)[phase]
-            return b.activations + b.temporaries + b.inputs, b.gradients
-        return along
-
-    def highest_non_state(self, phase: str, micro_batch: int) -> int:
-        """:meth:`activation_bytes`, but at micro-batch 1 too the phase's highest non-state bytes wherever they
-        fall: the timelines at micro-batch 2 and 3 extended back to 1, never below the bytes at micro-batch 1's
-        own high point (which are exact). Its profile keeps only the moment of highest *total*, which in backward
-        can be its end (every gradient, few activations left) while the activations peak at its start
-        (llama-3-8b blocks, 4096 tokens, checkpointing: 1.0 GiB there against 6.5 GiB). The few ops that
-        allocate nothing at micro-batch 1 (see :attr:`timelines_2`) make the extended lines count a little
-        more than the step holds, never less. ``0`` for a phase the trace has no record of."""
-        if micro_batch > 1:
-            return self.activation_bytes(phase, micro_batch)
-        at_peak = self.phases(1).get(phase)
-        exact = 0 if at_peak is None else at_peak.activations + at_peak.temporaries + at_peak.inputs
-        along = self._non_state_along(phase, 1)
-        return max(exact, 0 if along is None else along[0])
+        along = self._non_state_along(phase, micro_batch)
+        if along is not None and micro_batch > 1:
+            return along
+        b = self.phases(micro_batch)[phase]
+        at_peak = b.activations + b.temporaries + b.inputs
+        return along if along is not None and along[0] > at_peak else (at_peak, b.gradients)
 
     def _non_state_along(self, phase: str, micro_batch: int) -> tuple[int, int] | None:
         """The highest non-state bytes of ``phase`` and the gradients beside them, from the timelines at

@@ -50,6 +50,8 @@ class _Step:
     gradients_beside_highest: int
     """Gradient bytes the single-device step holds where ``activations["backward"]`` peaks: 0 when that is before
     any gradient exists, so before ZeRO-1/2 allocate their reduce buckets and gradient partition."""
+    progress_at_highest: float
+    """:attr:`backward_progress` at that moment."""
     backward_saved: int
     """Saved activations and inputs alive when the first gradient hook runs: those at the trace's backward high
     point, once the loss gradient's temporaries are gone — and, when that high point is before any gradient
@@ -88,6 +90,7 @@ def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step
     phases = trace.phases(micro_batch)
     backward = _phase(phases, "backward")
     full_gradients = sum(workload.parameter_numels) * model_dtype_bytes(trace.precision)
+    beside = trace.activation_moment("backward", micro_batch)[1] if "backward" in phases else 0
     saved = backward.activations + backward.inputs
     blocks = trace.block_activation_bytes(micro_batch)
     if backward.gradients == 0 and blocks:
@@ -100,7 +103,8 @@ def _step_facts(workload: Workload, trace: StepTrace, micro_batch: int) -> _Step
         backward_gradient_bytes=backward.gradients,
         backward_high_point_non_state=backward.activations + backward.temporaries + backward.inputs,
         backward_progress=min(1.0, backward.gradients / max(full_gradients, 1)),
-        gradients_beside_highest=trace.activation_moment("backward", micro_batch)[1] if "backward" in phases else 0,
+        gradients_beside_highest=beside,
+        progress_at_highest=min(1.0, beside / max(full_gradients, 1)),
         backward_saved=saved,
     )
 
@@ -334,15 +338,19 @@ def _zero3(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candida
     backward_numel = layout.backward_numel * copies
     boundary = max(current, min(backward_numel, retained + prefetch))
     # In backward the retained tail of forward is used first, then the rest is fetched module by module with
-    # the prefetch ahead; the trace's gradients at its backward high point tell how far backward has got.
-    done = step.backward_progress * backward_numel
-    kept = max(0.0, retained - done)
-    rest = max(0.0, backward_numel - done - kept)
-    backward_gathered = int(max(current, kept + min(rest, current + prefetch)))
+    # the prefetch ahead; the trace's gradients at a moment tell how far backward has got there (at its highest
+    # activations, which can come long before its high point: the start, under checkpointing at micro-batch 1).
+    def gathered_at(progress: float) -> int:
+        done = progress * backward_numel
+        kept = max(0.0, retained - done)
+        rest = max(0.0, backward_numel - done - kept)
+        return int(max(current, kept + min(rest, current + prefetch)))
+
+    backward_gathered = gathered_at(step.progress_at_highest)
     # reduce_scatter_coalesced concatenates a bucket's gradients (padded per rank) into a new tensor; it exists
     # at the trace's backward high point only if a gradient does, and at the first reduction just after it.
     scatter_copy = min(settings.reduce_bucket_size, total) * lp
-    started = step.backward_progress > 0
+    started = step.gradients_beside_highest > 0
     # The head's full gradient: of a trainable tensor only (a frozen head has none).
     head_gradient = max((n for n in numels if n > settings.param_persistence_threshold), default=0) * copies * lp
 

@@ -217,7 +217,7 @@ class StepActivations:
         # Backward's highest non-state bytes bound what a running unit holds: wherever they fall, not at the
         # trace's highest total (at depth that is backward's end, where the unsharded trace's gradients crowd
         # out the activations FSDP's sharded gradients leave room for).
-        highest_backward = half.highest_non_state("backward", micro_batch) if "backward" in phases else 0
+        highest_backward = half.activation_bytes("backward", micro_batch) if "backward" in phases else 0
         inputs = phases["forward"].inputs if "forward" in phases else 0
         return cls(
             inputs=inputs, forward=act("forward"), loss=act("loss"), backward=max(act("backward"), highest_backward),

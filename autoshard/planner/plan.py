@@ -152,26 +152,11 @@ class Plan:
     op-selective), the one used marked; empty when none was (no checkpointing won, or the user named one)."""
 
     def device_memory(self, evaluation: Evaluation) -> dict[str, int] | None:
-        """What ``nvidia-smi`` would show for ``evaluation`` on each GPU: its allocated peak, the caching
-        allocator's reserve (segment rounding, at least) and the CUDA context; ``None`` without a GPU answer."""
-        if evaluation.memory is None or not self.workload.cuda_context_bytes:
-            return None
-        from autoshard.profiler.cuda_context import reserve_lower_bound_bytes
-
-        allocated = evaluation.memory.gpu.total
-        reserve = reserve_lower_bound_bytes(allocated)
-        context = self.workload.cuda_context_bytes
-        return {"allocated": allocated, "reserve": reserve, "cuda_context": context,
-                "nvidia_smi_total": allocated + reserve + context}
+        """What ``nvidia-smi`` would show for ``evaluation`` on each GPU (:func:`device_memory`)."""
+        return device_memory(evaluation, self.workload)
 
     def _with_device_memory(self, e: Evaluation) -> dict[str, Any]:
-        d = e.to_dict()
-        if d["memory"] is not None:
-            d["memory"]["device"] = self.device_memory(e)
-        # What the checkpointed candidates recompute (full, op, every-N: the workload's choice, the table's "ckpt"
-        # column); without it, op-selective at one micro-batch and full at the next read as memory halving.
-        d["checkpointing"] = str(self.workload.checkpoint_mode) if e.candidate.activation_checkpointing else "none"
-        return d
+        return candidate_dict(e, self.workload)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON form (docs/recommend.md); sizes in bytes."""
@@ -186,3 +171,30 @@ class Plan:
             "cached_workload": self.cached_workload,
             "checkpointing_weighed": [w.to_dict() for w in self.checkpointing_weighed],
         }
+
+
+def device_memory(evaluation: Evaluation, workload: Workload) -> dict[str, int] | None:
+    """What ``nvidia-smi`` would show for ``evaluation`` on each GPU: its allocated peak, the caching allocator's
+    reserve (segment rounding, at least) and the CUDA context; ``None`` without a GPU answer."""
+    if evaluation.memory is None or not workload.cuda_context_bytes:
+        return None
+    from autoshard.profiler.cuda_context import reserve_lower_bound_bytes
+
+    allocated = evaluation.memory.gpu.total
+    reserve = reserve_lower_bound_bytes(allocated)
+    context = workload.cuda_context_bytes
+    return {"allocated": allocated, "reserve": reserve, "cuda_context": context,
+            "nvidia_smi_total": allocated + reserve + context}
+
+
+def candidate_dict(e: Evaluation, workload: Workload) -> dict[str, Any]:
+    """One candidate as ``recommend --json`` gives it, in a plan's ``candidates`` and in a ``NoFeasiblePlan``'s
+    alike (docs/recommend.md): :meth:`Evaluation.to_dict` with the GPU's ``nvidia-smi`` view and what it
+    recomputes."""
+    d = e.to_dict()
+    if d["memory"] is not None:
+        d["memory"]["device"] = device_memory(e, workload)
+    # What the checkpointed candidates recompute (full, op, every-N: the workload's choice, the table's "ckpt"
+    # column); without it, op-selective at one micro-batch and full at the next read as memory halving.
+    d["checkpointing"] = str(workload.checkpoint_mode) if e.candidate.activation_checkpointing else "none"
+    return d

@@ -17,7 +17,7 @@ from autoshard.planner.caveats import (
     offload_scope,
     unknown_host,
 )
-from autoshard.planner.plan import Evaluation, Plan, PlanRequest
+from autoshard.planner.plan import Evaluation, Plan, PlanRequest, candidate_dict
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
 from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Strategy
 from autoshard.strategies.workload import Workload
@@ -332,7 +332,7 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
                               hint="Install what is missing, or plan for other hardware with --hardware." if missing
                               else "Choose strategies this hardware can run (--strategies; strategy= in fit()), or "
                                    "plan for other hardware with --hardware.",
-                              candidates=tuple(e.to_dict() for e in evaluations))
+                              candidates=tuple(candidate_dict(e, workload) for e in evaluations))
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
     need = smallest.memory.gpu.total  # type: ignore[union-attr]
     usable = usable_gpu_bytes(hardware, request)
@@ -365,7 +365,7 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
                 "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit()), "
                 f"larger GPUs (--hardware), {_offload_hint(evaluations, hardware)}or a shorter --seq-len.")
     return NoFeasiblePlan(f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
-                          hint=hint, candidates=tuple(e.to_dict() for e in sorted(
+                          hint=hint, candidates=tuple(candidate_dict(e, workload) for e in sorted(
                               evaluations, key=lambda e: e.memory.gpu.total if e.memory else float("inf"))))
 
 

@@ -65,6 +65,9 @@ def test_a_failing_json_command_still_prints_one_json_document_the_error(argv, k
         assert {c["strategy"] for c in error["candidates"]} == {"ddp"}
         assert all(not c["fits"] and c["reasons"] for c in error["candidates"])
         assert "--batch-size" in error["hint"]
+        # "as in candidates above" (docs/recommend.md): what each recomputes, and the GPU's nvidia-smi view
+        assert {c["checkpointing"] for c in error["candidates"]} <= {"none", "full"}
+        assert all("device" in c["memory"] for c in error["candidates"] if c["memory"] is not None)
 
 
 @pytest.mark.parametrize("argv", [

@@ -21,7 +21,7 @@ from autoshard.strategies import build_workload
 from autoshard.strategies.deepspeed.memory import _step_facts
 from tests.benchmark_scripts import load
 
-MODEL = str(Path(__file__).parent / "gpt_logits" / "model.py")
+MODEL = str(Path(__file__).parent / "gpt_logits" / "gpt_logits.py")
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,8 +40,8 @@ def _run(command: list[str], cwd: Path, environ: dict[str, str] | None = None) -
     env.update(environ or {})
     out = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False)
     assert out.returncode == 0, f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-    records = [json.loads(line.removeprefix("RESULT ")) for line in out.stdout.splitlines()
-               if line.startswith("RESULT ")]
+    # The ranks share one stdout: two records can land on one line, so each is found by its marker.
+    records = [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", out.stdout)]
     return sorted(records, key=lambda r: r["rank"])
 
 

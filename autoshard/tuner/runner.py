@@ -19,6 +19,7 @@ from autoshard.errors import AutoshardError
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime import supervisor
+from autoshard.runtime.workers import host_thread_environ
 from autoshard.tuner import worker
 from autoshard.tuner.failures import classify
 from autoshard.tuner.result import FailureClass
@@ -91,7 +92,10 @@ def run_trial(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout
         spec: model, optimizer, steps and seed.
         run_dir: an empty directory for the trial's files (plan, logs, progress, errors).
         timeout_s: wall-clock limit for the whole trial, process start-up included.
-        environ: the workers' environment.
+        environ: the workers' environment; a plan whose optimizer steps on the host gets ``OMP_NUM_THREADS`` in
+            it, each rank's share of this machine's cores, unless ``environ`` sets it
+            (:func:`~autoshard.runtime.workers.host_thread_environ`, as ``fit()``'s workers get it): the threads
+            the plan's step time was priced with.
         on_progress: called as steps complete after warm-up; an exception it raises stops the workers
             (SIGTERM, grace, SIGKILL by process group) and is raised from here.
         on_poll: called about every 50 ms while the workers run (heartbeats).
@@ -115,7 +119,8 @@ def run_trial(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout
         watcher.poll()
 
     try:
-        supervisor.run_workers(list(WORKER_COMMAND), world_size=world, run_dir=run_dir, environ=environ,
+        supervisor.run_workers(list(WORKER_COMMAND), world_size=world, run_dir=run_dir,
+                               environ=host_thread_environ(environ, exported),
                                timeout_s=timeout_s, grace_s=spec.grace_s, log_rank0=True, on_poll=poll)
     except AutoshardError as e:
         failure, message = classify(e, run_dir, world)

@@ -300,8 +300,9 @@ def cpu_optimizer_threads(hardware: HardwareSpec) -> tuple[int, str]:
     known = hardware.node.cpu.usable_cores or hardware.node.cpu.physical_cores
     cores = known or UNKNOWN_HOST_CORES
     threads = host_threads_per_rank(cores, ranks)
-    how = (f"{threads} thread(s) per rank ({cores} cores / {ranks} rank(s) per node; autoshard's exported launch "
-           f"and fit() set OMP_NUM_THREADS={threads}, the node's cores // its ranks, unless it is set)")
+    how = (f"{threads} thread(s) per rank ({cores} cores / {ranks} rank(s) per node; autoshard's exported "
+           f"launches, fit() and tune's trials set OMP_NUM_THREADS={threads}, the node's cores // its ranks, "
+           "unless it is set)")
     if not known:
         how += (f"; the host's cores unknown: {UNKNOWN_HOST_CORES} assumed (--cpu-cores, or a node file with "
                 "cpu_cores, prices the host)")

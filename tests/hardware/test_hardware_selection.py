@@ -96,7 +96,7 @@ def test_cpu_cores_price_the_offloaded_optimizer_step() -> None:
 
     unknown, _ = cpu_adam_parameters_per_s(load_hardware("h100-sxm-80gb", gpus=8))
     given, note = cpu_adam_parameters_per_s(load_hardware("h100-sxm-80gb", gpus=8, cpu_cores=64))
-    assert given == pytest.approx(8 * unknown) and "8 thread(s) per rank (64 cores / 8 ranks)" in note
+    assert given == pytest.approx(8 * unknown) and "8 thread(s) per rank (64 cores / 8 rank(s) per node" in note
 
 
 def test_an_interconnect_is_not_hardware() -> None:

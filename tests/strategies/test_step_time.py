@@ -15,11 +15,11 @@ from autoshard.hardware.specs import CPUSpec, GPUSpec, HardwareSpec
 from autoshard.profiler import flops
 from autoshard.profiler.op_census import CensusCounter, MatmulClass, MemoryClass, OpCensus
 from autoshard.strategies import step_time
+from autoshard.strategies.costs import UNKNOWN_HOST_CORES
 from autoshard.strategies.deepspeed.offload_cost import (
     CPU_ADAM_BYTES_PER_PARAMETER,
     CPU_ADAM_PARAMETERS_PER_S,
     HOST_MEMORY_EFFICIENCY,
-    UNKNOWN_HOST_CORES,
     cpu_adam_parameters_per_s,
 )
 
@@ -192,7 +192,7 @@ def test_cpu_adam_without_known_cores_shares_an_assumed_host_among_the_nodes_ran
     hw = load_hardware("rtx-4090", gpus=gpus)
     rate, note = cpu_adam_parameters_per_s(dataclasses.replace(hw, node=dataclasses.replace(hw.node, cpu=CPUSpec())))
     assert UNKNOWN_HOST_CORES == 8
-    assert rate == threads * CPU_ADAM_PARAMETERS_PER_S and "cores are unknown: 8 assumed" in note
+    assert rate == threads * CPU_ADAM_PARAMETERS_PER_S and "cores unknown: 8 assumed" in note
 
 
 @pytest.mark.parametrize(("gpus", "cores", "bandwidth", "threads"), [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.strategies import costs
-from autoshard.strategies.costs import HOST_MEMORY_EFFICIENCY, UNKNOWN_HOST_CORES
+from autoshard.strategies.costs import HOST_MEMORY_EFFICIENCY
 from autoshard.strategies.deepspeed.layout import ZeroSettings, flat_layout, partitioned_layout
 from autoshard.strategies.deepspeed.optimizer_state import FP32_BYTES, model_dtype_bytes, state_bytes_per_parameter
 from autoshard.strategies.workload import Workload
@@ -42,16 +42,10 @@ def cpu_adam_parameters_per_s(hardware: HardwareSpec) -> tuple[float, str]:
     :data:`CPU_ADAM_BYTES_PER_PARAMETER`, shared by the ranks.
     """
     ranks = max(1, hardware.processes_per_node)
-    cpu = hardware.node.cpu
-    known = cpu.usable_cores or cpu.physical_cores
-    cores = known or UNKNOWN_HOST_CORES
-    threads = costs.host_threads_per_rank(cores, ranks)
+    threads, how = costs.cpu_optimizer_threads(hardware)
     rate = threads * CPU_ADAM_PARAMETERS_PER_S
-    how = f"{threads} thread(s) per rank ({cores} cores / {ranks} ranks) at {CPU_ADAM_PARAMETERS_PER_S:.2g}/s each"
-    if known is None:
-        how += (f"; the host's cores are unknown: {UNKNOWN_HOST_CORES} assumed (--cpu-cores, or a node file with "
-                "cpu_cores, prices the host: docs/hardware.md)")
-    bandwidth = cpu.memory_bandwidth_bytes_per_s
+    how = f"{CPU_ADAM_PARAMETERS_PER_S:.2g}/s per thread on {how}"
+    bandwidth = hardware.node.cpu.memory_bandwidth_bytes_per_s
     if bandwidth is not None:
         bound = bandwidth * HOST_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAMETER / ranks
         if bound < rate:

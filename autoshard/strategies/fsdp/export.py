@@ -204,6 +204,9 @@ class FSDPExporter:
                    + ("the Lightning snippet sets reduce_dtype (and a partial reshard_after_forward), set the rest"
                       if lightning else "set them")
                    + " in your own fully_shard code if they differ from the defaults.")
+        reduce = _accelerate_reduce_note(exported)
+        if reduce:
+            out.append(reduce)
         if lightning:
             out.append("Lightning runs FSDP2 through ModelParallelStrategy: call the snippet's shard(self.model, "
                        "self.device_mesh) in your LightningModule's configure_model().")
@@ -220,5 +223,29 @@ class FSDPExporter:
                        "(the HF Trainer arguments here set it; Lightning syncs every micro-batch already).")
         return out
 
+
+def _accelerate_reduce_note(exported: ExportedPlan) -> str | None:
+    """What Accelerate and the HF Trainer reduce gradients in, where that is not the plan's ``reduce_dtype``.
+
+    Given ``mixed_precision`` bf16 or fp16 and no policy of the user's, accelerate 1.15 builds FSDP's policy with
+    ``reduce_dtype`` equal to ``param_dtype`` (``FullyShardedDataParallelPlugin.set_mixed_precision``, called from
+    ``AcceleratorState``); its config file and environment have no field for it, and the HF Trainer (transformers
+    5.24) builds its Accelerator the same way.
+    """
+    low = {"bf16-mixed": "bf16", "16-mixed": "fp16"}.get(exported.precision)
+    planned = str(exported.settings.get("reduce_dtype", "fp32"))
+    if low is None or planned == low:
+        return None
+    torch_dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+    dtype = torch_dtype[low]
+    replan = " (or plan with --reduce-dtype bf16, which prices what these two run)" if low == "bf16" else ""
+    lightning = ", as the Lightning snippet does" if exported.precision == "bf16-mixed" else ""
+    return (f"Accelerate and the HF Trainer reduce-scatter the gradients in {low}, not in the plan's {planned}: "
+            f"from mixed_precision {low} accelerate 1.15 builds FSDP's MixedPrecisionPolicy with reduce_dtype = "
+            f"param_dtype, and neither config has a field for it. To run the plan with Accelerate, build the "
+            f"Accelerator with fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2, mixed_precision_policy="
+            f"{{'param_dtype': {dtype}, 'reduce_dtype': {torch_dtype.get(planned, planned)}, 'output_dtype': "
+            f"{dtype}}}) beside the config file; the HF Trainer has no setting for it{replan}. fit() reduces in "
+            f"{planned} as planned{lightning}.")
 
 EXPORTER = FSDPExporter()

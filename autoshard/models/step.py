@@ -47,6 +47,8 @@ class StepFunctions:
 
     call: CallFn
     loss: LossFn
+    users_loss: bool = False
+    """``loss`` runs the user's ``loss_fn`` (an error in it is theirs to look at, not a loss to pass)."""
 
 
 def positional_inputs(module: nn.Module) -> int | None:
@@ -133,7 +135,8 @@ def step_functions(module: nn.Module, *, loss_fn: LossFn | None = None,
             raise UsageError("pass loss_fn or training_step, not both: training_step returns the loss itself.")
         return StepFunctions(call=training_step, loss=_returned_loss)
     inputs = positional_inputs(module)
-    return StepFunctions(call=_Call(inputs, keyword_inputs(module)), loss=_Loss(inputs, loss_fn))
+    return StepFunctions(call=_Call(inputs, keyword_inputs(module)), loss=_Loss(inputs, loss_fn),
+                         users_loss=loss_fn is not None)
 
 
 def whole_mapping(batch: Batch, inputs: int | None, keywords: frozenset[str] | None) -> bool:

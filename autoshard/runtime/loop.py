@@ -313,9 +313,12 @@ def _first_loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool)
     except Exception as e:
         if lost_peer(e):
             raise
-        raise UserCodeError(f"the loss failed on the first batch: {type(e).__name__}: {e}. The model returned "
-                            f"{_describe(output)}; the batch was {_describe(batch)}.",
-                            hint="Pass loss_fn(output, batch) returning a scalar tensor.") from e
+        what = "your loss_fn" if fns.users_loss else "the loss"
+        hint = ("Check the targets against the model's output: loss_fn gets (output, targets) for an (inputs, "
+                "targets) batch, (output, batch) for any other batch." if fns.users_loss
+                else "Pass loss_fn(output, batch) returning a scalar tensor.")
+        raise UserCodeError(f"{what} failed on the first batch: {type(e).__name__}: {str(e).rstrip('.')}. The model "
+                            f"returned {_describe(output)}; the batch was {_describe(batch)}.", hint=hint) from e
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
         raise UserCodeError(f"the loss must be a floating-point scalar tensor, and it is {_describe(loss)}.",
                             hint="Return e.g. torch.nn.functional.cross_entropy(output, target).")

@@ -137,9 +137,12 @@ def test_a_loss_that_cannot_take_the_output_says_what_arrived() -> None:
     def bad_loss(output: torch.Tensor, batch: object) -> torch.Tensor:
         return nn.functional.cross_entropy(output, torch.zeros(3, dtype=torch.long))
 
-    with pytest.raises(UserCodeError, match=r"the loss failed on the first batch: .*The model returned "
-                                            r"tensor\(4, 1\) float32"):
+    with pytest.raises(UserCodeError, match=r"your loss_fn failed on the first batch: .*The model returned "
+                                            r"tensor\(4, 1\) float32") as info:
         fit(_Regressor(), _regression_batches(), loss_fn=bad_loss, max_steps=1, plan=_exported(_Regressor()))
+    # the user gave loss_fn: the hint points at its targets, not at passing one (a probe found "Pass loss_fn")
+    assert "Pass loss_fn" not in str(info.value.hint) and "targets" in str(info.value.hint)
+    assert ".." not in str(info.value)
 
 
 def test_a_deepspeed_plan_without_deepspeed_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -150,6 +150,14 @@ def notes(exported: ExportedPlan) -> list[str]:
                    "launch.sh's deepspeed line with a script that calls deepspeed.initialize with ds_config.json, "
                    "or autoshard.fit(plan=...).")
     elif exported.hardware.device_type == "cpu" and exported.hardware.world_size > 1:
+        if exported.family == "fsdp":
+            # accelerate 1.15's AcceleratorState gives DistributedType.FSDP only to a multi-accelerator run: on CPU
+            # processes it is MULTI_CPU, and prepare() wraps the model in DistributedDataParallel.
+            out.append("CPU processes: accelerate, and the HF Trainer on it, run FSDP only on accelerators: on CPU "
+                       "processes accelerate_config.yaml and hf_trainer_args.txt train DDP (every rank holds the "
+                       "whole model), not this plan, and say nothing of it. To run the plan on CPU processes, use "
+                       "launch.sh's torchrun line with a script that shards the model with fully_shard (as the "
+                       "Lightning snippet's shard() does, where one is written), or autoshard.fit(plan=...).")
         # accelerate 1.15's launch_command sends use_cpu to simple_launcher: one process, unless MPI is configured.
         out.append(f"CPU processes: accelerate launch starts {exported.hardware.world_size} of them only through "
                    "MPI (mpirun_hostfile in accelerate_config.yaml); otherwise it starts one. launch.sh's torchrun "

@@ -8,6 +8,7 @@ from typing import Any
 
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.profiler.checkpointing import ActivationCheckpointing
+from autoshard.strategies import get
 from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Traits
 from autoshard.strategies.workload import Workload
 
@@ -156,7 +157,7 @@ class Plan:
         return device_memory(evaluation, self.workload)
 
     def _with_device_memory(self, e: Evaluation) -> dict[str, Any]:
-        return candidate_dict(e, self.workload)
+        return candidate_dict(e, self.workload, self.hardware)
 
     def to_dict(self) -> dict[str, Any]:
         """The stable JSON form (docs/recommend.md); sizes in bytes."""
@@ -187,11 +188,13 @@ def device_memory(evaluation: Evaluation, workload: Workload) -> dict[str, int] 
             "nvidia_smi_total": allocated + reserve + context}
 
 
-def candidate_dict(e: Evaluation, workload: Workload) -> dict[str, Any]:
+def candidate_dict(e: Evaluation, workload: Workload, hardware: HardwareSpec) -> dict[str, Any]:
     """One candidate as ``recommend --json`` gives it, in a plan's ``candidates`` and in a ``NoFeasiblePlan``'s
-    alike (docs/recommend.md): :meth:`Evaluation.to_dict` with the GPU's ``nvidia-smi`` view and what it
-    recomputes."""
+    alike (docs/recommend.md): :meth:`Evaluation.to_dict` with the GPU's ``nvidia-smi`` view, what it
+    recomputes, and its strategy's settings in force (what it was priced with, as ``plan.json`` writes them), not
+    only those the request set."""
     d = e.to_dict()
+    d["settings"] = get(e.strategy).settings(hardware, e.candidate, workload)
     if d["memory"] is not None:
         d["memory"]["device"] = device_memory(e, workload)
     # What the checkpointed candidates recompute (full, op, every-N: the workload's choice, the table's "ckpt"

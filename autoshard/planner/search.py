@@ -114,8 +114,7 @@ def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, re
     checkpointing = request.checkpointing_choices(workload)
     if reason is not None:
         return [
-            Evaluation(candidate=Candidate(strategy=strategy.name, micro_batch_size=request.micro_batch_size or 1,
-                                           activation_checkpointing=False),
+            Evaluation(candidate=_candidate(strategy, hardware, request, request.micro_batch_size or 1, False),
                        traits=strategy.traits, fits=False, memory=None, cost=None, gradient_accumulation=1,
                        max_micro_batch_size=0, score=0.0, reasons=(reason,))
         ]
@@ -332,7 +331,7 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
                               hint="Install what is missing, or plan for other hardware with --hardware." if missing
                               else "Choose strategies this hardware can run (--strategies; strategy= in fit()), or "
                                    "plan for other hardware with --hardware.",
-                              candidates=tuple(candidate_dict(e, workload) for e in evaluations))
+                              candidates=tuple(candidate_dict(e, workload, hardware) for e in evaluations))
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
     need = smallest.memory.gpu.total  # type: ignore[union-attr]
     usable = usable_gpu_bytes(hardware, request)
@@ -365,7 +364,7 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
                 "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit()), "
                 f"larger GPUs (--hardware), {_offload_hint(evaluations, hardware)}or a shorter --seq-len.")
     return NoFeasiblePlan(f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
-                          hint=hint, candidates=tuple(candidate_dict(e, workload) for e in sorted(
+                          hint=hint, candidates=tuple(candidate_dict(e, workload, hardware) for e in sorted(
                               evaluations, key=lambda e: e.memory.gpu.total if e.memory else float("inf"))))
 
 

@@ -108,6 +108,10 @@ def test_sbatch_exports_the_host_threads_before_srun_starts_every_nodes_torchrun
     assert export < next(i for i, x in enumerate(lines) if x.startswith("srun torchrun"))
     assert lines[export] == f"export OMP_NUM_THREADS={launch.host_threads(8)}"
     assert lines[export] in files["launch.sh"].splitlines()
+    # the whole node, else SLURM may bind the one task per node to one CPU and $(nproc) gives each rank 1 thread
+    assert any(x.startswith("#SBATCH --exclusive") for x in lines)
+    plain = render(_gpu_plan(plan, "fsdp", ranks=8, nodes=4), validate=False)["slurm.sbatch"]
+    assert "--exclusive" not in plain
 
 
 def test_deepspeeds_multi_node_launcher_line_says_ssh_does_not_carry_the_threads(plan):

@@ -4,6 +4,8 @@ partition, the ZeRO-3 per-parameter partition and what ZeRO-3 keeps gathered. Us
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,14 +72,17 @@ def flat_layout(numels: Sequence[int], world: int) -> FlatLayout:
     alignment = NCCL_START_ALIGNMENT * world
     aligned = math.ceil(total / alignment) * alignment
     size = aligned // world
-    worst, start = 0, 0
-    bounds = []
-    for n in numels:
-        bounds.append((start, start + n))
-        start += n
-    for rank in range(world):
+    ends = list(itertools.accumulate(numels))  # tensor t spans [ends[t] - numels[t], ends[t])
+    starts = [e - n for e, n in zip(ends, numels, strict=True)]
+    prefix = [0, *ends]
+    worst = 0
+    # A rank whose range holds no tensor's start lies inside one tensor, which the rank holding that tensor's
+    # start overlaps too: those ranks alone can hold the most (ranks past the data hold padding only).
+    for rank in {a // size for a, n in zip(starts, numels, strict=True) if n > 0}:
         lo, hi = rank * size, (rank + 1) * size
-        worst = max(worst, sum(n for (a, b), n in zip(bounds, numels, strict=True) if a < hi and b > lo))
+        first = bisect.bisect_right(ends, lo)  # the first tensor ending after lo
+        last = bisect.bisect_left(starts, hi)  # one past the last tensor starting before hi
+        worst = max(worst, prefix[last] - prefix[first] if last > first else 0)
     return FlatLayout(aligned_numel=aligned, partition_numel=size, gradient_partition_numel=worst)
 
 

@@ -102,6 +102,14 @@ def load_hub_id(hub_id: HubId, *, cache_dir: Path | None = None) -> ModelSource:
     )
     if not isinstance(found, str):
         at = "" if hub_id.revision is None else f" at revision {hub_id.revision}"
+        folder = hub_id.repo_id.split("/")[0]
+        if Path(folder).is_dir():  # "cfg/llama" with a ./cfg here reads as a mistyped path before a Hub id
+            raise ModelSourceError(
+                f"{hub_id} is neither a file nor a folder here ({folder}/ is), and as a Hub id its config.json{at} "
+                f"is not in the local Hugging Face cache ({cache}); autoshard never downloads.",
+                hint=f"Check the path (ls {folder}/); for a Hub id, fetch only the config with "
+                     f"`{hub_id.download_command()}`, then run again.",
+            )
         raise ModelSourceError(
             f"{hub_id} is not a file, and its config.json{at} is not in the local Hugging Face cache "
             f"({cache}); "

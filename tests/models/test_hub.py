@@ -106,6 +106,17 @@ def test_uncached_hub_id_says_how_to_fetch_only_the_config(hub: Path, spec: str,
     assert str(hub) in message and "never downloads" in message and message.count("\n") == 1
 
 
+def test_a_mistyped_path_under_a_local_folder_is_told_as_a_path_first(hub: Path) -> None:
+    """``cfg/nonexistent`` beside a folder ``cfg/`` is far likelier a mistyped path than a Hub id (a probe got only
+    the Hub's download command for it)."""
+    Path("cfg").mkdir()
+    with pytest.raises(ModelSourceError) as info:
+        load_source("cfg/nonexistent")
+    message = str(info.value)
+    assert "cfg/nonexistent is neither a file nor a folder here (cfg/ is)" in message and message.count("\n") == 1
+    assert "Check the path" in message and "hf download cfg/nonexistent config.json" in message
+
+
 def test_a_path_that_looks_like_a_hub_id_wins(hub: Path) -> None:
     cache_model(hub, "org/tiny-llama", MAIN, LLAMA)
     local = Path("org/tiny-llama")

@@ -175,7 +175,9 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
             hint = "Fix the error in your model file (run with --debug for the full traceback)."
         elif user_code:
             fed = f" each batch was fed as {feeding};" if feeding else ""
-            hint = f"Your code raised it:{fed} check the model, the batch and the loss (see the error above)."
+            hint = (f"Your code raised it while autoshard traced a step to plan (on your batch cut to the micro-batch "
+                    f"sizes it tries, so its first dimension may differ from yours):{fed} check the model, the batch "
+                    "and the loss.")
         else:  # a Hugging Face config or a catalog model: the code that raised is not the user's
             hint = ("The model's own code raised it. For a config.json the usual cause is a value transformers "
                     "accepts but its model cannot run (num_experts_per_tok above the experts, attention heads not a "

@@ -311,3 +311,13 @@ def test_a_forward_whose_targets_have_a_default_is_told_they_were_not_fed() -> N
     result = fit(_Detector(), data, max_steps=2, optimizer="sgd", progress=False,
                  training_step=lambda model, batch: model(*batch)["loss"])
     assert len(result.losses) == 2
+
+
+def test_a_batch_the_model_cannot_take_is_said_to_have_failed_while_planning() -> None:
+    """The error comes from the planning trace, on the batch cut to a micro-batch the planner tries ([1, 7] here):
+    the hint says so, or the user looks for a batch of one they never made (a probe asked)."""
+    loader = DataLoader(TensorDataset(torch.randn(64, 7), torch.randint(0, 4, (64,))), batch_size=8)
+    with pytest.raises(UserCodeError) as info:
+        fit(nn.Linear(8, 4), loader, loss_fn=F.cross_entropy, max_steps=1, progress=False)
+    assert "forward raised RuntimeError" in str(info.value)
+    assert "while autoshard traced a step to plan" in (info.value.hint or "")

@@ -117,7 +117,16 @@ class Rule:
 
 
 def _count(n: int) -> str:
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e5 else str(n)
+    """``124.4M``-style count, in the units the tables use (K, M, B).
+
+    Example:
+        >>> _count(81_226), _count(200_000), _count(124_439_808), _count(999)
+        ('81.2K', '200.0K', '124.4M', '999')
+    """
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
 
 
 def _gb(x: float) -> str:

@@ -153,8 +153,10 @@ def notes(exported: ExportedPlan) -> list[str]:
         if exported.family == "fsdp":
             # accelerate 1.15's AcceleratorState gives DistributedType.FSDP only to a multi-accelerator run: on CPU
             # processes it is MULTI_CPU, and prepare() wraps the model in DistributedDataParallel.
+            files = ("accelerate_config.yaml trains" if exported.strategy_traits.hybrid  # no HF files for hybrid
+                     else "accelerate_config.yaml and hf_trainer_args.txt train")
             out.append("CPU processes: accelerate, and the HF Trainer on it, run FSDP only on accelerators: on CPU "
-                       "processes accelerate_config.yaml and hf_trainer_args.txt train DDP (every rank holds the "
+                       f"processes {files} DDP (every rank holds the "
                        "whole model), not this plan, and say nothing of it. To run the plan on CPU processes, use "
                        "launch.sh's torchrun line with a script that shards the model with fully_shard (as the "
                        "Lightning snippet's shard() does, where one is written), or autoshard.fit(plan=...).")

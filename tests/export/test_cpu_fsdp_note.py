@@ -32,10 +32,11 @@ def _ddp_line(plan: ExportedPlan) -> list[str]:
     return [n for n in notes(plan) if "run FSDP only on accelerators" in n]
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "fsdp_shard_grad_op"])
+@pytest.mark.parametrize("strategy", ["fsdp", "fsdp_shard_grad_op", "fsdp_hybrid"])
 def test_a_cpu_fsdp_plan_says_accelerate_and_the_trainer_train_ddp(strategy: str) -> None:
     (line,) = _ddp_line(_plan(strategy, "cpu", 2))
-    assert "train DDP" in line and "autoshard.fit(plan=...)" in line
+    assert "DDP" in line and "autoshard.fit(plan=...)" in line
+    assert ("hf_trainer_args.txt" in line) is (strategy != "fsdp_hybrid")  # the Trainer has no hybrid: no file
 
 
 @pytest.mark.parametrize(("strategy", "device_type", "ranks"), [("fsdp", "cuda", 8), ("fsdp", "cpu", 1),

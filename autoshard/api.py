@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import TYPE_CHECKING
@@ -140,7 +141,7 @@ def recommend(
     goal: Goal = "pretrain",
     strategies: Sequence[StrategyName] | None = None,
     safety_margin: float = 0.10,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | bool | None = None,
     optimizer_impl: OptimizerImpl | None = None,
     activation_checkpointing: str | bool | None = None,
     reduce_dtype: ReduceDtype | None = None,
@@ -166,7 +167,8 @@ def recommend(
         strategies: restrict to these strategy names.
         safety_margin: fraction of device memory kept free (CUDA context, fragmentation, model error).
         progress: called as ``progress(done, total)`` after each of the model's tracing sessions (one per
-            precision mode and checkpointing choice; 10-60 s in all for a large model), e.g. to show a progress bar.
+            precision mode and checkpointing choice; 10-60 s in all for a large model), e.g. to show a progress bar;
+            ``True``: the command line's bar on standard error, where that is a terminal.
         optimizer_impl: ``"foreach"``, ``"for-loop"`` or ``"fused"`` (``None``: torch's default, foreach on
             CUDA). DeepSpeed's optimizer offload steps its own CPU Adam whatever this says.
         activation_checkpointing: ``"none"``, ``"full"``, ``"every-N"`` or ``"op"``: every candidate uses it. ``None``
@@ -204,9 +206,17 @@ def recommend(
     from autoshard.planner.machine import hardware_for, plan_for
 
     _check_source(source, "recommend")
-    return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
-                    seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
-                    safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl,
-                    checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache,
-                    jobs=jobs, float32_matmul_precision=float32_matmul_precision, grad_clip_norm=grad_clip_norm,
-                    set_grads_to_none=set_grads_to_none)
+    if progress is not None and not isinstance(progress, bool) and not callable(progress):
+        raise UsageError(f"progress= takes a function progress(done, total), True or False, not "
+                         f"{type(progress).__name__}.")
+    with contextlib.ExitStack() as stack:
+        if isinstance(progress, bool):
+            from autoshard._progress import tracing_progress
+
+            progress = stack.enter_context(tracing_progress(enabled=progress))
+        return plan_for(source, hardware_for(hardware), batch_size=batch_size, global_batch_size=global_batch_size,
+                        seq_len=seq_len, precision=precision, optimizer=optimizer, goal=goal, strategies=strategies,
+                        safety_margin=safety_margin, progress=progress, optimizer_impl=optimizer_impl,
+                        checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache,
+                        jobs=jobs, float32_matmul_precision=float32_matmul_precision,
+                        grad_clip_norm=grad_clip_norm, set_grads_to_none=set_grads_to_none)

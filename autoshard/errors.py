@@ -7,9 +7,11 @@ Every error a user can cause (a bad path, a broken ``model.py``, a nonsensical n
 
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import ParamSpec, TypeVar
@@ -42,6 +44,10 @@ class AutoshardError(Exception):
 
 class UsageError(AutoshardError):
     """An argument is out of range or contradicts another one."""
+
+
+class UnknownArgument(UsageError, TypeError):
+    """A public function was called with a keyword it does not take (a ``TypeError`` too, as Python's own is)."""
 
 
 class ModelSourceError(AutoshardError):
@@ -137,6 +143,7 @@ messages name (the hardware's own flags are :func:`autoshard.hardware.load_hardw
 HARDWARE_ARGUMENTS: Rewrites = (
     (r"--hardware ([\w.-]+) --gpus (\d+)", r'load_hardware("\1", gpus=\2)'), (r"--gpus (\d+)", r"gpus=\1"),
     (r"--nodes (\d+)", r"nodes=\1"), (r"--gpus\b", "gpus="), (r"--nodes\b", "nodes="),
+    (r"--(gpu|cpu)-memory (\d+)([A-Za-z]+)\b", r'\1_memory="\2\3"'), (r"--(gpu|cpu)-memory (\d+)\b", r"\1_memory=\2"),
     (r"--gpu-memory\b", "gpu_memory="), (r"--cpu-memory\b", "cpu_memory="), (r"--cpu-cores\b", "cpu_cores="),
     (r"--nvme\b", "nvme="), (r"--hardware\b", "load_hardware()"),
 )
@@ -176,8 +183,14 @@ def in_arguments(rewrites: Rewrites) -> Callable[[Callable[_P, _R]], Callable[_P
     (which the library's messages are written in), unless the ``autoshard`` command called it
     (:func:`command_line`)."""
     def decorate(function: Callable[_P, _R]) -> Callable[_P, _R]:
+        parameters = inspect.signature(function).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
         @functools.wraps(function)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            for name in kwargs:
+                if name not in parameters and not takes_any:
+                    raise UnknownArgument(unknown_argument(function.__name__, name, parameters))
             try:
                 return function(*args, **kwargs)
             except AutoshardError as exc:
@@ -186,3 +199,40 @@ def in_arguments(rewrites: Rewrites) -> Callable[[Callable[_P, _R]], Callable[_P
                 raise
         return wrapper
     return decorate
+
+
+_GUESSES: dict[str, tuple[str, ...]] = {
+    # What a keyword the command line or another library uses is called here, in the order to suggest.
+    "strategy": ("strategies",), "strategies": ("strategy",), "batch": ("batch_size",), "micro_batch": ("batch_size",),
+    "micro_batch_size": ("batch_size",), "model": ("source",), "config": ("source",), "path": ("source",),
+    "checkpointing": ("activation_checkpointing",), "gradient_checkpointing": ("activation_checkpointing",),
+    "max_grad_norm": ("grad_clip_norm",), "gradient_clipping": ("grad_clip_norm",), "steps": ("max_steps",),
+    "num_epochs": ("epochs",), "dataloader": ("data",), "train_dataloader": ("data",),
+    "eval_dataloader": ("eval_data",),
+    "sequence_length": ("seq_len",), "max_seq_len": ("seq_len",), "seq_length": ("seq_len",),
+    "gpus": ("processes",), "num_gpus": ("gpus", "processes"), "devices": ("processes",),
+    "nproc_per_node": ("processes",), "num_nodes": ("nodes",),
+}
+_HARDWARE_KEYWORDS = ("gpus", "nodes", "num_gpus", "num_nodes", "devices", "gpu_memory", "cpu_memory", "cpu_cores",
+                      "nvme")
+
+
+def unknown_argument(function: str, name: str, parameters: Mapping[str, object]) -> str:
+    """The message for ``function(name=...)``, which it does not take: the argument meant, where one can tell.
+
+    Example:
+        >>> unknown_argument("recommend", "batch", {"source": None, "batch_size": None})
+        "recommend() got an unexpected keyword argument 'batch'; did you mean batch_size=?"
+    """
+    message = f"{function}() got an unexpected keyword argument {name!r}"
+    meant = [m for m in _GUESSES.get(name, ()) if m in parameters]
+    meant += [m for m in difflib.get_close_matches(name, list(parameters), n=3, cutoff=0.75) if m not in meant]
+    if meant:
+        return message + "; did you mean " + " or ".join(f"{m}=" for m in meant) + "?"
+    if name in ("lr", "learning_rate", "weight_decay") and "optimizer" in parameters:
+        return (message + ": the optimizer's settings are its own, e.g. "
+                "optimizer=functools.partial(torch.optim.AdamW, lr=3e-4).")
+    if name in _HARDWARE_KEYWORDS and "hardware" in parameters:
+        return (message + ": the GPUs and nodes are hardware='s, e.g. "
+                'hardware=autoshard.load_hardware("h100-sxm-80gb", gpus=8, nodes=2).')
+    return message + "."

@@ -25,7 +25,11 @@ if TYPE_CHECKING:
     from autoshard.tuner.space import SearchSpace
 
 
-@in_arguments(PLANNER_ARGUMENTS)
+TUNE_ARGUMENTS = ((r"--gpus N\b", "processes=N"), *PLANNER_ARGUMENTS)
+"""``tune()``'s arguments for the flags its messages name: the GPUs it trials on are ``processes=``."""
+
+
+@in_arguments(TUNE_ARGUMENTS)
 def tune(
     model: str | os.PathLike[str] | ModelSource,
     *,

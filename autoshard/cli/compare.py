@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard compare``."""
-    from autoshard.cli._progress import tracing_progress
+    from autoshard._progress import tracing_progress
     from autoshard.cli.recommend import request_options
     from autoshard.planner.compare import compare
 

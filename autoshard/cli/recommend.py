@@ -96,10 +96,10 @@ def request_options(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard recommend``."""
+    from autoshard._progress import tracing_progress
     from autoshard.api import recommend
     from autoshard.cli._checks import check_output_dir, check_plot_path
     from autoshard.cli._hardware_args import hardware_from_args
-    from autoshard.cli._progress import tracing_progress
 
     if args.output_dir is not None:  # before the traces: they take 10-60 s
         check_output_dir(args.output_dir)

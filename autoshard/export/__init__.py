@@ -54,13 +54,13 @@ def render(exported: ExportedPlan, *, validate: bool = True) -> dict[str, str]:
     return files
 
 
-def export_plan(plan: Plan | ExportedPlan, output_dir: str | os.PathLike[str], *, force: bool = False,
-                validate: bool = True) -> list[Path]:
+def export_plan(plan: Plan | ExportedPlan | str | os.PathLike[str], output_dir: str | os.PathLike[str], *,
+                force: bool = False, validate: bool = True) -> list[Path]:
     """Write the hand-off files of ``plan`` into ``output_dir`` (created if needed).
 
     Args:
-        plan: a :class:`~autoshard.planner.plan.Plan` (its recommendation is exported) or an :class:`ExportedPlan`
-            (e.g. from :func:`read`).
+        plan: a :class:`~autoshard.planner.plan.Plan` (its recommendation is exported), an :class:`ExportedPlan`,
+            or a path :func:`read` reads (a ``plan.json``, a directory holding one, a tune ``summary.json``).
         output_dir: the directory to write into.
         force: overwrite existing files whose content differs, and remove the files of another export this plan
             does not write (a ``ds_config.json`` beside an FSDP plan). Without it nothing is written when any would
@@ -71,8 +71,15 @@ def export_plan(plan: Plan | ExportedPlan, output_dir: str | os.PathLike[str], *
         The paths written (files already identical are included and left untouched).
 
     Raises:
-        UsageError: a different file is in the way and ``force`` is false, or see :func:`render`.
+        UsageError: ``plan`` is none of these, a different file is in the way and ``force`` is false, or see
+            :func:`render`.
     """
+    if isinstance(plan, (str, os.PathLike)):
+        plan = read(os.fspath(plan))
+    if not isinstance(plan, (Plan, ExportedPlan)):
+        raise UsageError(f"export_plan() takes a Plan, an ExportedPlan or a plan.json path as plan=, "
+                         f"not {type(plan).__name__}.",
+                         hint="Pass what autoshard.recommend() returned, or the path of a plan.json it wrote.")
     exported = plan if isinstance(plan, ExportedPlan) else from_plan(plan)
     files = render(exported, validate=validate)
     out = Path(output_dir)

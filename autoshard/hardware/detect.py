@@ -12,7 +12,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from autoshard.errors import UsageError
+from autoshard.errors import HARDWARE_ARGUMENTS, UsageError, in_arguments
 from autoshard.hardware.environment import cuda_order, launch_environment
 from autoshard.hardware.host import discover_nvme, probe_cpu
 from autoshard.hardware.nvml import NvmlReport, probe_nvml
@@ -33,6 +33,7 @@ from autoshard.hardware.units import format_bytes
 CPU_HINT = "To plan for GPUs you do not have here, pass --hardware NAME (see `autoshard hardware --list`)."
 
 
+@in_arguments(HARDWARE_ARGUMENTS)
 def detect_hardware(
     *, gpus: int | None = None, environ: Mapping[str, str] | None = None, nvml: Any = None
 ) -> HardwareSpec:

@@ -85,6 +85,11 @@ class HardwareOverrides:
             cpu_bytes = None if cpu_memory is None else parse_bytes(cpu_memory, what="--cpu-memory")
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        for flag, size in (("--gpu-memory", gpu_memory), ("--cpu-memory", cpu_memory)):
+            if isinstance(size, int) and not isinstance(size, bool) and 0 < size < _SMALLEST_MEMORY:
+                raise UsageError(f"{flag} {size} is {size} bytes, less than any machine's memory.",
+                                 hint=f"Give a unit: {flag} {size}GB (10**9 bytes each) or {flag} {size}GiB "
+                                      "(2**30 each).")
         return cls(
             gpus=gpus,
             nodes=nodes,
@@ -93,6 +98,10 @@ class HardwareOverrides:
             cpu_cores=cpu_cores,
             nvme_path=None if nvme is None else os.fspath(nvme),
         )
+
+
+_SMALLEST_MEMORY = 2**20
+"""Memory given as a bare number of bytes below this (1 MiB) is taken for a size without its unit."""
 
 
 @in_arguments(HARDWARE_ARGUMENTS)
@@ -112,7 +121,8 @@ def load_hardware(
     a cluster profile brings its own number of nodes.
 
     Args:
-        name_or_path: e.g. ``"h100-sxm-80gb"``, ``"dgx-a100"``, or ``"my-cluster.yaml"``.
+        name_or_path: e.g. ``"h100-sxm-80gb"``, ``"dgx-a100"``, or ``"my-cluster.yaml"``; ``"NAME:G"`` or
+            ``"NAME:GxN"`` is ``NAME`` with ``gpus=G`` (and ``nodes=N``), as ``--hardware`` takes it.
         gpus: GPUs per node (at most a node profile's own count).
         nodes: number of nodes.
         gpu_memory: memory per GPU, ``"80GB"`` (10**9 bytes per GB), ``"80GiB"`` (2**30) or ``int`` bytes.
@@ -133,6 +143,21 @@ def load_hardware(
         >>> hw.world_size, hw.backend, hw.node.intra_node_link.name
         (16, 'nccl', 'nvlink3')
     """
+    if isinstance(name_or_path, HardwareSpec):
+        raise UsageError("load_hardware() loads a profile by name or YAML path, and this is a HardwareSpec already.",
+                         hint="Pass it as hardware= as it is; to change its size, load its profile again: "
+                              'load_hardware("h100-sxm-80gb", gpus=8, nodes=2).')
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise UsageError(f"load_hardware() takes a profile name or YAML path, not {name_or_path!r}.",
+                         hint="autoshard.detect_hardware() describes this machine; `autoshard hardware --list` lists "
+                              "the profiles.")
+    if isinstance(name_or_path, str) and not Path(name_or_path).exists():
+        name, sized_gpus, sized_nodes = sized_machine(name_or_path)
+        if sized_gpus is not None:
+            if gpus is not None or nodes is not None:
+                raise UsageError(f"load_hardware({name_or_path!r}) sizes the machine, and gpus= or nodes= sizes it "
+                                 "again.", hint=f"Pass one: load_hardware({name!r}, gpus=..., nodes=...).")
+            name_or_path, gpus, nodes = name, sized_gpus, sized_nodes
     overrides = HardwareOverrides.parse(
         gpus=gpus, nodes=nodes, gpu_memory=gpu_memory, cpu_memory=cpu_memory, cpu_cores=cpu_cores, nvme=nvme
     )

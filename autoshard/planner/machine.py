@@ -201,6 +201,9 @@ def plan_for(
     if isinstance(strategies, str):
         raise UsageError(f"strategies must be a list of strategy names, e.g. [{strategies!r}], but got the string "
                          f"{strategies!r}.")
+    if strategies is not None and not list(strategies):
+        raise UsageError("--strategies names no strategy; name at least one, or leave it out to weigh them all.",
+                         hint=f"The strategies: {', '.join(names())}.")
     chosen = [get(n) for n in (strategies or names())]
     choices, mode = ((False, True), FULL) if choice is None else (traced_choices(bool(choice), chosen),
                                                                   choice if choice else FULL)

@@ -152,6 +152,23 @@ class Plan:
     """The checkpointing choices weighed against each other when the plan needed checkpointing (full and
     op-selective), the one used marked; empty when none was (no checkpointing won, or the user named one)."""
 
+    def __repr__(self) -> str:
+        """One line (the workload's traced step, hundreds of kB, is left out): what is recommended, on what."""
+        e, hw = self.recommended, self.hardware
+        device = hw.gpu.display_name if hw.gpu is not None else "CPU process"
+        memory = "" if e.memory is None else f", {e.memory.gpu.total / 2**30:.1f} GiB per device"
+        speed = "" if e.cost is None else f", {e.cost.samples_per_s:,.4g} samples/s " + (
+            "predicted" if hw.gpu is not None else "at a placeholder CPU speed")
+        checkpointed = ", checkpointed" if e.candidate.activation_checkpointing else ""
+        fitting = sum(c.fits for c in self.candidates)
+        return (f"<Plan {self.workload.model!r}: {e.strategy}, micro-batch {e.candidate.micro_batch_size}"
+                f"{checkpointed}{memory}{speed}; {hw.nodes} × {hw.processes_per_node} × {device}; "
+                f"{len(self.candidates)} candidates, {fitting} fit>")
+
+    def __str__(self) -> str:
+        """The explanation, a sentence a line: why the recommendation won."""
+        return "\n".join(self.explanation)
+
     def device_memory(self, evaluation: Evaluation) -> dict[str, int] | None:
         """What ``nvidia-smi`` would show for ``evaluation`` on each GPU (:func:`device_memory`)."""
         return device_memory(evaluation, self.workload)

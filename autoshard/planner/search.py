@@ -67,7 +67,8 @@ def plan(
     ranked.sort(key=lambda e: (not e.fits, -e.score))
     best = ranked[0]
     explanation = _explain(best, ranked, [r for r in rules if r.factor < 1 and r.applies(ctx, best)],
-                           workload.checkpoint_mode.label, rules) + _search_limit(best, hardware, request) \
+                           workload.checkpoint_mode.label, rules, placeholder_speed=hardware.gpu is None) \
+        + _search_limit(best, hardware, request) \
         + global_batch(best, hardware) + communication_bound(best, hardware) + unknown_host(best, hardware) \
         + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked) + frozen_behind(best, workload)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
@@ -266,9 +267,11 @@ def _with_accumulation(cost: CostEstimate, accumulation: int, micro: int, world:
 
 
 def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule],
-             checkpointing: str = "activation checkpointing", rules: Sequence[Rule] = ()) -> tuple[str, ...]:
+             checkpointing: str = "activation checkpointing", rules: Sequence[Rule] = (), *,
+             placeholder_speed: bool = False) -> tuple[str, ...]:
     """Why ``best``: its numbers, the rules that favour it and the runner-up (``checkpointing``: what the
-    workload's checkpointed traces recompute, in words).
+    workload's checkpointed traces recompute, in words; ``placeholder_speed``: the speeds are the CPU placeholder's,
+    :data:`autoshard.strategies.costs.CPU_PLACEHOLDER_FLOPS_PER_S`, good for ranking only).
 
     A rule that discounted ``best`` argues for another kind of strategy: its sentence stays in the candidate's
     reasons (the table, the JSON), and the explanation says only that ``best`` leads in spite of it.
@@ -278,7 +281,9 @@ def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule],
         f"{best.strategy} with micro-batch {c.micro_batch_size}"
         + (f", {checkpointing}" if c.activation_checkpointing else "")
         + (f", {best.gradient_accumulation} accumulation steps" if best.gradient_accumulation > 1 else "")
-        + (f": {format_throughput(best.cost.samples_per_s)} samples/s predicted" if best.cost else "")
+        + (f": {format_throughput(best.cost.samples_per_s)} samples/s "
+           + ("at a placeholder CPU speed (for ranking only; fit() measures the real one)" if placeholder_speed
+              else "predicted") if best.cost else "")
         + (f", {_gib(best.memory.gpu.total)} per device" if best.memory else "")
         + "."
     ]

@@ -102,7 +102,7 @@ def test_recommend_reports_each_trace_to_the_progress_callback():
 
 
 def test_the_progress_bar_is_drawn_on_a_terminal_only_and_never_under_json():
-    from autoshard.cli._progress import tracing_progress
+    from autoshard._progress import tracing_progress
 
     with tracing_progress(stream=io.StringIO()) as progress:  # a pipe or a log file
         assert progress is None

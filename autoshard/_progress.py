@@ -1,4 +1,5 @@
-"""A progress bar on stderr while ``recommend`` traces the model (10-60 s for a large one)."""
+"""A progress bar on stderr while ``recommend`` traces the model (10-60 s for a large one): the CLI's, and
+``autoshard.recommend(progress=True)``'s."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from autoshard.errors import UsageError
+from autoshard.errors import UsageError, in_arguments
 
 if TYPE_CHECKING:
     import torch
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from autoshard.strategies.base import StrategyName
 
 
+@in_arguments(())  # names checked (a guessed keyword is answered with the one meant); the runtime's fit() rewords
 def fit(
     model: nn.Module | str | os.PathLike[str] | ModelSource,
     data: DataSpec = None,
@@ -95,7 +96,7 @@ def fit(
     check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
                     log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,
                     grad_clip_norm=grad_clip_norm, global_batch_size=global_batch_size, eval_data=eval_data,
-                    eval_every=eval_every)
+                    eval_every=eval_every, strategy=strategy)
     if under_launcher():
         raise UsageError("fit(tune=True) under a launcher would tune once per rank.",
                          hint="Run `autoshard tune MODEL` first, then fit(..., plan=\"autoshard-tune/best\").")
@@ -160,10 +161,9 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
     optimizer = given["optimizer"]
     if isinstance(optimizer, str) and "optimizer" not in kwargs:
         kwargs["optimizer"] = optimizer
-    try:
-        result = run_tuner(model, **kwargs)
-    except TypeError as e:
-        raise UsageError(f"fit(tune={{...}}) got an argument tune() does not take: {e}.") from e
+    # Every key is one of tune()'s (checked above) and fit()'s own arguments were checked before: a TypeError
+    # from here on is not the tune dict's, and is not reworded as if it were.
+    result = run_tuner(model, **kwargs)
     if result.best_plan is None:
         raise UsageError(f"tuning measured no configuration ({result.counts()}); nothing to train with.",
                          hint=f"See the trials' logs under {result.output_dir}/trials.")

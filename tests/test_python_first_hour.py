@@ -23,6 +23,9 @@ from autoshard.export import export_plan
     (lambda: autoshard.tune("tiny-gpt2", strategy="fsdp"), "did you mean strategies=?"),
     (lambda: autoshard.load_hardware("dgx-h100", num_gpus=4), "did you mean gpus=?"),
     (lambda: autoshard.detect_hardware(nodes=2), "detect_hardware() got an unexpected keyword argument 'nodes'."),
+    (lambda: autoshard.fit("tiny-gpt2", gpus=2), "did you mean processes=?"),
+    (lambda: autoshard.fit("tiny-gpt2", strategies=["fsdp"]), "did you mean strategy=?"),
+    (lambda: autoshard.fit("tiny-gpt2", lr=1e-3), "optimizer=functools.partial(torch.optim.AdamW, lr=3e-4)"),
 ])
 def test_a_guessed_keyword_is_answered_with_the_argument_meant(call, meant):
     started = time.perf_counter()

@@ -184,6 +184,35 @@ def check(data: Any) -> None:
                          hint="Pass a torch Dataset, a DataLoader, or a list/generator of batches.")
 
 
+def check_not_columns(data: Any, name: str = "data") -> None:
+    """Refuse inputs and targets given side by side, ``(x, y)`` as Keras's ``fit(x, y)`` takes them: a list or tuple
+    of two or three tensors with one first dimension that batches would not be: of different dtypes or numbers of
+    dimensions (inputs and class labels), or floating-point with different last dimensions (inputs and regression
+    targets). Read as batches, ``x`` trained as the first and ``y`` failed as the second, at step 2. Batches of token
+    ids padded to different lengths differ only in their sequence dimension, and are not refused; nor are tensors
+    of one shape (samples, same-size batches), which cannot be told from inputs and targets of one shape. Two or
+    three floating-point batches whose last dimension differs are, and pass as a generator.
+
+    Raises:
+        UsageError: with the ``TensorDataset`` that pairs them.
+    """
+    if type(data) not in (list, tuple) or not 2 <= len(data) <= 3 or not all(
+            isinstance(t, torch.Tensor) and t.dim() > 0 for t in data):
+        return
+    shapes = [tuple(t.shape) for t in data]
+    if len({s[0] for s in shapes}) > 1 or len(set(shapes)) == 1:
+        return
+    kinds = len({t.dtype for t in data}) > 1 or len({t.dim() for t in data}) > 1
+    if not kinds and not (data[0].is_floating_point() and len({s[-1] for s in shapes}) > 1):
+        return
+    letters = ", ".join("xyw"[:len(data)])
+    raise UsageError(f"{name} is a {type(data).__name__} of {len(data)} tensors of {shapes[0][0]} rows (shapes "
+                     f"{', '.join(str(list(s)) for s in shapes)}): fit() would read them as {len(data)} batches, "
+                     "not as inputs and targets.",
+                     hint=f"Pass DataLoader(TensorDataset({letters}), batch_size=...) or TensorDataset({letters}) "
+                          "(torch.utils.data); batches padded to different lengths pass as a generator: iter([...]).")
+
+
 def peek(data: Any) -> tuple[Any, Any]:
     """One example batch from ``data`` and ``data`` to use from now on (a generator's first item is put back).
 

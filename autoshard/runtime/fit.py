@@ -20,7 +20,7 @@ from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import OptimizerImpl, parse_grad_clip_norm
 from autoshard.runtime import calls, planning, supervisor, workers
-from autoshard.runtime.data import SampleList, unbatched_samples
+from autoshard.runtime.data import SampleList, check_not_columns, unbatched_samples
 from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, destroy_group, join
 from autoshard.runtime.options import FIT_ARGUMENTS, Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
@@ -99,9 +99,11 @@ def fit(
         epochs: passes over ``data`` (default 1 when ``max_steps`` is not given).
         plan: ``"auto"`` (plan for this machine now), a :class:`~autoshard.planner.plan.Plan`, an
             :class:`~autoshard.planner.plan_file.ExportedPlan`, or a ``plan.json`` path (or its directory).
-        strategy: with ``plan="auto"``, plan only this strategy (e.g. ``"deepspeed_stage_2"``).
+            ``strategy``, ``hardware``, ``precision``, ``batch_size`` and ``seq_len`` given with a plan must be
+            its values (:mod:`autoshard.runtime.plan_checks`).
+        strategy: with ``plan="auto"``, plan only this strategy (one name, e.g. ``"deepspeed_stage_2"``).
         hardware: with ``plan="auto"``, a hardware profile name / path / ``HardwareSpec`` describing this
-            machine; default: detected.
+            machine (its CUDA GPUs must be this process's); default: detected.
         processes: with ``plan="auto"``, GPUs to use, or on a CPU machine the number of gloo processes.
         precision: ``32-true``, ``16-mixed``, ``bf16-mixed`` or ``bf16-true``; default ``bf16-mixed`` on GPUs
             that support it, ``16-mixed`` on those without (V100, T4), ``32-true`` without a GPU.
@@ -154,7 +156,8 @@ def fit(
     module, source = check_arguments(
         model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
         log_every=log_every, processes=processes, batch_size=batch_size, global_batch_size=global_batch_size,
-        lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm, eval_data=eval_data, eval_every=eval_every)
+        lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm, eval_data=eval_data, eval_every=eval_every,
+        strategy=strategy)
     check_optimizer_instance(optimizer)  # before planning and the workers
     _check_run_options(seed=seed, timeout_s=timeout_s, consolidate=consolidate, progress=progress, loss_fn=loss_fn,
                        checkpointing=checkpointing)
@@ -206,7 +209,7 @@ def fit(
 def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | None, epochs: int | None,
                     checkpointing: Any, log_every: int, processes: int | None, batch_size: int | None,
                     lr_scheduler: Any, grad_clip_norm: float | None, global_batch_size: int | None = None,
-                    eval_data: Any = None, eval_every: int | None = None
+                    eval_data: Any = None, eval_every: int | None = None, strategy: Any = None
                     ) -> tuple[nn.Module | None, ModelSource | None]:
     """:func:`fit`'s checks of its arguments, before anything slow: the module or the loaded source.
 
@@ -215,6 +218,10 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
     """
     _check_counts(max_steps=max_steps, epochs=epochs, log_every=log_every, processes=processes,
                   batch_size=batch_size, global_batch_size=global_batch_size, eval_every=eval_every)
+    if strategy is not None and not isinstance(strategy, str):
+        raise UsageError(f"strategy= takes one strategy name, but got {type(strategy).__name__} {strategy!r}: "
+                         "recommend() and tune() take strategies=[...].",
+                         hint="Pass e.g. strategy='fsdp', or to measure several fit(..., tune={'strategies': [...]}).")
     if eval_every is not None and eval_data is None:
         raise UsageError("eval_every= says how often to score eval_data, and no eval_data was given.",
                          hint="Pass eval_data= (a Dataset, DataLoader or list of batches), or drop eval_every.")
@@ -229,9 +236,10 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
     module, source = _model(model, loss_fn)
     if module is not None:
         _check_unsharded(module)
-    for given in (data, eval_data):
+    for name, given in (("data", data), ("eval_data", eval_data)):
         if given is not None:
             check_data(given)
+            check_not_columns(given, name)
     return module, source
 
 
@@ -330,18 +338,30 @@ def _check_checkpointing(checkpointing: Any) -> None:
         return
     if isinstance(checkpointing, (str, bool)):
         raise UsageError(f"checkpointing= saves training state; got {checkpointing!r}.",
-                         hint="Recomputing activations in backward is activation_checkpointing="
-                              f"{checkpointing!r}; saving is checkpointing=autoshard.Checkpointing(dir=...).")
+                         hint=_checkpointing_hint(checkpointing))
     if not isinstance(checkpointing, Checkpointing):
         raise UsageError(f"checkpointing must be an autoshard.Checkpointing, but got {type(checkpointing).__name__}.",
                          hint="Pass e.g. checkpointing=autoshard.Checkpointing(dir=\"runs/1\", every=200).")
     _check_counts(**{"checkpointing.every": checkpointing.every, "checkpointing.keep_last": checkpointing.keep_last})
-    if checkpointing.keep_last is not None and checkpointing.dir is None:
-        raise UsageError("checkpointing.keep_last needs checkpointing.dir.",
-                         hint="Pass Checkpointing(dir=..., keep_last=...).")
+    for field in ("every", "keep_last"):
+        if getattr(checkpointing, field) is not None and checkpointing.dir is None:
+            raise UsageError(f"checkpointing.{field} needs checkpointing.dir: without it nothing is saved.",
+                             hint=f"Pass Checkpointing(dir=..., {field}=...).")
     if checkpointing.resume is True and checkpointing.dir is None:
         raise UsageError("checkpointing.resume=True needs checkpointing.dir.",
                          hint="Pass Checkpointing(dir=the run's directory, resume=True), or resume= a checkpoint path.")
+
+
+def _checkpointing_hint(value: str | bool) -> str:
+    """What ``checkpointing=value`` may have meant: recomputing activations, with ``value`` where it names a way to
+    (a bool, ``"full"``), else saving state in the directory it names."""
+    try:
+        parse_checkpointing(value)
+    except UsageError:  # not a way to recompute: a directory, most likely
+        return (f"Saving is checkpointing=autoshard.Checkpointing(dir={value!r}); recomputing activations in "
+                "backward is activation_checkpointing= ('full', 'op', 'every-N').")
+    return (f"Recomputing activations in backward is activation_checkpointing={value!r}; saving is "
+            "checkpointing=autoshard.Checkpointing(dir=...).")
 
 
 def _check_run_options(*, seed: Any, timeout_s: Any, consolidate: Any, progress: Any, loss_fn: Any,

@@ -28,6 +28,7 @@ from autoshard.planner.plan_file import (
 )
 from autoshard.profiler.checkpointing import ActivationCheckpointing
 from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
+from autoshard.runtime import plan_checks
 from autoshard.runtime.data import (
     as_samples,
     batched_as_it_comes,
@@ -41,6 +42,7 @@ from autoshard.runtime.data import (
     samples_per_rank,
     size_as_it_comes,
 )
+from autoshard.runtime.plan_checks import RunShape, check, check_arguments, check_cuda_devices
 from autoshard.strategies.workload import parameter_layout
 
 if TYPE_CHECKING:
@@ -104,48 +106,6 @@ def model_fingerprint(module: nn.Module, name: str) -> ModelFingerprint:
                             layout_hash=layout_hash(numels, block_counts))
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunShape:
-    """The run a plan must fit: how many ranks, on what."""
-
-    world_size: int
-    device_type: str
-    gpu: str | None
-    """This machine's GPU model name, when known."""
-
-
-def check(exported: ExportedPlan, fingerprint: ModelFingerprint, run: RunShape, *, source: str,
-          force: bool) -> list[str]:
-    """Compare a plan with the model and run; returns the differences ``force`` let through.
-
-    Raises:
-        UsageError: a difference, unless ``force``; a world-size or device mismatch is refused even then
-            (the batch sizes and shardings in the plan cannot work).
-    """
-    hard, soft = [], []
-    if exported.hardware.world_size != run.world_size:
-        hard.append(f"it is for {exported.hardware.world_size} ranks and this run has {run.world_size}")
-    if exported.hardware.device_type != run.device_type:
-        hard.append(f"it is for {exported.hardware.device_type} and this run is on {run.device_type}")
-    m = exported.model
-    if m.layout_hash != fingerprint.layout_hash:
-        same = m.parameter_count == fingerprint.parameter_count
-        why = (" (as many parameters, laid out or trained otherwise: the layout counts the parameters that train, so "
-               "freezing or unfreezing some, as fine-tuning does, changes it)" if same else "")
-        soft.append(f"it is for model {m.name} ({m.parameter_count:,} parameters, layout {m.layout_hash}) and this "
-                    f"model is {fingerprint.name} ({fingerprint.parameter_count:,} parameters, layout "
-                    f"{fingerprint.layout_hash}){why}")
-    if run.gpu is not None and exported.hardware.gpu is not None and run.gpu != exported.hardware.gpu:
-        soft.append(f"it is for {exported.hardware.gpu} GPUs and this machine has {run.gpu}")
-    if hard:
-        raise UsageError(f"{source} does not fit this run: {'; '.join(hard + soft)}.",
-                         hint="Plan again for this run (plan='auto').")
-    if soft and not force:
-        raise UsageError(f"{source} was made for something else: {'; '.join(soft)}.",
-                         hint="Plan again (plan='auto'), or pass force=True to train with it anyway.")
-    return soft
-
-
 def load_plan(plan: Any) -> tuple[ExportedPlan, str] | None:
     """An explicit plan as ``(exported, where it came from)``; ``None`` for ``"auto"``.
 
@@ -205,9 +165,10 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
     explicit = load_plan(options.plan)
     notes = list(job.notes)
     if explicit is None:
-        exported, job = _auto(job, options, notes)
+        exported, job = _auto(job, options, notes, launched=world_size is not None)
         return exported, notes, job
     exported, where = explicit
+    check_arguments(exported, options, where)  # before the model is built for its fingerprint
     # Launched: the launcher's world. Otherwise fit() starts the plan's world unless processes= says otherwise.
     ranks = world_size or options.processes or exported.hardware.world_size
     # GPU model names from NVML and from profiles are spelled differently: world size and device type rule.
@@ -215,7 +176,7 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
     for difference in check(exported, _fingerprint(job), run, source=where, force=options.force):
         notes.append(f"force=True: trained although {difference}.")
     _check_plan_data(job, exported, ranks, where, force=options.force, notes=notes)
-    _check_plan_global_batch(options.global_batch_size, exported, ranks, where)
+    plan_checks.check_global_batch(options.global_batch_size, exported, ranks, where)
     _check_optimizer(job, exported)
     return _with_overrides(exported, options, notes), notes, job
 
@@ -319,7 +280,8 @@ def _check_optimizer(job: TrainJob, exported: ExportedPlan) -> None:
                          hint="Pass a plan for another strategy, or plan='auto' to plan for this optimizer.")
 
 
-def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[ExportedPlan, TrainJob]:
+def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bool
+          ) -> tuple[ExportedPlan, TrainJob]:
     from autoshard.planner.machine import default_precision, hardware_for, plan_for
 
     loader = loader_batch_size(job.data)
@@ -329,6 +291,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str]) -> tuple[Export
                          hint="Pass one of them: the DataLoader's batch size is the micro-batch when batch_size is "
                               "not given; or pass its Dataset, which autoshard batches at batch_size.")
     hw = hardware_for(options.hardware, processes=options.processes)
+    check_cuda_devices(hw, options.hardware, launched=launched)  # before tracing, and a worker for each GPU
     precision = options.precision or default_precision(hw)
     source = job.source
     example = None
@@ -450,21 +413,6 @@ def _check_list_batches(data: Any, batch_size: int | None) -> None:
                          "samples: fit() trains on a list's batches as they are.",
                          hint="Drop batch_size= (the batches' own size is the micro-batch), pass the samples as a "
                               f"Dataset (autoshard batches it at batch_size), or batch the list at {batch_size}.")
-
-
-def _check_plan_global_batch(global_batch: int | None, exported: ExportedPlan, ranks: int, where: str) -> None:
-    """A ``global_batch_size=`` given with a plan is the one the plan trains.
-
-    Raises:
-        UsageError: it is not (the plan priced another step: its accumulation and memory are the planner's).
-    """
-    planned = exported.micro_batch_size * exported.gradient_accumulation * ranks
-    if global_batch is not None and global_batch != planned:
-        raise UsageError(
-            f"global_batch_size={global_batch}, and the plan ({where}) trains {planned} samples per optimizer step "
-            f"(micro-batch {exported.micro_batch_size} × {exported.gradient_accumulation} accumulated × {ranks} "
-            "rank(s)).",
-            hint="Drop global_batch_size= to train as the plan says, or plan again with it (plan='auto').")
 
 
 def _able_strategies(optimizer: Any, strategy: str | None, notes: list[str]) -> list[str] | None:

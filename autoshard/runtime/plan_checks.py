@@ -1,0 +1,179 @@
+"""What ``fit()`` checks before any process starts: a given plan against the run, the model and ``fit()``'s own
+arguments, and the hardware planned for against this machine's CUDA devices.
+
+A plan fixes the strategy, micro-batch, sequence length, precision and hardware it was priced for, so an argument
+that says otherwise is refused rather than ignored (as ``processes=`` and a ``DataLoader``'s batch size are);
+``activation_checkpointing=``, ``optimizer_impl=`` and ``reduce_dtype=`` replace the plan's value instead
+(:func:`autoshard.runtime.planning.resolve`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autoshard.errors import UsageError
+from autoshard.planner.plan_file import ExportedPlan, HardwareFingerprint, ModelFingerprint
+
+if TYPE_CHECKING:
+    from autoshard.hardware.specs import HardwareSpec
+    from autoshard.runtime.planning import PlanOptions
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunShape:
+    """The run a plan must fit: how many ranks, on what."""
+
+    world_size: int
+    device_type: str
+    gpu: str | None
+    """This machine's GPU model name, when known."""
+
+
+def check(exported: ExportedPlan, fingerprint: ModelFingerprint, run: RunShape, *, source: str,
+          force: bool) -> list[str]:
+    """Compare a plan with the model and run; returns the differences ``force`` let through.
+
+    Raises:
+        UsageError: a difference, unless ``force``; a world-size or device mismatch is refused even then
+            (the batch sizes and shardings in the plan cannot work).
+    """
+    hard, soft = [], []
+    if exported.hardware.world_size != run.world_size:
+        hard.append(f"it is for {_count(exported.hardware.world_size, 'rank')} and this run has {run.world_size}")
+    if exported.hardware.device_type != run.device_type:
+        hard.append(f"it is for {exported.hardware.device_type} and this run is on {run.device_type}")
+    m = exported.model
+    if m.layout_hash != fingerprint.layout_hash:
+        same = m.parameter_count == fingerprint.parameter_count
+        why = (" (as many parameters, laid out or trained otherwise: the layout counts the parameters that train, so "
+               "freezing or unfreezing some, as fine-tuning does, changes it)" if same else "")
+        soft.append(f"it is for model {m.name} ({m.parameter_count:,} parameters, layout {m.layout_hash}) and this "
+                    f"model is {fingerprint.name} ({fingerprint.parameter_count:,} parameters, layout "
+                    f"{fingerprint.layout_hash}){why}")
+    if run.gpu is not None and exported.hardware.gpu is not None and run.gpu != exported.hardware.gpu:
+        soft.append(f"it is for {exported.hardware.gpu} GPUs and this machine has {run.gpu}")
+    if hard:
+        raise UsageError(f"{source} does not fit this run: {'; '.join(hard + soft)}.",
+                         hint="Plan again for this run (plan='auto').")
+    if soft and not force:
+        raise UsageError(f"{source} was made for something else: {'; '.join(soft)}.",
+                         hint="Plan again (plan='auto'), or pass force=True to train with it anyway.")
+    return soft
+
+
+def check_arguments(exported: ExportedPlan, options: PlanOptions, where: str) -> None:
+    """``fit()``'s planning arguments given with a plan say what the plan says: ``strategy``, ``batch_size``,
+    ``seq_len``, ``precision`` and ``hardware`` choose a plan under ``plan="auto"``, and a given plan would train
+    its own values in their place.
+
+    Raises:
+        UsageError: one says otherwise, naming the argument and the plan's value.
+    """
+    from autoshard.profiler.options import parse_precision
+
+    given: list[tuple[str, str]] = []  # (the argument as written, the plan's value)
+    if options.strategy is not None and options.strategy != exported.strategy:
+        given.append((f"strategy={options.strategy!r}", f"strategy {exported.strategy}"))
+    if options.batch_size is not None and options.batch_size != exported.micro_batch_size:
+        given.append((f"batch_size={options.batch_size}", f"micro-batch {exported.micro_batch_size}"))
+    if options.seq_len is not None and options.seq_len != exported.seq_len:
+        given.append((f"seq_len={options.seq_len}",
+                      "no seq_len" if exported.seq_len is None else f"seq_len {exported.seq_len}"))
+    if options.precision is not None and parse_precision(options.precision).value != exported.precision:
+        given.append((f"precision={options.precision!r}", f"precision {exported.precision}"))
+    if options.hardware is not None:
+        written = _other_hardware(options.hardware, options.processes, exported.hardware)
+        if written is not None:
+            given.append((written, describe(exported.hardware)))
+    if given:
+        arguments = ", ".join(g[0] for g in given)
+        names = ", ".join(g[0].split("=", 1)[0] + "=" for g in given)
+        raise UsageError(f"the plan ({where}) was made for {', '.join(g[1] for g in given)}, and fit() was given "
+                         f"{arguments}: a given plan trains as it says.",
+                         hint=f"Drop {names} to train the plan as it is, or plan again with "
+                              f"{'them' if len(given) > 1 else 'it'} (plan='auto').")
+
+
+def describe(hardware: HardwareFingerprint) -> str:
+    """The hardware of a plan in a few words.
+
+    Example:
+        >>> describe(HardwareFingerprint(gpu="h100-sxm5-80gb", gpu_memory_bytes=80 * 2**30, gpus_per_node=8,
+        ...                              nodes=2, device_type="cuda", backend="nccl", nvme_path=None))
+        '8 h100-sxm5-80gb GPUs of 80.0 GiB per node × 2 nodes'
+    """
+    what = (f"{_count(hardware.gpus_per_node, 'CPU process', 'CPU processes')}" if hardware.gpu is None else
+            f"{_count(hardware.gpus_per_node, hardware.gpu + ' GPU')}"
+            + ("" if hardware.gpu_memory_bytes is None else f" of {hardware.gpu_memory_bytes / 2**30:.1f} GiB"))
+    return what if hardware.nodes == 1 else f"{what} per node × {hardware.nodes} nodes"
+
+
+def _other_hardware(hardware: Any, processes: int | None, planned: HardwareFingerprint) -> str | None:
+    """``hardware=`` as written, with what it describes, when it is other hardware than the plan's."""
+    from autoshard.planner.machine import hardware_for
+
+    spec = hardware_for(hardware, processes=processes)
+    memory = spec.device_memory_bytes if spec.gpu is not None else None
+    described = HardwareFingerprint(gpu=None if spec.gpu is None else spec.gpu.name, gpu_memory_bytes=memory,
+                                    gpus_per_node=spec.processes_per_node, nodes=spec.nodes,
+                                    device_type=spec.device_type, backend=spec.backend, nvme_path=None)
+    # Memory within 5 %: NVML's total and a profile's may round differently; an override (gpu_memory=) differs more.
+    if (described.gpu, described.gpus_per_node, described.nodes, described.device_type) == (
+            planned.gpu, planned.gpus_per_node, planned.nodes, planned.device_type) and (
+            memory is None or planned.gpu_memory_bytes is None
+            or abs(memory - planned.gpu_memory_bytes) <= 0.05 * planned.gpu_memory_bytes):
+        return None
+    written = repr(os.fspath(hardware)) if isinstance(hardware, (str, os.PathLike)) else "a HardwareSpec"
+    return f"hardware={written} ({describe(described)})"
+
+
+def check_global_batch(global_batch: int | None, exported: ExportedPlan, ranks: int, where: str) -> None:
+    """A ``global_batch_size=`` given with a plan is the one the plan trains.
+
+    Raises:
+        UsageError: it is not (the plan priced another step: its accumulation and memory are the planner's).
+    """
+    planned = exported.micro_batch_size * exported.gradient_accumulation * ranks
+    if global_batch is not None and global_batch != planned:
+        raise UsageError(
+            f"global_batch_size={global_batch}, and the plan ({where}) trains {planned} samples per optimizer step "
+            f"(micro-batch {exported.micro_batch_size} × {exported.gradient_accumulation} accumulated × "
+            f"{_count(ranks, 'rank')}).",
+            hint="Drop global_batch_size= to train as the plan says, or plan again with it (plan='auto').")
+
+
+def check_cuda_devices(hw: HardwareSpec, hardware: Any, *, launched: bool) -> None:
+    """The CUDA GPUs ``hw`` describes are this machine's, before planning for them and starting a worker for
+    each: at least one CUDA device, and (when ``fit()`` starts the workers itself, one per GPU) as many as a node
+    of ``hw`` has. Under a launcher, each rank may see only its own GPU (srun), so only none is refused.
+
+    Raises:
+        UsageError: too few, naming ``hardware=`` when it was given.
+    """
+    if hw.device_type != "cuda":
+        return
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    need = 1 if launched else hw.processes_per_node
+    if have >= need:
+        return
+    given = ("" if hardware is None else
+             f"hardware={os.fspath(hardware)!r} " if isinstance(hardware, (str, os.PathLike)) else "hardware= ")
+    raise UsageError(f"{given or 'the hardware planned for '}describes {_count(hw.processes_per_node, 'CUDA GPU')} "
+                     f"per node, and this process sees {have}: fit() trains on this machine.",
+                     hint="Drop hardware= to plan for this machine as detected (processes= sets how many ranks), "
+                          "or run on the GPU machine." if hardware is not None else
+                          "Pass processes= no more than the GPUs this process sees, or run on the GPU machine.")
+
+
+def _count(n: int, singular: str, plural: str | None = None) -> str:
+    """``1 rank``, ``2 ranks``.
+
+    Example:
+        >>> _count(1, "rank"), _count(8, "CUDA GPU"), _count(2, "CPU process", "CPU processes")
+        ('1 rank', '8 CUDA GPUs', '2 CPU processes')
+    """
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"

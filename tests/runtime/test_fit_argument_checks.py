@@ -1,0 +1,213 @@
+"""fit()'s arguments that cannot work, refused in the calling process before planning or any worker starts:
+planning arguments that contradict a given plan, GPU hardware on a machine without those GPUs, a list of
+strategies, checkpointing that saves nothing, and inputs and targets passed side by side as ``(x, y)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import autoshard
+from autoshard.errors import UsageError
+from autoshard.planner import plan_file
+from autoshard.runtime import fit
+from autoshard.runtime.data import check_not_columns
+from autoshard.runtime.planning import model_fingerprint
+from tests.runtime.regression import batches
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+def _cpu_plan(model: nn.Module, *, ranks: int = 1) -> plan_file.ExportedPlan:
+    """A ddp plan for ``ranks`` CPU processes at micro-batch 4, 32-true (the regression batches' size)."""
+    return plan_file.ExportedPlan(
+        strategy="ddp", family="ddp", micro_batch_size=4, gradient_accumulation=1, activation_checkpointing=False,
+        settings={"bucket_cap_mb": 25.0, "comm_hook": "none", "gradient_as_bucket_view": False,
+                  "static_graph": False, "find_unused_parameters": False},
+        precision="32-true", optimizer="sgd", seq_len=None, model=model_fingerprint(model, "mlp"),
+        hardware=plan_file.HardwareFingerprint(gpu=None, gpu_memory_bytes=None, gpus_per_node=ranks, nodes=1,
+                                               device_type="cpu", backend="gloo", nvme_path=None))
+
+
+def _no_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make starting workers, or training in this process, fail the test."""
+    import importlib
+
+    from autoshard.runtime import workers
+
+    fit_module = importlib.import_module("autoshard.runtime.fit")  # the package re-exports the function as fit
+
+    def started(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(workers, "spawn", started)
+    monkeypatch.setattr(fit_module, "_single", started)
+
+
+# -- 1. arguments that contradict a given plan ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kwargs", "said", "planned"), [
+    ({"strategy": "fsdp"}, "strategy='fsdp'", "strategy ddp"),
+    ({"batch_size": 2}, "batch_size=2", "micro-batch 4"),
+    ({"seq_len": 32}, "seq_len=32", "no seq_len"),
+    ({"precision": "bf16-true"}, "precision='bf16-true'", "precision 32-true"),
+    ({"hardware": "dgx-h100"}, "hardware='dgx-h100' (8 h100-sxm-80gb GPUs", "{ranks} CPU process"),
+    ({"strategy": "fsdp", "batch_size": 2}, "strategy='fsdp', batch_size=2", "strategy ddp, micro-batch 4"),
+])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_an_argument_contradicting_a_given_plan_is_refused_before_any_worker_starts(
+        monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any], said: str, planned: str, ranks: int) -> None:
+    _no_workers(monkeypatch)
+    model = _mlp()
+    with pytest.raises(UsageError) as info:
+        fit(model, batches(), loss_fn=F.mse_loss, plan=_cpu_plan(model, ranks=ranks), max_steps=1, progress=False,
+            **kwargs)
+    assert said in info.value.message and f"was made for {planned.format(ranks=ranks)}" in info.value.message
+    assert "Drop " + ", ".join(f"{name}=" for name in kwargs) in (info.value.hint or "")
+
+
+def test_arguments_equal_to_the_plans_and_the_ones_that_replace_it_train() -> None:
+    model = _mlp()
+    given: dict[str, Any] = {"strategy": "ddp", "batch_size": 4, "precision": "32"}  # "32" is 32-true
+    if not torch.cuda.is_available():  # the plan is for this machine's CPU
+        given["hardware"] = autoshard.detect_hardware(gpus=1)
+    result = fit(model, batches(), loss_fn=F.mse_loss, plan=_cpu_plan(model), max_steps=1, progress=False,
+                 activation_checkpointing="full", optimizer_impl="foreach", **given)
+    assert result.plan.strategy == "ddp" and result.plan.micro_batch_size == 4
+    assert result.plan.optimizer_impl == "foreach" and result.plan.activation_checkpointing  # replaced, as before
+
+
+def test_a_plan_for_one_rank_says_rank_in_the_singular() -> None:
+    model = _mlp()
+    with pytest.raises(UsageError, match="it is for 1 rank and this run has 2"):
+        fit(model, batches(), loss_fn=F.mse_loss, plan=_cpu_plan(model), processes=2, max_steps=1, progress=False)
+
+
+# -- 2. GPU hardware this machine does not have ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("have", [0, 1])
+def test_gpu_hardware_this_machine_lacks_is_refused_before_planning(monkeypatch: pytest.MonkeyPatch,
+                                                                    have: int) -> None:
+    import autoshard.planner.machine
+
+    def planned(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("planning started")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: have > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: have)
+    monkeypatch.setattr(autoshard.planner.machine, "plan_for", planned)
+    _no_workers(monkeypatch)
+    data = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    with pytest.raises(UsageError, match=f"hardware='dgx-h100' describes 8 CUDA GPUs per node, and this process "
+                                         f"sees {have}") as info:
+        fit(_mlp(), data, loss_fn=F.mse_loss, hardware="dgx-h100", max_steps=1, progress=False)
+    assert "Drop hardware=" in (info.value.hint or "")
+
+
+# -- 3. a list of strategies -------------------------------------------------------------------------------------
+
+
+def test_a_list_of_strategies_is_refused_naming_strategies_of_recommend_and_tune() -> None:
+    data = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    with pytest.raises(UsageError, match=r"strategy= takes one strategy name, but got list \['fsdp'\]: "
+                                         r"recommend\(\) and tune\(\) take strategies="):
+        autoshard.fit(_mlp(), data, loss_fn=F.mse_loss, strategy=["fsdp"], max_steps=1,  # type: ignore[arg-type]
+                      progress=False)
+    with pytest.raises(UsageError, match="strategy= takes one strategy name"):  # before any trial
+        autoshard.fit("tiny-gpt2", strategy=["fsdp"], max_steps=1, tune={"trials": 1},  # type: ignore[arg-type]
+                      progress=False)
+
+
+def test_an_error_inside_tune_is_not_reworded_as_the_tune_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``except TypeError`` around tune() said "got an argument tune() does not take" of any TypeError inside."""
+    import autoshard.tuning
+
+    def tune(model: Any, **kwargs: Any) -> Any:
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(autoshard.tuning, "tune", tune)
+    with pytest.raises(TypeError, match="unhashable type") as info:
+        autoshard.fit("tiny-gpt2", max_steps=1, tune=True, progress=False)
+    assert not isinstance(info.value, UsageError)
+
+
+# -- 4, 5. checkpointing= ----------------------------------------------------------------------------------------
+
+
+def test_checkpointing_every_without_a_directory_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"checkpointing\.every needs checkpointing\.dir") as info:
+        fit(_mlp(), batches(), loss_fn=F.mse_loss, max_steps=2, progress=False,
+            checkpointing=autoshard.Checkpointing(every=1))
+    assert "Checkpointing(dir=..., every=...)" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(("value", "shown", "not_shown"), [
+    ("runs/x", "Checkpointing(dir='runs/x')", "activation_checkpointing='runs/x'"),
+    (True, "activation_checkpointing=True", "dir=True"),
+    ("every-2", "activation_checkpointing='every-2'", "dir='every-2'"),
+])
+def test_a_value_given_as_checkpointing_is_shown_only_where_it_means_something(value: Any, shown: str,
+                                                                              not_shown: str) -> None:
+    with pytest.raises(UsageError, match="saves training state") as info:
+        fit(_mlp(), batches(), loss_fn=F.mse_loss, max_steps=1, checkpointing=value)
+    assert shown in (info.value.hint or "") and not_shown not in (info.value.hint or "")
+
+
+# -- 7. inputs and targets side by side --------------------------------------------------------------------------
+
+
+def _xy(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g)
+
+
+@pytest.mark.parametrize("argument", ["data", "eval_data"])
+@pytest.mark.parametrize("given", [
+    lambda x, y: (x, y), lambda x, y: [x, y], lambda x, y: (x, y.squeeze(1).long()),
+    lambda x, y: (x, y, torch.ones(len(x))),
+])
+def test_inputs_and_targets_given_side_by_side_are_refused_with_a_tensor_dataset(argument: str, given: Any) -> None:
+    x, y = _xy()
+    data = given(x, y)
+    kwargs = {"data": batches(), argument: data}
+    with pytest.raises(UsageError, match=f"{argument} is a {type(data).__name__} of {len(data)} tensors of 64 "
+                                         r"rows \(shapes \[64, 8\]") as info:
+        fit(_mlp(), loss_fn=F.mse_loss, max_steps=1, progress=False, **kwargs)
+    assert "TensorDataset(x, y" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize("data", [
+    [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(2)],  # batches as (x, y) tuples
+    [{"x": torch.randn(4, 8)} for _ in range(2)],  # dict batches
+    [torch.randn(8) for _ in range(3)],  # sample tensors
+    [torch.randn(4, 8), torch.randn(4, 8)],  # two batches of one shape
+    [torch.randn(4, 8), torch.randn(2, 8)],  # two batches, the last short
+    [torch.randn(4, 8) for _ in range(4)],  # more batches than inputs, targets and weights
+    [torch.randint(0, 9, (4, 16)), torch.randint(0, 9, (4, 12))],  # token batches padded to different lengths
+    [torch.randn(4, 16, 8), torch.randn(4, 12, 8)],  # feature batches padded to different lengths
+    (torch.randn(4, 8),),
+])
+def test_batches_samples_and_tensors_of_one_shape_are_not_taken_for_inputs_and_targets(data: Any) -> None:
+    check_not_columns(data)
+
+
+def test_a_list_of_batches_of_one_shape_still_trains() -> None:
+    x, _ = _xy(8)
+    result = fit(nn.Linear(8, 8), [x[:4], x[4:]], loss_fn=F.mse_loss, epochs=1, progress=False)
+    assert len(result.steps) == 2
+
+
+def test_the_tensor_dataset_the_refusal_suggests_trains() -> None:
+    x, y = _xy()
+    result = fit(_mlp(), TensorDataset(x, y), loss_fn=F.mse_loss, batch_size=16, epochs=1, progress=False)
+    assert len(result.steps) == 4 and result.steps[0].samples_per_s > 0

@@ -167,7 +167,8 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
         raise UsageError(f"checkpoint {directory} was written by {meta.strategy}, and this run uses "
                          f"{plan.strategy}.", hint="Resume with the same strategy family, or start afresh.")
     if meta.world_size != ctx.world_size and not backend.reshards_checkpoints:
-        raise UsageError(f"checkpoint {directory} was written by {meta.world_size} ranks, and this run has "
+        ranks = f"{meta.world_size} rank{'s' if meta.world_size != 1 else ''}"
+        raise UsageError(f"checkpoint {directory} was written by {ranks}, and this run has "
                          f"{ctx.world_size}: {backend.plan.strategy}'s checkpoint is partitioned per rank.",
                          hint="Resume with the same number of processes.")
     position = rescaled(meta, ctx.world_size, backend.plan.micro_batch_size, directory)

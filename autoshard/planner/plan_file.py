@@ -284,6 +284,10 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
+        if source.endswith((".py", ".yaml", ".yml")) or not text.lstrip().startswith(("{", "[")):
+            # a model.py or config file where a plan was meant: the model comes before a plan
+            raise UsageError(f"{source} is not a plan.json (not JSON at all): a plan is what autoshard recommend "
+                             "or tune writes.", hint=_not_a_plan_hint(None)) from e
         raise UsageError(f"{source} is not valid JSON: {e}.") from e
     if isinstance(data, dict) and isinstance(data.get("best_plan"), dict) and "study_name" in data:
         data = data["best_plan"]  # a tune summary.json: its best configuration's plan
@@ -322,8 +326,9 @@ def _not_a_plan_hint(data: Any) -> str:
                 "writes DIR/plan.json (and the configs).")
     if isinstance(data, dict) and "study_name" in data:
         return "That is a tune summary whose study has no best configuration yet: nothing to export."
-    return ("Write one with `autoshard recommend MODEL --output-dir DIR` (DIR/plan.json), `autoshard tune` "
-            "(its best/plan.json), or autoshard.export.export_plan(plan, output_dir).")
+    return ("Write one with `autoshard recommend MODEL --output-dir DIR` (it plans and exports in one go: "
+            "DIR/plan.json and the configs), `autoshard tune` (its best/plan.json), or "
+            "autoshard.export.export_plan(plan, output_dir).")
 
 
 def _traits(data: dict[str, Any], source: str) -> Traits | None:

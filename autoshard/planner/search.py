@@ -306,8 +306,12 @@ def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule],
             factor = math.prod(r.factor for r in held)
             why = (f", predicted {100 * faster:.0f} % faster, ranked below it by "
                    f"{', '.join(r.name for r in held)} (score ×{factor:.2f}; its reasons say why)")
-        lines.append(f"Runner-up: {runner_up.strategy} at {rate} samples/s{why} "
-                     f"(score {runner_up.score:.4g} against {best.score:.4g}).")
+        if runner_up.score == 0 and held:  # a rule ruled it out (a factor of 0): no score to weigh
+            lines.append(f"Runner-up: {runner_up.strategy} at {rate} samples/s, ruled out by "
+                         f"{', '.join(r.name for r in held)} (its reasons say why).")
+        else:
+            lines.append(f"Runner-up: {runner_up.strategy} at {rate} samples/s{why} "
+                         f"(score {runner_up.score:.4g} against {best.score:.4g}).")
     return tuple(lines)
 
 
@@ -349,6 +353,9 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
         what += f", but it {smallest.reasons[0].rstrip('.')}"  # it fails on something else: host RAM
     activations = smallest.memory.gpu.activations  # type: ignore[union-attr]
     one = "a GPU" if hardware.gpu is not None else "a CPU process's share of memory"
+
+    def shorter(before: str, after: str = "") -> str:  # only a model that takes a sequence length has one to cut
+        return f"{before}a shorter --seq-len{after}" if workload.seq_len is not None else ""
     if need <= usable and smallest.reasons and "of CPU RAM" in smallest.reasons[0]:  # the host is what is short
         hint = ("The offloaded states are divided among nodes, not among a node's GPUs: try more nodes (--nodes), "
                 "a host with more RAM (--cpu-memory), NVMe offload (--nvme PATH), or larger GPUs (--hardware).")
@@ -356,18 +363,18 @@ def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardwar
         hint = (f"Its activations alone ({_gib(activations)} at micro-batch {smallest.candidate.micro_batch_size}) "
                 f"exceed {one}, and more devices do not divide them: try a smaller micro-batch (--batch-size; "
                 "batch_size= in fit()), with --global-batch-size (global_batch_size=) to keep the batch by "
-                "gradient accumulation, or a shorter --seq-len.")
+                f"gradient accumulation{shorter(', or ')}.")
     elif activations > usable:  # a sample's activations are not divided among GPUs
         hint = (f"Its activations alone ({_gib(activations)}) exceed {one}, and more devices do not divide them "
-                "(autoshard plans no sequence or context parallelism): try a shorter --seq-len, or larger GPUs "
+                f"(autoshard plans no sequence or context parallelism): try {shorter('', ', or ')}larger GPUs "
                 "(--hardware).")
     elif any(e.traits.zero_stage > 0 for e in measured):
         hint = (f"Try more GPUs ({_more_gpus(evaluations, strategies, workload, hardware, request)}), larger GPUs "
-                f"(--hardware), {_offload_hint(evaluations, hardware)}or a shorter --seq-len.")
+                f"(--hardware){_last(_offload_hint(evaluations, hardware), shorter(''))}.")
     else:  # whole replicas on every GPU: more of them hold no less each
         hint = ("The strategies weighed all keep a whole copy of the model's states on each GPU, so more GPUs do "
                 "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit()), "
-                f"larger GPUs (--hardware), {_offload_hint(evaluations, hardware)}or a shorter --seq-len.")
+                f"larger GPUs (--hardware){_last(_offload_hint(evaluations, hardware), shorter(''))}.")
     return NoFeasiblePlan(f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
                           hint=hint, candidates=tuple(candidate_dict(e, workload, hardware) for e in sorted(
                               evaluations, key=lambda e: e.memory.gpu.total if e.memory else float("inf"))))
@@ -418,20 +425,35 @@ def _smallest_world(evaluations: list[Evaluation], strategies: Sequence[Strategy
     return dataclasses.replace(hardware, nodes=nodes, processes_per_node=ranks)
 
 
-def _offload_hint(evaluations: list[Evaluation], hardware: HardwareSpec) -> str:
+def _offload_hint(evaluations: list[Evaluation], hardware: HardwareSpec) -> list[str]:
     """What offloading would take, from what was evaluated: an install only when an offloading strategy could
-    not run, NVMe only when no fast disk is known."""
+    not run, NVMe only when no fast disk is known, CPU offload only with a GPU to offload from."""
     offloading = [e for e in evaluations if e.traits.offloads]
     missing = sorted({e.reasons[0].rstrip(".") for e in offloading
                       if e.memory is None and e.reasons and e.traits.offload != "nvme"})
     parts = []
-    if missing:
+    if hardware.gpu is None:  # without a GPU the states are in host RAM already: CPU offload moves nothing
+        pass
+    elif missing:
         parts.append(f"offload ({'; '.join(missing)})")
     elif not offloading:
         parts.append("an offloading strategy (deepspeed_stage_3_offload, fsdp_cpu_offload)")
     if not hardware.node.nvme:
         parts.append("NVMe offload (--nvme PATH)")
-    return "".join(p + ", " for p in parts)
+    return parts
+
+
+def _last(items: list[str], last: str) -> str:
+    """``", A, B, or C"`` from ``items`` and ``last`` (left out when empty); ``""`` for nothing.
+
+    Example:
+        >>> _last(["offload (x, y)", "NVMe offload"], "a shorter --seq-len"), _last([], "x"), _last(["a"], "")
+        (', offload (x, y), NVMe offload, or a shorter --seq-len', ', or x', ', or a')
+    """
+    items = [*items, last] if last else list(items)
+    if not items:
+        return ""
+    return ", " + ", ".join(items[:-1]) + (", or " if len(items) > 1 else "or ") + items[-1]
 
 
 def _device(hardware: HardwareSpec) -> str:

@@ -88,6 +88,17 @@ def test_a_plan_is_read_from_its_directory_or_a_tune_summary_and_recommends_answ
     assert "recommend --json" in (info.value.hint or "") and "--output-dir DIR" in (info.value.hint or "")
 
 
+@pytest.mark.parametrize("name", ["model.py", "plan.json"])
+def test_a_model_file_given_as_a_plan_is_told_what_a_plan_is(tmp_path, name):
+    # `autoshard export model.py` said "model.py is not valid JSON: Extra data: line 1 column 3 (char 2)"
+    path = tmp_path / name
+    path.write_text("import torch\n\ndef model():\n    return torch.nn.Linear(2, 2)\n")
+    with pytest.raises(UsageError) as info:
+        plan_file.read(path)
+    assert str(info.value).startswith(f"{path} is not a plan.json (not JSON at all)")
+    assert "`autoshard recommend MODEL --output-dir DIR` (it plans and exports in one go" in (info.value.hint or "")
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: "{not json", "not valid JSON"),
     (lambda d: {**d, "schema_version": 99}, "schema_version 99"),

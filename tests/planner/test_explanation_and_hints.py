@@ -257,3 +257,22 @@ def test_deepspeed_16_mixed_on_a_cpu_without_fp16_kernels_is_refused_when_planne
     assert get("deepspeed_stage_2").unsupported_precision(Precision.BF16_MIXED, cpu) is None
     assert get("deepspeed_stage_2").unsupported_precision(Precision.FP16_MIXED, H100x8) is None
     assert get("ddp").unsupported_precision(Precision.FP16_MIXED, cpu) is None  # torch's own autocast runs it
+
+
+def test_nothing_fits_on_cpu_processes_does_not_offer_cpu_offload_or_a_sequence_to_a_model_without_one():
+    # a model whose batch() takes no seq_len, on CPU processes: the hint offered "a shorter --seq-len" (an error for
+    # it) and CPU offload, which moves nothing without a GPU (probe of tune)
+    import dataclasses
+
+    from autoshard.hardware.detect import detect_hardware
+
+    cpu = detect_hardware(gpus=2, environ={"CUDA_VISIBLE_DEVICES": ""})
+    states = [Synthetic("fsdp", state_gib=400, act_gib=0.01, per_device_samples_s=10, sharded=True)]
+    for seq_len, says_seq in ((None, False), (2048, True)):
+        with pytest.raises(NoFeasiblePlan) as info:
+            plan(dataclasses.replace(workload(), seq_len=seq_len), cpu, request(micro_batch_size=1), states)
+        hint = info.value.hint or ""
+        assert ("a shorter --seq-len" in hint) is says_seq, hint
+        assert "offloading strategy" not in hint and "CPU offload" not in hint, hint
+        assert hint.endswith("NVMe offload (--nvme PATH), or a shorter --seq-len." if says_seq else
+                             "larger GPUs (--hardware), or NVMe offload (--nvme PATH)."), hint

@@ -41,3 +41,12 @@ def test_nothing_runnable_here_is_not_told_to_install_what_is_not_missing() -> N
     with pytest.raises(NoFeasiblePlan) as info:
         autoshard.recommend("tiny-gpt2", seq_len=32, strategies=["fsdp_cpu_offload"])
     assert "Install" not in (info.value.hint or "") and "Choose strategies" in (info.value.hint or "")
+
+
+def test_a_runner_up_a_rule_ruled_out_is_said_to_be_ruled_out_not_scored_0() -> None:
+    """One CPU process: FSDP shards nothing there (a factor of 0); "score 0 against 4821" read as a defect (probe)."""
+    import autoshard
+
+    line = _runner_up(autoshard.recommend("tiny-gpt2", seq_len=16, hardware=autoshard.detect_hardware(
+        environ={"CUDA_VISIBLE_DEVICES": ""})))
+    assert ", ruled out by " in line and "(its reasons say why)." in line and "score" not in line

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``autoshard tune``."""
     from autoshard.cli._hardware_args import hardware_from_args
     from autoshard.report import print_summary
+    from autoshard.tuner.loop import Terminated
     from autoshard.tuning import tune
 
     hardware = hardware_from_args(args)
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
     def on_sigterm(signum: int, frame: object) -> None:  # `kill`, a job scheduler's time limit: as Ctrl-C
         terminated.append(signum)
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:

@@ -23,6 +23,9 @@ from pathlib import Path
 from autoshard.report import _format as fmt
 from autoshard.tuner.result import TuneResult
 
+CPU_PREDICTION_NOTE = ("No predicted samples/s column: on a CPU the planner's speed is a placeholder for ranking "
+                       "its candidates, not a prediction (summary.json keeps it as predicted_samples_per_s).")
+
 
 def summary_markdown(result: TuneResult, *, plots: Sequence[str] = (), extra_notes: Sequence[str] = ()) -> str:
     """The study as a markdown document: counts, one table row per trial, the best configuration, notes.
@@ -35,6 +38,9 @@ def summary_markdown(result: TuneResult, *, plots: Sequence[str] = (), extra_not
     Returns:
         The document, ending with a newline.
     """
+    # On a CPU the planner's speed is a placeholder for ranking, 10-20x off a measurement: not shown beside one.
+    cpu = result.device_type == "cpu"
+    columns = [(key, header) for key, header, _ in fmt.COLUMNS if not (cpu and key == "predicted_samples_per_s")]
     lines = [
         f"# autoshard tune: {result.study_name}",
         "",
@@ -42,12 +48,14 @@ def summary_markdown(result: TuneResult, *, plots: Sequence[str] = (), extra_not
         "",
         f"**Trials:** {fmt.counts_line(result)}.",
         "",
-        "| " + " | ".join(header for _, header, _ in fmt.COLUMNS) + " |",
-        "|" + "|".join("---:" if key in fmt.NUMERIC else "---" for key, _, _ in fmt.COLUMNS) + "|",
+        "| " + " | ".join(header for _, header in columns) + " |",
+        "|" + "|".join("---:" if key in fmt.NUMERIC else "---" for key, _ in columns) + "|",
     ]
     for trial in result.trials:
         cells = fmt.cells(trial, result)
-        lines.append("| " + " | ".join(_md_cell(cells[key]) for key, _, _ in fmt.COLUMNS) + " |")
+        lines.append("| " + " | ".join(_md_cell(cells[key]) for key, _ in columns) + " |")
+    if cpu:
+        extra_notes = [*extra_notes, CPU_PREDICTION_NOTE]
     messages = [t for t in result.trials if t.message]
     if messages:
         lines += ["", "## Trial messages", ""]

@@ -38,6 +38,8 @@ def _importance_blocker(trials: Sequence[optuna.trial.FrozenTrial]) -> str | Non
     parameters present in every completed trial. Without any such parameter every importance is zero and Optuna
     normalises them to equal shares, which would be a misleading plot.
     """
+    if all(any(v > 0 for v in t.constraints.values()) for t in trials):
+        return "no trial completed: each one ran out of memory or was predicted to (recorded as throughput 0)"
     if len({t.value for t in trials}) < 2:
         return "every completed trial has the same throughput, so no parameter made a difference"
     values: dict[tuple[str, Any], list[Any]] = {}

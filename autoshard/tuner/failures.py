@@ -70,7 +70,33 @@ def classify(error: AutoshardError, run_dir: Path, world_size: int) -> tuple[Fai
         return FailureClass.CRASH, _one_line(error.message)
     rank = supervisor.first_error(records)
     record = records[rank]
-    return classify_record(record), _one_line(f"rank {rank}: {record.get('type')}: {record.get('message')}")
+    failure = classify_record(record)
+    if failure is FailureClass.OOM:  # in its own words, not as the first-batch user-code error it may come wrapped in
+        return failure, _one_line(f"rank {rank}: out of memory: {oom_text(str(record.get('message', '')))}")
+    return failure, _one_line(f"rank {rank}: {record.get('type')}: {record.get('message')}")
+
+
+def oom_text(message: str) -> str:
+    """The allocator's own sentence in an out-of-memory ``message`` (what wraps it and torch's ``[enforce fail at
+    ...] err == 0.`` prefix left out), byte counts in GiB.
+
+    Example:
+        >>> oom_text("the model failed on the first batch (tensor(64, 32) int64): RuntimeError: [enforce fail at "
+        ...          "alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+        ...          "allocate 68719476736 bytes. Error code 12")
+        "DefaultCPUAllocator: can't allocate memory: you tried to allocate 64 GiB. Error code 12"
+    """
+    found = _OOM_TEXT.search(message)
+    if found is None:
+        return message
+    before = message[:found.start()]
+    starts = [at + len(mark) for mark in (". ", "Error: ") if (at := before.rfind(mark)) >= 0]
+    return re.sub(r"\b(\d{7,}) bytes\b", lambda m: _gib(int(m.group(1))), message[max(starts, default=0):]).strip()
+
+
+def _gib(n_bytes: int) -> str:
+    gib = n_bytes / 2**30
+    return f"{gib:,.0f} GiB" if gib >= 100 else f"{gib:.3g} GiB"
 
 
 def user_error(exc: BaseException, user_files: Sequence[str], step: int) -> UserCodeError | None:

@@ -51,6 +51,11 @@ _NOT_COUNTED = (FailureClass.PREDICTED_OOM.value, FailureClass.IMPLIED_OOM.value
 _Pruned = optuna.TrialPruned
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the tuner (``kill``, a job scheduler's time limit), raised by ``autoshard tune``'s handler: the
+    study stops as on Ctrl-C, and the trial it stops says which signal stopped it."""
+
+
 class StudyLoop:
     """Ask, predict, reuse or run, tell — until the study holds ``trials`` finished trials or time is up."""
 
@@ -69,6 +74,10 @@ class StudyLoop:
         """What a trial is predicted to cost; said before the first trial starts."""
         self.implied = 0
         """Configurations this run did not start: one that needs no less memory ran out of it."""
+        self.started_any = False
+        """Whether this run asked for a trial yet."""
+        self.planned_s = 0.0
+        """Seconds from the budget's clock start (the study's) to the loop's: planning."""
 
     def run(self) -> None:
         display = self.observer
@@ -76,8 +85,13 @@ class StudyLoop:
         try:
             predicted_in_a_row = duplicates_in_a_row = implied_in_a_row = 0
             display.trials_done(self._counted())
+            self.planned_s = time.monotonic() - self.budget.started
             if self.estimate is not None and self._counted() < self.budget.trials:
                 display.say(describe(self.estimate, self.budget.trials - self._counted()))
+                short = _short_limit(self.estimate, self.budget.trial_timeout_s)
+                if short is not None:
+                    display.say(short)
+                    self.notes.append(short)
             while self._counted() < self.budget.trials:
                 remaining = self.budget.remaining_s()
                 stop = self._out_of_time(remaining)
@@ -89,6 +103,7 @@ class StudyLoop:
                 self.notes += [f"Trial {n} was left running by a tuner that is gone: marked failed."
                                for n in storage_mod.fail_stale_trials(self.study)]
                 trial = self._ask()
+                self.started_any = True
                 try:
                     trial.set_user_attr(storage_mod.OWNER_ATTR, self.me)
                     config = self.space.suggest(trial)
@@ -130,6 +145,10 @@ class StudyLoop:
         if remaining is None:
             return None
         limit = f"the study's time limit (timeout, {self.budget.timeout_s:g} s)"
+        if remaining <= 0 and not self.started_any:
+            return (f"Stopped: planning (tracing the model, measuring this machine) took {self.planned_s:.1f} s of "
+                    f"{limit}, which left no time to start a trial ({self._counted()} of {self.budget.trials} "
+                    "trial(s) done).")
         if remaining <= 0:
             return f"Stopped: {limit} ran out, after {self._counted()} of {self.budget.trials} trial(s)."
         durations = [float(t.user_attrs["duration_s"]) for t in self.study.get_trials(
@@ -150,10 +169,13 @@ class StudyLoop:
         for t in self.study.get_trials(deepcopy=False):
             if t.state == optuna.trial.TrialState.RUNNING:
                 n += t.user_attrs.get(storage_mod.OWNER_ATTR) != self.me
-            elif t.state.is_finished() and trial_strategy(t) in (*allowed, None):
+            elif t.state.is_finished() and trial_strategy(t) in allowed:
                 # Predicted-infeasible and repeated configurations cost nothing, and a trial whose tuner was killed
-                # says nothing about its configuration: none of them uses up the budget.
-                n += (t.user_attrs.get("failure") not in _NOT_COUNTED and "duplicate_of" not in t.user_attrs)
+                # (failed by Optuna's heartbeat: no failure recorded) says nothing about its configuration: none of
+                # them uses up the budget. Nor does one that never got a configuration (its tuner failed first).
+                failure = t.user_attrs.get("failure")
+                n += (failure not in _NOT_COUNTED and "duplicate_of" not in t.user_attrs
+                      and not (failure is None and t.state == optuna.trial.TrialState.FAIL))
         return n
 
     def _ask(self) -> optuna.Trial:
@@ -175,14 +197,15 @@ class StudyLoop:
             return self.study.ask()
 
     def _abandon(self, trial: optuna.Trial, error: BaseException) -> None:
-        """Settle ``trial`` when this tuner leaves it unfinished (its workers are already stopped): Ctrl-C makes
-        it ``interrupted`` (not counted; run again when the study is resumed); anything else a ``crash``."""
+        """Settle ``trial`` when this tuner leaves it unfinished (its workers are already stopped): Ctrl-C or
+        SIGTERM (:class:`Terminated`) makes it ``interrupted`` (not counted; run again when the study is resumed);
+        anything else a ``crash``."""
         if trial.number not in {t.number for t in self.study.get_trials(
                 deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}:
             return  # told already (e.g. the user-code error raised after its trial was recorded)
         if isinstance(error, KeyboardInterrupt):
-            failure, message = FailureClass.INTERRUPTED, ("stopped by Ctrl-C (SIGINT to the tuner); it runs again "
-                                                          "when the study is resumed")
+            how = "SIGTERM to the tuner" if isinstance(error, Terminated) else "Ctrl-C (SIGINT to the tuner)"
+            failure, message = FailureClass.INTERRUPTED, f"stopped by {how}; it runs again when the study is resumed"
         else:
             failure, message = FailureClass.CRASH, f"the tuner failed during this trial: {type(error).__name__}"
         trial.set_user_attr("failure", failure.value)
@@ -232,6 +255,8 @@ class StudyLoop:
             outcome: dict[str, Any] = _measured(measured)
         except TrialFailed as e:
             outcome = {"failure": e.failure.value, "message": e.message}
+            if e.failure is FailureClass.TIMEOUT:
+                outcome["message"] = _timed_out(e.message, timeout_s, self.budget.trial_timeout_s)
         except _Pruned as e:
             outcome = {"pruned": True, "message": str(e)}
         outcome["duration_s"] = time.monotonic() - started
@@ -326,6 +351,38 @@ class _Heartbeat:
         if self._storage is not None and now - self._last >= storage_mod.HEARTBEAT_INTERVAL_S:
             self._storage.record_heartbeat(self._trial_id)
             self._last = now
+
+
+def _short_limit(estimate: TrialEstimate, trial_timeout_s: float) -> str | None:
+    """A warning when a trial's time limit is shorter than a trial is estimated to take here (``None`` if not).
+
+    Example:
+        >>> print(_short_limit(TrialEstimate(seconds=12.0, startup_s=8.0, step_s=0.4, steps=10,
+        ...                                  micro_batch_size=8, basis="a model"), 3.0))
+        ... # doctest: +NORMALIZE_WHITESPACE
+        A trial's time limit (3 s) is shorter than a trial is estimated to take here (about 12 s, 8 s of it to
+        start the workers): trials will likely be stopped at the limit; raise --trial-timeout (trial_timeout_s=).
+    """
+    if trial_timeout_s >= estimate.seconds:
+        return None
+    return (f"A trial's time limit ({trial_timeout_s:g} s) is shorter than a trial is estimated to take here (about "
+            f"{estimate.seconds:.0f} s, {estimate.startup_s:.0f} s of it to start the workers): trials will likely be "
+            "stopped at the limit; raise --trial-timeout (trial_timeout_s=).")
+
+
+def _timed_out(message: str, timeout_s: float, trial_timeout_s: float) -> str:
+    """A timed-out trial's message, naming the limit it ran into: the trial's own, or what the study's time limit
+    had left (the smaller one is the trial's).
+
+    Example:
+        >>> _timed_out("the workers did not finish within the time limit and were stopped.", 3.0, 3.0)
+        "the workers did not finish within the trial's time limit (3 s, start-up included) and were stopped."
+    """
+    limit = (f"the trial's time limit ({timeout_s:g} s, start-up included)" if timeout_s >= trial_timeout_s
+             else f"what was left of the study's time limit ({timeout_s:.1f} s)")
+    if "the time limit" in message:
+        return message.replace("the time limit", limit, 1)
+    return f"stopped at {limit}: {message}"
 
 
 def _measured(m: Measurement) -> dict[str, Any]:

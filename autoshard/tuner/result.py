@@ -47,7 +47,7 @@ class FailureClass(str, Enum):
     STALE = "stale"
     """Found RUNNING with its process gone (a killed tuner): marked failed on resume."""
     INTERRUPTED = "interrupted"
-    """Stopped by Ctrl-C (SIGINT to the tuner): not counted, and run again first when the study is resumed."""
+    """Stopped by Ctrl-C or SIGTERM to the tuner: not counted, and run again first when the study is resumed."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -181,6 +181,9 @@ class TuneResult:
     notes: tuple[str, ...] = ()
     trial_estimate: TrialEstimate | None = None
     """What one trial was predicted to cost before the study started (:mod:`autoshard.tuner.estimate`)."""
+    device_type: str | None = None
+    """``cpu`` or ``cuda``: what the trials ran on (the report leaves the planner's CPU speeds out; not in
+    :meth:`to_dict`, whose fields are documented)."""
 
     def counts(self) -> dict[str, int]:
         """Trials by state."""

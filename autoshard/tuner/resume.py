@@ -11,7 +11,7 @@ from __future__ import annotations
 import optuna
 
 from autoshard.errors import UsageError
-from autoshard.tuner.result import FailureClass
+from autoshard.tuner.result import FailureClass, TrialConfig
 from autoshard.tuner.space import SearchSpace
 
 RERUN_ATTR = "rerun_of"
@@ -32,16 +32,19 @@ def enqueue_reruns(study: optuna.Study, space: SearchSpace) -> list[tuple[int, s
     done = {t.user_attrs[RERUN_ATTR] for t in trials if RERUN_ATTR in t.user_attrs}
     queued = []
     for t in trials:
-        failure = t.user_attrs.get("failure")
-        if t.state != optuna.trial.TrialState.FAIL or failure not in RERUN or t.number in done:
+        failure, stored = t.user_attrs.get("failure"), t.user_attrs.get("config")
+        if t.state != optuna.trial.TrialState.FAIL or failure not in RERUN or t.number in done or stored is None:
             continue
+        # From its configuration, not its parameters: their names carry the choices of the run that asked
+        # (autoshard.tuner.space), and this run's may differ and still hold the configuration.
         try:
-            config = space.suggest(optuna.trial.FixedTrial(t.params))
-        except (ValueError, UsageError):  # a parameter missing or outside this space (other --batch-sizes, --top)
+            params = space.params(TrialConfig(**stored))
+            config = space.suggest(optuna.trial.FixedTrial(params))
+        except (ValueError, UsageError):  # outside this space (other --batch-sizes, --strategies, --top)
             continue
-        if config.to_dict() != t.user_attrs.get("config"):  # (== : a stored 25 is the parameter's 25.0)
+        if config.to_dict() != stored:  # (== : a stored 25 is the parameter's 25.0)
             continue
         attrs = {RERUN_ATTR: t.number, **({"origin": t.user_attrs["origin"]} if "origin" in t.user_attrs else {})}
-        study.enqueue_trial(t.params, user_attrs=attrs)
+        study.enqueue_trial(params, user_attrs=attrs)
         queued.append((t.number, str(failure)))
     return queued

@@ -6,6 +6,19 @@ same for Optuna, and a strategy's knobs exist only in trials that chose that str
 conditional space, which Optuna's TPE sampler models with ``group=True``). Knobs that depend on another knob
 (PowerSGD's rank on ``comm_hook=powersgd``) are asked for only when they apply.
 
+The two dimensions whose choices depend on the run — the strategy (``--strategies``, ``--top``) and a strategy's
+micro-batches (``--batch-sizes``, the CPU cap) — carry their choices in their name:
+``strategy[ddp,fsdp]``, ``ddp/micro_batch_size[16,32,64]``. Optuna fixes a categorical's choices at its first
+use in a study (its storage refuses another set under the same name: "CategoricalDistribution does not
+support dynamic value space"), and a resumed study may ask with other choices. So the same command resumes
+the same parameters, which TPE models with every earlier trial, and other choices are a parameter of their own,
+which TPE models from the trials that had it; the knobs, the study's own cache of configurations (by value,
+:meth:`~autoshard.tuner.result.TrialConfig.key`) and the reruns of unfinished trials do not depend on the names.
+The alternative, one superset of choices fixed for the study, would have to be known when the study is made
+(``--batch-sizes`` is anything), and TPE spreads its prior over all of it: most suggestions would fall outside
+the run's space and be skipped. A knob's choices come from its strategy and the hardware (which the study's
+fingerprint fixes), and Optuna lets a numeric range change.
+
 Left out (``Knob.tuned`` is false, set by the strategy that owns the knob), each for a reason:
 
 * ``find_unused_parameters`` (DDP) — correctness, not speed: a model that needs it fails without it, and the
@@ -57,8 +70,16 @@ class StrategySpace:
     default_checkpointing: bool
 
     def param(self, name: str) -> str:
-        """The Optuna parameter name of one of this strategy's dimensions."""
-        return f"{self.strategy}/{name}"
+        """The Optuna parameter name of one of this strategy's dimensions (the micro-batch's names its choices).
+
+        Example:
+            >>> space = StrategySpace(strategy="ddp", family="ddp", micro_batch_sizes=(16, 32), checkpointing=(False,),
+            ...                       knobs=(), default_micro_batch_size=32, default_checkpointing=False)
+            >>> space.param("micro_batch_size"), space.param("bucket_cap_mb")
+            ('ddp/micro_batch_size[16,32]', 'ddp/bucket_cap_mb')
+        """
+        choices = _choice_set(self.micro_batch_sizes) if name == "micro_batch_size" else ""
+        return f"{self.strategy}/{name}{choices}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,7 +91,7 @@ class SearchSpace:
     def suggest(self, trial: optuna.trial.BaseTrial) -> TrialConfig:
         """The configuration of ``trial``, asking Optuna for each dimension that applies."""
         names = [s.strategy for s in self.strategies]
-        name = trial.suggest_categorical("strategy", names) if len(names) > 1 else names[0]
+        name = trial.suggest_categorical(self.strategy_param, names) if len(names) > 1 else names[0]
         space = self.strategies[names.index(name)]
         micro = _categorical(trial, space.param("micro_batch_size"), space.micro_batch_sizes)
         ckpt = _categorical(trial, space.param("activation_checkpointing"), space.checkpointing)
@@ -87,7 +108,7 @@ class SearchSpace:
         space = self.space_of(config.strategy)
         out: dict[str, Any] = {}
         if len(self.strategies) > 1:
-            out["strategy"] = config.strategy
+            out[self.strategy_param] = config.strategy
         if len(space.micro_batch_sizes) > 1:
             out[space.param("micro_batch_size")] = config.micro_batch_size
         if len(space.checkpointing) > 1:
@@ -96,6 +117,11 @@ class SearchSpace:
             if knob.name in config.settings:
                 out[space.param(knob.name)] = config.settings[knob.name]
         return out
+
+    @property
+    def strategy_param(self) -> str:
+        """The Optuna parameter name of the strategy (it names the strategies: module docstring)."""
+        return "strategy" + _choice_set([s.strategy for s in self.strategies])
 
     def defaults(self, space: StrategySpace) -> TrialConfig:
         """The strategy at the planner's micro-batch and checkpointing with the backend's default knobs."""
@@ -239,6 +265,16 @@ def _micro_batches(largest: int, global_batch: int | None, world: int, *, planne
     if planned is not None and planned <= largest and planned not in ordered:
         ordered = sorted([*ordered[1:], planned])
     return tuple(ordered)
+
+
+def _choice_set(choices: Sequence[Any]) -> str:
+    """The choices of a run-dependent dimension, as its parameter name carries them (module docstring).
+
+    Example:
+        >>> _choice_set((16, 32, 64)), _choice_set(["ddp", "fsdp"])
+        ('[16,32,64]', '[ddp,fsdp]')
+    """
+    return "[" + ",".join(map(str, choices)) + "]"
 
 
 def _categorical(trial: optuna.trial.BaseTrial, name: str, choices: tuple[Any, ...]) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import socket
 import warnings
 from collections.abc import Iterator, Mapping
@@ -66,7 +67,7 @@ def open_storage(url: str | None, output_dir: Path) -> tuple[optuna.storages.Bas
                                                  grace_period=GRACE_PERIOD_S, engine_kwargs=_engine_kwargs(url))
     except ImportError as e:
         raise UsageError(f"cannot open the study storage {shown}: its database driver is missing ({e}).",
-                         hint="Install it, e.g. pip install \"psycopg[binary]\" for PostgreSQL.") from e
+                         hint=_driver_hint(url)) from e
     except Exception as e:  # SQLAlchemy's errors (OperationalError, ArgumentError, ...) vary by driver
         import sqlalchemy.exc
 
@@ -74,10 +75,43 @@ def open_storage(url: str | None, output_dir: Path) -> tuple[optuna.storages.Bas
             raise UsageError(f"--storage {shown} is not a database URL SQLAlchemy can open: {_reason(e)}.",
                              hint="Use e.g. postgresql://user:password@host/db, mysql://user:password@host/db, "
                                   "sqlite:///path/study.db, or a path ending in .log for a journal file.") from e
-        raise UsageError(f"cannot open the study storage {shown}: {_reason(e)}.",
-                         hint="Check that the server is running and reachable from this machine, and the URL's "
-                              "user, password and database.") from e
+        raise UsageError(f"cannot open the study storage {shown}: {_reason(e)}.", hint=_open_hint(url)) from e
     return storage, shown
+
+
+def _driver_hint(url: str) -> str:
+    """How to install the driver SQLAlchemy looks for with ``url`` (its default for the scheme).
+
+    Example:
+        >>> _driver_hint("mysql://u@host/db")
+        'Install it: pip install mysqlclient (or pip install pymysql and a mysql+pymysql:// URL).'
+    """
+    scheme = url.split("://", 1)[0]
+    if scheme.startswith("postgresql"):
+        return 'Install it: pip install "psycopg[binary]" (autoshard[postgres]).'
+    if scheme == "mysql" or scheme.startswith("mysql+mysqldb"):
+        return "Install it: pip install mysqlclient (or pip install pymysql and a mysql+pymysql:// URL)."
+    if scheme.startswith("mysql+pymysql"):
+        return "Install it: pip install pymysql."
+    return f"Install the driver SQLAlchemy uses for {scheme}:// URLs (its documentation lists them)."
+
+
+def _open_hint(url: str) -> str:
+    """What to check when the storage at ``url`` did not open: the file's directory for SQLite, else the server.
+
+    Example:
+        >>> _open_hint("sqlite:////nonexistent/dir/study.db")
+        'The directory /nonexistent/dir does not exist: create it, or name a file in one that does.'
+    """
+    if url.startswith("sqlite"):
+        path = url.split(":///", 1)[-1]
+        parent = Path(path).parent if path and path != ":memory:" else None
+        if parent is not None and not parent.is_dir():
+            return f"The directory {parent} does not exist: create it, or name a file in one that does."
+        return ("Check that the file can be written there (a SQLite URL is sqlite:///relative or "
+                "sqlite:////absolute).")
+    return ("Check that the server is running and reachable from this machine, and the URL's user, password and "
+            "database.")
 
 
 def mask(url: str) -> str:
@@ -110,14 +144,70 @@ def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], stora
                              hint="Pass another --study-name, or another --output-dir for a fresh study.")
         study.set_user_attr(FINGERPRINT_ATTR, dict(fingerprint))
         return
-    differences = [f"{key}: {stored.get(key)!r} there, {value!r} here" for key, value in fingerprint.items()
-                   if stored.get(key) != value]
+    differences = fingerprint_differences(stored, fingerprint)
     if differences:
-        raise UsageError(f"study {study.study_name!r} in {storage_name} was made for another job — "
+        journal = " --storage-class JournalFileBackend" if "://" not in storage_name else ""
+        raise UsageError(f"study {study.study_name!r} in {storage_name} was made for another job: "
                          + "; ".join(differences) + ".",
                          hint="Start fresh with another --output-dir (with --storage, another --study-name as "
                               "well: an output directory holds one study), or delete the study (optuna "
-                              "delete-study --study-name NAME --storage URL) and its output directory.")
+                              f"delete-study --study-name {shlex.quote(study.study_name)} --storage "
+                              f"{shlex.quote(storage_name)}{journal}) and its output directory.")
+
+
+_SETTINGS = {"global_batch_size": "the global batch size (--global-batch-size)", "precision": "--precision",
+             "optimizer": "the optimizer (--optimizer)", "seq_len": "the sequence length (--seq-len)",
+             "grad_clip_norm": "--grad-clip-norm", "training_step": "training_step", "loss_fn": "loss_fn",
+             "gpu": "the GPU", "gpu_memory_bytes": "the GPU memory", "gpus_per_node": "the number of devices per node",
+             "nodes": "the number of nodes", "device_type": "the device type", "backend": "the backend",
+             "nvme_path": "the NVMe path"}
+"""How a message names each setting of the batch and hardware fingerprints."""
+
+
+def fingerprint_differences(stored: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
+    """What differs between the job a study was made for (``stored``) and this one, in words.
+
+    Example:
+        >>> fingerprint_differences({"model": {"name": "m", "code": "1"}, "batch": {"seq_len": 32}},
+        ...                         {"model": {"name": "m", "code": "2"}, "batch": {"seq_len": 64}})
+        ["the model's code changed since the study was made (its file, or a module beside it that it imports)", \
+'the sequence length (--seq-len) was 32 then, 64 now']
+    """
+    out = []
+    for key, value in here.items():
+        then = stored.get(key)
+        if then == value:
+            continue
+        if key == "model" and isinstance(then, Mapping) and isinstance(value, Mapping):
+            out += _model_differences(then, value)
+        elif isinstance(then, Mapping) and isinstance(value, Mapping):
+            out += [f"{_SETTINGS.get(k, k.replace('_', ' '))} was {_shown(then.get(k))} then, {_shown(value.get(k))} "
+                    f"now" for k in dict.fromkeys([*then, *value]) if then.get(k) != value.get(k)]
+        else:
+            out.append(f"the {key} was {_shown(then)} then, {_shown(value)} now")
+    return out
+
+
+def _model_differences(then: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    if then.get("name") != now.get("name"):
+        return [f"the model was {then.get('name')} then, {now.get('name')} now"]
+    if then.get("parameter_count") != now.get("parameter_count"):
+        return [f"the model had {_shown(then.get('parameter_count'))} parameters then, "
+                f"{_shown(now.get('parameter_count'))} now"]
+    out = []
+    if then.get("layout_hash") != now.get("layout_hash") or then.get("block_class") != now.get("block_class"):
+        out.append("the model's layers changed since the study was made (the shapes of its parameters or blocks)")
+    if then.get("code") != now.get("code"):
+        out.append("the model's code changed since the study was made (its file, or a module beside it that it "
+                   "imports)" if then.get("code") and now.get("code") else "the model's code was not recorded "
+                   "when the study was made")
+    return out
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "not set"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 def owner() -> dict[str, Any]:

@@ -34,7 +34,7 @@ from autoshard.tuner.budget import check_budget
 from autoshard.tuner.cache import ResultCache, default_dir
 from autoshard.tuner.candidate import exported_plan, trial_candidate
 from autoshard.tuner.estimate import cpu_flops_per_s, cpu_micro_batch_cap, trial_estimate
-from autoshard.tuner.loop import StudyLoop
+from autoshard.tuner.loop import StudyLoop, Terminated
 from autoshard.tuner.machine import trial_hardware, worker_environ, worker_threads
 from autoshard.tuner.observer import Observers, TuneObserver
 from autoshard.tuner.pruner import SlowerThanBestPruner
@@ -140,17 +140,21 @@ def run_study(
         plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
                         precision=chosen, optimizer=asked or "adamw", grad_clip_norm=clip_norm,
                         strategies=strategies, cache=use_cache)
+        planned = plan_file.from_plan(plan)
+        name = study_name or _default_name(planned)
         environ = worker_environ(os.environ, hw)
         flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
+        cap = None if flops_per_s is None else cpu_micro_batch_cap(plan, steps, flops_per_s)
+        # A resumed study keeps the cap it was made with: measured afresh at each start (its rate varies with the
+        # machine's load), the same command would offer other micro-batches each time.
+        cap = None if cap is None else _cap_made_with(store, name) or cap
         if space is None:
-            cap = None if flops_per_s is None else cpu_micro_batch_cap(plan, steps, flops_per_s)
             space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes, max_micro_batch_size=cap,
                                 compress_gradients=compress_gradients)
         else:
             _check_space(space, plan)
         estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
                                   flops_per_s)
-        planned = plan_file.from_plan(plan)
         # The model file's optimizer() wins (the planner priced it, the trials train it, as fit() does): the job
         # is the optimizer the plan names
         batch: dict[str, Any] = {"global_batch_size": global_batch_size, "precision": chosen,
@@ -158,21 +162,22 @@ def run_study(
                                  "seq_len": planned.seq_len}
         if clip_norm is not None:  # only then: a study made before clipping was planned keeps its fingerprint
             batch["grad_clip_norm"] = clip_norm
-        for name, ref in steps_given.items():  # only then, likewise: the user's step is part of the job
-            batch[name] = f"{ref['module']}.{ref['qualname']}"
+        for arg, ref in steps_given.items():  # only then, likewise: the user's step is part of the job
+            batch[arg] = f"{ref['module']}.{ref['qualname']}"
         model_print = dataclasses.asdict(planned.model)
         if source.kind == "file" and source.fingerprint is not None:
             # the file's code and the siblings it imports, as the workload cache keys it: an edited forward is
             # another job (its parameters' shapes, all the layout hash sees, may be the same)
             model_print["code"] = source.fingerprint
         fingerprint = {"model": model_print, "hardware": dataclasses.asdict(planned.hardware), "batch": batch}
-        name = study_name or _default_name(planned)
         _check_output_dir(out, name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
     try:
         study = create_study(name, store, shown, fingerprint, space, sampler_seed(seed, shared=storage is not None),
                              prune, warmup_steps)
+        if cap is not None and CAP_ATTR not in study.user_attrs:
+            study.set_user_attr(CAP_ATTR, cap)
         notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
                  for n in storage_mod.fail_stale_trials(study)]
         if source.optimizer_fn is not None and asked is not None and asked != planned.optimizer:
@@ -191,9 +196,10 @@ def run_study(
                          estimate=estimate)
         try:
             loop.run()
-        except KeyboardInterrupt:  # what finished before Ctrl-C is written out, then the tuner stops (exit 130)
-            _finish(study, plan, space, shown, out, [*notes, *loop.notes, "Interrupted (Ctrl-C or SIGTERM): these "
-                    "are the trials finished before it; the same command resumes the study."], observer, estimate)
+        except KeyboardInterrupt as e:  # what finished before Ctrl-C is written out, then the tuner stops (130)
+            how = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+            _finish(study, plan, space, shown, out, [*notes, *loop.notes, f"Interrupted ({how}): these are the "
+                    "trials finished before it; the same command resumes the study."], observer, estimate)
             raise
         except AutoshardError as e:  # the user's code failed the first trial: the summary and best/ say so too
             _finish(study, plan, space, shown, out, [*notes, *loop.notes, f"Stopped: {e.message}"], observer,
@@ -202,6 +208,19 @@ def run_study(
         return _finish(study, plan, space, shown, out, notes + loop.notes, observer, estimate)
     finally:
         optuna.logging.set_verbosity(verbosity)
+
+
+CAP_ATTR = "autoshard_cpu_micro_batch_cap"
+"""On a study made on a CPU machine: the micro-batch cap of its first start (:func:`cpu_micro_batch_cap`)."""
+
+
+def _cap_made_with(store: optuna.storages.BaseStorage, name: str) -> int | None:
+    """The CPU micro-batch cap study ``name`` was made with (``None``: no such study, or made without one)."""
+    try:
+        cap = store.get_study_user_attrs(store.get_study_id_from_name(name)).get(CAP_ATTR)
+    except KeyError:
+        return None
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
 
 
 def _check_space(space: SearchSpace, plan: Plan) -> None:
@@ -361,6 +380,6 @@ def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out
         notes += _clear_best(out / "best")
     result = TuneResult(study_name=study.study_name, storage=shown, output_dir=str(out), trials=records, best=best,
                         best_plan=best_plan, planner_trial=planner, exported=files, notes=tuple(notes),
-                        trial_estimate=estimate)
+                        trial_estimate=estimate, device_type=plan.hardware.device_type)
     more = tuple(observer.study_finished(result, study))
     return dataclasses.replace(result, notes=result.notes + tuple(more)) if more else result

@@ -288,7 +288,9 @@ OVERLAP = {"zero/overlap_comm": CategoricalDistribution([True, False])}
         pytest.param([(100.0 + i, {}, {}) for i in range(3)], "the completed trials have no parameters",
                      id="no-params"),
         pytest.param([(0.0, {"ddp/bucket_cap_mb": cap}, BUCKET) for cap in (25, 50, 100)],
-                     "every completed trial has the same throughput", id="all-infeasible"),
+                     "no trial completed: each one ran out of memory", id="all-infeasible"),
+        pytest.param([(100.0, {"ddp/bucket_cap_mb": cap}, BUCKET) for cap in (25, 50, 100)],
+                     "every completed trial has the same throughput", id="all-the-same"),
     ],
 )
 def test_importances_impossible_give_a_note_but_the_history_is_drawn(tmp_path, trials, reason):

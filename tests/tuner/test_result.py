@@ -111,12 +111,12 @@ def test_the_budget_counts_only_trials_that_cost_a_run() -> None:
     for attrs in ({}, {"failure": "predicted_oom"}, {"duplicate_of": 0}, {"failure": "stale"}, {"failure": "oom"},
                   {"cached": True}, {"failure": "interrupted"}):
         trial = study.ask()
-        for key, value in attrs.items():
+        for key, value in {"config": DDP.to_dict(), **attrs}.items():
             trial.set_user_attr(key, value)
         study.tell(trial, 1.0)
     loop = StudyLoop.__new__(StudyLoop)  # only the study, the space and the owner are needed to count
     loop.study, loop.me = study, {"host": "here", "pid": 1, "started": 0.0}
-    loop.space = DDP_SPACE  # these trials record no configuration: counted whatever the space's strategies
+    loop.space = DDP_SPACE
     assert loop._counted() == 3
     other = study.ask()  # a trial another tuner is running counts; one of this tuner's own does not
     other.set_user_attr("autoshard_owner", {"host": "elsewhere", "pid": 2, "started": 0.0})

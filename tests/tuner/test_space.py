@@ -215,7 +215,7 @@ def test_a_fixed_request_batch_size_is_the_only_choice(plans: dict[str, Plan]) -
         assert (s.micro_batch_sizes, s.default_micro_batch_size) == ((8,), 8)
     for params, config, _ in ask_configs(space, plan, optuna.samplers.RandomSampler(seed=0)):
         assert config.micro_batch_size == 8
-        assert not any(p.endswith("/micro_batch_size") for p in params)
+        assert not any("/micro_batch_size" in p for p in params)
 
 
 @pytest.mark.parametrize(("tune_checkpointing", "expected"), [(True, (False, True)), (False, (False,))])

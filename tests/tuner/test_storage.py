@@ -113,7 +113,7 @@ def test_another_fingerprint_is_refused_naming_what_differs(key: str) -> None:
     with pytest.raises(UsageError, match="made for another job") as info:
         storage.check_fingerprint(study, {**FINGERPRINT, key: "sha256:zzz"}, "sqlite:///x/study.db")
     message = info.value.message
-    assert f"{key}: {FINGERPRINT[key]!r} there, 'sha256:zzz' here" in message
+    assert f"the {key} was {FINGERPRINT[key]} then, sha256:zzz now" in message
     assert "tune-gpt2" in message and "sqlite:///x/study.db" in message
     assert all(other not in message for other in FINGERPRINT if other != key)
 

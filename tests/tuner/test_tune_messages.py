@@ -1,0 +1,105 @@
+"""What the tuner says when something is off, in the user's terms: a study made for another job (what differs, in
+words, and the real command that deletes it), a storage that does not open (a hint that fits the URL), a trial
+limit shorter than a trial takes, a study limit spent on planning, and an out-of-memory trial."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+import autoshard
+from autoshard.errors import UsageError, UserCodeError, WorkerError
+from autoshard.planner.plan_file import ExportedPlan
+from autoshard.runtime import supervisor
+from autoshard.tuner import storage
+from autoshard.tuner.failures import classify
+from autoshard.tuner.result import FailureClass
+from autoshard.tuner.runner import Measurement, TrialFailed, TrialSpec
+
+from .standin import DDP_SPACE, replay
+
+ARGS: dict[str, Any] = {"processes": 2, "seq_len": 32, "precision": "32-true", "steps": 5, "warmup_steps": 2,
+                        "progress": False, "use_cache": False, "prune": False, "space": DDP_SPACE}
+MODEL = {"name": "tiny", "parameter_count": 137216, "block_class": "Block", "layout_hash": "9e1f" * 4, "code": "f6a8"}
+HARDWARE = {"gpu": None, "gpu_memory_bytes": None, "gpus_per_node": 2, "nodes": 1, "device_type": "cpu",
+            "backend": "gloo", "nvme_path": None}
+BATCH = {"global_batch_size": None, "precision": "32-true", "optimizer": "adamw", "seq_len": 32}
+FINGERPRINT = {"model": MODEL, "hardware": HARDWARE, "batch": BATCH}
+
+
+@pytest.mark.parametrize(("changed", "said"), [
+    ({"model": {**MODEL, "code": "57c8"}}, "the model's code changed since the study was made"),
+    ({"batch": {**BATCH, "seq_len": 64}}, "the sequence length (--seq-len) was 32 then, 64 now"),
+    ({"hardware": {**HARDWARE, "gpus_per_node": 4}}, "the number of devices per node was 2 then, 4 now"),
+    ({"model": {**MODEL, "name": "other", "code": "57c8"}}, "the model was tiny then, other now"),
+], ids=["edited-model-py", "seq-len", "devices", "another-model"])
+def test_a_study_for_another_job_says_what_differs_in_words(changed: dict[str, Any], said: str) -> None:
+    study = optuna.create_study(study_name="edit-2xcpu-70a8cf91")
+    storage.check_fingerprint(study, FINGERPRINT, "sqlite:////tmp/e1/study.db")
+    with pytest.raises(UsageError, match="made for another job") as info:
+        storage.check_fingerprint(study, {**FINGERPRINT, **changed}, "sqlite:////tmp/e1/study.db")
+    assert said in info.value.message and "{" not in info.value.message, info.value.message
+    assert ("optuna delete-study --study-name edit-2xcpu-70a8cf91 --storage sqlite:////tmp/e1/study.db"
+            in (info.value.hint or ""))
+
+
+def test_the_journal_delete_command_names_its_storage_class() -> None:
+    study = optuna.create_study(study_name="my study")
+    storage.check_fingerprint(study, FINGERPRINT, "jr/study.log")
+    with pytest.raises(UsageError) as info:
+        storage.check_fingerprint(study, {**FINGERPRINT, "batch": {**BATCH, "precision": "bf16-mixed"}},
+                                  "jr/study.log")
+    assert ("optuna delete-study --study-name 'my study' --storage jr/study.log --storage-class JournalFileBackend"
+            in (info.value.hint or ""))
+
+
+def test_a_sqlite_file_in_a_missing_directory_is_not_a_server(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot open the study storage") as info:
+        storage.open_storage(f"sqlite:///{tmp_path / 'missing' / 'study.db'}", tmp_path)
+    assert f"The directory {tmp_path / 'missing'} does not exist" in (info.value.hint or "")
+    assert "server" not in (info.value.hint or "")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("MySQLdb") is not None, reason="the MySQL driver is installed")
+def test_a_mysql_url_without_its_driver_gets_the_mysql_driver_hint(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="database driver is missing") as info:
+        storage.open_storage("mysql://x@localhost/db", tmp_path)
+    assert "mysqlclient" in (info.value.hint or "") and "psycopg" not in (info.value.hint or "")
+
+
+def test_a_trial_limit_below_the_estimate_is_said_before_the_trials_and_in_the_timeout(tmp_path: Path) -> None:
+    def times_out(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, **_: Any) -> Measurement:
+        raise TrialFailed(FailureClass.TIMEOUT, "the workers did not finish within the time limit and were stopped.")
+
+    result = autoshard.tune("tiny-gpt2", trials=1, trial_timeout_s=3, output_dir=tmp_path, runner=times_out, **ARGS)
+    assert any(n.startswith("A trial's time limit (3 s) is shorter than a trial is estimated to take here (about ")
+               for n in result.notes), result.notes
+    (trial,) = result.trials
+    assert trial.message == "the workers did not finish within the trial's time limit (3 s, start-up included) and " \
+                            "were stopped."
+
+
+def test_a_study_limit_spent_on_planning_says_so(tmp_path: Path) -> None:
+    calls: list[ExportedPlan] = []
+    result = autoshard.tune("tiny-gpt2", trials=2, timeout_s=0.001, output_dir=tmp_path, runner=replay(calls), **ARGS)
+    assert not calls
+    said = "which left no time to start a trial (0 of 2 trial(s) done)"
+    assert any(n.startswith("Stopped: planning (tracing the model, measuring this machine) took ") and said in n
+               for n in result.notes), result.notes
+
+
+def test_an_out_of_memory_trial_says_out_of_memory_not_user_code(tmp_path: Path) -> None:
+    wrapped = UserCodeError("the model failed on the first batch (tensor(64, 32) int64): RuntimeError:  err == 0. "
+                            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 68719476736 bytes. "
+                            "Error code 12 (Cannot allocate memory)")
+    supervisor.write_error(tmp_path, 1, wrapped)
+    time.sleep(0.02)
+    supervisor.write_error(tmp_path, 0, RuntimeError("Connection closed by peer"))
+    assert classify(WorkerError("rank 1 failed"), tmp_path, world_size=2) == (
+        FailureClass.OOM, "rank 1: out of memory: DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+                          "64 GiB. Error code 12 (Cannot allocate memory)")

@@ -141,6 +141,8 @@ PLANNER_ARGUMENTS: Rewrites = (
 messages name (the hardware's own flags are :func:`autoshard.hardware.load_hardware`'s, given as ``hardware=``)."""
 
 HARDWARE_ARGUMENTS: Rewrites = (
+    (r"pass --hardware NAME with --gpus", 'use load_hardware("NAME", gpus=N)'),
+    (r"pass --hardware NAME", 'use load_hardware("NAME")'), (r"Pass --hardware NAME", 'Use load_hardware("NAME")'),
     (r"--hardware ([\w.-]+) --gpus (\d+)", r'load_hardware("\1", gpus=\2)'), (r"--gpus (\d+)", r"gpus=\1"),
     (r"--nodes (\d+)", r"nodes=\1"), (r"--gpus\b", "gpus="), (r"--nodes\b", "nodes="),
     (r"--(gpu|cpu)-memory (\d+)([A-Za-z]+)\b", r'\1_memory="\2\3"'), (r"--(gpu|cpu)-memory (\d+)\b", r"\1_memory=\2"),

@@ -75,7 +75,9 @@ def test_nvml_error_mid_way_is_a_clear_hardware_error_and_nvml_is_shut_down(fake
     nvml = fake_nvml("dgx_a100_8x_gpu_lost")
     with pytest.raises(HardwareError, match=r"GPU 5 .*GPU is lost") as info:
         detect_hardware(environ={}, nvml=nvml)
-    assert "nvidia-smi" in (info.value.hint or "") and "--hardware" in (info.value.hint or "")
+    # a Python caller is pointed at load_hardware(), the command line at --hardware (errors.HARDWARE_ARGUMENTS)
+    assert "nvidia-smi" in (info.value.hint or "") and 'use load_hardware("NAME")' in (info.value.hint or "")
+    assert "--hardware" not in (info.value.hint or "")
     assert nvml.init_calls == nvml.shutdown_calls == 1
 
 

@@ -1,19 +1,33 @@
-"""Every test plans with an empty workload cache of its own, never the user's (``AUTOSHARD_CACHE_DIR``, which
-subprocesses inherit): a test sees what it traced itself, and a test about the cache says what it shares."""
+"""Tests plan with a workload cache of the test file's own, never the user's (``AUTOSHARD_CACHE_DIR``, which
+subprocesses inherit). A file's tests run one after another in one process (``--dist loadfile``), so what a test
+finds in the cache is what the file's earlier tests traced, whatever else runs beside it; tracing the same model
+again in each test of a file was about a quarter of the planning tests' time (2026-12-01: the four files
+test_selective_search, test_cli_recommend, test_compare and test_zoo, 232 s with a cache per test, 171 s per file).
+A test that counts what it traces, or must see an empty cache, takes one of its own: mark it ``own_cache`` (the
+``no_tracing`` fixture does: a model found in the cache would not reach the tracer the fixture guards)."""
 
 from __future__ import annotations
 
 import pytest
 
 
+@pytest.fixture(scope="module")
+def _file_autoshard_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("autoshard-cache"))
+
+
 @pytest.fixture(autouse=True)
-def _own_autoshard_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AUTOSHARD_CACHE_DIR", str(tmp_path_factory.mktemp("autoshard-cache")))
+def _autoshard_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                     monkeypatch: pytest.MonkeyPatch, _file_autoshard_cache: str) -> None:
+    own = request.node.get_closest_marker("own_cache") is not None or "no_tracing" in request.fixturenames
+    cache = str(tmp_path_factory.mktemp("autoshard-cache")) if own else _file_autoshard_cache
+    monkeypatch.setenv("AUTOSHARD_CACHE_DIR", cache)
 
 
 @pytest.fixture
 def no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail a test that traces the model: bad input must be refused before any tracing."""
+    """Fail a test that traces the model: bad input must be refused before any tracing (with an empty cache of
+    the test's own, so that nothing found there stands in for the tracer)."""
     def traced(*args: object, **kwargs: object) -> None:
         raise AssertionError("the model was traced before the input was checked")
 

@@ -94,6 +94,7 @@ class _Terminal(io.StringIO):
         return True
 
 
+@pytest.mark.own_cache  # counts the traces
 def test_recommend_reports_each_trace_to_the_progress_callback():
     calls: list[tuple[int, int]] = []
     autoshard.recommend("tiny-gpt2", hardware="dgx-h100", seq_len=32, progress=lambda d, t: calls.append((d, t)))

@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autoshard.cli import main
+
+pytestmark = pytest.mark.own_cache  # about the cache itself: each test starts from an empty one
 
 RECOMMEND = ["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--seq-len", "32", "--precision", "32-true", "--json"]
 

@@ -2,7 +2,7 @@
 changed model or option traces again; an unusable entry is noted, ignored and rewritten; ``cache=False`` neither
 reads nor writes.
 
-Every test has an empty cache of its own (``AUTOSHARD_CACHE_DIR``, set in ``tests/conftest.py``).
+Every test has an empty cache of its own (``AUTOSHARD_CACHE_DIR``, set in ``tests/conftest.py``: ``own_cache``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import pytest
 import autoshard
 from autoshard.cache import read_json, write_json
 from autoshard.models import load_source
+
+pytestmark = pytest.mark.own_cache  # about the cache itself: each test starts from an empty one
 
 MODEL_PY = textwrap.dedent("""
     import torch

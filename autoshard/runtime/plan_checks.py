@@ -169,6 +169,30 @@ def check_cuda_devices(hw: HardwareSpec, hardware: Any, *, launched: bool) -> No
                           "Pass processes= no more than the GPUs this process sees, or run on the GPU machine.")
 
 
+def check_plan_devices(exported: ExportedPlan, where: str) -> None:
+    """A given CUDA plan that ``fit()`` starts itself (no launcher: one process per GPU, all on this machine) has
+    as many CUDA devices here as it has ranks; checked before any process starts, where each rank would otherwise
+    fail alone on a device it cannot see. Called after :func:`check`, which refuses another world size, and the
+    plan's device type on a machine without CUDA.
+
+    Raises:
+        UsageError: too few.
+    """
+    hw = exported.hardware
+    if hw.device_type != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() >= hw.world_size:
+        return
+    shape = f" ({hw.nodes} nodes × {hw.gpus_per_node} GPUs)" if hw.nodes > 1 else ""
+    raise UsageError(f"{where} is for {_count(hw.world_size, 'CUDA rank')}{shape}, and this process sees "
+                     f"{_count(torch.cuda.device_count(), 'CUDA GPU')}: fit() starts one process per GPU on this "
+                     "machine.",
+                     hint="Start the script under torchrun or srun on the plan's machines (export_plan writes the "
+                          "commands), or pass plan='auto' to plan for this machine.")
+
+
 def _count(n: int, singular: str, plural: str | None = None) -> str:
     """``1 rank``, ``2 ranks``.
 

@@ -175,6 +175,8 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
     run = RunShape(world_size=ranks, device_type="cuda" if torch.cuda.is_available() else "cpu", gpu=None)
     for difference in check(exported, _fingerprint(job), run, source=where, force=options.force):
         notes.append(f"force=True: trained although {difference}.")
+    if world_size is None:
+        plan_checks.check_plan_devices(exported, where)  # fit() starts a process per GPU here
     _check_plan_data(job, exported, ranks, where, force=options.force, notes=notes)
     plan_checks.check_global_batch(options.global_batch_size, exported, ranks, where)
     _check_optimizer(job, exported)

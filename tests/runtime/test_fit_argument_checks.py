@@ -4,6 +4,8 @@ strategies, checkpointing that saves nothing, and inputs and targets passed side
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any
 
 import pytest
@@ -112,6 +114,26 @@ def test_gpu_hardware_this_machine_lacks_is_refused_before_planning(monkeypatch:
                                          f"sees {have}") as info:
         fit(_mlp(), data, loss_fn=F.mse_loss, hardware="dgx-h100", max_steps=1, progress=False)
     assert "Drop hardware=" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(("nodes", "have", "said"), [
+    (1, 1, "is for 8 CUDA ranks, and this process sees 1 CUDA GPU"),
+    (2, 8, "is for 16 CUDA ranks (2 nodes × 8 GPUs), and this process sees 8 CUDA GPUs"),
+])
+def test_a_given_cuda_plan_for_more_gpus_than_this_machine_sees_is_refused_before_any_worker_starts(
+        monkeypatch: pytest.MonkeyPatch, nodes: int, have: int, said: str) -> None:
+    """Each of the plan's ranks failed alone in its worker on a device it could not see (CUDA's invalid ordinal)."""
+    model = _mlp()
+    plan = _cpu_plan(model)
+    plan = dataclasses.replace(plan, hardware=dataclasses.replace(
+        plan.hardware, gpu="NVIDIA H100 80GB HBM3", gpu_memory_bytes=80 * 2**30, gpus_per_node=8, nodes=nodes,
+        device_type="cuda", backend="nccl"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: have)
+    _no_workers(monkeypatch)
+    with pytest.raises(UsageError, match=re.escape(said)) as info:
+        fit(model, batches(), loss_fn=F.mse_loss, plan=plan, max_steps=1, progress=False)
+    assert "torchrun or srun" in (info.value.hint or "") and "plan='auto'" in (info.value.hint or "")
 
 
 # -- 3. a list of strategies -------------------------------------------------------------------------------------

@@ -205,6 +205,10 @@ class ModelProfile:
     (``find_unused_parameters``)."""
     unused_parameter_bytes: int = 0
     """Bytes of those parameters as stored."""
+    loss_in_output: bool = False
+    """The model's forward returns its loss (a one-element tensor that requires grad in its output: a Hugging Face
+    ``.loss`` when labels are passed): backward starts at the model's output, so FSDP2's root pre-backward hook
+    (which all-gathers the last unit ahead) runs before the loss's gradients are computed, not after."""
     unused_modules: tuple[str, ...] = ()
     """A few of them for display, in module order: the outermost modules whose trainable parameters are all
     unused, else the parameters themselves."""
@@ -314,6 +318,7 @@ class ModelProfile:
             "depth": None if self.depth is None else self.depth.to_dict(),
             "unused_parameter_count": self.unused_parameter_count,
             "unused_parameter_bytes": self.unused_parameter_bytes,
+            "loss_in_output": self.loss_in_output,
             "unused_modules": list(self.unused_modules),
             "census": None if self.census is None else self.census.to_dict(),
             "optimizer_census": None if self.optimizer_census is None else self.optimizer_census.to_dict(),

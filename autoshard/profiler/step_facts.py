@@ -35,6 +35,9 @@ class StepFacts:
     optimizer_census: OpCensus | None = None
     unused: dict[str, nn.Parameter] = field(default_factory=dict)
     """Trainable parameters, by name, still without a gradient after the last step's backward."""
+    loss_in_output: bool = False
+    """Forward's output holds a one-element tensor that requires grad (a Hugging Face ``.loss``, a model returning
+    its loss): its gradient is the first backward computes (:attr:`ModelProfile.loss_in_output`)."""
 
 
 def flops_by_module(counter: FlopCounterMode, model: nn.Module) -> dict[str, int]:

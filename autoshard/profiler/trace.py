@@ -219,6 +219,7 @@ def _profile(source: ModelSource, options: ProfileOptions, seq_len: int | None, 
         census=facts.census,
         optimizer_census=facts.optimizer_census,
         unused_parameter_count=sum(p.numel() for p in facts.unused.values()),
+        loss_in_output=facts.loss_in_output,
         unused_parameter_bytes=sum(p.numel() * p.element_size() for p in facts.unused.values()),
         unused_modules=unused_modules(model, set(facts.unused))[:UNUSED_NAMES_SHOWN],
         routed_expert_parameter_count=routed_expert_parameters(model),
@@ -336,7 +337,7 @@ def _run_steps(
                         tracker.phase = "forward"
                         tracker.saved_by_scope.clear()
                         with flops_fwd or contextlib.nullcontext():
-                            loss = _forward(model, batch, loss_fn, source, options, semantics, tracker)
+                            loss = _forward(model, batch, loss_fn, source, options, semantics, tracker, facts)
                         if first_forward and not facts.block_activation_bytes:
                             facts.block_activation_bytes = dict(tracker.saved_by_scope)
                         first_forward = False
@@ -409,6 +410,7 @@ def _forward(
     options: ProfileOptions,
     semantics: gpu.CudaSemanticsLike | None,
     tracker: MemoryTracker,
+    facts: StepFacts,
 ) -> torch.Tensor:
     if semantics is not None:
         context: contextlib.AbstractContextManager[Any] = semantics.forward()
@@ -421,6 +423,8 @@ def _forward(
         if options.fp32_output:
             # The 16-bit output is freed once cast, as after FSDP2's root cast (nothing saves it for backward).
             output = cast_floats(output, torch.float32)
+        facts.loss_in_output = any(isinstance(t, torch.Tensor) and t.requires_grad and t.numel() == 1
+                                    for t in tree_iter(output))
         tracker.phase = "loss"
         loss = guard(functools.partial(loss_fn, output, batch), source, tracker, "loss")
     del output

@@ -44,6 +44,9 @@ class Units:
     backward until the root's reduce-scatter at its very end."""
     blocks: tuple[tuple[int, ...], ...]
     """Each unit's tensors (one or more consecutive repeated blocks), in module order."""
+    tied: tuple[int, ...] = ()
+    """The root's tensors used both before and after the blocks (a tied embedding and LM head), as in
+    :attr:`root_after`: autograd sums their two gradients out of place when the second arrives."""
 
     @property
     def root(self) -> tuple[int, ...]:
@@ -85,17 +88,18 @@ def wrapping_units(workload: Workload, blocks_per_unit: int = 1) -> Units:
         after = between + after
     # A tied embedding / LM head is listed before the blocks (first use) but gets its gradient from the head at
     # the start of backward: it belongs with the tensors after the blocks.
+    tied: tuple[int, ...] = ()
     for numel in workload.tied_parameter_numels:
         numel = numel if numel in before else -numel
         if numel in before:
             i = before.index(numel)
-            before, after = before[:i] + before[i + 1 :], (numel, *after)
+            before, after, tied = before[:i] + before[i + 1 :], (numel, *after), (*tied, numel)
     grouped = [
         tuple(t for block in stack[i : i + blocks_per_unit] for t in block)
         for stack in blocks_by_stack
         for i in range(0, len(stack), blocks_per_unit)
     ]
-    return Units(root_before=before, root_after=after, blocks=tuple(grouped))
+    return Units(root_before=before, root_after=after, blocks=tuple(grouped), tied=tied)
 
 
 def _match_stacks(
@@ -198,6 +202,10 @@ class StepActivations:
     recomputation saves (the unit's activations in the trace without checkpointing)."""
     optimizer_scratch: int
     """The optimizer step's temporaries for the whole model (the 'amp' trace, fp32 parameters)."""
+    loss_in_output: bool = False
+    """The model's forward returns its loss (:attr:`ModelProfile.loss_in_output`): the root's pre-backward hook,
+    registered on forward's outputs, runs at the very start of backward and all-gathers the last unit ahead
+    (``FSDPParamGroup.pre_backward`` → ``_backward_prefetch``) while the loss's gradients are computed."""
 
     @classmethod
     def from_traces(cls, half: StepTrace, amp: StepTrace, micro_batch: int, units: Units, blocks_per_unit: int,
@@ -223,6 +231,7 @@ class StepActivations:
             inputs=inputs, forward=act("forward"), loss=act("loss"), backward=max(act("backward"), highest_backward),
             per_block=grouped, per_block_backward=live,
             optimizer_scratch=0 if opt is None else opt.activations + opt.temporaries,
+            loss_in_output=half.at_1.loss_in_output,
         )
 
 
@@ -353,7 +362,12 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     # causal LM): at most backward's highest non-state bytes, which is where they fall in a model whose loss
     # gradients outweigh any one block's recomputation. (Bounding it by the loss phase's high point instead
     # dropped them: a model that computes its loss in forward has no loss phase.)
-    add("backward", "start", g_root + kept_so_far, acts.backward, gradients=carried)
+    # With the loss in forward's output, the root's pre-backward hook fires first and prefetches the last unit(s),
+    # alive through the loss's gradients; a loss computed outside has its gradients computed before the hook.
+    prefetched = sum(flat(b) for b in blocks[len(blocks) - layout.backward_prefetch :]) if (
+        root and acts.loss_in_output and layout.reshard_after_forward is not False and layout.backward_prefetch
+    ) else 0
+    add("backward", "start", g_root + kept_so_far + prefetched, acts.backward, gradients=carried)
     head_grads = grads(units.root_after)
     kept_before = list(itertools.accumulate((kept(b) for b in blocks), initial=0))
     done_grads, held_ar, held_rs = carried, 0, 0
@@ -384,6 +398,12 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
         root_grads = grads(root)
         add("backward", "root post-backward", g_root + held_rs + held_ar, acts.inputs,
             gradients=root_grads + done_grads)
+        if grads(units.tied):
+            # A tied weight's second gradient (the embedding's, at the end of backward) meets the first (the
+            # head's, held since the start): autograd's input buffer sums them out of place, so the two and
+            # their sum are alive at once (real FSDP2 on 2 gloo ranks and its fake-PG trace alike, torch 2.13).
+            add("backward", "root tied-gradient sum", g_root + held_rs + held_ar, acts.inputs,
+                gradients=root_grads + 2 * grads(units.tied) + done_grads)
         add("backward", "root reduce-scatter copy-in", held_ar + rs_in(root), acts.inputs,
             gradients=root_grads + done_grads)
         add("backward", "root reduce-scatter", held_ar + rs_in(root) + rs_copy(root) + rs_out(root), acts.inputs,

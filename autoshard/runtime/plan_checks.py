@@ -154,9 +154,7 @@ def check_cuda_devices(hw: HardwareSpec, hardware: Any, *, launched: bool) -> No
     """
     if hw.device_type != "cuda":
         return
-    import torch
-
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    have = _visible_cuda_devices()
     need = 1 if launched else hw.processes_per_node
     if have >= need:
         return
@@ -179,18 +177,21 @@ def check_plan_devices(exported: ExportedPlan, where: str) -> None:
         UsageError: too few.
     """
     hw = exported.hardware
-    if hw.device_type != "cuda":
-        return
-    import torch
-
-    if not torch.cuda.is_available() or torch.cuda.device_count() >= hw.world_size:
+    have = _visible_cuda_devices() if hw.device_type == "cuda" else 0
+    if have == 0 or have >= hw.world_size:  # no CUDA at all: check() has refused the plan's device type
         return
     shape = f" ({hw.nodes} nodes × {hw.gpus_per_node} GPUs)" if hw.nodes > 1 else ""
     raise UsageError(f"{where} is for {_count(hw.world_size, 'CUDA rank')}{shape}, and this process sees "
-                     f"{_count(torch.cuda.device_count(), 'CUDA GPU')}: fit() starts one process per GPU on this "
-                     "machine.",
+                     f"{_count(have, 'CUDA GPU')}: fit() starts one process per GPU on this machine.",
                      hint="Start the script under torchrun or srun on the plan's machines (export_plan writes the "
                           "commands), or pass plan='auto' to plan for this machine.")
+
+
+def _visible_cuda_devices() -> int:
+    """The CUDA devices this process sees (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _count(n: int, singular: str, plural: str | None = None) -> str:

@@ -37,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from autoshard.errors import UsageError
 from autoshard.hardware import HardwareSpec, NodeSpec, load_hardware
 from autoshard.models import call_model, default_loss, load_source
+from autoshard.profiler import hf_masks
 from autoshard.profiler.blocks import find_repeated_blocks
 from autoshard.profiler.optimizers import build_optimizer
 from autoshard.profiler.options import Precision
@@ -129,7 +130,8 @@ def traced_fsdp_peaks(model: str, world_size: int, *, nodes: int = 1, micro_batc
             tracker = _FSDPTracker()
             tracker.track_all((p.to_local() for p in module.parameters()), Category.PARAMETERS)
             tracker.track_all(batch.values() if isinstance(batch, dict) else [batch], Category.INPUTS)
-            with _fsdp_tracing(tracker), tracker:
+            # As the profiler traces it and the real run passes it: no explicit mask for unpacked positions.
+            with _fsdp_tracing(tracker), tracker, hf_masks.as_run(batch):
                 for step in range(2):
                     tracker.step = step
                     tracker.phase = "forward"

@@ -1,0 +1,92 @@
+"""FSDP2 memory on Hugging Face architectures built from transformers' own config classes, against FSDP2 itself.
+
+The same proof as ``test_fsdp.py`` (the real ``fully_shard`` on a fake process group, every tensor it allocates
+and frees counted), on models this project did not write: grouped-query attention, tied and untied heads, a
+mixture of experts, GPT-2's ``Conv1D``, OPT's learned positions. Their forward computes the loss from the labels
+in the batch, as a Hugging Face training run does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoshard.models import load_source
+from autoshard.strategies import Candidate, Workload, build_workload, get
+from tests.strategies.test_fsdp import SEQ_LEN, cpu_hardware, traced_fsdp_peaks
+
+EXACT = 1e-3
+
+_DECODER = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=4096, max_position_embeddings=256, pad_token_id=None)
+
+
+def _configs() -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """Name -> (config class, architecture, arguments): small, with a vocabulary large beside the width."""
+    return {
+        "llama": ("LlamaConfig", "LlamaForCausalLM", dict(_DECODER, tie_word_embeddings=False)),
+        "qwen2-tied": ("Qwen2Config", "Qwen2ForCausalLM", dict(_DECODER, tie_word_embeddings=True)),
+        "gemma2-tied": ("Gemma2Config", "Gemma2ForCausalLM", dict(_DECODER, head_dim=32, tie_word_embeddings=True)),
+        "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(_DECODER, num_local_experts=4,
+                                                                num_experts_per_tok=2)),
+        "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=128, n_layer=3, n_head=4, vocab_size=4096,
+                                                        n_positions=256)),
+        "opt": ("OPTConfig", "OPTForCausalLM", dict(hidden_size=128, ffn_dim=256, num_hidden_layers=3,
+                                                     num_attention_heads=4, vocab_size=4096,
+                                                     max_position_embeddings=256, word_embed_proj_dim=128)),
+    }
+
+
+@pytest.fixture(scope="module")
+def config_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import transformers
+
+    root = tmp_path_factory.mktemp("hf-configs")
+    for name, (cls, arch, kwargs) in _configs().items():
+        config = getattr(transformers, cls)(**kwargs).to_dict()
+        config["architectures"] = [arch]
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(json.dumps(config))
+    return root
+
+
+CHECKPOINTED = ("llama", "mixtral", "gpt2")
+"""The models traced with checkpointing too (each traced session costs CI seconds)."""
+
+
+@functools.cache
+def _workload(path: str, checkpointing: bool) -> Workload:
+    return build_workload(load_source(path), seq_len=SEQ_LEN, target="cpu",
+                          checkpointing=(False, True) if checkpointing else (False,))
+
+
+CASES = [
+    *(pytest.param(m, "fsdp", 4, 2, False, id=f"{m}-fsdp-4ranks-b2") for m in _configs()),
+    *(pytest.param(m, "fsdp", 2, 2, True, id=f"{m}-fsdp-checkpointing-2ranks-b2") for m in CHECKPOINTED),
+    *(pytest.param(m, "fsdp_shard_grad_op", 2, 1, False, id=f"{m}-shard_grad_op-2ranks-b1")
+      for m in ("qwen2-tied", "opt")),
+]
+
+
+@pytest.mark.filterwarnings("ignore:FSDP2-wrapped module")
+@pytest.mark.parametrize(("model", "name", "world_size", "micro_batch", "checkpointing"), CASES)
+def test_fsdp_memory_matches_fsdp2_on_a_hugging_face_architecture(config_dir: Path, model: str, name: str,
+                                                                  world_size: int, micro_batch: int,
+                                                                  checkpointing: bool) -> None:
+    path = str(config_dir / model / "config.json")
+    measured = traced_fsdp_peaks(path, world_size, micro_batch=micro_batch, checkpointing=checkpointing,
+                                 reshard_after_forward=name == "fsdp")
+    workload = dataclasses.replace(_workload(path, model in CHECKPOINTED), set_grads_to_none=True)
+    candidate = Candidate(strategy=name, micro_batch_size=micro_batch, activation_checkpointing=checkpointing)
+    strategy = get(name)
+    predicted: dict[str, int] = {}
+    for moment in strategy.moments(workload, cpu_hardware(world_size), candidate):
+        predicted[moment.phase] = max(predicted.get(moment.phase, 0), moment.total)
+    predicted["step"] = strategy.memory(workload, cpu_hardware(world_size), candidate).gpu.total
+    for phase in ("forward", "backward", "optimizer", "step"):
+        assert predicted[phase] == pytest.approx(measured[phase], rel=EXACT), (phase, predicted, measured)

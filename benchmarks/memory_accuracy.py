@@ -1,7 +1,7 @@
 """How close autoshard's predicted per-rank training-step peak is to a measured one.
 
 Usage:
-    python benchmarks/memory_accuracy.py [--device cpu|cuda|auto] [--grid cpu|single|distributed|full]
+    python benchmarks/memory_accuracy.py [--device cpu|cuda|auto] [--grid cpu|single|distributed|full|hf]
                                          [--out docs/benchmarks] [--models NAME ...] [--strategies NAME ...]
 
 Two kinds of case, one table:
@@ -52,6 +52,7 @@ from torch.utils._pytree import tree_map
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the probe beside this script, however it is loaded
 from _allocator import RELEASE_WAIT_S, PeakProbe, allocation_log
 from _common import cpu_model, package_version
+from _hf_architectures import ARCHITECTURES, resolve
 
 import autoshard
 from autoshard.models.source import ModelSource, call_model, default_loss
@@ -183,13 +184,28 @@ def full_grid() -> list[Case]:
     return cases
 
 
+def hf_grid() -> list[Case]:
+    """Hugging Face architectures from transformers' config classes (``_hf_architectures.py``), their forward
+    computing the loss from the batch's labels: every one on one device, and DDP, FSDP2 and ZeRO-2/3 in 2 real
+    processes for grouped-query attention (Llama), a tied head (Qwen2) and a mixture of experts (Mixtral);
+    bf16-mixed."""
+    models = [f"hf:{name}" for name in ARCHITECTURES]
+    cases = [Case(m, b, 64, "bf16-mixed", ckpt) for m in models for ckpt in (False, True) for b in (1, 4)]
+    distributed = [("ddp", ()), ("fsdp", ()), *((f"deepspeed_stage_{s}", ZERO_SMALL_BUCKETS[s]) for s in (2, 3))]
+    for model in ("hf:llama", "hf:qwen2-tied", "hf:mixtral"):
+        for name, settings in distributed:
+            cases += [Case(model, b, 64, "bf16-mixed", ckpt, strategy=name, world_size=2, process_group="real",
+                           settings=settings) for b, ckpt in ((2, False), (1, True))]
+    return cases
+
+
 GRIDS = {"cpu": lambda: single_grid() + distributed_grid(), "single": single_grid,
-         "distributed": distributed_grid, "full": full_grid}
+         "distributed": distributed_grid, "full": full_grid, "hf": hf_grid}
 
 
 def load_case(case: Case) -> ModelSource:
     """The case's model source, with its block count when the case sets one."""
-    source = autoshard.load_source(case.model)
+    source = autoshard.load_source(resolve(case.model))
     if case.num_layers is not None:
         if source.with_num_layers is None:
             raise ValueError(f"{case.model} cannot change its block count, but got {case.num_layers=}.")
@@ -361,7 +377,7 @@ def _run_once(case: Case, exported: Any) -> dict[str, Any]:
         run_dir = Path(tmp)
         plan_file.write(exported, run_dir / "plan.json")
         (run_dir / "case.json").write_text(json.dumps({
-            "model": case.model, "num_layers": case.num_layers, "steps": WARM_STEPS + MEASURED_STEPS,
+            "model": resolve(case.model), "num_layers": case.num_layers, "steps": WARM_STEPS + MEASURED_STEPS,
             "warm_steps": WARM_STEPS, "process_group": case.process_group, "optimizer": "adamw"}), encoding="utf-8")
         run_workers([sys.executable, str(WORKER)], world_size=processes, run_dir=run_dir, environ=environ,
                     timeout_s=CASE_TIMEOUT_S, grace_s=5.0, log_rank0=True)
@@ -592,7 +608,8 @@ def main(argv: Sequence[str] | None = None, *, cases: Sequence[Case] | None = No
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     parser.add_argument("--grid", choices=sorted(GRIDS), default="cpu",
-                        help="cpu: single + distributed (tiny models; default); full: published models, for a GPU")
+                        help="cpu: single + distributed (tiny models; default); full: published models, for a GPU; "
+                             "hf: Hugging Face architectures from transformers' config classes")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     parser.add_argument("--models", nargs="+", default=None,
                         help="run only these models of the grid (e.g. to split the full grid into shorter runs)")

@@ -172,6 +172,22 @@ def test_grids_cover_every_strategy_family_and_larger_worlds(bench: ModuleType) 
     assert {c.precision for c in grid} == {"32-true", "bf16-mixed", "16-mixed"}
 
 
+def test_the_hf_grid_measures_transformers_architectures_by_name(bench: ModuleType, tmp_path: Path) -> None:
+    """``hf:NAME`` is a transformers config class written as a config.json, in the grid's process and in the
+    workers': one device, and FSDP2 over 2 gloo processes (whose planned memory the tied head's moments change)."""
+    grid = bench.GRIDS["hf"]()
+    assert {c.model for c in grid} == {f"hf:{n}" for n in ("llama", "qwen2-tied", "gemma2-tied", "mixtral", "gpt2",
+                                                           "opt")}
+    assert {c.strategy for c in grid} == {"single", "ddp", "fsdp", "deepspeed_stage_2", "deepspeed_stage_3"}
+    cases = [bench.Case("hf:llama", 1, 64, "bf16-mixed", False),
+             bench.Case("hf:qwen2-tied", 2, 64, "bf16-mixed", False, strategy="fsdp", world_size=2,
+                        process_group="real")]
+    assert bench.main(["--device", "cpu", "--out", str(tmp_path)], cases=cases) == 0
+    rows = json.loads((tmp_path / "memory_accuracy.json").read_text())["rows"]
+    assert [r["error"] for r in rows] == [None, None], rows
+    assert all(abs(r["error_pct"]) < 0.5 for r in rows), rows
+
+
 def test_one_device_rows_on_cuda_carry_the_replayed_reserved_peak(bench: ModuleType, tmp_path: Path) -> None:
     """The GPU campaign's memory step holds the replay to ``max_memory_reserved``: the row's prediction, its
     error, and the report's columns and summary (a measured figure written in here, as a GPU would give it)."""

@@ -10,48 +10,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from autoshard.models import load_source
 from autoshard.strategies import Candidate, Workload, build_workload, get
+from tests.benchmark_scripts import load
 from tests.strategies.test_fsdp import SEQ_LEN, cpu_hardware, traced_fsdp_peaks
 
 EXACT = 1e-3
-
-_DECODER = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=4096, max_position_embeddings=256, pad_token_id=None)
-
-
-def _configs() -> dict[str, tuple[str, str, dict[str, Any]]]:
-    """Name -> (config class, architecture, arguments): small, with a vocabulary large beside the width."""
-    return {
-        "llama": ("LlamaConfig", "LlamaForCausalLM", dict(_DECODER, tie_word_embeddings=False)),
-        "qwen2-tied": ("Qwen2Config", "Qwen2ForCausalLM", dict(_DECODER, tie_word_embeddings=True)),
-        "gemma2-tied": ("Gemma2Config", "Gemma2ForCausalLM", dict(_DECODER, head_dim=32, tie_word_embeddings=True)),
-        "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(_DECODER, num_local_experts=4,
-                                                                num_experts_per_tok=2)),
-        "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=128, n_layer=3, n_head=4, vocab_size=4096,
-                                                        n_positions=256)),
-        "opt": ("OPTConfig", "OPTForCausalLM", dict(hidden_size=128, ffn_dim=256, num_hidden_layers=3,
-                                                     num_attention_heads=4, vocab_size=4096,
-                                                     max_position_embeddings=256, word_embed_proj_dim=128)),
-    }
+ARCHITECTURES = load("_hf_architectures")
 
 
 @pytest.fixture(scope="module")
 def config_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import transformers
-
     root = tmp_path_factory.mktemp("hf-configs")
-    for name, (cls, arch, kwargs) in _configs().items():
-        config = getattr(transformers, cls)(**kwargs).to_dict()
-        config["architectures"] = [arch]
-        (root / name).mkdir()
-        (root / name / "config.json").write_text(json.dumps(config))
+    for name in ARCHITECTURES.ARCHITECTURES:
+        ARCHITECTURES.config_path(name, root)
     return root
 
 
@@ -66,7 +42,7 @@ def _workload(path: str, checkpointing: bool) -> Workload:
 
 
 CASES = [
-    *(pytest.param(m, "fsdp", 4, 2, False, id=f"{m}-fsdp-4ranks-b2") for m in _configs()),
+    *(pytest.param(m, "fsdp", 4, 2, False, id=f"{m}-fsdp-4ranks-b2") for m in ARCHITECTURES.ARCHITECTURES),
     *(pytest.param(m, "fsdp", 2, 2, True, id=f"{m}-fsdp-checkpointing-2ranks-b2") for m in CHECKPOINTED),
     *(pytest.param(m, "fsdp_shard_grad_op", 2, 1, False, id=f"{m}-shard_grad_op-2ranks-b1")
       for m in ("qwen2-tied", "opt")),

@@ -205,13 +205,13 @@ class ModelProfile:
     (``find_unused_parameters``)."""
     unused_parameter_bytes: int = 0
     """Bytes of those parameters as stored."""
+    unused_modules: tuple[str, ...] = ()
+    """A few of them for display, in module order: the outermost modules whose trainable parameters are all
+    unused, else the parameters themselves."""
     loss_in_output: bool = False
     """The model's forward returns its loss (a one-element tensor that requires grad in its output: a Hugging Face
     ``.loss`` when labels are passed): backward starts at the model's output, so FSDP2's root pre-backward hook
     (which all-gathers the last unit ahead) runs before the loss's gradients are computed, not after."""
-    unused_modules: tuple[str, ...] = ()
-    """A few of them for display, in module order: the outermost modules whose trainable parameters are all
-    unused, else the parameters themselves."""
     census: OpCensus | None = None
     """The kernels of one micro-batch's forward + backward by class (:mod:`autoshard.profiler.op_census`), what
     the step-time model prices; ``None`` when FLOPs were not counted."""
@@ -318,8 +318,8 @@ class ModelProfile:
             "depth": None if self.depth is None else self.depth.to_dict(),
             "unused_parameter_count": self.unused_parameter_count,
             "unused_parameter_bytes": self.unused_parameter_bytes,
-            "loss_in_output": self.loss_in_output,
             "unused_modules": list(self.unused_modules),
+            "loss_in_output": self.loss_in_output,
             "census": None if self.census is None else self.census.to_dict(),
             "optimizer_census": None if self.optimizer_census is None else self.optimizer_census.to_dict(),
             "reserved": None if self.reserved is None else self.reserved.to_dict(),

@@ -10,6 +10,7 @@ model is named ``hf:NAME`` in the grid; :func:`config_path` writes its ``config.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,10 @@ def config_path(name: str, root: Path | None = None) -> Path:
     config = getattr(transformers, cls)(**kwargs).to_dict()
     config["architectures"] = [architecture]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config, indent=1, sort_keys=True), encoding="utf-8")
+    # Whole or not at all: another process may be reading the file it replaces (the grid's workers read it).
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as tmp:
+        tmp.write(json.dumps(config, indent=1, sort_keys=True))
+    os.replace(tmp.name, path)
     return path
 
 

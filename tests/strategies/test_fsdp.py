@@ -169,9 +169,11 @@ def cpu_hardware(world_size: int, nodes: int = 1) -> HardwareSpec:
                         processes_per_node=world_size // nodes, node=NodeSpec(name="cpu", gpu=None, gpus=0))
 
 
-def predicted_peaks(name: str, model: str, hw: HardwareSpec, **kwargs: Any) -> dict[str, int]:
+def predicted_peaks(name: str, model: str, hw: HardwareSpec, *, traced: Workload | None = None,
+                    **kwargs: Any) -> dict[str, int]:
+    """Each phase's highest moment and the step's peak for ``model`` (its workload here, or ``traced``)."""
     checkpointing = kwargs.pop("checkpointing", False)
-    wl = dataclasses.replace(workload(model), set_grads_to_none=kwargs.pop("set_grads_to_none", True))
+    wl = dataclasses.replace(traced or workload(model), set_grads_to_none=kwargs.pop("set_grads_to_none", True))
     cand = Candidate(strategy=name, micro_batch_size=kwargs.pop("micro_batch", 1),
                      activation_checkpointing=checkpointing, settings=kwargs)
     strategy = get(name)

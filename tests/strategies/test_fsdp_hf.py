@@ -8,16 +8,15 @@ in the batch, as a Hugging Face training run does.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from pathlib import Path
 
 import pytest
 
 from autoshard.models import load_source
-from autoshard.strategies import Candidate, Workload, build_workload, get
+from autoshard.strategies import Workload, build_workload
 from tests.benchmark_scripts import load
-from tests.strategies.test_fsdp import SEQ_LEN, cpu_hardware, traced_fsdp_peaks
+from tests.strategies.test_fsdp import SEQ_LEN, cpu_hardware, predicted_peaks, traced_fsdp_peaks
 
 EXACT = 1e-3
 ARCHITECTURES = load("_hf_architectures")
@@ -57,12 +56,7 @@ def test_fsdp_memory_matches_fsdp2_on_a_hugging_face_architecture(config_dir: Pa
     path = str(config_dir / model / "config.json")
     measured = traced_fsdp_peaks(path, world_size, micro_batch=micro_batch, checkpointing=checkpointing,
                                  reshard_after_forward=name == "fsdp")
-    workload = dataclasses.replace(_workload(path, model in CHECKPOINTED), set_grads_to_none=True)
-    candidate = Candidate(strategy=name, micro_batch_size=micro_batch, activation_checkpointing=checkpointing)
-    strategy = get(name)
-    predicted: dict[str, int] = {}
-    for moment in strategy.moments(workload, cpu_hardware(world_size), candidate):
-        predicted[moment.phase] = max(predicted.get(moment.phase, 0), moment.total)
-    predicted["step"] = strategy.memory(workload, cpu_hardware(world_size), candidate).gpu.total
+    predicted = predicted_peaks(name, path, cpu_hardware(world_size), traced=_workload(path, model in CHECKPOINTED),
+                                micro_batch=micro_batch, checkpointing=checkpointing)
     for phase in ("forward", "backward", "optimizer", "step"):
         assert predicted[phase] == pytest.approx(measured[phase], rel=EXACT), (phase, predicted, measured)

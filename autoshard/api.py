@@ -7,7 +7,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING
 
-from autoshard.errors import PLANNER_ARGUMENTS, UsageError, in_arguments
+from autoshard.errors import HARDWARE_ARGUMENTS, PLANNER_ARGUMENTS, UsageError, in_arguments, rewording
 from autoshard.models import ModelSource, load_source
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import OWN_KERNEL_OPTIMIZERS, OptimizerImpl, Precision, PrecisionName, ProfileOptions
@@ -128,7 +128,13 @@ def profile(
     return result
 
 
-@in_arguments(PLANNER_ARGUMENTS)
+def _plan_for_python(plan: Plan) -> Plan:
+    """``plan`` with its text naming :func:`recommend`'s and :func:`load_hardware`'s arguments, not the command
+    line's flags: what :func:`recommend` returns to a Python caller."""
+    return plan.reworded(rewording(PLANNER_ARGUMENTS), rewording(HARDWARE_ARGUMENTS))
+
+
+@in_arguments(PLANNER_ARGUMENTS, result=_plan_for_python)
 def recommend(
     source: str | os.PathLike[str] | ModelSource,
     *,

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 
 class AutoshardError(Exception):
@@ -136,6 +136,10 @@ PLANNER_ARGUMENTS: Rewrites = (
     (r"--optimizer\b", "optimizer="), (r"--precision\b", "precision="), (r"--grad-clip-norm\b", "grad_clip_norm="),
     (r"--hardware\b", "hardware="), (r"--strategies\b", "strategies="), (r"--seq-len\b", "seq_len="),
     (r"--no-cache\b", "cache=False"), (r"--gpus\b", "hardware="), (r"--nodes\b", "hardware="),
+    (r"--cpu-memory SIZE", "load_hardware(..., cpu_memory=SIZE)"),
+    (r"--cpu-cores N", "load_hardware(..., cpu_cores=N)"),
+    (r"--(cpu|gpu)-(memory|cores)\b", r"load_hardware()'s \1_\2="),
+    (r"--benchmark-disk\b", "autoshard.hardware.benchmark_disk()"),
 )
 """``autoshard.profile``'s, ``recommend``'s and ``tune``'s arguments for the ``recommend`` flags that the library's
 messages name (the hardware's own flags are :func:`autoshard.hardware.load_hardware`'s, given as ``hardware=``)."""
@@ -143,7 +147,7 @@ messages name (the hardware's own flags are :func:`autoshard.hardware.load_hardw
 HARDWARE_ARGUMENTS: Rewrites = (
     (r"pass --hardware NAME with --gpus", 'use load_hardware("NAME", gpus=N)'),
     (r"pass --hardware NAME", 'use load_hardware("NAME")'), (r"Pass --hardware NAME", 'Use load_hardware("NAME")'),
-    (r"--hardware ([\w.-]+) --gpus (\d+)", r'load_hardware("\1", gpus=\2)'), (r"--gpus (\d+)", r"gpus=\1"),
+    (r"--hardware ([\w.-]+) --gpus (\d+)", r'load_hardware("\1", gpus=\2)'), (r"--gpus (\d+|N)\b", r"gpus=\1"),
     (r"--nodes (\d+)", r"nodes=\1"), (r"--gpus\b", "gpus="), (r"--nodes\b", "nodes="),
     (r"--(gpu|cpu)-memory (\d+)([A-Za-z]+)\b", r'\1_memory="\2\3"'), (r"--(gpu|cpu)-memory (\d+)\b", r"\1_memory=\2"),
     (r"--gpu-memory\b", "gpu_memory="), (r"--cpu-memory\b", "cpu_memory="), (r"--cpu-cores\b", "cpu_cores="),
@@ -165,25 +169,43 @@ def command_line() -> Iterator[None]:
 
 
 def reworded(text: str, rewrites: Rewrites) -> str:
-    """``text`` with each pattern of ``rewrites`` replaced.
+    """``text`` with each pattern of ``rewrites`` replaced, outside spans in backticks (a command quoted whole,
+    which keeps its flags).
 
     Example:
         >>> reworded("Use --seq-len 128 or less.", PLANNER_ARGUMENTS)
         'Use seq_len=128 or less.'
+        >>> reworded("Pass --hardware (`autoshard hardware --list`).", HARDWARE_ARGUMENTS)
+        'Pass load_hardware() (`autoshard hardware --list`).'
     """
-    for pattern, replacement in rewrites:
-        text = re.sub(pattern, replacement, text)
-    return text
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # even parts are outside backticks
+        for pattern, replacement in rewrites:
+            parts[i] = re.sub(pattern, replacement, parts[i])
+    return "`".join(parts)
+
+
+def rewording(rewrites: Rewrites) -> Callable[[str], str]:
+    """:func:`reworded` with ``rewrites``, for a result's ``reworded(text)``."""
+    return functools.partial(reworded, rewrites=rewrites)
 
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def in_arguments(rewrites: Rewrites) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+_IN_PUBLIC_CALL: ContextVar[bool] = ContextVar("autoshard_in_public_call", default=False)
+
+
+def in_arguments(rewrites: Rewrites, *, result: Callable[[Any], Any] | None = None
+                 ) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """Decorate a public function so that the errors it raises name its arguments, not the command line's flags
     (which the library's messages are written in), unless the ``autoshard`` command called it
-    (:func:`command_line`)."""
+    (:func:`command_line`).
+
+    ``result``, when given, rewords what the function returns in the same way (a plan's explanation, a hardware
+    spec's notes) — only for the outermost public call, so that the library's own calls read the text it wrote.
+    """
     def decorate(function: Callable[_P, _R]) -> Callable[_P, _R]:
         parameters = inspect.signature(function).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
@@ -193,12 +215,19 @@ def in_arguments(rewrites: Rewrites) -> Callable[[Callable[_P, _R]], Callable[_P
             for name in kwargs:
                 if name not in parameters and not takes_any:
                     raise UnknownArgument(unknown_argument(function.__name__, name, parameters))
+            outermost = not _IN_PUBLIC_CALL.get()
+            token = _IN_PUBLIC_CALL.set(True)
             try:
-                return function(*args, **kwargs)
+                value = function(*args, **kwargs)
             except AutoshardError as exc:
                 if not _COMMAND_LINE.get():
                     exc.reword(functools.partial(reworded, rewrites=rewrites))
                 raise
+            finally:
+                _IN_PUBLIC_CALL.reset(token)
+            if result is not None and outermost and not _COMMAND_LINE.get():
+                return result(value)
+            return value
         return wrapper
     return decorate
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import autoshard
@@ -34,3 +36,45 @@ def test_true_is_not_a_batch_size(call):
     # profile() took it as 1 and the catalog model's batch() failed inside torch.randint, blamed on "the model's code"
     with pytest.raises(UsageError, match=r"batch size must be a positive integer, but got True"):
         call()
+
+
+def _outside_backticks(text: str) -> str:
+    return "".join(text.split("`")[::2])  # a command quoted whole keeps its flags
+
+
+OFFLOAD = ["deepspeed_stage_3_offload", "deepspeed_stage_3_offload_nvme"]
+
+
+def test_a_plan_returned_to_python_names_its_arguments_and_the_commands_plan_its_flags(capsys):
+    """The plan's own lines (the global batch, a host whose RAM and cores are unknown, an NVMe path not given, the
+    hardware's overrides) told a Python caller to pass --global-batch-size, --cpu-memory SIZE, --nvme PATH."""
+    plan = autoshard.recommend("tiny-gpt2", hardware=load_hardware("a100-sxm-40gb", gpus=8, nodes=2), batch_size=2,
+                               seq_len=64, strategies=OFFLOAD)
+    texts = [*plan.explanation, *plan.hardware.notes,
+             *(t for c in plan.candidates for t in (*c.reasons, *(c.cost.notes if c.cost else ()),
+                                                   *(c.memory.notes if c.memory else ())))]
+    assert [t for t in texts if "--" in _outside_backticks(t)] == []
+    assert any(t.endswith("global_batch_size= sets it.") for t in plan.explanation)
+    assert any("load_hardware(..., cpu_memory=SIZE) has the plan check it" in t for t in plan.explanation)
+    assert any("load_hardware(..., cpu_cores=N) prices the real host" in t for t in plan.explanation)
+    assert "Nodes set to 2 by nodes= (profile: 1)." in plan.hardware.notes
+    assert plan.recommended in plan.candidates and plan.recommended is plan.candidates[0]
+
+    assert main(["recommend", "tiny-gpt2", "--hardware", "a100-sxm-40gb", "--gpus", "8", "--nodes", "2",
+                 "--batch-size", "2", "--seq-len", "64", "--strategies", *OFFLOAD, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any(t.endswith("--global-batch-size sets it.") for t in doc["explanation"])
+    assert any("--cpu-memory SIZE has the plan check it" in t for t in doc["explanation"])
+    assert "Nodes set to 2 by --nodes (profile: 1)." in doc["hardware"]["notes"]
+    # the same plan but for its wording
+    assert len(doc["explanation"]) == len(plan.explanation)
+    assert doc["recommended"]["strategy"] == plan.recommended.strategy
+
+
+def test_the_librarys_own_calls_read_the_text_it_wrote():
+    """Only the outermost public call rewords what it returns: load_hardware inside recommend, and compare's
+    machine sizes, read the notes as written."""
+    from autoshard.planner.compare import machine_hardware
+
+    assert not any(n.startswith("Nodes set to") for n in machine_hardware("h100-sxm-80gb:8x2").notes)
+    assert "Nodes set to 2 by nodes= (profile: 1)." in load_hardware("h100-sxm-80gb:8x2").notes

@@ -27,13 +27,14 @@ from autoshard.hardware.specs import (
     LinkSpec,
     NodeSpec,
     NVMeDevice,
+    for_python,
 )
 from autoshard.hardware.units import format_bytes
 
 CPU_HINT = "To plan for GPUs you do not have here, pass --hardware NAME (see `autoshard hardware --list`)."
 
 
-@in_arguments(HARDWARE_ARGUMENTS)
+@in_arguments(HARDWARE_ARGUMENTS, result=for_python)
 def detect_hardware(
     *, gpus: int | None = None, environ: Mapping[str, str] | None = None, nvml: Any = None
 ) -> HardwareSpec:

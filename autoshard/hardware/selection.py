@@ -27,6 +27,7 @@ from autoshard.hardware.specs import (
     HardwareSpec,
     NodeSpec,
     NVMeDevice,
+    for_python,
 )
 from autoshard.hardware.units import format_bytes, parse_bytes
 
@@ -104,7 +105,7 @@ _SMALLEST_MEMORY = 2**20
 """Memory given as a bare number of bytes below this (1 MiB) is taken for a size without its unit."""
 
 
-@in_arguments(HARDWARE_ARGUMENTS)
+@in_arguments(HARDWARE_ARGUMENTS, result=for_python)
 def load_hardware(
     name_or_path: str | os.PathLike[str],
     *,

@@ -9,8 +9,11 @@ not know a GPU's peak TFLOP/s.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from autoshard.errors import HARDWARE_ARGUMENTS, rewording
 
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 """The dtypes a :class:`PeakTflops` knows, in the order profiles list them."""
@@ -380,6 +383,11 @@ class HardwareSpec:
         """Small-message latency between nodes, when known."""
         return None if self.node.network is None else self.node.network.latency_s
 
+    def reworded(self, text: Callable[[str], str]) -> HardwareSpec:
+        """This spec with ``text`` applied to its notes (the command line's flags they name, as a Python caller's
+        arguments: :func:`autoshard.errors.in_arguments`)."""
+        return dataclasses.replace(self, notes=tuple(text(n) for n in self.notes))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (documented in ``docs/hardware.md``)."""
         return {
@@ -390,3 +398,9 @@ class HardwareSpec:
             "inter_node_bandwidth_bytes_per_s": self.inter_node_bandwidth_bytes_per_s,
             "inter_node_latency_s": self.inter_node_latency_s,
         }
+
+
+def for_python(hardware: HardwareSpec) -> HardwareSpec:
+    """``hardware`` with its notes naming :func:`autoshard.hardware.load_hardware`'s arguments, not the command
+    line's flags: what :func:`load_hardware` and :func:`detect_hardware` return to a Python caller."""
+    return hardware.reworded(rewording(HARDWARE_ARGUMENTS))

@@ -40,7 +40,7 @@ def communication_bound(best: Evaluation, hardware: HardwareSpec) -> tuple[str, 
     return (f"Communication-bound: {100 * share:.0f} % of each step ({cost.exposed_communication_s:.3g} of "
             f"{cost.step_time_s:.3g} s) waits on communication not hidden behind compute across "
             f"{hardware.nodes} nodes: on this network more nodes may add less throughput than they cost, and fewer "
-            "may train as fast (autoshard compare MODEL --hardware NAME:GxN for several N says).",)
+            "may train as fast (`autoshard compare MODEL --hardware NAME:GxN` for several N says).",)
 
 
 def unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:

@@ -128,8 +128,9 @@ def machine_hardware(machine: str, load: Callable[..., HardwareSpec] | None = No
         raise UsageError(f"{machine}: {e.message}", hint="Size a GPU profile as NAME:G or NAME:GxN (e.g. "
                          "h100-sxm-80gb:16, h100-sxm-80gb:8x2); a node profile keeps its own GPUs (dgx-h100:8x2)."
                          ) from None
-    # the machine's own size is not an override of it: "Nodes set to 2 by --nodes" says what was not typed
-    return dataclasses.replace(hw, notes=tuple(n for n in hw.notes if "by --nodes" not in n))
+    # the machine's own size is not an override of it: "Nodes set to 2 by --nodes" says what was not typed (and
+    # from Python, where load_hardware is the outermost call, "by nodes=")
+    return dataclasses.replace(hw, notes=tuple(n for n in hw.notes if not n.startswith("Nodes set to ")))
 
 
 def compare(source: Any, machines: Sequence[str], *, prices: Mapping[str, float] | None = None,

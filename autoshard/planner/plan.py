@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoshard.hardware.specs import HardwareSpec
@@ -87,6 +87,12 @@ class Evaluation:
         """The strategy's family: ``ddp``, ``fsdp`` or ``deepspeed``."""
         return self.traits.family
 
+    def reworded(self, text: Callable[[str], str]) -> Evaluation:
+        """This evaluation with ``text`` applied to its reasons and its memory's and cost's notes."""
+        memory = None if self.memory is None else replace(self.memory, notes=tuple(map(text, self.memory.notes)))
+        cost = None if self.cost is None else replace(self.cost, notes=tuple(map(text, self.cost.notes)))
+        return replace(self, reasons=tuple(map(text, self.reasons)), memory=memory, cost=cost)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (documented in docs/recommend.md)."""
         return {
@@ -168,6 +174,20 @@ class Plan:
     def __str__(self) -> str:
         """The explanation, a sentence a line: why the recommendation won."""
         return "\n".join(self.explanation)
+
+    def reworded(self, text: Callable[[str], str], hardware_text: Callable[[str], str]) -> Plan:
+        """This plan with ``text`` applied to its explanation and every candidate's reasons and notes, and
+        ``hardware_text`` to the hardware's notes: the command line's flags they name, as a Python caller's
+        arguments (:func:`autoshard.errors.in_arguments`)."""
+        candidates = tuple(c.reworded(text) for c in self.candidates)
+        at = next((i for i, c in enumerate(self.candidates) if c is self.recommended), None)
+        recommended = candidates[at] if at is not None else self.recommended.reworded(text)
+        weighed = tuple(replace(w, best=None if w.best is None else w.best.reworded(text),
+                                not_traced=None if w.not_traced is None else text(w.not_traced))
+                        for w in self.checkpointing_weighed)
+        return replace(self, recommended=recommended, candidates=candidates, explanation=tuple(map(text,
+                       self.explanation)), hardware=self.hardware.reworded(hardware_text),
+                       checkpointing_weighed=weighed)
 
     def device_memory(self, evaluation: Evaluation) -> dict[str, int] | None:
         """What ``nvidia-smi`` would show for ``evaluation`` on each GPU (:func:`device_memory`)."""

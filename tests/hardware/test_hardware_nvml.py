@@ -61,7 +61,7 @@ def test_missing_nvml_or_driver_means_no_gpu_and_plans_for_the_cpu(fake_nvml, fi
     hw = detect_hardware(environ={}, nvml=fake_nvml(fixture))
     assert (hw.device_type, hw.backend, hw.node.gpus, hw.processes_per_node) == ("cpu", "gloo", 0, 1)
     assert hw.notes[0].startswith("No GPU detected (NVML: ")
-    assert "--hardware" in hw.notes[0]
+    assert 'load_hardware("NAME")' in hw.notes[0] and "(gpus=N runs N)" in hw.notes[0]  # a Python caller's terms
     assert hw.device_memory_bytes == hw.node.cpu.memory_available_bytes
 
 

@@ -74,7 +74,9 @@ def test_overrides_replace_pieces_and_say_so(tmp_path: Path) -> None:
     assert hw.node.cpu.memory_total_bytes == hw.node.cpu.memory_available_bytes == 512 * GiB
     assert hw.node.cpu.physical_cores == hw.node.cpu.usable_cores == 32
     assert [d.path for d in hw.node.nvme] == [str(tmp_path)]
-    assert sum("by --" in note for note in hw.notes) == 4
+    # said in a Python caller's terms: "by gpu_memory=", ..., "by nvme=" (the command's say "by --gpu-memory")
+    assert [note.split(" by ")[1].split()[0] for note in hw.notes] == ["gpu_memory=", "cpu_memory=", "cpu_cores=",
+                                                                       "nvme=;"]
 
 
 def test_nvme_on_a_profile_is_a_directory_there_sized_by_the_profile(tmp_path: Path) -> None:

@@ -180,22 +180,3 @@ def non_state_peaks(one: Timeline, two: Timeline, micro_batch: int) -> dict[str,
         event = int(non_state.argmax())
         out[phase] = (int(non_state[event]), lines.breakdown(event, micro_batch).gradients)
     return out
-
-
-def non_state_before_blocks(one: Timeline, two: Timeline, micro_batch: int, phase: str) -> int | None:
-    """The highest activations + temporaries + inputs at ``micro_batch`` among ``phase``'s events before its first
-    repeated block (in backward: its start, the loss's and the head's gradients, before any block's backward);
-    ``None`` when the timelines do not say which block each event is in, or the phase has no such events.
-
-    Raises:
-        ValueError: the timelines do not line up.
-    """
-    lines = _lines(one, two).get(phase)
-    if lines is None or phase not in one.blocks or "" not in one.block_names:
-        return None
-    ids = one.blocks[phase]
-    inside = (ids != one.block_names.index("")).nonzero().flatten()
-    end = int(inside[0]) if len(inside) else len(ids)
-    if end == 0:
-        return None
-    return int(lines.non_state(micro_batch)[:end].max())

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from autoshard.profiler.options import Precision
 from autoshard.profiler.result import MemoryBreakdown, ModelProfile
 from autoshard.profiler.scaling import DepthTimelines
-from autoshard.profiler.timeline import lines_up, non_state_before_blocks, non_state_peaks, phase_peaks
+from autoshard.profiler.timeline import lines_up, non_state_peaks, phase_peaks
 
 
 def _affine(a: MemoryBreakdown, b: MemoryBreakdown, x: int) -> MemoryBreakdown:
@@ -121,23 +121,6 @@ class StepTrace:
         b = self.phases(micro_batch)[phase]
         at_peak = b.activations + b.temporaries + b.inputs
         return along if along is not None and along[0] > at_peak else (at_peak, b.gradients)
-
-    def backward_start_bytes(self, micro_batch: int) -> int | None:
-        """The highest activations + temporaries + inputs at the start of backward, before any block's backward
-        (everything forward saved, the loss's gradients, a tied weight's first gradient): from the timelines at
-        micro-batch 2 and 3 when they line up and record their blocks, else ``None``.
-
-        Below :meth:`activation_bytes` ("backward") where backward's highest non-state bytes fall later: a tied
-        embedding's two gradients at its end (an 8,192-word GPT), a checkpointed block's recomputation."""
-        aligned = self._aligned()
-        if aligned is None:
-            return None
-        t1, t2 = aligned
-        per_depth = [non_state_before_blocks(a, b, micro_batch - 1, "backward")
-                     for a, b in zip(t1.timelines, t2.timelines, strict=True)]
-        if any(v is None for v in per_depth):
-            return None
-        return t1.extrapolate([{"start": v} for v in per_depth if v is not None])["start"]
 
     def _non_state_along(self, phase: str, micro_batch: int) -> tuple[int, int] | None:
         """The highest non-state bytes of ``phase`` and the gradients beside them, from the timelines at

@@ -202,9 +202,6 @@ class StepActivations:
     recomputation saves (the unit's activations in the trace without checkpointing)."""
     optimizer_scratch: int
     """The optimizer step's temporaries for the whole model (the 'amp' trace, fp32 parameters)."""
-    backward_start: int | None = None
-    """The highest non-state bytes at the start of backward, before any unit's backward (the loss's gradients and
-    what forward saved); ``None`` when the trace cannot tell (then :attr:`backward` stands in)."""
     loss_in_output: bool = False
     """The model's forward returns its loss (:attr:`ModelProfile.loss_in_output`): the root's pre-backward hook,
     registered on forward's outputs, runs at the very start of backward and all-gathers the last unit ahead
@@ -234,7 +231,6 @@ class StepActivations:
             inputs=inputs, forward=act("forward"), loss=act("loss"), backward=max(act("backward"), highest_backward),
             per_block=grouped, per_block_backward=live,
             optimizer_scratch=0 if opt is None else opt.activations + opt.temporaries,
-            backward_start=half.backward_start_bytes(micro_batch) if "backward" in phases else None,
             loss_in_output=half.at_1.loss_in_output,
         )
 
@@ -371,10 +367,7 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     prefetched = sum(flat(b) for b in blocks[len(blocks) - layout.backward_prefetch :]) if (
         root and acts.loss_in_output and layout.reshard_after_forward is not False and layout.backward_prefetch
     ) else 0
-    # Backward's highest non-state bytes may fall later (a tied embedding's two gradients at its end, a
-    # recomputation): the start holds its own stretch's, when the trace says them.
-    start = acts.backward if acts.backward_start is None else min(acts.backward, acts.backward_start)
-    add("backward", "start", g_root + kept_so_far + prefetched, start, gradients=carried)
+    add("backward", "start", g_root + kept_so_far + prefetched, acts.backward, gradients=carried)
     head_grads = grads(units.root_after)
     kept_before = list(itertools.accumulate((kept(b) for b in blocks), initial=0))
     done_grads, held_ar, held_rs = carried, 0, 0

@@ -138,7 +138,7 @@ PLANNER_ARGUMENTS: Rewrites = (
     (r"--no-cache\b", "cache=False"), (r"--gpus\b", "hardware="), (r"--nodes\b", "hardware="),
     (r"--cpu-memory SIZE", "load_hardware(..., cpu_memory=SIZE)"),
     (r"--cpu-cores N", "load_hardware(..., cpu_cores=N)"),
-    (r"--(cpu|gpu)-(memory|cores)\b", r"load_hardware()'s \1_\2="),
+    (r"--(cpu|gpu)-memory\b", r"load_hardware()'s \1_memory="), (r"--cpu-cores\b", "load_hardware()'s cpu_cores="),
     (r"--benchmark-disk\b", "autoshard.hardware.benchmark_disk()"),
 )
 """``autoshard.profile``'s, ``recommend``'s and ``tune``'s arguments for the ``recommend`` flags that the library's
@@ -221,7 +221,7 @@ def in_arguments(rewrites: Rewrites, *, result: Callable[[Any], Any] | None = No
                 value = function(*args, **kwargs)
             except AutoshardError as exc:
                 if not _COMMAND_LINE.get():
-                    exc.reword(functools.partial(reworded, rewrites=rewrites))
+                    exc.reword(rewording(rewrites))
                 raise
             finally:
                 _IN_PUBLIC_CALL.reset(token)

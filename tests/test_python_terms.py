@@ -71,6 +71,20 @@ def test_a_plan_returned_to_python_names_its_arguments_and_the_commands_plan_its
     assert doc["recommended"]["strategy"] == plan.recommended.strategy
 
 
+def test_a_plan_for_a_hugging_face_config_names_no_flag_either(tmp_path):
+    """The same on a config.json written from transformers' own LlamaConfig (grouped-query attention)."""
+    from tests.models.tiny_configs import TINY_LLAMA
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY_LLAMA))
+    plan = autoshard.recommend(str(config), hardware="a100-sxm-40gb:8x2", batch_size=2, seq_len=32)
+    texts = [*plan.explanation, *plan.hardware.notes,
+             *(t for c in plan.candidates for t in (*c.reasons, *(c.cost.notes if c.cost else ()),
+                                                   *(c.memory.notes if c.memory else ())))]
+    assert [t for t in texts if "--" in _outside_backticks(t)] == []
+    assert any(t.endswith("global_batch_size= sets it.") for t in plan.explanation)
+
+
 def test_the_librarys_own_calls_read_the_text_it_wrote():
     """Only the outermost public call rewords what it returns: load_hardware inside recommend, and compare's
     machine sizes, read the notes as written."""

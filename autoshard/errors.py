@@ -155,6 +155,11 @@ HARDWARE_ARGUMENTS: Rewrites = (
 )
 """:func:`autoshard.hardware.load_hardware`'s arguments for the hardware flags its messages name."""
 
+PYTHON_COMMANDS: Mapping[str, str] = {
+    "autoshard hardware --list": "autoshard.hardware.list_profiles()",
+}
+"""Commands the messages quote whole (in backticks) that have a Python equivalent: a Python caller is shown that."""
+
 _COMMAND_LINE: ContextVar[bool] = ContextVar("autoshard_command_line", default=False)
 
 
@@ -169,19 +174,24 @@ def command_line() -> Iterator[None]:
 
 
 def reworded(text: str, rewrites: Rewrites) -> str:
-    """``text`` with each pattern of ``rewrites`` replaced, outside spans in backticks (a command quoted whole,
-    which keeps its flags).
+    """``text`` with each pattern of ``rewrites`` replaced outside spans in backticks; a span in backticks is a
+    command quoted whole, which keeps its flags, or becomes its Python equivalent where it has one
+    (:data:`PYTHON_COMMANDS`).
 
     Example:
         >>> reworded("Use --seq-len 128 or less.", PLANNER_ARGUMENTS)
         'Use seq_len=128 or less.'
         >>> reworded("Pass --hardware (`autoshard hardware --list`).", HARDWARE_ARGUMENTS)
-        'Pass load_hardware() (`autoshard hardware --list`).'
+        'Pass load_hardware() (`autoshard.hardware.list_profiles()`).'
+        >>> reworded("Compare with `autoshard compare MODEL --hardware a100:8`.", HARDWARE_ARGUMENTS)
+        'Compare with `autoshard compare MODEL --hardware a100:8`.'
     """
     parts = text.split("`")
     for i in range(0, len(parts), 2):  # even parts are outside backticks
         for pattern, replacement in rewrites:
             parts[i] = re.sub(pattern, replacement, parts[i])
+    for i in range(1, len(parts) - 1, 2):  # odd ones inside (a trailing odd part has no closing backtick)
+        parts[i] = PYTHON_COMMANDS.get(parts[i], parts[i])
     return "`".join(parts)
 
 

@@ -57,7 +57,7 @@ def test_a_plan_returned_to_python_names_its_arguments_and_the_commands_plan_its
     assert any(t.endswith("global_batch_size= sets it.") for t in plan.explanation)
     assert any("load_hardware(..., cpu_memory=SIZE) has the plan check it" in t for t in plan.explanation)
     assert any("load_hardware(..., cpu_cores=N) prices the real host" in t for t in plan.explanation)
-    assert "Nodes set to 2 by nodes= (profile: 1)." in plan.hardware.notes
+    assert "Nodes set to 2 (profile: 1)." in plan.hardware.notes
     assert plan.recommended in plan.candidates and plan.recommended is plan.candidates[0]
 
     assert main(["recommend", "tiny-gpt2", "--hardware", "a100-sxm-40gb", "--gpus", "8", "--nodes", "2",
@@ -65,7 +65,7 @@ def test_a_plan_returned_to_python_names_its_arguments_and_the_commands_plan_its
     doc = json.loads(capsys.readouterr().out)
     assert any(t.endswith("--global-batch-size sets it.") for t in doc["explanation"])
     assert any("--cpu-memory SIZE has the plan check it" in t for t in doc["explanation"])
-    assert "Nodes set to 2 by --nodes (profile: 1)." in doc["hardware"]["notes"]
+    assert "Nodes set to 2 (profile: 1)." in doc["hardware"]["notes"]
     # the same plan but for its wording
     assert len(doc["explanation"]) == len(plan.explanation)
     assert doc["recommended"]["strategy"] == plan.recommended.strategy
@@ -86,9 +86,32 @@ def test_a_plan_for_a_hugging_face_config_names_no_flag_either(tmp_path):
 
 
 def test_the_librarys_own_calls_read_the_text_it_wrote():
-    """Only the outermost public call rewords what it returns: load_hardware inside recommend, and compare's
-    machine sizes, read the notes as written."""
+    """Only the outermost public call rewords what it returns: load_hardware inside recommend reads the notes as
+    written, and the plan's hardware is reworded once."""
     from autoshard.planner.compare import machine_hardware
 
     assert not any(n.startswith("Nodes set to") for n in machine_hardware("h100-sxm-80gb:8x2").notes)
-    assert "Nodes set to 2 by nodes= (profile: 1)." in load_hardware("h100-sxm-80gb:8x2").notes
+    assert "Nodes set to 2 (profile: 1)." in load_hardware("h100-sxm-80gb:8x2").notes
+    assert "Using 2 of the node's 8 GPUs (gpus=2)." in load_hardware("dgx-h100:2").notes
+    plan = autoshard.recommend("tiny-gpt2", hardware="dgx-h100:2", batch_size=2, seq_len=32)
+    assert "Using 2 of the node's 8 GPUs (gpus=2)." in plan.hardware.notes
+
+
+@pytest.mark.parametrize("call", [lambda: load_hardware("h100-sxm"),
+                                  lambda: autoshard.recommend("tiny-gpt2", hardware="dgx-h1000")])
+def test_an_unknown_profile_points_a_python_caller_to_list_profiles_and_the_command_to_its_list(call, capsys):
+    with pytest.raises(autoshard.HardwareError) as info:
+        call()
+    assert info.value.hint == "`autoshard.hardware.list_profiles()` lists them all; or pass a YAML file."
+    assert main(["recommend", "tiny-gpt2", "--hardware", "dgx-h1000"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean dgx-h100" in err and "`autoshard hardware --list` lists them all" in err
+    from autoshard.hardware import list_profiles  # and what it names exists and lists the names suggested
+
+    assert {"dgx-h100", "h100-sxm-80gb"} <= {p.name for p in list_profiles()}
+
+
+def test_a_python_caller_passing_no_name_is_pointed_to_list_profiles():
+    with pytest.raises(UsageError) as info:
+        load_hardware(3)  # type: ignore[arg-type]
+    assert "autoshard.hardware.list_profiles() lists the profiles" in (info.value.hint or "")

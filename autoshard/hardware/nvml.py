@@ -32,7 +32,7 @@ _UNSUPPORTED_ERRORS = (
     "NVMLError_FunctionNotFound",
     "NVMLError_InvalidArgument",
 )
-_HINT = "Check `nvidia-smi`; to plan without this machine's GPUs, pass --hardware NAME (autoshard hardware --list)."
+_HINT = "Check `nvidia-smi`; to plan without this machine's GPUs, pass --hardware NAME (`autoshard hardware --list`)."
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -178,7 +178,7 @@ def load_profile(name_or_path: str | os.PathLike[str], *, directory: Path | None
 
 def _unknown(name: str, names: list[str], *, what: str) -> HardwareError:
     close = close_names(_normalise(name), names, n=4)
-    hint = "Run `autoshard hardware --list` for all profiles, or pass a YAML file."
+    hint = "`autoshard hardware --list` lists them all; or pass a YAML file."
     message = f"unknown {what} {name!r}"
     message += f"; did you mean {', '.join(close)}?" if close else "."
     return HardwareError(message, hint=hint)
@@ -226,7 +226,7 @@ def _reference(doc: Doc, key: str, kind: str, root: Path) -> Profile:
         close = close_names(name, names, n=3)
         suffix = f" (close: {', '.join(close)})" if close else ""
         raise doc.error(key, f"the name of a shipped {kind} profile{suffix}", value,
-                        hint="Run `autoshard hardware --list`.")
+                        hint="`autoshard hardware --list` lists them.")
     profile = _load_file(index[name], root=root, strict=True)
     if profile.kind != kind:
         raise doc.error(

@@ -150,7 +150,7 @@ def load_hardware(
                               'load_hardware("h100-sxm-80gb", gpus=8, nodes=2).')
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise UsageError(f"load_hardware() takes a profile name or YAML path, not {name_or_path!r}.",
-                         hint="autoshard.detect_hardware() describes this machine; `autoshard hardware --list` lists "
+                         hint="autoshard.detect_hardware() describes this machine; autoshard.hardware.list_profiles() lists "
                               "the profiles.")
     if isinstance(name_or_path, str) and not Path(name_or_path).exists():
         name, sized_gpus, sized_nodes = sized_machine(name_or_path)
@@ -190,7 +190,7 @@ def select_hardware(
     if detected.device_type == "cpu" and overrides.gpu_memory_bytes is not None:
         raise UsageError(
             "--gpu-memory was given, but no GPU was detected and no --hardware chosen.",
-            hint="Pass --hardware NAME (autoshard hardware --list) to plan for a GPU you do not have here.",
+            hint="Pass --hardware NAME (`autoshard hardware --list`) to plan for a GPU you do not have here.",
         )
     return _apply(detected, overrides, was="detected")
 
@@ -218,7 +218,7 @@ def _from_profile(name_or_path: str | os.PathLike[str], overrides: HardwareOverr
     else:
         raise HardwareError(
             f"{profile.name!r} is an {profile.kind} profile; --hardware takes a GPU, node or cluster profile.",
-            hint="Run `autoshard hardware --list` to see them.",
+            hint="`autoshard hardware --list` lists them.",
         )
     nodes = profile.nodes or 1
     hw = HardwareSpec(
@@ -265,7 +265,7 @@ def _apply(hw: HardwareSpec, overrides: HardwareOverrides, *, was: str) -> Hardw
     notes = list(hw.notes)
     nodes = hw.nodes
     if overrides.nodes is not None and overrides.nodes != hw.nodes:
-        notes.append(f"Nodes set to {overrides.nodes} by --nodes ({was}: {hw.nodes}).")
+        notes.append(f"Nodes set to {overrides.nodes} ({was}: {hw.nodes}).")
         nodes = overrides.nodes
     if overrides.gpu_memory_bytes is not None:
         if node.gpu is None:

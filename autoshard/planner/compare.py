@@ -128,8 +128,8 @@ def machine_hardware(machine: str, load: Callable[..., HardwareSpec] | None = No
         raise UsageError(f"{machine}: {e.message}", hint="Size a GPU profile as NAME:G or NAME:GxN (e.g. "
                          "h100-sxm-80gb:16, h100-sxm-80gb:8x2); a node profile keeps its own GPUs (dgx-h100:8x2)."
                          ) from None
-    # the machine's own size is not an override of it: "Nodes set to 2 by --nodes" says what was not typed (and
-    # from Python, where load_hardware is the outermost call, "by nodes=")
+    # the machine's own size is not an override of it: "Nodes set to 2 (profile: 1)" is no news when the machine
+    # was named NAME:8x2
     return dataclasses.replace(hw, notes=tuple(n for n in hw.notes if not n.startswith("Nodes set to ")))
 
 

@@ -105,7 +105,7 @@ def test_unknown_profile_name_lists_close_names(name: str, close: str | None) ->
     with pytest.raises(HardwareError, match="did you mean") as info:
         load_hardware(name)
     assert close in info.value.message
-    assert "--list" in (info.value.hint or "")
+    assert "autoshard.hardware.list_profiles()" in (info.value.hint or "")  # from Python; the CLI's says --list
 
 
 GOOD_GPU = """\

@@ -97,7 +97,7 @@ def test_the_command_table_names_the_cheapest_and_the_fastest(capsys) -> None:
 
 def test_each_machine_says_what_its_figures_assume_in_the_table_and_the_json(capsys) -> None:
     """A GPU profile on two nodes is priced at an assumed 10 GB/s network: recommend said so, compare did not
-    (probe). Its own size is not an override ("Nodes set to 2 by --nodes" was never typed)."""
+    (probe). Its own size is not an override ("Nodes set to 2 (profile: 1)" is no news)."""
     option = machine_hardware("h100-sxm-80gb:8x2")
     assert not any(n.startswith("Nodes set to") for n in option.notes)
     assert main(["compare", MODEL, "--seq-len", "32", "--hardware", "h100-sxm-80gb:8x2", "dgx-h100:8x2",

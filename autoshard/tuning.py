@@ -25,7 +25,12 @@ if TYPE_CHECKING:
     from autoshard.tuner.space import SearchSpace
 
 
-TUNE_ARGUMENTS = ((r"--gpus N\b", "processes=N"), *PLANNER_ARGUMENTS)
+TUNE_ARGUMENTS = (
+    (r"--gpus N\b", "processes=N"), (r"--batch-sizes\b", "micro_batch_sizes="),
+    (r"--study-name '([^']*)'", r'study_name="\1"'), (r"--study-name\b", "study_name="),
+    (r"--output-dir\b", "output_dir="), (r"--storage ('[^']*'|\S+)", r"storage=\1"), (r"--storage\b", "storage="),
+    *PLANNER_ARGUMENTS,
+)
 """``tune()``'s arguments for the flags its messages name: the GPUs it trials on are ``processes=``."""
 
 

@@ -150,8 +150,8 @@ def load_hardware(
                               'load_hardware("h100-sxm-80gb", gpus=8, nodes=2).')
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise UsageError(f"load_hardware() takes a profile name or YAML path, not {name_or_path!r}.",
-                         hint="autoshard.detect_hardware() describes this machine; autoshard.hardware.list_profiles() lists "
-                              "the profiles.")
+                         hint="autoshard.detect_hardware() describes this machine; "
+                              "autoshard.hardware.list_profiles() lists the profiles.")
     if isinstance(name_or_path, str) and not Path(name_or_path).exists():
         name, sized_gpus, sized_nodes = sized_machine(name_or_path)
         if sized_gpus is not None:

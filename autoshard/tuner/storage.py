@@ -150,9 +150,9 @@ def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], stora
         raise UsageError(f"study {study.study_name!r} in {storage_name} was made for another job: "
                          + "; ".join(differences) + ".",
                          hint="Start fresh with another --output-dir (with --storage, another --study-name as "
-                              "well: an output directory holds one study), or delete the study (optuna "
+                              "well: an output directory holds one study), or delete the study (`optuna "
                               f"delete-study --study-name {shlex.quote(study.study_name)} --storage "
-                              f"{shlex.quote(storage_name)}{journal}) and its output directory.")
+                              f"{shlex.quote(storage_name)}{journal}`) and its output directory.")
 
 
 _SETTINGS = {"global_batch_size": "the global batch size (--global-batch-size)", "precision": "--precision",

@@ -123,10 +123,10 @@ def run_study(
                          hint="Trials rebuild the model in their own processes: save it as a model.py.")
     check_space_arguments(top_strategies, micro_batch_sizes)
     if batch_size is not None and micro_batch_sizes is not None:
-        raise UsageError("batch_size (--batch-size) fixes the micro-batch and micro_batch_sizes (--batch-sizes) "
-                         "lists those to try: pass one of them.")
+        raise UsageError("--batch-size fixes the micro-batch and --batch-sizes lists those to try: pass one of "
+                         "them.")
     if study_name is not None and not study_name.strip():
-        raise UsageError("the study name is empty.", hint="Drop --study-name (study_name=) for the default name, "
+        raise UsageError("the study name is empty.", hint="Drop --study-name for the default name, "
                                                           "or give one.")
     existed = Path(output_dir).exists(), (Path(output_dir) / storage_mod.DEFAULT_FILE).exists()
     out = storage_mod.writable_dir(Path(output_dir))
@@ -251,8 +251,8 @@ def _check_output_dir(out: Path, name: str) -> None:
     if isinstance(previous, str) and previous != name:
         raise UsageError(f"{out} holds the results of study {previous!r}; this is study {name!r}, whose trials/, "
                          "best/ and summary would replace them.",
-                         hint=f"Pass another --output-dir for this study (output_dir= in Python); --study-name "
-                              f"{previous} goes on with that one, for the job it was made for.")
+                         hint=f"Pass another --output-dir for this study; --study-name '{previous}' goes on with that "
+                              "one, for the job it was made for.")
 
 
 def _default_name(planned: ExportedPlan) -> str:

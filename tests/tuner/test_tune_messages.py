@@ -13,13 +13,15 @@ import optuna
 import pytest
 
 import autoshard
-from autoshard.errors import UsageError, UserCodeError, WorkerError
+from autoshard.cli import main
+from autoshard.errors import UsageError, UserCodeError, WorkerError, reworded
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime import supervisor
 from autoshard.tuner import storage
 from autoshard.tuner.failures import classify
 from autoshard.tuner.result import FailureClass
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialSpec
+from autoshard.tuning import TUNE_ARGUMENTS
 
 from .standin import DDP_SPACE, replay
 
@@ -103,3 +105,26 @@ def test_an_out_of_memory_trial_says_out_of_memory_not_user_code(tmp_path: Path)
     assert classify(WorkerError("rank 1 failed"), tmp_path, world_size=2) == (
         FailureClass.OOM, "rank 1: out of memory: DefaultCPUAllocator: can't allocate memory: you tried to allocate "
                           "64 GiB. Error code 12 (Cannot allocate memory)")
+
+
+def test_a_python_caller_is_told_tunes_arguments_and_optunas_command_is_kept_whole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tune()'s errors said --batch-sizes, --study-name and --output-dir to a Python caller."""
+    with pytest.raises(UsageError) as info:
+        autoshard.tune("tiny-gpt2", batch_size=2, micro_batch_sizes=[2, 4], output_dir=tmp_path)
+    assert info.value.message == ("batch_size= fixes the micro-batch and micro_batch_sizes= lists those to try: "
+                                  "pass one of them.")
+    with pytest.raises(UsageError) as info:
+        autoshard.tune("tiny-gpt2", study_name=" ", output_dir=tmp_path)
+    assert info.value.hint == "Drop study_name= for the default name, or give one."
+    study = optuna.create_study(study_name="edit-2xcpu-70a8cf91")
+    storage.check_fingerprint(study, FINGERPRINT, "sqlite:////tmp/e1/study.db")
+    with pytest.raises(UsageError) as info:
+        storage.check_fingerprint(study, {**FINGERPRINT, "batch": {**BATCH, "seq_len": 64}},
+                                  "sqlite:////tmp/e1/study.db")
+    hint = reworded(info.value.hint or "", TUNE_ARGUMENTS)
+    assert hint.startswith("Start fresh with another output_dir= (with storage=, another study_name= as well")
+    assert "`optuna delete-study --study-name edit-2xcpu-70a8cf91 --storage sqlite:////tmp/e1/study.db`" in hint
+    assert main(["tune", "tiny-gpt2", "--batch-size", "2", "--batch-sizes", "2", "4", "--output-dir",
+                 str(tmp_path)]) == 2
+    assert "--batch-size fixes the micro-batch and --batch-sizes lists those to try" in capsys.readouterr().err

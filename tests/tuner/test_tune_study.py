@@ -183,7 +183,8 @@ def test_a_study_made_for_another_model_is_refused(tmp_path: Path) -> None:
     other.set_user_attr(FINGERPRINT_ATTR, {"model": {"name": "some-other-model"}, "hardware": {}, "batch": {}})
     with pytest.raises(UsageError, match="was made for another job") as caught:
         autoshard.tune("tiny-gpt2", storage=storage, study_name="mine", output_dir=tmp_path / "out", **SMALL)
-    assert "some-other-model" in caught.value.message and "--study-name" in caught.value.hint
+    assert "some-other-model" in caught.value.message and "another study_name= as well" in caught.value.hint
+    assert "`optuna delete-study --study-name mine --storage " in caught.value.hint  # optuna's command, whole
 
 
 def test_another_study_into_a_studys_output_directory_is_refused(study: tuple[autoshard.TuneResult, Path]) -> None:
@@ -191,7 +192,7 @@ def test_another_study_into_a_studys_output_directory_is_refused(study: tuple[au
     result, root = study
     with pytest.raises(UsageError, match=f"holds the results of study '{result.study_name}'") as caught:
         autoshard.tune("tiny-llama", output_dir=root / "out", **SMALL)
-    assert f"--study-name {result.study_name}" in (caught.value.hint or "")
+    assert f'study_name="{result.study_name}" goes on with that one' in (caught.value.hint or "")
     summary = json.loads((root / "out" / "summary.json").read_text())
     assert summary["study_name"] == result.study_name
 

@@ -9,7 +9,8 @@ What a rank holds, in short:
 * ZeRO-1/2 (``stage_1_and_2.py::DeepSpeedZeroOptimizer``): all parameters in one flat ``lp`` buffer, an fp32
   master partition (a clone, even when ``lp`` is fp32), the optimizer state of that partition; gradients of the
   partition's parameters in one ``lp`` buffer (``grads_in_partition``); reduce buckets while gradients are
-  reduced. ZeRO-1 keeps every gradient until backward ends; ZeRO-2 moves each into a bucket as it is produced.
+  reduced. ZeRO-1 keeps every gradient until backward ends (accumulating, until the boundary's backward ends, and
+  its reduce buckets with them); ZeRO-2 moves each into a bucket as it is produced.
 * ZeRO-3 (``stage3.py::DeepSpeedZeroOptimizer_Stage3``): one ``lp`` partition of every parameter (each padded to
   ``ceil(numel / N)``), full copies of the small "persistent" ones, an fp32 master partition, optimizer state, an
   ``lp`` gradient partition, one reduce bucket for the whole run, and the parameters gathered for compute —
@@ -233,7 +234,18 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
                      + ("the gradient partition (grads_in_partition) is kept between micro-batches"
                         if settings.stage == 2 else "the 16-bit gradients accumulate whole in .grad until the "
                         "boundary's reduction") + ", alive through every forward after the first")
-    phases = {name: _Phase(parameters=params, optimizer=held, gradients=carried, activations=act[name])
+    # ZeRO-1's reduce buckets outlive a micro-batch too. The engine calls the reduction only at the boundary
+    # (engine.py::allreduce_gradients: reduce_gradients for stage 1; ZeRO-2's
+    # overlapping_partition_gradients_reduce_epilogue every micro-batch), so the epilogue that frees the buckets
+    # and clears ready_for_gradients (independent_gradient_partition_epilogue -> _release_ipg_buffers) runs once
+    # per step: the buckets setup_buckets allocates at the first micro-batch's first gradient hook stay alive,
+    # not allocated again, through every later forward and backward until the boundary's reduction.
+    kept_buckets = bucket if candidate.gradient_accumulation > 1 and settings.stage == 1 else 0
+    if kept_buckets:
+        notes.append("ZeRO-1's reduce bucket, allocated in the first micro-batch's backward (setup_buckets), is "
+                     "kept until the boundary's reduction frees it (_release_ipg_buffers).")
+    phases = {name: _Phase(parameters=params, optimizer=held, gradients=carried, activations=act[name],
+                           buffers=kept_buckets)
               for name in ("forward", "loss")}
     if offload:
         # A GPU staging buffer of the largest parameter for CPU copies (temp_grad_buffer_for_gpu_offload), and an
@@ -242,11 +254,12 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
         reducing_bytes = staging + bucket + convert
         phases["backward"] = max(
             _Phase(parameters=params, activations=act["backward"],
-                   buffers=reducing_bytes if started_at_highest else staging),
+                   buffers=reducing_bytes if started_at_highest else staging + kept_buckets),
             # ZeRO-1 keeps every .grad until backward ends: the trace's high point, gradients and activations of
             # the same moment (see below).
             _Phase(parameters=params, gradients=0 if in_hooks else step.backward_gradient_bytes,
-                   activations=step.backward_high_point_non_state, buffers=reducing_bytes if started else staging),
+                   activations=step.backward_high_point_non_state,
+                   buffers=reducing_bytes if started else staging + kept_buckets),
             _Phase(parameters=params, activations=step.backward_saved, buffers=reducing_bytes),
             _Phase(parameters=params, gradients=0 if in_hooks else total * lp, activations=step.inputs,
                    buffers=reducing_bytes),
@@ -280,7 +293,7 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
         _Phase(parameters=params, optimizer=held,
                gradients=max(carried, (reducing.gradients if started_at_highest else 0) if in_hooks
                              else step.gradients_beside_highest),
-               activations=act["backward"], buffers=reducing.buffers if started_at_highest else 0),
+               activations=act["backward"], buffers=reducing.buffers if started_at_highest else kept_buckets),
         # ZeRO-1 (without overlap_comm) holds every .grad as the single-device trace does, so its gradients peak
         # with the trace's: at its high point, beside that moment's activations (which are below the highest,
         # reached earlier with fewer gradients: adding the two counted ~11 GiB no step holds, Llama-2-7B at
@@ -288,7 +301,8 @@ def _zero12(workload: Workload, hardware: HardwareSpec, trace: StepTrace, candid
         _Phase(parameters=params, optimizer=held,
                gradients=max(carried, step.backward_gradient_bytes if not in_hooks
                              else reducing.gradients if started else 0),
-               activations=step.backward_high_point_non_state, buffers=reducing.buffers if started else 0),
+               activations=step.backward_high_point_non_state,
+               buffers=reducing.buffers if started else kept_buckets),
         _Phase(parameters=params, optimizer=held, gradients=max(carried, reducing.gradients),
                activations=step.backward_saved, buffers=reducing.buffers),
         _Phase(parameters=params, optimizer=held, gradients=max(carried, end_gradients), activations=step.inputs,

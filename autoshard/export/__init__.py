@@ -146,8 +146,15 @@ def notes(exported: ExportedPlan) -> list[str]:
                    "--num_cpu_threads_per_process; its default is 1); Lightning started with python sets the same "
                    "share itself.")
     if exported.hardware.nodes > 1:
+        hw = exported.hardware
+        rate = (None if hw.network_bytes_per_s is None else
+                f"{hw.network_bytes_per_s / 1e9:g} GB/s per node per direction")
+        priced = ("" if rate is None else
+                  f" The step time was priced with {hw.network} per node ({rate})" if hw.network is not None else
+                  f" The hardware did not describe the network: the step time was priced with {rate}")
+        priced += "; launch.sh and slurm.sbatch say how to check yours." if priced else ""
         out.append("Multi-node: set MASTER_ADDR and JOB_ID in launch.sh; accelerate launch also needs "
-                   "--machine_rank and --main_process_ip on each node.")
+                   "--machine_rank and --main_process_ip on each node." + priced)
     if exported.hardware.device_type == "cpu" and exported.hardware.world_size > 1 and exported.family == "deepspeed":
         # accelerate 1.15: a DEEPSPEED config starts every process, but Accelerator(cpu=True) ignores LOCAL_RANK
         # (_prepare_backend) and ACCELERATE_USE_CPU=1 turns the run into DDP.

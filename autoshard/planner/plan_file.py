@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from autoshard.errors import UsageError
+from autoshard.hardware.specs import UNKNOWN_LINK_BYTES_PER_S, HardwareSpec
 from autoshard.planner.plan import Plan
 from autoshard.profiler.checkpointing import FULL, NONE, ActivationCheckpointing, parse_checkpointing
 from autoshard.profiler.options import parse_float32_matmul_precision, parse_grad_clip_norm, parse_optimizer
@@ -82,6 +83,12 @@ class HardwareFingerprint:
     """The ``torch.distributed`` backend, ``nccl`` or ``gloo``."""
     nvme_path: str | None
     """A mounted NVMe directory for DeepSpeed's NVMe offload when one is known, else ``None``."""
+    network: str | None = None
+    """The network between the nodes the plan was priced with, in words (``8 × InfiniBand NDR (400 Gb/s)``):
+    ``None`` on one node, or where the hardware does not describe it (plan files written before the field)."""
+    network_bytes_per_s: float | None = None
+    """One node's network bandwidth per direction that the plan priced: the hardware's, or
+    :data:`~autoshard.hardware.specs.UNKNOWN_LINK_BYTES_PER_S` where it does not say; ``None`` on one node."""
 
     @property
     def world_size(self) -> int:
@@ -262,8 +269,18 @@ def from_plan(plan: Plan) -> ExportedPlan:
         hardware=HardwareFingerprint(
             gpu=None if hw.gpu is None else hw.gpu.name, gpu_memory_bytes=hw.device_memory_bytes if hw.gpu else None,
             gpus_per_node=hw.processes_per_node, nodes=hw.nodes, device_type=hw.device_type, backend=hw.backend,
-            nvme_path=nvme),
+            nvme_path=nvme, **_network(hw)),
     )
+
+
+def _network(hw: HardwareSpec) -> dict[str, Any]:
+    """The network a multi-node plan was priced with (:class:`HardwareFingerprint`'s ``network`` fields)."""
+    if hw.nodes == 1:
+        return {}
+    net = hw.node.network
+    if net is None:
+        return {"network_bytes_per_s": UNKNOWN_LINK_BYTES_PER_S}
+    return {"network": f"{net.ports} × {net.link.display_name}", "network_bytes_per_s": net.bandwidth_bytes_per_s}
 
 
 def dumps(exported: ExportedPlan) -> str:
@@ -300,7 +317,8 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
                          hint="Export the plan again with this version of autoshard.")
     try:
         model = ModelFingerprint(**_fields(data, "model", _MODEL_TYPES, source))
-        hardware = HardwareFingerprint(**_fields(data, "hardware", _HARDWARE_TYPES, source))
+        hardware = HardwareFingerprint(**_fields(data, "hardware", _HARDWARE_TYPES, source,
+                                                 optional=_OPTIONAL_HARDWARE_TYPES))
         top = _fields({"plan": data}, "plan", _PLAN_TYPES, source,
                       extra_ok=("kind", "schema_version", "model", "hardware", "global_batch_size", "traits"),
                       optional=_OPTIONAL_PLAN_TYPES)
@@ -377,12 +395,14 @@ _OPT_INT = (int, type(None))
 _MODEL_TYPES = {"name": str, "parameter_count": int, "block_class": _OPT_STR, "layout_hash": str}
 _HARDWARE_TYPES = {"gpu": _OPT_STR, "gpu_memory_bytes": _OPT_INT, "gpus_per_node": int, "nodes": int,
                    "device_type": str, "backend": str, "nvme_path": _OPT_STR}
+_OPTIONAL_HARDWARE_TYPES = {"network": _OPT_STR, "network_bytes_per_s": (int, float, type(None))}
 _PLAN_TYPES = {"strategy": str, "family": str, "micro_batch_size": int, "gradient_accumulation": int,
                "activation_checkpointing": bool, "settings": dict, "precision": str, "optimizer": str,
                "seq_len": _OPT_INT}
 _OPTIONAL_PLAN_TYPES = {"optimizer_impl": _OPT_STR, "checkpointing": _OPT_STR, "float32_matmul_precision": str,
                         "grad_clip_norm": (int, float, type(None))}
-"""Fields later versions added: a file without them is read with the dataclass's default."""
+"""Fields later versions added (and :data:`_OPTIONAL_HARDWARE_TYPES`): a file without them is read with the
+dataclass's default."""
 
 
 def _fields(data: dict[str, Any], key: str, types: dict[str, Any], source: str,

@@ -135,9 +135,8 @@ def test_accumulated_gradients_are_counted_against_real_runs(bench: ModuleType, 
     assert bench.main(["--device", "cpu", "--out", str(tmp_path)], cases=cases) == 0
     rows = json.loads((tmp_path / "memory_accuracy.json").read_text())["rows"]
     assert [r["error"] for r in rows] == [None] * len(cases), rows
-    assert all(abs(r["error_pct"]) < 1.0 for r in rows[:3]), rows
-    # ZeRO-1: 3 % under (-8 % without the accumulated .grad); the rest is not found yet (docs/benchmarks/README.md).
-    assert abs(rows[3]["error_pct"]) < 4.0, rows
+    # ZeRO-1 too since its first micro-batch's reduce bucket is counted (kept until the boundary): -0.14 %, from -3 %
+    assert all(abs(r["error_pct"]) < 1.0 for r in rows), rows
     # Without the kept gradients the plan is smaller by them: what accumulation adds is in the prediction.
     once = [bench.predict_distributed(dataclasses.replace(c, grad_accumulation=1), torch.device("cpu"))[0]
             for c in cases]

@@ -8,12 +8,15 @@ from collections.abc import Sequence
 
 import optuna
 
+from autoshard.errors import UsageError
 from autoshard.tuner.result import FailureClass, TrialConfig, TrialRecord, TrialState
 from autoshard.tuner.resume import RERUN_ATTR
+from autoshard.tuner.space import SearchSpace
 
 
-def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
-    """A stored trial as a :class:`TrialRecord`."""
+def record(t: optuna.trial.FrozenTrial, queued: TrialConfig | None = None) -> TrialRecord:
+    """A stored trial as a :class:`TrialRecord`; ``queued``: the configuration a trial still waiting to run was
+    queued with (:func:`queued_config`), which it records only when it runs."""
     attrs = t.user_attrs
     failure = attrs.get("failure")
     state = {optuna.trial.TrialState.COMPLETE: TrialState.COMPLETE, optuna.trial.TrialState.PRUNED: TrialState.PRUNED,
@@ -26,7 +29,7 @@ def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
     config = attrs.get("config")
     measured = state in (TrialState.COMPLETE, TrialState.PRUNED)
     return TrialRecord(
-        number=t.number, state=state, config=None if config is None else TrialConfig(**config),
+        number=t.number, state=state, config=queued if config is None else TrialConfig(**config),
         samples_per_s=attrs.get("samples_per_s") if state is TrialState.COMPLETE else None,
         tokens_per_s=attrs.get("tokens_per_s") if state is TrialState.COMPLETE else None,
         step_time_s=attrs.get("step_time_s") if measured else None,
@@ -36,6 +39,19 @@ def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
         failure=None if failure is None else FailureClass(failure), message=attrs.get("message"),
         cached=bool(attrs.get("cached", False)), duplicate_of=attrs.get("duplicate_of"),
         rerun_of=attrs.get(RERUN_ATTR), duration_s=attrs.get("duration_s"))
+
+
+def queued_config(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialConfig | None:
+    """The configuration a trial waiting in the queue (``study.enqueue_trial``: a rerun, the planner's pick) will
+    run: its fixed parameters read through ``space``; ``None`` for any other trial, or parameters ``space`` does not
+    hold (queued by a run with other choices)."""
+    fixed = t.system_attrs.get("fixed_params")
+    if t.state != optuna.trial.TrialState.WAITING or not isinstance(fixed, dict):
+        return None
+    try:
+        return space.suggest(optuna.trial.FixedTrial(fixed))
+    except (ValueError, UsageError):
+        return None
 
 
 def best_record(records: Sequence[TrialRecord]) -> TrialRecord | None:

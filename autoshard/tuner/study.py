@@ -38,7 +38,7 @@ from autoshard.tuner.loop import StudyLoop, Terminated
 from autoshard.tuner.machine import trial_hardware, worker_environ, worker_threads
 from autoshard.tuner.observer import Observers, TuneObserver
 from autoshard.tuner.pruner import SlowerThanBestPruner
-from autoshard.tuner.records import best_record, record, trial_strategy
+from autoshard.tuner.records import best_record, queued_config, record, trial_strategy
 from autoshard.tuner.result import TrialRecord, TrialState, TuneResult
 from autoshard.tuner.resume import RERUN, enqueue_reruns
 from autoshard.tuner.runner import TrialRunner, TrialSpec, run_trial
@@ -358,7 +358,7 @@ def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out
     the trials it ran, which are listed but not exported."""
     from autoshard.export import export_plan
 
-    records = tuple(record(t) for t in study.get_trials(deepcopy=False))
+    records = tuple(record(t, queued_config(t, space)) for t in study.get_trials(deepcopy=False))
     allowed = {s.strategy for s in space.strategies}
     outside = sorted({r.config.strategy for r in records if r.config is not None and r.config.strategy not in allowed})
     best = best_record([r for r in records if r.config is None or r.config.strategy in allowed])

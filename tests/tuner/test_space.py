@@ -293,3 +293,23 @@ def test_on_a_cpu_the_default_micro_batches_are_capped_so_a_trial_takes_seconds(
         assert 10 * estimate.cpu_step_s(plan, cap, 1, False, rate) <= estimate.CPU_TRIAL_STEPS_S
         assert 10 * estimate.cpu_step_s(plan, cap * 2, 1, False, rate) > estimate.CPU_TRIAL_STEPS_S
     assert cap == 128
+
+
+def test_a_queued_trial_is_recorded_with_the_configuration_it_will_run(plans: dict[str, Plan]) -> None:
+    """A trial queued again after an interrupted tuner (or the planner's pick, queued first) was listed with "—"
+    for strategy, micro-batch and settings until it ran, though its parameters were known."""
+    from autoshard.tuner.records import queued_config, record
+    from autoshard.tuner.result import TrialState
+
+    space = build_space(plans["gpu"], top=2)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    chosen = space.suggest(study.ask())  # a trial that ran (asked), then one queued with its configuration
+    study.enqueue_trial(space.params(chosen), user_attrs={"rerun_of": 0})
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))[0]
+    shown = record(waiting, queued_config(waiting, space))
+    assert (shown.state, shown.config) == (TrialState.WAITING, chosen)
+    assert record(waiting).config is None  # what the table showed as "—"
+    # not a queued trial, or a queue of another run's choices (its strategy parameter names two strategies, this
+    # space's three): nothing is made up
+    assert queued_config(study.get_trials(deepcopy=False)[0], space) is None
+    assert queued_config(waiting, build_space(plans["gpu"], top=3)) is None

@@ -160,7 +160,8 @@ _SETTINGS = {"global_batch_size": "the global batch size (--global-batch-size)",
              "grad_clip_norm": "--grad-clip-norm", "training_step": "training_step", "loss_fn": "loss_fn",
              "gpu": "the GPU", "gpu_memory_bytes": "the GPU memory", "gpus_per_node": "the number of devices per node",
              "nodes": "the number of nodes", "device_type": "the device type", "backend": "the backend",
-             "nvme_path": "the NVMe path"}
+             "nvme_path": "the NVMe path", "network": "the network between the nodes",
+             "network_bytes_per_s": "the network's bandwidth per node (bytes/s)"}
 """How a message names each setting of the batch and hardware fingerprints."""
 
 

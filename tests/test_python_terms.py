@@ -85,9 +85,9 @@ def test_a_plan_for_a_hugging_face_config_names_no_flag_either(tmp_path):
     assert any(t.endswith("global_batch_size= sets it.") for t in plan.explanation)
 
 
-def test_the_librarys_own_calls_read_the_text_it_wrote():
-    """Only the outermost public call rewords what it returns: load_hardware inside recommend reads the notes as
-    written, and the plan's hardware is reworded once."""
+def test_the_hardwares_notes_read_the_same_from_load_hardware_recommend_and_compare():
+    """compare's machine sizes drop the nodes note (the size is the machine's, not an override); a node profile cut
+    to fewer GPUs is said in Python's terms whether load_hardware returns it or recommend's plan carries it."""
     from autoshard.planner.compare import machine_hardware
 
     assert not any(n.startswith("Nodes set to") for n in machine_hardware("h100-sxm-80gb:8x2").notes)

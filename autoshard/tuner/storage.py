@@ -165,6 +165,11 @@ _SETTINGS = {"global_batch_size": "the global batch size (--global-batch-size)",
 """How a message names each setting of the batch and hardware fingerprints."""
 
 
+_ADDED_LATER = {"hardware": ("network", "network_bytes_per_s")}
+"""Fingerprint fields later versions added (2026-12-01: the network a multi-node plan was priced with): a study
+made before them does not record them, and is not another job for that."""
+
+
 def fingerprint_differences(stored: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
     """What differs between the job a study was made for (``stored``) and this one, in words.
 
@@ -182,8 +187,9 @@ def fingerprint_differences(stored: Mapping[str, Any], here: Mapping[str, Any]) 
         if key == "model" and isinstance(then, Mapping) and isinstance(value, Mapping):
             out += _model_differences(then, value)
         elif isinstance(then, Mapping) and isinstance(value, Mapping):
+            later = [k for k in _ADDED_LATER.get(key, ()) if k not in then]  # a study older than the field
             out += [f"{_SETTINGS.get(k, k.replace('_', ' '))} was {_shown(then.get(k))} then, {_shown(value.get(k))} "
-                    f"now" for k in dict.fromkeys([*then, *value]) if then.get(k) != value.get(k)]
+                    f"now" for k in dict.fromkeys([*then, *value]) if then.get(k) != value.get(k) and k not in later]
         else:
             out.append(f"the {key} was {_shown(then)} then, {_shown(value)} now")
     return out
@@ -208,6 +214,8 @@ def _model_differences(then: Mapping[str, Any], now: Mapping[str, Any]) -> list[
 def _shown(value: Any) -> str:
     if value is None:
         return "not set"
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1e6:
+        value = int(value)  # a bandwidth in bytes/s (a float in JSON); a clipping norm of 1.0 stays 1.0
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 

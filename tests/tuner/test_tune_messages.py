@@ -128,3 +128,15 @@ def test_a_python_caller_is_told_tunes_arguments_and_optunas_command_is_kept_who
     assert main(["tune", "tiny-gpt2", "--batch-size", "2", "--batch-sizes", "2", "4", "--output-dir",
                  str(tmp_path)]) == 2
     assert "--batch-size fixes the micro-batch and --batch-sizes lists those to try" in capsys.readouterr().err
+
+
+def test_a_study_older_than_the_network_fields_is_the_same_job_and_a_changed_network_is_not() -> None:
+    """plan.json's hardware gained the network a multi-node plan was priced with; a study made before it stored
+    none, and resuming it after an upgrade must not be refused for that."""
+    many = {**HARDWARE, "nodes": 2}
+    priced = {**many, "network": "8 × InfiniBand NDR (400 Gb/s)", "network_bytes_per_s": 400e9}
+    assert storage.fingerprint_differences({**FINGERPRINT, "hardware": many}, {**FINGERPRINT, "hardware": priced}) == []
+    slower = {**priced, "network": "4 × 100 GbE", "network_bytes_per_s": 50e9}
+    said = storage.fingerprint_differences({**FINGERPRINT, "hardware": priced}, {**FINGERPRINT, "hardware": slower})
+    assert said == ["the network between the nodes was 8 × InfiniBand NDR (400 Gb/s) then, 4 × 100 GbE now",
+                    "the network's bandwidth per node (bytes/s) was 400,000,000,000 then, 50,000,000,000 now"]

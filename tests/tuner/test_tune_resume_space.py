@@ -16,7 +16,7 @@ import autoshard
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.tuner import study as study_mod
 from autoshard.tuner.loop import Terminated
-from autoshard.tuner.result import TrialConfig
+from autoshard.tuner.result import TrialConfig, TrialState
 from autoshard.tuner.runner import Measurement, TrialSpec
 from autoshard.tuner.space import SearchSpace
 
@@ -31,7 +31,10 @@ def _stored(out: Path) -> optuna.Study:
 
 
 def _counted(result: autoshard.TuneResult) -> int:
-    return len([t for t in result.trials if t.config is not None and t.failure is None])
+    """Trials that ran their configuration and did not fail (a trial still queued shows the configuration it was
+    queued with, and has not run)."""
+    return len([t for t in result.trials if t.config is not None and t.failure is None
+                and t.state is not TrialState.WAITING])
 
 
 @pytest.mark.parametrize(("first", "then"), [

@@ -147,8 +147,7 @@ def notes(exported: ExportedPlan) -> list[str]:
                    "share itself.")
     if exported.hardware.nodes > 1:
         hw = exported.hardware
-        rate = (None if hw.network_bytes_per_s is None else
-                f"{hw.network_bytes_per_s / 1e9:g} GB/s per node per direction")
+        rate = launch.network_rate(hw)
         priced = ("" if rate is None else
                   f" The step time was priced with {hw.network} per node ({rate})" if hw.network is not None else
                   f" The hardware did not describe the network: the step time was priced with {rate}")

@@ -55,6 +55,13 @@ def host_thread_lines(exported: ExportedPlan) -> list[str]:
             "kept.", f"export OMP_NUM_THREADS={host_threads(ranks)}"]
 
 
+def network_rate(hw: HardwareFingerprint) -> str | None:
+    """The network bandwidth a multi-node plan was priced with, in words (``None``: one node, or an older file)."""
+    if hw.nodes == 1 or hw.network_bytes_per_s is None:
+        return None
+    return f"{hw.network_bytes_per_s / 1e9:g} GB/s per node per direction"
+
+
 def network_lines(hw: HardwareFingerprint) -> list[str]:
     """Comment lines the launch scripts of a multi-node plan (its hardware ``hw``) carry: the network between the
     nodes that its step time was priced with (the plan file's, or the default where the hardware did not describe
@@ -68,9 +75,9 @@ def network_lines(hw: HardwareFingerprint) -> list[str]:
         >>> network_lines(hw)[0]
         '# Network: the plan priced 8 × InfiniBand NDR (400 Gb/s) per node, 400 GB/s per node per direction.'
     """
-    if hw.nodes == 1 or hw.network_bytes_per_s is None:
+    rate = network_rate(hw)
+    if rate is None:
         return []
-    rate = f"{hw.network_bytes_per_s / 1e9:g} GB/s per node per direction"
     said = [f"# Network: the plan priced {hw.network} per node, {rate}."] if hw.network is not None else [
         f"# Network: the hardware did not describe it, so the plan priced {rate}; a node or cluster profile with a",
         "# 'network:' entry (docs/hardware.md) prices yours."]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import re
 import subprocess
@@ -99,3 +101,24 @@ def test_the_public_tune_takes_every_argument_the_study_does_with_progress_for_o
         if name != "observers":
             assert (public[name].kind, public[name].default, public[name].annotation) == (
                 p.kind, p.default, p.annotation), name
+
+
+def _type_checking_imports() -> dict[str, str]:
+    """The names ``autoshard/__init__.py`` imports under ``if TYPE_CHECKING:``, each with its module."""
+    tree = ast.parse((REPO / "autoshard" / "__init__.py").read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    return {alias.name: node.module for node in block.body if isinstance(node, ast.ImportFrom) and node.module
+            for alias in node.names}
+
+
+def test_every_lazy_name_is_typed_from_the_module_it_loads_from() -> None:
+    """What a user's type checker sees (the ``TYPE_CHECKING`` imports) is what runs (``_LAZY``), name for name:
+    a lazy name missing there would reach the user's mypy as an unknown attribute. The slow test above runs mypy
+    on a user's script; this one keeps the two lists in step in CI."""
+    import autoshard
+
+    typed = _type_checking_imports()
+    assert typed == autoshard._LAZY
+    assert set(typed) <= set(autoshard.__all__)
+    for name, module in typed.items():
+        assert getattr(autoshard, name) is getattr(importlib.import_module(module), name), name

@@ -24,6 +24,9 @@ TRIALS = 4
 
 
 def command(out: Path, trials: int = TRIALS, steps: int = 200) -> list[str]:
+    """The tune command of these tests. Its trials are long enough (200 steps) for a signal sent once a trial is
+    seen running to reach the tuner before that trial ends: at 20 steps, under the load of a whole test run, the
+    tuner once finished the study's last trial and exited 0 between the two (2026-12-01, `pytest -m slow`)."""
     return [sys.executable, "-m", "autoshard", "tune", "tiny-gpt2", "--gpus", "2", "--seq-len", "32",
             "--batch-sizes", "2", "4", "--top", "2", "--steps", str(steps), "--warmup-steps", "2", "--trials",
             str(trials), "--precision", "32-true", "--no-prune", "--no-cache", "--output-dir", str(out), "--json"]
@@ -106,7 +109,7 @@ def test_sigkilled_tuner_resumes_with_its_finished_trials(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_again_first(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    first = subprocess.Popen(command(out, trials=2, steps=20), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    first = subprocess.Popen(command(out, trials=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
     try:
         interrupted = wait_for_running_trial(out / "study.db", first, deadline_s=300, after_complete=False)
@@ -130,7 +133,7 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
     config = seen[interrupted].user_attrs["config"]
 
     resumed_at = datetime.datetime.now()  # optuna's clock: local, naive
-    again = subprocess.run(command(out, trials=2, steps=20), capture_output=True, text=True, timeout=600,
+    again = subprocess.run(command(out, trials=2), capture_output=True, text=True, timeout=600,
                            check=False)
     assert again.returncode == 0, again.stderr[-3000:]
     payload = json.loads(again.stdout)
@@ -154,7 +157,7 @@ def test_sigterm_stops_the_tuner_as_ctrl_c_does(tmp_path: Path) -> None:
     """`kill PID` (a job scheduler's time limit) left the running trial RUNNING in the study and wrote no summary:
     it is Ctrl-C's path now, the trial's workers stopped and the trial recorded, exit 143."""
     out = tmp_path / "out"
-    first = subprocess.Popen(command(out, trials=2, steps=20), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    first = subprocess.Popen(command(out, trials=2), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
     try:
         interrupted = wait_for_running_trial(out / "study.db", first, deadline_s=300, after_complete=False)

@@ -11,9 +11,10 @@
 #                   record GPU, driver, CUDA, NCCL, torch, DeepSpeed, Optuna, transformers versions (always runs)
 #   pytest          python -m pytest -m gpu tests: NCCL at one rank, a GPT step's max_memory_allocated against
 #                   `autoshard profile --target cuda`, DDP + bf16_compress_hook, a 1-rank FSDP2 step
-#   kernels         python benchmarks/gpu_kernels.py: GEMM (GPT-2's unaligned LM head among them, and an alignment
-#                   sweep), fused-attention
-#                   and memory-bound rates on this GPU beside the step-time model's time for each
+#   kernels         python benchmarks/gpu_kernels.py: GEMM (GPT-2's unaligned LM head among them, an alignment
+#                   sweep, and a tile sweep over M for wave quantization), fused-attention and memory-bound rates
+#                   (a transformer step's memory-bound kernels by kind among them) on this GPU beside the
+#                   step-time model's time for each
 #   breakdown       python benchmarks/step_breakdown.py: one step of GPT-2 (bf16, fp16), BERT-large (fp16) and a
 #                   1.1B Llama under torch.profiler, its kernel time by part (matmul, attention, memory-bound,
 #                   optimizer) and the GPU's idle time beside the step-time model's parts (--short: the first three)

@@ -21,7 +21,17 @@ it runs on and sets each beside what the model predicts for it (``step_time.esti
 * **fused attention** (``F.scaled_dot_product_attention``, the flash kernel), forward + backward, causal and not,
   its FLOPs counted as autoshard's profiler counts them (:func:`autoshard.profiler.flops.attention_flops`: the
   full score matrix, whatever the mask);
-* **memory-bound** kernels: a copy, an add and an fp32 softmax, bytes read + written.
+* **memory-bound** kernels: a copy, an add and an fp32 softmax, bytes read + written; and the memory-bound
+  kernels of a transformer step by kind (layer norm and its backward, softmax's backward, dropout, GELU, an
+  embedding lookup and its backward), each priced from the census the profiler takes of that very op
+  (:class:`autoshard.profiler.op_census.CensusCounter` run over it): the model prices them all at one fraction
+  of the bandwidth (2026-11-28 on an H200: a copy 0.84, an fp32 softmax 0.51);
+* a **tile sweep**: bf16 GEMMs of ``M x 4096 x 4096`` from 128 to 8,192 rows (and three in fp32), with their
+  output tiles (128 x 128) and waves on this GPU's SMs. The model prices a GEMM by its FLOPs and bytes alone; a
+  GEMM of fewer tiles than the GPU has SMs leaves SMs idle ("wave quantization", NVIDIA Matrix Multiplication
+  Background User's Guide, sec. 3.2), which is what the small micro-batches of the published BERT-large runs
+  would meet (2026-11-28: 256 rows reached 0.28 of the peak where 8,192 reached 0.70). The sweep is the data a
+  term for it would be fitted on.
 
 Each kernel is timed with CUDA events over ``--repeats`` runs after warm-up (the median). The table gives the
 rate reached, that rate as a fraction of the profile's peak (the number to hold against ``achievable``), the
@@ -54,7 +64,7 @@ from memory_accuracy import machine
 import autoshard
 from autoshard.hardware.specs import GPUSpec
 from autoshard.profiler.flops import attention_backward_flops, attention_flops
-from autoshard.profiler.op_census import MatmulClass, MemoryClass, OpCensus, size_class
+from autoshard.profiler.op_census import CensusCounter, MatmulClass, MemoryClass, OpCensus, size_class
 from autoshard.strategies import step_time
 
 DRY_RUN_GPU = "h100-sxm-80gb"
@@ -75,9 +85,14 @@ class Kernel:
     smallest_dim: int
     """The dimension the census classes a matmul by: a GEMM's smallest, attention's head dimension (0: memory)."""
     run: Callable[[], Any]
+    traced: OpCensus | None = None
+    """The census the profiler takes of the kernel's op (:func:`traced_memory`); ``None``: built from
+    :attr:`bytes`."""
 
     def census(self) -> OpCensus:
         """The one-kernel census the profiler would have taken of this kernel."""
+        if self.traced is not None:
+            return self.traced
         if self.kind == "memory":
             return OpCensus(memory=(MemoryClass(size_bytes=size_class(self.bytes), bytes=self.bytes, kernels=1),))
         kernels = 1 if self.kind == "gemm" else 2  # attention: one forward and one backward kernel
@@ -131,6 +146,64 @@ def memory(name: str, numel: int, device: torch.device, op: str) -> Kernel:
                   smallest_dim=0, run=lambda: torch.add(x, y))
 
 
+def traced_memory(name: str, dtype: str, shape: str, run: Callable[[], Any]) -> Kernel:
+    """A memory-bound kernel priced from the census the profiler takes of ``run`` (its bytes as the census counts
+    them: every tensor argument read, every output written), taken by running it once under
+    :class:`CensusCounter`."""
+    with CensusCounter(display=False) as counter:
+        run()
+    census = counter.census()
+    return Kernel(name=name, kind="memory", dtype=dtype, shape=shape, flops=0, bytes=census.memory_bytes,
+                  smallest_dim=0, run=run, traced=census)
+
+
+def step_memory_kernels(device: torch.device, *, dry: bool) -> list[Kernel]:
+    """The memory-bound kernels of a transformer step by kind, bf16 (softmax's backward in fp32, as autocast
+    runs softmax), at Llama-3-8B's width and 8,192 tokens (small sizes on a dry run)."""
+    rows, width, vocab = (256, 64, 1008) if dry else (8192, 4096, 50304)
+    bf16 = _DTYPES["bf16"]
+    x = torch.randn(rows, width, device=device, dtype=bf16, requires_grad=True)
+    norm = torch.nn.LayerNorm(width, device=device, dtype=bf16)
+    grad = torch.randn(rows, width, device=device, dtype=bf16)
+    normed = norm(x)
+    probs = torch.softmax(torch.randn(rows, width, device=device), dim=-1)
+    grad32 = torch.randn(rows, width, device=device)
+    table = torch.randn(vocab, width, device=device, dtype=bf16, requires_grad=True)
+    ids = torch.randint(0, vocab, (rows,), device=device)
+    looked = torch.nn.functional.embedding(ids, table)
+    shape = f"{rows}x{width}"
+    aten = torch.ops.aten
+    return [
+        traced_memory("layer norm", "bf16", shape, lambda: norm(x)),
+        traced_memory("layer norm backward", "bf16", shape,
+                      lambda: torch.autograd.grad(normed, (x, norm.weight, norm.bias), grad, retain_graph=True)),
+        traced_memory("softmax backward", "fp32", shape,
+                      lambda: aten._softmax_backward_data(grad32, probs, -1, torch.float32)),
+        traced_memory("dropout", "bf16", shape, lambda: torch.nn.functional.dropout(x.detach(), 0.1)),
+        traced_memory("GELU", "bf16", shape, lambda: torch.nn.functional.gelu(x.detach())),
+        traced_memory("embedding", "bf16", f"{rows} of {vocab}x{width}",
+                      lambda: torch.nn.functional.embedding(ids, table.detach())),
+        traced_memory("embedding backward", "bf16", f"{rows} of {vocab}x{width}",
+                      lambda: torch.autograd.grad(looked, table, grad, retain_graph=True)),
+    ]
+
+
+TILE = 128
+"""Rows and columns of the output tile the sweep counts a GEMM's tiles in: 128 x 128, one of cuBLAS's typical
+tiles (NVIDIA Matrix Multiplication Background User's Guide, sec. 2.3)."""
+
+
+def tile_sweep(device: torch.device, *, dry: bool) -> list[Kernel]:
+    """``M x H x H`` GEMMs over ``M`` (tokens) at Llama-3-8B's width ``H``: bf16 from 128 to 8,192 rows, and fp32
+    at three of them."""
+    width = 64 if dry else 4096
+    rows = (16, 32, 64, 128) if dry else (128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192)
+    out = [gemm(f"tile sweep: M {m}", m, width, width, "bf16", device) for m in rows]
+    fp32 = (rows[1], rows[len(rows) // 2], rows[-1])
+    out += [gemm(f"tile sweep: M {m}", m, width, width, "fp32", device) for m in fp32]
+    return out
+
+
 def kernels(device: torch.device, *, dry: bool) -> list[Kernel]:
     """The kernels timed, smaller on a dry run."""
     t = 256 if dry else 8192  # tokens in a step's GEMMs
@@ -169,6 +242,8 @@ def kernels(device: torch.device, *, dry: bool) -> list[Kernel]:
     n = 2**16 if dry else 2**28
     out += [memory("copy", n, device, "copy"), memory("add", n, device, "add"),
             memory("softmax fp32", n, device, "softmax")]
+    out += step_memory_kernels(device, dry=dry)
+    out += tile_sweep(device, dry=dry)
     return out
 
 
@@ -218,9 +293,38 @@ def row(kernel: Kernel, seconds: float, gpu: GPUSpec | None) -> dict[str, Any]:
     return out
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median |error| per kind, and the LM head's unaligned / padded time ratio per dtype."""
-    out: dict[str, Any] = {}
+def tile_table(rows: list[dict[str, Any]], sms: int | None) -> list[dict[str, Any]]:
+    """The tile sweep's GEMMs by dtype and ``M``: their 128 x 128 output tiles, the waves those make on ``sms``
+    SMs (``None`` where not known), the measured fraction of the peak and its ratio to the largest ``M``'s of the
+    same dtype (the GEMM that fills the GPU).
+
+    Example:
+        >>> rows = [{"name": "tile sweep: M 256", "dtype": "bf16", "shape": "256x4096x4096", "fraction_of_peak": 0.28,
+        ...          "error_percent": -53.0},
+        ...         {"name": "tile sweep: M 8192", "dtype": "bf16", "shape": "8192x4096x4096", "fraction_of_peak": 0.7,
+        ...          "error_percent": 18.0}]
+        >>> [(r["m"], r["tiles"], r["waves"], round(r["of_largest"], 2)) for r in tile_table(rows, 132)]
+        [(256, 64, 0.48, 0.4), (8192, 2048, 15.52, 1.0)]
+    """
+    sweep = [r for r in rows if r["name"].startswith("tile sweep")]
+    out = []
+    for r in sweep:
+        m, n, _ = (int(x) for x in r["shape"].split("x"))
+        same = [x for x in sweep if x["dtype"] == r["dtype"]]
+        largest = max(same, key=lambda x: int(x["shape"].split("x")[0]))["fraction_of_peak"]
+        tiles = -(-m // TILE) * -(-n // TILE)
+        fraction = r["fraction_of_peak"]
+        out.append({"dtype": r["dtype"], "m": m, "tiles": tiles,
+                    "waves": None if not sms else round(tiles / sms, 2), "fraction_of_peak": fraction,
+                    "of_largest": None if fraction is None or not largest else fraction / largest,
+                    "error_percent": r["error_percent"]})
+    return out
+
+
+def summarize(rows: list[dict[str, Any]], sms: int | None = None) -> dict[str, Any]:
+    """Median |error| per kind, the LM head's unaligned / padded time ratio per dtype, and the tile sweep
+    (:func:`tile_table`) on ``sms`` SMs."""
+    out: dict[str, Any] = {"sms": sms, "tile_sweep": tile_table(rows, sms)}
     for kind in ("gemm", "attention", "memory"):
         errors = [abs(r["error_percent"]) for r in rows if r["kind"] == kind and r["error_percent"] is not None]
         out[kind] = {"n": len(errors), "median_abs_error_percent": statistics.median(errors) if errors else None}
@@ -291,6 +395,19 @@ def write_report(out: Path, report: dict[str, Any], name: str) -> None:
     if sweep:
         lines.append("\nAlignment sweep (bf16), each GEMM's time over the padded vocabulary's: "
                      + "; ".join(f"{k} {v:.2f} ×" for k, v in sweep.items()) + ".")
+    tiles = summary.get("tile_sweep")
+    if tiles:
+        width = next(r["shape"] for r in report["rows"] if r["name"].startswith("tile sweep")).split("x", 1)[1]
+        lines += ["", f"Tile sweep (`M x {width}`): output tiles of {TILE} x {TILE}, waves on "
+                  f"{summary.get('sms') or 'an unknown number of'} SMs, the fraction of the peak reached and its ratio "
+                  "to the largest M's (the GEMM that fills the GPU); the model's error as in the table above.", "",
+                  "| dtype | M | tiles | waves | fraction of peak | of the largest M's | model's error |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for t in tiles:
+            error = t["error_percent"]
+            lines.append(f"| {t['dtype']} | {t['m']:,} | {t['tiles']:,} | {_fmt(t['waves'], '.2f')} | "
+                         f"{_fmt(t['fraction_of_peak'], '.3f')} | {_fmt(t['of_largest'], '.2f')} | "
+                         f"{_fmt(error, '+.1f')}{'' if error is None else ' %'} |")
     (out / f"{name}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -333,7 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "autoshard": autoshard.__version__, "dry_run": args.dry_run, "repeats": repeats,
                  "command": " ".join(["python", "benchmarks/gpu_kernels.py", *shown]),
                  "seconds": round(time.monotonic() - started, 1)},
-        "summary": summarize(rows),
+        "summary": summarize(rows, torch.cuda.get_device_properties(device).multi_processor_count
+                             if device.type == "cuda" else None),
         "rows": rows,
     }
     write_report(args.out, report, args.name)

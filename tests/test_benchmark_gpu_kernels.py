@@ -65,6 +65,30 @@ def test_dry_run_writes_both_reports_with_the_lm_head_ratio(bench: ModuleType, t
     table = (tmp_path / "gpu_kernels.md").read_text()
     assert "DRY RUN" in table and "| GPT-2 LM head, vocabulary 1001 | bf16 |" in table
     assert "Alignment sweep (bf16)" in table
+    tiles = report["summary"]["tile_sweep"]
+    assert [(t["dtype"], t["m"], t["tiles"]) for t in tiles][:2] == [("bf16", 16, 1), ("bf16", 32, 1)]
+    assert {t["dtype"] for t in tiles} == {"bf16", "fp32"} and report["summary"]["sms"] is None  # no GPU: unknown
+    assert "Tile sweep (`M x 64x64`)" in table and "| bf16 | 128 | 1 | — |" in table
+
+
+def test_a_step_memory_kernel_is_priced_from_the_census_of_its_own_op(bench: ModuleType, h100: GPUSpec) -> None:
+    kernels = {k.name: k for k in bench.step_memory_kernels(torch.device("cpu"), dry=True)}
+    gelu = kernels["GELU"]  # one op: 256 x 64 bf16 read, the same written
+    assert gelu.bytes == 2 * 256 * 64 * 2 and gelu.census().kernels == 1 and gelu.census().matmuls == ()
+    # The embedding lookup as the census counts it: the whole table read (1,008 x 64), ids, and the rows written.
+    assert kernels["embedding"].bytes == 1008 * 64 * 2 + 256 * 8 + 256 * 64 * 2
+    assert kernels["layer norm backward"].census().kernels >= 1
+    row = bench.row(gelu, gelu.bytes / h100.memory_bandwidth_bytes_per_s, h100)
+    assert row["fraction_of_peak"] == pytest.approx(1.0) and row["predicted_s"] > 0
+
+
+def test_the_tile_table_counts_tiles_and_waves_against_the_largest_gemm(bench: ModuleType) -> None:
+    rows = [{"name": f"tile sweep: M {m}", "dtype": "bf16", "shape": f"{m}x4096x4096", "fraction_of_peak": f,
+             "error_percent": 0.0} for m, f in ((200, 0.2), (8192, 0.8))]
+    small, large = bench.tile_table(rows, 80)
+    assert (small["tiles"], small["waves"], small["of_largest"]) == (2 * 32, 0.8, pytest.approx(0.25))
+    assert (large["tiles"], large["of_largest"]) == (64 * 32, 1.0)
+    assert bench.tile_table(rows, None)[0]["waves"] is None
 
 
 def test_without_a_gpu_it_says_so_in_one_line(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:

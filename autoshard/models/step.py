@@ -92,6 +92,25 @@ def optional_positionals(module: nn.Module) -> list[str]:
             and p.default is not inspect.Parameter.empty]
 
 
+def defaulted_bindings(module: nn.Module, batch: Batch) -> list[str]:
+    """The parameters of ``module.forward`` with a default that a tuple batch fed whole (``model(*batch)``: the
+    forward requires no more of its arguments than the batch has) fills by position, in order. A Hugging Face
+    forward requires none, so ``(input_ids, labels)`` arrives as ``input_ids`` and ``attention_mask``.
+
+    Example:
+        >>> class HF(torch.nn.Module):
+        ...     def forward(self, input_ids=None, attention_mask=None, labels=None): ...
+        >>> ids = torch.zeros(2, 4, dtype=torch.long)
+        >>> defaulted_bindings(HF(), (ids, ids)), defaulted_bindings(torch.nn.Linear(2, 2), (ids, ids))
+        (['input_ids', 'attention_mask'], [])
+    """
+    if not isinstance(batch, (tuple, list)) or split(batch, positional_inputs(module)) is not None:
+        return []
+    params = [p for p in _forward_parameters(module) or [] if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                                        inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    return [p.name for p in params[:len(batch)] if p.default is not inspect.Parameter.empty]
+
+
 def keyword_inputs(module: nn.Module) -> frozenset[str] | None:
     """The argument names ``module.forward`` takes by keyword (``None``: it takes ``**kwargs``, or its signature
     cannot be read).

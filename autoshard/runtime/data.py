@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import torch
@@ -173,15 +174,65 @@ def as_samples(data: Any) -> SampleList | None:
     return SampleList(data)
 
 
-def check(data: Any) -> None:
-    """Refuse what is neither a dataset nor an iterable of batches.
+def check(data: Any, name: str = "data") -> None:
+    """Refuse what is neither a dataset nor an iterable of batches, and the iterables whose items are not batches:
+    a string or path (iterated, its characters), and a mapping of tensors whose row counts differ (iterated, its
+    keys; one of a single row count is read as samples, :func:`unbatched_samples`).
 
     Raises:
-        UsageError: with what it is and what to pass instead.
+        UsageError: with what it is (as the argument ``name``) and what to pass instead.
+
+    Example:
+        >>> check({"input_ids": torch.zeros(32, 16), "labels": torch.zeros(8)}, "eval_data")
+        Traceback (most recent call last):
+        ...
+        autoshard.errors.UsageError: eval_data is a dict of tensors with different numbers of rows (input_ids: 32, \
+labels: 8): neither samples (one row each) nor batches.
+        Pass tensors of one row per sample (a TensorDataset's), or a list of batches.
     """
+    kind = type(data).__name__
+    if isinstance(data, (str, bytes, os.PathLike)):
+        raise UsageError(f"{name} is a {kind} ({str(data)[:60]!r}): fit() takes batches, not a file name.",
+                         hint="Load the file into tensors first (e.g. a Dataset), and pass that.")
+    rows = _column_rows(data)
+    if rows is not None and len(set(rows.values())) > 1:
+        counts = ", ".join(f"{k}: {n}" for k, n in list(rows.items())[:4])
+        raise UsageError(f"{name} is a {kind} of tensors with different numbers of rows ({counts}): neither samples "
+                         "(one row each) nor batches.",
+                         hint="Pass tensors of one row per sample (a TensorDataset's), or a list of batches.")
     if not isinstance(data, (Dataset, Iterable)):
-        raise UsageError(f"data is a {type(data).__name__}, which is neither a Dataset nor an iterable of batches.",
+        raise UsageError(f"{name} is {_article(kind)} {kind}, which is neither a Dataset nor an iterable of batches.",
                          hint="Pass a torch Dataset, a DataLoader, or a list/generator of batches.")
+
+
+def _column_rows(data: Any) -> dict[str, int] | None:
+    """The rows of each tensor of a mapping whose every value is a tensor of one dimension or more (a tokenizer's
+    ``BatchEncoding``, a dict of columns), else ``None``."""
+    if not isinstance(data, Mapping) or not data:
+        return None
+    if not all(isinstance(v, torch.Tensor) and v.dim() > 0 for v in data.values()):
+        return None
+    return {str(k): int(v.shape[0]) for k, v in data.items()}
+
+
+class ColumnSamples(Dataset[Any]):
+    """A mapping of tensors of one row count read as samples: sample ``i`` is ``{key: tensor[i]}``, which the
+    default collate stacks back into a dict batch."""
+
+    def __init__(self, columns: Mapping[str, torch.Tensor]) -> None:
+        self.columns = dict(columns)
+        self.rows = len(next(iter(self.columns.values())))
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {k: v[index] for k, v in self.columns.items()}
+
+
+def _article(word: str) -> str:
+    """``an`` before a vowel, else ``a``."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def check_not_columns(data: Any, name: str = "data") -> None:
@@ -235,25 +286,32 @@ def peek(data: Any) -> tuple[Any, Any]:
     return first, data
 
 
-def unbatched_samples(data: Any) -> tuple[Any, tuple[str, ...]]:
-    """A tensor (its rows the samples, as ``TensorDataset`` reads one) and ``DataLoader(dataset,
-    batch_size=None)`` (automatic batching off: each item one sample, as the dataset gives it) as a map-style
-    dataset, which ``fit()`` batches at the planned micro-batch, with a note; anything else as it is. Fed as
-    batches, a sample of shape ``[8]`` was planned as a batch of 8 samples of one element, and the trace of a model
-    taking ``[8]`` failed (blamed on the user's code)."""
+def unbatched_samples(data: Any, name: str = "data") -> tuple[Any, tuple[str, ...]]:
+    """A tensor (its rows the samples, as ``TensorDataset`` reads one), a mapping of tensors of one row count (a
+    tokenizer's output: row ``i`` of each, one sample) and ``DataLoader(dataset, batch_size=None)`` (automatic
+    batching off: each item one sample, as the dataset gives it) as a map-style dataset, which ``fit()`` batches
+    at the planned micro-batch, with a note; anything else as it is. Fed as batches, a sample of shape ``[8]`` was
+    planned as a batch of 8 samples of one element, and the trace of a model taking ``[8]`` failed (blamed on the
+    user's code); a mapping's keys were fed as batches."""
     from torch.utils.data import SequentialSampler
     from torch.utils.data._utils.collate import default_convert
 
     if isinstance(data, torch.Tensor) and data.dim() > 0:  # iterated, its rows were fed to the model as batches
-        return SampleList(data), (f"data is a tensor of shape {list(data.shape)}: each row along its first "
+        return SampleList(data), (f"{name} is a tensor of shape {list(data.shape)}: each row along its first "
                                   "dimension is one sample, batched at the planned micro-batch as a Dataset's. "
                                   "Pass a list of batches (or a DataLoader) to feed it as batches.",)
+    rows = _column_rows(data)
+    if rows is not None and len(set(rows.values())) == 1:
+        keys = ", ".join(list(rows)[:4]) + (", ..." if len(rows) > 4 else "")
+        return ColumnSamples(data), (f"{name} is a {type(data).__name__} of {len(rows)} tensor(s) of "
+                                     f"{next(iter(rows.values()))} rows ({keys}): row i of each is one sample, "
+                                     "batched at the planned micro-batch as a Dataset's (a dict batch).",)
     if not (isinstance(data, DataLoader) and data.batch_size is None and data.batch_sampler is None
             and _map_style(data.dataset) and data.collate_fn is default_convert
             and isinstance(data.sampler, (RandomSampler, SequentialSampler))):
         return data, ()
-    return data.dataset, ("data is a DataLoader with batch_size=None (each item one sample): its dataset is "
-                          "batched at the planned micro-batch, as a Dataset given as data is.",)
+    return data.dataset, (f"{name} is a DataLoader with batch_size=None (each item one sample): its dataset is "
+                          f"batched at the planned micro-batch, as a Dataset given as {name} is.",)
 
 
 def _map_style(dataset: Any) -> bool:

@@ -12,15 +12,18 @@ has as many; an iterable's batches are dealt out as in training, the last incomp
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from autoshard.errors import UsageError
+from autoshard.errors import UsageError, UserCodeError
 from autoshard.models.step import StepFunctions
 from autoshard.runtime.backends import Backend, to_device
 from autoshard.runtime.data import DataFeed
 from autoshard.runtime.distributed import mean_over_ranks
+from autoshard.runtime.loop import first_loss
 from autoshard.runtime.result import EvalMetrics
 
 
@@ -42,28 +45,50 @@ class Evaluator:
             raise UsageError("eval_data is a one-pass iterator (a generator): it would be empty after its first "
                              "evaluation.", hint="Pass a list, a Dataset or a DataLoader.")
 
+    def check(self) -> None:
+        """Score this rank's first batch before training starts (collective: every rank calls it), so that a batch
+        the model or the loss cannot take is refused now, naming ``eval_data``, not after the whole run.
+
+        Raises:
+            UserCodeError: the model or the loss failed on it, or the loss is not a scalar (as for ``data``).
+        """
+        backend = self.backend
+        with self._scoring():
+            batch = to_device(next(iter(self.feed.epoch(0))), backend.ctx.device)
+            try:
+                first_loss(backend, self.fns, batch, sync=False)
+            except UserCodeError as e:
+                raise UserCodeError(f"eval_data: {e.message}", hint=e.hint) from e
+
     def __call__(self, step: int) -> EvalMetrics:
         """The loss at ``step`` (collective: every rank calls it)."""
         backend, ctx = self.backend, self.backend.ctx
-        module = backend.module
-        modes = {m: m.training for m in module.modules()}
-        module.eval()
         sums = torch.zeros(2, dtype=torch.float64)  # loss × samples, samples
         count = 0
-        try:
-            with torch.no_grad(), backend.autocast():
-                for batch in self.feed.epoch(0):
-                    batch = to_device(batch, ctx.device)
-                    loss = self.fns.loss(backend.forward(batch, sync=False, call=self.fns.call), batch)
-                    size = _samples(batch)
-                    sums += torch.stack([loss.detach().double().cpu() * size, torch.tensor(float(size))])
-                    count += 1
-        finally:
-            for m, training in modes.items():
-                m.training = training
+        with self._scoring():
+            for batch in self.feed.epoch(0):
+                batch = to_device(batch, ctx.device)
+                loss = self.fns.loss(backend.forward(batch, sync=False, call=self.fns.call), batch)
+                size = _samples(batch)
+                sums += torch.stack([loss.detach().double().cpu() * size, torch.tensor(float(size))])
+                count += 1
         total, samples = mean_over_ranks(sums, ctx)  # means over the ranks: their ratio is the ratio of the sums
         return EvalMetrics(step=step, loss=total / samples if samples else float("nan"),
                            batches=count * ctx.world_size)
+
+
+    @contextlib.contextmanager
+    def _scoring(self) -> Iterator[None]:
+        """The module in eval mode (each submodule's mode restored after), no gradients, the backend's autocast."""
+        module = self.backend.module
+        modes = {m: m.training for m in module.modules()}
+        module.eval()
+        try:
+            with torch.no_grad(), self.backend.autocast():
+                yield
+        finally:
+            for m, training in modes.items():
+                m.training = training
 
 
 def _samples(batch: Any) -> int:

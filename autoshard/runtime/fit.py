@@ -166,44 +166,53 @@ def fit(
                          hint="Pass a list, a Dataset or a DataLoader, or train one epoch (or max_steps within it).")
     from autoshard.planner.machine import parse_reduce_dtype
 
-    environ = os.environ  # the edge: the launcher's variables are read here only
-    launch = LaunchInfo.from_environ(environ)
-    ckpt = checkpointing or Checkpointing()
-    module, arrival = _uncompiled(module)
-    data, unbatched = unbatched_samples(data)
-    arrival += unbatched
-    job = TrainJob(module=module, source=source, data=data, eval_data=eval_data, eval_every=eval_every,
-                   loss_fn=loss_fn, training_step=training_step,
-                   optimizer=optimizer, notes=arrival,
-                   max_steps=max_steps, epochs=epochs, seed=seed,
-                   checkpoint_dir=None if ckpt.dir is None else Path(ckpt.dir),
-                   checkpoint_every=ckpt.every,
-                   resume=ckpt.resume if isinstance(ckpt.resume, bool) else Path(ckpt.resume),
-                   consolidate=consolidate, log_every=log_every, progress=progress,
-                   grad_clip_norm=grad_clip_norm,
-                   lr_scheduler=lr_scheduler, keep_last_checkpoints=ckpt.keep_last)
-    options = planning.PlanOptions(
-        plan=plan, strategy=strategy, hardware=hardware, processes=processes, precision=precision,
-        batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len, force=force,
-        optimizer_impl=planning.optimizer_impl_for(optimizer_impl, optimizer),
-        checkpointing=None if activation_checkpointing is None else parse_checkpointing(activation_checkpointing),
-        reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype), cache=cache,
-        progress=progress)
-    run_dir = environ.get(supervisor.RUN_DIR_VAR)
-    if launch is not None and run_dir is not None:
-        supervisor.leave_with_launcher(environ)  # no worker outlives the process that started it
-        supervisor.dump_stacks_when_stopped(environ)  # a run stopped at its time limit says where it was
-        workers.run(job, launch, Path(run_dir))  # never returns
-    if launch is not None:
-        return _launched(job, options, launch)
-    exported, notes, job = planning.resolve(job, options, world_size=None)
-    if exported.hardware.nodes > 1:
-        raise UsageError(f"the plan spans {exported.hardware.nodes} nodes; fit() starts processes on this machine "
-                         "only.", hint="Start it on every node with torchrun or srun (see launch.sh from "
-                                       "`autoshard export`).")
-    if exported.hardware.world_size == 1:
-        return _single(job, exported, notes)
-    return workers.spawn(job, exported, notes, model, timeout_s)
+    # The caller's random state is left as it was: planning draws from it, and training seeds it (fit.md).
+    with torch.random.fork_rng(devices=cuda_devices_in_use()):
+        environ = os.environ  # the edge: the launcher's variables are read here only
+        launch = LaunchInfo.from_environ(environ)
+        ckpt = checkpointing or Checkpointing()
+        module, arrival = _uncompiled(module)
+        data, unbatched = unbatched_samples(data)
+        eval_data, unbatched_eval = unbatched_samples(eval_data, "eval_data")
+        arrival += unbatched + unbatched_eval
+        job = TrainJob(module=module, source=source, data=data, eval_data=eval_data, eval_every=eval_every,
+                       loss_fn=loss_fn, training_step=training_step,
+                       optimizer=optimizer, notes=arrival,
+                       max_steps=max_steps, epochs=epochs, seed=seed,
+                       checkpoint_dir=None if ckpt.dir is None else Path(ckpt.dir),
+                       checkpoint_every=ckpt.every,
+                       resume=ckpt.resume if isinstance(ckpt.resume, bool) else Path(ckpt.resume),
+                       consolidate=consolidate, log_every=log_every, progress=progress,
+                       grad_clip_norm=grad_clip_norm,
+                       lr_scheduler=lr_scheduler, keep_last_checkpoints=ckpt.keep_last)
+        options = planning.PlanOptions(
+            plan=plan, strategy=strategy, hardware=hardware, processes=processes, precision=precision,
+            batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len, force=force,
+            optimizer_impl=planning.optimizer_impl_for(optimizer_impl, optimizer),
+            checkpointing=None if activation_checkpointing is None else parse_checkpointing(activation_checkpointing),
+            reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype), cache=cache,
+            progress=progress)
+        run_dir = environ.get(supervisor.RUN_DIR_VAR)
+        if launch is not None and run_dir is not None:
+            supervisor.leave_with_launcher(environ)  # no worker outlives the process that started it
+            supervisor.dump_stacks_when_stopped(environ)  # a run stopped at its time limit says where it was
+            workers.run(job, launch, Path(run_dir))  # never returns
+        if launch is not None:
+            return _launched(job, options, launch)
+        exported, notes, job = planning.resolve(job, options, world_size=None)
+        if exported.hardware.nodes > 1:
+            raise UsageError(f"the plan spans {exported.hardware.nodes} nodes; fit() starts processes on this machine "
+                             "only.", hint="Start it on every node with torchrun or srun (see launch.sh from "
+                                           "`autoshard export`).")
+        if exported.hardware.world_size == 1:
+            return _single(job, exported, notes)
+        return workers.spawn(job, exported, notes, model, timeout_s)
+
+
+def cuda_devices_in_use() -> list[int]:
+    """The CUDA devices whose random state this process already holds: every visible one once CUDA is initialized,
+    none before (asking would initialize CUDA in a process that trains nothing itself: a context on GPU 0)."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
 
 
 def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | None, epochs: int | None,
@@ -231,6 +240,9 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
                          f"{type(lr_scheduler).__name__}.",
                          hint="Pass e.g. lr_scheduler=lambda opt: torch.optim.lr_scheduler.LinearLR(opt, ...).")
     parse_grad_clip_norm(grad_clip_norm)
+    if data is None and isinstance(model, nn.Module):
+        raise UsageError("fit(module) with no data has nothing to train on.",
+                         hint="Pass data=, or a model source (a model.py / catalog name) whose batch() is used.")
     if max_steps is None and epochs is None and data is None:
         raise UsageError("with no data, fit() trains on the model source's example batches: pass max_steps.")
     module, source = _model(model, loss_fn)
@@ -238,7 +250,7 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
         _check_unsharded(module)
     for name, given in (("data", data), ("eval_data", eval_data)):
         if given is not None:
-            check_data(given)
+            check_data(given, name)
             check_not_columns(given, name)
     return module, source
 

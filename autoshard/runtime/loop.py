@@ -277,7 +277,7 @@ def _loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool, check
     arrived; later, a failure on a batch smaller than the plan's (a DataLoader's last) says so."""
     with backend.autocast():
         if not checked:
-            return _first_loss(backend, fns, batch, sync=sync)
+            return first_loss(backend, fns, batch, sync=sync)
         try:
             return fns.loss(backend.forward(batch, sync=sync, call=fns.call), batch)
         except (torch.OutOfMemoryError, MemoryError, UserCodeError, UsageError):
@@ -293,7 +293,7 @@ def _loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool, check
                      "leaves it out (BatchNorm, for one, cannot train on a single sample).") from e
 
 
-def _first_loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool) -> torch.Tensor:
+def first_loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool) -> torch.Tensor:
     """Forward and loss of a first step's micro-batch, their errors blamed on the user's code — except running
     out of memory and a lost peer: forward (FSDP2's all-gathers, ZeRO-3's, DDP's buffer broadcast) and a loss
     that all-reduces talk to the other ranks, and another rank dying is not this rank's code's fault."""

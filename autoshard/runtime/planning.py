@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset
 
 from autoshard.errors import UsageError, UserCodeError
 from autoshard.models.source import ModelSource
-from autoshard.models.step import describe, step_functions, unused_keys
+from autoshard.models.step import defaulted_bindings, describe, step_functions, unused_keys
 from autoshard.planner.plan_file import (
     ExportedPlan,
     ModelFingerprint,
@@ -321,6 +321,14 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
         if unused:
             notes.append(f"The batches' {', '.join(unused)} reach the loss only: {type(job.module).__name__}.forward "
                          "does not take them (as the Hugging Face Trainer drops unused columns).")
+        defaulted = [] if job.training_step is not None else defaulted_bindings(job.module,  # type: ignore[arg-type]
+                                                                                example)
+        if len(defaulted) > 1:
+            bound = ", ".join(f"{name}=batch[{i}]" for i, name in enumerate(defaulted))
+            notes.append(f"Each batch is a tuple of {len(defaulted)} and {type(job.module).__name__}.forward requires "
+                         f"none of the arguments they fill, so all of them go in by position: {bound}. If one is "
+                         "the targets, pass dict batches naming each (e.g. {'input_ids': ..., 'labels': ...}), or "
+                         "training_step=.")
     strategies = _able_strategies(job.optimizer, options.strategy, notes)
 
     def planned(source: ModelSource, global_batch: int | None = options.global_batch_size) -> Any:

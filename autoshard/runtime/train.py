@@ -68,7 +68,8 @@ class TrainJob:
 
 
 def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) -> FitResult:
-    """Build the backend, train, consolidate; returns this rank's result."""
+    """Build the backend, train, consolidate; returns this rank's result (seeded with ``job.seed``; ``fit()``
+    puts its caller's random state back afterwards)."""
     torch.manual_seed(job.seed)
     if plan.float32_matmul_precision != "highest":
         # The plan priced fp32 matmuls on TF32 tensor cores; at "highest" (torch's default, and plans written
@@ -130,6 +131,8 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         fns = step_functions_for(job, backend.module)
         evaluator = None if job.eval_data is None else Evaluator(
             job.eval_data, backend=backend, fns=fns, micro_batch_size=plan.micro_batch_size, seed=job.seed)
+        if evaluator is not None:
+            evaluator.check()  # a batch the model cannot take is refused now, not after training
         if evaluator is not None and evaluator.feed.left_out:
             notes.append(f"eval_data: its last {evaluator.feed.left_out} batch(es) make an incomplete round over the "
                          f"{ctx.world_size} ranks and are not scored; pass the samples as a Dataset (or a "

@@ -233,3 +233,95 @@ def test_the_tensor_dataset_the_refusal_suggests_trains() -> None:
     x, y = _xy()
     result = fit(_mlp(), TensorDataset(x, y), loss_fn=F.mse_loss, batch_size=16, epochs=1, progress=False)
     assert len(result.steps) == 4 and result.steps[0].samples_per_s > 0
+
+
+# -- 6. data that is not batches, and eval_data checked before training -------------------------------------------
+
+
+@pytest.mark.parametrize("argument", ["data", "eval_data"])
+@pytest.mark.parametrize(("given", "said"), [
+    (3, "is an int, which is neither a Dataset nor an iterable of batches"),
+    ("train.csv", r"is a str \('train.csv'\): fit\(\) takes batches, not a file name"),
+    ({"x": torch.randn(64, 8), "y": torch.randn(8, 1)},
+     r"is a dict of tensors with different numbers of rows \(x: 64, y: 8\)"),
+])
+def test_data_that_is_not_batches_is_refused_naming_the_argument(argument: str, given: Any, said: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_workers(monkeypatch)
+    kwargs = {"data": batches(), argument: given}
+    with pytest.raises(UsageError, match=f"^{argument} {said}"):
+        fit(_mlp(), loss_fn=F.mse_loss, max_steps=1, progress=False, **kwargs)
+
+
+class _Labelled(nn.Module):
+    """A forward taking its inputs and labels by keyword and returning the loss, as Hugging Face models do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        out = self.linear(x)
+        return {"loss": F.mse_loss(out, labels)} if labels is not None else {"logits": out}
+
+
+def test_a_dict_of_columns_trains_as_samples_like_a_tokenizers_output() -> None:
+    from transformers import BatchEncoding
+
+    x, y = _xy()
+    for data in ({"x": x, "labels": y}, BatchEncoding({"x": x, "labels": y})):
+        result = fit(_Labelled(), data, batch_size=16, epochs=1, progress=False)
+        assert len(result.steps) == 4  # 64 rows at 16: the rows are samples, not the keys batches
+        assert any("row i of each is one sample" in n for n in result.notes), result.notes
+
+
+def test_a_module_without_data_is_refused_for_that_whatever_max_steps_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_workers(monkeypatch)
+    for kwargs in ({}, {"max_steps": 2}):
+        with pytest.raises(UsageError, match=r"^fit\(module\) with no data has nothing to train on"):
+            fit(_mlp(), loss_fn=F.mse_loss, progress=False, **kwargs)
+
+
+def test_an_eval_batch_the_model_cannot_take_is_refused_before_the_first_step() -> None:
+    from autoshard.errors import UserCodeError
+
+    from torch._subclasses.fake_tensor import is_fake
+
+    trained: list[int] = []  # the loss of a real (not traced) training batch
+
+    def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        trained.extend([] if is_fake(out) else [1])
+        return F.mse_loss(out, y)
+
+    with pytest.raises(UserCodeError, match=r"^eval_data: the model failed on the first batch .*8x5") as info:
+        fit(_mlp(), batches(), loss_fn=loss_fn, max_steps=5, progress=False,
+            eval_data=[(torch.randn(8, 5), torch.randn(8, 1))])
+    assert trained == [] and "forward takes" in (info.value.hint or "")
+
+
+def test_fit_leaves_the_callers_random_state_as_it_found_it() -> None:
+    torch.manual_seed(123)
+    model = _mlp_unseeded()
+    before = torch.get_rng_state()
+    fit(model, batches(), loss_fn=F.mse_loss, max_steps=2, progress=False)
+    assert torch.equal(torch.get_rng_state(), before)  # it used to be left at seed 0's (fit's own seed)
+
+
+def _mlp_unseeded() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+def test_a_tuple_filling_a_forward_that_requires_nothing_is_said_argument_by_argument() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    ids = torch.randint(0, 128, (4, 17))
+
+    def loss_fn(out: Any, batch: Any) -> torch.Tensor:
+        return F.cross_entropy(out.logits.flatten(0, 1), batch[1].flatten())
+
+    result = fit(model, [(ids[:, :-1], ids[:, 1:])] * 2, loss_fn=loss_fn, max_steps=1, progress=False)
+    said = [n for n in result.notes if "by position" in n]
+    assert said and "input_ids=batch[0], attention_mask=batch[1]" in said[0], result.notes

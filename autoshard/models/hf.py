@@ -109,6 +109,7 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
     inputs = input_spec(cls, config, file)
     attn, attn_chosen_by = attention_implementation(data, cls, file)
     num_layers = _num_layers(config)
+    _check_depths(config, data, file)
     metadata: dict[str, Any] = {
         "model_type": data["model_type"],
         "architecture": cls.__name__,
@@ -242,6 +243,21 @@ def _special_floats(value: Any) -> Any:
     if isinstance(value, list):
         return [_special_floats(item) for item in value]
     return value
+
+
+def _check_depths(config: Any, data: Mapping[str, Any], file: Path) -> None:
+    """Refuse a stack of fewer than one block: transformers builds it (``range(-1)`` is empty), and the model was
+    planned as its embeddings and head alone, without a word (a new user's ``"num_hidden_layers": -1``).
+
+    Raises:
+        ModelSourceError: naming the config.json's own key.
+    """
+    for key in (*_LAYER_KEYS, "num_decoder_layers", "decoder_layers", "encoder_layers"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            named = next((k for k in (key, config.attribute_map.get(key, key)) if k in data), key)
+            raise ModelSourceError(f"{file}: {named} is {value}: a model needs at least one block.",
+                                   hint=f"Set {named} to the model's number of layers.")
 
 
 def _num_layers(config: Any) -> int | None:

@@ -28,9 +28,14 @@ _TASK_AUTO_CLASSES = (
     "AutoModelForMaskedLM",
     "AutoModelForCausalLM",
     "AutoModelForSeq2SeqLM",
+    "AutoModelForSpeechSeq2Seq",
     "AutoModelForImageClassification",
     "AutoModel",
 )
+_ENCODER_DECODER_FIRST = ("AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq")
+"""Tried first for an encoder-decoder config: Whisper's and Speech2Text's heads are speech seq2seq ones, and
+Whisper also has a decoder-only ``WhisperForCausalLM``, which the causal-LM class would pick (half the model,
+its cross-attention unused)."""
 
 # Config keys of a state-space (SSM) mixer's state size, and of the chunk size of a chunked (Mamba-2, SSD)
 # scan. A state size without a chunk size is Mamba-1's selective scan, whose PyTorch path (without the
@@ -129,8 +134,7 @@ def model_class(transformers: ModuleType, config: Any, data: Mapping[str, Any], 
         return ModelClass(cls=_named_class(transformers, config, data, file), chosen_by="architectures[0]")
     order = list(_TASK_AUTO_CLASSES)
     if getattr(config, "is_encoder_decoder", False):
-        order.remove("AutoModelForSeq2SeqLM")
-        order.insert(0, "AutoModelForSeq2SeqLM")
+        order = [*_ENCODER_DECODER_FIRST, *(a for a in order if a not in _ENCODER_DECODER_FIRST)]
     for auto_name in order:
         # _model_mapping (config class → model class) is how every Auto class resolves from_config.
         mapping = getattr(transformers, auto_name)._model_mapping

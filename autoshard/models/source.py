@@ -178,6 +178,10 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
             hint = (f"Your code raised it while autoshard traced a step to plan (on your batch cut to the micro-batch "
                     f"sizes it tries, so its first dimension may differ from yours):{fed} check the model, the batch "
                     "and the loss.")
+        elif _NO_PAD_TOKEN in str(exc):  # a decoder's sequence classification head, pad_token_id null
+            hint = ('Set "pad_token_id" in the config.json (the tokenizer\'s pad token, or its eos_token_id as is '
+                    "usual for decoder-only models): the classification head takes each sequence's last token "
+                    "before the padding, and without a pad token transformers trains on batches of one only.")
         else:  # a Hugging Face config or a catalog model: the code that raised is not the user's
             hint = ("The model's own code raised it. For a config.json the usual cause is a value transformers "
                     "accepts but its model cannot run (num_experts_per_tok above the experts, attention heads not a "
@@ -187,6 +191,10 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
             f"{what} raised {type(exc).__name__}{where}: {exc}", hint=hint, location=location
         ) from exc
 
+
+_NO_PAD_TOKEN = "no padding token is defined"
+"""What transformers' sequence-classification heads of decoder models raise for a batch of more than one sequence
+when the config has no ``pad_token_id`` (Llama's configs ship it null)."""
 
 _NO_CUDA = ("not linked with support for cuda", "Torch not compiled with CUDA enabled", "Found no NVIDIA driver",
             "No CUDA GPUs are available")

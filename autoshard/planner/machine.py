@@ -204,6 +204,8 @@ def plan_for(
     if strategies is not None and not list(strategies):
         raise UsageError("--strategies names no strategy; name at least one, or leave it out to weigh them all.",
                          hint=f"The strategies: {', '.join(names())}.")
+    if strategies is not None:  # each once, in the order named (a name given twice was weighed twice)
+        strategies = list(dict.fromkeys(strategies))
     chosen = [get(n) for n in (strategies or names())]
     choices, mode = ((False, True), FULL) if choice is None else (traced_choices(bool(choice), chosen),
                                                                   choice if choice else FULL)

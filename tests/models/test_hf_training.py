@@ -165,6 +165,21 @@ def test_metadata_says_how_the_class_was_chosen(
     )
 
 
+def test_an_encoder_decoder_speech_config_without_architectures_is_built_whole(
+    write_config: Callable[..., Path]
+) -> None:
+    """Whisper has a decoder-only WhisperForCausalLM too: chosen, it was half the model, its cross-attention
+    unused (a new user's config; transformers files Whisper under the speech seq2seq Auto class)."""
+    from transformers import WhisperConfig
+
+    data = WhisperConfig(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                         decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128).to_dict()
+    data.pop("architectures", None)
+    source = load_source(write_config(data))
+    assert (source.metadata["architecture"], source.metadata["architecture_chosen_by"]) == (
+        "WhisperForConditionalGeneration", "AutoModelForSpeechSeq2Seq")
+
+
 @pytest.mark.parametrize(
     ("architectures", "expected"),
     [
@@ -315,3 +330,27 @@ def test_a_plan_for_mamba2_mixers_says_its_figures_are_upper_bounds(save: Callab
     llama = save(transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                           num_attention_heads=4, vocab_size=128), "LlamaForCausalLM")
     assert "reference_scan" not in load_source(llama).metadata
+
+
+@pytest.mark.parametrize(("data", "said"), [
+    ({"model_type": "llama", **TINY_DECODER, "num_hidden_layers": -1}, "num_hidden_layers is -1"),
+    ({"model_type": "llama", **TINY_DECODER, "num_hidden_layers": 0}, "num_hidden_layers is 0"),
+    ({"model_type": "gpt2", "n_embd": 32, "n_head": 4, "n_layer": 0, "vocab_size": 64}, "n_layer is 0"),
+])
+def test_a_stack_of_no_blocks_is_refused_by_the_configs_own_key(data: dict[str, Any], said: str,
+                                                                 write_config: Callable[..., Path]) -> None:
+    """transformers builds it (no blocks), and it was planned as embeddings and a head, without a word."""
+    with pytest.raises(ModelSourceError, match=f"{said}: a model needs at least one block"):
+        load_source(write_config(data))
+
+
+def test_a_decoder_classifier_without_a_pad_token_is_told_to_set_one(write_config: Callable[..., Path]) -> None:
+    """Llama's configs ship pad_token_id null; its sequence-classification head cannot batch without one, and the
+    hint used to speak of experts and key/value heads (a new user's report)."""
+    from autoshard.errors import UserCodeError
+
+    data = {"model_type": "llama", **TINY_DECODER, "num_labels": 3, "pad_token_id": None,
+            "architectures": ["LlamaForSequenceClassification"]}
+    with pytest.raises(UserCodeError, match="no padding token") as info:
+        autoshard.profile(write_config(data), batch_size=2, seq_len=8)
+    assert 'Set "pad_token_id"' in (info.value.hint or "") and "experts" not in (info.value.hint or "")

@@ -33,3 +33,10 @@ def test_bf16_reduce_reaches_fsdp_candidates_their_cost_and_the_plan_file() -> N
 def test_an_unknown_reduce_dtype_is_refused_before_tracing() -> None:
     with pytest.raises(UsageError, match="reduce dtype must be one of fp32, bf16"):
         plan_for("tiny-llama", load_hardware("dgx-h100", gpus=4), reduce_dtype="fp8")
+
+
+def test_a_strategy_named_twice_is_weighed_once() -> None:
+    """`--strategies ddp ddp` listed every candidate twice (a new user's report)."""
+    plan = plan_for("tiny-llama", load_hardware("dgx-h100", gpus=4), seq_len=32, batch_size=2,
+                    strategies=["ddp", "fsdp", "ddp"], checkpointing="none")
+    assert sorted(c.strategy for c in plan.candidates) == ["ddp", "fsdp"]

@@ -100,7 +100,8 @@ class FSDPStrategy(Strategy):
         """``reshard_after_forward`` (with the partial sizes the shard group allows), prefetch depths, the
         reduce dtype, blocks per unit and, for offload, pinned memory."""
         n = self._shard_size(hardware)
-        partial = tuple(m for m in range(2, n) if n % m == 0 and m == hardware.processes_per_node)
+        per_node = hardware.processes_per_node  # a shard over one node's ranks, where it divides the shard group
+        partial = (per_node,) if 2 <= per_node < n and n % per_node == 0 else ()
         knobs = [
             Knob(name="reshard_after_forward", default=self.reshard_after_forward, kind="choice",
                  choices=(True, False, *partial),

@@ -49,6 +49,13 @@ if TYPE_CHECKING:
     from autoshard.runtime.train import TrainJob
 
 
+
+CPU_EXAMPLE_BATCH = 8
+"""The largest micro-batch ``fit()`` plans on a CPU for a model source's own example batches (no ``data``, no
+``batch_size=``): the planner's choice is the largest that fits memory, which on a CPU's host memory was 1,024
+samples of tiny-gpt2 (12 s a step) and 333 of the example GPT (over 5 minutes a step), where per-sample speed
+does not grow with the batch."""
+
 def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None, training_step: Any = None
                   ) -> ModelSource:
     """A :class:`ModelSource` over a module the user already built, for profiling and planning.
@@ -308,6 +315,9 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
         batch_size = size_as_it_comes(job.data, example, options.batch_size, notes) or batch_size
     per_rank = samples_per_rank(job.data, hw.world_size)
     check_batch_fits_data(options.batch_size, per_rank)
+    synthetic_on_cpu = hw.gpu is None and job.data is None and options.batch_size is None
+    if synthetic_on_cpu:  # the largest that fits host memory: 1,024 samples, 12 s a step for tiny-gpt2
+        per_rank = CPU_EXAMPLE_BATCH
     check_loader_fits_ranks(job.data, hw.world_size)
     # A list's first element may be a batch or one sample: only a batch's first dimension is a micro-batch.
     maybe_samples = (options.batch_size is None and job.source is None and job.module is not None
@@ -400,6 +410,10 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
                     if exported.gradient_accumulation > 1 else "")
     notes.append(f"Planned {exported.strategy} for {hw.world_size} rank(s), micro-batch "
                  f"{exported.micro_batch_size}{accumulating}, {precision}.")
+    if synthetic_on_cpu:
+        notes.append(f"Micro-batch {exported.micro_batch_size}: on a CPU, the model source's example batches are "
+                     f"planned at {CPU_EXAMPLE_BATCH} samples at most (a larger batch trains no faster per sample "
+                     "there, and its steps take long); pass batch_size= to choose.")
     if batch_size is None and job.data is not None:
         capped = " (each rank's whole share of the data)" if exported.micro_batch_size == per_rank else ""
         notes.append(f"Micro-batch {exported.micro_batch_size} is the planner's choice{capped}: the fastest that fits "

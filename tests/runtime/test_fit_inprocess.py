@@ -66,6 +66,15 @@ def test_a_catalog_source_trains_on_its_own_batches() -> None:
     assert result.model is not None and result.state_dict is not None
 
 
+def test_a_catalog_source_on_a_cpu_without_batch_size_trains_at_a_small_micro_batch() -> None:
+    """The planner's choice, the largest that fits host memory, was 1,024 samples of tiny-gpt2 (12 s a step)."""
+    from autoshard.runtime.planning import CPU_EXAMPLE_BATCH
+
+    result = fit("tiny-gpt2", max_steps=1, seq_len=16)
+    assert result.plan.micro_batch_size == CPU_EXAMPLE_BATCH
+    assert any(f"planned at {CPU_EXAMPLE_BATCH} samples at most" in n for n in result.notes), result.notes
+
+
 def test_gradient_accumulation_follows_the_plan() -> None:
     model = _Regressor()
     result = fit(model, _regression_batches(8), loss_fn=_mse, epochs=1,

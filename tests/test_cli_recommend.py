@@ -152,6 +152,9 @@ def test_a_config_json_that_leaves_sizes_to_the_defaults_is_planned_with_an_assu
     out = " ".join(capsys.readouterr().out.split())
     assert (f"Assumed: {folder / 'config.json'} does not set vocab_size: transformers' defaults for its model_type "
             "were used (vocab_size 32,000); set them in the file if the model differs.") in out
+    # Nor does it name its class: which head was planned is said (a CLIP config became its vision classifier).
+    assert (f"Assumed: {folder / 'config.json'} names no architectures: planned as LlamaForCausalLM, the first class "
+            "transformers' AutoModelForCausalLM has for model_type 'llama'") in out
 
 
 def test_an_moe_model_on_several_gpus_is_told_expert_parallelism_is_not_planned(tmp_path, capsys):

@@ -126,6 +126,12 @@ def notes(exported: ExportedPlan) -> list[str]:
         out.append("The plan runs fp32 matmuls on TF32 tensor cores: call torch.set_float32_matmul_precision("
                    f"{exported.float32_matmul_precision!r}) in your training script before the model runs (the HF "
                    "Trainer flags say --tf32 True; fit() sets it itself).")
+    if exported.precision == "bf16-true":
+        out.append("The plan keeps the model in bf16 throughout (bf16-true: no fp32 weights, no autocast): cast it "
+                   "in your script (model.to(torch.bfloat16), or from_pretrained(..., dtype=torch.bfloat16)). "
+                   "accelerate_config.yaml's mixed_precision 'no' and the HF Trainer's --bf16 (autocast) leave an "
+                   "fp32 model fp32, at twice the planned parameter memory; Lightning's precision='bf16-true' casts "
+                   "it, and so does DeepSpeed's bf16 section.")
     if exported.checkpoints_every_block:
         blocks = " and ".join(exported.model.block_classes) or "repeated block"
         out.append(f"The plan checkpoints every {blocks}: enable it in your "

@@ -304,6 +304,12 @@ def _source_lines(loaded: ModelSource, world_size: int, seq_len: int | None = No
                      "was traced eager: the scores of every head are materialised and kept for backward, slower and "
                      "larger than a fused kernel (attn_implementation in the config names another, e.g. a "
                      "flash-attention kernel the class supports).")
+    chosen_by = str(loaded.metadata.get("architecture_chosen_by", ""))
+    if chosen_by.startswith("AutoModel"):  # the config names no class: say which head was planned
+        built, kind = loaded.metadata.get("architecture"), loaded.metadata.get("model_type")
+        lines.append(f"Assumed: {loaded.origin} names no architectures: planned as {built}, the first class "
+                     f"transformers' {chosen_by} has for model_type {kind!r} (docs/models.md); set "
+                     "\"architectures\" in the file to plan another head.")
     defaulted = loaded.metadata.get("defaulted_sizes")
     if defaulted:
         sizes = ", ".join(f"{k} {v:,}" for k, v in defaulted.items())

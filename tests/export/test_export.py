@@ -256,6 +256,15 @@ def test_export_accepts_a_plan_and_renders_readme_notes(plan):
     assert json.loads(files["plan.json"])["strategy"] == plan.recommended.strategy
 
 
+def test_a_bf16_true_plan_tells_the_user_to_cast_the_model(plan):
+    """accelerate's mixed_precision 'no' and the HF Trainer's --bf16 (autocast) leave an fp32 model fp32: twice the
+    planned parameter memory, with nothing said (a new user's report)."""
+    e = exported_for(plan, "ddp")
+    said = [n for n in notes(dataclasses.replace(e, precision="bf16-true")) if n.startswith("The plan keeps the model")]
+    assert len(said) == 1 and "model.to(torch.bfloat16)" in said[0]
+    assert not any(n.startswith("The plan keeps the model") for n in notes(dataclasses.replace(e, precision="bf16-mixed")))
+
+
 def test_a_multi_process_cpu_plan_says_how_its_processes_start(plan):
     """accelerate launch ran the MULTI_CPU config of a 2-process CPU plan as one process (simple_launcher)."""
     e = exported_for(plan, "ddp")

@@ -107,6 +107,12 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                              f"{plan.gradient_accumulation}: nothing would train.",
                              hint="Pass more data or epochs, max_steps= (steps then run on over the epochs), or a "
                                   "smaller global batch.")
+        if job.max_steps is not None and job.epochs is not None and per_epoch is not None:
+            reachable = per_epoch * job.epochs // plan.gradient_accumulation
+            if reachable < job.max_steps:
+                notes.append(f"epochs={job.epochs} ends the run after {reachable} optimizer step(s), before "
+                             f"max_steps={job.max_steps}: the first limit reached stops it (pass max_steps alone to "
+                             "run on over the epochs).")
         start, resumed, epoch_rng = Position(), None, None
         where = _resume_from(job)
         if where is not None:

@@ -325,3 +325,13 @@ def test_a_tuple_filling_a_forward_that_requires_nothing_is_said_argument_by_arg
     result = fit(model, [(ids[:, :-1], ids[:, 1:])] * 2, loss_fn=loss_fn, max_steps=1, progress=False)
     said = [n for n in result.notes if "by position" in n]
     assert said and "input_ids=batch[0], attention_mask=batch[1]" in said[0], result.notes
+
+
+def test_epochs_ending_the_run_before_max_steps_is_said() -> None:
+    x, y = _xy()
+    loader = DataLoader(TensorDataset(x, y), batch_size=16)
+    result = fit(_mlp(), loader, loss_fn=F.mse_loss, max_steps=10, epochs=1, progress=False)
+    assert len(result.steps) == 4
+    assert any(n.startswith("epochs=1 ends the run after 4 optimizer step(s), before max_steps=10") for n in result.notes)
+    quiet = fit(_mlp(), loader, loss_fn=F.mse_loss, max_steps=3, epochs=1, progress=False)
+    assert not any(n.startswith("epochs=") for n in quiet.notes)

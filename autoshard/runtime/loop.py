@@ -4,6 +4,7 @@ checkpoints."""
 from __future__ import annotations
 
 import itertools
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -122,6 +123,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     batches: Iterator[Any] = _epoch_under(feed, epoch, consumed, epoch_rng)
     first = True
     sizes = _SampleSizes()
+    nonfinite: list[int] = []  # the first step whose loss was NaN or infinite: warned once
 
     def flush() -> None:
         if not pending:
@@ -140,6 +142,13 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
                                      tokens_per_s=None if tokens is None else tokens / seconds,
                                      peak_memory_bytes=peak, lr=lr))
         pending.clear()
+        bad = next((m for m in steps[logged:] if not math.isfinite(m.loss)), None)
+        if bad is not None and not nonfinite:
+            nonfinite.append(bad.step)
+            if ctx.is_main:
+                warnings.warn(f"step {bad.step}: the loss is {bad.loss} (averaged over the ranks): training goes on, "
+                              "but the weights may be ruined from here. Check the data and the learning rate (a "
+                              "lower one, grad_clip_norm=, or bf16 in place of fp16 usually helps).", stacklevel=2)
         if config.on_log is not None:
             config.on_log(steps[logged:])
 

@@ -335,3 +335,12 @@ def test_epochs_ending_the_run_before_max_steps_is_said() -> None:
     assert any(n.startswith("epochs=1 ends the run after 4 optimizer step(s), before max_steps=10") for n in result.notes)
     quiet = fit(_mlp(), loader, loss_fn=F.mse_loss, max_steps=3, epochs=1, progress=False)
     assert not any(n.startswith("epochs=") for n in quiet.notes)
+
+
+def test_a_loss_that_turns_nan_is_warned_of_once() -> None:
+    x, y = _xy()
+    y[:16] = float("nan")  # the first batch's targets: its loss is NaN, and the weights after it too
+    loader = DataLoader(TensorDataset(x, y), batch_size=16)
+    with pytest.warns(UserWarning, match=r"^step 1: the loss is nan") as caught:
+        fit(_mlp(), loader, loss_fn=F.mse_loss, epochs=1, log_every=1, progress=False)
+    assert sum("the loss is nan" in str(w.message) for w in caught) == 1

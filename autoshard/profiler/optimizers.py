@@ -153,11 +153,16 @@ def make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Modul
         UserCodeError: the model has no trainable parameters, or ``optimizer()`` returned no optimizer.
     """
     if not any(p.requires_grad for p in model.parameters()):
+        frozen = next(model.parameters(), None) is not None
+        if source.kind != "module":
+            hint = "Check that model() returns the module to train and that its parameters require grad."
+        elif frozen:
+            hint = "Unfreeze what should train (p.requires_grad = True) before fit()."
+        else:  # nn.ReLU(), a module whose layers are plain attributes, not submodules
+            hint = ("It has no parameters at all: pass the module that holds the layers (each an nn.Module "
+                    "attribute, or in an nn.ModuleList, not a plain list).")
         raise UserCodeError(
-            f"{source.name} has no trainable parameters: there is no training step to profile.",
-            hint="Unfreeze what should train (p.requires_grad = True) before fit()." if source.kind == "module"
-            else "Check that model() returns the module to train and that its parameters require grad.",
-        )
+            f"{source.name} has no trainable parameters: there is no training step to profile.", hint=hint)
     if source.optimizer_fn is None:
         return build_optimizer(options.optimizer, model.parameters(), impl=options.optimizer_impl)
     optimizer = call_user(source.optimizer_fn, model.parameters(), what="optimizer()", user_file=source.user_file)

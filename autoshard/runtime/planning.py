@@ -131,6 +131,11 @@ def load_plan(plan: Any) -> tuple[ExportedPlan, str] | None:
         path = Path(plan)
         if path.is_dir():
             path = path / "plan.json"
+        from autoshard.strategies import names
+
+        if isinstance(plan, str) and plan in names() and not path.exists():  # a strategy, not a file
+            raise UsageError(f"plan={plan!r} names a strategy, and plan= takes 'auto', a Plan or a plan.json path.",
+                             hint=f"Pass strategy={plan!r} to plan with that strategy.")
         return read(path), str(path)
     raise UsageError(f"plan must be 'auto', a Plan, or a plan.json path, but got {type(plan).__name__}.")
 

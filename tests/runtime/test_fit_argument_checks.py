@@ -344,3 +344,18 @@ def test_a_loss_that_turns_nan_is_warned_of_once() -> None:
     with pytest.warns(UserWarning, match=r"^step 1: the loss is nan") as caught:
         fit(_mlp(), loader, loss_fn=F.mse_loss, epochs=1, log_every=1, progress=False)
     assert sum("the loss is nan" in str(w.message) for w in caught) == 1
+
+
+def test_a_strategy_given_as_the_plan_is_pointed_to_strategy(monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_workers(monkeypatch)
+    with pytest.raises(UsageError, match=r"^plan='fsdp' names a strategy") as info:
+        fit(_mlp(), batches(), loss_fn=F.mse_loss, max_steps=1, plan="fsdp", progress=False)
+    assert "strategy='fsdp'" in (info.value.hint or "")
+
+
+def test_a_module_without_any_parameter_is_told_so_not_to_unfreeze() -> None:
+    from autoshard.errors import UserCodeError
+
+    with pytest.raises(UserCodeError, match="has no trainable parameters") as info:
+        fit(nn.ReLU(), batches(), loss_fn=F.mse_loss, max_steps=1, progress=False)
+    assert "no parameters at all" in (info.value.hint or "") and "Unfreeze" not in (info.value.hint or "")

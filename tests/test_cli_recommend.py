@@ -118,6 +118,16 @@ def test_recommend_output_dir_then_export_round_trip(tmp_path, capsys):
     assert "ds_config.json" in capsys.readouterr().err
 
 
+def test_recommend_json_with_an_output_dir_lists_the_files_it_wrote(tmp_path, capsys):
+    out = tmp_path / "plan"
+    assert main(["recommend", "tiny-gpt2", "--hardware", "dgx-h100", "--seq-len", "64", "--batch-size", "2",
+                 "--strategies", "ddp", "--output-dir", str(out), "--json"]) == 0
+    captured = capsys.readouterr()
+    written = json.loads(captured.out)["written"]
+    assert sorted(written) == sorted(str(p) for p in out.iterdir()) and str(out / "plan.json") in written
+    assert f"files to {out}" in captured.err
+
+
 def test_export_of_a_malformed_plan_is_a_clear_error(tmp_path, capsys):
     bad = tmp_path / "plan.json"
     bad.write_text("{not json")

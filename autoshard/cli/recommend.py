@@ -121,8 +121,13 @@ def run(args: argparse.Namespace) -> int:
         from autoshard.export import export_plan
 
         written = export_plan(plan, args.output_dir, force=args.force)
-    if args.json:
-        print_json(plan.to_dict())
+    if args.json:  # the files written go with the JSON (stdout holds it alone) and to stderr, as without --json
+        data = plan.to_dict()
+        if args.output_dir is not None:
+            data["written"] = [str(p) for p in written]
+            print(f"Wrote {len(written)} files to {args.output_dir}: {', '.join(p.name for p in written)}",
+                  file=sys.stderr)
+        print_json(data)
         return 0
     _print(plan)
     if args.plot is not None:

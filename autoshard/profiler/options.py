@@ -120,7 +120,8 @@ def parse_precision(value: str | Precision) -> Precision:
     if key not in _PRECISION_ALIASES:
         raise UsageError(
             f"unknown precision {value!r}.",
-            hint=f"Use one of: {', '.join(p.value for p in Precision)}.",
+            hint=f"Use one of: {', '.join(p.value for p in Precision)} (or fp32 / 32, fp16 / 16, bf16 for the "
+                 "mixed ones).",
         )
     return _PRECISION_ALIASES[key]
 

@@ -27,7 +27,7 @@ from autoshard.planner.plan_file import (
     read,
 )
 from autoshard.profiler.checkpointing import ActivationCheckpointing
-from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl
+from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl, parse_precision
 from autoshard.runtime import plan_checks
 from autoshard.runtime.data import (
     as_samples,
@@ -306,7 +306,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
                               "not given; or pass its Dataset, which autoshard batches at batch_size.")
     hw = hardware_for(options.hardware, processes=options.processes)
     check_cuda_devices(hw, options.hardware, launched=launched)  # before tracing, and a worker for each GPU
-    precision = options.precision or default_precision(hw)
+    # Named as the plan names it (fit(precision="fp16") planned 16-mixed, and its note said "fp16").
+    precision = parse_precision(options.precision).value if options.precision else default_precision(hw)
     source = job.source
     example = None
     if source is None:

@@ -359,3 +359,9 @@ def test_a_module_without_any_parameter_is_told_so_not_to_unfreeze() -> None:
     with pytest.raises(UserCodeError, match="has no trainable parameters") as info:
         fit(nn.ReLU(), batches(), loss_fn=F.mse_loss, max_steps=1, progress=False)
     assert "no parameters at all" in (info.value.hint or "") and "Unfreeze" not in (info.value.hint or "")
+
+
+def test_a_precision_alias_is_planned_and_said_by_its_name() -> None:
+    result = fit(_mlp(), batches(), loss_fn=F.mse_loss, max_steps=1, precision="fp32", progress=False)
+    assert result.plan.precision == "32-true"
+    assert any(n.startswith("Planned ") and n.endswith(", 32-true.") for n in result.notes), result.notes

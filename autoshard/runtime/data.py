@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 import torch
@@ -26,6 +26,7 @@ from torch.utils.data import (
 
 from autoshard.errors import UsageError
 from autoshard.models.source import batch_rows
+from autoshard.runtime.columns import ColumnSamples, column_rows
 from autoshard.runtime.distributed import RunContext
 
 
@@ -94,6 +95,15 @@ class DataFeed:
     def endless(self) -> bool:
         """Synthetic batches: the data never runs out."""
         return self._synthetic is not None and self._loader is None and self._iterable is None
+
+    @property
+    def samples_dropped(self) -> int:
+        """Samples of a dataset that no micro-batch of an epoch holds: the ``DistributedSampler``'s ``drop_last``
+        leaves out what does not fill a micro-batch on every rank (0 for data batched already, and for scoring)."""
+        loader = self._loader
+        if loader is None or self.scoring or not _map_style(loader.dataset) or loader.batch_size is None:
+            return 0
+        return len(loader.dataset) - len(loader) * loader.batch_size * self.ctx.world_size  # type: ignore[arg-type]
 
     @property
     def left_out(self) -> int:
@@ -194,7 +204,7 @@ labels: 8): neither samples (one row each) nor batches.
     if isinstance(data, (str, bytes, os.PathLike)):
         raise UsageError(f"{name} is a {kind} ({str(data)[:60]!r}): fit() takes batches, not a file name.",
                          hint="Load the file into tensors first (e.g. a Dataset), and pass that.")
-    rows = _column_rows(data)
+    rows = column_rows(data)
     if rows is not None and len(set(rows.values())) > 1:
         counts = ", ".join(f"{k}: {n}" for k, n in list(rows.items())[:4])
         raise UsageError(f"{name} is a {kind} of tensors with different numbers of rows ({counts}): neither samples "
@@ -203,31 +213,6 @@ labels: 8): neither samples (one row each) nor batches.
     if not isinstance(data, (Dataset, Iterable)):
         raise UsageError(f"{name} is {_article(kind)} {kind}, which is neither a Dataset nor an iterable of batches.",
                          hint="Pass a torch Dataset, a DataLoader, or a list/generator of batches.")
-
-
-def _column_rows(data: Any) -> dict[str, int] | None:
-    """The rows of each tensor of a mapping whose every value is a tensor of one dimension or more (a tokenizer's
-    ``BatchEncoding``, a dict of columns), else ``None``."""
-    if not isinstance(data, Mapping) or not data:
-        return None
-    if not all(isinstance(v, torch.Tensor) and v.dim() > 0 for v in data.values()):
-        return None
-    return {str(k): int(v.shape[0]) for k, v in data.items()}
-
-
-class ColumnSamples(Dataset[Any]):
-    """A mapping of tensors of one row count read as samples: sample ``i`` is ``{key: tensor[i]}``, which the
-    default collate stacks back into a dict batch."""
-
-    def __init__(self, columns: Mapping[str, torch.Tensor]) -> None:
-        self.columns = dict(columns)
-        self.rows = len(next(iter(self.columns.values())))
-
-    def __len__(self) -> int:
-        return self.rows
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return {k: v[index] for k, v in self.columns.items()}
 
 
 def _article(word: str) -> str:
@@ -300,7 +285,7 @@ def unbatched_samples(data: Any, name: str = "data") -> tuple[Any, tuple[str, ..
         return SampleList(data), (f"{name} is a tensor of shape {list(data.shape)}: each row along its first "
                                   "dimension is one sample, batched at the planned micro-batch as a Dataset's. "
                                   "Pass a list of batches (or a DataLoader) to feed it as batches.",)
-    rows = _column_rows(data)
+    rows = column_rows(data)
     if rows is not None and len(set(rows.values())) == 1:
         keys = ", ".join(list(rows)[:4]) + (", ..." if len(rows) > 4 else "")
         return ColumnSamples(data), (f"{name} is a {type(data).__name__} of {len(rows)} tensor(s) of "

@@ -101,6 +101,11 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                              hint="Pass more data, a plan with a smaller micro-batch, or fewer processes.")
         epochs = job.epoch_limit
         per_epoch = feed.batches_per_epoch
+        if feed.samples_dropped:
+            notes.append(f"data: {feed.samples_dropped} sample(s) of each epoch are left out (the dataset is shuffled "
+                         f"into micro-batches of {plan.micro_batch_size} on each of the {ctx.world_size} rank(s), and "
+                         "what fills no whole micro-batch on every rank is dropped, a different few each epoch); "
+                         "pass a DataLoader with a batch_size that divides the data to keep them all.")
         if epochs is not None and per_epoch is not None and per_epoch * epochs < plan.gradient_accumulation:
             raise UsageError(f"each rank's share of the data holds {per_epoch * epochs} micro-batch(es) of "
                              f"{plan.micro_batch_size} in {epochs} epoch(s), and an optimizer step accumulates "

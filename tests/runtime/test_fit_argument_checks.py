@@ -365,3 +365,12 @@ def test_a_precision_alias_is_planned_and_said_by_its_name() -> None:
     result = fit(_mlp(), batches(), loss_fn=F.mse_loss, max_steps=1, precision="fp32", progress=False)
     assert result.plan.precision == "32-true"
     assert any(n.startswith("Planned ") and n.endswith(", 32-true.") for n in result.notes), result.notes
+
+
+def test_samples_a_dataset_leaves_out_of_each_epoch_are_said() -> None:
+    x, y = _xy(20)
+    result = fit(_mlp(), TensorDataset(x, y), loss_fn=F.mse_loss, batch_size=8, epochs=1, progress=False)
+    assert len(result.steps) == 2
+    assert any(n.startswith("data: 4 sample(s) of each epoch are left out") for n in result.notes), result.notes
+    whole = fit(_mlp(), TensorDataset(x[:16], y[:16]), loss_fn=F.mse_loss, batch_size=8, epochs=1, progress=False)
+    assert not any(n.startswith("data: ") for n in whole.notes)

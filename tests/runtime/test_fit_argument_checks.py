@@ -374,3 +374,12 @@ def test_samples_a_dataset_leaves_out_of_each_epoch_are_said() -> None:
     assert any(n.startswith("data: 4 sample(s) of each epoch are left out") for n in result.notes), result.notes
     whole = fit(_mlp(), TensorDataset(x[:16], y[:16]), loss_fn=F.mse_loss, batch_size=8, epochs=1, progress=False)
     assert not any(n.startswith("data: ") for n in whole.notes)
+
+
+def test_a_module_on_the_meta_device_is_refused_before_planning(monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_workers(monkeypatch)
+    with torch.device("meta"):
+        model = _mlp_unseeded()
+    with pytest.raises(UsageError, match=r"^model's 0.weight and 3 more are on the meta device") as info:
+        fit(model, batches(), loss_fn=F.mse_loss, max_steps=1, progress=False)
+    assert "to_empty" in (info.value.hint or "")

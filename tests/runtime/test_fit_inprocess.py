@@ -558,7 +558,7 @@ def test_eval_data_is_scored_every_eval_every_steps_and_at_the_end_as_the_model_
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"eval_every": 2}, "eval_every= says how often to score eval_data, and no eval_data was given"),
     ({"eval_every": 0, "eval_data": [(torch.ones(4, 8), torch.ones(4, 1))]}, "eval_every must be a positive whole"),
-    ({"eval_data": 3}, "data is a int, which is neither a Dataset nor an iterable"),
+    ({"eval_data": 3}, "^eval_data is an int, which is neither a Dataset nor an iterable"),
     ({"eval_data": (b for b in [(torch.ones(4, 8), torch.ones(4, 1))])}, "eval_data is a one-pass iterator"),
 ])
 def test_eval_data_that_cannot_be_scored_is_refused(kwargs: dict, message: str) -> None:

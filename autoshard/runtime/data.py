@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import torch
@@ -205,6 +205,11 @@ labels: 8): neither samples (one row each) nor batches.
         raise UsageError(f"{name} is a {kind} ({str(data)[:60]!r}): fit() takes batches, not a file name.",
                          hint="Load the file into tensors first (e.g. a Dataset), and pass that.")
     rows = column_rows(data)
+    if rows is None and isinstance(data, Mapping):  # iterated, its keys would be the batches
+        keys = ", ".join(map(repr, list(data)[:4])) + (", ..." if len(data) > 4 else "")
+        raise UsageError(f"{name} is a {kind} (keys {keys or 'none'}): fit() would read its keys as batches.",
+                         hint=f"Pass one of its values if it holds datasets (e.g. {name}['train']), a Dataset, a list "
+                              "of dict batches, or a dict of tensor columns of one row count.")
     if rows is not None and len(set(rows.values())) > 1:
         counts = ", ".join(f"{k}: {n}" for k, n in list(rows.items())[:4])
         raise UsageError(f"{name} is a {kind} of tensors with different numbers of rows ({counts}): neither samples "
@@ -288,7 +293,7 @@ def unbatched_samples(data: Any, name: str = "data") -> tuple[Any, tuple[str, ..
     rows = column_rows(data)
     if rows is not None and len(set(rows.values())) == 1:
         keys = ", ".join(list(rows)[:4]) + (", ..." if len(rows) > 4 else "")
-        return ColumnSamples(data), (f"{name} is a {type(data).__name__} of {len(rows)} tensor(s) of "
+        return ColumnSamples(data), (f"{name} is a {type(data).__name__} of {len(rows)} column(s) of "
                                      f"{next(iter(rows.values()))} rows ({keys}): row i of each is one sample, "
                                      "batched at the planned micro-batch as a Dataset's (a dict batch).",)
     if not (isinstance(data, DataLoader) and data.batch_size is None and data.batch_sampler is None

@@ -244,6 +244,8 @@ def test_the_tensor_dataset_the_refusal_suggests_trains() -> None:
     ("train.csv", r"is a str \('train.csv'\): fit\(\) takes batches, not a file name"),
     ({"x": torch.randn(64, 8), "y": torch.randn(8, 1)},
      r"is a dict of tensors with different numbers of rows \(x: 64, y: 8\)"),
+    ({"train": TensorDataset(torch.randn(8, 8)), "test": TensorDataset(torch.randn(8, 8))},
+     r"is a dict \(keys 'train', 'test'\): fit\(\) would read its keys as batches"),
 ])
 def test_data_that_is_not_batches_is_refused_naming_the_argument(argument: str, given: Any, said: str,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
@@ -269,7 +271,8 @@ def test_a_dict_of_columns_trains_as_samples_like_a_tokenizers_output() -> None:
     from transformers import BatchEncoding
 
     x, y = _xy()
-    for data in ({"x": x, "labels": y}, BatchEncoding({"x": x, "labels": y})):
+    text = [f"sample {i}" for i in range(len(x))]  # a column the forward does not take: it reaches the loss only
+    for data in ({"x": x, "labels": y}, BatchEncoding({"x": x, "labels": y}), {"x": x, "labels": y, "text": text}):
         result = fit(_Labelled(), data, batch_size=16, epochs=1, progress=False)
         assert len(result.steps) == 4  # 64 rows at 16: the rows are samples, not the keys batches
         assert any("row i of each is one sample" in n for n in result.notes), result.notes

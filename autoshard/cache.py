@@ -9,8 +9,8 @@ The cache root is ``$AUTOSHARD_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/auto
 
 Everything here is safe to delete: ``autoshard cache clear`` removes ``workloads/``; the tuner's
 measurements in ``tune/`` go by deleting that directory (docs/tune.md). Entries are written to a temporary
-file in the same directory and moved into place with ``os.replace`` (atomic on POSIX and Windows), so a reader never sees
-half an entry and processes writing the same entry at once each leave a whole one. This module imports
+file in the same directory and moved into place with ``os.replace`` (atomic on POSIX and Windows), so a
+reader never sees half an entry and processes writing the same entry at once each leave a whole one. This module imports
 nothing heavy: ``autoshard cache`` answers without torch.
 """
 

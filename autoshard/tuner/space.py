@@ -159,6 +159,10 @@ def check_space_arguments(top: int, micro_batch_sizes: Sequence[int] | None) -> 
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise UsageError(f"the number of strategies to compare must be >= 1, but got {top!r}.")
+    if micro_batch_sizes is not None and (isinstance(micro_batch_sizes, (int, str)) or not isinstance(
+            micro_batch_sizes, Sequence)):  # a number: "'int' object is not iterable", after the trace
+        raise UsageError(f"micro_batch_sizes takes a list of micro-batches, but got {micro_batch_sizes!r}.",
+                         hint=f"Pass e.g. micro_batch_sizes=[{micro_batch_sizes!r}], or batch_size= to fix one.")
     if micro_batch_sizes is not None and (not micro_batch_sizes or any(
             isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in micro_batch_sizes)):
         raise UsageError(f"micro-batch sizes must be positive whole numbers, but got {list(micro_batch_sizes)!r}.")

@@ -122,6 +122,15 @@ def run_study(
                          f"but got {type(model).__name__}.",
                          hint="Trials rebuild the model in their own processes: save it as a model.py.")
     check_space_arguments(top_strategies, micro_batch_sizes)
+    for flag, value in (("compress_gradients", compress_gradients), ("use_cache", use_cache), ("prune", prune)):
+        if not isinstance(value, bool):  # a truthy "yes" ran a whole study as if True
+            raise UsageError(f"{flag} must be True or False, but got {value!r}.")
+    if space is not None and not isinstance(space, SearchSpace):
+        raise UsageError(f"space must be a SearchSpace (autoshard.tuner.space.build_space), but got "
+                         f"{type(space).__name__}.", hint="To tune some strategies only, pass strategies=[...].")
+    if not isinstance(output_dir, (str, os.PathLike)):
+        raise UsageError(f"output_dir must be a directory path, but got {output_dir!r}.",
+                         hint="Leave it out for ./autoshard-tune, or name a directory.")
     if batch_size is not None and micro_batch_sizes is not None:
         raise UsageError("--batch-size fixes the micro-batch and --batch-sizes lists those to try: pass one of "
                          "them.")

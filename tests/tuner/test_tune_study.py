@@ -154,6 +154,11 @@ def test_a_bug_in_the_users_model_stops_the_study(tmp_path: Path, monkeypatch: p
     ({"seed": -1}, r"seed must be a whole number from 0 to 2\*\*32 - 1"),  # was an internal error (Optuna's)
     ({"storage": "not-a-url"}, "neither a database URL nor a journal file"),
     ({"hardware": "dgx-h100", "processes": None}, "trials run on this machine, which has 0 CUDA device"),
+    # These four failed after the trace as Python errors, or (compress_gradients) ran a whole study as if True.
+    ({"micro_batch_sizes": 4}, r"micro_batch_sizes takes a list of micro-batches, but got 4"),
+    ({"space": "ddp"}, "space must be a SearchSpace"),
+    ({"compress_gradients": "yes"}, "compress_gradients must be True or False"),
+    ({"use_cache": 1}, "use_cache must be True or False"),
 ])
 def test_bad_arguments_are_refused_before_any_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict,
                                                     message: str) -> None:
@@ -164,6 +169,12 @@ def test_bad_arguments_are_refused_before_any_trial(tmp_path: Path, monkeypatch:
     with pytest.raises(UsageError, match=message):
         autoshard.tune("tiny-gpt2", output_dir=tmp_path / "out", progress=False, **{"processes": 2, **kwargs})
     assert not (tmp_path / "out" / "trials").exists()
+
+
+def test_an_output_dir_of_none_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="output_dir must be a directory path, but got None"):
+        autoshard.tune("tiny-gpt2", output_dir=None, progress=False)  # type: ignore[arg-type]
 
 
 def test_a_module_cannot_be_tuned(tmp_path: Path) -> None:

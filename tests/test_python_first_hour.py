@@ -26,6 +26,7 @@ from autoshard.export import export_plan
     (lambda: autoshard.fit("tiny-gpt2", gpus=2), "did you mean processes=?"),
     (lambda: autoshard.fit("tiny-gpt2", strategies=["fsdp"]), "did you mean strategy=?"),
     (lambda: autoshard.fit("tiny-gpt2", lr=1e-3), "optimizer=functools.partial(torch.optim.AdamW, lr=3e-4)"),
+    (lambda: autoshard.load_source("tiny-gpt2", seq_len=16), "load_source() got an unexpected keyword argument"),
 ])
 def test_a_guessed_keyword_is_answered_with_the_argument_meant(call, meant):
     started = time.perf_counter()
@@ -34,6 +35,12 @@ def test_a_guessed_keyword_is_answered_with_the_argument_meant(call, meant):
     assert meant in str(info.value)
     assert isinstance(info.value, TypeError) and isinstance(info.value, UsageError)  # as Python's own, and ours
     assert time.perf_counter() - started < 5  # refused before any tracing
+
+
+def test_load_source_of_something_that_names_no_model_is_refused_in_words():
+    with pytest.raises(UsageError, match="a model source is a model.py path, a config.json path, a Hub id or a "
+                                         "catalog name, but got int 3"):
+        autoshard.load_source(3)  # type: ignore[arg-type]
 
 
 def test_recommend_takes_progress_true_as_fit_and_tune_do_and_refuses_other_values():

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autoshard.errors import ModelSourceError
+from autoshard.errors import ModelSourceError, UsageError, in_arguments
 
 if TYPE_CHECKING:  # loaded lazily at runtime (see __getattr__), typed here for type checkers
     from autoshard.models.source import Batch, ModelSource, call_model, default_loss
@@ -30,6 +30,7 @@ def __getattr__(name: str) -> object:
     return value
 
 
+@in_arguments(())  # a keyword it does not take is answered in words (seq_len= belongs to profile/recommend)
 def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
     """Resolve what the user named into a :class:`ModelSource`.
 
@@ -51,6 +52,10 @@ def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
 
     if isinstance(spec, ModelSource):
         return spec
+    if not isinstance(spec, (str, os.PathLike)):
+        raise UsageError(f"a model source is a model.py path, a config.json path, a Hub id or a catalog name, but "
+                         f"got {type(spec).__name__} {spec!r}.",
+                         hint="fit() takes an nn.Module too; load_source() only what names a model.")
     text = os.fspath(spec)
     path = Path(text).expanduser()
     looks_like_path = path.suffix in {".py", ".json"} or os.sep in text or text.startswith(".")

@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # the hardware package and rich load when the command runs (`
 
 NAME = "hardware"
 HELP = "Show the hardware autoshard plans for: GPUs, links, CPU, RAM, NVMe (detected, or a profile)."
+DEFAULT_SIZE = "256MiB"
+"""The disk benchmark's test file without --benchmark-size (disk_benchmark.DEFAULT_SIZE_BYTES)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,13 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measure sequential write/read bandwidth of a directory (writes, then deletes, one file)",
     )
     bench.add_argument(
-        "--benchmark-size", metavar="SIZE", default="256MiB", help="size of the test file (default 256MiB)"
+        "--benchmark-size", metavar="SIZE", default=None, help=f"size of the test file (default {DEFAULT_SIZE})"
     )
     bench.add_argument(
         "--benchmark-seconds",
         type=float,
         metavar="S",
-        default=DEFAULT_MAX_SECONDS,
+        default=None,
         help=f"time limit for the benchmark (default {DEFAULT_MAX_SECONDS:g})",
     )
 
@@ -51,11 +53,17 @@ def run(args: argparse.Namespace) -> int:
             ("--hardware", args.hardware), ("--gpus", args.gpus), ("--nodes", args.nodes),
             ("--gpu-memory", args.gpu_memory), ("--cpu-memory", args.cpu_memory), ("--cpu-cores", args.cpu_cores),
             ("--nvme", args.nvme),
-            ("--benchmark-disk", args.benchmark_disk),
+            ("--benchmark-disk", args.benchmark_disk), ("--benchmark-size", args.benchmark_size),
+            ("--benchmark-seconds", args.benchmark_seconds),
         ) if value is not None]
         if chosen:
             raise UsageError(f"--list does not combine with {', '.join(chosen)}.")
         return _list(as_json=args.json)
+    tuning = [flag for flag, value in (("--benchmark-size", args.benchmark_size),
+                                       ("--benchmark-seconds", args.benchmark_seconds)) if value is not None]
+    if tuning and args.benchmark_disk is None:  # ignored without it: a bad value passed unseen, exit 0
+        raise UsageError(f"{' and '.join(tuning)} set the disk benchmark, which --benchmark-disk PATH runs.",
+                         hint="Add --benchmark-disk PATH, or drop them.")
     if args.benchmark_disk is not None and args.hardware is not None:
         raise UsageError("--benchmark-disk measures a disk of this machine, and --hardware describes another one: "
                          "run it on the machine itself, then put the figures under 'nvme:' in a hardware file.")
@@ -71,17 +79,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _benchmark(args: argparse.Namespace, hw: HardwareSpec) -> tuple[DiskBenchmark, HardwareSpec]:
-    from autoshard.hardware.disk_benchmark import benchmark_disk
+    from autoshard.hardware.disk_benchmark import DEFAULT_MAX_SECONDS, benchmark_disk
     from autoshard.hardware.selection import attach_disk_benchmark
     from autoshard.hardware.units import parse_bytes
 
     try:
-        size = parse_bytes(args.benchmark_size, what="--benchmark-size")
+        size = parse_bytes(args.benchmark_size or DEFAULT_SIZE, what="--benchmark-size")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if not args.benchmark_seconds > 0:
-        raise UsageError(f"--benchmark-seconds must be positive, got {args.benchmark_seconds}.")
-    result = benchmark_disk(args.benchmark_disk, size_bytes=size, max_seconds=args.benchmark_seconds)
+    seconds = DEFAULT_MAX_SECONDS if args.benchmark_seconds is None else args.benchmark_seconds
+    if not seconds > 0:
+        raise UsageError(f"--benchmark-seconds must be positive, got {seconds}.")
+    result = benchmark_disk(args.benchmark_disk, size_bytes=size, max_seconds=seconds)
     return result, attach_disk_benchmark(hw, result)
 
 

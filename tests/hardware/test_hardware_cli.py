@@ -103,6 +103,9 @@ BAD_YAML = "kind: node\nname: x\ngpu: [t4\n"
         # this machine's disk attached to a rented one's profile described neither
         (["--hardware", "t4", "--benchmark-disk", "{tmp}"], "--benchmark-disk measures a disk of this machine"),
         (["--list", "--hardware", "t4"], "--list does not combine with --hardware"),
+        # without --benchmark-disk these were ignored: any value, exit 0 (a new user's report)
+        (["--benchmark-size", "lots", "--benchmark-seconds=-3"], "set the disk benchmark, which --benchmark-disk"),
+        (["--list", "--benchmark-size", "1GiB"], "--list does not combine with --benchmark-size"),
     ],
 )
 def test_cli_bad_input_is_one_clear_message_and_exit_2(

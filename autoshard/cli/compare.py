@@ -59,6 +59,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+COMPARE_TERMS = (
+    (r"--gpus/--nodes for (\d+)", r"a machine of \1 GPUs (NAME:GxN)"), (r"--nvme PATH", "nvme: in a hardware file"),
+    (r"\(--nodes\)", "(NAME:GxN with more nodes)"), (r"\(--cpu-memory\)", "(cpu: memory: in a hardware file)"),
+    (r"--cpu-memory SIZE", "cpu: memory: in a hardware file"), (r"--cpu-cores N", "cpu: cores: in a hardware file"),
+    (r"--(cpu|gpu)-memory\b", r"\1: memory: in a hardware file"), (r"--cpu-cores\b", "cpu: cores: in a hardware file"),
+    (r"--gpus\b", "NAME:G"), (r"--nodes\b", "NAME:GxN"),
+)
+"""What compare's machines are sized and described with, for the recommend flags the plans' notes name and compare
+does not take (it names machines: NAME:G, NAME:GxN, or a hardware file, docs/hardware.md)."""
+
+
+def in_compare_terms(text: str) -> str:
+    """``text`` with the flags compare lacks said as compare takes them (:data:`COMPARE_TERMS`).
+
+    Example:
+        >>> in_compare_terms("the host's RAM is unknown (--cpu-memory SIZE has the plan check it)")
+        "the host's RAM is unknown (cpu: memory: in a hardware file has the plan check it)"
+    """
+    from autoshard.errors import reworded
+
+    return reworded(text, COMPARE_TERMS)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard compare``."""
     from autoshard._progress import tracing_progress
@@ -74,7 +97,11 @@ def run(args: argparse.Namespace) -> int:
         options = compare(args.model, args.hardware, prices=prices, progress=progress, **request_options(args))
     budget = {"tokens": args.tokens, "samples": args.samples}
     if args.json:
-        print_json({"model": args.model, "budget": budget, "machines": [o.to_dict(**budget) for o in options]})
+        machines = [o.to_dict(**budget) for o in options]
+        for m in machines:
+            m["notes"] = [in_compare_terms(n) for n in m["notes"]]
+            m["refused"] = None if m["refused"] is None else in_compare_terms(m["refused"])
+        print_json({"model": args.model, "budget": budget, "machines": machines})
         return 0
     _print(args.model, options, tokens=args.tokens, samples=args.samples)
     return 0
@@ -119,9 +146,9 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
     console.print(table)
     for o in options:
         if o.refused is not None:
-            console.print(f"{escape(o.machine)}: {escape(o.refused)}")
+            console.print(f"{escape(o.machine)}: {escape(in_compare_terms(o.refused))}")
         for note in o.notes:  # what its figures rest on that the hardware did not say
-            console.print(f"{escape(o.machine)}: {escape(note)}")
+            console.print(f"{escape(o.machine)}: {escape(in_compare_terms(note))}")
     priced = [o for o in options if o.cost_usd(tokens=tokens, samples=samples) is not None]
     if len(priced) > 1:
         cheapest = min(priced, key=lambda o: o.cost_usd(tokens=tokens, samples=samples) or 0.0)

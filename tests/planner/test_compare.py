@@ -117,3 +117,13 @@ def test_a_negative_price_is_told_as_such(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["compare", MODEL, "--hardware", "t4", "--price", "t4=-3"])
     assert "a price must be positive USD per GPU-hour, not -3" in capsys.readouterr().err
+
+
+def test_notes_name_what_compare_takes_not_recommends_flags(tmp_path: Path, capsys) -> None:
+    """recommend's reasons name --nvme, --cpu-memory, --cpu-cores, which compare refuses: it takes them from a
+    hardware file (a new user's report)."""
+    small = tmp_path / "small.yaml"
+    small.write_text(TINY_GPU.replace("1 MiB", "16 MiB"))
+    assert main(["compare", MODEL, "--seq-len", "32", "--hardware", str(small), "--json"]) == 0
+    refused = json.loads(capsys.readouterr().out)["machines"][0]["refused"]
+    assert "NVMe offload (nvme: in a hardware file)" in refused and "--nvme" not in refused

@@ -461,4 +461,12 @@ def _device(hardware: HardwareSpec) -> str:
 
 
 def _gib(x: float) -> str:
-    return f"{x / 2**30:.1f} GiB"
+    """GiB to one decimal; a size under 0.1 GiB in its own unit (a 16 MiB GPU read "0.0 GiB usable").
+
+    Example:
+        >>> _gib(12.6 * 2**30), _gib(14.4 * 2**20)
+        ('12.6 GiB', '14.40 MiB')
+    """
+    from autoshard.hardware.units import format_bytes
+
+    return f"{x / 2**30:.1f} GiB" if abs(x) >= 0.1 * 2**30 or x == 0 else format_bytes(x)

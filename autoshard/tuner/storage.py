@@ -161,9 +161,14 @@ _SETTINGS = {"global_batch_size": "the global batch size (--global-batch-size)",
              "gpu": "the GPU", "gpu_memory_bytes": "the GPU memory", "gpus_per_node": "the number of devices per node",
              "nodes": "the number of nodes", "device_type": "the device type", "backend": "the backend",
              "nvme_path": "the NVMe path", "network": "the network between the nodes",
-             "network_bytes_per_s": "the network's bandwidth per node (bytes/s)"}
+             "network_bytes_per_s": "the network's bandwidth per node (bytes/s)",
+             "steps": "the steps of a trial (--steps)", "warmup_steps": "the warm-up steps of a trial (--warmup-steps)"}
 """How a message names each setting of the batch and hardware fingerprints."""
 
+
+_KEYS_ADDED_LATER = ("trial",)
+"""Fingerprint parts later versions added (2026-12-02: the trial's steps and warm-up steps, which the study ranks
+its trials' throughput over): a study made before them does not record them, and is not another job for that."""
 
 _ADDED_LATER = {"hardware": ("network", "network_bytes_per_s")}
 """Fingerprint fields later versions added (2026-12-01: the network a multi-node plan was priced with): a study
@@ -182,7 +187,7 @@ def fingerprint_differences(stored: Mapping[str, Any], here: Mapping[str, Any]) 
     out = []
     for key, value in here.items():
         then = stored.get(key)
-        if then == value:
+        if then == value or (key in _KEYS_ADDED_LATER and key not in stored):
             continue
         if key == "model" and isinstance(then, Mapping) and isinstance(value, Mapping):
             out += _model_differences(then, value)

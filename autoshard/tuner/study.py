@@ -178,7 +178,9 @@ def run_study(
             # the file's code and the siblings it imports, as the workload cache keys it: an edited forward is
             # another job (its parameters' shapes, all the layout hash sees, may be the same)
             model_print["code"] = source.fingerprint
-        fingerprint = {"model": model_print, "hardware": dataclasses.asdict(planned.hardware), "batch": batch}
+        fingerprint = {"model": model_print, "hardware": dataclasses.asdict(planned.hardware), "batch": batch,
+                       # a trial's length: throughput measured over other steps is not ranked with these
+                       "trial": {"steps": steps, "warmup_steps": warmup_steps}}
         _check_output_dir(out, name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after

@@ -31,7 +31,7 @@ MODEL = {"name": "tiny", "parameter_count": 137216, "block_class": "Block", "lay
 HARDWARE = {"gpu": None, "gpu_memory_bytes": None, "gpus_per_node": 2, "nodes": 1, "device_type": "cpu",
             "backend": "gloo", "nvme_path": None}
 BATCH = {"global_batch_size": None, "precision": "32-true", "optimizer": "adamw", "seq_len": 32}
-FINGERPRINT = {"model": MODEL, "hardware": HARDWARE, "batch": BATCH}
+FINGERPRINT = {"model": MODEL, "hardware": HARDWARE, "batch": BATCH, "trial": {"steps": 5, "warmup_steps": 2}}
 
 
 @pytest.mark.parametrize(("changed", "said"), [
@@ -39,7 +39,9 @@ FINGERPRINT = {"model": MODEL, "hardware": HARDWARE, "batch": BATCH}
     ({"batch": {**BATCH, "seq_len": 64}}, "the sequence length (--seq-len) was 32 then, 64 now"),
     ({"hardware": {**HARDWARE, "gpus_per_node": 4}}, "the number of devices per node was 2 then, 4 now"),
     ({"model": {**MODEL, "name": "other", "code": "57c8"}}, "the model was tiny then, other now"),
-], ids=["edited-model-py", "seq-len", "devices", "another-model"])
+    # trials measured over other steps were ranked with these, without a word (a new user's report)
+    ({"trial": {"steps": 8, "warmup_steps": 1}}, "the steps of a trial (--steps) was 5 then, 8 now"),
+], ids=["edited-model-py", "seq-len", "devices", "another-model", "trial-steps"])
 def test_a_study_for_another_job_says_what_differs_in_words(changed: dict[str, Any], said: str) -> None:
     study = optuna.create_study(study_name="edit-2xcpu-70a8cf91")
     storage.check_fingerprint(study, FINGERPRINT, "sqlite:////tmp/e1/study.db")
@@ -48,6 +50,12 @@ def test_a_study_for_another_job_says_what_differs_in_words(changed: dict[str, A
     assert said in info.value.message and "{" not in info.value.message, info.value.message
     assert ("optuna delete-study --study-name edit-2xcpu-70a8cf91 --storage sqlite:////tmp/e1/study.db"
             in (info.value.hint or ""))
+
+
+def test_a_study_made_before_the_trial_length_was_recorded_is_the_same_job() -> None:
+    study = optuna.create_study(study_name="older")
+    storage.check_fingerprint(study, {k: v for k, v in FINGERPRINT.items() if k != "trial"}, "sqlite:////tmp/e/s.db")
+    storage.check_fingerprint(study, FINGERPRINT, "sqlite:////tmp/e/s.db")  # not refused
 
 
 def test_the_journal_delete_command_names_its_storage_class() -> None:

@@ -102,9 +102,14 @@ def run(args: argparse.Namespace) -> int:
             m["notes"] = [in_compare_terms(n) for n in m["notes"]]
             m["refused"] = None if m["refused"] is None else in_compare_terms(m["refused"])
         print_json({"model": args.model, "budget": budget, "machines": machines})
-        return 0
+        return _exit_code(options)
     _print(args.model, options, tokens=args.tokens, samples=args.samples)
-    return 0
+    return _exit_code(options)
+
+
+def _exit_code(options: tuple[MachineOption, ...]) -> int:
+    """3 when nothing fits on any machine, as ``recommend`` exits when nothing fits; else 0."""
+    return 3 if options and all(o.plan is None for o in options) else 0
 
 
 def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | None, samples: float | None) -> None:

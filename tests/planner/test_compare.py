@@ -124,7 +124,7 @@ def test_notes_name_what_compare_takes_not_recommends_flags(tmp_path: Path, caps
     hardware file (a new user's report)."""
     small = tmp_path / "small.yaml"
     small.write_text(TINY_GPU.replace("1 MiB", "16 MiB"))
-    assert main(["compare", MODEL, "--seq-len", "32", "--hardware", str(small), "--json"]) == 0
+    assert main(["compare", MODEL, "--seq-len", "32", "--hardware", str(small), "--json"]) == 3  # nothing fits
     refused = json.loads(capsys.readouterr().out)["machines"][0]["refused"]
     assert "NVMe offload (nvme: in a hardware file)" in refused and "--nvme" not in refused
     assert "against 14.40 MiB usable (16.00 MiB less a 10% margin)" in refused  # was "0.0 GiB usable (0.0 GiB ..."

@@ -91,9 +91,13 @@ def assumed_gpu(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
                      "3 to 5.5x slower: docs/benchmarks/gpu_kernels.md; padding the vocabulary to a multiple of 64 "
                      "avoids it).")
     if hardware.processes_per_node > 1 and not intra.known:
+        gpu_spec = hardware.gpu
+        unused_nvlink = gpu_spec is not None and gpu_spec.nvlink is not None and gpu_spec.form_factor != "sxm"
+        fix = ("its nvlink joins a node's GPUs on an SXM board only: give the GPU form_factor: sxm, or the node an "
+               "intra_node_link" if unused_nvlink else
+               "give the GPU a host_link, or nvlink with form_factor: sxm, or the node an intra_node_link")
         lines.append("Assumed: the link between a node's GPUs is not known: its collectives were priced at "
-                     f"{intra.bandwidth_bytes_per_s / 1e9:.3g} GB/s (give the GPU a host_link or nvlink, or the "
-                     "node an intra_node_link).")
+                     f"{intra.bandwidth_bytes_per_s / 1e9:.3g} GB/s ({fix}).")
     host_assumed = host_link_bytes_per_s(hardware)[1] if best.traits.offloads else ()
     if host_assumed:
         lines.append(f"Assumed: {host_assumed[0]} between GPU and host, for the offloaded traffic (give the GPU a "

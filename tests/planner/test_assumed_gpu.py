@@ -56,3 +56,13 @@ def test_unaligned_gemms_on_a_gpu_without_their_measured_slowdown_are_said_to_be
         assert not any("not multiples of 8" in line for line in plan.explanation)  # Hopper: measured, priced
         rates[name] = plan.recommended.cost.samples_per_s
     assert rates["h100-nvl"] < rates["h100-sxm-80gb"]  # 835.5 against 989.5 dense TFLOP/s, and a 400 W limit
+
+
+def test_an_nvlink_on_a_gpu_of_no_form_factor_is_said_to_be_unused(tmp_path: Path) -> None:
+    """A GPU file with nvlink: and no form_factor: sxm planned the node's links as unknown, and the line said to
+    give the GPU an nvlink, which it had (a new user's report)."""
+    path = tmp_path / "node.yaml"
+    path.write_text("kind: node\nname: x\ngpus_per_node: 4\ngpu: {name: g, display_name: G, memory: 8 GiB, "
+                    "peak_tflops: {fp32: 10, bf16: 100}, nvlink: nvlink4}\n")
+    (line,) = [x for x in _assumed(str(path)) if "the link between a node's GPUs is not known" in x]
+    assert "its nvlink joins a node's GPUs on an SXM board only: give the GPU form_factor: sxm" in line

@@ -131,11 +131,14 @@ def mask(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)  # an unparsable URL: mask what looks like a password
 
 
-def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], storage_name: str) -> None:
-    """Record ``fingerprint`` on a new study; refuse a study that was made for another model, machine or batch.
+def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], storage_name: str) -> str | None:
+    """Record ``fingerprint`` on a new study; refuse a study that was made for another model, machine or batch —
+    unless every trial it ran failed (none measured anything): then it is taken up for this job, and the note
+    returned says so (a user who fixed the model.py whose first trial raised was refused its own study).
 
     Raises:
-        UsageError: the study exists with a different fingerprint; the message names what differs.
+        UsageError: the study exists with a different fingerprint and measured trials; the message names what
+            differs.
     """
     stored = study.user_attrs.get(FINGERPRINT_ATTR)
     if stored is None:
@@ -143,8 +146,15 @@ def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], stora
             raise UsageError(f"study {study.study_name!r} in {storage_name} was not made by autoshard tune.",
                              hint="Pass another --study-name, or another --output-dir for a fresh study.")
         study.set_user_attr(FINGERPRINT_ATTR, dict(fingerprint))
-        return
+        return None
     differences = fingerprint_differences(stored, fingerprint)
+    measured = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    failed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
+    if differences and failed and not study.get_trials(deepcopy=False, states=measured):
+        study.set_user_attr(FINGERPRINT_ATTR, dict(fingerprint))
+        return (f"Every trial of study {study.study_name!r} had failed, none measured: it is taken up for this "
+                "job although "
+                + "; ".join(differences) + ".")
     if differences:
         journal = " --storage-class JournalFileBackend" if "://" not in storage_name else ""
         raise UsageError(f"study {study.study_name!r} in {storage_name} was made for another job: "
@@ -153,6 +163,7 @@ def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], stora
                               "well: an output directory holds one study), or delete the study (`optuna "
                               f"delete-study --study-name {shlex.quote(study.study_name)} --storage "
                               f"{shlex.quote(storage_name)}{journal}`) and its output directory.")
+    return None
 
 
 _SETTINGS = {"global_batch_size": "the global batch size (--global-batch-size)", "precision": "--precision",

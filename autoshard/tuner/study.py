@@ -185,12 +185,12 @@ def run_study(
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
     try:
-        study = create_study(name, store, shown, fingerprint, space, sampler_seed(seed, shared=storage is not None),
-                             prune, warmup_steps)
+        study, taken_up = create_study(name, store, shown, fingerprint, space,
+                                       sampler_seed(seed, shared=storage is not None), prune, warmup_steps)
         if cap is not None and CAP_ATTR not in study.user_attrs:
             study.set_user_attr(CAP_ATTR, cap)
-        notes = [f"Trial {n} was left running by a tuner that is gone: marked failed."
-                 for n in storage_mod.fail_stale_trials(study)]
+        notes = [*taken_up, *(f"Trial {n} was left running by a tuner that is gone: marked failed."
+                              for n in storage_mod.fail_stale_trials(study))]
         if source.optimizer_fn is not None and asked is not None and asked != planned.optimizer:
             notes.append(f"The trials train with the model file's optimizer() ({planned.optimizer}), as fit() "
                          f"will; the optimizer asked for ({asked}) is not used.")
@@ -287,8 +287,9 @@ def sampler_seed(seed: int, *, shared: bool) -> int:
 
 
 def create_study(name: str, store: optuna.storages.BaseStorage, shown: str, fingerprint: Mapping[str, Any],
-                 space: SearchSpace, seed: int, prune: bool, warmup_steps: int) -> optuna.Study:
-    """The study ``tune()`` runs (created, or loaded and checked against ``fingerprint``): TPE seeded with
+                 space: SearchSpace, seed: int, prune: bool, warmup_steps: int) -> tuple[optuna.Study, list[str]]:
+    """The study ``tune()`` runs (created, or loaded and checked against ``fingerprint``) and the note of a study
+    taken up for this job (:func:`~autoshard.tuner.storage.check_fingerprint`): TPE seeded with
     ``seed``, multivariate over the conditional space, with a constant liar for parallel tuners; pruning trials
     slower than half the best when ``prune``.
 
@@ -308,9 +309,9 @@ def create_study(name: str, store: optuna.storages.BaseStorage, shown: str, fing
     if study.direction != optuna.study.StudyDirection.MAXIMIZE:
         raise UsageError(f"study {name!r} in {shown} minimises; autoshard's maximise throughput.",
                          hint="Pass another --study-name.")
-    storage_mod.check_fingerprint(study, fingerprint, shown)
+    taken_up = storage_mod.check_fingerprint(study, fingerprint, shown)
     study.set_user_attr("autoshard_space", space.to_dict())
-    return study
+    return study, [] if taken_up is None else [taken_up]
 
 
 def enqueue_defaults(study: optuna.Study, space: SearchSpace) -> None:

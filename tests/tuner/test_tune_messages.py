@@ -148,3 +148,20 @@ def test_a_study_older_than_the_network_fields_is_the_same_job_and_a_changed_net
     said = storage.fingerprint_differences({**FINGERPRINT, "hardware": priced}, {**FINGERPRINT, "hardware": slower})
     assert said == ["the network between the nodes was 8 × InfiniBand NDR (400 Gb/s) then, 4 × 100 GbE now",
                     "the network's bandwidth per node (bytes/s) was 400,000,000,000 then, 50,000,000,000 now"]
+
+
+def test_a_study_whose_every_trial_failed_is_taken_up_after_the_model_is_fixed() -> None:
+    """The first trial raised in the user's model.py; fixed, the same command was refused: the code changed since
+    the study was made (a new user's report). Nothing was measured, so nothing is mixed up by taking it up."""
+    study = optuna.create_study(study_name="fixed")
+    storage.check_fingerprint(study, FINGERPRINT, "sqlite:////tmp/e/s.db")
+    failed = study.ask()
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    edited = {**FINGERPRINT, "model": {**MODEL, "code": "57c8"}}
+    note = storage.check_fingerprint(study, edited, "sqlite:////tmp/e/s.db")
+    assert note is not None and "taken up for this job although the model's code changed" in note
+    assert storage.check_fingerprint(study, edited, "sqlite:////tmp/e/s.db") is None  # recorded: the same job now
+    done = study.ask()
+    study.tell(done, 1.0)  # once it has measured a trial, another job is refused as before
+    with pytest.raises(UsageError, match="made for another job"):
+        storage.check_fingerprint(study, FINGERPRINT, "sqlite:////tmp/e/s.db")

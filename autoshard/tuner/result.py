@@ -185,6 +185,26 @@ class TuneResult:
     """``cpu`` or ``cuda``: what the trials ran on (the report leaves the planner's CPU speeds out; not in
     :meth:`to_dict`, whose fields are documented)."""
 
+    def __repr__(self) -> str:
+        """One line (the dataclass's own repr printed every trial, thousands of characters): the study, its
+        trials by state and the best one.
+
+        Example:
+            >>> TuneResult(study_name="s", storage="sqlite:///s.db", output_dir="out", trials=(), best=None,
+            ...            best_plan=None)
+            <TuneResult 's': 0 trials; nothing measured; out>
+        """
+        counts = ", ".join(f"{n} {state}" for state, n in self.counts().items())
+        best = self.best
+        if best is None or best.config is None:
+            top = "nothing measured"
+        else:
+            rate = "" if best.samples_per_s is None else f": {best.samples_per_s:,.4g} samples/s"
+            top = (f"best trial {best.number}, {best.config.strategy} at micro-batch "
+                   f"{best.config.micro_batch_size}{rate}")
+        return (f"<TuneResult {self.study_name!r}: {len(self.trials)} trials{f' ({counts})' if counts else ''}; "
+                f"{top}; {self.output_dir}>")
+
     def counts(self) -> dict[str, int]:
         """Trials by state."""
         out: dict[str, int] = {}

@@ -69,6 +69,16 @@ def test_counts_are_by_state() -> None:
     assert result.counts() == {"complete": 2, "infeasible": 2, "failed": 1, "pruned": 1, "running": 1}
 
 
+def test_its_repr_is_one_line_with_the_best_trial() -> None:
+    records = trials()
+    result = TuneResult(study_name="s", storage="sqlite:///x", output_dir="/out", trials=records, best=records[0],
+                        best_plan=None)
+    shown = repr(result)
+    assert "\n" not in shown and len(shown) < 200, shown
+    assert shown.startswith("<TuneResult 's': 7 trials (2 complete, 2 infeasible, 1 failed, 1 pruned, 1 running); "
+                            f"best trial 0, {records[0].config.strategy} at micro-batch")
+
+
 def test_to_dict_survives_a_json_round_trip() -> None:
     records = trials()
     result = TuneResult(study_name="tune-gpt2", storage="postgresql://u:***@db/s", output_dir="/out",

@@ -66,6 +66,9 @@ def sized_hardware(args: argparse.Namespace) -> argparse.Namespace:
     name, gpus, nodes = sized_machine(str(args.hardware))
     if gpus is None:
         return args
+    if gpus == 0 or nodes == 0:  # else "--gpus must be a positive whole number", a flag the user did not type
+        raise UsageError(f"--hardware {args.hardware}: a machine has at least one GPU per node and one node.",
+                         hint=f"Size it as {name}:G or {name}:GxN with G and N from 1.")
     if args.gpus is not None or args.nodes is not None:
         raise UsageError(f"--hardware {args.hardware} sizes the machine, and --gpus or --nodes sizes it again.",
                          hint=f"Pass one: --hardware {name} --gpus G [--nodes N], or --hardware {args.hardware} "

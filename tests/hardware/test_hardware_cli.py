@@ -106,6 +106,7 @@ BAD_YAML = "kind: node\nname: x\ngpu: [t4\n"
         # without --benchmark-disk these were ignored: any value, exit 0 (a new user's report)
         (["--benchmark-size", "lots", "--benchmark-seconds=-3"], "set the disk benchmark, which --benchmark-disk"),
         (["--list", "--benchmark-size", "1GiB"], "--list does not combine with --benchmark-size"),
+        (["--hardware", "l40s:0"], "--hardware l40s:0: a machine has at least one GPU per node"),  # said --gpus
     ],
 )
 def test_cli_bad_input_is_one_clear_message_and_exit_2(

@@ -131,6 +131,7 @@ PLANNER_ARGUMENTS: Rewrites = (
     (r"--strategies; strategy= in fit\(\)", "strategies="), (r"--seq-len (\d+)", r"seq_len=\1"),
     (r"--global-batch-size\b", "global_batch_size="), (r"--batch-size\b", "batch_size="),
     (r"--checkpointing ([\w-]+); activation_checkpointing= in fit\(\)", r'activation_checkpointing="\1"'),
+    (r"--precision ([\w-]+); precision= in fit\(\)", r'precision="\1"'),
     (r"--checkpointing ([\w-]+)", r'activation_checkpointing="\1"'),
     (r"--checkpointing\b", "activation_checkpointing="), (r"--optimizer-impl\b", "optimizer_impl="),
     (r"--optimizer\b", "optimizer="), (r"--precision\b", "precision="), (r"--grad-clip-norm\b", "grad_clip_norm="),

@@ -29,6 +29,15 @@ def test_bf16_on_a_gpu_without_it_is_refused_before_anything_is_traced(hardware:
     assert "--precision 16-mixed" in (info.value.hint or "")
 
 
+def test_the_refusal_names_the_python_argument_from_python() -> None:
+    """From Python it read "Use 16-mixed (precision= 16-mixed; precision= in fit())"."""
+    import autoshard
+
+    with pytest.raises(UsageError) as info:
+        autoshard.recommend("no-such-model.py", hardware="t4", precision="bf16-mixed")
+    assert 'Use 16-mixed (precision="16-mixed")' in (info.value.hint or "")
+
+
 def test_recommend_from_python_without_a_precision_takes_the_gpus_default() -> None:
     """autoshard.recommend's default was bf16-mixed, refused on a V100 the user asked nothing of."""
     import autoshard

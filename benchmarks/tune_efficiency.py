@@ -377,8 +377,8 @@ def tuner_loop(plan: Plan, space: SearchSpace, spec: Any, *, trials: int, seed: 
     from autoshard.tuner.loop import StudyLoop
     from autoshard.tuner.records import record
 
-    study = tuner.create_study(f"tune-efficiency-{seed}", optuna.storages.InMemoryStorage(), "memory", {}, space,
-                               seed, False, spec.warmup_steps)
+    study, _ = tuner.create_study(f"tune-efficiency-{seed}", optuna.storages.InMemoryStorage(), "memory", {},
+                                  space, seed, False, spec.warmup_steps)
     if enqueue:
         tuner.enqueue_defaults(study, space)
     budget = check_budget(trials, None, TRIAL_TIMEOUT_S, spec.steps, spec.warmup_steps)

@@ -106,7 +106,9 @@ def fit(
             machine (its CUDA GPUs must be this process's); default: detected.
         processes: with ``plan="auto"``, GPUs to use, or on a CPU machine the number of gloo processes.
         precision: ``32-true``, ``16-mixed``, ``bf16-mixed`` or ``bf16-true``; default ``bf16-mixed`` on GPUs
-            that support it, ``16-mixed`` on those without (V100, T4), ``32-true`` without a GPU.
+            that support it, ``16-mixed`` on those without (V100, T4), ``32-true`` without a GPU; a module whose
+            parameters are already bf16 trains as ``bf16-true`` (noted), one in fp16 is refused unless
+            ``bf16-true`` (pure fp16 has no loss scaling; ``16-mixed`` wants fp32 weights).
         batch_size: micro-batch per device (default: the loader's, else the planner's choice).
         global_batch_size: samples per optimizer step over all ranks (micro-batch × gradient accumulation ×
             ranks): with ``plan="auto"`` the planner chooses the micro-batch that fits and accumulates the rest;

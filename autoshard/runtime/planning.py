@@ -43,6 +43,7 @@ from autoshard.runtime.data import (
     size_as_it_comes,
 )
 from autoshard.runtime.plan_checks import RunShape, check, check_arguments, check_cuda_devices
+from autoshard.runtime.precision import for_module
 from autoshard.strategies.workload import parameter_layout
 
 if TYPE_CHECKING:
@@ -192,6 +193,8 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
     _check_plan_data(job, exported, ranks, where, force=options.force, notes=notes)
     plan_checks.check_global_batch(options.global_batch_size, exported, ranks, where)
     _check_optimizer(job, exported)
+    if job.source is None and job.module is not None:
+        notes.extend(note for note in [for_module(job.module, exported.precision)[1]] if note)
     return _with_overrides(exported, options, notes), notes, job
 
 
@@ -307,7 +310,11 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
     hw = hardware_for(options.hardware, processes=options.processes)
     check_cuda_devices(hw, options.hardware, launched=launched)  # before tracing, and a worker for each GPU
     # Named as the plan names it (fit(precision="fp16") planned 16-mixed, and its note said "fp16").
-    precision = parse_precision(options.precision).value if options.precision else default_precision(hw)
+    precision = parse_precision(options.precision).value if options.precision else None
+    if job.source is None and job.module is not None:  # a bf16 module trains as bf16-true; fp16 is refused
+        precision, dtype_note = for_module(job.module, precision)
+        notes.extend([dtype_note] if dtype_note else [])
+    precision = precision or default_precision(hw)
     source = job.source
     example = None
     if source is None:

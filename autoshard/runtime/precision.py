@@ -61,3 +61,56 @@ def recipe(precision: str) -> PrecisionRecipe:
     if precision not in table:
         raise UsageError(f"unknown precision {precision!r}.", hint=f"Use one of {', '.join(table)}.")
     return table[precision]
+
+
+_HALF_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def module_dtype(module: torch.nn.Module) -> torch.dtype | None:
+    """The dtype holding most of ``module``'s floating parameter elements (``None``: no floating parameters)."""
+    counts: dict[torch.dtype, int] = {}
+    for p in module.parameters():
+        if p.is_floating_point():
+            counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    return max(counts, key=lambda d: counts[d]) if counts else None
+
+
+def for_module(module: torch.nn.Module, precision: str | None, *, argument: str = "precision"
+               ) -> tuple[str | None, str | None]:
+    """The precision to train an already-built ``module`` with, and a note on why, from its parameters' dtype.
+
+    ``fit()`` casts parameters only under ``bf16-true``; every other precision trains them in the dtype they come
+    in. A module in bf16 with no precision given is planned ``bf16-true`` (what it trains as); given a precision that
+    keeps fp32 weights, it trains in bf16 all the same, which the note says. A module in fp16 is refused unless
+    ``bf16-true`` casts it: pure fp16 has no loss scaling (AdamW's ``eps`` of 1e-8 is 0 in fp16, and the loss turns
+    to NaN within steps), and ``16-mixed``'s scaler refuses fp16 gradients.
+
+    Example:
+        >>> m = torch.nn.Linear(2, 2).to(torch.bfloat16)
+        >>> for_module(m, None)[0], for_module(torch.nn.Linear(2, 2), None)
+        ('bf16-true', (None, None))
+
+    Raises:
+        UsageError: an fp16 module under any precision but ``bf16-true``.
+    """
+    dtype = module_dtype(module)
+    half = _HALF_NAMES.get(dtype) if dtype is not None else None
+    if half is None or precision == "bf16-true":
+        return precision, None
+    kind = type(module).__name__
+    if half == "fp16":
+        asked = f"with no {argument}=" if precision is None else f"under {precision}"
+        why = ("16-mixed's loss scaler refuses fp16 gradients (it is meant for fp32 weights)" if precision ==
+               "16-mixed" else f"{asked} they would train in pure fp16 with no loss scaling (AdamW's eps of 1e-8 is "
+               "0 in fp16: the loss turns NaN within steps)")
+        raise UsageError(f"{kind}'s parameters are fp16: {why}.",
+                         hint=f"Cast the module to fp32 first (model.float()) and pass {argument}='16-mixed' "
+                              f"(fp16 autocast, fp32 weights, loss scaling), or pass {argument}='bf16-true'.")
+    if precision is None:
+        return "bf16-true", (f"{kind}'s parameters are bf16: planned bf16-true (weights, gradients and optimizer "
+                             f"state in bf16, as it trains). For fp32 master weights, cast it to fp32 first "
+                             f"(model.float()) and pass {argument}='bf16-mixed'.")
+    return precision, (f"{kind}'s parameters are bf16 and {precision} does not cast them: its weights, gradients "
+                       f"and optimizer state stay bf16 (no fp32 master weights). Cast it to fp32 first "
+                       f"(model.float()) for {precision} as it is meant, or pass {argument}='bf16-true' to name "
+                       "what runs.")

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``autoshard tune``."""
     from autoshard.cli._hardware_args import hardware_from_args
     from autoshard.report import print_summary
-    from autoshard.tuner.loop import Terminated
+    from autoshard.tuner.loop import Interrupted, Terminated
     from autoshard.tuning import tune
 
     hardware = hardware_from_args(args)
@@ -84,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
             prune=not args.no_prune, seed=args.seed, compress_gradients=args.compress_gradients,
             progress=not args.json,
         )
-    except KeyboardInterrupt:  # the running trial's workers are stopped; it is recorded as interrupted
+    except KeyboardInterrupt as e:  # the running trial's workers are stopped; it is recorded as interrupted
+        if args.json and isinstance(e, Interrupted):  # what finished, as the finished study's JSON would be
+            print_json(e.result.to_dict())
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         print(f"autoshard: {how}; what finished is in {Path(args.output_dir) / 'summary.md'}, and the same "
               f"command resumes the study in {args.output_dir} (a trial it was running runs again first).",

@@ -33,7 +33,7 @@ from autoshard.tuner.candidate import trial_candidate
 from autoshard.tuner.estimate import describe
 from autoshard.tuner.observer import TuneObserver
 from autoshard.tuner.records import trial_strategy
-from autoshard.tuner.result import FailureClass, TrialConfig, TrialEstimate
+from autoshard.tuner.result import FailureClass, TrialConfig, TrialEstimate, TuneResult
 from autoshard.tuner.resume import RERUN, RERUN_ATTR
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialRunner, TrialSpec, run_trial
 from autoshard.tuner.space import SearchSpace
@@ -54,6 +54,15 @@ _Pruned = optuna.TrialPruned
 class Terminated(KeyboardInterrupt):
     """SIGTERM to the tuner (``kill``, a job scheduler's time limit), raised by ``autoshard tune``'s handler: the
     study stops as on Ctrl-C, and the trial it stops says which signal stopped it."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised by :func:`autoshard.tune` once Ctrl-C or SIGTERM has stopped its study and what finished before it
+    is written out: ``result`` holds those trials (as ``summary.json`` does), so ``tune --json`` can print them."""
+
+    def __init__(self, result: TuneResult) -> None:
+        super().__init__()
+        self.result = result
 
 
 class StudyLoop:

@@ -34,7 +34,7 @@ from autoshard.tuner.budget import check_budget
 from autoshard.tuner.cache import ResultCache, default_dir
 from autoshard.tuner.candidate import exported_plan, trial_candidate
 from autoshard.tuner.estimate import cpu_flops_per_s, cpu_micro_batch_cap, trial_estimate
-from autoshard.tuner.loop import StudyLoop, Terminated
+from autoshard.tuner.loop import Interrupted, StudyLoop, Terminated
 from autoshard.tuner.machine import trial_hardware, worker_environ, worker_threads
 from autoshard.tuner.observer import Observers, TuneObserver
 from autoshard.tuner.pruner import SlowerThanBestPruner
@@ -209,9 +209,10 @@ def run_study(
             loop.run()
         except KeyboardInterrupt as e:  # what finished before Ctrl-C is written out, then the tuner stops (130)
             how = "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
-            _finish(study, plan, space, shown, out, [*notes, *loop.notes, f"Interrupted ({how}): these are the "
-                    "trials finished before it; the same command resumes the study."], observer, estimate)
-            raise
+            partial = _finish(study, plan, space, shown, out, [*notes, *loop.notes, f"Interrupted ({how}): these "
+                              "are the trials finished before it; the same command resumes the study."], observer,
+                              estimate)
+            raise Interrupted(partial) from e
         except AutoshardError as e:  # the user's code failed the first trial: the summary and best/ say so too
             _finish(study, plan, space, shown, out, [*notes, *loop.notes, f"Stopped: {e.message}"], observer,
                     estimate)

@@ -114,7 +114,7 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
     try:
         interrupted = wait_for_running_trial(out / "study.db", first, deadline_s=300, after_complete=False)
         os.killpg(first.pid, signal.SIGINT)  # Ctrl-C: the terminal's process group (the workers have their own)
-        _, stderr = first.communicate(timeout=60)
+        stdout, stderr = first.communicate(timeout=60)
     finally:
         if first.poll() is None:
             first.kill()
@@ -127,6 +127,8 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
     written = json.loads((out / "summary.json").read_text())  # what finished is readable before any resume
     assert any(note.startswith("Interrupted (Ctrl-C)") for note in written["notes"])
     assert written["trials"][interrupted]["failure"] == "interrupted"
+    printed = json.loads(stdout)  # --json prints what finished, as summary.json holds it (it printed nothing)
+    assert printed["trials"] == written["trials"] and printed["notes"][:len(written["notes"])] == written["notes"]
     assert [line for line in stderr.splitlines() if line.strip()] == [
         f"autoshard: interrupted; what finished is in {out / 'summary.md'}, and the same command resumes the study "
         f"in {out} (a trial it was running runs again first)."]
@@ -162,7 +164,7 @@ def test_sigterm_stops_the_tuner_as_ctrl_c_does(tmp_path: Path) -> None:
     try:
         interrupted = wait_for_running_trial(out / "study.db", first, deadline_s=300, after_complete=False)
         first.terminate()  # the tuner alone, not its group
-        _, stderr = first.communicate(timeout=60)
+        stdout, stderr = first.communicate(timeout=60)
     finally:
         if first.poll() is None:
             first.kill()

@@ -81,7 +81,8 @@ def for_module(module: torch.nn.Module, precision: str | None, *, argument: str 
 
     ``fit()`` casts parameters only under ``bf16-true``; every other precision trains them in the dtype they come
     in. A module in bf16 with no precision given is planned ``bf16-true`` (what it trains as); given a precision that
-    keeps fp32 weights, it trains in bf16 all the same, which the note says. A module in fp16 is refused unless
+    keeps fp32 weights, it trains in bf16 all the same under DDP and FSDP2, which the note says (DeepSpeed's bf16
+    mode keeps fp32 master weights whatever the module's dtype). A module in fp16 is refused unless
     ``bf16-true`` casts it: pure fp16 has no loss scaling (AdamW's ``eps`` of 1e-8 is 0 in fp16, and the loss turns
     to NaN within steps), and ``16-mixed``'s scaler refuses fp16 gradients.
 
@@ -107,10 +108,11 @@ def for_module(module: torch.nn.Module, precision: str | None, *, argument: str 
                          hint=f"Cast the module to fp32 first (model.float()) and pass {argument}='16-mixed' "
                               f"(fp16 autocast, fp32 weights, loss scaling), or pass {argument}='bf16-true'.")
     if precision is None:
-        return "bf16-true", (f"{kind}'s parameters are bf16: planned bf16-true (weights, gradients and optimizer "
-                             f"state in bf16, as it trains). For fp32 master weights, cast it to fp32 first "
-                             f"(model.float()) and pass {argument}='bf16-mixed'.")
-    return precision, (f"{kind}'s parameters are bf16 and {precision} does not cast them: its weights, gradients "
-                       f"and optimizer state stay bf16 (no fp32 master weights). Cast it to fp32 first "
-                       f"(model.float()) for {precision} as it is meant, or pass {argument}='bf16-true' to name "
-                       "what runs.")
+        return "bf16-true", (f"{kind}'s parameters are bf16: planned bf16-true, which trains them as they are "
+                             "(under DDP and FSDP2 with no fp32 copy; DeepSpeed keeps fp32 master weights of its "
+                             "own). For fp32 master weights everywhere, cast it to fp32 first (model.float()) and "
+                             f"pass {argument}='bf16-mixed'.")
+    return precision, (f"{kind}'s parameters are bf16 and {precision} does not cast them: under DDP and FSDP2 its "
+                       "weights, gradients and optimizer state stay bf16 (no fp32 master weights). Cast it to fp32 "
+                       f"first (model.float()) for {precision} as it is meant, or pass {argument}='bf16-true' to "
+                       "name what runs.")

@@ -32,7 +32,17 @@ trial's duration less its steps), on a shared, busy machine. Not measured on a G
 
 
 def cpu_flops_per_s(threads: int, *, seconds: float = 0.2) -> float:
-    """This CPU's float32 matmul rate with ``threads`` threads (what one trial worker gets), measured now.
+    """This CPU's float32 matmul rate with ``threads`` threads (what one trial worker gets), measured now on
+    1024 x 1024 matmuls (at least three).
+
+    1024, not smaller: on a busy machine a multi-threaded matmul waits for whichever of its threads another
+    process holds, and a small one waits about as long as a large one. On this project's 2-core VM under a load
+    of 4–5 (other processes on both cores), two threads ran 256 x 256 matmuls at 1–46 GFLOP/s from one
+    measurement to the next, and 1024 x 1024 ones at 30–54, while a training step of the example GPT
+    (examples/gpt, 23 GFLOP a sample) ran at 11–26 GFLOP/s: the smaller matmul predicted 37 s steps that took
+    3 s (``autoshard tune examples/gpt/model.py``; 1024 predicted 1.5–2.6 s for steps of 1.0–3.6 s). With one
+    thread the two sizes ran within about 15 % of each other (at best 103 and 98 GFLOP/s), so
+    :data:`CPU_TRAINING_EFFICIENCY`, measured with one thread per worker, holds for either.
 
     Example:
         >>> cpu_flops_per_s(1, seconds=0.05) > 1e8
@@ -43,14 +53,16 @@ def cpu_flops_per_s(threads: int, *, seconds: float = 0.2) -> float:
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
     try:
-        n = 256  # large enough to run at the BLAS kernel's speed, small enough for many repeats in 0.2 s
+        n = 1024  # the size of a training step's matmuls, whose rate a busy machine lowers as it lowers theirs
         a, b = torch.randn(n, n), torch.randn(n, n)
         a @ b  # first call: thread pool and kernel selection
         count, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < seconds:
+        while True:
             a @ b
             count += 1
-        return 2 * n**3 * count / elapsed
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds and count >= 3:
+                return 2 * n**3 * count / elapsed
     finally:
         torch.set_num_threads(before)
 

@@ -1,7 +1,7 @@
 """Counting a traced step's FLOPs: torch's ``FlopCounterMode`` plus the kernels it does not know.
 
 torch's counter (``torch/utils/flop_counter.py``, torch 2.13) has formulas for matmuls, convolutions and the
-CUDA attention kernels. The trace runs on CPU tensors, so two kinds of work a GPU does would count as zero:
+CUDA attention kernels. The trace runs on CPU tensors, so three kinds of work a GPU does would count as zero:
 
 * **Routed experts** (``aten::_grouped_mm``, which transformers 5 uses for every mixture-of-experts layer):
   :func:`grouped_mm_flops`, ``2·M·K·N`` summed over the groups — the same as one matmul over all the rows.
@@ -22,6 +22,12 @@ CUDA attention kernels. The trace runs on CPU tensors, so two kinds of work a GP
   ``dropout_p > 0``: torch counts its ``bmm`` calls as they run, the forward as the kernel's, the backward
   without the recomputation (2 × forward). No op is counted twice: a fused kernel calls no other op and the
   math path calls no fused kernel.
+
+* **LSTMs** (``aten::mkldnn_rnn_layer`` and its backward, which ``nn.LSTM`` runs on a CPU, a call per layer and
+  direction): :func:`rnn_layer_flops`, every token through the gate weights, backward 2 × forward. GRU and RNN
+  layers run as ``mm`` / ``addmm`` there and torch counts them. The op census files each LSTM time step as a
+  kernel of the batch by the hidden state (:func:`autoshard.profiler.op_census` ``_recurrence``): a GPU runs
+  them one after the other.
 
 One of its formulas is wrong: the weight gradient of a grouped (e.g. depthwise) convolution counts every input
 channel for each output channel, ``groups`` times the work (:func:`conv_backward_flops` corrects it).
@@ -49,7 +55,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 __all__ = ["FLOP_FORMULAS", "attention_backward_flops", "attention_flops", "conv_backward_flops", "counter",
-           "grouped_mm_flops"]
+           "grouped_mm_flops", "rnn_layer_flops"]
 
 aten = torch.ops.aten
 
@@ -151,11 +157,35 @@ def conv_backward_flops(grad_out_shape: torch.Size, x_shape: torch.Size, w_shape
     return int(grad_input) + int(grad_weight) // max(1, int(groups))
 
 
+def rnn_layer_flops(input_shape: torch.Size, w_ih: torch.Size, w_hh: torch.Size, *args: Any,
+                    out_shape: Any = None, **kwargs: Any) -> int:
+    """FLOPs of ``aten::mkldnn_rnn_layer``, one layer and direction of ``nn.LSTM`` on a CPU (oneDNN): at every
+    step, the input and the hidden state times their gate weights (``w_ih``: ``gates·H × I``, ``w_hh``:
+    ``gates·H × H``), ``2·(w_ih + w_hh)`` per token; the gates' elementwise work is left out, as torch leaves
+    out a linear layer's bias. torch 2.13 has no formula for it: an LSTM counted 0 FLOPs.
+
+    Example:
+        >>> rnn_layer_flops(torch.Size([4, 8, 16]), torch.Size([128, 16]), torch.Size([128, 32]))  # 32 tokens
+        393216
+    """
+    tokens = math.prod(input_shape) // w_ih[-1]  # (T, B, I), (B, T, I) or packed (sum of lengths, I)
+    return 2 * tokens * (math.prod(w_ih) + math.prod(w_hh))
+
+
+def _rnn_layer_backward_flops(input_shape: torch.Size, w_ih: torch.Size, w_hh: torch.Size, *args: Any,
+                              out_shape: Any = None, **kwargs: Any) -> int:
+    """``aten::mkldnn_rnn_layer_backward``: the input and hidden-state gradients and the two weight gradients,
+    2 × the forward's products (:func:`rnn_layer_flops`), as for a linear layer."""
+    return 2 * rnn_layer_flops(input_shape, w_ih, w_hh)
+
+
 FLOP_FORMULAS: dict[Any, Callable[..., int]] = {
     aten._grouped_mm: grouped_mm_flops,
     aten.convolution_backward: conv_backward_flops,
     aten._scaled_dot_product_flash_attention_for_cpu: _flash_cpu_flops,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _flash_cpu_backward_flops,
+    aten.mkldnn_rnn_layer: rnn_layer_flops,
+    aten.mkldnn_rnn_layer_backward: _rnn_layer_backward_flops,
 }
 """Formulas added to torch's, by op (``FlopCounterMode(custom_mapping=...)``; they receive shapes)."""
 

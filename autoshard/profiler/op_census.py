@@ -272,6 +272,18 @@ def _min_dim(kind: str, packet: Any, args: tuple[Any, ...], out: Any) -> int:
     return int(min(m, a.shape[-1], b.shape[-1]))
 
 
+def _recurrence(packet: Any, args: tuple[Any, ...]) -> tuple[int, int] | None:
+    """For a recurrent layer (``mkldnn_rnn_layer`` and its backward, ``(input, w_ih, w_hh, b_ih, b_hh, hx, ...)``):
+    its time steps, each a GEMM of the batch by the hidden state that waits for the one before (a kernel per step
+    on a GPU), and the smallest dimension of those GEMMs. ``None`` for any other op."""
+    if "rnn_layer" not in packet.__name__:
+        return None
+    t = [a for a in args if isinstance(a, torch.Tensor)]
+    tokens, hx = t[0].numel() // t[0].shape[-1], t[5]
+    batch = max(1, hx.shape[-2] if hx.dim() > 1 else 1)
+    return max(1, tokens // batch), int(min(batch, hx.shape[-1]))
+
+
 def _query_and_key(packet: Any, args: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor]:
     """An attention op's query and key, ``(batch, heads, positions, head dim)``: its first two tensors, after the
     output's gradient in backward (``(grad_out, q, k, v, ...)``)."""
@@ -381,11 +393,12 @@ class CensusCounter(FlopCounterMode):
             kind = _kind(func_packet)
             first = next(iter(_tensors(args)), None)
             dtype = dtype_name(first.dtype) if first is not None else "unknown"
-            key = (kind, dtype, size_class(_min_dim(kind, func_packet, args, out)), alignment(kind, args, out))
+            steps, smallest = _recurrence(func_packet, args) or (1, _min_dim(kind, func_packet, args, out))
+            key = (kind, dtype, size_class(smallest), alignment(kind, args, out))
             acc = self._mm.setdefault(key, [0, 0, 0, 0])
             acc[0] += flops
             acc[1] += _nbytes(args) + _nbytes((out,))
-            acc[2] += 1
+            acc[2] += steps
             acc[3] += _work_flops(kind, func_packet, args, kwargs, flops)
             return out
         if self._launches_no_kernel(func_packet):

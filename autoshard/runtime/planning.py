@@ -300,6 +300,7 @@ def _check_optimizer(job: TrainJob, exported: ExportedPlan) -> None:
 def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bool
           ) -> tuple[ExportedPlan, TrainJob]:
     from autoshard.planner.machine import default_precision, hardware_for, plan_for
+    from autoshard.runtime.train import returned_loss
 
     loader = loader_batch_size(job.data)
     if options.batch_size is not None and loader is not None and options.batch_size != loader:
@@ -316,6 +317,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
         notes.extend([dtype_note] if dtype_note else [])
     precision = precision or default_precision(hw)
     source = job.source
+    if source is not None and source.loss_fn is None and job.loss_fn is None and job.training_step is None:
+        source = replace(source, loss_fn=returned_loss)  # traced as it trains: an output with no loss is refused
     example = None
     if source is None:
         if job.data is None:

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from autoshard.errors import UsageError, UserCodeError
-from autoshard.models.source import ModelSource, call_model, default_loss
-from autoshard.models.step import StepFunctions, step_functions
+from autoshard.models.source import ModelSource, call_model
+from autoshard.models.step import StepFunctions, output_loss, step_functions
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.blocks import find_repeated_blocks
 from autoshard.runtime import backends, checkpoint, loop
@@ -185,7 +185,24 @@ def step_functions_for(job: TrainJob, module: nn.Module) -> StepFunctions:
     source = job.source
     own = source.loss_fn if source is not None else None
     return StepFunctions(call=(source.call_fn if source is not None else None) or call_model,
-                         loss=job.loss_fn or own or default_loss)
+                         loss=job.loss_fn or own or returned_loss)
+
+
+def returned_loss(output: Any, batch: Any) -> torch.Tensor:
+    """The loss a model source with no ``loss`` trains on: the one its model returns (:func:`output_loss`: a
+    Hugging Face output's ``loss``, a scalar). Profiling may reduce any output as a stand-in
+    (:func:`~autoshard.models.source.default_loss`, the mean of the logits): the memory is the same, but training
+    on it would lower the logits, not fit the data.
+
+    Raises:
+        UsageError: the output holds no loss; the hint names the model file's ``loss``.
+    """
+    try:
+        return output_loss(output, batch)
+    except UsageError as exc:
+        raise UsageError(exc.message, hint="Define `def loss(output, batch):` in the model file (docs/models.md), "
+                                           "or pass loss_fn=(output, batch) -> scalar or training_step= to fit()."
+                         ) from None
 
 
 def _resume_from(job: TrainJob) -> Path | None:

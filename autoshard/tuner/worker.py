@@ -56,6 +56,7 @@ def _run(run_dir: Path, launch: Any) -> None:
     import torch.distributed as dist
 
     from autoshard.models import load_source
+    from autoshard.models.source import default_loss
     from autoshard.planner import plan_file
     from autoshard.runtime.distributed import join
     from autoshard.runtime.train import TrainJob, train
@@ -84,7 +85,11 @@ def _run(run_dir: Path, launch: Any) -> None:
     try:
         # optimizer=None: the model file's optimizer(), else the plan's by name, as fit(plan=...) trains (the
         # planner priced the file's; trial.json's name is the plan's, for the record)
-        job = TrainJob(module=None, source=source, data=None, loss_fn=loss, training_step=step, optimizer=None,
+        # A trial measures speed: a model file with no loss() is timed with profiling's stand-in (the same work),
+        # which fit() refuses to train on
+        stand_in = None if loss is not None or step is not None or source.loss_fn is not None else default_loss
+        job = TrainJob(module=None, source=source, data=None, loss_fn=loss or stand_in, training_step=step,
+                       optimizer=None,
                        max_steps=int(spec["steps"]), epochs=None, seed=int(spec["seed"]), checkpoint_dir=None,
                        checkpoint_every=None, resume=False, consolidate=False, log_every=int(spec["steps"]),
                        on_step=on_step)

@@ -472,10 +472,16 @@ def size_as_it_comes(data: Any, example: Any, batch_size: int | None, notes: lis
         UsageError: ``batch_size=`` says otherwise: fit() trains the batches as they come.
     """
     rows = batch_rows(example)
-    if rows is None:
-        return None
     what = "the DataLoader (no batch_size: a batch sampler of its own)" if getattr(data, "batch_sampler", None) \
         else "the data"
+    if rows is None:
+        if batch_size is not None:  # a stream of single samples: batch_size= cannot batch it
+            raise UsageError(f"batch_size={batch_size}, and the first item of {what} is no batch (its tensors "
+                             "differ in their first dimension): fit() trains on a stream's items as they come, and "
+                             "does not batch them.",
+                             hint=f"Batch the stream with DataLoader(data, batch_size={batch_size}) and drop "
+                                  "batch_size=, or pass a map-style Dataset, which fit() batches at batch_size.")
+        return None
     if batch_size is not None and batch_size != rows:
         raise UsageError(f"batch_size={batch_size}, and the first batch of {what} holds {rows} samples: fit() trains "
                          "on the batches as they come.",

@@ -130,6 +130,14 @@ def test_an_iterable_dataset_of_single_samples_is_told_to_batch_them() -> None:
     assert "DataLoader(dataset, batch_size=...)" in (info.value.hint or "")
 
 
+def test_batch_size_over_a_stream_of_single_samples_is_refused_before_tracing() -> None:
+    # It was passed over, and the trace failed inside the model: "a and b must have same reduction dim".
+    with pytest.raises(UsageError, match="batch_size=16, and the first item of the data is no batch") as info:
+        fit(nn.Sequential(nn.Linear(8, 1)), _Samples(), loss_fn=F.mse_loss, max_steps=1, batch_size=16,
+            progress=False)
+    assert "DataLoader(data, batch_size=16)" in (info.value.hint or "")
+
+
 @pytest.mark.parametrize("data, message", [
     ([["a cat", "a dog"]] * 2, r"the data's first batch is a list with no tensor in it \(str\)"),
     (["a cat", "a dog"], r"the data's first batch is a str; expected a tensor"),

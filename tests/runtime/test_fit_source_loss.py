@@ -49,7 +49,8 @@ def test_a_model_file_whose_output_has_no_loss_is_refused_with_the_files_loss_na
 
 def test_a_model_file_whose_forward_returns_the_loss_trains_on_it(tmp_path: Path) -> None:
     body = _CNN.replace("    def forward(self, images):\n        return self.head(",
-                        "    def forward(self, images, labels):\n        return torch.nn.functional.cross_entropy(self.head(")
+                        "    def forward(self, images, labels):\n"
+                        "        return torch.nn.functional.cross_entropy(self.head(")
     body = body.replace(".flatten(1))\n", ".flatten(1)), labels)\n").replace(
         "return (torch.randn(batch_size, 3, 8, 8),)",
         "return torch.randn(batch_size, 3, 8, 8), torch.randint(0, 10, (batch_size,))")

@@ -165,7 +165,7 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
     except (AutoshardError, InternalError):
         raise
     except Exception as exc:  # user code can raise anything; we report it precisely
-        location = user_frame(exc, user_file)
+        location = user_frame(exc, user_file) if user_file is not None or not user_code else own_frame(exc)
         where = f" at {location}" if location else ""
         if (user_file is not None or user_code) and _asks_for_cuda(exc):
             hint = ("The step is traced on this machine's CPU, on fake tensors (no GPU needed, none used): code that "
@@ -217,6 +217,23 @@ def user_frame(exc: BaseException, user_file: str | None) -> str | None:
     found = None
     for frame in traceback.extract_tb(exc.__traceback__):
         if os.path.realpath(frame.filename) == target:
+            found = f"{frame.filename}:{frame.lineno}"
+    return found
+
+
+def own_frame(exc: BaseException) -> str | None:
+    """``"path:line"`` of the innermost traceback frame in neither Python's nor an installed package's files nor
+    autoshard's: the user's own code, for a module whose file autoshard was not given (``fit(module)``)."""
+    import os
+    import sysconfig
+    import traceback
+
+    skipped = tuple(os.path.realpath(p) + os.sep for p in {*sysconfig.get_paths().values(),
+                                                           os.path.dirname(os.path.dirname(__file__))} if p)
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = os.path.realpath(frame.filename)
+        if not frame.filename.startswith("<") and not path.startswith(skipped):
             found = f"{frame.filename}:{frame.lineno}"
     return found
 

@@ -69,11 +69,15 @@ def guard(fn: Callable[[], Any], source: ModelSource, tracker: MemoryTracker | N
                      "details)." if theirs else not_yours,
             ) from cause
         if isinstance(cause, (DataDependentOutputException, DynamicOutputShapeException)):
+            static = ("A packed sequence's shape is its lengths' sum. Feed the RNN the padded batch instead and take "
+                      "each sequence's last real step with gather (h[torch.arange(B), lengths - 1]), or mask the "
+                      "padded steps in the loss: shape-static, and for a one-way RNN the same result."
+                      if "pack_padded_sequence" in str(cause.func) else
+                      "Make that code shape-static (e.g. torch.where instead of x[mask]), or report it.")
             raise ProfileError(
                 f"the {what} calls {cause.func}{where}, whose result depends on tensor values "
                 "(e.g. .item(), nonzero(), boolean-mask indexing), which a trace without data cannot know.",
-                hint="Make that code shape-static (e.g. torch.where instead of x[mask]), or report it."
-                if theirs else not_yours,
+                hint=static if theirs else not_yours,
             ) from cause
         if isinstance(cause, RuntimeError) and "encountered during backward but not found in storage" in str(cause):
             raise ProfileError(

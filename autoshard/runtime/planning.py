@@ -194,7 +194,7 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
     plan_checks.check_global_batch(options.global_batch_size, exported, ranks, where)
     _check_optimizer(job, exported)
     if job.source is None and job.module is not None:
-        notes.extend(note for note in [for_module(job.module, exported.precision)[1]] if note)
+        notes.extend(note for note in [for_module(job.module, exported.precision, planned=True)[1]] if note)
     return _with_overrides(exported, options, notes), notes, job
 
 

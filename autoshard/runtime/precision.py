@@ -67,16 +67,22 @@ _HALF_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def module_dtype(module: torch.nn.Module) -> torch.dtype | None:
-    """The dtype holding most of ``module``'s floating parameter elements (``None``: no floating parameters)."""
+    """The dtype holding most of ``module``'s trainable floating parameter elements, or of all its floating
+    parameters when none is trainable (``None``: no floating parameters). What trains decides: peft keeps LoRA
+    adapters in fp32 on a bf16 or fp16 base, as a fine-tune may keep an fp32 head on a frozen 16-bit body."""
     counts: dict[torch.dtype, int] = {}
+    trained: dict[torch.dtype, int] = {}
     for p in module.parameters():
         if p.is_floating_point():
             counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
-    return max(counts, key=lambda d: counts[d]) if counts else None
+            if p.requires_grad:
+                trained[p.dtype] = trained.get(p.dtype, 0) + p.numel()
+    chosen = trained or counts
+    return max(chosen, key=lambda d: chosen[d]) if chosen else None
 
 
-def for_module(module: torch.nn.Module, precision: str | None, *, argument: str = "precision"
-               ) -> tuple[str | None, str | None]:
+def for_module(module: torch.nn.Module, precision: str | None, *, argument: str = "precision",
+               planned: bool = False) -> tuple[str | None, str | None]:
     """The precision to train an already-built ``module`` with, and a note on why, from its parameters' dtype.
 
     ``fit()`` casts parameters only under ``bf16-true``; every other precision trains them in the dtype they come
@@ -91,6 +97,8 @@ def for_module(module: torch.nn.Module, precision: str | None, *, argument: str 
         >>> for_module(m, None)[0], for_module(torch.nn.Linear(2, 2), None)
         ('bf16-true', (None, None))
 
+    ``planned``: ``precision`` is a given plan's, which ``fit()``'s arguments cannot change (the hint says so).
+
     Raises:
         UsageError: an fp16 module under any precision but ``bf16-true``.
     """
@@ -104,9 +112,11 @@ def for_module(module: torch.nn.Module, precision: str | None, *, argument: str 
         why = ("16-mixed's loss scaler refuses fp16 gradients (it is meant for fp32 weights)" if precision ==
                "16-mixed" else f"{asked} they would train in pure fp16 with no loss scaling (AdamW's eps of 1e-8 is "
                "0 in fp16: the loss turns NaN within steps)")
+        cast = "Cast the module to fp32 first (model.float())"
         raise UsageError(f"{kind}'s parameters are fp16: {why}.",
-                         hint=f"Cast the module to fp32 first (model.float()) and pass {argument}='16-mixed' "
-                              f"(fp16 autocast, fp32 weights, loss scaling), or pass {argument}='bf16-true'.")
+                         hint=f"{cast}: the plan trains {precision}." if planned else
+                         f"{cast} and pass {argument}='16-mixed' (fp16 autocast, fp32 weights, loss scaling), or "
+                         f"pass {argument}='bf16-true'.")
     if precision is None:
         return "bf16-true", (f"{kind}'s parameters are bf16: planned bf16-true, which trains them as they are "
                              "(under DDP and FSDP2 with no fp32 copy; DeepSpeed keeps fp32 master weights of its "

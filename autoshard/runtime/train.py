@@ -76,6 +76,13 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         # before the setting) the process keeps what the user's script set.
         torch.set_float32_matmul_precision(plan.float32_matmul_precision)
     init = _model_init(job, plan, notes)
+    if init.module is not None and not init.module.training:
+        # from_pretrained returns a model in eval mode: trained so, its dropout would be off (and the plan, traced
+        # in train mode, not what runs). The HF Trainer and Lightning put it in train mode too. A module in train
+        # mode keeps the modes the user gave its submodules (a frozen BatchNorm in eval).
+        init.module.train()
+        notes.append(f"{type(init.module).__name__} was in eval mode (as from_pretrained returns a model): fit() "
+                     "trains it in train mode (dropout on), as the HF Trainer and Lightning do.")
     make_optimizer = _steppable(optimizer_factory(job.optimizer, plan, job.source), plan.strategy)
     clip = job.grad_clip_norm
     if clip is None and plan.grad_clip_norm is not None:

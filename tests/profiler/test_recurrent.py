@@ -75,3 +75,28 @@ def test_an_lstm_model_profiles_its_recurrent_flops(tmp_path) -> None:
     head = 2 * 4 * 64 * 5
     assert profile.forward_flops == recurrent + head
     assert profile.backward_flops == 2 * (recurrent + head)
+
+
+class _Packed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(8, 16, batch_first=True)
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        _, h = self.rnn(packed)
+        return self.head(h[-1])
+
+
+def test_a_packed_sequence_is_refused_at_the_users_line_with_the_padded_alternative() -> None:
+    from autoshard.errors import ProfileError
+    from autoshard.runtime import fit
+
+    batch = (torch.randn(4, 6, 8), torch.tensor([6, 3, 5, 1]), torch.randint(0, 2, (4,)))
+    with pytest.raises(ProfileError, match="pack_padded_sequence") as caught:
+        fit(_Packed(), [batch] * 2, training_step=lambda model, b: nn.functional.cross_entropy(model(b[0], b[1]),
+                                                                                            b[2]),
+            max_steps=1, progress=False)
+    assert f"{__file__}:" in caught.value.message  # the user's line: fit(module) knows no file of theirs
+    assert "gather" in (caught.value.hint or "")

@@ -1,5 +1,6 @@
-"""fit() on a module that arrives in bf16 or fp16 (``from_pretrained(..., torch_dtype=...)``, ``model.half()``):
-the precision it is planned and named with follows what trains."""
+"""fit() on a module as a fine-tune hands it over: in bf16 or fp16 (``from_pretrained(..., torch_dtype=...)``,
+``model.half()``), with fp32 adapters on a frozen 16-bit base (peft), in eval mode (``from_pretrained``). The
+precision it is planned and named with follows what trains, and it trains in train mode."""
 
 from __future__ import annotations
 
@@ -68,3 +69,45 @@ def test_the_dtype_is_the_one_holding_most_parameters() -> None:
     assert module_dtype(model) == torch.bfloat16 and module_dtype(torch.nn.ReLU()) is None
     assert for_module(torch.nn.Linear(2, 2), "bf16-mixed") == ("bf16-mixed", None)
     assert for_module(model, "bf16-true") == ("bf16-true", None)
+
+
+class _Fp32Head(torch.nn.Module):
+    """Computes in fp32 on 16-bit hidden states, as a peft LoRA layer casts its input to its weights' dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(32, 64, bias=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.linear(hidden.to(self.linear.weight.dtype))
+
+
+def test_fp32_adapters_on_a_16_bit_base_keep_the_default_precision_and_train_in_fp32() -> None:
+    """LoRA as peft builds it: the base frozen in bf16 or fp16, the adapters trainable in fp32. A bf16 base was
+    planned bf16-true, which cast the adapters to bf16 (most of their updates were lost to rounding); an fp16 one
+    was refused."""
+    for dtype in (torch.bfloat16, torch.float16):
+        model = _gpt2(dtype)
+        model.requires_grad_(False)
+        model.lm_head = _Fp32Head()  # an fp32 trainable head on the frozen 16-bit body, as peft's adapters are
+        assert module_dtype(model) == torch.float32
+        result = fit(model, _batches(), max_steps=1, progress=False)
+        assert result.plan.precision == "32-true" and model.lm_head.linear.weight.dtype == torch.float32
+        assert not any("parameters are" in note for note in result.notes)
+
+
+def test_a_module_in_eval_mode_trains_in_train_mode_with_a_note() -> None:
+    model = _gpt2(torch.float32).eval()  # as from_pretrained returns it
+    seen: list[bool] = []
+    model.transformer.drop.register_forward_hook(lambda module, args, out: seen.append(module.training))
+    result = fit(model, _batches(), max_steps=1, progress=False)
+    assert seen and all(seen) and model.training
+    assert any("was in eval mode" in note for note in result.notes)
+
+
+def test_a_submodule_the_user_put_in_eval_mode_stays_so() -> None:
+    model = _gpt2(torch.float32)
+    model.transformer.drop.eval()  # the root trains; one submodule kept in eval on purpose
+    result = fit(model, _batches(), max_steps=1, progress=False)
+    assert not model.transformer.drop.training and model.training
+    assert not any("was in eval mode" in note for note in result.notes)

@@ -401,16 +401,16 @@ def _check_run_options(*, seed: Any, timeout_s: Any, consolidate: Any, progress:
 
 def _check_unsharded(module: nn.Module) -> None:
     """Refuse a module on the meta device (no values: its forward failed in planning, blamed on the user's code),
-    and a module FSDP2 sharded in place: a one-process ``fit()`` with an FSDP strategy hands it back so
-    (``FitResult.model``), and planning copies a plain module (FSDP2 refuses ``deepcopy``: the second call was
-    reported as an error in the user's ``model()``)."""
+    and a module FSDP2 sharded in place: a one-process ``fit()`` with an FSDP strategy and ``consolidate=False``
+    (or under a launcher) leaves it so (``FitResult.model``), and planning copies a plain module (FSDP2 refuses
+    ``deepcopy``: the second call was reported as an error in the user's ``model()``)."""
     from torch.distributed.fsdp import FSDPModule
 
     if any(isinstance(m, FSDPModule) for m in module.modules()):
         raise UsageError(f"model is an FSDP2-sharded {type(module).__name__}: a fit() in this process sharded it in "
-                         "place, and fit() plans and wraps a plain module.",
-                         hint="Build the model again and load the trained weights into it "
-                              "(model.load_state_dict(result.state_dict)), then pass that.")
+                         "place (with consolidate=False it stays so), and fit() plans and wraps a plain module.",
+                         hint="Build the model again and load the trained weights into it (result.state_dict of a "
+                              "run with consolidate=True, the default, or a checkpoint), then pass that.")
     on_meta = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if t.is_meta]
     if on_meta:  # its forward failed in planning, blamed on the user's code (FakeTensorDeviceMismatchError)
         raise UsageError(f"model's {on_meta[0]}{f' and {len(on_meta) - 1} more' if len(on_meta) > 1 else ''} "

@@ -61,7 +61,8 @@ class FitResult:
     steps: tuple[StepMetrics, ...]
     """Every optimizer step run by this call (a resumed run starts after the checkpoint's step)."""
     model: nn.Module | None = None
-    """The trained module: the user's module, trained in place (sharded in place under FSDP2 in this process;
+    """The trained module: the user's module, trained in place (under FSDP2 in one process sharded in place, then
+    given back plain holding the consolidated weights, sharded still with ``consolidate=False``;
     under DeepSpeed handed back on the rank holding the consolidated weights as the plain module it was, in its
     own dtypes, holding the fp32 master weights) or, when ``fit()`` ran worker processes, the user's module with
     the consolidated weights loaded; ``None`` when only a model source was given and workers trained it, or

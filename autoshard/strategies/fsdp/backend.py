@@ -187,6 +187,16 @@ class FSDPBackend(Backend):
         return cast(dict[str, torch.Tensor], full) if self.ctx.is_main else None  # full_state_dict: all tensors
 
 
+    def hand_back(self, state: dict[str, torch.Tensor]) -> None:
+        """One process: the user's module, sharded in place, plain again and holding ``state``
+        (:func:`~autoshard.strategies.fsdp.unshard.unshard_in_place`). With several ranks each keeps its shards
+        (``result.state_dict`` holds the whole model on rank 0)."""
+        if self.ctx.world_size == 1:
+            from autoshard.strategies.fsdp.unshard import unshard_in_place
+
+            unshard_in_place(self._module, state)
+
+
 def _broadcast_from_rank0(module: nn.Module, device: torch.device) -> None:
     """Make every rank's copy equal to rank 0's before sharding (each rank keeps its slice of its own copy)."""
     if dist.get_world_size() == 1:

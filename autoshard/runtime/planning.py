@@ -419,6 +419,10 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
         notes.append(f"data is a list whose elements are single samples ({why}): it is batched like a Dataset. "
                      "Pass a DataLoader to batch it yourself, or a list of batches.")
     exported = from_plan(plan)
+    if plan.workload.checkpoints_itself:  # recommend says so in its explanation; fit() had no word of it
+        notes.append(f"{source.name} checkpoints its own blocks (gradient checkpointing enabled in its code, e.g. "
+                     "gradient_checkpointing_enable()): every step recomputes them whatever activation_checkpointing "
+                     "says, and the plan's memory and time count that.")
     if plan.cached_workload is not None:
         notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")
     accumulating = (f" × {exported.gradient_accumulation} accumulated (global batch "

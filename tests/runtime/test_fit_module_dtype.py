@@ -111,3 +111,12 @@ def test_a_submodule_the_user_put_in_eval_mode_stays_so() -> None:
     result = fit(model, _batches(), max_steps=1, progress=False)
     assert not model.transformer.drop.training and model.training
     assert not any("was in eval mode" in note for note in result.notes)
+
+
+def test_gradient_checkpointing_the_model_turned_on_itself_is_noted() -> None:
+    model = _gpt2(torch.float32)
+    model.gradient_checkpointing_enable()
+    result = fit(model, _batches(), max_steps=1, progress=False, cache=False)
+    assert any(note.startswith("GPT2LMHeadModel checkpoints its own blocks") for note in result.notes)
+    plain = fit(_gpt2(torch.float32), _batches(), max_steps=1, progress=False, cache=False)
+    assert not any("checkpoints its own blocks" in note for note in plain.notes)

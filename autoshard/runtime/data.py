@@ -26,6 +26,7 @@ from torch.utils.data import (
 
 from autoshard.errors import UsageError
 from autoshard.models.source import batch_rows
+from autoshard.runtime.collate import stacked
 from autoshard.runtime.columns import ColumnSamples, column_rows
 from autoshard.runtime.distributed import RunContext
 
@@ -83,7 +84,7 @@ class DataFeed:
                                                               rank=self.ctx.rank, shuffle=shuffle and not self.scoring,
                                                               seed=seed, drop_last=not self.scoring)
         self._sampler = sampler
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"collate_fn": stacked}  # torch's default_collate, its size error in the user's terms
         if like is not None:
             extra = {"num_workers": like.num_workers, "collate_fn": like.collate_fn, "pin_memory": like.pin_memory,
                      "worker_init_fn": like.worker_init_fn, "persistent_workers": like.persistent_workers}
@@ -491,3 +492,4 @@ def size_as_it_comes(data: Any, example: Any, batch_size: int | None, notes: lis
         notes.append(f"Micro-batch {rows}: the size of the first batch of {what}, which fit() trains as they come; "
                      "batches of another size train too, at their own memory and speed.")
     return rows
+

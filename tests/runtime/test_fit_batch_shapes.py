@@ -329,3 +329,13 @@ def test_a_batch_the_model_cannot_take_is_said_to_have_failed_while_planning() -
         fit(nn.Linear(8, 4), loader, loss_fn=F.cross_entropy, max_steps=1, progress=False)
     assert "forward raised RuntimeError" in str(info.value)
     assert "while autoshard traced a step to plan" in (info.value.hint or "")
+
+
+def test_samples_of_different_lengths_are_refused_with_padding_named() -> None:
+    # torch's "stack expects each tensor to be equal size" came from inside training, after planning.
+    lengths = [15, 19, 12, 15, 17, 15, 16, 15]
+    samples = [{"x": torch.randn(n), "y": torch.randn(1)} for n in lengths]
+    with pytest.raises(UsageError, match="the data's samples differ in size") as info:
+        fit(nn.Sequential(nn.Linear(15, 1)), samples, batch_size=4, max_steps=2, progress=False,
+            training_step=lambda model, batch: F.mse_loss(model(batch["x"]), batch["y"]))
+    assert "DataCollatorWithPadding" in (info.value.hint or "")

@@ -202,3 +202,32 @@ def _count(n: int, singular: str, plural: str | None = None) -> str:
         ('1 rank', '8 CUDA GPUs', '2 CPU processes')
     """
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+def single_samples(data: Any, micro_batch_size: int) -> Any:
+    """``data`` as a dataset of single samples (:func:`~autoshard.runtime.data.as_samples`) when it is a list whose
+    first element is one sample for a plan of ``micro_batch_size``: every tensor in it at most 1-D (a token
+    sequence, a feature vector, a label) and its first dimension not the plan's micro-batch. ``None`` otherwise.
+
+    ``plan="auto"`` tells samples from batches by running the first element through the model as a batch; a given
+    plan is not traced, so the shape decides. A list of tokenized samples (``input_ids`` of 32 tokens each) was
+    read as batches of 32 and refused against the plan's micro-batch, and ``force=True`` then failed in the model.
+
+    Example:
+        >>> import torch
+        >>> samples = [{"input_ids": torch.zeros(32, dtype=torch.long)}] * 8
+        >>> len(single_samples(samples, 4)), single_samples([torch.zeros(4, 32)] * 2, 4)
+        (8, None)
+    """
+    import torch
+
+    from autoshard.models.source import batch_rows, batch_values
+    from autoshard.runtime.data import as_samples
+
+    if type(data) not in (list, tuple) or not data:
+        return None
+    values = batch_values(data[0]) or []
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors or any(t.dim() > 1 for t in tensors) or batch_rows(data[0]) == micro_batch_size:
+        return None
+    return as_samples(data)

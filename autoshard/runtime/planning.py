@@ -190,6 +190,10 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
         notes.append(f"force=True: trained although {difference}.")
     if world_size is None:
         plan_checks.check_plan_devices(exported, where)  # fit() starts a process per GPU here
+    if job.module is not None and (samples := plan_checks.single_samples(job.data, exported.micro_batch_size)):
+        job = replace(job, data=samples)
+        notes.append(f"data is a list of single samples (each a few 1-D tensors): it is batched like a Dataset, at "
+                     f"the plan's micro-batch {exported.micro_batch_size}.")
     _check_plan_data(job, exported, ranks, where, force=options.force, notes=notes)
     plan_checks.check_global_batch(options.global_batch_size, exported, ranks, where)
     _check_optimizer(job, exported)
@@ -415,7 +419,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
             raise (clash or first) from None
         job = replace(job, data=samples)
         why = (f"read as batches, {clash.message.rstrip('.')}" if clash is not None else
-               f"the first, passed to the model as a batch, failed: {first.message}")
+               "the first did not run through the model as a batch, and ran as a batch of one sample")
         notes.append(f"data is a list whose elements are single samples ({why}): it is batched like a Dataset. "
                      "Pass a DataLoader to batch it yourself, or a list of batches.")
     exported = from_plan(plan)

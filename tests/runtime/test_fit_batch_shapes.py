@@ -339,3 +339,20 @@ def test_samples_of_different_lengths_are_refused_with_padding_named() -> None:
         fit(nn.Sequential(nn.Linear(15, 1)), samples, batch_size=4, max_steps=2, progress=False,
             training_step=lambda model, batch: F.mse_loss(model(batch["x"]), batch["y"]))
     assert "DataCollatorWithPadding" in (info.value.hint or "")
+
+
+def test_a_list_of_single_samples_trains_with_the_plan_made_for_it() -> None:
+    """plan="auto" read this list as samples; with its own plan passed back, the 32 tokens of each sample were read
+    as a batch of 32, refused against micro-batch 4, and force=True failed inside the model."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32))
+    ids = torch.randint(0, 64, (16, 32), generator=torch.Generator().manual_seed(0))
+    samples = [{"input_ids": row, "labels": row} for row in ids]
+    first = fit(model, samples, batch_size=4, max_steps=1, progress=False)
+    again = fit(model, samples, plan=first.plan, max_steps=1, progress=False)
+    assert any(n.startswith("data is a list of single samples") for n in again.notes), again.notes
+    batches = [{"input_ids": ids[i:i + 8], "labels": ids[i:i + 8]} for i in (0, 8)]  # batches of 8: refused
+    with pytest.raises(UsageError, match="holds 8 samples, and the plan"):
+        fit(model, batches, plan=first.plan, max_steps=1, progress=False)

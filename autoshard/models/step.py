@@ -319,5 +319,8 @@ def describe(module: nn.Module, batch: Batch, *, loss_fn: LossFn | None = None,
                    "feed it the rest)") if unfed else ""
         return f"model(*batch[:{fed}]){skipped}, loss_fn(output, the rest of the batch)"
     if isinstance(batch, (tuple, list)):
-        return "model(*batch)" + (", loss_fn(output, batch)" if loss_fn else "")
+        nested = (" (its first element is itself a tuple: for ((inputs...), targets) batches, pass training_step="
+                  "lambda model, batch: loss(model(*batch[0]), batch[1]))"
+                  if batch and isinstance(batch[0], (tuple, list)) else "")
+        return "model(*batch)" + (", loss_fn(output, batch)" if loss_fn else "") + nested
     return "model(batch)" + (", loss_fn(output, batch)" if loss_fn else "")

@@ -356,3 +356,22 @@ def test_a_list_of_single_samples_trains_with_the_plan_made_for_it() -> None:
     batches = [{"input_ids": ids[i:i + 8], "labels": ids[i:i + 8]} for i in (0, 8)]  # batches of 8: refused
     with pytest.raises(UsageError, match="holds 8 samples, and the plan"):
         fit(model, batches, plan=first.plan, max_steps=1, progress=False)
+
+
+class _TwoInputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.image, self.text = nn.Linear(8, 4), nn.Linear(6, 4)
+
+    def forward(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        return self.image(image) + self.text(text)
+
+
+def test_nested_inputs_and_targets_are_hinted_with_the_training_step_that_feeds_them() -> None:
+    batch = ((torch.randn(4, 8), torch.randn(4, 6)), torch.randn(4, 4))
+    with pytest.raises(UserCodeError) as info:
+        fit(_TwoInputs(), [batch] * 2, loss_fn=F.mse_loss, max_steps=1, progress=False)
+    assert "its first element is itself a tuple" in (info.value.hint or "")
+    result = fit(_TwoInputs(), [batch] * 2, max_steps=1, progress=False,  # what the hint says trains
+                 training_step=lambda model, b: F.mse_loss(model(*b[0]), b[1]))
+    assert len(result.losses) == 1

@@ -302,6 +302,16 @@ def _loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool, check
                      "leaves it out (BatchNorm, for one, cannot train on a single sample).") from e
 
 
+def _mixed_dtypes(module: torch.nn.Module, error: Exception) -> str | None:
+    """A hint for a dtype clash inside a module whose parameters are of several floating dtypes (a frozen bf16
+    body under an fp32 head): the data is not at fault, and nothing casts between them without autocast."""
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in module.parameters() if p.is_floating_point()})
+    if len(dtypes) < 2 or "dtype" not in str(error).lower():
+        return None
+    return (f"The model's parameters are of several dtypes ({', '.join(dtypes)}), and without autocast nothing "
+            "casts between them: pass precision='bf16-mixed' (or '16-mixed'), or cast the model to one dtype.")
+
+
 def first_loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool) -> torch.Tensor:
     """Forward and loss of a first step's micro-batch, their errors blamed on the user's code — except running
     out of memory and a lost peer: forward (FSDP2's all-gathers, ZeRO-3's, DDP's buffer broadcast) and a loss
@@ -314,7 +324,8 @@ def first_loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool) 
         if lost_peer(e):
             raise
         raise UserCodeError(f"the model failed on the first batch ({_describe(batch)}): {type(e).__name__}: {e}",
-                            hint="Check what your data yields against what the model's forward takes.") from e
+                            hint=_mixed_dtypes(backend.module, e)
+                            or "Check what your data yields against what the model's forward takes.") from e
     try:
         loss = fns.loss(output, batch)
     except (UserCodeError, UsageError):

@@ -118,6 +118,13 @@ def for_module(module: torch.nn.Module, precision: str | None, *, argument: str 
                          f"{cast} and pass {argument}='16-mixed' (fp16 autocast, fp32 weights, loss scaling), or "
                          f"pass {argument}='bf16-true'.")
     if precision is None:
+        trained = [p for p in module.parameters() if p.is_floating_point() and p.requires_grad]
+        others = {p.dtype for p in trained or module.parameters() if p.is_floating_point()} - {dtype}
+        if others:  # bf16 for the most part: bf16-true casts the rest
+            return "bf16-true", (f"{kind}'s parameters are bf16 for the most part: planned bf16-true, which casts "
+                                 f"the rest ({', '.join(sorted(str(d).removeprefix('torch.') for d in others))}) to "
+                                 "bf16. For fp32 master weights, cast it to fp32 first (model.float()) and pass "
+                                 f"{argument}='bf16-mixed'.")
         return "bf16-true", (f"{kind}'s parameters are bf16: planned bf16-true, which trains them as they are "
                              "(under DDP and FSDP2 with no fp32 copy; DeepSpeed keeps fp32 master weights of its "
                              "own). For fp32 master weights everywhere, cast it to fp32 first (model.float()) and "

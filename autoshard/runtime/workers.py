@@ -182,6 +182,8 @@ def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) ->
         state = torch.load(run_dir / WEIGHTS_FILE, map_location="cpu", weights_only=True)
         if module is not None:
             module.load_state_dict(state)
+            if not module.training:  # as a one-process run leaves it: the workers trained it in train mode
+                module.train()
     elif module is not None:  # consolidate=False: the module here holds the weights it was given, not the trained
         data = {**data, "notes": [*data["notes"], UNTRAINED_NOTE]}
         module = None

@@ -120,3 +120,23 @@ def test_gradient_checkpointing_the_model_turned_on_itself_is_noted() -> None:
     assert any(note.startswith("GPT2LMHeadModel checkpoints its own blocks") for note in result.notes)
     plain = fit(_gpt2(torch.float32), _batches(), max_steps=1, progress=False, cache=False)
     assert not any("checkpoints its own blocks" in note for note in plain.notes)
+
+
+def test_parameters_of_two_dtypes_that_meet_without_autocast_are_named_not_the_data() -> None:
+    from autoshard.errors import UserCodeError
+
+    model = _gpt2(torch.bfloat16)
+    model.requires_grad_(False)
+    model.lm_head = torch.nn.Linear(32, 64, bias=False)  # fp32, fed bf16 hidden states: no autocast under 32-true
+    with pytest.raises(UserCodeError, match="failed on the first batch") as caught:
+        fit(model, _batches(), max_steps=1, progress=False)
+    assert "several dtypes (bfloat16, float32)" in (caught.value.hint or "")
+    assert "precision='bf16-mixed'" in (caught.value.hint or "")
+
+
+def test_a_module_mostly_in_bf16_says_bf16_true_casts_the_rest() -> None:
+    model = _gpt2(torch.bfloat16)
+    model.transformer.h[0].to(torch.float16)
+    result = fit(model, _batches(), max_steps=1, progress=False)
+    assert result.plan.precision == "bf16-true"
+    assert any("bf16 for the most part" in note and "(float16)" in note for note in result.notes)

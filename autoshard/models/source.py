@@ -211,14 +211,9 @@ def user_frame(exc: BaseException, user_file: str | None) -> str | None:
     if user_file is None:
         return None
     import os
-    import traceback
 
     target = os.path.realpath(user_file)
-    found = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if os.path.realpath(frame.filename) == target:
-            found = f"{frame.filename}:{frame.lineno}"
-    return found
+    return _innermost_frame(exc, lambda path: path == target)
 
 
 def own_frame(exc: BaseException) -> str | None:
@@ -226,14 +221,21 @@ def own_frame(exc: BaseException) -> str | None:
     autoshard's: the user's own code, for a module whose file autoshard was not given (``fit(module)``)."""
     import os
     import sysconfig
-    import traceback
 
     skipped = tuple(os.path.realpath(p) + os.sep for p in {*sysconfig.get_paths().values(),
                                                            os.path.dirname(os.path.dirname(__file__))} if p)
+    return _innermost_frame(exc, lambda path: not path.startswith(skipped))
+
+
+def _innermost_frame(exc: BaseException, keep: Callable[[str], bool]) -> str | None:
+    """``"path:line"`` of the innermost frame of ``exc``'s traceback whose real path ``keep`` keeps (frames of
+    code with no file, ``<...>``, are passed over)."""
+    import os
+    import traceback
+
     found = None
     for frame in traceback.extract_tb(exc.__traceback__):
-        path = os.path.realpath(frame.filename)
-        if not frame.filename.startswith("<") and not path.startswith(skipped):
+        if not frame.filename.startswith("<") and keep(os.path.realpath(frame.filename)):
             found = f"{frame.filename}:{frame.lineno}"
     return found
 

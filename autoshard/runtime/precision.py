@@ -66,10 +66,10 @@ def recipe(precision: str) -> PrecisionRecipe:
 _HALF_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def module_dtype(module: torch.nn.Module) -> torch.dtype | None:
-    """The dtype holding most of ``module``'s trainable floating parameter elements, or of all its floating
-    parameters when none is trainable (``None``: no floating parameters). What trains decides: peft keeps LoRA
-    adapters in fp32 on a bf16 or fp16 base, as a fine-tune may keep an fp32 head on a frozen 16-bit body."""
+def _dtype_elements(module: torch.nn.Module) -> dict[torch.dtype, int]:
+    """Elements per dtype of ``module``'s trainable floating parameters, or of all its floating parameters when
+    none is trainable. What trains decides: peft keeps LoRA adapters in fp32 on a bf16 or fp16 base, as a fine-tune
+    may keep an fp32 head on a frozen 16-bit body."""
     counts: dict[torch.dtype, int] = {}
     trained: dict[torch.dtype, int] = {}
     for p in module.parameters():
@@ -77,8 +77,14 @@ def module_dtype(module: torch.nn.Module) -> torch.dtype | None:
             counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
             if p.requires_grad:
                 trained[p.dtype] = trained.get(p.dtype, 0) + p.numel()
-    chosen = trained or counts
-    return max(chosen, key=lambda d: chosen[d]) if chosen else None
+    return trained or counts
+
+
+def module_dtype(module: torch.nn.Module) -> torch.dtype | None:
+    """The dtype holding most of ``module``'s trainable floating parameter elements, or of all its floating
+    parameters when none is trainable (``None``: no floating parameters; :func:`_dtype_elements`)."""
+    elements = _dtype_elements(module)
+    return max(elements, key=lambda d: elements[d]) if elements else None
 
 
 def for_module(module: torch.nn.Module, precision: str | None, *, argument: str = "precision",
@@ -102,7 +108,8 @@ def for_module(module: torch.nn.Module, precision: str | None, *, argument: str 
     Raises:
         UsageError: an fp16 module under any precision but ``bf16-true``.
     """
-    dtype = module_dtype(module)
+    elements = _dtype_elements(module)
+    dtype = max(elements, key=lambda d: elements[d]) if elements else None
     half = _HALF_NAMES.get(dtype) if dtype is not None else None
     if half is None or precision == "bf16-true":
         return precision, None
@@ -118,8 +125,7 @@ def for_module(module: torch.nn.Module, precision: str | None, *, argument: str 
                          f"{cast} and pass {argument}='16-mixed' (fp16 autocast, fp32 weights, loss scaling), or "
                          f"pass {argument}='bf16-true'.")
     if precision is None:
-        trained = [p for p in module.parameters() if p.is_floating_point() and p.requires_grad]
-        others = {p.dtype for p in trained or module.parameters() if p.is_floating_point()} - {dtype}
+        others = set(elements) - {dtype}
         if others:  # bf16 for the most part: bf16-true casts the rest
             return "bf16-true", (f"{kind}'s parameters are bf16 for the most part: planned bf16-true, which casts "
                                  f"the rest ({', '.join(sorted(str(d).removeprefix('torch.') for d in others))}) to "

@@ -135,7 +135,10 @@ def cells(trial: TrialRecord, result: TuneResult, *, short_kind: bool = False) -
 
 def counts_line(result: TuneResult) -> str:
     counts = result.counts()
-    parts = [f"{counts[s.value]} {s.value}" for s in TrialState if counts.get(s.value)]
+    # a waiting trial was queued (another strategy's defaults, a rerun) past this run's trial limit
+    parts = [f"{counts[s.value]} {s.value}" + (" (queued: the next run of this study starts with them)"
+                                               if s is TrialState.WAITING else "")
+             for s in TrialState if counts.get(s.value)]
     total = len(result.trials)
     return f"{total} trial{'' if total == 1 else 's'}" + (f": {', '.join(parts)}" if parts else "")
 

@@ -109,6 +109,16 @@ def test_markdown_has_title_counts_every_trial_and_the_best(mixed_result):
     assert md.rstrip().endswith("- resumed an existing study")
 
 
+def test_waiting_trials_are_said_to_be_queued_for_the_next_run():
+    """A study run with fewer trials than it queued (each strategy's defaults) keeps the rest waiting: the counts say
+    the next run starts with them, not only "waiting" (read as trials still running)."""
+    queued = TrialConfig(strategy="fsdp", micro_batch_size=4, activation_checkpointing=False, settings={})
+    result = tune_result(record(0), record(1, state=TrialState.WAITING, config=queued, samples_per_s=None),
+                         best=0, planner=0)
+    assert ("**Trials:** 2 trials: 1 complete, 1 waiting (queued: the next run of this study starts with them)."
+            in summary_markdown(result))
+
+
 def test_markdown_cells_are_formatted_and_unknowns_are_dashes(mixed_result):
     md = summary_markdown(mixed_result)
     planner = table_row(md, 0)

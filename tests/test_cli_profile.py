@@ -47,6 +47,18 @@ def test_profile_table_names_the_peak_and_block(capsys):
     assert "peak allocated" in out and "LlamaDecoderLayer" in out and "FLOPs per step" in out
 
 
+def test_model_states_line_says_the_parameters_allocated_beside_their_exact_bytes(capsys):
+    """Parameters are counted as stored and gradients as allocated (each tensor rounded up to a block): on a small
+    model the line gives both figures for the parameters, the allocated one equal to the fp32 gradients'."""
+    assert main(["profile", "tiny-gpt2", "--batch-size", "1", "--seq-len", "32"]) == 0
+    line = " ".join(capsys.readouterr().out.split()).split("Model states: ", 1)[1]
+    assert main(["profile", "tiny-gpt2", "--batch-size", "1", "--seq-len", "32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["parameter_bytes"] < out["gradient_bytes"]  # small tensors: the rounding shows
+    gradients = line.split("gradients ", 1)[1].split(",")[0]
+    assert line.startswith("parameters ") and f"({gradients} allocated)" in line
+
+
 def test_models_lists_the_catalog(capsys):
     assert main(["models", "--json"]) == 0
     names = {row["name"]: row["parameters"] for row in json.loads(capsys.readouterr().out)}

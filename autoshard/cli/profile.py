@@ -157,8 +157,12 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
                           "(it releases wholly free segments when full; the CUDA context comes on top)")
     where = f"{p.peak_phase}" + (f" in {p.peak_module}" if p.peak_module else "")
     console.print(f"Peak during: {where}")
+    # parameters are counted as stored; gradients and optimizer state as allocated (each tensor rounded up to the
+    # allocator's block), as the table's parameters are: on a tiny model the two differ visibly
+    allocated = p.peak_breakdown.parameters
+    rounded = f" ({gib(allocated)} allocated)" if gib(allocated) != gib(p.parameter_bytes) else ""
     console.print(
-        f"Model states: parameters {gib(p.parameter_bytes)}, gradients {gib(p.gradient_bytes)}, "
+        f"Model states: parameters {gib(p.parameter_bytes)}{rounded}, gradients {gib(p.gradient_bytes)}, "
         f"optimizer {gib(p.optimizer_state_bytes)}"
     )
     if p.unused_parameter_count:

@@ -52,10 +52,11 @@ def training_config(config: Any) -> Any:
     return config
 
 
-def kv_cache_off(model: nn.Module) -> int:
+def kv_cache_off(model: nn.Module) -> list[Any]:
     """Turn the KV cache off, in place, in every transformers config the model's modules hold (``model.config``,
     and the copies some submodules keep, as T5's encoder and decoder stacks do) and in their sub-configs, as
-    :func:`training_config` does for the models autoshard builds; returns how many were on. For a model given as an
+    :func:`training_config` does for the models autoshard builds; returns the configs it turned it off in (those where
+    it was on: to turn it on again). For a model given as an
     object (a ``model.py``'s, ``fit(model)``'s) whose blocks autoshard checkpoints: transformers turns the cache off
     itself only under its own ``gradient_checkpointing_enable()``, and a recomputed block would append its keys and
     values a second time (see the module docstring). A module without a transformers config is left alone.
@@ -63,10 +64,11 @@ def kv_cache_off(model: nn.Module) -> int:
     Example:
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16, n_positions=8))
-        >>> kv_cache_off(model), model.config.use_cache, kv_cache_off(model), kv_cache_off(nn.Linear(2, 2))
-        (1, False, 0, 0)
+        >>> len(kv_cache_off(model)), model.config.use_cache, kv_cache_off(model), kv_cache_off(nn.Linear(2, 2))
+        (1, False, [], [])
     """
-    turned, seen = 0, set()
+    turned: list[Any] = []
+    seen: set[int] = set()
     for module in model.modules():
         config = getattr(module, "config", None)
         if config is None or id(config) in seen or not _is_config(config, config):
@@ -76,12 +78,13 @@ def kv_cache_off(model: nn.Module) -> int:
     return turned
 
 
-def _cache_off(config: Any) -> int:
-    """``use_cache = False`` in ``config`` and every sub-config that has the setting; how many had it on."""
-    turned = 0
+def _cache_off(config: Any) -> list[Any]:
+    """``use_cache = False`` in ``config`` and every sub-config that has the setting; those that had it on."""
+    turned = []
     for part in sub_configs(config):
         if hasattr(part, "use_cache"):
-            turned += bool(part.use_cache)
+            if part.use_cache:
+                turned.append(part)
             part.use_cache = False
     return turned
 

@@ -14,10 +14,15 @@ every block under torchtitan's op-selective policy (``op``) — the same choice 
 A Hugging Face model's KV cache is turned off in its config when any block is checkpointed
 (:func:`autoshard.models.hf_build.kv_cache_off`): a recomputed block would otherwise append its keys and values to
 the cache a second time (with eager attention, backward then fails on the mask's shape).
+
+:func:`restore_blocks` undoes both once training is done: ``fit()`` gives the user's module back with its own
+classes (a block left checkpointed would recompute under a later trainer too) and its KV cache as it was (with the
+cache off, ``generate()`` recomputes every earlier position at each new token).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from torch import nn
@@ -37,6 +42,13 @@ def _op_selective_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
 
 _OP_CONTEXT = op_selective_context()
 
+_ORIGINAL = "_autoshard_checkpointed_from"
+"""Set on each class :func:`checkpoint_blocks` makes: the block's own class, which :func:`restore_blocks` puts
+back."""
+
+_CACHES_TURNED_OFF: weakref.WeakKeyDictionary[nn.Module, list[Any]] = weakref.WeakKeyDictionary()
+"""The transformers configs whose KV cache :func:`checkpoint_blocks` turned off, by the model given to it."""
+
 
 def checkpoint_blocks(model: nn.Module, block_names: tuple[str, ...],
                       checkpointing: ActivationCheckpointing | str | bool = FULL) -> int:
@@ -54,7 +66,7 @@ def checkpoint_blocks(model: nn.Module, block_names: tuple[str, ...],
     """
     choice = parse_checkpointing(checkpointing)
     if choice.checkpointed(block_names):
-        kv_cache_off(model)
+        _CACHES_TURNED_OFF.setdefault(model, []).extend(kv_cache_off(model))
     call, prefix = (_op_selective_call, "OpCheckpointed") if choice.mode == "op" else (_checkpointed_call,
                                                                                        "Checkpointed")
     classes: dict[type, type] = {}
@@ -63,6 +75,27 @@ def checkpoint_blocks(model: nn.Module, block_names: tuple[str, ...],
         block = model.get_submodule(name)
         cls = type(block)
         if cls not in classes:
-            classes[cls] = type(f"{prefix}{cls.__name__}", (cls,), {"__call__": call})
+            classes[cls] = type(f"{prefix}{cls.__name__}", (cls,), {"__call__": call, _ORIGINAL: cls})
         block.__class__ = classes[cls]
     return len(chosen)
+
+
+def restore_blocks(model: nn.Module) -> int:
+    """Undo :func:`checkpoint_blocks` on ``model``: each checkpointed block gets its own class back and each config
+    whose KV cache it turned off has it on again; returns how many blocks. A block whose class was changed again
+    since (``fully_shard``'s ``FSDP<Class>``, a module still sharded) is left as it is.
+
+    Example:
+        >>> m = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+        >>> checkpoint_blocks(m, ("0", "1")), restore_blocks(m), type(m[0]).__name__
+        (2, 2, 'Linear')
+    """
+    restored = 0
+    for block in model.modules():
+        original = type(block).__dict__.get(_ORIGINAL)
+        if original is not None:
+            block.__class__ = original
+            restored += 1
+    for config in _CACHES_TURNED_OFF.pop(model, []):
+        config.use_cache = True
+    return restored

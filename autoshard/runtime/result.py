@@ -66,7 +66,9 @@ class FitResult:
     under DeepSpeed handed back on the rank holding the consolidated weights as the plain module it was, in its
     own dtypes, holding the fp32 master weights) or, when ``fit()`` ran worker processes, the user's module with
     the consolidated weights loaded; ``None`` when only a model source was given and workers trained it, or
-    when workers trained it with ``consolidate=False`` (a note says so)."""
+    when workers trained it with ``consolidate=False`` (a note says so). The module comes back in the dtypes it came
+    in, whatever the precision trained (``bf16-true`` casts it to bf16 while training); its checkpointed blocks
+    have their own classes again and a transformers config its KV cache setting."""
     state_dict: dict[str, torch.Tensor] | None = field(default=None, repr=False)
     """The whole model's weights on CPU (fp32 master weights where the backend keeps them), on rank 0 and in
     the launching process; ``None`` on other ranks or with ``consolidate=False``."""

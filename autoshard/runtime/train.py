@@ -18,6 +18,7 @@ from autoshard.models.step import StepFunctions, output_loss, step_functions
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.blocks import find_repeated_blocks
 from autoshard.runtime import backends, checkpoint, loop
+from autoshard.runtime.activation_checkpointing import restore_blocks
 from autoshard.runtime.backends import ModelInit
 from autoshard.runtime.checkpoint import Position
 from autoshard.runtime.data import DataFeed
@@ -89,6 +90,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         clip = plan.grad_clip_norm
         notes.append(f"clipping the gradients' norm to {clip:g}, as the plan says (its grad_clip_norm)")
     backend = backends.create(plan, ctx, grad_clip_norm=clip)
+    given = None if init.module is None else _dtypes(init.module)
     try:
         backend.setup(init, make_optimizer)
         scheduler = None
@@ -175,12 +177,38 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         module = backend.module
     finally:
         backend.close()  # also after an error: a backend may hold process-wide state (DeepSpeed's linear)
+        if init.module is not None:
+            restore_blocks(init.module)  # the user's classes and KV cache, after an error too
     if state is not None:
         backend.hand_back(state)
+    restore_blocks(module)  # a module built from a source; one FSDP2 sharded has its own classes only now
+    if given is not None and module is init.module:
+        _cast_back(module, given)
     return FitResult(plan=plan, steps=tuple(outcome.steps), model=module, state_dict=state, rank=ctx.rank,
                      world_size=ctx.world_size, resumed_from=resumed,
                      last_checkpoint=None if outcome.last_checkpoint is None else str(outcome.last_checkpoint),
                      notes=tuple(notes), evals=tuple(outcome.evals))
+
+
+def _dtypes(module: nn.Module) -> dict[str, torch.dtype]:
+    return {name: t.dtype for name, t in (*module.named_parameters(), *module.named_buffers())}
+
+
+def _cast_back(module: nn.Module, given: dict[str, torch.dtype]) -> None:
+    """The user's module in the dtypes it came in: ``bf16-true`` casts it in place under DDP and FSDP2 (DeepSpeed's
+    hand-back and a worker run's loaded weights keep its dtypes already), so that what ``fit()`` returns does not
+    depend on the backend or the number of processes. Trained bf16 values are exact in fp32; in fp16 they are
+    rounded, as DeepSpeed rounds its fp32 master weights. A module still sharded (FSDP2 with
+    ``consolidate=False``) is left as it is."""
+    from torch.distributed.tensor import DTensor
+
+    tensors = (*module.named_parameters(), *module.named_buffers())
+    if any(isinstance(t, DTensor) for _, t in tensors):
+        return
+    for name, tensor in tensors:
+        dtype = given.get(name)
+        if dtype is not None and tensor.dtype != dtype:
+            tensor.data = tensor.data.to(dtype)  # in place on the Parameter: ties stay ties
 
 
 def step_functions_for(job: TrainJob, module: nn.Module) -> StepFunctions:

@@ -54,7 +54,8 @@ def test_an_fp16_module_is_refused_before_tracing_unless_bf16_true_casts_it(prec
 def test_an_fp16_module_trains_under_bf16_true() -> None:
     model = _gpt2(torch.float16)
     result = fit(model, _batches(), max_steps=2, progress=False, precision="bf16-true")
-    assert result.plan.precision == "bf16-true" and next(model.parameters()).dtype == torch.bfloat16
+    assert result.plan.precision == "bf16-true"
+    assert next(model.parameters()).dtype == torch.float16  # given back as it came, as DeepSpeed and workers do
 
 
 def test_a_given_plan_says_when_the_module_is_not_in_its_precision() -> None:
@@ -140,3 +141,14 @@ def test_a_module_mostly_in_bf16_says_bf16_true_casts_the_rest() -> None:
     result = fit(model, _batches(), max_steps=1, progress=False)
     assert result.plan.precision == "bf16-true"
     assert any("bf16 for the most part" in note and "(float16)" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed_stage_2"])
+def test_an_fp32_module_trained_bf16_true_comes_back_in_fp32_whatever_the_backend(strategy: str) -> None:
+    """DDP and FSDP2 cast it to bf16 in place, DeepSpeed's hand-back and a worker run kept its dtypes: now one rule."""
+    model = _gpt2(torch.float32)
+    result = fit(model, _batches(), max_steps=2, progress=False, precision="bf16-true", strategy=strategy)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert model.lm_head.weight is model.transformer.wte.weight  # the tie kept
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, result.state_dict[name].to(value.dtype)), name

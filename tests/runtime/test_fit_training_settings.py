@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from autoshard.errors import UsageError
+from autoshard.models import load_source
 from autoshard.runtime import fit
 
 
@@ -48,12 +49,21 @@ def test_fit_refuses_a_fused_optimizer_torch_does_not_have() -> None:
 @pytest.mark.parametrize(("mode", "wrapped", "prefix"), [("op", 2, "OpCheckpointed"), ("every-2", 1, "Checkpointed"),
                                                           ("full", 2, "Checkpointed")])
 def test_fit_plans_and_trains_the_named_checkpointing(mode: str, wrapped: int, prefix: str) -> None:
-    result = fit("tiny-llama", max_steps=2, seq_len=16, batch_size=2, activation_checkpointing=mode)
+    source = load_source("tiny-llama")
+    seen: list[list[str]] = []
+
+    def step(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        seen.append([type(m).__name__ for m in model.modules()])  # the classes it trains with
+        return source.loss_fn(model(**batch), batch)
+
+    result = fit("tiny-llama", max_steps=2, seq_len=16, batch_size=2, activation_checkpointing=mode,
+                 training_step=step)
     assert result.plan.activation_checkpointing and result.plan.checkpointing == mode
     assert str(result.plan.checkpointing_choice) == mode
-    classes = [type(m).__name__ for m in result.model.modules()]
-    assert sum(c.startswith(prefix) for c in classes) == wrapped
+    assert len(seen) == 2 and sum(c.startswith(prefix) for c in seen[0]) == wrapped
     assert all(s.loss == s.loss for s in result.steps)  # finite: recomputation replayed the saved outputs
+    # given back with its own classes: a later trainer (or a second fit()) would recompute its blocks too
+    assert not any("Checkpointed" in type(m).__name__ for m in result.model.modules())
 
 
 def test_fit_without_checkpointing_asked_keeps_it_off_for_a_small_model() -> None:

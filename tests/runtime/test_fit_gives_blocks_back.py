@@ -1,0 +1,56 @@
+"""A one-process ``fit()`` that checkpoints the user's blocks gives the module back as it came: each block's own
+class (the run swapped in a ``Checkpointed<Class>`` that recomputes under any later trainer) and the KV cache
+the run turned off on again (``generate()`` recomputed every earlier position at each new token without it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autoshard.runtime import fit
+
+
+def _gpt2() -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=32))
+
+
+def _batches() -> list[dict[str, torch.Tensor]]:
+    ids = torch.randint(0, 64, (8, 16), generator=torch.Generator().manual_seed(0))
+    return [{"input_ids": ids[i:i + 4], "labels": ids[i:i + 4]} for i in (0, 4)]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed_stage_2"])
+def test_checkpointed_blocks_and_the_kv_cache_come_back(strategy: str) -> None:
+    model = _gpt2()
+    assert model.config.use_cache
+    seen: list[tuple[str, bool]] = []
+
+    def step(wrapped: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        module = getattr(wrapped, "module", wrapped)  # as the backend wraps it: a DeepSpeed engine holds it
+        seen.append((type(module.transformer.h[0]).__name__, module.config.use_cache))
+        return wrapped(**batch).loss
+
+    result = fit(model, _batches(), max_steps=2, strategy=strategy, activation_checkpointing="full",
+                 training_step=step, progress=False)
+    assert result.plan.checkpointing == "full"
+    assert seen[-1][0].endswith("CheckpointedGPT2Block") and seen[-1][1] is False  # what trained (FSDP<Class> too)
+    assert [type(b).__name__ for b in model.transformer.h] == ["GPT2Block", "GPT2Block"]
+    assert model.config.use_cache is True
+    again = fit(model, _batches(), max_steps=1, strategy=strategy, activation_checkpointing="full",
+                training_step=step, progress=False)  # checkpointed once more, not twice
+    assert len(again.losses) == 1 and "CheckpointedCheckpointed" not in seen[-1][0]
+
+
+def test_a_run_that_fails_gives_the_blocks_back_too() -> None:
+    model = _gpt2()
+
+    def step(module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise RuntimeError("the user's step fails")
+
+    with pytest.raises(Exception, match="the user's step fails"):
+        fit(model, _batches(), max_steps=2, strategy="ddp", activation_checkpointing="full", training_step=step,
+            progress=False)
+    assert type(model.transformer.h[0]).__name__ == "GPT2Block" and model.config.use_cache is True

@@ -37,7 +37,7 @@ def main() -> None:
                            optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3))
     if result.rank == 0:
         print(f"{result.plan.strategy} on {result.world_size} process(es), micro-batch {result.plan.micro_batch_size}")
-        shown = result.steps[:: max(1, len(result.steps) // 5)]
+        shown = list(result.steps[:: max(1, len(result.steps) // 5)])
         for step in shown + [s for s in result.steps[-1:] if s not in shown]:  # the last step, once
             print(f"step {step.step:4d}  loss {step.loss:.4f}  {step.samples_per_s:8.1f} samples/s")
 

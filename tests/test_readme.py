@@ -43,3 +43,14 @@ def test_each_command_runs(command: str, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "autoshard", *argv[1:]], cwd=tmp_path, env=_env(),
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+
+
+def test_the_training_example_runs_and_prints_its_steps(tmp_path: Path) -> None:
+    """examples/train_gpt.py, which the README's Train section and docs/fit.md point to: it crashed after training
+    (``result.steps`` is a tuple) and no test ran it."""
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "train_gpt.py"), "--steps", "3"], cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "micro-batch 4" in lines[0] and [line.split()[:2] for line in lines[1:]] == [["step", "1"], ["step", "2"],
+                                                                                       ["step", "3"]]

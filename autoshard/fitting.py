@@ -137,6 +137,7 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
     """Run the tuner for ``fit(tune=...)``: its best configuration and a note on what was measured."""
     from torch import nn
 
+    from autoshard.tuner.result import TrialState
     from autoshard.tuning import tune as run_tuner
 
     if not (isinstance(plan, str) and plan == "auto"):
@@ -169,7 +170,11 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
                          hint=f"See the trials' logs under {result.output_dir}/trials.")
     best = result.best
     planner = next((t for t in result.trials if t.number == result.planner_trial), None)
-    note = (f"Tuned with {len(result.trials)} trial(s) in {result.output_dir}: "
+    # trials still waiting (queued past the trial limit) or running (another tuner's) measured nothing here
+    ran = [t for t in result.trials if t.state not in (TrialState.WAITING, TrialState.RUNNING)]
+    cached = sum(bool(t.cached) for t in ran)
+    note = (f"Tuned with {len(ran)} trial(s)" + (f" ({cached} from the result cache)" if cached else "")
+            + f" in {result.output_dir}: "
             f"best trial {best.number if best else '?'}"
             f" ({result.best_plan.strategy}, micro-batch {result.best_plan.micro_batch_size}) at "
             f"{best.samples_per_s if best and best.samples_per_s else 0:.1f} samples/s")

@@ -136,7 +136,7 @@ def cells(trial: TrialRecord, result: TuneResult, *, short_kind: bool = False) -
 def counts_line(result: TuneResult) -> str:
     counts = result.counts()
     # a waiting trial was queued (another strategy's defaults, a rerun) past this run's trial limit
-    parts = [f"{counts[s.value]} {s.value}" + (" (queued: the next run of this study starts with them)"
+    parts = [f"{counts[s.value]} {s.value}" + (" (queued: run first when the study goes on with a higher trial limit)"
                                                if s is TrialState.WAITING else "")
              for s in TrialState if counts.get(s.value)]
     total = len(result.trials)

@@ -54,16 +54,40 @@ class ResultCache:
             return None
         return entry.get("outcome") if entry.get("context") == self._context else None
 
-    def put(self, config: TrialConfig, outcome: Mapping[str, Any]) -> None:
-        """Store ``outcome`` (a JSON-ready dict) for ``config``; a cache that cannot be written is skipped."""
+    def job_fact(self, name: str) -> Any:
+        """A fact about the job itself stored by :meth:`put_job_fact` (e.g. the CPU micro-batch cap its
+        measurements were made with), or ``None``."""
         if self.directory is None:
-            return
+            return None
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"{self.key(config)}.json"
+            entry = json.loads(self._fact_path(name).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        return entry.get("value") if entry.get("context") == self._context else None
+
+    def put_job_fact(self, name: str, value: Any) -> None:
+        """Keep ``value`` (JSON-ready) under ``name`` for this job; a cache that cannot be written is skipped."""
+        if self.directory is not None:
+            self._write(self._fact_path(name), {"context": self._context, "name": name, "value": value})
+
+    def _fact_path(self, name: str) -> Path:
+        """Where the job's fact ``name`` lives (callers check that there is a cache directory)."""
+        digest = hashlib.sha256(f"{self._context}\njob:{name}".encode()).hexdigest()[:32]
+        return Path(self.directory or ".") / f"job-{digest}.json"
+
+    @staticmethod
+    def _write(path: Path, entry: Mapping[str, Any]) -> None:
+        """Write ``entry`` to ``path`` atomically (its directory created)."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.partial")
-            tmp.write_text(json.dumps({"context": self._context, "config": config.to_dict(), "outcome": dict(outcome)}),
-                           encoding="utf-8")
+            tmp.write_text(json.dumps(dict(entry)), encoding="utf-8")
             tmp.replace(path)
         except OSError:
             pass  # a read-only cache loses reuse, not results: the study itself holds every measurement
+
+    def put(self, config: TrialConfig, outcome: Mapping[str, Any]) -> None:
+        """Store ``outcome`` (a JSON-ready dict) for ``config``; a cache that cannot be written is skipped."""
+        if self.directory is not None:
+            self._write(self.directory / f"{self.key(config)}.json",
+                        {"context": self._context, "config": config.to_dict(), "outcome": dict(outcome)})

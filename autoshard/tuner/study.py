@@ -153,17 +153,6 @@ def run_study(
         name = study_name or _default_name(planned)
         environ = worker_environ(os.environ, hw)
         flops_per_s = cpu_flops_per_s(worker_threads(environ, hw)) if hw.device_type == "cpu" else None
-        cap = None if flops_per_s is None else cpu_micro_batch_cap(plan, steps, flops_per_s)
-        # A resumed study keeps the cap it was made with: measured afresh at each start (its rate varies with the
-        # machine's load), the same command would offer other micro-batches each time.
-        cap = None if cap is None else _cap_made_with(store, name) or cap
-        if space is None:
-            space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes, max_micro_batch_size=cap,
-                                compress_gradients=compress_gradients)
-        else:
-            _check_space(space, plan)
-        estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
-                                  flops_per_s)
         # The model file's optimizer() wins (the planner priced it, the trials train it, as fit() does): the job
         # is the optimizer the plan names
         batch: dict[str, Any] = {"global_batch_size": global_batch_size, "precision": chosen,
@@ -181,6 +170,24 @@ def run_study(
         fingerprint = {"model": model_print, "hardware": dataclasses.asdict(planned.hardware), "batch": batch,
                        # a trial's length: throughput measured over other steps is not ranked with these
                        "trial": {"steps": steps, "warmup_steps": warmup_steps}}
+        cache = ResultCache(None if not use_cache
+                            else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
+                            {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
+        cap = None if flops_per_s is None else cpu_micro_batch_cap(plan, steps, flops_per_s)
+        if cap is not None:
+            # Measured afresh at each start, the CPU's rate varies with the machine's load, and the same command
+            # would offer other micro-batches each time: a resumed study keeps the cap it was made with, and the
+            # same job tuned again elsewhere the cap its cached measurements were made with.
+            earlier = cache.job_fact(CAP_ATTR)
+            cap = _cap_made_with(store, name) or (earlier if isinstance(earlier, int) and earlier > 0 else cap)
+            cache.put_job_fact(CAP_ATTR, cap)
+        if space is None:
+            space = build_space(plan, top=top_strategies, micro_batch_sizes=micro_batch_sizes, max_micro_batch_size=cap,
+                                compress_gradients=compress_gradients)
+        else:
+            _check_space(space, plan)
+        estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
+                                  flops_per_s)
         _check_output_dir(out, name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
@@ -202,9 +209,6 @@ def run_study(
         enqueue_defaults(study, space)
         notes += [f"Trial {n} was stopped before it finished ({why}): its configuration runs again first."
                   for n, why in enqueue_reruns(study, space)]
-        cache = ResultCache(None if not use_cache
-                            else Path(cache_dir) if cache_dir is not None else default_dir(os.environ),
-                            {**fingerprint, "trial": {"steps": steps, "warmup_steps": warmup_steps, "seed": seed}})
         spec = TrialSpec(model=origin, optimizer=planned.optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed,
                          training_step=steps_given.get("training_step"), loss_fn=steps_given.get("loss_fn"))
         observer = Observers(observers)

@@ -115,8 +115,8 @@ def test_waiting_trials_are_said_to_be_queued_for_the_next_run():
     queued = TrialConfig(strategy="fsdp", micro_batch_size=4, activation_checkpointing=False, settings={})
     result = tune_result(record(0), record(1, state=TrialState.WAITING, config=queued, samples_per_s=None),
                          best=0, planner=0)
-    assert ("**Trials:** 2 trials: 1 complete, 1 waiting (queued: the next run of this study starts with them)."
-            in summary_markdown(result))
+    queued = "1 waiting (queued: run first when the study goes on with a higher trial limit)"
+    assert f"**Trials:** 2 trials: 1 complete, {queued}." in summary_markdown(result)
 
 
 def test_markdown_cells_are_formatted_and_unknowns_are_dashes(mixed_result):

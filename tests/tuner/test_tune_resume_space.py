@@ -66,6 +66,27 @@ def test_a_resumed_cpu_study_keeps_the_micro_batch_cap_it_was_made_with(tmp_path
     assert max(spaces[0][next(iter(spaces[0]))]["micro_batch_size"]) > 64  # the first start's, uncapped at 1e9
 
 
+def test_the_same_cpu_job_tuned_again_elsewhere_takes_its_trials_from_the_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new study (another output directory) measured the CPU afresh: a rate that crossed a power of two gave another
+    micro-batch cap, so other configurations, and no trial came from the result cache (docs/tune.md says they do).
+    The cache keeps the cap its measurements were made with."""
+    args = {**ARGS, "use_cache": True, "cache_dir": tmp_path / "cache"}
+    calls: list[list[ExportedPlan]] = []
+    results = []
+    for out, rate in (("a", 1e12), ("b", 1e9)):
+        monkeypatch.setattr(study_mod, "cpu_flops_per_s", lambda threads, rate=rate: rate)
+        calls.append([])
+        results.append(autoshard.tune("tiny-gpt2", trials=3, output_dir=tmp_path / out, runner=replay(calls[-1]),
+                                      **args))
+    spaces = [_stored(tmp_path / out).user_attrs["autoshard_space"] for out in ("a", "b")]
+    assert spaces[0] == spaces[1]
+    ran = [t for t in results[1].trials if t.state is TrialState.COMPLETE]
+    assert len(calls[0]) >= 2 and calls[1] == [] and ran and all(t.cached for t in ran)
+    assert results[1].best is not None and results[0].best is not None
+    assert results[1].best.config == results[0].best.config
+
+
 class _FailsOnce(SearchSpace):
     """DDP_SPACE whose first suggestion fails, as a bug in the tuner would, before the trial has a configuration."""
 

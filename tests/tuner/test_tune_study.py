@@ -9,6 +9,7 @@ a bug in the user's model stops the study with the user's error; and bad input g
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -257,7 +258,9 @@ def test_fit_tunes_first_when_asked(study: tuple[autoshard.TuneResult, Path], tm
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     fitted = json.loads(line.removeprefix("RESULT "))
     assert fitted["plan"] == result.best_plan.to_dict() and fitted["steps"] == 2
-    assert any(n.startswith("Tuned with") for n in fitted["notes"])
+    (note,) = [n for n in fitted["notes"] if n.startswith("Tuned with")]
+    counts = re.match(r"Tuned with (\d+) trial\(s\) \((\d+) from the result cache\)", note)
+    assert counts is not None and 0 < int(counts[2]) <= int(counts[1]) <= 6, note  # trials queued past 6 not counted
 
 
 def test_tuners_sharing_a_storage_seed_their_samplers_apart() -> None:

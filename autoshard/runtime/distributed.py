@@ -92,6 +92,10 @@ class LaunchInfo:
                    master_addr=environ.get("MASTER_ADDR"), master_port=number("MASTER_PORT"))
 
 
+_EXCEPTHOOK_BEFORE_GROUP: Any = None
+"""``sys.excepthook`` as it was before :func:`join` created the default group; :func:`destroy_group` puts it back."""
+
+
 def join(launch: LaunchInfo, *, device_type: str, init_method: str | None = None,
          timeout: timedelta = DEFAULT_TIMEOUT) -> RunContext:
     """Join (or reuse) the default process group and pick this rank's device.
@@ -116,6 +120,8 @@ def join(launch: LaunchInfo, *, device_type: str, init_method: str | None = None
         device, backend = torch.device("cpu"), "gloo"
     owns = not dist.is_initialized()
     if owns:
+        global _EXCEPTHOOK_BEFORE_GROUP
+        _EXCEPTHOOK_BEFORE_GROUP = sys.excepthook  # init_process_group prefixes it with "[rank0]: " for good
         dist.init_process_group(backend, init_method=init_method or "env://", rank=launch.rank,
                                 world_size=launch.world_size, timeout=timeout)
     elif dist.get_world_size() != launch.world_size:
@@ -188,8 +194,13 @@ def destroy_group() -> None:
     """Destroy the default process group — through ``deepspeed.comm`` when DeepSpeed joined it, which also
     drops DeepSpeed's clones of it (``groups._WORLD_GROUP``); left behind, the next run's engine broadcasts
     over a group of the destroyed one and fails ("Group ... is not registered", DeepSpeed 0.19.8)."""
+    global _EXCEPTHOOK_BEFORE_GROUP
     ds_comm = sys.modules.get("deepspeed.comm.comm")
     if ds_comm is not None and getattr(ds_comm, "cdb", None) is not None:
         ds_comm.destroy_process_group()
     else:
         dist.destroy_process_group()
+    if _EXCEPTHOOK_BEFORE_GROUP is not None:
+        # torch's init_process_group wraps sys.excepthook to prefix every line with the rank and never unwraps it:
+        # after each one-process fit() the user's own later tracebacks gained another "[rank0]: "
+        sys.excepthook, _EXCEPTHOOK_BEFORE_GROUP = _EXCEPTHOOK_BEFORE_GROUP, None

@@ -1,6 +1,7 @@
 """A one-process ``fit()`` that checkpoints the user's blocks gives the module back as it came: each block's own
 class (the run swapped in a ``Checkpointed<Class>`` that recomputes under any later trainer) and the KV cache
-the run turned off on again (``generate()`` recomputed every earlier position at each new token without it)."""
+the run turned off on again (``generate()`` recomputed every earlier position at each new token without it); and
+the process as it was: ``sys.excepthook`` unwrapped of torch's rank prefix."""
 
 from __future__ import annotations
 
@@ -54,3 +55,14 @@ def test_a_run_that_fails_gives_the_blocks_back_too() -> None:
         fit(model, _batches(), max_steps=2, strategy="ddp", activation_checkpointing="full", training_step=step,
             progress=False)
     assert type(model.transformer.h[0]).__name__ == "GPT2Block" and model.config.use_cache is True
+
+
+def test_sys_excepthook_is_the_users_again_after_a_one_process_fit() -> None:
+    """torch's init_process_group wraps sys.excepthook ("[rank0]: " before every line) and never unwraps it: each
+    one-process fit() added a prefix to the user's later tracebacks ("[rank0]: [rank0]: ValueError" after two)."""
+    import sys
+
+    before = sys.excepthook
+    for _ in range(2):
+        fit(_gpt2(), _batches(), max_steps=1, strategy="ddp", progress=False)
+    assert sys.excepthook is before

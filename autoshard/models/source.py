@@ -171,6 +171,10 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
             hint = ("The step is traced on this machine's CPU, on fake tensors (no GPU needed, none used): code that "
                     "puts tensors on 'cuda' itself (.cuda(), device='cuda') cannot run here. Take the device from "
                     "the inputs or the parameters (x.device), which autoshard and fit() place.")
+        elif (user_file is not None or user_code) and type(exc).__name__ in _VALUE_READS:
+            hint = ("autoshard builds the model and traces its step on fake tensors, which hold no values: code that "
+                    "reads one (.item(), .tolist(), float(t), nonzero(), a boolean mask) cannot run there. Keep "
+                    "the model, batch and loss shape-static (e.g. torch.where instead of x[mask]); docs/models.md.")
         elif user_file is not None:
             hint = "Fix the error in your model file (run with --debug for the full traceback)."
         elif user_code:
@@ -185,14 +189,17 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
         else:  # a Hugging Face config or a catalog model: the code that raised is not the user's
             hint = ("The model's own code raised it. For a config.json the usual cause is a value transformers "
                     "accepts but its model cannot run (num_experts_per_tok above the experts, attention heads not a "
-                    "multiple of the key/value heads): check the config; else rerun with --debug for the full "
-                    "traceback and report it.")
+                    "multiple of the key/value heads, the hidden size not a multiple of the heads): check the config; "
+                    "else rerun with --debug for the full traceback and report it.")
         raise UserCodeError(
             f"{what} raised {type(exc).__name__}{where}: {exc}", hint=hint, location=location
         ) from exc
 
 
 _NO_PAD_TOKEN = "no padding token is defined"
+_VALUE_READS = frozenset({"DataDependentOutputException", "DynamicOutputShapeException"})
+"""Fake-tensor errors (``torch._subclasses.fake_tensor``) raised when code reads a value, named by class so that
+this module need not import them."""
 """What transformers' sequence-classification heads of decoder models raise for a batch of more than one sequence
 when the config has no ``pad_token_id`` (Llama's configs ship it null)."""
 

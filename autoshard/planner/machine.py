@@ -282,8 +282,8 @@ def _source_lines(loaded: ModelSource, world_size: int, seq_len: int | None = No
         lines.append(
             f"Scope: sequence {seq_len:,} is past the {trained:,} positions {loaded.name} was made for "
             "(max_position_embeddings): rotary positions run at any length, so memory and time are planned as "
-            "asked, but training that far usually needs RoPE scaling (rope_scaling in the config) or a long-context "
-            "checkpoint.")
+            "asked, but training that far usually needs RoPE scaling (rope_parameters in the config; rope_scaling "
+            "before transformers 5) or a long-context checkpoint.")
     experts = loaded.metadata.get("experts")
     if experts and world_size > 1:
         lines.append(

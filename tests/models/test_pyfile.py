@@ -608,3 +608,16 @@ def test_a_directory_holding_a_model_file_is_pointed_at_it(tmp_path: Path) -> No
     with pytest.raises(ModelSourceError, match="is a directory without a config.json") as info:
         load_source(str(tmp_path))
     assert info.value.hint == f"Point autoshard at {tmp_path / 'model.py'}."
+
+
+def test_a_batch_that_reads_a_value_is_told_fake_tensors_hold_none(write_model) -> None:
+    """``.item()`` in batch() said only "raised DataDependentOutputException ...: aten._local_scalar_dense.default"
+    with "Fix the error in your model file"; in the forward it was already told (profiler/guard.py)."""
+    import autoshard
+
+    path = write_model(MINIMAL.replace("return torch.randn(batch_size, 4)",
+                                       "x = torch.randn(batch_size, 4)\n        scale = x.abs().max().item()\n"
+                                       "        return x / scale"))
+    with pytest.raises(UserCodeError, match="batch\\(\\) raised DataDependentOutputException") as info:
+        autoshard.profile(str(path), batch_size=2)
+    assert "fake tensors, which hold no values" in str(info.value.hint) and ".item()" in str(info.value.hint)

@@ -27,7 +27,8 @@ def test_a_sequence_past_the_rotary_context_is_said(tmp_path: Path) -> None:
     assert _line(past) == [
         "Scope: sequence 128 is past the 64 positions llama was made for (max_position_embeddings): rotary "
         "positions run at any length, so memory and time are planned as asked, but training that far usually needs "
-        "RoPE scaling (rope_scaling in the config) or a long-context checkpoint."]
+        "RoPE scaling (rope_parameters in the config; rope_scaling before transformers 5) or a long-context "
+        "checkpoint."]
     assert _line(autoshard.recommend(str(folder), hardware="dgx-h100", seq_len=64)) == []
 
 

@@ -101,7 +101,11 @@ def _cpu_hardware(
     reason: str,
     notes: list[str],
 ) -> HardwareSpec:
-    processes = processes or 1
+    launched = launch.processes_per_node if launch is not None and processes is None else None
+    processes = processes or launched or 1
+    if launch is not None and launched is not None:  # the launcher's processes per node: the gloo ranks here
+        notes = [*notes, f"{launch.launcher} runs {launched} process(es) on each of {launch.nodes} node(s): planned "
+                         f"as {launched} gloo rank(s) per node."]
     notes = [
         f"No GPU detected ({reason}). The hardware is this machine's CPU: torch.distributed's gloo backend "
         f"with {processes} process{'es' if processes > 1 else ''}"

@@ -115,3 +115,13 @@ def test_detected_hardware_takes_its_node_count_from_the_launcher(fake_nvml) -> 
 
 def test_environment_docstring_examples_run() -> None:
     assert doctest.testmod(environment).failed == 0
+
+
+def test_a_cpu_machine_under_torchrun_counts_the_launchers_processes_per_node(fake_nvml) -> None:
+    """With no GPU the ranks per node defaulted to 1: 2 ranks planned where torchrun ran 16 (its world_size shown
+    beside it in the same JSON)."""
+    environ = {"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8", "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0"}
+    hw = detect_hardware(environ=environ, nvml=fake_nvml("nvml_missing"))
+    assert (hw.device_type, hw.nodes, hw.processes_per_node, hw.world_size) == ("cpu", 2, 8, 16)
+    assert any(n.startswith("torchrun runs 8 process(es) on each of 2 node(s)") for n in hw.notes)
+    assert detect_hardware(environ=environ, nvml=fake_nvml("nvml_missing"), gpus=2).processes_per_node == 2

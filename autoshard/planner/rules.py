@@ -209,8 +209,8 @@ RULES: tuple[Rule, ...] = (
         name="finetune-headroom",
         applies=lambda ctx, e: ctx.request.goal == "finetune" and e.memory is not None,
         factor=1.0,  # the factor is scaled by headroom in apply_rules
-        says=lambda ctx, e: f"Fine-tuning values memory headroom: {100 * _headroom(ctx, e):.0f} % of each GPU stays "
-        "free for longer sequences or larger batches.",
+        says=lambda ctx, e: f"Fine-tuning values memory headroom: {100 * _headroom(ctx, e):.0f} % of each "
+        f"{_device_memory(ctx)} stays free for longer sequences or larger batches.",
     ),
     Rule(
         name="slow-interconnect",
@@ -300,6 +300,11 @@ RULES: tuple[Rule, ...] = (
         "micro-batch fit.",
     ),
 )
+
+
+def _device_memory(ctx: Context) -> str:
+    """What a rank's memory is on this hardware, in a sentence: "GPU", or a CPU process's "process's memory"."""
+    return "GPU" if ctx.hardware.device_type == "cuda" else "process's memory"
 
 
 def apply_rules(ctx: Context, evaluation: Evaluation, rules: tuple[Rule, ...] = RULES) -> tuple[float, list[str]]:

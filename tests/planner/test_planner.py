@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -116,6 +117,16 @@ def test_pretraining_prefers_less_communication_and_finetuning_prefers_headroom(
     fine = plan(workload(3_000_000_000), H100x8, request(micro_batch_size=4, goal="finetune"), strategies)
     assert pre.recommended.strategy == "fsdp_shard_grad_op"
     assert fine.recommended.strategy == "fsdp"
+    assert any("% of each GPU stays free" in r for r in fine.recommended.reasons)
+
+
+def test_the_finetuning_headroom_of_cpu_processes_is_not_said_of_gpus():
+    """On a CPU machine (gloo processes) the reason said "10 % of each GPU stays free"."""
+    strategies = [Synthetic("ddp", state_gib=1, act_gib=1, per_device_samples_s=100, sharded=False)]
+    cpu = dataclasses.replace(H100x8, device_type="cpu", backend="gloo")  # the rule reads only the device type
+    fine = plan(workload(10_000_000), cpu, request(micro_batch_size=4, goal="finetune"), strategies)
+    said = [r for r in fine.recommended.reasons if r.startswith("[finetune-headroom]")]
+    assert len(said) == 1 and "of each process's memory stays free" in said[0] and "GPU" not in said[0]
 
 
 def test_offload_is_a_last_resort():

@@ -1,12 +1,16 @@
 """A one-process ``fit()`` that checkpoints the user's blocks gives the module back as it came: each block's own
 class (the run swapped in a ``Checkpointed<Class>`` that recomputes under any later trainer) and the KV cache
 the run turned off on again (``generate()`` recomputed every earlier position at each new token without it); and
-the process as it was: ``sys.excepthook`` unwrapped of torch's rank prefix."""
+the process as it was: ``sys.excepthook`` unwrapped of torch's rank prefix. A one-process FSDP2 run gives it back
+plain: ``fully_shard`` had sharded it in place (DTensor parameters, ``FSDP<Class>`` classes, FSDP hooks), and
+``save_pretrained`` then failed inside safetensors."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 
 from autoshard.runtime import fit
 
@@ -66,3 +70,20 @@ def test_sys_excepthook_is_the_users_again_after_a_one_process_fit() -> None:
     for _ in range(2):
         fit(_gpt2(), _batches(), max_steps=1, strategy="ddp", progress=False)
     assert sys.excepthook is before
+
+
+def test_the_module_comes_back_plain_tied_trained_and_trainable_again(tmp_path) -> None:
+    model = _gpt2()
+    result = fit(model, _batches(), max_steps=2, strategy="fsdp", progress=False)
+    assert result.model is model and result.state_dict is not None
+    assert not any(isinstance(m, FSDPModule) for m in model.modules())
+    assert not any(isinstance(p, DTensor) for p in model.parameters())
+    assert type(model.transformer.h[0]).__name__ == "GPT2Block"
+    assert model.lm_head.weight is model.transformer.wte.weight  # the tie kept
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, result.state_dict[name]), name
+    with torch.no_grad():
+        assert model(_batches()[0]["input_ids"]).logits.shape == (4, 16, 64)
+    model.save_pretrained(tmp_path / "saved")  # failed: "access the data pointer on an invalid python storage"
+    again = fit(model, _batches(), max_steps=1, strategy="fsdp", progress=False)
+    assert len(again.losses) == 1

@@ -591,7 +591,7 @@ def test_a_second_run_into_a_checkpoint_dir_without_resume_says_what_it_does_to_
 
 def test_a_module_fsdp2_sharded_in_this_process_is_refused_with_how_to_train_it_again() -> None:
     """The second fit() met FSDP2's refusal to deepcopy, reported as an error in the user's model(). A one-process
-    run hands the module back plain (tests/runtime/test_fsdp_hand_back.py) unless consolidate=False."""
+    run hands the module back plain (tests/runtime/test_fit_gives_blocks_back.py) unless consolidate=False."""
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     result = fit(model, _fixed_loader(8), loss_fn=nn.functional.mse_loss, max_steps=1, strategy="fsdp",
                  progress=False, consolidate=False)

@@ -55,11 +55,11 @@ def training_config(config: Any) -> Any:
 def kv_cache_off(model: nn.Module) -> list[Any]:
     """Turn the KV cache off, in place, in every transformers config the model's modules hold (``model.config``,
     and the copies some submodules keep, as T5's encoder and decoder stacks do) and in their sub-configs, as
-    :func:`training_config` does for the models autoshard builds; returns the configs it turned it off in (those where
-    it was on: to turn it on again). For a model given as an
-    object (a ``model.py``'s, ``fit(model)``'s) whose blocks autoshard checkpoints: transformers turns the cache off
-    itself only under its own ``gradient_checkpointing_enable()``, and a recomputed block would append its keys and
-    values a second time (see the module docstring). A module without a transformers config is left alone.
+    :func:`training_config` does for the models autoshard builds; returns the configs where it was on (to turn it on
+    again). For a model given as an object (a ``model.py``'s, ``fit(model)``'s) whose blocks autoshard
+    checkpoints: transformers turns the cache off itself only under its own ``gradient_checkpointing_enable()``,
+    and a recomputed block would append its keys and values a second time (see the module docstring). A module
+    without a transformers config is left alone.
 
     Example:
         >>> from transformers import GPT2Config, GPT2LMHeadModel

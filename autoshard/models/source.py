@@ -197,11 +197,11 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
 
 
 _NO_PAD_TOKEN = "no padding token is defined"
+"""What transformers' sequence-classification heads of decoder models raise for a batch of more than one sequence
+when the config has no ``pad_token_id`` (Llama's configs ship it null)."""
 _VALUE_READS = frozenset({"DataDependentOutputException", "DynamicOutputShapeException"})
 """Fake-tensor errors (``torch._subclasses.fake_tensor``) raised when code reads a value, named by class so that
 this module need not import them."""
-"""What transformers' sequence-classification heads of decoder models raise for a batch of more than one sequence
-when the config has no ``pad_token_id`` (Llama's configs ship it null)."""
 
 _NO_CUDA = ("not linked with support for cuda", "Torch not compiled with CUDA enabled", "Found no NVIDIA driver",
             "No CUDA GPUs are available")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -33,10 +34,15 @@ from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_s
 
 
 def _checkpointed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    if not (self.training and torch.is_grad_enabled()):  # scoring eval_data: nothing to recompute
+        return nn.Module.__call__(self, *args, **kwargs)
     return checkpoint(nn.Module.__call__, self, *args, use_reentrant=False, **kwargs)
 
 
 def _op_selective_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    # as Hugging Face's GradientCheckpointingLayer: only a training forward that builds a graph is checkpointed
+    if not (self.training and torch.is_grad_enabled()):
+        return nn.Module.__call__(self, *args, **kwargs)
     return checkpoint(nn.Module.__call__, self, *args, use_reentrant=False, context_fn=_OP_CONTEXT, **kwargs)
 
 

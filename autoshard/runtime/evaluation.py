@@ -89,6 +89,7 @@ class Evaluator:
         finally:
             for m, training in modes.items():
                 m.training = training
+            self.backend.evaluated()
 
 
 def _samples(batch: Any) -> int:

@@ -408,9 +408,19 @@ def _check_unsharded(module: nn.Module) -> None:
 
     if any(isinstance(m, FSDPModule) for m in module.modules()):
         raise UsageError(f"model is an FSDP2-sharded {type(module).__name__}: a fit() in this process sharded it in "
-                         "place (with consolidate=False it stays so), and fit() plans and wraps a plain module.",
+                         "place (with consolidate=False, or when that run failed, it stays so), and fit() plans and "
+                         "wraps a plain module.",
                          hint="Build the model again and load the trained weights into it (result.state_dict of a "
                               "run with consolidate=True, the default, or a checkpoint), then pass that.")
+    # one process only: under a launcher the ranks but 0 keep their partitions after a run that succeeded, and a
+    # refusal on some ranks alone would leave the others waiting
+    partitioned = [] if under_launcher() else [n for n, p in module.named_parameters() if hasattr(p, "ds_id")]
+    if partitioned:  # its forward failed in planning ("'weight' must be 2-D"), blamed on the user's code
+        raise UsageError(f"model's parameters are partitioned by DeepSpeed ZeRO-3 ({partitioned[0]} and "
+                         f"{len(partitioned) - 1} more): a fit() in this process that failed left them so, and "
+                         "fit() plans and trains a whole module.",
+                         hint="Build the model again (and load weights from a checkpoint of that run), then pass "
+                              "that.")
     on_meta = [n for n, t in (*module.named_parameters(), *module.named_buffers()) if t.is_meta]
     if on_meta:  # its forward failed in planning, blamed on the user's code (FakeTensorDeviceMismatchError)
         raise UsageError(f"model's {on_meta[0]}{f' and {len(on_meta) - 1} more' if len(on_meta) > 1 else ''} "

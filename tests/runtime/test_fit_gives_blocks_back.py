@@ -87,3 +87,26 @@ def test_the_module_comes_back_plain_tied_trained_and_trainable_again(tmp_path) 
     model.save_pretrained(tmp_path / "saved")  # failed: "access the data pointer on an invalid python storage"
     again = fit(model, _batches(), max_steps=1, strategy="fsdp", progress=False)
     assert len(again.losses) == 1
+
+
+def test_a_module_a_failed_zero3_run_left_partitioned_is_refused_in_words() -> None:
+    """The next fit() blamed the user's code: "forward raised AssertionError: 'weight' must be 2-D, got 1-D"."""
+    from autoshard.errors import UsageError
+
+    model, seen = _gpt2(), []
+
+    def step(module: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if not isinstance(batch["input_ids"], FakeTensor):  # a real step, not planning's trace
+            seen.append(1)
+            if len(seen) == 2:
+                raise ValueError("the user's step fails")
+        return module(**batch).loss
+
+    with pytest.raises(ValueError, match="the user's step fails"):
+        fit(model, _batches(), max_steps=5, strategy="deepspeed_stage_3", training_step=step, progress=False)
+    if not any(hasattr(p, "ds_id") for p in model.parameters()):
+        pytest.skip("the failed run left no partitions (the failure came before the engine)")
+    with pytest.raises(UsageError, match="partitioned by DeepSpeed ZeRO-3"):
+        fit(model, _batches(), max_steps=1, progress=False)

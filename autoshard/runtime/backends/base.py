@@ -116,6 +116,9 @@ class Backend(abc.ABC):
         """The whole model's state dict on CPU, fp32 where the backend keeps fp32 master weights, on rank 0;
         ``None`` on other ranks (collective)."""
 
+    def evaluated(self) -> None:  # noqa: B027 — an optional hook, a no-op unless overridden
+        """After forwards without gradients (``eval_data`` scored): undo what they left for the next training step."""
+
     def close(self) -> None:  # noqa: B027 — an optional hook, a no-op unless overridden
         """Release what the backend holds outside the module (engines, hooks)."""
 

@@ -123,6 +123,21 @@ class DeepSpeedBackend(Backend):
         config["gradient_clipping"] = self.grad_clip_norm or 0.0
         return config
 
+    def evaluated(self) -> None:
+        """ZeRO-3 records the order its forward fetches parameters in, and prefetches by it: a forward-only trace
+        recorded while scoring ``eval_data`` then made the next training step fetch inside checkpointed blocks in
+        another order than their recompute did, which op-selective checkpointing (replaying ops by index) refused
+        ("aten.empty.memory_format encountered during backward but not found in storage"), and parameters the scoring
+        left gathered were not fetched by the next forward but were by its recompute. The trace is dropped, to be
+        recorded again by a training step (``PartitionedParameterCoordinator``, DeepSpeed 0.19.8, which keeps no
+        separate trace for evaluation), and every parameter released."""
+        offload = getattr(self.engine.optimizer, "parameter_offload", None)
+        coordinator = None if offload is None else offload.get_param_coordinator()
+        if coordinator is not None and not coordinator.is_invalid_trace():
+            coordinator._invalidate_trace()
+        if offload is not None:
+            offload.empty_partition_cache()  # parameters the scoring left gathered: released, as after a step
+
     @property
     def module(self) -> nn.Module:
         """The user's module as the engine holds it (its parameters are partitioned at stage 3)."""

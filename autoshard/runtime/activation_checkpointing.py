@@ -27,26 +27,23 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, noop_context_fn
 
 from autoshard.models.hf_build import kv_cache_off
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
 
 
 def _checkpointed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    # as Hugging Face's GradientCheckpointingLayer: only a training forward that builds a graph is checkpointed
     if not (self.training and torch.is_grad_enabled()):  # scoring eval_data: nothing to recompute
         return nn.Module.__call__(self, *args, **kwargs)
-    return checkpoint(nn.Module.__call__, self, *args, use_reentrant=False, **kwargs)
+    return checkpoint(nn.Module.__call__, self, *args, use_reentrant=False, context_fn=getattr(self, _CONTEXT),
+                      **kwargs)
 
 
-def _op_selective_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-    # as Hugging Face's GradientCheckpointingLayer: only a training forward that builds a graph is checkpointed
-    if not (self.training and torch.is_grad_enabled()):
-        return nn.Module.__call__(self, *args, **kwargs)
-    return checkpoint(nn.Module.__call__, self, *args, use_reentrant=False, context_fn=_OP_CONTEXT, **kwargs)
-
-
-_OP_CONTEXT = op_selective_context()
+_CONTEXT = "_autoshard_checkpoint_context"
+"""Set on each class :func:`checkpoint_blocks` makes: what the recomputation keeps (torchtitan's op-selective
+policy for ``op``, nothing for the others)."""
 
 _ORIGINAL = "_autoshard_checkpointed_from"
 """Set on each class :func:`checkpoint_blocks` makes: the block's own class, which :func:`restore_blocks` puts
@@ -73,15 +70,16 @@ def checkpoint_blocks(model: nn.Module, block_names: tuple[str, ...],
     choice = parse_checkpointing(checkpointing)
     if choice.checkpointed(block_names):
         _CACHES_TURNED_OFF.setdefault(model, []).extend(kv_cache_off(model))
-    call, prefix = (_op_selective_call, "OpCheckpointed") if choice.mode == "op" else (_checkpointed_call,
-                                                                                       "Checkpointed")
+    context, prefix = (op_selective_context(), "OpCheckpointed") if choice.mode == "op" else (noop_context_fn,
+                                                                                             "Checkpointed")
     classes: dict[type, type] = {}
     chosen = choice.checkpointed(block_names)
     for name in chosen:
         block = model.get_submodule(name)
         cls = type(block)
         if cls not in classes:
-            classes[cls] = type(f"{prefix}{cls.__name__}", (cls,), {"__call__": call, _ORIGINAL: cls})
+            classes[cls] = type(f"{prefix}{cls.__name__}", (cls,),
+                                {"__call__": _checkpointed_call, _ORIGINAL: cls, _CONTEXT: staticmethod(context)})
         block.__class__ = classes[cls]
     return len(chosen)
 

@@ -16,6 +16,9 @@ nothing heavy: ``autoshard cache`` answers without torch.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -25,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CacheUsage", "cache_root", "clear", "note", "read_json", "usage", "workloads_dir", "write_json"]
+__all__ = ["CacheEntry", "CacheUsage", "cache_root", "clear", "code_version", "list_entries", "note", "read_json",
+           "usage", "workloads_dir", "write_json"]
 
 ENV_VAR = "AUTOSHARD_CACHE_DIR"
 WORKLOADS = "workloads"
@@ -121,8 +125,74 @@ def usage(directory: Path) -> CacheUsage:
     return CacheUsage(directory=directory, entries=len(files), size_bytes=sum(_size(f) for f in files))
 
 
-def clear(directory: Path) -> CacheUsage:
-    """Delete every entry in ``directory`` (and temporary files left by an interrupted write).
+@functools.cache
+def code_version() -> str:
+    """autoshard's version and 16 hex digits of a SHA-256 over its own ``.py`` files (names and bytes, in a stable
+    order): an edited checkout keys its entries apart from what older code wrote."""
+    import autoshard
+
+    root = Path(autoshard.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for file in sorted(root.rglob("*.py")):
+        digest.update(file.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes())
+    return f"{autoshard.__version__}+{digest.hexdigest()[:16]}"
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (from its metadata: no import), ``None`` when absent."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+_VERSION_FIELDS = ("torch", "transformers", "python", "autoshard")
+"""The fields of a workload entry's key that name the software that traced it."""
+
+
+def _this_install() -> dict[str, str | None]:
+    return {"torch": installed_version("torch"), "transformers": installed_version("transformers"),
+            "python": ".".join(map(str, sys.version_info[:3])), "autoshard": code_version()}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CacheEntry:
+    """One workload entry: what it was traced for, and whether this install can still read it."""
+
+    path: Path
+    size_bytes: int
+    key: dict[str, Any] | None
+    """The entry's key (model, options, versions); ``None`` for a file that is not a readable entry."""
+    stale: str | None
+    """Why this install never reads it (another torch, transformers, Python or autoshard traced it; not an
+    entry), ``None`` when it can."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"path": str(self.path), "size_bytes": self.size_bytes, "key": self.key, "stale": self.stale}
+
+
+def list_entries(directory: Path) -> list[CacheEntry]:
+    """Every entry in ``directory``, by file name, each with its key and whether this install would read it."""
+    here = _this_install()
+    listed = []
+    for file in _entries(directory):
+        data, _ = read_json(file)
+        key = data.get("key") if isinstance(data, dict) else None
+        if not isinstance(key, dict):
+            listed.append(CacheEntry(path=file, size_bytes=_size(file), key=None, stale="not a workload entry"))
+            continue
+        differ = [f"{name} {key.get(name)} (here {here[name]})" for name in _VERSION_FIELDS
+                  if key.get(name) != here[name]]
+        listed.append(CacheEntry(path=file, size_bytes=_size(file), key=key,
+                                 stale=f"traced by {', '.join(differ)}" if differ else None))
+    return listed
+
+
+def clear(directory: Path, *, stale_only: bool = False) -> CacheUsage:
+    """Delete every entry in ``directory`` (and temporary files left by an interrupted write), or with
+    ``stale_only`` only those this install never reads (:func:`list_entries`).
 
     Returns:
         What was deleted.
@@ -130,7 +200,7 @@ def clear(directory: Path) -> CacheUsage:
     Raises:
         OSError: an entry could not be deleted (permissions).
     """
-    entries = _entries(directory)
+    entries = [e.path for e in list_entries(directory) if e.stale] if stale_only else _entries(directory)
     files = entries + (sorted(directory.glob(".*.partial")) if directory.is_dir() else [])
     removed = CacheUsage(directory=directory, entries=len(entries), size_bytes=sum(_size(f) for f in files))
     for file in files:

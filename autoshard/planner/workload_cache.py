@@ -23,9 +23,7 @@ and planning goes on.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.metadata
 import json
 import re
 import sys
@@ -34,9 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import autoshard
 from autoshard._jsonable import SchemaError, decode, encode, schema_digest
-from autoshard.cache import note, read_json, write_json
+from autoshard.cache import code_version, installed_version, note, read_json, write_json
 from autoshard.models.source import ModelSource
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing
 from autoshard.profiler.options import OptimizerImpl, Precision, parse_optimizer, parse_precision
@@ -102,8 +99,8 @@ def workload_key(source: ModelSource, *, precision: Precision | str, optimizer: 
         precision=parse_precision(precision).value, optimizer=parse_optimizer(optimizer), seq_len=seq_len,
         checkpointing=tuple(checkpointing), checkpoint_mode=str(checkpoint_mode), optimizer_impl=optimizer_impl,
         target=target, torch=str(torch.__version__),
-        transformers=_version("transformers"), python=".".join(map(str, sys.version_info[:3])),
-        autoshard=f"{autoshard.__version__}+{_code_digest()}", schema=schema_digest(Workload),
+        transformers=installed_version("transformers"), python=".".join(map(str, sys.version_info[:3])),
+        autoshard=code_version(), schema=schema_digest(Workload),
     )
 
 
@@ -257,21 +254,3 @@ def _problem(data: Any, key: WorkloadKey) -> str | None:
 def _one_line(text: str) -> str:
     line = " ".join(text.split())
     return line if len(line) <= 200 else line[:197] + "..."
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-@functools.cache
-def _code_digest() -> str:
-    """16 hex digits of a SHA-256 over autoshard's own ``.py`` files (names and bytes), in a stable order."""
-    root = Path(autoshard.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for file in sorted(root.rglob("*.py")):
-        digest.update(file.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(file.read_bytes())
-    return digest.hexdigest()[:16]

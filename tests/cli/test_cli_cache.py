@@ -63,3 +63,34 @@ def test_cache_dir_info_and_clear(capsys):
     assert list(workloads.iterdir()) == []
     assert main(["cache"]) == 0
     assert "0 workload(s)" in capsys.readouterr().out
+
+
+def test_cache_list_names_each_entry_and_clear_stale_keeps_what_this_install_reads(capsys):
+    _cli(*RECOMMEND)
+    [fresh] = _workloads().glob("*.json")
+    entry = json.loads(fresh.read_text(encoding="utf-8"))
+    entry["key"]["torch"] = "2.0.0"  # as an older torch left it: this install keys its traces apart
+    old = fresh.with_name("tiny-gpt2-old.json")
+    old.write_text(json.dumps(entry), encoding="utf-8")
+    (_workloads() / "junk.json").write_text("[1, 2", encoding="utf-8")
+
+    assert main(["cache", "list", "--json"]) == 0
+    listed = {Path(e["path"]).name: e for e in json.loads(capsys.readouterr().out)["entries"]}
+    assert listed[fresh.name]["stale"] is None and listed[fresh.name]["key"]["model"] == "tiny-gpt2"
+    assert listed[old.name]["stale"].startswith("traced by torch 2.0.0 (here ")
+    assert listed["junk.json"] == {"path": str(_workloads() / "junk.json"), "size_bytes": 5, "key": None,
+                                   "stale": "not a workload entry"}
+    assert main(["cache", "list"]) == 0
+    text = capsys.readouterr().out
+    assert "tiny-gpt2  32-true, adamw, seq 32" in text and "stale: traced by torch 2.0.0" in text
+    assert "`autoshard cache clear --stale`" in text
+
+    assert main(["cache", "clear", "--stale"]) == 0
+    assert "Removed 2 stale workload(s)" in capsys.readouterr().out
+    assert [p.name for p in _workloads().glob("*.json")] == [fresh.name]
+    assert json.loads(_cli(*RECOMMEND))["cached_workload"] == str(fresh)  # still read
+
+
+def test_cache_stale_goes_with_clear_only(capsys):
+    assert main(["cache", "list", "--stale"]) == 2
+    assert "--stale goes with `autoshard cache clear`" in capsys.readouterr().err

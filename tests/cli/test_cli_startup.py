@@ -37,7 +37,7 @@ def test_version_and_help_import_no_torch_nor_planner(argv):
 
 @pytest.mark.parametrize("argv", [
     ["--version"], ["--help"], ["hardware", "--list"], ["hardware", "--list", "--json"], ["models"],
-    ["models", "--json"], ["cache", "info"],
+    ["models", "--json"], ["cache", "info"], ["cache", "list"],
 ])
 def test_listing_commands_answer_without_torch(argv):
     out = subprocess.run([sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, check=True).stdout

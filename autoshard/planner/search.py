@@ -37,8 +37,13 @@ def plan(
     strategies: Sequence[Strategy],
     *,
     rules: tuple[Rule, ...] = RULES,
+    fitting_elsewhere: tuple[Evaluation, ...] = (),
 ) -> Plan:
     """Evaluate every candidate and pick the best that fits.
+
+    ``fitting_elsewhere``: candidates that fit in a plan this one is weighed against (another checkpointing
+    policy's, :mod:`autoshard.planner.selective`), which the rules count as fitting too: an offloading candidate
+    is the last resort while any configuration fits without offloading, whichever policy it checkpoints with.
 
     Raises:
         UsageError: contradictory request (e.g. global batch not divisible by the devices).
@@ -56,7 +61,7 @@ def plan(
     fitting = tuple(e for e in evaluations if e.fits)
     if not fitting:
         raise _no_fit(evaluations, workload, hardware, request, strategies)
-    ctx = Context(workload=workload, hardware=hardware, request=request, fitting=fitting)
+    ctx = Context(workload=workload, hardware=hardware, request=request, fitting=fitting + fitting_elsewhere)
     ranked = []
     for e in evaluations:
         if not e.fits or e.cost is None:

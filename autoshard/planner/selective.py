@@ -66,7 +66,8 @@ def weigh_selective(planned: Plan, traced: Callable[[ActivationCheckpointing], t
         workload = dataclasses.replace(base, checkpoint_mode=choice,
                                        traces=unchecked + tuple(t for t in selective.traces if t.checkpointing))
         try:
-            weighed.append((choice, plan(workload, planned.hardware, planned.request, strategies)))
+            weighed.append((choice, plan(workload, planned.hardware, planned.request, strategies,
+                                         fitting_elsewhere=tuple(e for e in planned.candidates if e.fits))))
         except NoFeasiblePlan:
             weighed.append((choice, None))
     best = max((p for _, p in weighed if p is not None and p.recommended.candidate.activation_checkpointing),

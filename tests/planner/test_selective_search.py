@@ -125,3 +125,15 @@ def test_a_selective_step_that_cannot_be_traced_leaves_the_full_plan_standing(ll
                                    "storage).")
     assert [w.to_dict()["not_traced"] for w in plan.checkpointing_weighed] == [
         None, "backward raised RuntimeError: invocation index 32 not found in storage."]
+
+
+def test_offloading_is_the_last_resort_for_a_selective_choice_while_full_fits_without_it(llama: Path) -> None:
+    """Each choice is planned on its own traces: op-selective fitted only with offload, and its plan, in which
+    nothing fitted without offloading, left the offload rule out. A 70B plan on 4 DGX H100s then picked
+    ZeRO-3 with offload and op-selective over ZeRO-3 with full checkpointing, which fits without it (probe)."""
+    plan = plan_for(llama, _h100s(12.5), seq_len=4096, batch_size=4, strategies=["fsdp", "fsdp_cpu_offload"])
+    full, op = plan.checkpointing_weighed  # 11.25 GiB usable: fsdp fits with full only, op only with offload
+    assert full.chosen and full.best is not None and full.best.strategy == "fsdp"
+    assert op.best is not None and op.best.strategy == "fsdp_cpu_offload" and op.best.cost is not None
+    assert any(r.startswith("[offload-last-resort]") for r in op.best.reasons)
+    assert op.best.score == pytest.approx(op.best.cost.samples_per_s * 0.5)

@@ -47,8 +47,11 @@ def unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
     """Lines for what ``best`` asks of a host this hardware does not describe (a GPU profile, a node file without
     ``cpu_memory`` or ``cpu_cores``): RAM for its offloaded states, which the plan could not check; cores for
     the optimizer step on the host (DeepSpeed's CPU Adam, FSDP's CPU offload), which it priced with an assumed
-    count."""
-    from autoshard.strategies.costs import UNKNOWN_HOST_CORES
+    count; and the host's memory bandwidth, which bounds that step, when only the cores are known."""
+    from autoshard.strategies.costs import (
+        UNKNOWN_HOST_CORES,
+        host_memory_bytes_per_s,
+    )
 
     cpu, lines = hardware.node.cpu, []
     need = best.memory.cpu_bytes_per_node if best.memory is not None else 0
@@ -56,11 +59,18 @@ def unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
         lines.append(f"Unchecked: this plan keeps {_gib(need)} of offloaded states in CPU RAM per node, and this "
                      "hardware's RAM is not known; a host with less cannot run it (--cpu-memory SIZE has the plan "
                      "check it).")
-    if best.traits.offloads and not (cpu.usable_cores or cpu.physical_cores):
-        stepper = "DeepSpeed's CPU Adam" if best.traits.family == "deepspeed" else "torch's optimizer"
+    stepper = "DeepSpeed's CPU Adam" if best.traits.family == "deepspeed" else "torch's optimizer"
+    cores = cpu.usable_cores or cpu.physical_cores
+    if best.traits.offloads and not cores:
         lines.append(f"Assumed: the optimizer steps on the host ({stepper}), whose cores are not known: "
-                     f"{UNKNOWN_HOST_CORES} per node were priced, shared by its {hardware.processes_per_node} ranks "
-                     "(--cpu-cores N prices the real host).")
+                     f"{UNKNOWN_HOST_CORES} per node were priced, shared by its {hardware.processes_per_node} ranks, "
+                     f"with a workstation's memory bandwidth ({host_memory_bytes_per_s(hardware)[0] / 1e9:.3g} GB/s) "
+                     "(--cpu-cores N prices the real host's cores).")
+    elif best.traits.offloads and cpu.memory_bandwidth_bytes_per_s is None:
+        lines.append(f"Assumed: the optimizer steps on the host ({stepper}), whose memory bandwidth is not known: "
+                     f"{host_memory_bytes_per_s(hardware)[0] / 1e9:.4g} GB/s per node were priced "
+                     f"(two channels of DDR5-4800 for every 8 of its {cores} cores, at least two; a node file with "
+                     "cpu_memory_bandwidth gives the host's).")
     return tuple(lines)
 
 

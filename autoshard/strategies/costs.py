@@ -59,6 +59,16 @@ so the node's host optimizer step (DeepSpeed's CPU Adam, FSDP's CPU offload) doe
 thread per rank instead would price two GPUs' offloaded step at more than twice one GPU's throughput. An
 assumption, said in the step's notes."""
 
+UNKNOWN_HOST_MEMORY_BYTES_PER_S_PER_CORE = 76.8e9 / UNKNOWN_HOST_CORES
+"""Peak DRAM bandwidth assumed per host core where the hardware does not give the host's (a GPU profile alone, a
+node file or ``--cpu-cores`` without ``cpu_memory_bandwidth``): a GPU workstation's two channels of DDR5-4800
+(2 x 8 bytes x 4,800 MT/s = 76.8 GB/s; JEDEC JESD79-5) over the :data:`UNKNOWN_HOST_CORES` cores assumed for it,
+9.6 GB/s a core (a 16-core workstation's four channels: 153.6 GB/s). A server gives each core less (a DGX H100's
+614.4 GB/s over 112 cores is 5.5), so for a large host this bound is loose, not tight. Without it an undescribed
+host's optimizer step was priced as if bandwidth were unlimited: DeepSpeed's CPU Adam on 8 threads at 8e9
+parameters/s is 224 GB/s of DRAM traffic. An assumption, said in the step's notes and in the plan's "Assumed:"
+line."""
+
 HOST_MEMORY_EFFICIENCY = 0.8
 """Fraction of the host's peak DRAM bandwidth a streaming loop reaches on a two-socket server (STREAM triad
 typically reaches 75-85 %; J. McCalpin, STREAM benchmark, https://www.cs.virginia.edu/stream/). An assumption
@@ -286,6 +296,29 @@ def host_threads_per_rank(cores: int, processes_per_node: int) -> int:
     return max(1, cores // max(1, processes_per_node))
 
 
+def host_memory_bytes_per_s(hardware: HardwareSpec) -> tuple[float, str]:
+    """The node's peak DRAM bandwidth its host optimizer steps are bounded by, and how it is known: the hardware's
+    own, else :data:`UNKNOWN_HOST_MEMORY_BYTES_PER_S_PER_CORE` times its cores (known, or
+    :data:`UNKNOWN_HOST_CORES`; at least that many: a desktop of fewer cores still has its two channels), with a
+    note saying so.
+
+    Example:
+        >>> from autoshard.hardware import load_hardware
+        >>> host_memory_bytes_per_s(load_hardware("rtx-4090"))[0] / 1e9  # a GPU profile: a workstation assumed
+        76.8
+        >>> host_memory_bytes_per_s(load_hardware("dgx-h100"))  # the profile's own
+        (614400000000.0, '')
+    """
+    cpu = hardware.node.cpu
+    if cpu.memory_bandwidth_bytes_per_s is not None:
+        return cpu.memory_bandwidth_bytes_per_s, ""
+    cores = max(cpu.usable_cores or cpu.physical_cores or UNKNOWN_HOST_CORES, UNKNOWN_HOST_CORES)
+    bandwidth = cores * UNKNOWN_HOST_MEMORY_BYTES_PER_S_PER_CORE
+    return bandwidth, (f" (the host's memory bandwidth unknown: {bandwidth / 1e9:.4g} GB/s assumed, two channels "
+                       "of DDR5-4800 for every 8 cores, at least two; a node file with cpu_memory_bandwidth gives "
+                       "the host's)")
+
+
 def cpu_optimizer_threads(hardware: HardwareSpec) -> tuple[int, str]:
     """Threads one rank's CPU optimizer step runs on, and how that was decided: the node's cores shared by its
     ranks (:func:`host_threads_per_rank`; :data:`UNKNOWN_HOST_CORES` when the cores are unknown), as the launches
@@ -356,8 +389,7 @@ def grad_clip_seconds(workload: Workload, hardware: HardwareSpec, *, shard: int 
     if on_host:
         threads, _ = cpu_optimizer_threads(hardware)
         seconds = cpu_optimizer_seconds(int(elements), CLIP_PASSES * grad_bytes, threads,
-                                        hardware.node.cpu.memory_bandwidth_bytes_per_s,
-                                        ranks=hardware.processes_per_node)
+                                        host_memory_bytes_per_s(hardware)[0], ranks=hardware.processes_per_node)
         return seconds, (f"gradient clipping at norm {workload.grad_clip_norm:g} on the host: {seconds * 1e3:.3g} ms "
                          f"(a norm and a scaling pass over {where}, at the CPU optimizer's rate)")
     if hardware.gpu is None:

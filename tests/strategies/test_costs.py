@@ -90,6 +90,24 @@ def test_the_nodes_ranks_share_its_dram_bandwidth_in_the_host_step() -> None:
         costs.cpu_optimizer_seconds(10**9, 84.0, 4))
 
 
+@pytest.mark.parametrize(("cores", "bandwidth", "rate"), [
+    (None, None, 76.8 * GB * 0.8 / 28),  # a GPU profile alone: a workstation's 8 cores and two DDR5-4800 channels
+    (4, None, 76.8 * GB * 0.8 / 28),  # a small desktop still has two channels
+    (16, None, 16 * 9.6 * GB * 0.8 / 28),  # its cores given, its bandwidth not: 9.6 GB/s each assumed
+    (16, 614.4 * GB, 16e9),  # the host's own bandwidth: the threads set the pace
+])
+def test_deepspeed_cpu_adam_is_bound_by_the_hosts_memory_known_or_assumed(
+        cores: int | None, bandwidth: float | None, rate: float) -> None:
+    """The planner probe: one RTX 4090 fine-tuning a 7B model priced CPU Adam at 8e9 parameters/s (8 assumed
+    threads at 1e9), 224 GB/s of DRAM traffic at 28 bytes a parameter, which a workstation's two channels cannot
+    move; with no bandwidth known nothing bounded it."""
+    from autoshard.strategies.deepspeed.offload_cost import cpu_adam_parameters_per_s
+
+    got, note = cpu_adam_parameters_per_s(_with_host(1, cores, bandwidth))
+    assert got == pytest.approx(rate)
+    assert ("memory bandwidth unknown" in note) is (bandwidth is None and got < (cores or 8) * 1e9)
+
+
 @pytest.mark.parametrize(("cores", "bandwidth"), [
     (64, None),  # half the parameters per rank on half the cores each: the node's cores do the same work
     (None, None),  # unknown host: UNKNOWN_HOST_CORES, shared the same way

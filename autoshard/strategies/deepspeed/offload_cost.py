@@ -45,12 +45,13 @@ def cpu_adam_parameters_per_s(hardware: HardwareSpec) -> tuple[float, str]:
     threads, how = costs.cpu_optimizer_threads(hardware)
     rate = threads * CPU_ADAM_PARAMETERS_PER_S
     how = f"{CPU_ADAM_PARAMETERS_PER_S:.2g}/s per thread on {how}"
-    bandwidth = hardware.node.cpu.memory_bandwidth_bytes_per_s
+    bandwidth, assumed = costs.host_memory_bytes_per_s(hardware)
     if bandwidth is not None:
         bound = bandwidth * HOST_MEMORY_EFFICIENCY / CPU_ADAM_BYTES_PER_PARAMETER / ranks
         if bound < rate:
             rate, how = bound, (f"bound by host memory: {bandwidth / 1e9:.4g} GB/s x {HOST_MEMORY_EFFICIENCY:g} / "
-                                f"{CPU_ADAM_BYTES_PER_PARAMETER} bytes per parameter / {ranks} ranks")
+                                f"{CPU_ADAM_BYTES_PER_PARAMETER} bytes per parameter / {ranks} ranks{assumed}, "
+                                f"under the {rate:.3g}/s of {how}")
     return rate, f"{rate:.3g} parameters/s per rank, {how}"
 
 

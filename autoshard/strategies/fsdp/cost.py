@@ -220,12 +220,12 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
     threads, how = costs.cpu_optimizer_threads(hardware)
     # The node's ranks step at once after backward: they share its cores (OMP_NUM_THREADS as autoshard's launches
     # set it) and its DRAM bandwidth.
-    dram = hardware.node.cpu.memory_bandwidth_bytes_per_s
+    dram, assumed = costs.host_memory_bytes_per_s(hardware)
     optimizer_s = costs.cpu_optimizer_seconds(stepped, step_bytes_per_parameter, threads, dram,
                                               ranks=hardware.processes_per_node)
     if optimizer_s > costs.cpu_optimizer_seconds(stepped, step_bytes_per_parameter, threads) and dram:
         how += (f", bound by host memory: {dram / 1e9:.4g} GB/s x {costs.HOST_MEMORY_EFFICIENCY:g} shared by "
-                f"{hardware.processes_per_node} rank(s)")
+                f"{hardware.processes_per_node} rank(s){assumed}")
     # Pinned memory lets the non_blocking copies overlap compute (_fsdp_api.py CPUOffloadPolicy); pageable copies
     # are synchronous. The optimizer step runs on the CPU after backward, on the critical path.
     exposed_transfer = costs.exposed(transfer_s, compute_s) if pin_memory else transfer_s

@@ -91,12 +91,18 @@ def fit(
         grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, progress=progress, force=force,
         timeout_s=timeout_s, lr_scheduler=lr_scheduler, optimizer_impl=optimizer_impl,
         activation_checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache)
+    if not isinstance(tune, (bool, Mapping)):  # a truthy "yes" ran a whole study as if True
+        raise UsageError(f"tune must be True, False or a dict of autoshard.tune()'s arguments, but got {tune!r}.",
+                         hint='E.g. tune=True, or tune={"trials": 8}.')
     if not tune or is_worker():  # a worker fit() started trains with the plan the launching process tuned
         return train(model, data, plan=plan, **given)
-    check_arguments(model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
-                    log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,
-                    grad_clip_norm=grad_clip_norm, global_batch_size=global_batch_size, eval_data=eval_data,
-                    eval_every=eval_every, strategy=strategy)
+    _, source = check_arguments(
+        model, data, loss_fn=loss_fn, max_steps=max_steps, epochs=epochs, checkpointing=checkpointing,
+        log_every=log_every, processes=processes, batch_size=batch_size, lr_scheduler=lr_scheduler,
+        grad_clip_norm=grad_clip_norm, global_batch_size=global_batch_size, eval_data=eval_data,
+        eval_every=eval_every, strategy=strategy)
+    if loss_fn is None and training_step is None:
+        _check_returns_a_loss(source)
     if under_launcher():
         raise UsageError("fit(tune=True) under a launcher would tune once per rank.",
                          hint="Run `autoshard tune MODEL` first, then fit(..., plan=\"autoshard-tune/best\").")
@@ -111,6 +117,26 @@ def fit(
                         grad_clip_norm=grad_clip_norm, cache=cache, training_step=training_step, loss_fn=loss_fn)
     result = train(model, data, plan=best, **given)
     return dataclasses.replace(result, notes=(note, *result.notes))
+
+
+def _check_returns_a_loss(source: ModelSource | None) -> None:
+    """Refuse, before any trial, a model file with no ``loss()`` whose output holds none: the trials time it with
+    profiling's stand-in, and the run after them refused it, a whole study later. Its forward runs on fake tensors
+    (nothing allocated); a forward that fails there is left to the run, which says why."""
+    if source is None or source.loss_fn is not None:
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autoshard.models.source import call_model
+    from autoshard.runtime.train import returned_loss
+
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            batch = source.batch(1)
+            output = (source.call_fn or call_model)(source.build(), batch)
+    except Exception:  # noqa: BLE001 - not this check's to judge: the run's own first step says it in full
+        return
+    returned_loss(output, batch)
 
 
 def _check_tune_names(kwargs: Mapping[str, Any], tuner: Any) -> None:

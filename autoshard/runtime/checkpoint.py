@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch.optim.lr_scheduler import LRScheduler
 
 from autoshard.errors import UsageError
+from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime.backends.base import Backend
 
 META_FILE = "autoshard_checkpoint.json"
@@ -143,9 +144,49 @@ def read_meta(directory: Path) -> CheckpointMeta:
         data = json.loads(path.read_text(encoding="utf-8"))
         return CheckpointMeta(position=Position(**data.pop("position")), **data)
     except FileNotFoundError:
-        raise UsageError(f"{directory} is not an autoshard checkpoint (no {META_FILE}).") from None
+        held = latest(directory)
+        raise UsageError(f"{directory} is not an autoshard checkpoint (no {META_FILE}).",
+                         hint=None if held is None else
+                         f"It holds a run's checkpoints: pass resume={str(held)!r} (its newest), or "
+                         f"Checkpointing(dir={str(directory)!r}, resume=True).") from None
     except (json.JSONDecodeError, TypeError, KeyError) as e:
         raise UsageError(f"{path} is malformed: {e}.") from e
+
+
+def refusal(meta: CheckpointMeta, directory: Path, plan: ExportedPlan, world_size: int) -> UsageError | None:
+    """Why a run of ``plan`` over ``world_size`` ranks cannot load the checkpoint ``meta`` describes, or ``None``:
+    written for another model; by another strategy family; by DeepSpeed at another ZeRO layout (stages 1 and 2
+    write the same flat fp32 partitions, stage 3 its own, and DeepSpeed's loader fails on the other's with a bare
+    ``AssertionError``); or, for a family whose checkpoint is partitioned per rank (DeepSpeed), by another number
+    of ranks. Checked in the launching process before any worker starts, and again by each rank as it loads."""
+    from autoshard.strategies import backend_class
+
+    if meta.layout_hash != plan.model.layout_hash:
+        return UsageError(f"checkpoint {directory} was written for another model (layout {meta.layout_hash}, this "
+                          f"model {plan.model.layout_hash}).", hint="Point Checkpointing(dir=...) at this model's run.")
+    if meta.family != plan.family:
+        return UsageError(f"checkpoint {directory} was written by {meta.strategy}, and this run uses "
+                          f"{plan.strategy}.", hint="Resume with the same strategy family, or start afresh.")
+    if plan.family == "deepspeed" and _zero3(meta.strategy) != (plan.strategy_traits.zero_stage == 3):
+        return UsageError(f"checkpoint {directory} was written by {meta.strategy}, and this run uses "
+                          f"{plan.strategy}: ZeRO-3 partitions its checkpoint differently from ZeRO-1 and -2.",
+                          hint=f"Resume with {'a ZeRO-3 strategy' if _zero3(meta.strategy) else 'ZeRO-1 or -2'}, "
+                               "or start afresh.")
+    if meta.world_size != world_size and not backend_class(plan.family).reshards_checkpoints:
+        ranks = f"{meta.world_size} rank{'s' if meta.world_size != 1 else ''}"
+        return UsageError(f"checkpoint {directory} was written by {ranks}, and this run has "
+                          f"{world_size}: {plan.strategy}'s checkpoint is partitioned per rank.",
+                          hint="Resume with the same number of processes.")
+    return None
+
+
+def _zero3(strategy: str) -> bool:
+    from autoshard.strategies import get
+
+    try:
+        return get(strategy).traits.zero_stage == 3
+    except UsageError:  # a strategy this version does not know: its name says the stage
+        return strategy.startswith("deepspeed_stage_3")
 
 
 def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None = None) -> Position:
@@ -160,17 +201,9 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
     """
     meta = read_meta(directory)
     plan, ctx = backend.plan, backend.ctx
-    if meta.layout_hash != plan.model.layout_hash:
-        raise UsageError(f"checkpoint {directory} was written for another model (layout {meta.layout_hash}, this "
-                         f"model {plan.model.layout_hash}).", hint="Point Checkpointing(dir=...) at this model's run.")
-    if meta.family != plan.family:
-        raise UsageError(f"checkpoint {directory} was written by {meta.strategy}, and this run uses "
-                         f"{plan.strategy}.", hint="Resume with the same strategy family, or start afresh.")
-    if meta.world_size != ctx.world_size and not backend.reshards_checkpoints:
-        ranks = f"{meta.world_size} rank{'s' if meta.world_size != 1 else ''}"
-        raise UsageError(f"checkpoint {directory} was written by {ranks}, and this run has "
-                         f"{ctx.world_size}: {backend.plan.strategy}'s checkpoint is partitioned per rank.",
-                         hint="Resume with the same number of processes.")
+    refused = refusal(meta, directory, plan, ctx.world_size)
+    if refused is not None:
+        raise refused
     position = rescaled(meta, ctx.world_size, backend.plan.micro_batch_size, directory)
     if scheduler is not None and not (directory / SCHEDULER_FILE).is_file():
         raise UsageError(f"checkpoint {directory} was saved without a learning-rate scheduler, and this run has "

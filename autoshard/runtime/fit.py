@@ -25,7 +25,7 @@ from autoshard.runtime.data import check as check_data
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, destroy_group, join
 from autoshard.runtime.options import FIT_ARGUMENTS, Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
 from autoshard.runtime.result import FitResult
-from autoshard.runtime.train import TrainJob, check_optimizer_instance, train
+from autoshard.runtime.train import TrainJob, check_optimizer_instance, check_resume, train
 
 if TYPE_CHECKING:
     from autoshard.hardware.specs import HardwareSpec
@@ -202,6 +202,7 @@ def fit(
         if launch is not None:
             return _launched(job, options, launch)
         exported, notes, job = planning.resolve(job, options, world_size=None)
+        check_resume(job, exported, exported.hardware.world_size)  # before any worker starts
         if exported.hardware.nodes > 1:
             raise UsageError(f"the plan spans {exported.hardware.nodes} nodes; fit() starts processes on this machine "
                              "only.", hint="Start it on every node with torchrun or srun (see launch.sh from "
@@ -364,6 +365,23 @@ def _check_checkpointing(checkpointing: Any) -> None:
     if checkpointing.resume is True and checkpointing.dir is None:
         raise UsageError("checkpointing.resume=True needs checkpointing.dir.",
                          hint="Pass Checkpointing(dir=the run's directory, resume=True), or resume= a checkpoint path.")
+    if isinstance(checkpointing.dir, (str, os.PathLike)):
+        _check_writable_dir(Path(checkpointing.dir))
+
+
+def _check_writable_dir(directory: Path) -> None:
+    """Refuse a checkpoint directory that could not be written, before training: the first save (at the end, or
+    after ``every`` steps) would otherwise raise after the steps it was to keep. Nothing is created here."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"checkpointing.dir {directory} is a file, not a directory.",
+                         hint="Pass a directory (it is made if it does not exist).")
+    parent = directory
+    while not parent.exists():  # the nearest existing directory it would be made in
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"checkpointing.dir {directory} cannot be made: {parent} is a file.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"checkpointing.dir {directory} cannot be written: {parent} is not writable.")
 
 
 def _checkpointing_hint(value: str | bool) -> str:
@@ -383,8 +401,8 @@ def _check_run_options(*, seed: Any, timeout_s: Any, consolidate: Any, progress:
     """Refuse the run's other arguments before planning: they were met only inside a worker (``seed=None``: a
     ``TypeError`` from ``torch.manual_seed`` on rank 0; ``timeout_s=0``: the workers stopped after they started)
     or not at all (``progress="no"`` was true)."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise UsageError(f"seed must be a whole number, but got {seed!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:  # as tune() takes it
+        raise UsageError(f"seed must be a whole number from 0 to 2**32 - 1, but got {seed!r}.")
     if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
                                   or not timeout_s > 0):
         raise UsageError(f"timeout_s must be a positive number of seconds (or None: no limit), but got {timeout_s!r}.")

@@ -249,9 +249,27 @@ def _resume_from(job: TrainJob) -> Path | None:
                              hint="Pass Checkpointing(dir=the run's directory, resume=True).")
         return checkpoint.latest(job.checkpoint_dir)
     path = Path(job.resume)
+    if path.is_file():
+        raise UsageError(f"cannot resume from {path}: it is a file, and a checkpoint is a directory.",
+                         hint=f"Pass resume= the step-* directory holding it ({path.parent}), or "
+                              "Checkpointing(dir=the run's directory, resume=True) for its newest.")
     if not path.is_dir():
         raise UsageError(f"cannot resume from {path}: no such directory.")
     return path
+
+
+def check_resume(job: TrainJob, plan: ExportedPlan, world_size: int) -> None:
+    """Refuse, in the launching process before any worker starts, a checkpoint this run cannot load
+    (:func:`autoshard.runtime.checkpoint.refusal`); each rank checks it again as it loads.
+
+    Raises:
+        UsageError: no such checkpoint, or one written for another model, strategy or number of ranks.
+    """
+    where = _resume_from(job)
+    if where is not None:
+        refused = checkpoint.refusal(checkpoint.read_meta(where), where, plan, world_size)
+        if refused is not None:
+            raise refused
 
 
 def _model_init(job: TrainJob, plan: ExportedPlan, notes: list[str]) -> ModelInit:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +226,58 @@ def test_bad_checkpointing_is_refused_before_anything_runs(kwargs: dict[str, Any
     with pytest.raises(UsageError, match=message):
         fit(_Regressor(), _batches(2), loss_fn=_mse, max_steps=1, checkpointing=Checkpointing(**args))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_dir_that_cannot_be_made_is_refused_before_training(tmp_path: Path) -> None:
+    """A file named as the directory trained every step and then raised FileExistsError at the save, losing the
+    run (the bad-input probe: 40 steps, and with 2 processes a WorkerError)."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine", encoding="utf-8")
+    seen: list[int] = []
+
+    def loss(output: torch.Tensor, batch: Any) -> torch.Tensor:
+        seen.append(1)
+        return _mse(output, batch)
+
+    for where, message in ((afile, r"checkpointing\.dir .*afile is a file, not a directory"),
+                           (afile / "runs" / "1", r"checkpointing\.dir .* cannot be made: .*afile is a file")):
+        with pytest.raises(UsageError, match=message):
+            fit(_Regressor(), _batches(4), loss_fn=loss, max_steps=2, checkpointing=Checkpointing(dir=where))
+    assert seen == [] and afile.read_text(encoding="utf-8") == "mine"
+
+
+def test_a_resume_path_that_is_not_a_checkpoint_says_what_to_pass(tmp_path: Path) -> None:
+    fit(_Regressor(), _batches(4), loss_fn=_mse, max_steps=2, checkpointing=Checkpointing(dir=tmp_path, every=1))
+    newest = tmp_path / "step-00000002"
+    cases = ((newest / "ddp_state.pt", r"it is a file, and a checkpoint is a directory", str(newest)),
+             (tmp_path, r"is not an autoshard checkpoint", f"resume={str(newest)!r}"))
+    for resume, message, hinted in cases:
+        with pytest.raises(UsageError, match=message) as refused:
+            fit(_Regressor(), _batches(4), loss_fn=_mse, max_steps=3, checkpointing=Checkpointing(resume=resume))
+        assert hinted in str(refused.value.hint)
+
+
+@pytest.mark.parametrize(("saved", "resumed", "message"), [
+    ("deepspeed_stage_2", "deepspeed_stage_3", "ZeRO-3 partitions its checkpoint differently"),
+    ("deepspeed_stage_3", "deepspeed_stage_1", "ZeRO-3 partitions its checkpoint differently"),
+    ("ddp", "fsdp", "was written by ddp, and this run uses fsdp"),
+])
+def test_a_checkpoint_another_strategy_wrote_is_refused_before_the_workers_start(
+        saved: str, resumed: str, message: str, tmp_path: Path) -> None:
+    """ZeRO-2's checkpoint resumed under ZeRO-3 (and back) failed in DeepSpeed's loader with a bare AssertionError
+    once both workers had started (the checkpoint probe); a family mismatch was refused only by the workers."""
+    model = _Regressor()
+    plan = _plan(model, strategy=resumed, world_size=2)
+    step = checkpoint.step_dir(tmp_path, 2)
+    step.mkdir()
+    meta = checkpoint.CheckpointMeta(position=checkpoint.Position(step=2, epoch=0, batch_in_epoch=2),
+                                     strategy=saved, family=saved.split("_")[0], world_size=2,
+                                     layout_hash=plan.model.layout_hash, micro_batch_size=4)
+    (step / checkpoint.META_FILE).write_text(json.dumps(asdict(meta)), encoding="utf-8")
+    with pytest.raises(UsageError, match=message) as refused:
+        fit(model, _batches(8), loss_fn=_mse, max_steps=4, plan=plan,
+            checkpointing=Checkpointing(dir=tmp_path, resume=True), timeout_s=120)
+    assert not refused.value.message.startswith("rank")  # this process refused it, not a worker
 
 
 def test_checkpointing_that_is_not_a_checkpointing_is_refused_naming_the_argument(tmp_path: Path) -> None:

@@ -413,7 +413,8 @@ def _samples() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [  # met in a worker, after planning, or never, before
-    ({"seed": None}, r"seed must be a whole number, but got None"),
+    ({"seed": None}, r"seed must be a whole number from 0 to 2\*\*32 - 1, but got None"),
+    ({"seed": -1}, r"seed must be a whole number from 0 to 2\*\*32 - 1, but got -1"),  # as tune() refuses it
     ({"timeout_s": 0}, r"timeout_s must be a positive number of seconds"),
     ({"progress": "no"}, r"progress must be True or False, but got 'no'"),
     ({"consolidate": "no"}, r"consolidate must be True or False"),

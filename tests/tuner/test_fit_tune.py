@@ -45,3 +45,22 @@ def test_tuning_under_a_launcher_is_refused(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.delenv(supervisor.RUN_DIR_VAR, raising=False)
     with pytest.raises(UsageError, match="under a launcher would tune once per rank"):
         autoshard.fit("tiny-gpt2", max_steps=1, tune=True)
+
+
+def test_a_model_file_without_a_loss_is_refused_before_the_study(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The trials time a model with no loss on profiling's stand-in; the run after them refused it, a whole study
+    (and an autoshard-tune directory) later (the bad-input probe: 19 s for one trial, against 0.3 s without tune)."""
+    model = tmp_path / "model.py"
+    model.write_text("import torch\n"
+                     "def model(): return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Linear(128, 64))\n"
+                     "def batch(batch_size): return torch.randn(batch_size, 64)\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=r"output is a tensor of shape \[batch, 64\], with no loss") as refused:
+        autoshard.fit(model, max_steps=1, tune={"trials": 1, "output_dir": tmp_path / "tune"}, progress=False)
+    assert "def loss(output, batch)" in str(refused.value.hint)
+    assert not (tmp_path / "tune").exists()
+
+
+def test_tune_takes_a_bool_or_a_dict() -> None:
+    with pytest.raises(UsageError, match=r"tune must be True, False or a dict of autoshard\.tune\(\)'s arguments, "
+                                         r"but got 'yes'"):
+        autoshard.fit("tiny-gpt2", max_steps=1, tune="yes")  # type: ignore[arg-type]

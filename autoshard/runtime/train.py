@@ -382,8 +382,21 @@ def _steppable(factory: Callable[[Any], torch.optim.Optimizer], strategy: str
 
 
 def _checked(factory: Callable[[Any], Any]) -> Callable[[Any], torch.optim.Optimizer]:
+    from autoshard.errors import AutoshardError, InternalError
+    from autoshard.models.source import own_frame
+
     def build(params: Any) -> torch.optim.Optimizer:
-        opt = factory(params)
+        try:
+            opt = factory(params)
+        except (AutoshardError, InternalError):  # a model file's optimizer() names its file and line already
+            raise
+        except Exception as exc:  # the user's factory: said as theirs, not as an error of the run
+            location = own_frame(exc)
+            raise UserCodeError(
+                f"the optimizer factory (optimizer=) raised {type(exc).__name__}"
+                f"{f' at {location}' if location else ''}: {exc}", location=location,
+                hint="It is called in each process with the parameters that process steps (its shard under FSDP2 "
+                     "and ZeRO-3): fix it, or pass an optimizer name, class or instance.") from exc
         if not isinstance(opt, torch.optim.Optimizer):
             raise UserCodeError(f"the optimizer factory returned {type(opt).__name__}, not a torch.optim.Optimizer.")
         return opt

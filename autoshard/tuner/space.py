@@ -162,10 +162,18 @@ def check_space_arguments(top: int, micro_batch_sizes: Sequence[int] | None) -> 
     if micro_batch_sizes is not None and (isinstance(micro_batch_sizes, (int, str)) or not isinstance(
             micro_batch_sizes, Sequence)):  # a number: "'int' object is not iterable", after the trace
         raise UsageError(f"micro_batch_sizes takes a list of micro-batches, but got {micro_batch_sizes!r}.",
-                         hint=f"Pass e.g. micro_batch_sizes=[{micro_batch_sizes!r}], or batch_size= to fix one.")
+                         hint=f"Pass e.g. micro_batch_sizes=[{_example(micro_batch_sizes)}], or batch_size= to fix "
+                              "one.")
     if micro_batch_sizes is not None and (not micro_batch_sizes or any(
             isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in micro_batch_sizes)):
         raise UsageError(f"micro-batch sizes must be positive whole numbers, but got {list(micro_batch_sizes)!r}.")
+
+
+def _example(given: object) -> str:
+    """A micro-batch for a hint: the one ``given`` names (``8``, ``"8"``), else 8."""
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
+        return str(given)
+    return given if isinstance(given, str) and given.isdigit() and int(given) > 0 else "8"
 
 
 def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | None = None,

@@ -154,6 +154,18 @@ def test_a_loss_that_cannot_take_the_output_says_what_arrived() -> None:
     assert ".." not in str(info.value)
 
 
+def test_an_optimizer_factory_that_raises_is_said_to_be_the_users() -> None:
+    """It came out as a bare ValueError (with processes, a WorkerError); a factory returning the wrong type was a
+    UserCodeError already (the bad-input probe)."""
+    def factory(params: object) -> torch.optim.Optimizer:
+        raise ValueError("my optimizer factory is broken")
+
+    with pytest.raises(UserCodeError, match=r"the optimizer factory \(optimizer=\) raised ValueError at "
+                                            r".*test_fit_inprocess\.py:\d+: my optimizer factory is broken"):
+        fit(_Regressor(), _regression_batches(), loss_fn=_mse, optimizer=factory, max_steps=1,
+            plan=_exported(_Regressor()))
+
+
 def test_a_deepspeed_plan_without_deepspeed_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed now raises ImportError
     model = _Regressor()

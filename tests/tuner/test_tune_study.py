@@ -274,3 +274,13 @@ def test_tuners_sharing_a_storage_seed_their_samplers_apart() -> None:
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
             for _ in range(2)]
     assert runs[0][1] == runs[1][1] == "0" and runs[0][0] != runs[1][0]
+
+
+@pytest.mark.parametrize(("given", "example"), [("8", "[8]"), (4, "[4]"), ("many", "[8]")])
+def test_a_micro_batch_not_in_a_list_is_answered_with_a_list_tune_takes(given: object, example: str) -> None:
+    """``micro_batch_sizes="8"`` suggested ``['8']``, which was refused in turn (the bad-input probe)."""
+    from autoshard.tuner.space import check_space_arguments
+
+    with pytest.raises(UsageError) as refused:
+        check_space_arguments(1, given)  # type: ignore[arg-type]
+    assert f"micro_batch_sizes={example}" in str(refused.value.hint)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -144,8 +144,12 @@ class ExportedPlan:
         if self.traits is None:
             object.__setattr__(self, "traits", registered)
         elif self.traits != registered:  # e.g. dataclasses.replace(plan, strategy=...) kept the old traits
-            raise UsageError(f"the plan's traits ({self.traits}) are not those of {self.strategy} ({registered}).",
-                             hint="Pass traits=None to take the strategy's, or export the plan again.")
+            differ = ", ".join(f"{f.name} {getattr(self.traits, f.name)!r} (the strategy's "
+                               f"{getattr(registered, f.name)!r})" for f in fields(registered)
+                               if getattr(self.traits, f.name) != getattr(registered, f.name))
+            raise UsageError(f"the plan's traits are not those of its strategy {self.strategy}: {differ}.",
+                             hint='In a plan.json, delete its "traits" (they are filled in from the strategy); in '
+                                  "Python, replace(plan, ..., traits=None); or export the plan again.")
         if registered.family != self.family:
             raise UsageError(f"the plan's family {self.family!r} is not its strategy's ({registered.family!r}).")
         parse_optimizer(self.optimizer)  # a UsageError naming the optimizers autoshard knows

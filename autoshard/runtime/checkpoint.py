@@ -209,7 +209,13 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
         raise UsageError(f"checkpoint {directory} was saved without a learning-rate scheduler, and this run has "
                          "one: its schedule cannot be continued.",
                          hint="Resume without lr_scheduler=, or start afresh in another checkpoint_dir.")
-    backend.load(directory)
+    try:
+        backend.load(directory)
+    except Exception as exc:
+        if not _damaged(exc):
+            raise
+        raise UsageError(f"cannot load checkpoint {directory}: a file in it is damaged or incomplete "
+                         f"({type(exc).__name__}: {_first_line(exc)}).", hint=_earlier_hint(directory)) from exc
     rng = directory / f"rng-rank{ctx.rank}.pt"
     if rng.is_file():
         set_rng_state(torch.load(rng, weights_only=True))
@@ -222,6 +228,34 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
             else:
                 group["lr"] = lr
     return position
+
+
+def _damaged(exc: BaseException) -> bool:
+    """Whether ``exc`` is what torch's and DeepSpeed's loaders raise for a truncated or corrupt file: a zip
+    archive torch cannot read, a pickle cut short, or ``torch.distributed.checkpoint``'s failure on a rank (which
+    wraps the reader's error)."""
+    import pickle
+    import zipfile
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    if isinstance(exc, (EOFError, pickle.UnpicklingError, zipfile.BadZipFile, CheckpointException)):
+        return True
+    return isinstance(exc, RuntimeError) and "PytorchStreamReader" in str(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    line = next((part.strip() for part in str(exc).splitlines() if part.strip()), "")
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
+def _earlier_hint(directory: Path) -> str:
+    """Resume from the newest complete checkpoint before ``directory`` in its run, if there is one."""
+    earlier = [p for p in sorted(_complete(directory.parent)) if p.name < directory.name] \
+        if directory.parent.is_dir() else []
+    if earlier:
+        return f"Resume from the one before it: Checkpointing(resume={str(earlier[-1])!r})."
+    return "Resume from another checkpoint of the run, or start afresh."
 
 
 def rescaled(meta: CheckpointMeta, world_size: int, micro_batch_size: int, directory: Path) -> Position:

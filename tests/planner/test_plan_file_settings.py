@@ -64,3 +64,15 @@ def test_a_partial_reshard_and_the_nvme_sizes_are_whole_numbers_whatever_the_har
     assert loads(dumps(fsdp)).settings["reshard_after_forward"] == 4
     with pytest.raises(UsageError, match="reshard_after_forward must be True, False or a whole number"):
         dataclasses.replace(fsdp, settings={"reshard_after_forward": "yes"})
+
+
+def test_a_plan_json_edited_to_another_strategy_is_told_what_to_delete() -> None:
+    """A ZeRO-2 plan.json whose strategy was edited to ddp was answered with the Traits reprs and "Pass
+    traits=None", which `autoshard export` cannot take (the bad-input probe)."""
+    data = json.loads(dumps(dataclasses.replace(PLAN, strategy="deepspeed_stage_2", family="deepspeed", settings={},
+                                                traits=None)))
+    data.update(strategy="ddp", family="ddp")
+    with pytest.raises(UsageError, match=r"the plan's traits are not those of its strategy ddp: family 'deepspeed' "
+                                         r"\(the strategy's 'ddp'\), zero_stage 2 \(the strategy's 0\)") as refused:
+        loads(json.dumps(data))
+    assert "Traits(" not in refused.value.message and 'delete its "traits"' in str(refused.value.hint)

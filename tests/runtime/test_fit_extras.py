@@ -257,6 +257,19 @@ def test_a_resume_path_that_is_not_a_checkpoint_says_what_to_pass(tmp_path: Path
         assert hinted in str(refused.value.hint)
 
 
+def test_a_damaged_checkpoint_is_named_with_the_one_before_it(tmp_path: Path) -> None:
+    """A truncated ddp_state.pt gave torch's "PytorchStreamReader failed reading zip archive", naming neither the
+    checkpoint resume=True had picked nor what to do (the checkpoint probe)."""
+    fit(_Regressor(), _batches(4), loss_fn=_mse, max_steps=2, checkpointing=Checkpointing(dir=tmp_path, every=1))
+    state = tmp_path / "step-00000002" / "ddp_state.pt"
+    state.write_bytes(state.read_bytes()[:200])
+    with pytest.raises(UsageError, match=r"cannot load checkpoint .*step-00000002: a file in it is damaged or "
+                                         r"incomplete \(RuntimeError: PytorchStreamReader") as refused:
+        fit(_Regressor(), _batches(4), loss_fn=_mse, max_steps=3,
+            checkpointing=Checkpointing(dir=tmp_path, resume=True))
+    assert str(tmp_path / "step-00000001") in str(refused.value.hint)
+
+
 @pytest.mark.parametrize(("saved", "resumed", "message"), [
     ("deepspeed_stage_2", "deepspeed_stage_3", "ZeRO-3 partitions its checkpoint differently"),
     ("deepspeed_stage_3", "deepspeed_stage_1", "ZeRO-3 partitions its checkpoint differently"),

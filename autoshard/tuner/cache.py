@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from autoshard.cache import cache_root
+from autoshard.cache import cache_root, note, write_json
 from autoshard.tuner.result import TrialConfig
 
 VERSION = 1
@@ -37,6 +36,7 @@ class ResultCache:
             context: what every key shares: model, hardware and batch fingerprints and the trial length.
         """
         self.directory = directory
+        self._unwritable = False
         self._context = json.dumps({"version": VERSION, **context}, sort_keys=True, default=str)
 
     def key(self, config: TrialConfig) -> str:
@@ -75,16 +75,14 @@ class ResultCache:
         digest = hashlib.sha256(f"{self._context}\njob:{name}".encode()).hexdigest()[:32]
         return Path(self.directory or ".") / f"job-{digest}.json"
 
-    @staticmethod
-    def _write(path: Path, entry: Mapping[str, Any]) -> None:
-        """Write ``entry`` to ``path`` atomically (its directory created)."""
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.partial")
-            tmp.write_text(json.dumps(dict(entry)), encoding="utf-8")
-            tmp.replace(path)
-        except OSError:
-            pass  # a read-only cache loses reuse, not results: the study itself holds every measurement
+    def _write(self, path: Path, entry: Mapping[str, Any]) -> None:
+        """Write ``entry`` to ``path`` atomically (its directory created). A cache that cannot be written loses
+        reuse, not results (the study itself holds every measurement): said once on stderr, then skipped."""
+        why = write_json(path, dict(entry))
+        if why is not None and not self._unwritable:
+            self._unwritable = True
+            note(f"the tune result cache cannot be written ({why}): measurements are not kept for reuse; "
+                 "--cache-dir (cache_dir=) names another directory.")
 
     def put(self, config: TrialConfig, outcome: Mapping[str, Any]) -> None:
         """Store ``outcome`` (a JSON-ready dict) for ``config``; a cache that cannot be written is skipped."""

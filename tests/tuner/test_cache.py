@@ -105,3 +105,15 @@ def test_an_unwritable_directory_is_skipped_without_raising(tmp_path: Path) -> N
 )
 def test_default_dir_follows_xdg_cache_home(environ: dict[str, str], expected: Path) -> None:
     assert default_dir(environ) == expected
+
+
+def test_a_cache_dir_that_cannot_be_written_is_said_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cache-dir`` naming a file ran every trial uncached without a word (the bad-input probe)."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine", encoding="utf-8")
+    cache = ResultCache(afile, CONTEXT)
+    cache.put(config(), OUTCOME)
+    cache.put(config(micro_batch_size=8), OUTCOME)
+    err = capsys.readouterr().err
+    assert err.count("the tune result cache cannot be written") == 1 and str(afile) in err
+    assert cache.get(config()) is None and afile.read_text(encoding="utf-8") == "mine"

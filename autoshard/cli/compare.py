@@ -22,7 +22,8 @@ def _amount(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number such as 2e10, not {text!r}") from None
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+        finite = " finite" if value == float("inf") else ""
+        raise argparse.ArgumentTypeError(f"must be a{finite} positive number, not {text!r}")
     return value
 
 
@@ -86,16 +87,19 @@ def run(args: argparse.Namespace) -> int:
     """Run ``autoshard compare``."""
     from autoshard._progress import tracing_progress
     from autoshard.cli.recommend import request_options
+    from autoshard.errors import UsageError
     from autoshard.planner.compare import compare
 
     prices = dict(args.price)
     if len(prices) < len(args.price):
-        from autoshard.errors import UsageError
-
         raise UsageError("--price names a machine twice.")
     with tracing_progress(enabled=not args.json) as progress:
         options = compare(args.model, args.hardware, prices=prices, progress=progress, **request_options(args))
     budget = {"tokens": args.tokens, "samples": args.samples}
+    fitting = [o for o in options if o.plan is not None]
+    if args.tokens is not None and fitting and all(o.tokens_per_s is None for o in fitting):
+        raise UsageError(f"--tokens prices the budget in tokens, and {args.model}'s batches have no sequence: its "
+                         "throughput is in samples only.", hint="Give the budget with --samples N instead.")
     if args.json:
         machines = [o.to_dict(**budget) for o in options]
         for m in machines:
@@ -144,9 +148,9 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
                    "—" if tps is None else format_throughput(tps / o.gpus)]
         if budget:
             hours, cost = o.hours(tokens=tokens, samples=samples), o.cost_usd(tokens=tokens, samples=samples)
-            row += ["—" if hours is None else f"{hours:,.1f}",
+            row += ["—" if hours is None else f"{hours:,.1f}" if hours < 1e7 else f"{hours:.3g}",
                     "—" if o.gpu_hour_usd is None else f"{o.gpu_hour_usd:.2f}",
-                    "—" if cost is None else f"{cost:,.0f}"]
+                    "—" if cost is None else f"{cost:,.0f}" if cost < 1e12 else f"{cost:.3g}"]
         table.add_row(*row)
     console.print(table)
     for o in options:

@@ -128,3 +128,19 @@ def test_notes_name_what_compare_takes_not_recommends_flags(tmp_path: Path, caps
     refused = json.loads(capsys.readouterr().out)["machines"][0]["refused"]
     assert "NVMe offload (nvme: in a hardware file)" in refused and "--nvme" not in refused
     assert "against 14.40 MiB usable (16.00 MiB less a 10% margin)" in refused  # was "0.0 GiB usable (0.0 GiB ..."
+
+
+def test_a_token_budget_for_a_model_without_a_sequence_is_refused_with_samples(capsys) -> None:
+    """The example MLP's batches have no sequence: ``--tokens`` printed "—" for hours and cost, and exit 0, with no
+    word why (the bad-input probe)."""
+    mlp = str(Path(__file__).resolve().parents[2] / "examples" / "mlp" / "model.py")
+    assert main(["compare", mlp, "--hardware", "dgx-h100", "--tokens", "1e12"]) == 2
+    err = capsys.readouterr().err
+    assert "--tokens prices the budget in tokens" in err and "--samples N" in err
+    assert main(["compare", mlp, "--hardware", "dgx-h100", "--samples", "1e12", "--price", "dgx-h100=2"]) == 0
+
+
+def test_an_infinite_budget_is_said_to_be_one(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["compare", MODEL, "--hardware", "t4", "--tokens", "1e309"])
+    assert "must be a finite positive number, not '1e309'" in capsys.readouterr().err

@@ -396,7 +396,32 @@ def _more_gpus(evaluations: list[Evaluation], strategies: Sequence[Strategy], wo
     if world.world_size > MAX_WORLD_SEARCHED:
         return f"even {MAX_WORLD_SEARCHED:,} are too few at this micro-batch"
     nodes = f": {world.nodes} nodes of {world.processes_per_node}" if world.nodes > 1 else ""
+    one_node = dataclasses.replace(world, nodes=1, processes_per_node=world.world_size)
+    if world.nodes > 1 and world.world_size <= ONE_NODE_GPUS and _fits_on(one_node, evaluations, strategies,
+                                                                           workload, request):
+        nodes = (f": one node of {world.world_size} (--gpus {world.world_size}), or {world.nodes} nodes of "
+                 f"{world.processes_per_node}")
     return f"the fewest on which it fits are {world.world_size}, e.g. --gpus/--nodes for {world.world_size}{nodes}"
+
+
+ONE_NODE_GPUS = 8
+"""GPUs one node commonly holds (an HGX / DGX board of 8): a count up to it is offered on one node too, where the
+hardware named fewer per node."""
+
+
+def _fits_on(larger: HardwareSpec, evaluations: list[Evaluation], strategies: Sequence[Strategy],
+             workload: Workload, request: PlanRequest) -> bool:
+    """Whether a sharding candidate of ``evaluations`` (its micro-batch and accumulation as evaluated) fits
+    ``larger``."""
+    by_name = {s.name: s for s in strategies}
+    for e in evaluations:
+        strategy = by_name.get(e.strategy)
+        if e.memory is None or e.traits.zero_stage == 0 or strategy is None or strategy.unsupported(larger):
+            continue
+        candidate = dataclasses.replace(e.candidate, gradient_accumulation=e.gradient_accumulation)
+        if _does_not_fit(strategy.memory(workload, larger, candidate), larger, request) is None:
+            return True
+    return False
 
 
 MAX_WORLD_SEARCHED = 4096
@@ -420,13 +445,8 @@ def _smallest_world(evaluations: list[Evaluation], strategies: Sequence[Strategy
         else:
             nodes *= 2
         larger = dataclasses.replace(hardware, nodes=nodes, processes_per_node=ranks)
-        for e in sharded:
-            strategy = by_name[e.strategy]
-            if strategy.unsupported(larger) is not None:
-                continue
-            candidate = dataclasses.replace(e.candidate, gradient_accumulation=e.gradient_accumulation)
-            if _does_not_fit(strategy.memory(workload, larger, candidate), larger, request) is None:
-                return larger
+        if _fits_on(larger, sharded, strategies, workload, request):
+            return larger
     return dataclasses.replace(hardware, nodes=nodes, processes_per_node=ranks)
 
 

@@ -50,8 +50,10 @@ def test_nothing_fits_suggests_more_gpus_only_when_a_strategy_weighed_shards(sha
 
 # 81,559 MiB less 10 %: 71.7 GiB usable; the states divide among the GPUs, 1 GiB of activations does not.
 @pytest.mark.parametrize(("gpus", "state_gib", "says"), [
-    # --gpus 4 makes a node of 4 GPUs: more of them are more nodes
-    (4, 500, "the fewest on which it fits are 8, e.g. --gpus/--nodes for 8: 2 nodes of 4)"),  # 125 + 1 > 71.7
+    # --gpus 4 makes a node of 4 GPUs: more of them are more nodes, and up to 8 one node too (planner probe: it
+    # offered two nodes of 4 A100s where one of 8, the common board, fits as well)
+    (4, 500, "the fewest on which it fits are 8, e.g. --gpus/--nodes for 8: one node of 8 (--gpus 8), or 2 nodes "
+             "of 4)"),  # 125 + 1 > 71.7
     (4, 700, "the fewest on which it fits are 16, e.g. --gpus/--nodes for 16: 4 nodes of 4)"),
     (8, 4000, "the fewest on which it fits are 64, e.g. --gpus/--nodes for 64: 8 nodes of 8)"),
     (8, 400_000, "even 4,096 are too few at this micro-batch"),

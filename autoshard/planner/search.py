@@ -163,7 +163,8 @@ def evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, req
     """
     micro = candidate.micro_batch_size
     accumulation = _accumulation(request, hardware.world_size, micro)
-    memory = strategy.memory(workload, hardware, dataclasses.replace(candidate, gradient_accumulation=accumulation))
+    memory = strategy.memory(workload, hardware,
+                             dataclasses.replace(candidate, gradient_accumulation=accumulation)).with_peak_said()
     problem = _does_not_fit(memory, hardware, request)
     cost = strategy.cost(workload, hardware, candidate)
     cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload)

@@ -63,7 +63,8 @@ class Checkpointing:
 
 
 FIT_ARGUMENTS: tuple[tuple[str, str], ...] = (
-    (r" \(--gpus \d+\)", ""), (r"--gpus/--nodes for (\d+)", r"hardware= with \1 GPUs"), (r"--nvme PATH", "an NVMe path in hardware="),
+    (r" \(--gpus \d+\)", ""), (r"--gpus/--nodes for (\d+)", r"hardware= with \1 GPUs"),
+    (r"--nvme PATH", "an NVMe path in hardware="),
     (r"\(--nodes\)", "(hardware= with more nodes)"), (r"\(--cpu-memory\)", "(hardware= with its RAM)"),
     (r"--strategies; strategy= in fit\(\)", "strategy="), (r"--hardware", "hardware="), (r"--seq-len", "seq_len="),
     (r"--optimizer", "optimizer="),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar, Literal, cast
 
 from autoshard.hardware.specs import HardwareSpec
@@ -178,6 +178,18 @@ class MemoryEstimate:
     nvme_bytes_per_node: int = 0
     notes: tuple[str, ...] = ()
     """The rules applied, each with its source."""
+
+    def with_peak_said(self) -> MemoryEstimate:
+        """This estimate with a note on what ``gpu.activations`` holds when the peak is the optimizer step: the
+        step's own temporaries, not forward's activations, so checkpointing does not lower it (a reader of a DDP
+        breakdown took 25 GiB of "activations" at the step for something checkpointing would cut)."""
+        if self.peak_phase != "optimizer" or self.gpu.activations <= 0:
+            return self
+        said = (f"the peak is the optimizer step: its {self.gpu.activations / 2**30:.2f} GiB of 'activations' are "
+                "the step's own temporaries (a foreach optimizer's per-parameter lists) and what is left of the "
+                "batch, not forward's activations; activation checkpointing does not lower it, a for-loop "
+                "optimizer implementation or sharding the optimizer state does")
+        return replace(self, notes=(*self.notes, said))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (issue-4 format: ``{"gpu": {...}, "cpu": N, "nvme": N, ...}``)."""

@@ -283,3 +283,16 @@ def test_nothing_fits_on_cpu_processes_does_not_offer_cpu_offload_or_a_sequence_
         assert "offloading strategy" not in hint and "CPU offload" not in hint, hint
         assert hint.endswith("NVMe offload (--nvme PATH), or a shorter --seq-len." if says_seq else
                              "larger GPUs (--hardware), or NVMe offload (--nvme PATH)."), hint
+
+
+def test_a_peak_at_the_optimizer_step_says_what_its_activations_are():
+    """Llama-2-7B under DDP on a DGX A100 peaked at the optimizer step with 25.1 GiB of "activations" (foreach
+    AdamW's temporaries) beside an equal full-checkpointing row: read as something checkpointing would cut
+    (planner probe)."""
+    from autoshard.strategies.base import GpuMemory, MemoryEstimate
+
+    gpu = GpuMemory(parameters=1, gradients=1, optimizer=2, activations=2**30, buffers=0, overhead=0)
+    (said,) = MemoryEstimate(gpu=gpu, peak_phase="optimizer").with_peak_said().notes
+    assert said.startswith("the peak is the optimizer step: its 1.00 GiB of 'activations' are the step's own")
+    assert "activation checkpointing does not lower it" in said
+    assert MemoryEstimate(gpu=gpu, peak_phase="backward").with_peak_said().notes == ()

@@ -115,19 +115,29 @@ def assumed_gpu(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def offload_scope(best: Evaluation, hardware: HardwareSpec, weighed: list[Evaluation]) -> tuple[str, ...]:
-    """A line when the plan offloads on several nodes of GPUs because nothing without offload fits (strategies
-    without it were weighed, and none fits): what was planned is data parallelism, with sharding and offload,
-    only; runs that size add tensor or pipeline parallelism, which the planner does not weigh. (Offload asked for
-    with ``--strategies`` alone, or while the GPUs hold the states, says nothing of the kind.)"""
+def offload_scope(best: Evaluation, hardware: HardwareSpec, weighed: list[Evaluation], workload: Workload,
+                  goal: str) -> tuple[str, ...]:
+    """A line when the plan offloads because nothing without offload fits (strategies without it were weighed, and
+    none fits): on several nodes, that what was planned is data parallelism, with sharding and offload, only (runs
+    that size add tensor or pipeline parallelism, which the planner does not weigh); fine-tuning every parameter,
+    that parameter-efficient fine-tuning trains far fewer (the planner probe: a 7B fine-tune on one 24 GB card was
+    planned with 125 GiB of host RAM, and LoRA, what most would run there, went unsaid). (Offload asked for with
+    ``--strategies`` alone, or while the GPUs hold the states, says nothing of the kind.)"""
     on_gpus = [e for e in weighed if not e.traits.offloads and e.memory is not None]
-    if not best.traits.offloads or hardware.gpu is None or hardware.nodes < 2 or not on_gpus or any(
-            e.fits for e in on_gpus):
+    if not best.traits.offloads or hardware.gpu is None or not on_gpus or any(e.fits for e in on_gpus):
         return ()
-    return ("Scope: on several nodes this plan offloads to the host, because data parallelism with sharding (all "
-            "autoshard plans) leaves each GPU too little room; runs of this size usually add tensor or pipeline "
-            "parallelism (Megatron-LM, torchtitan, DeepSpeed's pipeline engine), which can keep the states on the "
-            "GPUs and be faster, and which autoshard does not plan.",)
+    lines = []
+    if hardware.nodes > 1:
+        lines.append("Scope: on several nodes this plan offloads to the host, because data parallelism with sharding "
+                     "(all autoshard plans) leaves each GPU too little room; runs of this size usually add tensor or "
+                     "pipeline parallelism (Megatron-LM, torchtitan, DeepSpeed's pipeline engine), which can keep "
+                     "the states on the GPUs and be faster, and which autoshard does not plan.")
+    if goal == "finetune" and workload.trainable_parameter_count == workload.parameter_count:
+        lines.append(f"Scope: this fine-tunes all {workload.parameter_count / 1e9:.3g}B parameters, and only "
+                     "offloading makes that fit. A parameter-efficient method trains far fewer: a LoRA adapter "
+                     "(peft's get_peft_model) leaves the base frozen, with no gradients or optimizer state for it, "
+                     "and fit() given that module plans its trainable parameters only.")
+    return tuple(lines)
 
 
 def frozen_behind(best: Evaluation, workload: Workload) -> tuple[str, ...]:

@@ -75,7 +75,8 @@ def plan(
                            workload.checkpoint_mode.label, rules, placeholder_speed=hardware.gpu is None) \
         + _search_limit(best, hardware, request) \
         + global_batch(best, hardware) + communication_bound(best, hardware) + unknown_host(best, hardware) \
-        + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked) + frozen_behind(best, workload)
+        + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked, workload, request.goal) \
+        + frozen_behind(best, workload)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 

@@ -230,6 +230,28 @@ def test_an_offloading_plan_on_several_nodes_says_what_autoshard_does_not_plan(n
         assert "tensor or pipeline parallelism" in lines[0] and "does not plan" in lines[0]
 
 
+@pytest.mark.parametrize(("goal", "frozen", "said"), [("finetune", False, True), ("pretrain", False, False),
+                                                       ("finetune", True, False)])
+def test_a_full_fine_tune_that_only_fits_offloaded_names_parameter_efficient_fine_tuning(goal, frozen, said):
+    # Llama-2-7B fine-tuned on one RTX 4090 was planned with 125 GiB of host RAM, and LoRA, what most would run on
+    # that card, went unsaid (planner probe); a model with frozen parameters (LoRA already) is not told of it
+    import dataclasses
+
+    from autoshard.hardware import load_hardware
+
+    offload = Synthetic("deepspeed_stage_3_offload", state_gib=10, act_gib=2, per_device_samples_s=5, sharded=True,
+                        cpu_gib=100)
+    on_gpus = Synthetic("deepspeed_stage_3", state_gib=200, act_gib=2, per_device_samples_s=6, sharded=True)
+    w = workload()
+    if frozen:
+        w = dataclasses.replace(w, trainable_parameter_count=w.parameter_count // 100)
+    p = plan(w, load_hardware("rtx-4090"), request(micro_batch_size=1, goal=goal), [offload, on_gpus])
+    lines = [line for line in p.explanation if line.startswith("Scope: this fine-tunes all")]
+    assert bool(lines) is said
+    if said:
+        assert "only offloading makes that fit" in lines[0] and "get_peft_model" in lines[0]
+
+
 def test_offload_asked_for_where_the_gpus_hold_the_states_is_not_said_to_be_needed():
     # a 172K-parameter model on 2 DGX nodes with --strategies fsdp_cpu_offload (2.5 of 80 GiB) was told "this plan
     # offloads to the host, because data parallelism with sharding leaves each GPU too little room"

@@ -84,9 +84,11 @@ def _read_json(file: Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
+        bom = text.startswith("\ufeff")  # an editor's byte-order mark, which transformers' reader refuses too
         raise ModelSourceError(
             f"{file}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}.",
-            hint="Fix the JSON there (a trailing comma or a missing quote is the usual cause).",
+            hint="Save it without the byte-order mark (UTF-8, not 'UTF-8 with BOM')." if bom else
+            "Fix the JSON there (a trailing comma or a missing quote is the usual cause).",
         ) from None
     if not isinstance(data, dict):
         raise ModelSourceError(f"{file} holds a JSON {type(data).__name__}; a config.json holds an object.")

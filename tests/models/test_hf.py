@@ -332,6 +332,7 @@ def test_an_moe_configs_experts_per_layer_are_recorded(write_config: Callable[..
     ("text", "expected"),
     [
         ('{\n  "model_type": "llama",\n  "hidden_size": 32,\n}\n', [":4:1: invalid JSON: Expecting property name"]),
+        ('\ufeff{"model_type": "llama"}', ["invalid JSON: Unexpected UTF-8 BOM", "without the byte-order mark"]),
         ("[1, 2]", ["holds a JSON list"]),
         ('{"hidden_size": 32}', ['has no "model_type"', '"model_type": "llama"']),
         ('{"model_type": "lama"}', ["model_type 'lama' is unknown to transformers", "Did you mean llama"]),
@@ -367,6 +368,7 @@ def test_an_moe_configs_experts_per_layer_are_recorded(write_config: Callable[..
     ],
     ids=[
         "invalid-json",
+        "byte-order-mark",
         "not-an-object",
         "no-model-type",
         "misspelt-model-type",

@@ -18,6 +18,7 @@ HELP = "Show or clear the workload cache (the traced training steps recommend re
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``cache`` flags."""
     parser.add_argument("action", choices=("dir", "info", "list", "clear"), nargs="?", default="info",
+                        metavar="{dir,info,list,clear}",  # argparse's refusal names the metavar, not "action"
                         help="dir: print its path; info (default): entries and size; list: each entry's model, "
                              "options and whether this install still reads it; clear: delete every entry")
     parser.add_argument("--stale", action="store_true",

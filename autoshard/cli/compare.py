@@ -126,7 +126,8 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
     console = stdout_console()
     budget = tokens if tokens is not None else samples
     unit = "tokens" if tokens is not None else "samples"
-    title = f"{escape(model)} on {len(options)} machines" + (f": {budget:.3g} {unit}" if budget else "")
+    machines = f"{len(options)} machine{'s' if len(options) != 1 else ''}"
+    title = f"{escape(model)} on {machines}" + (f": {budget:.3g} {unit}" if budget else "")
     table = Table(title=title, title_justify="left")
     for column in ("machine", "GPUs", "plan", "GPU/device", "samples/s", "tokens/s", "tokens/s/GPU"):
         table.add_column(column, justify="left" if column in ("machine", "plan") else "right")

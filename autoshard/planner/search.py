@@ -107,7 +107,7 @@ def check_request(request: PlanRequest, world: int) -> None:
     if request.global_batch_size is not None and request.micro_batch_size is not None:
         if (request.global_batch_size // world) % request.micro_batch_size:
             raise UsageError(
-                f"global batch {request.global_batch_size} over {world} devices is "
+                f"global batch {request.global_batch_size} over {world} device{'s' if world != 1 else ''} is "
                 f"{request.global_batch_size // world} per device, not a multiple of micro-batch "
                 f"{request.micro_batch_size}.",
                 hint="Pick a micro-batch that divides the per-device batch, or drop one of the two flags.",

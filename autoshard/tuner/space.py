@@ -202,7 +202,7 @@ def build_space(plan: Plan, *, top: int = 3, micro_batch_sizes: Sequence[int] | 
         wrong = [m for m in micro_batch_sizes if (global_batch // world) % m]
         if wrong:
             raise UsageError(f"micro-batch(es) {wrong} do not divide the per-device batch {global_batch // world} "
-                             f"(global batch {global_batch} over {world} devices).",
+                             f"(global batch {global_batch} over {world} device{'s' if world != 1 else ''}).",
                              hint="Choose micro-batches that divide it, or drop the global batch size.")
     fitting: dict[str, list[Evaluation]] = {}
     for e in plan.candidates:

@@ -415,6 +415,9 @@ def _fields(data: dict[str, Any], key: str, types: dict[str, Any], source: str,
     refused."""
     optional = optional or {}
     obj = data.get(key)
+    if key not in data:
+        raise UsageError(f"{source} has no \"{key}\".", hint="Export the plan again (autoshard recommend MODEL "
+                                                          "--output-dir DIR writes a whole one).")
     if not isinstance(obj, dict):
         raise UsageError(f"{source}: \"{key}\" must be an object, but got {type(obj).__name__}.")
     unknown = set(obj) - set(types) - set(optional) - set(extra_ok)

@@ -76,3 +76,12 @@ def test_a_plan_json_edited_to_another_strategy_is_told_what_to_delete() -> None
                                          r"\(the strategy's 'ddp'\), zero_stage 2 \(the strategy's 0\)") as refused:
         loads(json.dumps(data))
     assert "Traits(" not in refused.value.message and 'delete its "traits"' in str(refused.value.hint)
+
+
+def test_a_plan_json_missing_a_block_says_it_is_missing() -> None:
+    """``"hardware" must be an object, but got NoneType`` meant the key was not there (the bad-input probe)."""
+    data = json.loads(dumps(PLAN))
+    del data["hardware"]
+    with pytest.raises(UsageError, match=r'has no "hardware"') as refused:
+        loads(json.dumps(data))
+    assert "NoneType" not in refused.value.message and "Export the plan again" in str(refused.value.hint)

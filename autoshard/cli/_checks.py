@@ -1,12 +1,26 @@
-"""Checks of the paths a command will write, made before anything is traced (planning takes 10-60 s)."""
+"""Checks made before anything is traced (planning takes 10-60 s): the paths a command will write, and the counts
+its flags take (argparse names the flag in its refusal)."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import tempfile
 from pathlib import Path
 
 from autoshard.errors import UsageError
+
+
+def positive_int(text: str) -> int:
+    """A flag's positive whole number: argparse's refusal then names the flag (``argument --batch-size: must be a
+    positive whole number, not '0'``), where the check deeper in said "batch size" (the bad-input probe)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {text!r}")
+    return value
 
 
 def _nearest_existing(path: Path) -> Path:

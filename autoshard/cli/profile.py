@@ -7,6 +7,7 @@ import itertools
 import os
 from typing import TYPE_CHECKING
 
+from autoshard.cli._checks import positive_int
 from autoshard.cli._format import OPTIMIZER_IMPLS, OPTIMIZERS, PRECISIONS, count, flops, gib, print_json
 
 if TYPE_CHECKING:
@@ -38,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_step_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags describing the training step (shared with later subcommands)."""
-    parser.add_argument("--batch-size", type=int, default=1, help="micro-batch size (default 1)")
-    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    parser.add_argument("--batch-size", type=positive_int, default=1, help="micro-batch size (default 1)")
+    parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (default: the model's)")
     parser.add_argument(
         "--precision",
         default="bf16-mixed",
@@ -48,7 +49,7 @@ def add_step_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     add_optimizer_impl_argument(parser)
     add_checkpointing_argument(parser, default="none")
-    parser.add_argument("--grad-accumulation", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--grad-accumulation", type=positive_int, default=1, help="micro-batches per optimizer step")
 
 
 def add_keep_grads_argument(parser: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autoshard.cli._checks import positive_int
 from autoshard.cli._format import OPTIMIZERS, PRECISIONS, count, gib, print_json
 
 if TYPE_CHECKING:
@@ -56,10 +57,11 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     from autoshard.cli.profile import add_checkpointing_argument, add_keep_grads_argument, add_optimizer_impl_argument
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
-    parser.add_argument("--batch-size", type=int, default=None,
+    parser.add_argument("--batch-size", type=positive_int, default=None,
                         help="micro-batch per device (default: largest that fits)")
-    parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
-    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    parser.add_argument("--global-batch-size", type=positive_int, default=None,
+                        help="samples per optimizer step, all devices")
+    parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (default: the model's)")
     parser.add_argument("--precision", default=None,
                         help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed, or 16-mixed on a GPU without bf16: "
                              "V100, T4; 32-true on CPU)")
@@ -78,7 +80,7 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategies", nargs="+", metavar="NAME", help="consider only these strategies")
     parser.add_argument("--safety-margin", type=float, default=0.10,
                         help="fraction of device memory kept free (default 0.10)")
-    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+    parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                         help="trace in at most N processes at once (default: one per CPU core; 1: in this process)")
     parser.add_argument("--no-cache", action="store_true",
                         help="trace the model again: neither read nor write the workload cache (autoshard cache)")

@@ -7,6 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
+from autoshard.cli._checks import positive_int
 from autoshard.cli._format import OPTIMIZERS, PRECISIONS, print_json
 
 NAME = "tune"
@@ -19,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from autoshard.cli.recommend import add_grad_clip_norm_argument
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
-    parser.add_argument("--trials", type=int, default=12, help="trials the study holds when done (default 12)")
+    parser.add_argument("--trials", type=positive_int, default=12, help="trials the study holds when done (default 12)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop starting trials after S s, or when less is left than a trial takes")
     parser.add_argument("--trial-timeout", type=float, default=300.0, metavar="S",
@@ -31,14 +32,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", type=Path, default=Path("autoshard-tune"),
                         help="study file, trial logs, summary, plots and best/ (default ./autoshard-tune)")
     parser.add_argument("--json", action="store_true", help="every trial and the best configuration as JSON")
-    parser.add_argument("--steps", type=int, default=10, help="optimizer steps per trial (default 10)")
+    parser.add_argument("--steps", type=positive_int, default=10, help="optimizer steps per trial (default 10)")
     parser.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first (default 3)")
     parser.add_argument("--strategies", nargs="+", metavar="NAME", help="consider only these strategies")
-    parser.add_argument("--top", type=int, default=3, help="compare the planner's N best strategies (default 3)")
-    parser.add_argument("--batch-size", type=int, default=None, help="a fixed micro-batch per device (not tuned)")
+    parser.add_argument("--top", type=positive_int, default=3,
+                        help="compare the planner's N best strategies (default 3)")
+    parser.add_argument("--batch-size", type=positive_int, default=None,
+                        help="a fixed micro-batch per device (not tuned)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", metavar="N", help="micro-batches to try")
-    parser.add_argument("--global-batch-size", type=int, default=None, help="samples per optimizer step, all devices")
-    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the model's)")
+    parser.add_argument("--global-batch-size", type=positive_int, default=None,
+                        help="samples per optimizer step, all devices")
+    parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (default: the model's)")
     parser.add_argument("--precision", default=None,
                         help=f"one of {', '.join(PRECISIONS)} (default bf16-mixed, or 16-mixed on a GPU "
                              "without bf16: V100, T4; 32-true on CPU)")

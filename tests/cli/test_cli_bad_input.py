@@ -120,7 +120,8 @@ FLAG_ERRORS = [
     (["recommend", "tiny-gpt2", "--seq-lenn", "32"], "autoshard recommend: error: unrecognized arguments: --seq-lenn 32 "
      "(did you mean --seq-len?)"),
     (["profile", "tiny-gpt2", "--nodes", "2"], "autoshard profile: error: unrecognized arguments: --nodes 2"),
-    (["recommend", "tiny-gpt2", "--seq-len", "abc"], "autoshard recommend: error: argument --seq-len: invalid int"),
+    (["recommend", "tiny-gpt2", "--seq-len", "abc"], "autoshard recommend: error: argument --seq-len: must be a positive "
+     "whole number, not 'abc'"),
     (["tune"], "autoshard tune: error: the following arguments are required: model"),
 ]
 

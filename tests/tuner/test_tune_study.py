@@ -227,7 +227,7 @@ def test_cli_bad_input_is_one_line_and_no_traceback(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "autoshard", "tune", "tiny-gpt2", "--trials", "0", "--output-dir",
                            str(tmp_path)], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2
-    assert done.stderr.startswith("autoshard: error: trials must be a whole number >= 1")
+    assert done.stderr.startswith("autoshard tune: error: argument --trials: must be a positive whole number")
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2
 
 

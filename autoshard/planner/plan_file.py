@@ -211,6 +211,8 @@ def settings_problem(strategy: str, settings: dict[str, Any]) -> str | None:
         "bucket_cap_mb must be a number, but got 'lots'"
         >>> settings_problem("fsdp", {"reduce_dtype": "bf16", "reshard_after_forward": False}) is None
         True
+        >>> settings_problem("deepspeed_stage_2", {"reduce_bucket_size": -5})
+        'reduce_bucket_size must not be negative, but got -5'
     """
     knobs = _knobs(strategy)
     for name, value in settings.items():
@@ -231,6 +233,8 @@ def settings_problem(strategy: str, settings: dict[str, Any]) -> str | None:
             ok, want = not isinstance(value, bool) and isinstance(value, (int, float)), "a number"
         if not ok:
             return f"{name} must be {want}, but got {value!r}"
+        if knob.kind in ("int", "float") and knob.low is not None and knob.low >= 0 and value < 0:
+            return f"{name} must not be negative, but got {value!r}"  # DeepSpeed's own check is 4 lines of pydantic
     return None
 
 

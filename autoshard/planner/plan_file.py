@@ -331,7 +331,10 @@ def loads(text: str, *, source: str = "plan.json") -> ExportedPlan:
                       extra_ok=("kind", "schema_version", "model", "hardware", "global_batch_size", "traits"),
                       optional=_OPTIONAL_PLAN_TYPES)
         traits = _traits(data, source)
-        exported = ExportedPlan(**top, model=model, hardware=hardware, traits=traits)
+        try:
+            exported = ExportedPlan(**top, model=model, hardware=hardware, traits=traits)
+        except UsageError as e:  # its own checks (family, traits, settings), said of this file
+            raise UsageError(f"{source}: {e.message}", hint=e.hint) from None
     except TypeError as e:  # a field missing from the dataclass constructor
         raise UsageError(f"{source} is malformed: {e}.") from e
     for name in ("micro_batch_size", "gradient_accumulation"):

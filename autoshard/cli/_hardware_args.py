@@ -65,6 +65,11 @@ def sized_hardware(args: argparse.Namespace) -> argparse.Namespace:
         return args
     name, gpus, nodes = sized_machine(str(args.hardware))
     if gpus is None:
+        base, colon, size = str(args.hardware).rpartition(":")
+        if colon and base and not any(c in size for c in "/\\."):  # "h100-sxm-80gb:abc", not a file name
+            raise UsageError(f"--hardware {args.hardware}: {size!r} is not a size.",
+                             hint=f"Size it as {base}:G (G GPUs per node) or {base}:GxN (and N nodes), e.g. "
+                                  f"{base}:8 or {base}:8x2.")
         return args
     if gpus == 0 or nodes == 0:  # else "--gpus must be a positive whole number", a flag the user did not type
         raise UsageError(f"--hardware {args.hardware}: a machine has at least one GPU per node and one node.",

@@ -171,3 +171,10 @@ def test_a_size_beyond_torchs_integers_is_one_line(flag, capsys):
     err = capsys.readouterr().err
     assert "is above the 2,147,483,647 autoshard can trace" in err and "c10" not in err
     assert len(err.strip().splitlines()) <= 2
+
+
+def test_a_size_that_is_not_one_is_said_to_be_no_size(capsys):
+    """``--hardware h100-sxm-80gb:abc`` was an unknown profile named with four close ones (the bad-input probe)."""
+    assert main(["recommend", "tiny-gpt2", "--hardware", "h100-sxm-80gb:abc"]) == 2
+    err = capsys.readouterr().err
+    assert "--hardware h100-sxm-80gb:abc: 'abc' is not a size" in err and "h100-sxm-80gb:8x2" in err

@@ -7,7 +7,6 @@ interpreter and the least-squares slope of its times.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -16,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from autoshard.cli._checks import positive_int
 
 
 def cpu_seconds() -> tuple[float, float] | None:
@@ -49,15 +50,8 @@ def foreign_cores(before: tuple[float, float] | None, after: tuple[float, float]
     return round(max(other_s, 0.0) / wall_s, 3)
 
 
-def positive(text: str) -> int:
-    """``argparse`` type: a positive whole number."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, but got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, but got {value}")
-    return value
+positive = positive_int
+"""``argparse`` type: a positive whole number (the CLI's own, :func:`autoshard.cli._checks.positive_int`)."""
 
 
 def package_version(dist: str) -> str | None:

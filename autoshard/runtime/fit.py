@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -380,8 +381,12 @@ def _check_writable_dir(directory: Path) -> None:
         parent = parent.parent
     if not parent.is_dir():
         raise UsageError(f"checkpointing.dir {directory} cannot be made: {parent} is a file.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"checkpointing.dir {directory} cannot be written: {parent} is not writable.")
+    try:  # a real try: permissions, read-only mounts and root's rights answer as they will at the save
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"checkpointing.dir {directory} cannot be written: {parent}: "
+                         f"{exc.strerror or exc}.") from None
 
 
 def _checkpointing_hint(value: str | bool) -> str:

@@ -82,6 +82,13 @@ class HardwareError(AutoshardError):
     """Hardware could not be detected, or a hardware profile is invalid."""
 
 
+class StorageLost(AutoshardError):
+    """A tuning study's storage failed while the study ran (its database server stopped, the connection
+    dropped): what finished before it is in the storage, and the same command resumes the study."""
+
+    exit_code = 1
+
+
 class NoFeasiblePlan(AutoshardError):
     """No strategy fits the model on the given hardware.
 

@@ -71,6 +71,15 @@ def unknown_host(best: Evaluation, hardware: HardwareSpec) -> tuple[str, ...]:
                      f"{host_memory_bytes_per_s(hardware)[0] / 1e9:.4g} GB/s per node were priced "
                      f"(two channels of DDR5-4800 for every 8 of its {cores} cores, at least two; a node file with "
                      "cpu_memory_bandwidth gives the host's).")
+    disks = hardware.node.nvme
+    if best.traits.offload == "nvme" and not any(d.read_bytes_per_s and d.write_bytes_per_s for d in disks):
+        from autoshard.strategies.deepspeed.offload_cost import NVME_DEFAULT_BYTES_PER_S
+
+        step = f" (of its {best.cost.step_time_s:,.0f} s step)" if best.cost is not None else ""
+        lines.append(f"Assumed: the NVMe the states swap to{step} has no measured bandwidth: "
+                     f"{NVME_DEFAULT_BYTES_PER_S / 1e9:g} GB/s read and write per node were priced, one PCIe 4.0 "
+                     "SSD's low end; a node striping several drives is faster (`autoshard hardware --benchmark-disk "
+                     "PATH` on the machine measures its disk; a hardware file's nvme: entry gives the figures).")
     return tuple(lines)
 
 

@@ -1,11 +1,14 @@
 """Recompute repeated blocks in backward, keeping module names (and so state-dict keys) unchanged.
 
-Each checkpointed block's class is swapped for a subclass whose ``__call__`` runs the ordinary
+Each checkpointed block's class is swapped for a subclass of the same name whose ``__call__`` runs the ordinary
 ``nn.Module.__call__`` — hooks included — inside non-reentrant ``torch.utils.checkpoint``. Hooks firing inside
 the checkpointed function is what DeepSpeed ZeRO-3 needs: its pre-forward hook gathers the block's parameters
 again when the block is recomputed in backward (the scheme of Hugging Face's ``GradientCheckpointingLayer``).
 FSDP2 skips its own pre-forward work while recomputing (it unshards in its pre-backward hook), so the same swap
-serves it.
+serves it. The subclass keeps the block's class name (and module), as the names of its parameters are kept:
+what finds blocks by class name after checkpointing — accelerate's ``transformer_layer_cls_to_wrap``, an exported
+Lightning ``shard()`` — still finds them (an export probe: renamed ``OpCheckpointedBlock``, no block got an FSDP
+unit of its own). :func:`checkpointed_mode` tells a checkpointed block.
 
 Which blocks, and what is recomputed inside them, follows a
 :class:`~autoshard.profiler.checkpointing.ActivationCheckpointing`: every block (``full``), every N-th (``every-N``), or
@@ -49,6 +52,10 @@ _ORIGINAL = "_autoshard_checkpointed_from"
 """Set on each class :func:`checkpoint_blocks` makes: the block's own class, which :func:`restore_blocks` puts
 back."""
 
+_MODE = "_autoshard_checkpoint_mode"
+"""Set on each class :func:`checkpoint_blocks` makes: ``"op"`` or ``"full"`` (what :func:`checkpointed_mode`
+says)."""
+
 _CACHES_TURNED_OFF: weakref.WeakKeyDictionary[nn.Module, list[Any]] = weakref.WeakKeyDictionary()
 """The transformers configs whose KV cache :func:`checkpoint_blocks` turned off, by the model given to it."""
 
@@ -61,8 +68,8 @@ def checkpoint_blocks(model: nn.Module, block_names: tuple[str, ...],
     Example:
         >>> import torch
         >>> m = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
-        >>> checkpoint_blocks(m, ("0", "1")), type(m[0]).__name__, list(m.state_dict())[0]
-        (2, 'CheckpointedLinear', '0.weight')
+        >>> checkpoint_blocks(m, ("0", "1")), type(m[0]).__name__, checkpointed_mode(m[0]), list(m.state_dict())[0]
+        (2, 'Linear', 'full', '0.weight')
         >>> m(torch.ones(1, 2, requires_grad=True)).sum().backward()
         >>> checkpoint_blocks(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)), ("0", "1"), "every-2")
         1
@@ -70,18 +77,31 @@ def checkpoint_blocks(model: nn.Module, block_names: tuple[str, ...],
     choice = parse_checkpointing(checkpointing)
     if choice.checkpointed(block_names):
         _CACHES_TURNED_OFF.setdefault(model, []).extend(kv_cache_off(model))
-    context, prefix = (op_selective_context(), "OpCheckpointed") if choice.mode == "op" else (noop_context_fn,
-                                                                                             "Checkpointed")
+    context, mode = (op_selective_context(), "op") if choice.mode == "op" else (noop_context_fn, "full")
     classes: dict[type, type] = {}
     chosen = choice.checkpointed(block_names)
     for name in chosen:
         block = model.get_submodule(name)
         cls = type(block)
         if cls not in classes:
-            classes[cls] = type(f"{prefix}{cls.__name__}", (cls,),
-                                {"__call__": _checkpointed_call, _ORIGINAL: cls, _CONTEXT: staticmethod(context)})
+            classes[cls] = type(cls.__name__, (cls,), {
+                "__call__": _checkpointed_call, _ORIGINAL: cls, _CONTEXT: staticmethod(context), _MODE: mode,
+                "__qualname__": cls.__qualname__, "__module__": cls.__module__})
         block.__class__ = classes[cls]
     return len(chosen)
+
+
+def checkpointed_mode(module: nn.Module) -> str | None:
+    """``"op"`` for a block :func:`checkpoint_blocks` checkpointed under torchtitan's op-selective policy,
+    ``"full"`` for one recomputed whole, ``None`` for any other module (a class ``fully_shard`` made of a
+    checkpointed block's, ``FSDP<Class>``, is still checkpointed).
+
+    Example:
+        >>> m = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+        >>> checkpoint_blocks(m, ("0", "1"), "op"), [checkpointed_mode(b) for b in m], checkpointed_mode(m)
+        (2, ['op', 'op'], None)
+    """
+    return next((c.__dict__[_MODE] for c in type(module).__mro__ if _MODE in c.__dict__), None)
 
 
 def restore_blocks(model: nn.Module) -> int:

@@ -34,7 +34,7 @@ from autoshard.tuner.estimate import describe
 from autoshard.tuner.observer import TuneObserver
 from autoshard.tuner.records import trial_strategy
 from autoshard.tuner.result import FailureClass, TrialConfig, TrialEstimate, TuneResult
-from autoshard.tuner.resume import RERUN, RERUN_ATTR
+from autoshard.tuner.resume import RERUN, RERUN_ATTR, enqueue_reruns
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialRunner, TrialSpec, run_trial
 from autoshard.tuner.space import SearchSpace
 
@@ -111,6 +111,10 @@ class StudyLoop:
                 # next resume (it would otherwise count as running elsewhere and stay so in the summary).
                 self.notes += [f"Trial {n} was left running by a tuner that is gone: marked failed."
                                for n in storage_mod.fail_stale_trials(self.study)]
+                # Another tuner of a shared study stopped mid-trial (Ctrl-C, SIGTERM, killed): its configuration
+                # runs again here, as it would where that tuner resumed (a probe: it was never measured).
+                self.notes += [f"Trial {n} was stopped before it finished ({why}) in another tuner: its "
+                               "configuration runs again." for n, why in enqueue_reruns(self.study, self.space)]
                 trial = self._ask()
                 self.started_any = True
                 try:
@@ -142,6 +146,7 @@ class StudyLoop:
                 display.trials_done(self._counted())
         finally:
             display.study_ended()
+            self.notes += self._reruns_not_run()
             if self.implied:
                 self.notes.append(f"{self.implied} configuration(s) not run (implied_oom): each needs no less memory "
                                   "than one of its strategy that ran out of memory (other bucket sizes or comm hooks "
@@ -205,10 +210,26 @@ class StudyLoop:
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             return self.study.ask()
 
+    def _reruns_not_run(self) -> list[str]:
+        """Notes for configurations queued to run again that are still queued: the budget was spent first (a
+        resumed study whose other tuners filled it said it would run them, and ran nothing)."""
+        try:
+            waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        except Exception as e:  # the storage is gone: the error that ends the study says so
+            if storage_mod.lost(e):
+                return []
+            raise
+        return [f"Trial {t.user_attrs[RERUN_ATTR]}'s configuration, queued to run again, did not run: the budget "
+                f"({self.budget.trials} trial(s)) was spent first; a larger --trials runs it."
+                for t in waiting if RERUN_ATTR in t.user_attrs]
+
     def _abandon(self, trial: optuna.Trial, error: BaseException) -> None:
         """Settle ``trial`` when this tuner leaves it unfinished (its workers are already stopped): Ctrl-C or
         SIGTERM (:class:`Terminated`) makes it ``interrupted`` (not counted; run again when the study is resumed);
-        anything else a ``crash``."""
+        anything else a ``crash``. Nothing when the storage itself is what failed: the next tuner to open the
+        study finds the trial running with its tuner gone (``stale``)."""
+        if storage_mod.lost(error):
+            return
         if trial.number not in {t.number for t in self.study.get_trials(
                 deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}:
             return  # told already (e.g. the user-code error raised after its trial was recorded)

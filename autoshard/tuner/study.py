@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from autoshard.errors import AutoshardError, UsageError
+from autoshard.errors import AutoshardError, StorageLost, UsageError
 from autoshard.models import ModelSource, load_source
 from autoshard.planner import plan_file
 from autoshard.planner.machine import default_precision, plan_for
@@ -192,8 +192,9 @@ def run_study(
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
     try:
-        study, taken_up = create_study(name, store, shown, fingerprint, space,
-                                       sampler_seed(seed, shared=storage is not None), prune, warmup_steps)
+        with storage_mod.removed_if_refused(out, storage, *existed):  # a study made for another job: likewise
+            study, taken_up = create_study(name, store, shown, fingerprint, space,
+                                           sampler_seed(seed, shared=storage is not None), prune, warmup_steps)
         if cap is not None and CAP_ATTR not in study.user_attrs:
             study.set_user_attr(CAP_ATTR, cap)
         notes = [*taken_up, *(f"Trial {n} was left running by a tuner that is gone: marked failed."
@@ -207,7 +208,8 @@ def run_study(
                          "work), which fit() will not train on: then define loss(output, batch) in the file, or pass "
                          "loss_fn= to fit().")
         enqueue_defaults(study, space)
-        notes += [f"Trial {n} was stopped before it finished ({why}): its configuration runs again first."
+        notes += [f"Trial {n} was stopped before it finished ({why}): its configuration is queued to run again "
+                  "first."
                   for n, why in enqueue_reruns(study, space)]
         spec = TrialSpec(model=origin, optimizer=planned.optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed,
                          training_step=steps_given.get("training_step"), loss_fn=steps_given.get("loss_fn"))
@@ -226,6 +228,13 @@ def run_study(
             _finish(study, plan, space, shown, out, [*notes, *loop.notes, f"Stopped: {e.message}"], observer,
                     estimate)
             raise
+        except Exception as e:
+            if not storage_mod.lost(e):
+                raise
+            # nothing can be read back to summarise: the trials finished before it are in the storage
+            raise StorageLost(f"lost the study storage {shown} during the study: {storage_mod.lost_reason(e)}.",
+                              hint="What finished before it is kept there; once it is back, the same command "
+                                   "resumes the study (the trial that was running runs again first).") from e
         return _finish(study, plan, space, shown, out, notes + loop.notes, observer, estimate)
     finally:
         optuna.logging.set_verbosity(verbosity)

@@ -318,3 +318,24 @@ def test_a_peak_at_the_optimizer_step_says_what_its_activations_are():
     assert said.startswith("the peak is the optimizer step: its 1.00 GiB of 'activations' are the step's own")
     assert "activation checkpointing does not lower it" in said
     assert MemoryEstimate(gpu=gpu, peak_phase="backward").with_peak_said().notes == ()
+
+
+@pytest.mark.parametrize("measured", [False, True])
+def test_an_nvme_plan_on_disks_of_unknown_bandwidth_says_what_it_priced(measured):
+    """DeepSeek-V3 on one DGX H100 was planned with NVMe offload at 10,800 s a step, all of it the 2 GB/s assumed
+    of a disk the profile gives no bandwidth for, and nothing said so (architectures probe)."""
+    import dataclasses
+
+    hardware = load_hardware("dgx-h100")
+    if measured:
+        disks = tuple(dataclasses.replace(d, read_bytes_per_s=25e9, write_bytes_per_s=20e9)
+                      for d in hardware.node.nvme)
+        hardware = dataclasses.replace(hardware, node=dataclasses.replace(hardware.node, nvme=disks))
+    nvme = Synthetic("deepspeed_stage_3_offload_nvme", state_gib=1, act_gib=1, per_device_samples_s=1,
+                     sharded=True, cpu_gib=100)
+    p = plan(workload(), hardware, request(micro_batch_size=1), [nvme])
+    said = [line for line in p.explanation if "has no measured bandwidth" in line]
+    assert bool(said) is not measured
+    if said:
+        assert said[0].startswith("Assumed: the NVMe the states swap to (of its 1 s step)")
+        assert "2 GB/s read and write per node were priced" in said[0] and "--benchmark-disk" in said[0]

@@ -43,12 +43,15 @@ def main() -> None:
         raise SystemExit("run this script under torchrun: fit()'s own workers do not return the sharded module")
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
+    from autoshard.runtime.activation_checkpointing import checkpointed_mode
+
     units: dict[int, list[str]] = {}
     for name, module in result.model.named_modules():
         if isinstance(module, FSDPModule):
             units.setdefault(id(fully_shard.state(module)), []).append(name)
     record = {"rank": result.rank, "losses": result.losses, "units": list(units.values()),
-              "classes": sorted({type(m).__name__ for m in result.model.modules() if isinstance(m, FSDPModule)})}
+              "classes": sorted({type(m).__name__ + (f" ({checkpointed_mode(m)})" if checkpointed_mode(m) else "")
+                                 for m in result.model.modules() if isinstance(m, FSDPModule)})}
     sys.stdout.write("RESULT " + json.dumps(record) + "\n")
     sys.stdout.flush()
 

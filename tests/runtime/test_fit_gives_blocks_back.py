@@ -13,6 +13,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from autoshard.runtime import fit
+from autoshard.runtime.activation_checkpointing import checkpointed_mode
 
 
 def _gpt2() -> torch.nn.Module:
@@ -35,18 +36,22 @@ def test_checkpointed_blocks_and_the_kv_cache_come_back(strategy: str) -> None:
 
     def step(wrapped: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         module = getattr(wrapped, "module", wrapped)  # as the backend wraps it: a DeepSpeed engine holds it
-        seen.append((type(module.transformer.h[0]).__name__, module.config.use_cache))
+        block = module.transformer.h[0]
+        layers = sum("_autoshard_checkpointed_from" in c.__dict__ for c in type(block).__mro__)
+        seen.append((f"{type(block).__name__} checkpointed {layers}x as {checkpointed_mode(block)}",
+                     module.config.use_cache))
         return wrapped(**batch).loss
 
     result = fit(model, _batches(), max_steps=2, strategy=strategy, activation_checkpointing="full",
                  training_step=step, progress=False)
     assert result.plan.checkpointing == "full"
-    assert seen[-1][0].endswith("CheckpointedGPT2Block") and seen[-1][1] is False  # what trained (FSDP<Class> too)
+    assert seen[-1][0].endswith("GPT2Block checkpointed 1x as full") and seen[-1][1] is False  # FSDP<Class> too
     assert [type(b).__name__ for b in model.transformer.h] == ["GPT2Block", "GPT2Block"]
+    assert not any(checkpointed_mode(b) for b in model.transformer.h)
     assert model.config.use_cache is True
     again = fit(model, _batches(), max_steps=1, strategy=strategy, activation_checkpointing="full",
                 training_step=step, progress=False)  # checkpointed once more, not twice
-    assert len(again.losses) == 1 and "CheckpointedCheckpointed" not in seen[-1][0]
+    assert len(again.losses) == 1 and seen[-1][0].endswith("checkpointed 1x as full")
 
 
 def test_a_run_that_fails_gives_the_blocks_back_too() -> None:

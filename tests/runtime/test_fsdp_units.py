@@ -49,5 +49,5 @@ def test_fsdp2_fit_of_t5_wraps_t5blocks_within_each_stack(blocks_per_unit: int) 
     ranks = _run(blocks_per_unit)
     for r in ranks:
         assert r["units"] == _expected_units(blocks_per_unit)
-        assert r["classes"] == ["FSDPCheckpointedT5Block", "FSDPT5ForConditionalGeneration"]
+        assert r["classes"] == ["FSDPT5Block (full)", "FSDPT5ForConditionalGeneration"]
     assert ranks[0]["losses"] == ranks[1]["losses"]

@@ -209,3 +209,37 @@ def test_a_study_refused_before_it_starts_leaves_no_study_db_behind(tmp_path: Pa
         run_study("tiny-gpt2", strategies=["zero9"], processes=1, output_dir=out, trials=1)
     assert not (out / "study.db").exists()
     assert out.is_dir() is existed and (not existed or (out / "mine.txt").read_text() == "kept")
+
+
+def test_postgres_scheme_is_read_as_postgresql(tmp_path: Path) -> None:
+    # libpq's and Heroku's postgres:// was "not a database URL SQLAlchemy can open" (team-tuning probe)
+    url = f"postgres://u:secret@127.0.0.1:{closed_port()}/db"
+    with pytest.raises(UsageError) as info:
+        storage.open_storage(url, tmp_path)
+    text = str(info.value)
+    assert "not a database URL" not in text and "secret" not in text
+    assert f"postgresql://u:***@127.0.0.1:{url.rsplit(':', 1)[1].split('/')[0]}/db" in text or "driver" in text
+
+
+_OPEN_AT_ONCE = """
+import sys, time
+from pathlib import Path
+from autoshard.tuner.storage import open_storage
+url, go = sys.argv[1], float(sys.argv[2])
+time.sleep(max(0.0, go - time.time()))
+open_storage(url, Path("."))
+"""
+
+
+def test_two_tuners_opening_a_new_sqlite_study_at_once_both_open_it(tmp_path: Path) -> None:
+    # Optuna creating its tables in a new file from two processes failed about 3 times in 10 ("UNIQUE constraint
+    # failed: alembic_version.version_num", "table trial_heartbeats already exists"), and was told to check that
+    # the file can be written (team-tuning probe)
+    for attempt in range(6):
+        url = f"sqlite:///{tmp_path / f'shared{attempt}.db'}"
+        go = time.time() + 4.0  # both past their imports, then at the same moment
+        procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AT_ONCE, url, str(go)], cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, f"attempt {attempt}: {err[-2000:]}"

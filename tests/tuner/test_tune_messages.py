@@ -165,3 +165,16 @@ def test_a_study_whose_every_trial_failed_is_taken_up_after_the_model_is_fixed()
     study.tell(done, 1.0)  # once it has measured a trial, another job is refused as before
     with pytest.raises(UsageError, match="made for another job"):
         storage.check_fingerprint(study, FINGERPRINT, "sqlite:////tmp/e/s.db")
+
+
+def test_the_delete_command_of_a_study_behind_a_password_says_to_put_the_url_back() -> None:
+    # the masked URL pasted as given would not log in (team-tuning probe)
+    study = optuna.create_study(study_name="team1")
+    shown = "postgresql://tuner:***@db.example:5432/studies"
+    storage.check_fingerprint(study, FINGERPRINT, shown)
+    with pytest.raises(UsageError) as info:
+        storage.check_fingerprint(study, {**FINGERPRINT, "trial": {"steps": 6, "warmup_steps": 2}}, shown)
+    hint = info.value.hint or ""
+    assert "`optuna delete-study --study-name team1 --storage YOUR_STORAGE_URL` (your --storage URL, with its " \
+           "password)" in hint
+    assert "***" not in hint

@@ -249,15 +249,16 @@ def owner() -> dict[str, Any]:
 def fail_stale_trials(study: optuna.Study) -> list[int]:
     """Fail trials left RUNNING by a tuner that is gone; returns their numbers.
 
-    A trial of this host whose owning process no longer exists is failed at once; any other is left to
-    Optuna's heartbeat (:data:`GRACE_PERIOD_S`).
+    A trial of this host whose owning process no longer exists is failed at once, and so is one of this very
+    process (called between trials, none of its own runs: a ``tune()`` that lost its storage, called again in
+    the same Python session); any other is left to Optuna's heartbeat (:data:`GRACE_PERIOD_S`).
     """
-    host = socket.gethostname()
+    host, me = socket.gethostname(), owner()
     failed = []
     storage = study._storage  # optuna has no public per-trial state setter outside tell()
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         who = t.user_attrs.get(OWNER_ATTR)
-        if not who or who.get("host") != host or _alive(who):
+        if not who or who.get("host") != host or (_alive(who) and who != me):
             continue
         with contextlib.suppress(RuntimeError):  # another tuner got there first
             storage.set_trial_user_attr(t._trial_id, "failure", "stale")

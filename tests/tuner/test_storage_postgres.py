@@ -133,3 +133,53 @@ def test_unreachable_postgres_url_raises_operational_error_quickly() -> None:
     elapsed_s = time.monotonic() - started_s
 
     assert elapsed_s < 5, f"a refused connection took {elapsed_s:.1f} s to report"
+
+
+def test_a_database_lost_mid_study_is_said_in_words_and_the_study_resumes(postgres_url: str, tmp_path: Path) -> None:
+    # A server stopped during a trial ended `autoshard tune` with "internal error: StorageInternalError" (team-tuning
+    # probe). Here the database refuses new connections and drops the open ones while trial 0 runs.
+    import psycopg
+    import sqlalchemy
+
+    import autoshard
+    from autoshard.errors import StorageLost
+    from autoshard.planner.plan_file import ExportedPlan
+    from autoshard.tuner.runner import Measurement
+
+    from .standin import DDP_SPACE
+
+    server = sqlalchemy.engine.make_url(postgres_url)
+    admin = {"host": server.host, "port": server.port, "user": server.username, "dbname": "postgres",
+             "autocommit": True}
+
+    def connections(allowed: bool) -> None:
+        with psycopg.connect(**admin) as conn:
+            conn.execute(f"ALTER DATABASE {server.database} ALLOW_CONNECTIONS {str(allowed).lower()}")
+            if not allowed:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                             (server.database,))
+
+    runs: list[int] = []
+
+    def runner(exported: ExportedPlan, spec: object, run_dir: Path, **_: object) -> Measurement:
+        runs.append(exported.micro_batch_size)
+        if len(runs) == 1:
+            connections(False)
+        return Measurement(samples_per_s=100.0 * exported.micro_batch_size, tokens_per_s=None, step_time_s=1.0,
+                           peak_memory_bytes=None, peak_memory_kind=None, step_times_s=(1.0,) * 5)
+
+    args = {"processes": 2, "seq_len": 32, "precision": "32-true", "steps": 5, "warmup_steps": 2, "progress": False,
+            "use_cache": False, "prune": False, "space": DDP_SPACE, "trials": 2, "storage": postgres_url,
+            "study_name": "lost", "runner": runner}
+    with pytest.raises(StorageLost) as caught:
+        autoshard.tune("tiny-gpt2", output_dir=tmp_path / "a", **args)
+    assert caught.value.exit_code == 1
+    assert caught.value.message.startswith(f"lost the study storage {postgres_url} during the study: ")
+    assert "the same command resumes the study" in (caught.value.hint or "")
+    connections(True)
+    result = autoshard.tune("tiny-gpt2", output_dir=tmp_path / "a", **args)  # the same command, the server back
+    assert [t.failure for t in result.trials if t.number == 0] == ["stale"]
+    reruns = [t for t in result.trials if t.rerun_of == 0]
+    assert len(reruns) == 1 and reruns[0].state == "complete"
+    measured = [t for t in result.trials if t.state == "complete" and t.duplicate_of is None]
+    assert sorted(t.config.micro_batch_size for t in measured if t.config) == [1, 2]  # the budget, rerun included

@@ -150,7 +150,7 @@ def notes(exported: ExportedPlan) -> list[str]:
                    "is set, as the plan's step time assumes (torchrun alone gives each of several processes one "
                    "thread). accelerate launch takes it from the environment (run it after that export, or pass "
                    "--num_cpu_threads_per_process; its default is 1); Lightning started with python sets the same "
-                   "share itself.")
+                   "share itself (for FSDP, lightning_trainer.py sets it: Lightning does on rank 0 only).")
     if exported.hardware.nodes > 1:
         hw = exported.hardware
         rate = launch.network_rate(hw)

@@ -290,3 +290,50 @@ def test_hf_trainer_steps_bitsandbytes_8bit_adamw_from_the_exported_flags(plan, 
     assert trainer.train().global_step == 2
     state = trainer.optimizer.optimizer.state[model.linear.weight]
     assert state["state1"].dtype == torch.uint8 and state["state2"].dtype == torch.uint8
+
+
+def test_lightning_zero3_config_passes_the_setup_of_validate_test_and_predict(plan, tmp_path, monkeypatch):
+    """Outside fit(), Lightning 2.5.6's ZeRO-3 path (``_initialize_deepspeed_inference``) reads
+    ``zero_allow_untested_optimizer`` from the given config, which only its own default config had: validate,
+    test and predict raised ``KeyError`` (export probe). Run up to DeepSpeed's initialize, which needs CUDA."""
+    pytest.importorskip("lightning")
+    pytest.importorskip("deepspeed")
+    import deepspeed
+    import lightning.pytorch as pl
+    import torch
+
+    monkeypatch.chdir(write(on_gpus(cpu_plan(plan, "deepspeed_stage_3", ranks=1, accumulation=1)), tmp_path))
+    namespace: dict = {}
+    exec(constructible_here((tmp_path / "lightning_trainer.py").read_text()), namespace)
+    strategy = namespace["trainer"].strategy
+    module = pl.LightningModule()
+    module.trainer = namespace["trainer"]
+    strategy.connect(module)
+    strategy._format_config()
+    seen: dict = {}
+
+    def initialize(**kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop: DeepSpeed itself needs CUDA here")
+
+    monkeypatch.setattr(deepspeed, "initialize", initialize)
+    with pytest.raises(RuntimeError, match="stop: DeepSpeed itself"):
+        strategy._initialize_deepspeed_inference(torch.nn.Linear(2, 2))
+    assert seen["config"]["zero_allow_untested_optimizer"] is True
+    assert seen["config"]["zero_optimization"]["stage"] == 3
+
+
+def test_lightning_fsdp_offload_file_gives_every_rank_its_share_of_the_cores(plan, tmp_path):
+    """Lightning sets the thread share in a launcher ModelParallelStrategy makes in the first process only: its
+    other ranks took every core for the host's optimizer step (export probe). The file run as a rank (OMP unset)."""
+    pytest.importorskip("lightning")
+    exported = on_gpus(cpu_plan(plan, "fsdp_cpu_offload", ranks=4))
+    write(exported, tmp_path)
+    snippet = constructible_here((tmp_path / "lightning_trainer.py").read_text())
+    check = snippet + "\nimport json, os, torch\nprint(json.dumps([torch.get_num_threads(), os.cpu_count()]))\n"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    threads, cores = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert threads == max(1, cores // 4)

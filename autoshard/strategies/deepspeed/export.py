@@ -30,9 +30,13 @@ def launcher(exported: ExportedPlan, *, script: str = "train.py", multi_node: bo
 
 
 def lightning_config(exported: ExportedPlan) -> dict[str, Any]:
-    """The ds_config Lightning's ``DeepSpeedStrategy`` accepts: without ``gradient_accumulation_steps``."""
+    """The ds_config Lightning's ``DeepSpeedStrategy`` accepts: without ``gradient_accumulation_steps``, and with
+    ``zero_allow_untested_optimizer`` as Lightning's own default config has it (``True``): its ZeRO-3
+    ``validate`` / ``test`` / ``predict`` read the key from a given config as well (``_initialize_deepspeed_inference``,
+    Lightning 2.5.6), and raised ``KeyError`` without it (export probe)."""
     ds = config.ds_config(exported)
     del ds["gradient_accumulation_steps"]
+    ds["zero_allow_untested_optimizer"] = True
     return ds
 
 

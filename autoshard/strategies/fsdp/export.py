@@ -113,7 +113,14 @@ def lightning_part(exported: ExportedPlan) -> LightningPart:
                 "mesh_dim_names=('replicate', 'shard'))  # hybrid: replicate across nodes, shard within")
     else:
         mesh = "device_mesh['data_parallel']"
-    body = [
+    body = []
+    if traits.offloads:
+        # Lightning 2.5.6 sets the thread share in the launcher, which ModelParallelStrategy creates in the first
+        # process only: ranks 1.. would each take every core for the optimizer step on the host (export probe)
+        body += ["if 'OMP_NUM_THREADS' not in os.environ:  # the plan's share of the host's cores; Lightning sets it "
+                 "on rank 0 only here",
+                 f"    torch.set_num_threads(max(1, (os.cpu_count() or 1) // {hw.gpus_per_node}))", ""]
+    body += [
         f"BLOCKS = {set(exported.model.block_classes)!r}  # the plan's repeated block classes, by name",
         "",
         "",
@@ -130,7 +137,9 @@ def lightning_part(exported: ExportedPlan) -> LightningPart:
         f"        fully_shard(block, reshard_after_forward={s.get('reshard_after_forward', True)!r}, **kwargs)",
         "    fully_shard(module, **kwargs)",
     ]
-    imports = ["import torch", "from lightning.pytorch.strategies import ModelParallelStrategy"]
+    imports = (["import os"] if traits.offloads else []) + ["import torch",
+                                                            "from lightning.pytorch.strategies import "
+                                                            "ModelParallelStrategy"]
     names = ["fully_shard"] + (["MixedPrecisionPolicy"] if policy else []) + \
         (["CPUOffloadPolicy"] if traits.offload_parameters else [])
     imports.append(f"from torch.distributed.fsdp import {', '.join(sorted(names))}")

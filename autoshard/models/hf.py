@@ -34,6 +34,7 @@ from autoshard.models.hf_classes import (
     linear_attention,
     model_class,
     moe_layout,
+    mtp_layers_not_built,
 )
 from autoshard.models.hf_inputs import input_spec
 from autoshard.models.hf_masks import call_without_padding
@@ -141,6 +142,9 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
             metadata["experts_per_token"] = per_token
         if dense:
             metadata["dense_experts"] = True
+    unbuilt = mtp_layers_not_built(config, cls)
+    if unbuilt:
+        metadata["mtp_layers_not_built"] = unbuilt
     defaulted = defaulted_sizes(config, data)
     if defaulted:
         metadata["defaulted_sizes"] = defaulted

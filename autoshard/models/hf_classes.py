@@ -99,6 +99,38 @@ def moe_layout(config: Any) -> tuple[int | None, int | None, bool]:
     return experts, first(_TOP_K_FIELDS), getattr(text, "model_type", None) in DENSE_EXPERT_MODEL_TYPES
 
 
+_MTP_FIELDS = ("num_nextn_predict_layers", "num_mtp_layers", "mtp_num_hidden_layers")
+"""Where configs declare multi-token-prediction layers (DeepSeek-V3 and GLM-4.5: ``num_nextn_predict_layers``;
+Qwen3-Next's config.json: ``mtp_num_hidden_layers``)."""
+
+
+def mtp_layers_not_built(config: Any, cls: type) -> int:
+    """The multi-token-prediction layers ``config`` declares that ``cls``'s code never builds (its module does not
+    mention MTP: DeepSeek-V3's in transformers 5.x, whose checkpoint holds one MTP module of ~14B parameters beside
+    the 671B), 0 where none are declared or the code reads them.
+
+    Example:
+        >>> import transformers
+        >>> mtp_layers_not_built(transformers.DeepseekV3Config(), transformers.DeepseekV3ForCausalLM)
+        1
+        >>> mtp_layers_not_built(transformers.LlamaConfig(), transformers.LlamaForCausalLM)
+        0
+    """
+    import inspect
+    import sys
+
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    declared = next((n for part in (config, text) for k in _MTP_FIELDS
+                     if isinstance(n := getattr(part, k, None), int) and not isinstance(n, bool) and n > 0), 0)
+    if not declared:
+        return 0
+    try:
+        code = inspect.getsource(sys.modules[cls.__module__]).lower()
+    except (KeyError, OSError, TypeError):
+        return 0  # the code cannot be read: nothing said rather than a guess
+    return 0 if "mtp" in code or "nextn" in code else declared
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ModelClass:
     """The class a config is built with, and how it was chosen."""

@@ -298,6 +298,13 @@ def _source_lines(loaded: ModelSource, world_size: int, seq_len: int | None = No
             f"the outputs the router did not choose{f' (top-{k})' if k else ''}: the FLOPs, step time and MFU here "
             f"are of that dense computation, about {experts // (k or 1)}x the routed experts' work of an "
             "implementation with grouped GEMMs (torchtitan, Megatron-LM), which autoshard does not trace.")
+    unbuilt = loaded.metadata.get("mtp_layers_not_built")
+    if unbuilt:
+        lines.append(
+            f"Scope: the config declares {unbuilt} multi-token-prediction layer(s) (num_nextn_predict_layers), which "
+            f"transformers' {loaded.metadata.get('architecture')} does not build: they are not counted, traced or "
+            "planned here (DeepSeek-V3's one MTP module is about 14B parameters beside its 671B); a run that trains "
+            "them needs their memory and time on top.")
     if loaded.metadata.get("attn_implementation") == "eager" and "no SDPA path" in str(
             loaded.metadata.get("attn_implementation_chosen_by")):
         lines.append(f"Scope: {loaded.metadata.get('architecture')} has no SDPA path in transformers, so its attention "

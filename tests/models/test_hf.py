@@ -425,3 +425,26 @@ def test_a_package_the_model_class_needs_is_named_not_the_config(
         load_source(str(path)).build()
     assert "a package it needs is missing" in info.value.message and "scipy" in info.value.message
     assert "config is not at fault" in str(info.value.hint)
+
+
+@pytest.mark.parametrize(("mtp", "said"), [(1, True), (0, False)])
+def test_mtp_layers_transformers_does_not_build_are_said(tmp_path: Path, mtp: int, said: bool) -> None:
+    # DeepSeek-V3 profiled as 671.03B where its checkpoint holds 685B, and nothing said its MTP module was left out
+    # (architectures probe)
+    import transformers
+
+    from autoshard.planner.machine import _source_lines
+
+    config = transformers.DeepseekV3Config(
+        vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+        topk_group=1, first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=16, num_nextn_predict_layers=mtp)
+    (tmp_path / "dsv3").mkdir()
+    config.to_json_file(tmp_path / "dsv3" / "config.json")
+    source = load_source(str(tmp_path / "dsv3" / "config.json"))
+    assert source.metadata.get("mtp_layers_not_built") == (1 if said else None)
+    lines = [line for line in _source_lines(source, 1) if "multi-token-prediction" in line]
+    assert bool(lines) is said
+    if said:
+        assert "declares 1 multi-token-prediction layer(s)" in lines[0] and "DeepseekV3ForCausalLM" in lines[0]

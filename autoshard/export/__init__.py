@@ -134,8 +134,9 @@ def notes(exported: ExportedPlan) -> list[str]:
                    "it, and so does DeepSpeed's bf16 section.")
     if exported.checkpoints_every_block:
         blocks = " and ".join(exported.model.block_classes) or "repeated block"
-        out.append(f"The plan checkpoints every {blocks}: enable it in your "
-                   "model (FSDP configs here do it for you; DeepSpeed and DDP do not).")
+        out.append(f"The plan checkpoints every {blocks}: hf_trainer_args.txt (--gradient_checkpointing) and "
+                   "the FSDP configs here enable it; with ds_config.json or the DDP files in your own script, enable "
+                   "it in your model (a transformers model: model.gradient_checkpointing_enable()).")
     elif exported.activation_checkpointing:
         choice = exported.checkpointing_choice
         out.append(f"The plan uses {choice.label} ({choice}, torchtitan's selective modes), which the "

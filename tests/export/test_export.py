@@ -206,6 +206,9 @@ def test_sbatch_and_launchers_have_the_plans_node_and_gpu_counts(plan, nodes):
 
         parsed = parse_args(deepspeed_export.launcher(e, multi_node=True).replace('"', "").split()[1:])
         assert parsed.num_nodes == nodes and parsed.num_gpus == 8
+    # the one-node line of a plan for several says it trains a fraction of the global batch (team-tuning probe)
+    fraction = f"each step trains 1/{nodes} of the planned global batch"
+    assert (fraction in launch.launch_script(e)) is (nodes > 1)
 
 
 def test_export_writes_deepspeed_files_only_for_deepspeed(plan, tmp_path):

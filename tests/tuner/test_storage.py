@@ -235,9 +235,9 @@ def test_two_tuners_opening_a_new_sqlite_study_at_once_both_open_it(tmp_path: Pa
     # Optuna creating its tables in a new file from two processes failed about 3 times in 10 ("UNIQUE constraint
     # failed: alembic_version.version_num", "table trial_heartbeats already exists"), and was told to check that
     # the file can be written (team-tuning probe)
-    for attempt in range(6):
+    for attempt in range(4):
         url = f"sqlite:///{tmp_path / f'shared{attempt}.db'}"
-        go = time.time() + 4.0  # both past their imports, then at the same moment
+        go = time.time() + 3.0  # both past their imports, then at the same moment
         procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AT_ONCE, url, str(go)], cwd=tmp_path,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
         for proc in procs:

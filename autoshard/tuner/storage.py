@@ -246,14 +246,15 @@ def owner() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": me.pid, "started": me.create_time()}
 
 
-def fail_stale_trials(study: optuna.Study) -> list[int]:
+def fail_stale_trials(study: optuna.Study, *, own_too: bool = False) -> list[int]:
     """Fail trials left RUNNING by a tuner that is gone; returns their numbers.
 
-    A trial of this host whose owning process no longer exists is failed at once, and so is one of this very
-    process (called between trials, none of its own runs: a ``tune()`` that lost its storage, called again in
-    the same Python session); any other is left to Optuna's heartbeat (:data:`GRACE_PERIOD_S`).
+    A trial of this host whose owning process no longer exists is failed at once, and with ``own_too`` (a study
+    starting: none of this process's trials runs yet) so is one of this very process (a ``tune()`` that lost its
+    storage, called again in the same Python session); any other is left to Optuna's heartbeat
+    (:data:`GRACE_PERIOD_S`).
     """
-    host, me = socket.gethostname(), owner()
+    host, me = socket.gethostname(), (owner() if own_too else None)
     failed = []
     storage = study._storage  # optuna has no public per-trial state setter outside tell()
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):

@@ -198,7 +198,7 @@ def run_study(
         if cap is not None and CAP_ATTR not in study.user_attrs:
             study.set_user_attr(CAP_ATTR, cap)
         notes = [*taken_up, *(f"Trial {n} was left running by a tuner that is gone: marked failed."
-                              for n in storage_mod.fail_stale_trials(study))]
+                              for n in storage_mod.fail_stale_trials(study, own_too=True))]
         if source.optimizer_fn is not None and asked is not None and asked != planned.optimizer:
             notes.append(f"The trials train with the model file's optimizer() ({planned.optimizer}), as fit() "
                          f"will; the optimizer asked for ({asked}) is not used.")

@@ -168,6 +168,8 @@ def test_only_a_trial_of_a_dead_process_on_this_host_is_failed(tmp_path: Path, d
         assert trials[n].state == optuna.trial.TrialState.FAIL
         assert trials[n].user_attrs["failure"] == "stale"
     assert storage.fail_stale_trials(study) == []  # nothing left to fail on a second resume
+    # a study starting: a trial of this very process is one it left (a tune() that lost its storage, called again)
+    assert storage.fail_stale_trials(study, own_too=True) == [alive]
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")

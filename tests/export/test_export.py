@@ -313,3 +313,20 @@ def test_what_a_new_user_met_running_the_exports(plan, tmp_path):
     with pytest.raises(UsageError, match="is a directory without a plan.json") as info:
         plan_file.read(tmp_path / "tune")
     assert info.value.hint == f"Give {tmp_path / 'tune' / 'best'} (an autoshard tune output)."
+
+
+def test_the_fsdp_notes_say_how_each_file_saves_checkpoints(plan):
+    """The Accelerate config saves sharded checkpoints while fsdp_config.json left the HF Trainer at its default
+    FULL_STATE_DICT, with nothing said (a new user's report): the note says which does what, and what the Trainer's
+    full checkpoints gather on rank 0's host."""
+    e = exported_for(plan, "fsdp")
+    files = render(e)
+    assert yaml.safe_load(files["accelerate_config.yaml"])["fsdp_config"]["fsdp_state_dict_type"] == \
+        "SHARDED_STATE_DICT"
+    assert "state_dict_type" not in json.loads(files["fsdp_config.json"])
+    said = [n for n in notes(e) if n.startswith("Checkpoints:")]
+    assert len(said) == 1
+    assert f"({e.model.parameter_count * 4 / 2**30:,.1f} GiB of weights)" in said[0]
+    cast = [n for n in notes(dataclasses.replace(e, precision="bf16-true")) if n.startswith("Checkpoints:")]
+    assert f"({e.model.parameter_count * 2 / 2**30:,.1f} GiB of weights)" in cast[0]
+    assert not any(n.startswith("Checkpoints:") for n in notes(exported_for(plan, "ddp")))

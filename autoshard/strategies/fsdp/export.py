@@ -221,6 +221,8 @@ class FSDPExporter:
                        "self.device_mesh) in your LightningModule's configure_model().")
         else:
             out.append("Lightning's ModelParallelStrategy has no 16-mixed precision: no Lightning file is written.")
+        if not exported.strategy_traits.hybrid:
+            out.append(_state_dict_note(exported))
         if exported.strategy_traits.hybrid:
             out.append("Hybrid sharding: the HF Trainer cannot run it with FSDP2 (no file written); the Accelerate "
                        "config's parallelism_config replicates across nodes and shards within each.")
@@ -231,6 +233,22 @@ class FSDPExporter:
                        f"GradientAccumulationPlugin(num_steps={exported.gradient_accumulation}, sync_each_batch=True) "
                        "(the HF Trainer arguments here set it; Lightning syncs every micro-batch already).")
         return out
+
+
+def _state_dict_note(exported: ExportedPlan) -> str:
+    """How the two files save checkpoints: accelerate's ``save_state`` sharded (each rank writes its shard), the
+    HF Trainer at its default ``FULL_STATE_DICT``, which gathers the whole model on rank 0's host for every
+    checkpoint: with ``SHARDED_STATE_DICT`` its ``save_model()`` writes no model at all under FSDP (transformers
+    5.24 ``Trainer.save_model`` saves only a full state dict), so the Trainer's default is kept and its cost said.
+    """
+    width = 2 if exported.precision == "bf16-true" else 4  # FSDP2 keeps fp32 weights unless the model is cast
+    gib = exported.model.parameter_count * width / 2**30
+    return ("Checkpoints: the Accelerate config saves save_state() checkpoints sharded (SHARDED_STATE_DICT, each "
+            "rank its own shard; accelerate merge-weights joins them into one model). fsdp_config.json leaves the "
+            "HF Trainer at its FULL_STATE_DICT default, so that trainer.save_model() writes a loadable model (it "
+            f"writes none under SHARDED_STATE_DICT): each checkpoint then gathers the whole model ({gib:,.1f} GiB "
+            "of weights) and its optimizer state in rank 0's host memory; set \"state_dict_type\": \"SHARDED_STATE_DICT\" there if that host "
+            "cannot hold it.")
 
 
 def _accelerate_reduce_note(exported: ExportedPlan) -> str | None:

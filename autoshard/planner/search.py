@@ -6,7 +6,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
-from autoshard.errors import NoFeasiblePlan, UsageError
+from autoshard.errors import UsageError
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.hardware.units import format_throughput
 from autoshard.planner.caveats import (
@@ -17,7 +17,7 @@ from autoshard.planner.caveats import (
     offload_scope,
     unknown_host,
 )
-from autoshard.planner.plan import Evaluation, Plan, PlanRequest, candidate_dict
+from autoshard.planner.plan import Evaluation, Plan, PlanRequest
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
 from autoshard.strategies.base import Candidate, CostEstimate, MemoryEstimate, Strategy
 from autoshard.strategies.workload import Workload
@@ -60,7 +60,9 @@ def plan(
         evaluations.extend(_evaluate(strategy, workload, hardware, request))
     fitting = tuple(e for e in evaluations if e.fits)
     if not fitting:
-        raise _no_fit(evaluations, workload, hardware, request, strategies)
+        from autoshard.planner.no_fit import no_fit  # the explanation evaluates more hardware: after search
+
+        raise no_fit(evaluations, workload, hardware, request, strategies)
     ctx = Context(workload=workload, hardware=hardware, request=request, fitting=fitting + fitting_elsewhere)
     ranked = []
     for e in evaluations:
@@ -166,7 +168,7 @@ def evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, req
     accumulation = _accumulation(request, hardware.world_size, micro)
     memory = strategy.memory(workload, hardware,
                              dataclasses.replace(candidate, gradient_accumulation=accumulation)).with_peak_said()
-    problem = _does_not_fit(memory, hardware, request)
+    problem = does_not_fit(memory, hardware, request)
     cost = strategy.cost(workload, hardware, candidate)
     cost = _with_accumulation(cost, accumulation, micro, hardware.world_size, workload)
     return Evaluation(candidate=candidate, traits=strategy.traits, fits=problem is None, memory=memory, cost=cost,
@@ -180,20 +182,20 @@ def usable_gpu_bytes(hardware: HardwareSpec, request: PlanRequest) -> int:
     return int(capacity * (1 - request.safety_margin))
 
 
-def _does_not_fit(memory: MemoryEstimate, hardware: HardwareSpec, request: PlanRequest) -> str | None:
+def does_not_fit(memory: MemoryEstimate, hardware: HardwareSpec, request: PlanRequest) -> str | None:
     usable = usable_gpu_bytes(hardware, request)
     device = "GPU" if hardware.gpu is not None else "process"
     if memory.gpu.total > usable:
-        return (f"needs {_gib(memory.gpu.total)} per {device}, {_gib(usable)} usable "
-                f"({_gib(hardware.device_memory_bytes or 0)} less a {request.safety_margin:.0%} margin)")
+        return (f"needs {gib(memory.gpu.total)} per {device}, {gib(usable)} usable "
+                f"({gib(hardware.device_memory_bytes or 0)} less a {request.safety_margin:.0%} margin)")
     ram = hardware.node.cpu.memory_available_bytes
     if memory.cpu_bytes_per_node and ram is not None and memory.cpu_bytes_per_node > ram * HOST_MEMORY_FRACTION:
-        return (f"needs {_gib(memory.cpu_bytes_per_node)} of CPU RAM per node for offloaded states, "
-                f"{_gib(ram * HOST_MEMORY_FRACTION)} usable")
+        return (f"needs {gib(memory.cpu_bytes_per_node)} of CPU RAM per node for offloaded states, "
+                f"{gib(ram * HOST_MEMORY_FRACTION)} usable")
     if memory.nvme_bytes_per_node and all(d.free_bytes is not None for d in hardware.node.nvme):
         free = sum(d.free_bytes or 0 for d in hardware.node.nvme)  # a disk of unknown room is not checked (noted)
         if memory.nvme_bytes_per_node > free:
-            return f"needs {_gib(memory.nvme_bytes_per_node)} of NVMe per node, {_gib(free)} free"
+            return f"needs {gib(memory.nvme_bytes_per_node)} of NVMe per node, {gib(free)} free"
     return None
 
 
@@ -208,7 +210,7 @@ def _max_micro_batch(strategy: Strategy, workload: Workload, hardware: HardwareS
         if accumulating:
             accumulation = max(2, _accumulation(request, hardware.world_size, mb))
             candidate = dataclasses.replace(candidate, gradient_accumulation=accumulation)
-        return _does_not_fit(strategy.memory(workload, hardware, candidate), hardware, request) is None
+        return does_not_fit(strategy.memory(workload, hardware, candidate), hardware, request) is None
 
     return largest_micro_batch(fits, limit=min(MAX_MICRO_BATCH, request.max_micro_batch_size or MAX_MICRO_BATCH))
 
@@ -291,7 +293,7 @@ def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule],
         + (f": {format_throughput(best.cost.samples_per_s)} samples/s "
            + ("at a placeholder CPU speed (for ranking only; fit() measures the real one)" if placeholder_speed
               else "predicted") if best.cost else "")
-        + (f", {_gib(best.memory.gpu.total)} per device" if best.memory else "")
+        + (f", {gib(best.memory.gpu.total)} per device" if best.memory else "")
         + "."
     ]
     against = tuple(f"[{rule.name}]" for rule in discounts)
@@ -337,161 +339,11 @@ def check_optimizer(optimizer: str, strategies: Sequence[Strategy]) -> None:
                               "(--optimizer).")
 
 
-def _no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec,
-            request: PlanRequest, strategies: Sequence[Strategy] = ()) -> NoFeasiblePlan:
-    measured = [e for e in evaluations if e.memory is not None]
-    if not measured:
-        reasons = "; ".join(sorted({r.rstrip(".") for e in evaluations for r in e.reasons}))
-        missing = "install" in reasons.lower()  # a package (DeepSpeed, libaio), not the hardware itself
-        return NoFeasiblePlan(f"no strategy can run on this hardware: {reasons}.",
-                              hint="Install what is missing, or plan for other hardware with --hardware." if missing
-                              else "Choose strategies this hardware can run (--strategies; strategy= in fit()), or "
-                                   "plan for other hardware with --hardware.",
-                              candidates=tuple(candidate_dict(e, workload, hardware) for e in evaluations))
-    smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
-    need = smallest.memory.gpu.total  # type: ignore[union-attr]
-    usable = usable_gpu_bytes(hardware, request)
-    what = (f"the smallest is {smallest.strategy}"
-            + (" with activation checkpointing" if smallest.candidate.activation_checkpointing else "")
-            + f" at micro-batch {smallest.candidate.micro_batch_size}: {_gib(need)} per device against "
-            f"{_gib(usable)} usable ({_gib(hardware.device_memory_bytes or 0)} less a {request.safety_margin:.0%} "
-            "margin)")
-    if need <= usable and smallest.reasons:
-        what += f", but it {smallest.reasons[0].rstrip('.')}"  # it fails on something else: host RAM
-    activations = smallest.memory.gpu.activations  # type: ignore[union-attr]
-    one = "a GPU" if hardware.gpu is not None else "a CPU process's share of memory"
-
-    def shorter(before: str, after: str = "") -> str:  # only a model that takes a sequence length has one to cut
-        return f"{before}a shorter --seq-len{after}" if workload.seq_len is not None else ""
-    if need <= usable and smallest.reasons and "of CPU RAM" in smallest.reasons[0]:  # the host is what is short
-        hint = ("The offloaded states are divided among nodes, not among a node's GPUs: try more nodes (--nodes), "
-                "a host with more RAM (--cpu-memory), NVMe offload (--nvme PATH), or larger GPUs (--hardware).")
-    elif activations > usable and smallest.candidate.micro_batch_size > 1:  # the batch asked for is too large
-        hint = (f"Its activations alone ({_gib(activations)} at micro-batch {smallest.candidate.micro_batch_size}) "
-                f"exceed {one}, and more devices do not divide them: try a smaller micro-batch (--batch-size; "
-                "batch_size= in fit()), with --global-batch-size (global_batch_size=) to keep the batch by "
-                f"gradient accumulation{shorter(', or ')}.")
-    elif activations > usable:  # a sample's activations are not divided among GPUs
-        hint = (f"Its activations alone ({_gib(activations)}) exceed {one}, and more devices do not divide them "
-                f"(autoshard plans no sequence or context parallelism): try {shorter('', ', or ')}larger GPUs "
-                "(--hardware).")
-    elif any(e.traits.zero_stage > 0 for e in measured):
-        hint = (f"Try more GPUs ({_more_gpus(evaluations, strategies, workload, hardware, request)}), larger GPUs "
-                f"(--hardware){_last(_offload_hint(evaluations, hardware), shorter(''))}.")
-    else:  # whole replicas on every GPU: more of them hold no less each
-        hint = ("The strategies weighed all keep a whole copy of the model's states on each GPU, so more GPUs do "
-                "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit()), "
-                f"larger GPUs (--hardware){_last(_offload_hint(evaluations, hardware), shorter(''))}.")
-    return NoFeasiblePlan(f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
-                          hint=hint, candidates=tuple(candidate_dict(e, workload, hardware) for e in sorted(
-                              evaluations, key=lambda e: e.memory.gpu.total if e.memory else float("inf"))))
-
-
-def _more_gpus(evaluations: list[Evaluation], strategies: Sequence[Strategy], workload: Workload,
-               hardware: HardwareSpec, request: PlanRequest) -> str:
-    """How many GPUs of this kind the sharding candidates evaluated need, in words: the fewest on which one fits,
-    found by evaluating them at growing counts (the node filled, then twice the nodes, up to
-    :data:`MAX_WORLD_SEARCHED`), or twice the count when they cannot be re-evaluated (no GPU, strategies unknown)."""
-    world = _smallest_world(evaluations, strategies, workload, hardware, request)
-    if world is None:
-        return f"e.g. --gpus/--nodes for {hardware.world_size * 2}"
-    if world.world_size > MAX_WORLD_SEARCHED:
-        return f"even {MAX_WORLD_SEARCHED:,} are too few at this micro-batch"
-    nodes = f": {world.nodes} nodes of {world.processes_per_node}" if world.nodes > 1 else ""
-    one_node = dataclasses.replace(world, nodes=1, processes_per_node=world.world_size)
-    if world.nodes > 1 and world.world_size <= ONE_NODE_GPUS and _fits_on(one_node, evaluations, strategies,
-                                                                           workload, request):
-        nodes = (f": one node of {world.world_size} (--gpus {world.world_size}), or {world.nodes} nodes of "
-                 f"{world.processes_per_node}")
-    return f"the fewest on which it fits are {world.world_size}, e.g. --gpus/--nodes for {world.world_size}{nodes}"
-
-
-ONE_NODE_GPUS = 8
-"""GPUs one node commonly holds (an HGX / DGX board of 8): a count up to it is offered on one node too, where the
-hardware named fewer per node."""
-
-
-def _fits_on(larger: HardwareSpec, evaluations: list[Evaluation], strategies: Sequence[Strategy],
-             workload: Workload, request: PlanRequest) -> bool:
-    """Whether a sharding candidate of ``evaluations`` (its micro-batch and accumulation as evaluated) fits
-    ``larger``."""
-    by_name = {s.name: s for s in strategies}
-    for e in evaluations:
-        strategy = by_name.get(e.strategy)
-        if e.memory is None or e.traits.zero_stage == 0 or strategy is None or strategy.unsupported(larger):
-            continue
-        candidate = dataclasses.replace(e.candidate, gradient_accumulation=e.gradient_accumulation)
-        if _does_not_fit(strategy.memory(workload, larger, candidate), larger, request) is None:
-            return True
-    return False
-
-
-MAX_WORLD_SEARCHED = 4096
-"""The most GPUs the nothing-fits hint evaluates the sharding candidates on."""
-
-
-def _smallest_world(evaluations: list[Evaluation], strategies: Sequence[Strategy], workload: Workload,
-                    hardware: HardwareSpec, request: PlanRequest) -> HardwareSpec | None:
-    """The first of growing GPU counts on which a sharding candidate of ``evaluations`` fits (its micro-batch and
-    accumulation as evaluated), past :data:`MAX_WORLD_SEARCHED` when none does; ``None`` without a GPU or
-    without the candidates' strategies."""
-    by_name = {s.name: s for s in strategies}
-    sharded = [e for e in evaluations if e.memory is not None and e.traits.zero_stage > 0 and e.strategy in by_name]
-    if hardware.gpu is None or not sharded:
-        return None
-    per_node = max(hardware.node.gpus, hardware.processes_per_node)
-    nodes, ranks = hardware.nodes, hardware.processes_per_node
-    while nodes * ranks <= MAX_WORLD_SEARCHED:
-        if ranks < per_node:  # fill the node first: NVLink, and what --gpus asks for
-            ranks = min(2 * ranks, per_node)
-        else:
-            nodes *= 2
-        larger = dataclasses.replace(hardware, nodes=nodes, processes_per_node=ranks)
-        if _fits_on(larger, sharded, strategies, workload, request):
-            return larger
-    return dataclasses.replace(hardware, nodes=nodes, processes_per_node=ranks)
-
-
-def _offload_hint(evaluations: list[Evaluation], hardware: HardwareSpec) -> list[str]:
-    """What offloading would take, from what was evaluated: an install only when an offloading strategy could
-    not run, NVMe only when no fast disk is known, CPU offload only with a GPU to offload from."""
-    offloading = [e for e in evaluations if e.traits.offloads]
-    missing = sorted({e.reasons[0].rstrip(".") for e in offloading
-                      if e.memory is None and e.reasons and e.traits.offload != "nvme"})
-    parts = []
-    if hardware.gpu is None:  # without a GPU the states are in host RAM already: CPU offload moves nothing
-        pass
-    elif missing:
-        parts.append(f"offload ({'; '.join(missing)})")
-    elif not offloading:
-        parts.append("an offloading strategy (deepspeed_stage_3_offload, fsdp_cpu_offload)")
-    if not hardware.node.nvme:
-        parts.append("NVMe offload (--nvme PATH)")
-    return parts
-
-
-def _last(items: list[str], last: str) -> str:
-    """``", A, B, or C"`` from ``items`` and ``last`` (left out when empty); ``""`` for nothing.
-
-    Example:
-        >>> _last(["offload (x, y)", "NVMe offload"], "a shorter --seq-len"), _last([], "x"), _last(["a"], "")
-        (', offload (x, y), NVMe offload, or a shorter --seq-len', ', or x', ', or a')
-    """
-    items = [*items, last] if last else list(items)
-    if not items:
-        return ""
-    return ", " + ", ".join(items[:-1]) + (", or " if len(items) > 1 else "or ") + items[-1]
-
-
-def _device(hardware: HardwareSpec) -> str:
-    return hardware.gpu.display_name if hardware.gpu is not None else "CPU process"
-
-
-def _gib(x: float) -> str:
+def gib(x: float) -> str:
     """GiB to one decimal; a size under 0.1 GiB in its own unit (a 16 MiB GPU read "0.0 GiB usable").
 
     Example:
-        >>> _gib(12.6 * 2**30), _gib(14.4 * 2**20)
+        >>> gib(12.6 * 2**30), gib(14.4 * 2**20)
         ('12.6 GiB', '14.40 MiB')
     """
     from autoshard.hardware.units import format_bytes

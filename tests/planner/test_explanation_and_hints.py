@@ -339,3 +339,18 @@ def test_an_nvme_plan_on_disks_of_unknown_bandwidth_says_what_it_priced(measured
     if said:
         assert said[0].startswith("Assumed: the NVMe the states swap to (of its 1 s step)")
         assert "2 GB/s read and write per node were priced" in said[0] and "--benchmark-disk" in said[0]
+
+
+@pytest.mark.parametrize("nvme", [None, "tmp"])
+def test_a_host_short_of_ram_is_offered_nvme_only_when_none_is_known(nvme, tmp_path):
+    # 5,000 GiB of offloaded states on a host of 1 TiB: the hint offered NVMe offload (--nvme PATH) on hardware
+    # that had named its NVMe already (the NVMe candidate was weighed, and is short as well)
+    offload = Synthetic("deepspeed_stage_3_offload", state_gib=1, act_gib=1, per_device_samples_s=10, sharded=True,
+                        cpu_gib=5000)
+    hardware = load_hardware("h100-sxm-80gb", gpus=8, cpu_memory="1TiB", nvme=tmp_path if nvme else None)
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan(workload(), hardware, request(micro_batch_size=1), [offload])
+    hint = info.value.hint or ""
+    assert hint.startswith("The offloaded states are divided among nodes") and "--cpu-memory" in hint
+    assert ("NVMe offload (--nvme PATH)" in hint) is (nvme is None)
+    assert hint.endswith("or larger GPUs (--hardware).")

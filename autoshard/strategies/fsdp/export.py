@@ -247,8 +247,8 @@ def _state_dict_note(exported: ExportedPlan) -> str:
             "rank its own shard; accelerate merge-weights joins them into one model). fsdp_config.json leaves the "
             "HF Trainer at its FULL_STATE_DICT default, so that trainer.save_model() writes a loadable model (it "
             f"writes none under SHARDED_STATE_DICT): each checkpoint then gathers the whole model ({gib:,.1f} GiB "
-            "of weights) and its optimizer state in rank 0's host memory; set \"state_dict_type\": \"SHARDED_STATE_DICT\" there if that host "
-            "cannot hold it.")
+            "of weights) and its optimizer state in rank 0's host memory; set \"state_dict_type\": "
+            "\"SHARDED_STATE_DICT\" there if that host cannot hold it.")
 
 
 def _accelerate_reduce_note(exported: ExportedPlan) -> str | None:

@@ -94,6 +94,7 @@ def profile(
         >>> p.peak_bytes > p.parameter_bytes
         True
     """
+    from autoshard.models.scope import scope_lines
     from autoshard.profiler.checkpointable import check_checkpointable
     from autoshard.profiler.optimizers import declared_optimizer, require_optimizer
     from autoshard.profiler.scaling import profile_source
@@ -121,6 +122,7 @@ def profile(
     require_optimizer(options.optimizer)
     check_checkpointable(loaded, parse_checkpointing(options.checkpointing))
     result = profile_source(loaded, options, extrapolate=extrapolate)
+    result = dataclasses.replace(result, scope=tuple(scope_lines(loaded, seq_len=result.seq_len)))
     if reserved:
         from autoshard.profiler.cuda_reserve import trace_reserved
 

@@ -173,6 +173,8 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
         f"FLOPs per step: {flops(p.flops_per_step)} (forward {flops(p.forward_flops)}, "
         f"backward {flops(p.backward_flops)} per micro-batch{per_token})"
     )
+    for line in p.scope:  # what the trace leaves out or assumes about the model source
+        console.print(escape(line))
     if p.block_classes:
         console.print(f"{repeated_blocks_line(p.block_classes, tuple(b.name for b in p.blocks))}")
     if p.depth is not None:  # blocks of several kinds, or every block traced (with the reason)

@@ -15,6 +15,7 @@ from typing import Literal
 from autoshard.errors import UsageError
 from autoshard.hardware import HardwareSpec, detect_hardware, load_hardware
 from autoshard.models import ModelSource, load_source
+from autoshard.models.scope import scope_lines
 from autoshard.planner.plan import Plan, PlanRequest
 from autoshard.planner.search import check_optimizer, check_request, plan
 from autoshard.planner.selective import weigh_selective
@@ -114,21 +115,6 @@ def parse_reduce_dtype(value: str) -> str:
 SELF_CHECKPOINTING = ("The model checkpoints its own blocks (gradient checkpointing enabled in its code): every "
                       "candidate's step recomputes them, with or without the checkpointing in the ckpt column; turn "
                       "it off in the model to let the plan choose.")
-
-REFERENCE_SCAN = ("Its Mamba-2 mixers were traced through transformers' PyTorch scan, not the mamba-ssm kernels a "
-                  "GPU run uses: activation memory and step time are upper bounds, and may be several times a run "
-                  "with those kernels (docs/models.md, State-space models).")
-"""The explanation's last line for a model with Mamba-2-style mixers (:func:`autoshard.models.hf_classes.
-chunked_scan`)."""
-
-
-REFERENCE_LINEAR_ATTENTION = (
-    "Its linear-attention layers (gated DeltaNet) were traced through transformers' PyTorch chunked path, not the "
-    "flash-linear-attention kernels a GPU run uses when installed: their activation memory and step time are upper "
-    "bounds for such a run.")
-"""The explanation's line for a model with linear-attention layers (:func:`autoshard.models.hf_classes.
-linear_attention`)."""
-
 
 def plan_for(
     source: str | os.PathLike[str] | ModelSource,
@@ -248,7 +234,7 @@ def plan_for(
     planned = dataclasses.replace(plan(workload, hardware, request, chosen), cached_workload=entry)
     if choice is None:
         planned = weigh_selective(planned, lambda selective: traced((True,), selective), chosen)
-    lines = _source_lines(loaded, hardware.world_size, workload.seq_len)
+    lines = scope_lines(loaded, hardware.world_size, workload.seq_len)
     if workload.checkpoints_itself:
         lines.append(SELF_CHECKPOINTING)
     return dataclasses.replace(planned, explanation=(*planned.explanation, *lines)) if lines else planned
@@ -271,59 +257,3 @@ def traced_choices(checkpointed: bool, strategies: Sequence[Strategy]) -> tuple[
     if checkpointed and any(s.traits.family == "fsdp" for s in strategies):
         return (False, True)
     return (checkpointed,)
-
-
-def _source_lines(loaded: ModelSource, world_size: int, seq_len: int | None = None) -> list[str]:
-    """The explanation's lines about the model source itself: MoE experts on several GPUs, sizes taken from
-    transformers' defaults, a reference scan, a sequence past the context its rotary positions were made for."""
-    lines = []
-    trained = loaded.metadata.get("trained_positions")
-    if isinstance(trained, int) and seq_len is not None and seq_len > trained:
-        lines.append(
-            f"Scope: sequence {seq_len:,} is past the {trained:,} positions {loaded.name} was made for "
-            "(max_position_embeddings): rotary positions run at any length, so memory and time are planned as "
-            "asked, but training that far usually needs RoPE scaling (rope_parameters in the config; rope_scaling "
-            "before transformers 5) or a long-context checkpoint.")
-    experts = loaded.metadata.get("experts")
-    if experts and world_size > 1:
-        lines.append(
-            f"Scope: its {experts} experts per MoE layer are planned as any other parameters (FSDP and ZeRO-3 "
-            "gather a layer's experts whole on every GPU); expert parallelism, which keeps each expert on its own "
-            "GPUs (Megatron-LM, DeepSpeed-MoE, torchtitan), is not planned; with many or large experts it is usually "
-            "the faster way.")
-    if experts and loaded.metadata.get("dense_experts"):
-        k = loaded.metadata.get("experts_per_token")
-        lines.append(
-            f"Scope: transformers' code for this model sends every token through all {experts} experts and zeroes "
-            f"the outputs the router did not choose{f' (top-{k})' if k else ''}: the FLOPs, step time and MFU here "
-            f"are of that dense computation, about {experts // (k or 1)}x the routed experts' work of an "
-            "implementation with grouped GEMMs (torchtitan, Megatron-LM), which autoshard does not trace.")
-    unbuilt = loaded.metadata.get("mtp_layers_not_built")
-    if unbuilt:
-        lines.append(
-            f"Scope: the config declares {unbuilt} multi-token-prediction layer(s) (num_nextn_predict_layers), which "
-            f"transformers' {loaded.metadata.get('architecture')} does not build: they are not counted, traced or "
-            "planned here (DeepSeek-V3's one MTP module is about 14B parameters beside its 671B); a run that trains "
-            "them needs their memory and time on top.")
-    if loaded.metadata.get("attn_implementation") == "eager" and "no SDPA path" in str(
-            loaded.metadata.get("attn_implementation_chosen_by")):
-        lines.append(f"Scope: {loaded.metadata.get('architecture')} has no SDPA path in transformers, so its attention "
-                     "was traced eager: the scores of every head are materialised and kept for backward, slower and "
-                     "larger than a fused kernel (attn_implementation in the config names another, e.g. a "
-                     "flash-attention kernel the class supports).")
-    chosen_by = str(loaded.metadata.get("architecture_chosen_by", ""))
-    if chosen_by.startswith("AutoModel"):  # the config names no class: say which head was planned
-        built, kind = loaded.metadata.get("architecture"), loaded.metadata.get("model_type")
-        lines.append(f"Assumed: {loaded.origin} names no architectures: planned as {built}, the first class "
-                     f"transformers' {chosen_by} has for model_type {kind!r} (docs/models.md); set "
-                     "\"architectures\" in the file to plan another head.")
-    defaulted = loaded.metadata.get("defaulted_sizes")
-    if defaulted:
-        sizes = ", ".join(f"{k} {v:,}" for k, v in defaulted.items())
-        lines.append(f"Assumed: {loaded.origin} does not set {', '.join(defaulted)}: transformers' defaults for its "
-                     f"model_type were used ({sizes}); set them in the file if the model differs.")
-    if loaded.metadata.get("reference_scan"):
-        lines.append(REFERENCE_SCAN)
-    if loaded.metadata.get("reference_linear_attention"):
-        lines.append(REFERENCE_LINEAR_ATTENTION)
-    return lines

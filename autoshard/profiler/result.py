@@ -227,6 +227,10 @@ class ModelProfile:
     reserved: ReserveReplay | None = None
     """With ``profile(reserved=True)`` on a CUDA target: the step's allocations, the model traced whole, replayed
     through the caching allocator (segments, splitting, fragmentation); ``None`` otherwise."""
+    scope: tuple[str, ...] = ()
+    """What the profile leaves out or assumes about the model source ("Scope:" / "Assumed:" sentences,
+    :func:`autoshard.models.scope.scope_lines`): e.g. MoE experts that transformers' code computes densely, or
+    multi-token-prediction layers it does not build."""
 
     @property
     def block_class(self) -> str | None:
@@ -323,4 +327,5 @@ class ModelProfile:
             "census": None if self.census is None else self.census.to_dict(),
             "optimizer_census": None if self.optimizer_census is None else self.optimizer_census.to_dict(),
             "reserved": None if self.reserved is None else self.reserved.to_dict(),
+            "scope": list(self.scope),
         }

@@ -433,7 +433,7 @@ def test_mtp_layers_transformers_does_not_build_are_said(tmp_path: Path, mtp: in
     # (architectures probe)
     import transformers
 
-    from autoshard.planner.machine import _source_lines
+    from autoshard.models.scope import scope_lines
 
     config = transformers.DeepseekV3Config(
         vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
@@ -444,7 +444,7 @@ def test_mtp_layers_transformers_does_not_build_are_said(tmp_path: Path, mtp: in
     config.to_json_file(tmp_path / "dsv3" / "config.json")
     source = load_source(str(tmp_path / "dsv3" / "config.json"))
     assert source.metadata.get("mtp_layers_not_built") == (1 if said else None)
-    lines = [line for line in _source_lines(source, 1) if "multi-token-prediction" in line]
+    lines = [line for line in scope_lines(source, 1) if "multi-token-prediction" in line]
     assert bool(lines) is said
     if said:
         assert "declares 1 multi-token-prediction layer(s)" in lines[0] and "DeepseekV3ForCausalLM" in lines[0]

@@ -321,7 +321,8 @@ def test_a_plan_for_mamba2_mixers_says_its_figures_are_upper_bounds(save: Callab
     """The PyTorch scan stores far more than the mamba-ssm kernels: a plan that does not say so misleads (a 7B
     Mamba2 at 4096 tokens traced at 223 GiB of activations per sequence)."""
     from autoshard.hardware import load_hardware
-    from autoshard.planner.machine import REFERENCE_SCAN, plan_for
+    from autoshard.models.scope import REFERENCE_SCAN
+    from autoshard.planner.machine import plan_for
 
     mamba2 = save(transformers.Mamba2Config(**SSM, state_size=8, num_heads=8, head_dim=16, n_groups=1,
                                             chunk_size=16), "Mamba2ForCausalLM")

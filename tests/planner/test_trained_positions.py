@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import transformers
 
 import autoshard
@@ -26,7 +27,7 @@ def test_a_sequence_past_the_rotary_context_is_said(tmp_path: Path) -> None:
     past = autoshard.recommend(str(folder), hardware="dgx-h100", seq_len=128)
     assert _line(past) == [
         "Scope: sequence 128 is past the 64 positions llama was made for (max_position_embeddings): rotary "
-        "positions run at any length, so memory and time are planned as asked, but training that far usually needs "
+        "positions run at any length, so memory and time are counted as asked, but training that far usually needs "
         "RoPE scaling (rope_parameters in the config; rope_scaling before transformers 5) or a long-context "
         "checkpoint."]
     assert _line(autoshard.recommend(str(folder), hardware="dgx-h100", seq_len=64)) == []
@@ -38,3 +39,20 @@ def test_learned_positions_are_a_bound_not_a_context() -> None:
 
     assert trained_positions(gpt2) is None
     assert trained_positions(transformers.LlamaConfig(**SMALL)) == 64
+
+
+def test_profile_says_the_source_lines_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The plan's Scope lines about the model source were said by recommend only: profile's figures (a sequence
+    past the rotary context, dense-computed experts, unbuilt MTP layers) came with no word (a new user's report)."""
+    from autoshard.cli import main
+
+    folder = tmp_path / "llama"
+    transformers.LlamaConfig(**SMALL).save_pretrained(folder)
+    p = autoshard.profile(str(folder), batch_size=1, seq_len=128)
+    assert [line for line in p.scope if line.startswith("Scope: sequence 128 is past the 64 positions")]
+    assert p.to_dict()["scope"] == list(p.scope)
+    assert not [line for line in autoshard.profile(str(folder), batch_size=1, seq_len=64).scope
+                if line.startswith("Scope:")]
+    assert main(["profile", str(folder), "--batch-size", "1", "--seq-len", "128"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "Scope: sequence 128 is past the 64 positions llama was made for" in printed

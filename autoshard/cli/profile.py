@@ -102,11 +102,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _active(p: ModelProfile) -> str:
-    """``"; 12.93B active per token: 2 of 8 experts"`` for a mixture-of-experts model, else nothing."""
+    """``"; 12.93B active per token (input embedding included): 2 of 8 experts"`` for a mixture-of-experts model,
+    else nothing. Model cards differ on the embedding (Mixtral's 12.9B counts it, DeepSeek's and GPT-OSS's figures
+    leave it out): the line says which this is."""
     active, routing = p.active_parameter_count, p.expert_routing
     if active is None or routing is None:
         return ""
-    return f"; {count(active)} active per token: {routing.per_token} of {routing.experts} experts"
+    return (f"; {count(active)} active per token (input embedding included): {routing.per_token} of "
+            f"{routing.experts} experts")
 
 
 def _print(p: ModelProfile, *, show_blocks: bool) -> None:

@@ -154,7 +154,7 @@ def _print(plan: Plan) -> None:
     tf32 = f" (float32 matmul precision {matmuls})" if matmuls != "highest" else ""
     counts = ([f"{count(w.trainable_parameter_count)} trainable"] if w.trainable_parameter_count < w.parameter_count
               else []) + ([] if w.active_parameter_count is None else [f"{count(w.active_parameter_count)} active "
-                                                                      "per token"])
+                                                                      "per token, input embedding included"])
     trains = f" ({'; '.join(counts)})" if counts else ""
     console.print(f"[bold]{escape(w.model)}[/bold] — {count(w.parameter_count)} parameters{trains}, "
                   f"{w.precision.value}{tf32}, "

@@ -91,7 +91,8 @@ def test_the_cli_says_the_active_parameters(tmp_path: Path, command: str) -> Non
     assert run.returncode == 0, run.stderr
     active = autoshard.profile(str(folder), batch_size=1, seq_len=16).active_parameter_count
     assert active is not None
-    shown = f"{active / 1e3:.2f}K active per token"
+    shown = f"{active / 1e3:.2f}K active per token" + (" (input embedding included)" if command == "profile" else
+                                                       ", input embedding included")
     assert shown in " ".join(run.stdout.split())
     if command == "profile":
         assert "2 of 8 experts" in run.stdout

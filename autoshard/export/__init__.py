@@ -20,6 +20,7 @@ from autoshard.export import (
     launch,
     lightning,
 )
+from autoshard.export.trainer_flags import checkpointing_flag
 from autoshard.planner import plan_file
 from autoshard.planner.plan import Plan
 from autoshard.planner.plan_file import ExportedPlan, from_plan, read
@@ -134,7 +135,7 @@ def notes(exported: ExportedPlan) -> list[str]:
                    "it, and so does DeepSpeed's bf16 section.")
     if exported.checkpoints_every_block:
         blocks = " and ".join(exported.model.block_classes) or "repeated block"
-        out.append(f"The plan checkpoints every {blocks}: hf_trainer_args.txt (--gradient_checkpointing) and "
+        out.append(f"The plan checkpoints every {blocks}: hf_trainer_args.txt ({checkpointing_flag()}) and "
                    "the FSDP configs here enable it; with ds_config.json or the DDP files in your own script, enable "
                    "it in your model (a transformers model: model.gradient_checkpointing_enable()).")
     elif exported.activation_checkpointing:

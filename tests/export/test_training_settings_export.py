@@ -41,7 +41,7 @@ def test_an_implementation_the_trainer_cannot_name_is_left_to_the_script() -> No
 @pytest.mark.parametrize(("mode", "switch"), [(None, True), ("full", True), ("op", False), ("every-2", False)])
 def test_only_full_checkpointing_turns_on_the_trainers_switch(mode: str | None, switch: bool) -> None:
     exported = dataclasses.replace(PLAN, activation_checkpointing=True, checkpointing=mode)
-    assert ("--gradient_checkpointing" in hf_trainer.arguments(exported)) is switch
+    assert ("--activation_checkpointing" in hf_trainer.arguments(exported)) is switch
     selective = [n for n in notes(exported) if "cannot express" in n]
     assert bool(selective) is not switch
     if selective:
@@ -54,3 +54,44 @@ def test_a_plan_with_an_unknown_checkpointing_is_refused() -> None:
 
     with pytest.raises(UsageError, match="unknown activation checkpointing"):
         dataclasses.replace(PLAN, activation_checkpointing=True, checkpointing="sometimes")
+
+
+@pytest.mark.parametrize("family", ["ddp", "fsdp"])
+def test_the_trainer_flags_use_the_names_the_installed_transformers_has_not_deprecated(family: str) -> None:
+    """transformers 5.24 warned on the exported --gradient_checkpointing ("deprecated and will be removed in v6")
+    and on --fsdp "full_shard auto_wrap" ("Passing `fsdp` as a string is deprecated and will be removed in
+    Transformers v5.20"): both are read here as that transformers reads them, with no warning."""
+    transformers = pytest.importorskip("transformers")
+    import logging
+    import warnings
+
+    from autoshard.export.trainer_flags import checkpointing_flag
+
+    exported = dataclasses.replace(PLAN, activation_checkpointing=True, checkpointing="full")
+    if family == "fsdp":
+        from autoshard.strategies import get
+
+        exported = dataclasses.replace(exported, strategy="fsdp", family="fsdp", traits=get("fsdp").traits,
+                                       settings={"reshard_after_forward": True, "reduce_dtype": "fp32"})
+    flags = hf_trainer.arguments(exported)
+    said: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger = transformers.utils.logging.get_logger("transformers.training_args")
+    logger.addHandler(handler := Catch())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            args = hf_trainer.training_arguments(exported, output_dir="out", use_cpu=True)
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in said if "deprecated" in m]
+    if family == "fsdp":
+        assert flags[flags.index("--fsdp") + 1] == "--fsdp_config" and args.fsdp
+        assert args.fsdp_config["reshard_after_forward"] is True
+    else:
+        assert checkpointing_flag() == "--activation_checkpointing" in flags
+        assert args.activation_checkpointing is True

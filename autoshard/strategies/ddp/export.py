@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from autoshard.export.family import LightningPart
+from autoshard.export.trainer_flags import checkpointing_flag
 from autoshard.planner.plan_file import ExportedPlan
 
 _ACCELERATE_HOOKS = {"fp16_compress": "fp16", "bf16_compress": "bf16", "powersgd": "power_sgd"}
@@ -55,12 +56,13 @@ class DDPExporter:
         return LightningPart(imports=lines, strategy=f"DDPStrategy({', '.join(args)})")
 
     def hf_trainer(self, exported: ExportedPlan, *, ds_config_file: str, fsdp_config_file: str) -> list[str]:
-        """The bucket size, the unused-parameter search and, with checkpointing, ``--gradient_checkpointing``."""
+        """The bucket size, the unused-parameter search and, with checkpointing, the Trainer's switch
+        (:func:`~autoshard.export.trainer_flags.checkpointing_flag`)."""
         s = exported.settings
         args = ["--ddp_bucket_cap_mb", str(int(s["bucket_cap_mb"])),
                 "--ddp_find_unused_parameters", str(bool(s["find_unused_parameters"])).lower()]
         if exported.checkpoints_every_block:
-            args.append("--gradient_checkpointing")
+            args.append(checkpointing_flag())
         return args
 
     def accelerate_handlers(self, exported: ExportedPlan) -> dict[str, dict[str, Any]]:

@@ -15,6 +15,7 @@ from autoshard.errors import UsageError
 from autoshard.export.accelerate import DS_CONFIG_FILE
 from autoshard.export.family import LightningPart
 from autoshard.export.launch import MASTER_PORT
+from autoshard.export.trainer_flags import checkpointing_flag
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.strategies.deepspeed import config
 
@@ -89,10 +90,11 @@ class DeepSpeedExporter:
         return {}
 
     def hf_trainer(self, exported: ExportedPlan, *, ds_config_file: str, fsdp_config_file: str) -> list[str]:
-        """``--deepspeed`` with the config file and, with checkpointing, ``--gradient_checkpointing``."""
+        """``--deepspeed`` with the config file and, with checkpointing, the Trainer's switch
+        (:func:`~autoshard.export.trainer_flags.checkpointing_flag`)."""
         args = ["--deepspeed", ds_config_file]
         if exported.checkpoints_every_block:
-            args.append("--gradient_checkpointing")
+            args.append(checkpointing_flag())
         return args
 
     def launchers(self, exported: ExportedPlan, *, script: str) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 from autoshard.errors import UsageError
 from autoshard.export.family import LightningPart
 from autoshard.export.hf_trainer import FSDP_CONFIG_FILE
+from autoshard.export.trainer_flags import fsdp_switch_alone
 from autoshard.planner.plan_file import ExportedPlan
 
 
@@ -182,13 +183,14 @@ class FSDPExporter:
         Raises:
             UsageError: see :func:`trainer_fsdp_config`.
         """
-        # transformers 5.23 parses --fsdp as a string: "true" is refused ("Unknown `fsdp` option"), so the
-        # (deprecated there, still accepted) option string is written; fsdp_config.json's values take precedence.
-        reshard = trainer_fsdp_config(exported)["reshard_after_forward"]
-        options = ["full_shard" if reshard else "shard_grad_op", "auto_wrap"]
-        if exported.strategy_traits.offload_parameters:
-            options.append("offload")
-        args = ["--fsdp", " ".join(options), "--fsdp_config", fsdp_config_file]
+        # transformers 5.23 parsed --fsdp as a string ("true" refused: "Unknown `fsdp` option"); 5.24 takes --fsdp
+        # alone and warns on the string. fsdp_config.json holds every option either way, and wins over the string.
+        args = ["--fsdp"]
+        if not fsdp_switch_alone():
+            reshard = trainer_fsdp_config(exported)["reshard_after_forward"]
+            options = ["full_shard" if reshard else "shard_grad_op", "auto_wrap"]
+            args.append(" ".join(options + (["offload"] if exported.strategy_traits.offload_parameters else [])))
+        args += ["--fsdp_config", fsdp_config_file]
         if exported.gradient_accumulation > 1:
             # The Trainer skips the gradient sync on all but the last micro-batch (accelerate's no_sync:
             # set_requires_gradient_sync(False) under FSDP2), which keeps every unsharded gradient between them;

@@ -142,9 +142,9 @@ def run_study(
     # Opened before the model is traced: a bad or unreachable storage is refused in seconds.
     store, shown = storage_mod.open_storage(storage, out)
     with storage_mod.removed_if_refused(out, storage, *existed):  # refused before the study: nothing left behind
+        hw = trial_hardware(hardware, processes)  # before the model is built: a second node is refused in seconds
         source = load_source(model)
         origin = source.origin.removeprefix("catalog:")
-        hw = trial_hardware(hardware, processes)
         chosen = precision or default_precision(hw)
         plan = plan_for(source, hw, batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len,
                         precision=chosen, optimizer=asked or "adamw", grad_clip_norm=clip_norm,

@@ -178,3 +178,18 @@ def test_the_delete_command_of_a_study_behind_a_password_says_to_put_the_url_bac
     assert "`optuna delete-study --study-name team1 --storage YOUR_STORAGE_URL` (your --storage URL, with its " \
            "password)" in hint
     assert "***" not in hint
+
+
+def test_hardware_of_several_nodes_is_refused_before_the_model_is_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """`autoshard tune ... --nodes 2` built the model (transformers' import, the config) before refusing the
+    hardware, about 10 s of a refusal that needs none; nothing is left in the output directory."""
+    def built(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was loaded before the hardware was checked")
+
+    monkeypatch.setattr("autoshard.tuner.study.load_source", built)
+    out = tmp_path / "tune"
+    code = main(["tune", "tiny-gpt2", "--hardware", "h100-sxm-80gb", "--nodes", "2", "--output-dir", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "the hardware describes 2 nodes" in err and "one shared --storage URL" in err
+    assert not out.exists()

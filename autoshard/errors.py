@@ -135,6 +135,7 @@ Rewrites = Sequence[tuple[str, str]]
 PLANNER_ARGUMENTS: Rewrites = (
     (r"--gpus/--nodes for (\d+)", r"hardware= with \1 GPUs"), (r"--nvme PATH", "an NVMe path in hardware="),
     (r"\(--nodes\)", "(hardware= with more nodes)"), (r"\(--cpu-memory\)", "(hardware= with its RAM)"),
+    (r"--nodes 1\b", "hardware= of one node"),
     (r"--strategies; strategy= in fit\(\)", "strategies="), (r"--seq-len (\d+)", r"seq_len=\1"),
     (r"--global-batch-size\b", "global_batch_size="), (r"--batch-size\b", "batch_size="),
     (r"--checkpointing ([\w-]+); activation_checkpointing= in fit\(\)", r'activation_checkpointing="\1"'),

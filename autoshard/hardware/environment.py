@@ -26,7 +26,25 @@ def _int_var(environ: Mapping[str, str], name: str) -> int | None:
     return value
 
 
-_SLURM_TASKS_RE = re.compile(r"^(\d+)(\(x\d+\))?")
+_SLURM_TASKS_RE = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_SLURM_HINT = ("Ask SLURM for the same number of tasks on every node (--ntasks-per-node), or plan for a profile "
+               "instead: --hardware NAME with --gpus N and --nodes N.")
+
+
+def slurm_task_counts(layout: str) -> list[int]:
+    """Tasks on each node from SLURM's compressed ``SLURM_TASKS_PER_NODE``; ``[]`` for a form it does not know.
+
+    Example:
+        >>> slurm_task_counts("2(x3),1"), slurm_task_counts("4"), slurm_task_counts("odd")
+        ([2, 2, 2, 1], [4], [])
+    """
+    counts: list[int] = []
+    for part in layout.split(","):
+        match = _SLURM_TASKS_RE.match(part.strip())
+        if match is None:
+            return []
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
 
 
 def launch_environment(environ: Mapping[str, str]) -> LaunchEnvironment | None:
@@ -70,14 +88,27 @@ def launch_environment(environ: Mapping[str, str]) -> LaunchEnvironment | None:
     if "SLURM_JOB_ID" in environ:
         nodes = _int_var(environ, "SLURM_JOB_NUM_NODES") or _int_var(environ, "SLURM_NNODES") or 1
         per_node = _int_var(environ, "SLURM_NTASKS_PER_NODE")
-        if per_node is None and environ.get("SLURM_TASKS_PER_NODE"):
-            match = _SLURM_TASKS_RE.match(environ["SLURM_TASKS_PER_NODE"].strip())
-            per_node = int(match.group(1)) if match else None
+        layout = environ.get("SLURM_TASKS_PER_NODE", "").strip()
+        if per_node is None and layout:
+            counts = slurm_task_counts(layout)
+            if len(set(counts)) > 1:
+                raise HardwareError(f"SLURM_TASKS_PER_NODE={layout!r}: this job runs {'+'.join(map(str, counts))} "
+                                    "tasks on its nodes; autoshard plans for nodes that all run the same number "
+                                    "of processes.", hint=_SLURM_HINT)
+            per_node = counts[0] if counts else None
+        if per_node == 0:
+            raise HardwareError("SLURM says this job runs 0 tasks per node (SLURM_NTASKS_PER_NODE=0).",
+                                hint=_SLURM_HINT)
+        tasks = _int_var(environ, "SLURM_NTASKS")
+        if tasks and per_node and tasks != nodes * per_node:
+            raise HardwareError(f"SLURM_NTASKS={tasks} is not {nodes} node(s) x {per_node} task(s) per node: the "
+                                "job's nodes do not all run the same number of tasks, which autoshard plans for.",
+                                hint=_SLURM_HINT)
         return LaunchEnvironment(
             launcher="slurm",
             nodes=nodes,
             processes_per_node=per_node,
-            world_size=_int_var(environ, "SLURM_NTASKS"),
+            world_size=tasks,
             rank=_int_var(environ, "SLURM_PROCID"),
             local_rank=_int_var(environ, "SLURM_LOCALID"),
             node_rank=_int_var(environ, "SLURM_NODEID"),

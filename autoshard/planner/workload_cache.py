@@ -148,7 +148,8 @@ def store(path: Path, key: WorkloadKey, workload: Workload) -> bool:
     entry = {"kind": KIND, "format": FORMAT_VERSION, "key": key.to_dict(), "workload": encode(workload, Workload)}
     problem = write_json(path, entry)
     if problem is not None:
-        note(f"could not write the workload cache: {problem}.")
+        note(f"could not write the workload cache: {problem}; the model will be traced again next time "
+             "(AUTOSHARD_CACHE_DIR names another directory).")
         return False
     return True
 

@@ -21,8 +21,11 @@ def trial_hardware(hardware: HardwareSpec | str | os.PathLike[str] | None, proce
     """
     hw = hardware_for(hardware, processes=processes)
     if hw.nodes > 1:
-        raise UsageError(f"trials run on this machine, and the hardware describes {hw.nodes} nodes.",
-                         hint="Run autoshard tune on each node with one shared --storage URL: they tune one study.")
+        launch = hw.launch.launcher if hw.launch is not None and hw.source == "detected" else None
+        whose = f" ({'SLURM' if launch == 'slurm' else launch}'s job has {hw.nodes})" if launch else ""
+        raise UsageError(f"trials run on this machine, and the hardware describes {hw.nodes} nodes{whose}.",
+                         hint="Tune one node's plan: pass --nodes 1; run so on each node with one shared --storage "
+                              "URL, they tune one study.")
     if hw.device_type == "cuda":
         import torch
 

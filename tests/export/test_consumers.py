@@ -323,17 +323,24 @@ def test_lightning_zero3_config_passes_the_setup_of_validate_test_and_predict(pl
     assert seen["config"]["zero_optimization"]["stage"] == 3
 
 
-def test_lightning_fsdp_offload_file_gives_every_rank_its_share_of_the_cores(plan, tmp_path):
+@pytest.mark.parametrize(("ranks", "affinity"), [(4, None), (1, {0})])
+def test_lightning_fsdp_offload_file_gives_every_rank_its_share_of_the_cores(plan, tmp_path, ranks, affinity):
     """Lightning sets the thread share in a launcher ModelParallelStrategy makes in the first process only: its
-    other ranks took every core for the host's optimizer step (export probe). The file run as a rank (OMP unset)."""
+    other ranks took every core for the host's optimizer step (export probe). The file run as a rank (OMP unset).
+    In a job confined to some cores (a cpuset, taskset) the share is of those, as launch.sh's nproc counts them
+    (a container probe: the file divided os.cpu_count(), every core of the machine)."""
     pytest.importorskip("lightning")
-    exported = on_gpus(cpu_plan(plan, "fsdp_cpu_offload", ranks=4))
+    if affinity is not None and (not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2):
+        pytest.skip("needs CPU affinity and two cores")
+    exported = on_gpus(cpu_plan(plan, "fsdp_cpu_offload", ranks=ranks))
     write(exported, tmp_path)
     snippet = constructible_here((tmp_path / "lightning_trainer.py").read_text())
-    check = snippet + "\nimport json, os, torch\nprint(json.dumps([torch.get_num_threads(), os.cpu_count()]))\n"
+    confine = "" if affinity is None else f"import os\nos.sched_setaffinity(0, {affinity!r})\n"
+    count = "os.cpu_count()" if affinity is None else "len(os.sched_getaffinity(0))"
+    check = confine + snippet + f"\nimport json, os, torch\nprint(json.dumps([torch.get_num_threads(), {count}]))\n"
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     proc = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     threads, cores = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert threads == max(1, cores // 4)
+    assert threads == max(1, cores // ranks)

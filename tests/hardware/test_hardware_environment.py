@@ -97,6 +97,13 @@ def test_launcher_environment_gives_nodes_and_ranks(environ: dict[str, str], exp
         ({"LOCAL_WORLD_SIZE": "8", "WORLD_SIZE": "lots"}, "WORLD_SIZE='lots'"),
         ({"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "10"}, "not a multiple"),
         ({"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "-2"}, "SLURM_JOB_NUM_NODES"),
+        # uneven and empty layouts were planned as the first node's count (a container probe: 4 ranks for 3 tasks)
+        ({"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "3", "SLURM_TASKS_PER_NODE": "2,1"},
+         r"this job runs 2\+1 tasks on its nodes"),
+        ({"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "3", "SLURM_TASKS_PER_NODE": "2(x2),1"}, r"2\+2\+1 tasks"),
+        ({"SLURM_JOB_ID": "1", "SLURM_NTASKS_PER_NODE": "0"}, "0 tasks per node"),
+        ({"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NTASKS": "3"},
+         r"SLURM_NTASKS=3 is not 2 node\(s\) x 2 task\(s\) per node"),
     ],
 )
 def test_malformed_launcher_variables_are_named(environ: dict[str, str], fragment: str) -> None:

@@ -193,3 +193,16 @@ def test_hardware_of_several_nodes_is_refused_before_the_model_is_built(tmp_path
     err = capsys.readouterr().err
     assert code == 2 and "the hardware describes 2 nodes" in err and "one shared --storage URL" in err
     assert not out.exists()
+
+
+def test_a_slurm_job_of_several_nodes_is_told_to_tune_one_nodes_plan(monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Inside a 2-node SLURM job the hint said to run tune on each node, where each was refused again for the
+    same 2 nodes (a container probe): it names SLURM as where the nodes came from, and --nodes 1."""
+    for name, value in {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "2",
+                        "SLURM_TASKS_PER_NODE": "1(x2)"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr("autoshard.tuner.study.load_source", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert main(["tune", "tiny-gpt2", "--trials", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "describes 2 nodes (SLURM's job has 2)" in err and "pass --nodes 1" in err

@@ -118,9 +118,12 @@ def lightning_part(exported: ExportedPlan) -> LightningPart:
     if traits.offloads:
         # Lightning 2.5.6 sets the thread share in the launcher, which ModelParallelStrategy creates in the first
         # process only: ranks 1.. would each take every core for the optimizer step on the host (export probe)
+        # the usable cores, as launch.sh's nproc counts them (a job's CPU affinity), not the machine's
         body += ["if 'OMP_NUM_THREADS' not in os.environ:  # the plan's share of the host's cores; Lightning sets it "
                  "on rank 0 only here",
-                 f"    torch.set_num_threads(max(1, (os.cpu_count() or 1) // {hw.gpus_per_node}))", ""]
+                 "    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else "
+                 "os.cpu_count() or 1",
+                 f"    torch.set_num_threads(max(1, cores // {hw.gpus_per_node}))", ""]
     body += [
         f"BLOCKS = {set(exported.model.block_classes)!r}  # the plan's repeated block classes, by name",
         "",

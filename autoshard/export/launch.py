@@ -91,7 +91,12 @@ def _whole_node(exported: ExportedPlan) -> list[str]:
     """``--exclusive`` for a plan whose optimizer steps on the host: its step time was priced on all the node's
     cores and its states counted against all its RAM. With one task per node and no CPU count, SLURM's cgroup or
     affinity plugins may bind the task, and every rank torchrun starts under it, to one CPU: ``$(nproc)`` is then
-    1, and so is each rank's ``OMP_NUM_THREADS``."""
+    1, and so is each rank's ``OMP_NUM_THREADS``. A plan for CPU processes likewise: all of its training runs on
+    the node's cores, and the plan shared its RAM among the ranks."""
+    if exported.hardware.device_type == "cpu":
+        return ["#SBATCH --exclusive",
+                "# --exclusive: the plan's ranks are CPU processes, planned on every core and all the RAM of each "
+                "node."]
     if not exported.strategy_traits.offloads:
         return []
     return ["#SBATCH --exclusive",

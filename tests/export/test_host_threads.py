@@ -121,3 +121,13 @@ def test_deepspeeds_multi_node_launcher_line_says_ssh_does_not_carry_the_threads
     plain = "\n".join(deepspeed_export.EXPORTER.launchers(_gpu_plan(plan, "deepspeed_stage_3", ranks=8, nodes=2),
                                                           script="train.py"))
     assert "OMP_NUM_THREADS" not in plain
+
+
+def test_a_cpu_plans_sbatch_asks_for_whole_nodes(plan):
+    """A plan for gloo CPU processes got an sbatch with one task per node and no CPU count or --exclusive: SLURM may
+    bind the task, and every rank torchrun starts under it, to one CPU of a node the plan counted whole (a
+    container probe)."""
+    from tests.export.conftest import cpu_plan
+
+    lines = render(cpu_plan(plan, "ddp", ranks=2, nodes=2), validate=False)["slurm.sbatch"].splitlines()
+    assert "#SBATCH --exclusive" in lines and any("CPU processes" in x for x in lines)

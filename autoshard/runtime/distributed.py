@@ -92,6 +92,27 @@ class LaunchInfo:
                    master_addr=environ.get("MASTER_ADDR"), master_port=number("MASTER_PORT"))
 
 
+def check_not_a_launcher_copy(environ: Mapping[str, str]) -> None:
+    """Refuse to start workers from one of several copies a launcher started without ranks of torch's: ``srun -n 2
+    python train.py`` runs the script twice, and each :func:`~autoshard.runtime.fit.fit` would start its own whole
+    run of the plan (SLURM's ``SLURM_PROCID`` / ``SLURM_NTASKS`` are not ``RANK`` / ``WORLD_SIZE``).
+
+    Raises:
+        UsageError: this process is one of several tasks of a SLURM step (``srun``), not a torchrun rank.
+
+    Example:
+        >>> check_not_a_launcher_copy({"SLURM_JOB_ID": "8", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "1"})
+    """
+    if "SLURM_STEP_ID" not in environ or "SLURM_PROCID" not in environ:  # sbatch's own script: one copy
+        return
+    tasks = environ.get("SLURM_NTASKS", "1").strip()
+    if tasks.isdigit() and int(tasks) > 1:
+        raise UsageError(f"this process is SLURM task {environ['SLURM_PROCID']} of {tasks} (srun started the "
+                         f"script {tasks} times): each would start its own run of the plan.",
+                         hint="Start one task per node that runs torchrun (srun --ntasks-per-node=1 torchrun ... "
+                              "train.py, as slurm.sbatch from `autoshard export` does): fit() joins its ranks.")
+
+
 _EXCEPTHOOK_BEFORE_GROUP: Any = None
 """``sys.excepthook`` as it was before :func:`join` created the default group; :func:`destroy_group` puts it back."""
 

@@ -23,7 +23,7 @@ from autoshard.profiler.options import OptimizerImpl, parse_grad_clip_norm
 from autoshard.runtime import calls, planning, supervisor, workers
 from autoshard.runtime.data import SampleList, check_not_columns, unbatched_samples
 from autoshard.runtime.data import check as check_data
-from autoshard.runtime.distributed import LaunchInfo, broadcast_json, destroy_group, join
+from autoshard.runtime.distributed import LaunchInfo, broadcast_json, check_not_a_launcher_copy, destroy_group, join
 from autoshard.runtime.options import FIT_ARGUMENTS, Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
 from autoshard.runtime.result import FitResult
 from autoshard.runtime.train import TrainJob, check_optimizer_instance, check_resume, train
@@ -202,12 +202,14 @@ def fit(
             workers.run(job, launch, Path(run_dir))  # never returns
         if launch is not None:
             return _launched(job, options, launch)
+        check_not_a_launcher_copy(environ)  # before planning: srun -n 2 python train.py would train twice
         exported, notes, job = planning.resolve(job, options, world_size=None)
         check_resume(job, exported, exported.hardware.world_size)  # before any worker starts
         if exported.hardware.nodes > 1:
             raise UsageError(f"the plan spans {exported.hardware.nodes} nodes; fit() starts processes on this machine "
-                             "only.", hint="Start it on every node with torchrun or srun (see launch.sh from "
-                                           "`autoshard export`).")
+                             "only.", hint="Start torchrun on every node (srun --ntasks-per-node=1 torchrun ... "
+                                           "train.py, as launch.sh and slurm.sbatch from `autoshard export` do): "
+                                           "fit() joins its ranks.")
         if exported.hardware.world_size == 1:
             return _single(job, exported, notes)
         return workers.spawn(job, exported, notes, model, timeout_s)

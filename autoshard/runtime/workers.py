@@ -124,6 +124,7 @@ def spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
         command = _module_worker_command(job, model)
     run_dir = Path(tempfile.mkdtemp(prefix="autoshard-fit-"))
     try:
+        _check_room(run_dir, job, exported, hands_over=command[1:3] != ["-m", "autoshard.runtime.worker"])
         plan_file.write(exported, run_dir / "plan.json")
         if isinstance(job.data, SampleList):
             (run_dir / SAMPLES_FILE).touch()  # the workers read the list as samples too
@@ -142,6 +143,32 @@ def spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
         return _collect(run_dir, exported, job.module)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _check_room(run_dir: Path, job: TrainJob, exported: ExportedPlan, *, hands_over: bool) -> None:
+    """Refuse a run whose weights the run directory cannot hold: the module's weights handed to the workers
+    (``hands_over``: they run the user's script again), and the trained ones handed back (fp32 unless the plan
+    trains bf16 throughout). A small ``$TMPDIR`` (a container's, an HPC node's) lost a finished run: rank 0's
+    save of the trained weights failed after training, and so did its report of the error, which the user then
+    read as a kill for host memory (a container probe).
+
+    Raises:
+        UsageError: the file system of ``run_dir`` has less room than that.
+    """
+    module = job.module
+    weights = 0 if module is None else sum(t.numel() * t.element_size() for t in module.state_dict().values()
+                                           if isinstance(t, torch.Tensor))
+    width = 2 if exported.precision == "bf16-true" else 4
+    trained = (weights or exported.model.parameter_count * width) if job.consolidate else 0
+    need = (weights if hands_over else 0) + trained + 2**20  # and the run's small files
+    free = shutil.disk_usage(run_dir).free
+    if free < need:
+        from autoshard.hardware.units import format_bytes
+
+        raise UsageError(f"fit() hands the weights between its workers and this process in {run_dir.parent}, which "
+                         f"has {format_bytes(free)} free, and they need about {format_bytes(need)}.",
+                         hint="Set TMPDIR to a directory with room before fit() runs (a local disk, not a small "
+                              "tmpfs).")
 
 
 def host_thread_environ(environ: Mapping[str, str], exported: ExportedPlan,

@@ -67,7 +67,7 @@ def detect_hardware(
     report = probe_nvml(nvml)
     cpu = probe_cpu()
     nvme = discover_nvme()
-    notes: list[str] = []
+    notes: list[str] = list(report.notes)
     order: list[int] = []
     if report.devices:
         order, order_notes = cuda_order(

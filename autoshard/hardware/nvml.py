@@ -48,6 +48,8 @@ class NvmlReport:
     driver_version: str | None = None
     no_gpu_reason: str | None = None
     """Why there are no GPUs (NVML missing, no driver, zero devices), when there are none."""
+    notes: tuple[str, ...] = ()
+    """What the user should know: GPUs this process may not use, left out."""
 
     def topology_label(self, i: int, j: int) -> str:
         """``nvidia-smi topo -m``-style label for NVML indices ``i`` and ``j``."""
@@ -146,10 +148,28 @@ def _read_all(nvml: Any) -> NvmlReport:
         return NvmlReport(devices=(), driver_version=driver_version, no_gpu_reason="NVML found no NVIDIA GPU")
     handles = []
     devices = []
+    denied = []
     for i in range(count):
-        handle = _required(nvml, i, "its handle", nvml.nvmlDeviceGetHandleByIndex, i)
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+        except nvml.NVMLError as exc:
+            # A job confined to some GPUs (SLURM's ConstrainDevices, a container's device cgroup): NVML counts
+            # every GPU and refuses the others' handles (nvml.h, nvmlDeviceGetCount_v2); CUDA sees only these
+            if _is_one_of(nvml, exc, ("NVMLError_NoPermission",)):
+                denied.append(i)
+                continue
+            raise HardwareError(f"NVML failed reading its handle of GPU {i} (NVML numbering): {exc}.",
+                                hint=_HINT) from None
         handles.append(handle)
         devices.append(_read_device(nvml, i, handle))
+    notes = () if not denied else (
+        f"NVML counts {count} GPUs, and this process may not use {len(denied)} of them (NVML numbering "
+        f"{', '.join(map(str, denied))}: Insufficient Permissions, as in a job confined to its own GPUs): planned "
+        f"with the other {len(devices)}.",)
+    if not devices:
+        return NvmlReport(devices=(), driver_version=driver_version, notes=notes,
+                          no_gpu_reason=f"NVML found {count} GPU(s), none of which this process may use")
+    count = len(devices)
     links = [_read_nvlinks(nvml, handle) for handle in handles]
     bus_ids = [d.pci_bus_id for d in devices]
     counts = tuple(
@@ -169,6 +189,7 @@ def _read_all(nvml: Any) -> NvmlReport:
         nvlink_counts=counts,
         topology_levels=tuple(tuple(row) for row in levels),
         driver_version=driver_version,
+        notes=notes,
     )
 
 

@@ -87,6 +87,8 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
         if not 0 <= index < len(self.data["devices"]):
             self._raise("NVML_ERROR_INVALID_ARGUMENT")
+        if index in self.data.get("no_permission", ()):  # a GPU outside the job's device cgroup
+            self._raise("NVML_ERROR_NO_PERMISSION")
         return _Handle(index)
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str | bytes:

@@ -121,3 +121,21 @@ def test_real_detection_on_this_machine_never_initialises_cuda() -> None:
     else:
         assert hw.backend == "nccl" and hw.node.devices
     assert not torch.cuda.is_initialized()
+
+
+@pytest.mark.parametrize("visible", [None, "0,1"])
+def test_gpus_this_process_may_not_use_are_left_out_and_said(visible: str | None) -> None:
+    """A job confined to GPUs 2 and 3 of 8 (SLURM's ConstrainDevices): NVML counts all 8 and refuses the others'
+    handles with NVML_ERROR_NO_PERMISSION (nvml.h: "Update your code to handle this error"); detection refused
+    the machine (a container probe). CUDA numbers the two it sees 0 and 1, as SLURM's CUDA_VISIBLE_DEVICES does."""
+    from autoshard.hardware import detect_hardware
+    from tests.hardware.hardware_fake_nvml import load_fixture
+
+    data = {**load_fixture("dgx_a100_8x"), "no_permission": [0, 1, 4, 5, 6, 7]}
+    hw = detect_hardware(environ={} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}, nvml=FakeNvml(data))
+    assert hw.world_size == 2 and [d.nvml_index for d in hw.node.devices] == [2, 3]
+    assert [d.index for d in hw.node.devices] == [0, 1]
+    assert any("may not use 6 of them (NVML numbering 0, 1, 4, 5, 6, 7" in n for n in hw.notes)
+    none = {**data, "no_permission": list(range(8))}
+    cpu = detect_hardware(environ={}, nvml=FakeNvml(none))
+    assert cpu.device_type == "cpu" and any("none of which this process may use" in n for n in cpu.notes)

@@ -37,37 +37,69 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def cgroup_memory(cgroup_root: Path = Path("/sys/fs/cgroup")) -> tuple[int | None, int | None]:
-    """This container's memory limit and current usage in bytes (``None``: no limit / not readable).
+def cgroup_memory(cgroup_root: Path = Path("/sys/fs/cgroup"),
+                  proc_cgroup: Path = Path("/proc/self/cgroup")) -> tuple[int | None, int | None]:
+    """This process's memory limit and its cgroup's current usage in bytes (``None``: no limit / not readable).
 
-    Reads cgroup v2 (``memory.max``, ``memory.current``) or v1 (``memory/memory.limit_in_bytes``,
-    ``memory/memory.usage_in_bytes``).
+    The limit is the smallest of the process's own cgroup (``proc_cgroup``: ``/proc/self/cgroup``) and its
+    ancestors up to ``cgroup_root``: a SLURM job's (``.../job_7/memory.max``), a ``systemd-run -p MemoryMax``
+    scope's and a container's with its own cgroup namespace (whose own cgroup is the root). cgroup v2
+    (``memory.max``, ``memory.current``) or v1 (``memory/<path>/memory.limit_in_bytes``, ``memory.usage_in_bytes``).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp()); job = root / "slurm" / "job_7"; job.mkdir(parents=True)
+        >>> _ = (root / "memory.max").write_text("max"); _ = (job / "memory.max").write_text(str(2**31))
+        >>> _ = (job / "memory.current").write_text(str(2**20)); _ = (root / "self").write_text("0::/slurm/job_7")
+        >>> cgroup_memory(root, root / "self")
+        (2147483648, 1048576)
     """
-    for limit_file, usage_file in (
-        (cgroup_root / "memory.max", cgroup_root / "memory.current"),
-        (cgroup_root / "memory" / "memory.limit_in_bytes", cgroup_root / "memory" / "memory.usage_in_bytes"),
-    ):
-        raw = _read_text(limit_file)
-        if raw is None:
+    best: tuple[int, int | None] | None = None
+    for directory, (limit_name, usage_name) in _own_cgroups(cgroup_root, proc_cgroup):
+        raw = _read_text(directory / limit_name)
+        if raw is None or not raw.isdigit() or int(raw) >= _UNLIMITED_BYTES:  # "max" in v2
             continue
-        if not raw.isdigit() or int(raw) >= _UNLIMITED_BYTES:  # "max" in v2
-            return None, None
-        usage = _read_text(usage_file)
-        return int(raw), int(usage) if usage and usage.isdigit() else None
-    return None, None
+        if best is None or int(raw) < best[0]:
+            usage = _read_text(directory / usage_name)
+            best = int(raw), int(usage) if usage and usage.isdigit() else None
+    return (None, None) if best is None else best
 
 
-def probe_cpu(*, cgroup_root: Path = Path("/sys/fs/cgroup")) -> CPUSpec:
+_V2 = ("memory.max", "memory.current")
+_V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+
+
+def _own_cgroups(cgroup_root: Path, proc_cgroup: Path) -> list[tuple[Path, tuple[str, str]]]:
+    """The memory cgroup directories that bound this process, its own first, up to the hierarchy's root."""
+    paths = {"v2": "/", "v1": "/"}
+    for line in (_read_text(proc_cgroup) or "").splitlines():  # "hierarchy-ID:controllers:path"
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[0] == "0" and parts[1] == "":
+            paths["v2"] = parts[2]
+        elif len(parts) == 3 and "memory" in parts[1].split(","):
+            paths["v1"] = parts[2]
+    out = []
+    for base, path, files in ((cgroup_root, paths["v2"], _V2), (cgroup_root / "memory", paths["v1"], _V1)):
+        directory = base / path.strip("/")
+        while True:
+            out.append((directory, files))
+            if directory == base or base not in directory.parents:
+                break
+            directory = directory.parent
+    return out
+
+
+def probe_cpu(*, cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> CPUSpec:
     """Cores (physical, logical, usable by this process) and RAM (total and available) of this machine.
 
-    RAM is capped by the container's cgroup memory limit when one is set, since that is what the training
-    processes may actually use.
+    RAM is capped by the memory limit of the process's cgroup (:func:`cgroup_memory`: a container's, a SLURM
+    job's) when one is set, since that is what the training processes may actually use.
     """
     import psutil  # imported where used: planning for a hardware profile never needs it (~75 ms)
 
     memory = psutil.virtual_memory()
     total, available = int(memory.total), int(memory.available)
-    limit, usage = cgroup_memory(cgroup_root)
+    limit, usage = cgroup_memory(cgroup_root, proc_cgroup)
     if limit is not None and limit < total:
         total = limit
         available = min(available, max(limit - (usage or 0), 0))

@@ -99,3 +99,26 @@ def test_directory_disk_measures_a_directory_and_rejects_bad_paths(tmp_path: Pat
     with pytest.raises(HardwareError, match="not a directory"):
         directory_disk(tmp_path / "file")
     assert os.listdir(tmp_path) == ["file"]
+
+
+@pytest.mark.parametrize(("own", "files"), [
+    # SLURM's cgroup plugin under cgroup v2: the job's limit on its own cgroup, none on the root
+    ("0::/system.slice/slurmstepd.scope/job_7/step_0", {"memory.max": "max", "system.slice/slurmstepd.scope/job_7/"
+                                                        "memory.max": str(2**31), "system.slice/slurmstepd.scope/"
+                                                        "job_7/memory.current": str(2**20)}),
+    # and under v1: memory/slurm/uid_0/job_7
+    ("4:memory:/slurm/uid_0/job_7/step_0\n3:cpuset:/", {"memory/memory.limit_in_bytes": "9223372036854771712",
+                                                        "memory/slurm/uid_0/job_7/memory.limit_in_bytes": str(2**31),
+                                                        "memory/slurm/uid_0/job_7/memory.usage_in_bytes": str(2**20)}),
+])
+def test_the_limit_of_the_processs_own_cgroup_caps_host_ram(tmp_path: Path, own: str, files: dict[str, str]) -> None:
+    """Only the hierarchy's root was read: a SLURM job's 2 GiB limit on its own cgroup was planned as the whole
+    node's RAM (a container probe)."""
+    root = tmp_path / "cgroup"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (tmp_path / "self").write_text(own)
+    assert cgroup_memory(root, tmp_path / "self") == (2**31, 2**20)
+    cpu = probe_cpu(cgroup_root=root, proc_cgroup=tmp_path / "self")
+    assert cpu.memory_total_bytes == min(2**31, cpu.memory_total_bytes or 0) == 2**31

@@ -1,6 +1,7 @@
-"""The result cache: measurements kept by what was measured — model, hardware, batch settings, trial length
-and configuration — so that tuning the same thing again (another study, another output directory, a duplicate
-proposal from the sampler) reuses them instead of running the trial again.
+"""The result cache: measurements kept by what was measured — model, hardware, batch settings, trial length,
+configuration and the software that measured it (torch, DeepSpeed, transformers, Python) — so that tuning the
+same thing again (another study, another output directory, a duplicate proposal from the sampler) reuses them
+instead of running the trial again.
 
 One small JSON file per measurement under the cache directory (default ``~/.cache/autoshard/tune``), written
 atomically. Only deterministic outcomes are kept: measurements and out-of-memory failures; timeouts and
@@ -27,6 +28,24 @@ def default_dir(environ: Mapping[str, str]) -> Path:
     return cache_root(environ) / "tune"
 
 
+def software() -> dict[str, str | None]:
+    """The versions a measurement depends on besides the job: torch, DeepSpeed, transformers and Python (``None``
+    for a package not installed). A throughput measured under one torch was reused as current under another (a
+    versions probe: torch 2.9.1's two trials replayed, untouched, by torch 2.13), where the workload cache treats
+    another torch as stale."""
+    import platform
+    from importlib import metadata
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"torch": version("torch"), "deepspeed": version("deepspeed"), "transformers": version("transformers"),
+            "python": platform.python_version()}
+
+
 class ResultCache:
     """Measurements by key; ``directory=None`` disables the cache."""
 
@@ -37,7 +56,8 @@ class ResultCache:
         """
         self.directory = directory
         self._unwritable = False
-        self._context = json.dumps({"version": VERSION, **context}, sort_keys=True, default=str)
+        self._context = json.dumps({"version": VERSION, "software": software(), **context}, sort_keys=True,
+                                   default=str)
 
     def key(self, config: TrialConfig) -> str:
         """The entry's key: a digest of the context and the configuration."""

@@ -117,3 +117,16 @@ def test_a_cache_dir_that_cannot_be_written_is_said_once(tmp_path: Path, capsys:
     err = capsys.readouterr().err
     assert err.count("the tune result cache cannot be written") == 1 and str(afile) in err
     assert cache.get(config()) is None and afile.read_text(encoding="utf-8") == "mine"
+
+
+@pytest.mark.parametrize("package", ["torch", "deepspeed", "transformers", "python"])
+def test_a_measurement_of_other_software_misses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 package: str) -> None:
+    """A throughput measured under torch 2.9.1 was reused, as current, by torch 2.13 (a versions probe)."""
+    from autoshard.tuner import cache as cache_mod
+
+    here = cache_mod.software()
+    ResultCache(tmp_path, CONTEXT).put(config(), OUTCOME)
+    assert ResultCache(tmp_path, CONTEXT).get(config()) == OUTCOME
+    monkeypatch.setattr(cache_mod, "software", lambda: {**here, package: "0.0-other"})
+    assert ResultCache(tmp_path, CONTEXT).get(config()) is None

@@ -46,11 +46,11 @@ def fork_refusal() -> str | None:
 
 
 def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask; the CPU count where there is none)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    """CPU cores this process can keep busy: its affinity mask cut to its cgroup's CPU limit
+    (:func:`autoshard.hardware.host.usable_cores`); the CPU count off Linux."""
+    from autoshard.hardware.host import usable_cores as cgroup_usable_cores
+
+    return cgroup_usable_cores() or os.cpu_count() or 1
 
 
 class ForkedCall(Generic[T]):

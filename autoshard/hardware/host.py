@@ -8,6 +8,7 @@ sources as arguments, so tests can point it at a fake ``/sys``.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -55,7 +56,8 @@ def cgroup_memory(cgroup_root: Path = Path("/sys/fs/cgroup"),
         (2147483648, 1048576)
     """
     best: tuple[int, int | None] | None = None
-    for directory, (limit_name, usage_name) in _own_cgroups(cgroup_root, proc_cgroup):
+    for directory, version in _own_cgroups(cgroup_root, proc_cgroup, "memory"):
+        limit_name, usage_name = _MEMORY_FILES[version]
         raw = _read_text(directory / limit_name)
         if raw is None or not raw.isdigit() or int(raw) >= _UNLIMITED_BYTES:  # "max" in v2
             continue
@@ -65,24 +67,67 @@ def cgroup_memory(cgroup_root: Path = Path("/sys/fs/cgroup"),
     return (None, None) if best is None else best
 
 
-_V2 = ("memory.max", "memory.current")
-_V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+def cgroup_cpu_limit(cgroup_root: Path = Path("/sys/fs/cgroup"),
+                     proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
+    """This process's CPU bandwidth limit in cores (quota ÷ period), ``None`` where none is set or readable.
+
+    The smallest of the process's own cgroup and its ancestors, as for :func:`cgroup_memory`: what ``docker run
+    --cpus 4``, Kubernetes' CPU limit and ``systemd-run -p CPUQuota=`` set. cgroup v2 ``cpu.max`` (``"400000
+    100000"``; ``"max ..."`` for none) or v1 ``cpu/<path>/cpu.cfs_quota_us`` (``-1`` for none) over
+    ``cpu.cfs_period_us``. The process's affinity still lists every core of the machine then, and threads beyond
+    the quota only wait for it.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp()); _ = (root / "cpu.max").write_text("150000 100000")
+        >>> _ = (root / "self").write_text("0::/")
+        >>> cgroup_cpu_limit(root, root / "self")
+        1.5
+    """
+    best: float | None = None
+    for directory, version in _own_cgroups(cgroup_root, proc_cgroup, "cpu"):
+        if version == "v2":
+            quota, _, period = (_read_text(directory / "cpu.max") or "").partition(" ")
+        else:
+            quota, period = (_read_text(directory / name) or "" for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us"))
+        if not (quota.isdigit() and period.isdigit()) or int(quota) == 0 or int(period) == 0:  # "max", -1: none
+            continue
+        cores = int(quota) / int(period)
+        best = cores if best is None else min(best, cores)
+    return best
 
 
-def _own_cgroups(cgroup_root: Path, proc_cgroup: Path) -> list[tuple[Path, tuple[str, str]]]:
-    """The memory cgroup directories that bound this process, its own first, up to the hierarchy's root."""
+def usable_cores(cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup"),
+                 affinity: int | None = None) -> int | None:
+    """Cores this process can keep busy: its affinity mask (``affinity``, or read), cut to its cgroup's CPU limit
+    rounded up (:func:`cgroup_cpu_limit`; 1.5 cores keep 2 threads partly busy). ``None`` off Linux."""
+    if affinity is None:
+        try:
+            affinity = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not on Linux
+            return None
+    limit = cgroup_cpu_limit(cgroup_root, proc_cgroup)
+    return affinity if limit is None else max(1, min(affinity, math.ceil(limit)))
+
+
+_MEMORY_FILES = {"v2": ("memory.max", "memory.current"), "v1": ("memory.limit_in_bytes", "memory.usage_in_bytes")}
+
+
+def _own_cgroups(cgroup_root: Path, proc_cgroup: Path, controller: str) -> list[tuple[Path, str]]:
+    """The cgroup directories of ``controller`` that bound this process, its own first, up to the hierarchy's root,
+    each with its version: v2's unified hierarchy at ``cgroup_root``, v1's at ``cgroup_root / controller``."""
     paths = {"v2": "/", "v1": "/"}
     for line in (_read_text(proc_cgroup) or "").splitlines():  # "hierarchy-ID:controllers:path"
         parts = line.split(":", 2)
         if len(parts) == 3 and parts[0] == "0" and parts[1] == "":
             paths["v2"] = parts[2]
-        elif len(parts) == 3 and "memory" in parts[1].split(","):
+        elif len(parts) == 3 and controller in parts[1].split(","):
             paths["v1"] = parts[2]
     out = []
-    for base, path, files in ((cgroup_root, paths["v2"], _V2), (cgroup_root / "memory", paths["v1"], _V1)):
-        directory = base / path.strip("/")
+    for base, version in ((cgroup_root, "v2"), (cgroup_root / controller, "v1")):
+        directory = base / paths[version].strip("/")
         while True:
-            out.append((directory, files))
+            out.append((directory, version))
             if directory == base or base not in directory.parents:
                 break
             directory = directory.parent
@@ -93,7 +138,8 @@ def probe_cpu(*, cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path =
     """Cores (physical, logical, usable by this process) and RAM (total and available) of this machine.
 
     RAM is capped by the memory limit of the process's cgroup (:func:`cgroup_memory`: a container's, a SLURM
-    job's) when one is set, since that is what the training processes may actually use.
+    job's) when one is set, since that is what the training processes may actually use; the usable cores by its CPU
+    limit (:func:`usable_cores`).
     """
     import psutil  # imported where used: planning for a hardware profile never needs it (~75 ms)
 
@@ -103,14 +149,10 @@ def probe_cpu(*, cgroup_root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path =
     if limit is not None and limit < total:
         total = limit
         available = min(available, max(limit - (usage or 0), 0))
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        usable = None
     return CPUSpec(
         physical_cores=psutil.cpu_count(logical=False),
         logical_cores=psutil.cpu_count(logical=True),
-        usable_cores=usable,
+        usable_cores=usable_cores(cgroup_root, proc_cgroup),
         memory_total_bytes=total,
         memory_available_bytes=available,
     )

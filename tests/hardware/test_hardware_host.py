@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import os
 from collections import namedtuple
 from pathlib import Path
@@ -7,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from autoshard.errors import HardwareError
-from autoshard.hardware.host import Partition, cgroup_memory, directory_disk, discover_nvme, probe_cpu
+from autoshard.hardware.host import (
+    Partition,
+    cgroup_cpu_limit,
+    cgroup_memory,
+    directory_disk,
+    discover_nvme,
+    probe_cpu,
+    usable_cores,
+)
 
 Usage = namedtuple("Usage", "total used free")
 
@@ -122,3 +131,34 @@ def test_the_limit_of_the_processs_own_cgroup_caps_host_ram(tmp_path: Path, own:
     assert cgroup_memory(root, tmp_path / "self") == (2**31, 2**20)
     cpu = probe_cpu(cgroup_root=root, proc_cgroup=tmp_path / "self")
     assert cpu.memory_total_bytes == min(2**31, cpu.memory_total_bytes or 0) == 2**31
+
+
+@pytest.mark.parametrize(("own", "files", "limit"), [
+    # docker run --cpus 1.5 under cgroup v2 (the container's own cgroup is its namespace's root)
+    ("0::/", {"cpu.max": "150000 100000"}, 1.5),
+    # a Kubernetes pod's limit on its own cgroup, none on the root; v2
+    ("0::/kubepods/pod7/c1", {"cpu.max": "max 100000", "kubepods/pod7/cpu.max": "300000 100000",
+                              "kubepods/pod7/c1/cpu.max": "max 100000"}, 3.0),
+    # v1, the cpu controller mounted with cpuacct, a SLURM-like job cgroup
+    ("4:cpu,cpuacct:/slurm/job_7\n3:memory:/", {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000",
+                                                "cpu/slurm/job_7/cpu.cfs_quota_us": "200000",
+                                                "cpu/slurm/job_7/cpu.cfs_period_us": "100000"}, 2.0),
+    # no limit anywhere: v2 "max", v1 -1
+    ("0::/", {"cpu.max": "max 100000"}, None),
+    ("1:cpu:/", {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, None),
+])
+def test_a_cgroup_cpu_limit_caps_the_usable_cores(tmp_path: Path, own: str, files: dict[str, str],
+                                                   limit: float | None) -> None:
+    """`docker run --cpus 2` on a 64-core host: the affinity mask still lists 64 cores, and each rank was given
+    threads for 64 (a container probe left CPU quotas unread)."""
+    root = tmp_path / "cgroup"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (tmp_path / "self").write_text(own)
+    assert cgroup_cpu_limit(root, tmp_path / "self") == limit
+    assert usable_cores(root, tmp_path / "self", affinity=64) == (64 if limit is None else math.ceil(limit))
+    assert usable_cores(root, tmp_path / "self", affinity=1) == 1
+    cpu = probe_cpu(cgroup_root=root, proc_cgroup=tmp_path / "self")
+    affinity = len(os.sched_getaffinity(0))
+    assert cpu.usable_cores == (affinity if limit is None else min(affinity, math.ceil(limit)))

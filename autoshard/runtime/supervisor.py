@@ -226,9 +226,16 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
             else:
                 out = open(run_dir / f"rank{rank}.log", "wb")  # noqa: SIM115  # closed below
                 logs.append(out)
-            procs.append(subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                          stderr=subprocess.STDOUT if out is not None else None,
-                                          start_new_session=True))
+            try:
+                procs.append(subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                              stderr=subprocess.STDOUT if out is not None else None,
+                                              start_new_session=True))
+            except OSError as exc:  # the program cannot be run: permissions, a removed venv, no processes left
+                raise WorkerError(f"could not start rank {rank}'s worker process ({command[0]}): "
+                                  f"{exc.strerror or exc}.",
+                                  hint="fit() and tune start their workers with this Python; check it can be run "
+                                       "(its file and the virtual environment still exist and are executable) and "
+                                       "that this user may start more processes (ulimit -u).") from exc
         failure = _wait(procs, None if timeout_s is None else time.monotonic() + timeout_s, on_poll)
     except BaseException:
         stop(procs, grace_s)

@@ -86,7 +86,8 @@ class FSDPStrategy(Strategy):
             return ("hybrid sharding replicates across nodes, and this hardware has one node: use fsdp, which "
                     "shards across all its ranks.")
         if self.offload and hardware.gpu is None:
-            return "CPU offload moves GPU memory to the host; without a GPU the parameters are on the host already."
+            return ("FSDP's CPU offload moves GPU memory to the host; without a GPU the parameters are on the host "
+                    "already: use fsdp.")
         return None
 
     def refuses(self, optimizer: str) -> str | None:

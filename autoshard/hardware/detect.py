@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autoshard.errors import HARDWARE_ARGUMENTS, UsageError, in_arguments
-from autoshard.hardware.environment import cuda_order, launch_environment
+from autoshard.hardware.environment import cuda_order, launch_environment, slurm_memory
 from autoshard.hardware.host import discover_nvme, probe_cpu
 from autoshard.hardware.nvml import NvmlReport, probe_nvml
 from autoshard.hardware.profiles import gpu_profile_for, interconnect_profile
@@ -65,9 +65,9 @@ def detect_hardware(
     env = os.environ if environ is None else environ
     launch = launch_environment(env)
     report = probe_nvml(nvml)
-    cpu = probe_cpu()
+    cpu, memory_notes = _within_slurm_memory(probe_cpu(), env)
     nvme = discover_nvme()
-    notes: list[str] = list(report.notes)
+    notes: list[str] = [*report.notes, *memory_notes]
     order: list[int] = []
     if report.devices:
         order, order_notes = cuda_order(
@@ -87,6 +87,18 @@ def detect_hardware(
             notes.append(f"Using the first {gpus} of the {len(order)} visible GPUs (--gpus {gpus}).")
             order = order[:gpus]
     return _gpu_hardware(report, order, cpu, nvme, launch, notes)
+
+
+def _within_slurm_memory(cpu: CPUSpec, environ: Mapping[str, str]) -> tuple[CPUSpec, list[str]]:
+    """Host RAM cut to a SLURM job's memory on this node where it is less (:func:`slurm_memory`), with a note."""
+    given = slurm_memory(environ)
+    if given is None or cpu.memory_total_bytes is None or given[0] >= cpu.memory_total_bytes:
+        return cpu, []
+    limit, source = given
+    available = limit if cpu.memory_available_bytes is None else min(limit, cpu.memory_available_bytes)
+    return (dataclasses.replace(cpu, memory_total_bytes=limit, memory_available_bytes=available),
+            [f"Host RAM is this SLURM job's {format_bytes(limit)} ({source}), not the node's "
+             f"{format_bytes(cpu.memory_total_bytes)}."])
 
 
 def _node_name() -> str:

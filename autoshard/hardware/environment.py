@@ -47,6 +47,29 @@ def slurm_task_counts(layout: str) -> list[int]:
     return counts
 
 
+def slurm_memory(environ: Mapping[str, str]) -> tuple[int, str] | None:
+    """The RAM a SLURM job was given on this node in bytes, and the variables that say so; ``None`` outside a job or
+    where it asked for none.
+
+    ``SLURM_MEM_PER_NODE`` (``--mem``, in MiB; 0 is the whole node), else ``SLURM_MEM_PER_CPU`` (``--mem-per-cpu``)
+    times ``SLURM_CPUS_ON_NODE``. Where SLURM's cgroup plugin constrains RAM the job's cgroup says the same
+    (:func:`autoshard.hardware.host.cgroup_memory`); where it does not, SLURM's accounting still kills a job over it.
+
+    Example:
+        >>> slurm_memory({"SLURM_JOB_ID": "7", "SLURM_MEM_PER_CPU": "4000", "SLURM_CPUS_ON_NODE": "8"})
+        (33554432000, 'SLURM_MEM_PER_CPU=4000 x SLURM_CPUS_ON_NODE=8')
+    """
+    if "SLURM_JOB_ID" not in environ:
+        return None
+    per_node = _int_var(environ, "SLURM_MEM_PER_NODE")
+    if per_node:
+        return per_node * 2**20, f"SLURM_MEM_PER_NODE={per_node}"
+    per_cpu, cpus = _int_var(environ, "SLURM_MEM_PER_CPU"), _int_var(environ, "SLURM_CPUS_ON_NODE")
+    if per_node is None and per_cpu and cpus:
+        return per_cpu * cpus * 2**20, f"SLURM_MEM_PER_CPU={per_cpu} x SLURM_CPUS_ON_NODE={cpus}"
+    return None
+
+
 def launch_environment(environ: Mapping[str, str]) -> LaunchEnvironment | None:
     """Nodes and ranks from torchrun's or SLURM's variables, or ``None`` outside a launcher.
 

@@ -132,3 +132,22 @@ def test_a_cpu_machine_under_torchrun_counts_the_launchers_processes_per_node(fa
     assert (hw.device_type, hw.nodes, hw.processes_per_node, hw.world_size) == ("cpu", 2, 8, 16)
     assert any(n.startswith("torchrun runs 8 process(es) on each of 2 node(s)") for n in hw.notes)
     assert detect_hardware(environ=environ, nvml=fake_nvml("nvml_missing"), gpus=2).processes_per_node == 2
+
+
+@pytest.mark.parametrize(("memory", "source"), [
+    ({"SLURM_MEM_PER_NODE": "2048"}, "SLURM_MEM_PER_NODE=2048"),
+    ({"SLURM_MEM_PER_CPU": "1024", "SLURM_CPUS_ON_NODE": "2"}, "SLURM_MEM_PER_CPU=1024 x SLURM_CPUS_ON_NODE=2"),
+])
+def test_a_slurm_jobs_memory_caps_host_ram(fake_nvml, memory: dict[str, str], source: str) -> None:
+    """A job given 2 GiB (`sbatch --mem`) on a cluster whose cgroup plugin does not constrain RAM was planned with
+    the node's RAM, and SLURM's accounting kills a job over its request (left open by the container probe)."""
+    environ = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS_PER_NODE": "1", **memory}
+    hw = detect_hardware(environ=environ, nvml=fake_nvml("nvml_missing"))
+    assert hw.node.cpu.memory_total_bytes == 2**31
+    assert (hw.node.cpu.memory_available_bytes or 0) <= 2**31
+    assert any(n.startswith(f"Host RAM is this SLURM job's 2.00 GiB ({source}), not the node's") for n in hw.notes)
+    plain = detect_hardware(environ={**environ, "SLURM_MEM_PER_NODE": "0"} if "SLURM_MEM_PER_NODE" in memory
+                            else {k: v for k, v in environ.items() if k != "SLURM_MEM_PER_CPU"},
+                            nvml=fake_nvml("nvml_missing"))  # --mem=0: the whole node; no request: no cap
+    assert (plain.node.cpu.memory_total_bytes or 0) > 2**31
+    assert not any("SLURM job's" in n for n in plain.notes)

@@ -72,7 +72,7 @@ BAD_INPUT = [
     (["profile", "tiny-gpt2", "--seq-len", "-3"], "argument --seq-len: must be a positive whole number"),
     (["profile", "tiny-gpt2", "--precision", "fp8"], "unknown precision"),
     (["profile", "tiny-resnet", "--seq-len", "128"], "--seq-len does not apply to tiny-resnet"),
-    (["profile", "gpt2", "--seq-len", "4096"], "exceeds the longest sequence"),
+    (["profile", "gpt2", "--seq-len", "4096"], "error: --seq-len 4096 exceeds the longest sequence"),
     (["profile", "tiny-gpt2", "--reserved", "--target", "cpu"], "--reserved predicts the CUDA caching allocator's"),
 ]
 

@@ -117,7 +117,7 @@ class ModelSource:
             )
         if seq_len is not None and self.max_seq_len is not None and seq_len > self.max_seq_len:
             raise UsageError(
-                f"seq_len={seq_len} exceeds the longest sequence {self.name} supports ({self.max_seq_len}).",
+                f"--seq-len {seq_len} exceeds the longest sequence {self.name} supports ({self.max_seq_len}).",
                 hint=f"Use --seq-len {self.max_seq_len} or less.",
             )
         if self.accepts_seq_len:

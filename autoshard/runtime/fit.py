@@ -114,7 +114,8 @@ def fit(
         global_batch_size: samples per optimizer step over all ranks (micro-batch × gradient accumulation ×
             ranks): with ``plan="auto"`` the planner chooses the micro-batch that fits and accumulates the rest;
             a given plan must train this many (default: one micro-batch per rank, no accumulation).
-        seq_len: sequence length of a source's example batches.
+        seq_len: sequence length of a source's example batches (a module given with ``plan="auto"`` trains on
+            ``data``, whose batches set it: refused there).
         checkpointing: where to save checkpoints, how often, how many to keep, and where to resume
             (:class:`~autoshard.runtime.options.Checkpointing`; ``None``: no checkpoints).
         consolidate: gather the whole model's weights into :attr:`FitResult.state_dict` at the end.
@@ -162,6 +163,10 @@ def fit(
         lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm, eval_data=eval_data, eval_every=eval_every,
         strategy=strategy)
     check_optimizer_instance(optimizer)  # before planning and the workers
+    if seq_len is not None and source is None and isinstance(plan, str) and plan == "auto":  # data= sets it
+        raise UsageError(f"seq_len={seq_len} sizes a model source's own example batches (a catalog name, a config, "
+                         f"a model.py), and {type(module).__name__} trains on data=, whose batches have their own "
+                         "length.", hint="Drop seq_len=; pad or truncate the batches to the length to train on.")
     _check_run_options(seed=seed, timeout_s=timeout_s, consolidate=consolidate, progress=progress, loss_fn=loss_fn,
                        checkpointing=checkpointing)
     if isinstance(data, Iterator) and epochs is not None and epochs > 1:  # a generator: one pass

@@ -386,3 +386,14 @@ def test_a_module_on_the_meta_device_is_refused_before_planning(monkeypatch: pyt
     with pytest.raises(UsageError, match=r"^model's 0.weight and 3 more are on the meta device") as info:
         fit(model, batches(), loss_fn=F.mse_loss, max_steps=1, progress=False)
     assert "to_empty" in (info.value.hint or "")
+
+
+def test_seq_len_with_a_module_and_its_data_is_refused_before_planning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """seq_len= sizes a source's example batches: with a module and data it was refused from inside the trace as
+    "its inputs are not a token sequence (they are sized by its config, e.g. image_size)" for a causal LM (a
+    long-context probe)."""
+    monkeypatch.setattr("autoshard.runtime.planning.resolve", lambda *a, **k: pytest.fail("planned"))
+    with pytest.raises(UsageError) as info:
+        fit(_mlp(), batches(), max_steps=1, seq_len=128)
+    assert info.value.message.startswith("seq_len=128 sizes a model source's own example batches")
+    assert "Sequential trains on data=" in info.value.message and "Drop seq_len=" in (info.value.hint or "")

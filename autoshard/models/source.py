@@ -306,6 +306,25 @@ def batch_rows(batch: Any) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
+def batch_token_length(batch: Any) -> int | None:
+    """The sequence length of a batch of token ids: the second dimension of its ``input_ids`` (a mapping's), else
+    of its first top-level 2-D integer tensor; ``None`` where it holds none (images, features in floats).
+
+    Example:
+        >>> ids = torch.zeros(4, 128, dtype=torch.long)
+        >>> batch_token_length({"input_ids": ids, "labels": ids}), batch_token_length((torch.zeros(4, 3, 8, 8), ids[:, 0]))
+        (128, None)
+    """
+    values = batch_values(batch) or []
+    if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
+        values = [batch["input_ids"], *values]
+    for t in values:
+        if isinstance(t, torch.Tensor) and t.dim() == 2 and not t.is_floating_point() and not t.is_complex() \
+                and t.dtype != torch.bool:
+            return int(t.shape[1])
+    return None
+
+
 def map_tensors(fn: Callable[[Any], Any], batch: Batch) -> Batch:
     """``batch`` with ``fn`` applied to every leaf (tensors and whatever else it holds), as ``tree_map`` does,
     inside dataclass instances too (rebuilt with :func:`dataclasses.replace` over their ``init`` fields), which

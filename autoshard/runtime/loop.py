@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from autoshard.errors import UsageError, UserCodeError
+from autoshard.models.source import batch_token_length
 from autoshard.models.step import StepFunctions
 from autoshard.runtime import checkpoint
 from autoshard.runtime.backends import Backend, to_device
@@ -43,6 +44,8 @@ class LoopConfig:
     """Samples per optimizer step over all ranks, as planned; a step's metrics count the rows its batches held
     (:func:`autoshard.models.source.batch_rows`), this where a batch does not say."""
     tokens_per_sample: int | None
+    """The plan's sequence length (``None``: none planned): what a step's tokens count where its batches hold no
+    token ids (:func:`autoshard.models.source.batch_token_length`), and what longer batches are warned of."""
     log_every: int = 10
     """Steps between the all-reduces that turn per-rank losses into reported ones."""
     checkpoint_dir: Path | None = None
@@ -113,7 +116,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     position = start
     steps: list[StepMetrics] = []
     evals: list[EvalMetrics] = []
-    pending: list[tuple[int, int, torch.Tensor, float, int | None, float, int]] = []
+    pending: list[tuple[int, int, torch.Tensor, float, int | None, float, int, float]] = []
     planned_rows = max(1, config.samples_per_step // (config.accumulation * ctx.world_size))
     last_ckpt: Path | None = None
     # Lengths unknown (a generator, an IterableDataset): agree with the other ranks on every micro-batch.
@@ -122,7 +125,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     epoch_rng = checkpoint.rng_state() if config.epoch_rng is None or not consumed else config.epoch_rng
     batches: Iterator[Any] = _epoch_under(feed, epoch, consumed, epoch_rng)
     first = True
-    sizes = _SampleSizes()
+    sizes = _SampleSizes(config.tokens_per_sample)
     nonfinite: list[int] = []  # the first step whose loss was NaN or infinite: warned once
 
     def flush() -> None:
@@ -131,12 +134,17 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
         logged = len(steps)
         # one all-reduce: each step's loss (averaged over the ranks) and its rows (summed: the mean × ranks)
         step_losses = torch.stack([p[2] for p in pending]).double()
-        step_rows = torch.tensor([float(p[6]) for p in pending], dtype=torch.float64, device=step_losses.device)
-        means = mean_over_ranks(torch.cat([step_losses, step_rows]), ctx)
-        losses, rows = means[:len(pending)], [round(m * ctx.world_size) for m in means[len(pending):]]
+        # and its tokens (summed; NaN where a rank's batches did not say)
+        counts = torch.tensor([*(float(p[6]) for p in pending), *(p[7] for p in pending)], dtype=torch.float64,
+                              device=step_losses.device)
+        means = mean_over_ranks(torch.cat([step_losses, counts]), ctx)
+        n = len(pending)
+        losses = means[:n]
+        rows = [round(m * ctx.world_size) for m in means[n:2 * n]]
+        step_tokens = [None if math.isnan(m) else round(m * ctx.world_size) for m in means[2 * n:]]
         peaks = _max_over_ranks([p[4] for p in pending], backend) if cuda else [None] * len(pending)
-        for (step, ep, _, seconds, _, lr, _), loss, samples, peak in zip(pending, losses, rows, peaks, strict=True):
-            tokens = None if config.tokens_per_sample is None else samples * config.tokens_per_sample
+        for (step, ep, _, seconds, _, lr, _, _), loss, samples, tokens, peak in zip(
+                pending, losses, rows, step_tokens, peaks, strict=True):
             steps.append(StepMetrics(step=step, epoch=ep, loss=loss, step_time_s=seconds,
                                      samples_per_s=samples / seconds,
                                      tokens_per_s=None if tokens is None else tokens / seconds,
@@ -157,7 +165,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             torch.cuda.reset_peak_memory_stats(ctx.device)
         started = time.perf_counter()
         micro_losses = []
-        rows = 0
+        rows, tokens = 0, 0.0
         for micro in range(config.accumulation):
             batch = next(batches, _END)
             if batch is _END and (config.epochs is None or epoch + 1 < config.epochs):
@@ -170,7 +178,10 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             if batch is _END:
                 break
             consumed += 1
-            rows += batch_rows(batch) or planned_rows
+            micro_rows = batch_rows(batch) or planned_rows
+            rows += micro_rows
+            length = batch_token_length(batch) or config.tokens_per_sample
+            tokens += math.nan if length is None else micro_rows * length
             sizes.see(batch, position.step + 1, ctx.rank == 0)
             sync = micro == config.accumulation - 1
             batch = to_device(batch, ctx.device)
@@ -190,7 +201,8 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
         seconds = time.perf_counter() - started
         position = Position(step=position.step + 1, epoch=epoch, batch_in_epoch=consumed)
         peak = torch.cuda.max_memory_allocated(ctx.device) if cuda else None
-        pending.append((position.step, epoch, torch.stack(micro_losses).float().mean(), seconds, peak, lr, rows))
+        pending.append((position.step, epoch, torch.stack(micro_losses).float().mean(), seconds, peak, lr, rows,
+                        tokens))
         if config.on_step is not None:
             config.on_step(position.step, seconds)
         if len(pending) >= config.log_every:
@@ -253,18 +265,29 @@ def _done(position: Position, config: LoopConfig) -> bool:
 
 
 class _SampleSizes:
-    """Warns once when a batch holds more elements per sample than the first: the plan's memory is for batches
-    like the first one (images of another size, sequences padded longer), and on a GPU a larger one may not fit."""
+    """Warns once when a batch holds longer sequences than the plan's ``seq_len`` (``planned``), and once when it
+    holds more elements per sample than the first: the plan's memory is for batches like the one it traced
+    (images of another size, sequences padded longer), and on a GPU a larger one may not fit."""
 
-    def __init__(self) -> None:
+    def __init__(self, planned: int | None = None) -> None:
+        self.planned = planned
         self.first: float | None = None
         self.warned = False
+        self.warned_length = False
 
     def see(self, batch: Any, step: int, speak: bool) -> None:
-        if self.warned:
-            return
         from autoshard.models.source import batch_values
 
+        length = None if self.warned_length or self.planned is None else batch_token_length(batch)
+        if length is not None and self.planned is not None and length > self.planned:
+            self.warned_length = True
+            if speak:
+                warnings.warn(f"step {step}: a batch holds sequences of {length} tokens, and the plan is for "
+                              f"{self.planned} (its seq_len): its memory and time are for {self.planned}, and on a "
+                              "GPU a longer batch may not fit. Plan for the longest (a model source's seq_len=, or "
+                              f"the longest batch first), or truncate the batches to {self.planned}.", stacklevel=3)
+        if self.warned:
+            return
         tensors = [t for t in batch_values(batch) or [] if isinstance(t, torch.Tensor) and t.dim() > 0]
         rows = batch_rows(batch)
         if not tensors or not rows:
@@ -272,7 +295,7 @@ class _SampleSizes:
         size = sum(t.numel() for t in tensors) / rows
         if self.first is None:
             self.first = size
-        elif size > self.first * 1.01:
+        elif size > self.first * 1.01 and not self.warned_length:
             self.warned = True
             if speak:
                 warnings.warn(f"step {step}: a batch holds {size / self.first:.3g} x the elements per sample of the "

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import IterableDataset
 
 from autoshard.errors import UsageError, UserCodeError
-from autoshard.models.source import ModelSource
+from autoshard.models.source import ModelSource, batch_token_length
 from autoshard.models.step import defaulted_bindings, describe, step_functions, unused_keys
 from autoshard.planner.plan_file import (
     ExportedPlan,
@@ -404,8 +404,9 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
             raise
         from torch.utils.data import default_collate
 
-        source = module_source(job.module, default_collate([samples[0]]),  # type: ignore[arg-type]
-                                        loss_fn=job.loss_fn, training_step=job.training_step)
+        example = default_collate([samples[0]])
+        source = module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
+                               training_step=job.training_step)
         # A sample's first dimension is not a batch size (a token sequence's length, a feature vector's width):
         # the micro-batch is the planner's choice, at most each rank's share of the samples, or batch_size=.
         batch_size = options.batch_size
@@ -423,6 +424,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
         notes.append(f"data is a list whose elements are single samples ({why}): it is batched like a Dataset. "
                      "Pass a DataLoader to batch it yourself, or a list of batches.")
     exported = from_plan(plan)
+    if exported.seq_len is None and example is not None and (length := batch_token_length(example)) is not None:
+        exported = replace(exported, seq_len=length)  # planned on the data's first batch: its sequences' length
     if plan.workload.checkpoints_itself:  # recommend says so in its explanation; fit() had no word of it
         notes.append(f"{source.name} checkpoints its own blocks (gradient checkpointing enabled in its code, e.g. "
                      "gradient_checkpointing_enable()): every step recomputes them whatever activation_checkpointing "

@@ -38,7 +38,7 @@ from autoshard.models.hf_classes import (
 )
 from autoshard.models.hf_inputs import input_spec
 from autoshard.models.hf_masks import call_without_padding
-from autoshard.models.hf_spec import trained_positions
+from autoshard.models.hf_spec import rope_reach, trained_positions
 from autoshard.models.source import ModelSource
 
 __all__ = ["load_config"]
@@ -128,6 +128,8 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
     positions = trained_positions(config)
     if positions is not None:
         metadata["trained_positions"] = positions
+    if (reach := rope_reach(config)) is not None:
+        metadata["rope_reach"], metadata["rope_scaling"] = reach
     if chunked_scan(config):
         metadata["reference_scan"] = True
     if linear_attention(config):

@@ -103,6 +103,33 @@ def trained_positions(config: Any) -> int | None:
     return next((getattr(text, k) for k in _POSITION_KEYS if isinstance(getattr(text, k, None), int)), None)
 
 
+def rope_reach(config: Any) -> tuple[int, str] | None:
+    """The positions a rotary config's RoPE scaling reaches and its name (``"yarn, factor 4"``), ``None`` without
+    scaling (``rope_parameters``' type ``default``; ``rope_scaling`` before transformers 5).
+
+    The reach is the larger of ``max_position_embeddings`` and the original context times the factor: Qwen2.5's
+    yarn (factor 4 over 32,768) reaches 131,072, Llama 3.1's llama3 type declares its 131,072 already (factor 8
+    over 8,192 gives less).
+
+    Example:
+        >>> from transformers import Qwen2Config
+        >>> rope_reach(Qwen2Config(max_position_embeddings=32768, rope_scaling={"rope_type": "yarn", "factor": 4.0}))
+        (131072, 'yarn, factor 4')
+    """
+    text = _text_config(config)
+    positions = trained_positions(config)
+    params = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None)
+    if positions is None or not isinstance(params, dict):
+        return None
+    kind = params.get("rope_type") or params.get("type")
+    factor = params.get("factor")
+    if kind in (None, "default") or not isinstance(factor, (int, float)) or factor <= 1:
+        return None
+    original = params.get("original_max_position_embeddings")
+    base = original if isinstance(original, int) and original > 0 else positions
+    return max(positions, int(base * factor)), f"{kind}, factor {factor:g}"
+
+
 def _text_config(config: Any) -> Any:
     """The config of the text part (``text_config`` of multimodal models; the config itself otherwise)."""
     get = getattr(config, "get_text_config", None)

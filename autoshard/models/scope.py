@@ -31,12 +31,25 @@ def scope_lines(loaded: ModelSource, world_size: int = 1, seq_len: int | None = 
     rotary positions were made for."""
     lines = []
     trained = loaded.metadata.get("trained_positions")
-    if isinstance(trained, int) and seq_len is not None and seq_len > trained:
+    reach, scaling = loaded.metadata.get("rope_reach"), loaded.metadata.get("rope_scaling")
+    if isinstance(reach, int) and seq_len is not None and seq_len > reach:
+        lines.append(
+            f"Scope: sequence {seq_len:,} is past the {reach:,} positions {loaded.name}'s RoPE scaling ({scaling}) "
+            "reaches: rotary positions run at any length, so memory and time are counted as asked, but the model was "
+            "not made for that length (a larger factor in rope_parameters, or a longer-context checkpoint).")
+    elif isinstance(trained, int) and not isinstance(reach, int) and seq_len is not None and seq_len > trained:
         lines.append(
             f"Scope: sequence {seq_len:,} is past the {trained:,} positions {loaded.name} was made for "
             "(max_position_embeddings): rotary positions run at any length, so memory and time are counted as "
             "asked, but training that far usually needs RoPE scaling (rope_parameters in the config; rope_scaling "
             "before transformers 5) or a long-context checkpoint.")
+    from autoshard.models.hf_spec import MAX_DEFAULT_SEQ_LEN  # imports torch: not at this module's import
+
+    declared = max((v for v in (trained, loaded.max_seq_len) if isinstance(v, int)), default=None)
+    if (seq_len is not None and seq_len == loaded.default_seq_len and declared is not None
+            and declared > seq_len == MAX_DEFAULT_SEQ_LEN):
+        lines.append(f"Assumed: sequence {seq_len:,}, autoshard's default for {loaded.name} (its {declared:,} positions "
+                     f"capped at {MAX_DEFAULT_SEQ_LEN:,}): --seq-len sets the length to train at.")
     experts = loaded.metadata.get("experts")
     if experts and world_size > 1:
         lines.append(

@@ -128,6 +128,9 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
     positions = trained_positions(config)
     if positions is not None:
         metadata["trained_positions"] = positions
+    window = getattr(config.get_text_config() if hasattr(config, "get_text_config") else config, "sliding_window", None)
+    if isinstance(window, int) and window > 0:
+        metadata["sliding_window"] = window
     if (reach := rope_reach(config)) is not None:
         metadata["rope_reach"], metadata["rope_scaling"] = reach
     if chunked_scan(config):

@@ -38,7 +38,7 @@ from autoshard.models.hf_classes import (
 )
 from autoshard.models.hf_inputs import input_spec
 from autoshard.models.hf_masks import call_without_padding
-from autoshard.models.hf_spec import rope_reach, trained_positions
+from autoshard.models.hf_spec import sequence_metadata
 from autoshard.models.source import ModelSource
 
 __all__ = ["load_config"]
@@ -125,14 +125,7 @@ def _source_from_data(data: dict[str, Any], file: Path) -> ModelSource:
     }
     if inputs.image_tokens is not None:
         metadata["image_tokens"] = inputs.image_tokens
-    positions = trained_positions(config)
-    if positions is not None:
-        metadata["trained_positions"] = positions
-    window = getattr(config.get_text_config() if hasattr(config, "get_text_config") else config, "sliding_window", None)
-    if isinstance(window, int) and window > 0:
-        metadata["sliding_window"] = window
-    if (reach := rope_reach(config)) is not None:
-        metadata["rope_reach"], metadata["rope_scaling"] = reach
+    metadata.update(sequence_metadata(config))
     if chunked_scan(config):
         metadata["reference_scan"] = True
     if linear_attention(config):

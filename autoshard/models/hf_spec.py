@@ -103,6 +103,22 @@ def trained_positions(config: Any) -> int | None:
     return next((getattr(text, k) for k in _POSITION_KEYS if isinstance(getattr(text, k, None), int)), None)
 
 
+def sequence_metadata(config: Any) -> dict[str, Any]:
+    """What a source's metadata says about the sequences a (text) config was made for, for the "Scope:" lines
+    (:func:`autoshard.models.scope.scope_lines`): ``trained_positions`` (:func:`trained_positions`),
+    ``rope_reach`` and ``rope_scaling`` (:func:`rope_reach`) and ``sliding_window``; only the keys it has."""
+    out: dict[str, Any] = {}
+    positions = trained_positions(config)
+    if positions is not None:
+        out["trained_positions"] = positions
+    if (reach := rope_reach(config)) is not None:
+        out["rope_reach"], out["rope_scaling"] = reach
+    window = getattr(_text_config(config), "sliding_window", None)
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        out["sliding_window"] = window
+    return out
+
+
 def rope_reach(config: Any) -> tuple[int, str] | None:
     """The positions a rotary config's RoPE scaling reaches and its name (``"yarn, factor 4"``), ``None`` without
     scaling (``rope_parameters``' type ``default``; ``rope_scaling`` before transformers 5).

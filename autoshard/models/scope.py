@@ -48,17 +48,18 @@ def scope_lines(loaded: ModelSource, world_size: int = 1, seq_len: int | None = 
     declared = max((v for v in (trained, loaded.max_seq_len) if isinstance(v, int)), default=None)
     if (seq_len is not None and seq_len == loaded.default_seq_len and declared is not None
             and declared > seq_len == MAX_DEFAULT_SEQ_LEN):
-        lines.append(f"Assumed: sequence {seq_len:,}, autoshard's default for {loaded.name} (its {declared:,} positions "
-                     f"capped at {MAX_DEFAULT_SEQ_LEN:,}): --seq-len sets the length to train at.")
+        lines.append(f"Assumed: sequence {seq_len:,}, autoshard's default for {loaded.name} (its {declared:,} "
+                     f"positions capped at {MAX_DEFAULT_SEQ_LEN:,}): --seq-len sets the length to train at.")
     window = loaded.metadata.get("sliding_window")
     if (isinstance(window, int) and seq_len is not None and seq_len > window
             and loaded.metadata.get("attn_implementation") == "sdpa"):
         named = "flash_attention" in str(loaded.metadata.get("attn_implementation_chosen_by"))
         flash = ("the flash_attention_2 the config names (built here as SDPA)" if named
                  else "flash-attention-2 (attn_implementation flash_attention_2)")
-        lines.append(f"Scope: its sliding-window attention (window {window:,}) was traced as transformers' SDPA path "
-                     f"runs it, the window given as a mask: all {seq_len:,} x {seq_len:,} scores are computed, and each "
-                     f"layer keeps the mask for backward. {flash[0].upper()}{flash[1:]} computes only the window, "
+        lines.append(f"Scope: its sliding-window attention (window {window:,}) was traced as transformers' SDPA "
+                     f"path runs it, the window given as a mask: all {seq_len:,} x {seq_len:,} scores are computed, "
+                     f"and each layer keeps the mask for backward. {flash[0].upper()}{flash[1:]} computes only the "
+                     "window, "
                      f"about {window / seq_len:.0%} of that attention work, with no mask: its memory and time are "
                      "lower than these.")
     experts = loaded.metadata.get("experts")

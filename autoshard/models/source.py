@@ -312,7 +312,8 @@ def batch_token_length(batch: Any) -> int | None:
 
     Example:
         >>> ids = torch.zeros(4, 128, dtype=torch.long)
-        >>> batch_token_length({"input_ids": ids, "labels": ids}), batch_token_length((torch.zeros(4, 3, 8, 8), ids[:, 0]))
+        >>> images = (torch.zeros(4, 3, 8, 8), ids[:, 0])
+        >>> batch_token_length({"input_ids": ids, "labels": ids}), batch_token_length(images)
         (128, None)
     """
     values = batch_values(batch) or []

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset
 
-from autoshard.errors import UsageError, UserCodeError
+from autoshard.errors import PLANNER_ARGUMENTS, UsageError, UserCodeError, reworded
+from autoshard.models.scope import scope_lines
 from autoshard.models.source import ModelSource, batch_token_length
 from autoshard.models.step import defaulted_bindings, describe, step_functions, unused_keys
 from autoshard.planner.plan_file import (
@@ -100,9 +101,15 @@ def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None,
 
     steps = step_functions(module, loss_fn=loss_fn, training_step=training_step)
     feeding = describe(module, example_batch, loss_fn=loss_fn, training_step=training_step)
+    metadata: dict[str, Any] = {"feeding": feeding}
+    config = getattr(module, "config", None)
+    if config is not None and hasattr(config, "model_type"):  # a transformers model: its positions and window
+        from autoshard.models.hf_spec import sequence_metadata
+
+        metadata.update(sequence_metadata(config))
+        metadata["attn_implementation"] = getattr(config, "_attn_implementation", None)
     return ModelSource(name=type(module).__name__, kind="module", origin=f"module:{type(module).__qualname__}",
-                       build_fn=build, batch_fn=batch, loss_fn=steps.loss, call_fn=steps.call,
-                       metadata={"feeding": feeding})
+                       build_fn=build, batch_fn=batch, loss_fn=steps.loss, call_fn=steps.call, metadata=metadata)
 
 
 def model_fingerprint(module: nn.Module, name: str) -> ModelFingerprint:
@@ -426,6 +433,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
     exported = from_plan(plan)
     if exported.seq_len is None and example is not None and (length := batch_token_length(example)) is not None:
         exported = replace(exported, seq_len=length)  # planned on the data's first batch: its sequences' length
+    # what the plan's figures leave out or assume about the model, as recommend and profile say it
+    notes.extend(reworded(line, PLANNER_ARGUMENTS) for line in scope_lines(source, hw.world_size, exported.seq_len))
     if plan.workload.checkpoints_itself:  # recommend says so in its explanation; fit() had no word of it
         notes.append(f"{source.name} checkpoints its own blocks (gradient checkpointing enabled in its code, e.g. "
                      "gradient_checkpointing_enable()): every step recomputes them whatever activation_checkpointing "

@@ -48,3 +48,15 @@ def test_a_given_plan_is_held_to_its_seq_len_and_counts_the_tokens_trained() -> 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # batches as long as the plan's: nothing to say
         fit(_llama(), _batches(8, 8), plan=plan, max_steps=2, optimizer="sgd", progress=False)
+
+
+def test_fit_says_what_recommend_says_of_a_sequence_past_the_models_positions() -> None:
+    """fit() on batches past a rotary model's max_position_embeddings said nothing, where profile and recommend
+    print a Scope: line (a long-context probe)."""
+    model = _llama()
+    model.config.max_position_embeddings = 16
+    result = fit(model, _batches(32), max_steps=1, optimizer="sgd", progress=False)
+    assert [n for n in result.notes if n.startswith("Scope: sequence 32 is past the 16 positions LlamaForCausalLM "
+                                                    "was made for (max_position_embeddings)")]
+    short = fit(_llama(), _batches(32), max_steps=1, optimizer="sgd", progress=False)  # 64 positions
+    assert not [n for n in short.notes if n.startswith("Scope:")]

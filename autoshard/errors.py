@@ -153,6 +153,13 @@ PLANNER_ARGUMENTS: Rewrites = (
 """``autoshard.profile``'s, ``recommend``'s and ``tune``'s arguments for the ``recommend`` flags that the library's
 messages name (the hardware's own flags are :func:`autoshard.hardware.load_hardware`'s, given as ``hardware=``)."""
 
+COMPARE_ARGUMENTS: Rewrites = (
+    (r"--hardware\b", "machines="), (r"--price\b", "prices="), (r"--global-batch-size (\d+)", r"global_batch_size=\1"),
+    *PLANNER_ARGUMENTS,
+)
+"""``autoshard.planner.compare.compare``'s arguments for the ``compare`` flags its messages name (its machines are
+``--hardware``'s, its prices ``--price``'s; the request's are ``recommend``'s)."""
+
 HARDWARE_ARGUMENTS: Rewrites = (
     (r"pass --hardware NAME with --gpus", 'use load_hardware("NAME", gpus=N)'),
     (r"pass --hardware NAME", 'use load_hardware("NAME")'), (r"Pass --hardware NAME", 'Use load_hardware("NAME")'),

@@ -63,17 +63,12 @@ def sized_hardware(args: argparse.Namespace) -> argparse.Namespace:
 
     if args.hardware is None or Path(args.hardware).exists():
         return args
-    name, gpus, nodes = sized_machine(str(args.hardware))
+    try:
+        name, gpus, nodes = sized_machine(str(args.hardware))
+    except UsageError as e:  # "dgx-h100:8x: '8x' is not a size", on the command line the flag's
+        raise UsageError(f"--hardware {e.message}", hint=e.hint) from None
     if gpus is None:
-        base, colon, size = str(args.hardware).rpartition(":")
-        if colon and base and not any(c in size for c in "/\\."):  # "h100-sxm-80gb:abc", not a file name
-            raise UsageError(f"--hardware {args.hardware}: {size!r} is not a size.",
-                             hint=f"Size it as {base}:G (G GPUs per node) or {base}:GxN (and N nodes), e.g. "
-                                  f"{base}:8 or {base}:8x2.")
         return args
-    if gpus == 0 or nodes == 0:  # else "--gpus must be a positive whole number", a flag the user did not type
-        raise UsageError(f"--hardware {args.hardware}: a machine has at least one GPU per node and one node.",
-                         hint=f"Size it as {name}:G or {name}:GxN with G and N from 1.")
     if args.gpus is not None or args.nodes is not None:
         raise UsageError(f"--hardware {args.hardware} sizes the machine, and --gpus or --nodes sizes it again.",
                          hint=f"Pass one: --hardware {name} --gpus G [--nodes N], or --hardware {args.hardware} "
@@ -110,9 +105,18 @@ def hardware_from_args(args: argparse.Namespace, *, environ: Mapping[str, str] |
         HardwareError: unknown or invalid profile, NVML failure.
         UsageError: malformed or contradictory flags.
     """
+    from autoshard.errors import UsageError
     from autoshard.hardware.selection import select_hardware
 
+    given = args.hardware
     args = sized_hardware(args)
-    return select_hardware(
-        args.hardware, overrides_from_args(args), environ=os.environ if environ is None else environ
-    )
+    try:
+        return select_hardware(
+            args.hardware, overrides_from_args(args), environ=os.environ if environ is None else environ
+        )
+    except UsageError as e:  # a size in the name: the flags it stands for were not typed
+        gpus = f"--gpus {args.gpus} contradicts "
+        if given == args.hardware or not e.message.startswith(gpus):
+            raise
+        raise UsageError(f"--hardware {given}: {args.gpus} GPUs per node contradict "
+                         f"{e.message.removeprefix(gpus)}", hint=e.hint) from None

@@ -4,11 +4,12 @@ predicted throughput, and the hours (and, given prices, the cost) of a training 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autoshard.cli._format import gib, print_json
 
 if TYPE_CHECKING:
+    from autoshard.errors import Rewrites
     from autoshard.planner.compare import MachineOption
 
 NAME = "compare"
@@ -16,7 +17,7 @@ HELP = "Compare machines (hardware profiles or files) for training a model: plan
 
 
 def _amount(text: str) -> float:
-    """A positive number of tokens or samples, as ``2e10`` or ``20000000000``."""
+    """A whole, positive, finite number of tokens or samples, as ``2e10`` or ``20000000000``."""
     try:
         value = float(text)
     except ValueError:
@@ -24,6 +25,8 @@ def _amount(text: str) -> float:
     if not value > 0 or value == float("inf"):
         finite = " finite" if value == float("inf") else ""
         raise argparse.ArgumentTypeError(f"must be a{finite} positive number, not {text!r}")
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"must be a whole number of tokens or samples, not {text!r}")
     return value
 
 
@@ -34,10 +37,11 @@ def _price(text: str) -> tuple[str, float]:
         value = float(usd) if sep and machine else float("nan")
     except ValueError:
         value = float("nan")
-    if value != value or value == float("inf"):
+    if value != value:
         raise argparse.ArgumentTypeError(f"must be MACHINE=USD per GPU-hour (e.g. dgx-h100=2.99), not {text!r}")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"a price must be positive USD per GPU-hour, not {usd} ({text!r})")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"a price must be a finite positive number of USD per GPU-hour, not {usd} "
+                                         f"({text!r})")
     return machine, value
 
 
@@ -60,27 +64,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-COMPARE_TERMS = (
-    (r"--gpus/--nodes for (\d+)", r"a machine of \1 GPUs (NAME:GxN)"), (r"--nvme PATH", "nvme: in a hardware file"),
-    (r"\(--nodes\)", "(NAME:GxN with more nodes)"), (r"\(--cpu-memory\)", "(cpu: memory: in a hardware file)"),
-    (r"--cpu-memory SIZE", "cpu: memory: in a hardware file"), (r"--cpu-cores N", "cpu: cores: in a hardware file"),
-    (r"--(cpu|gpu)-memory\b", r"\1: memory: in a hardware file"), (r"--cpu-cores\b", "cpu: cores: in a hardware file"),
-    (r"--gpus\b", "NAME:G"), (r"--nodes\b", "NAME:GxN"),
-)
-"""What compare's machines are sized and described with, for the recommend flags the plans' notes name and compare
-does not take (it names machines: NAME:G, NAME:GxN, or a hardware file, docs/hardware.md)."""
+def compare_terms(machine: str, gpus_per_node: int) -> Rewrites:
+    """What ``machine`` is sized and described with, for the ``recommend`` flags the plans' notes name and compare
+    does not take: it names machines (``NAME:G``, ``NAME:GxN``) and reads a host's RAM, cores and disks from a node
+    hardware file's ``cpu_memory:``, ``cpu_cores:`` and ``nvme:`` (docs/hardware.md)."""
+    from autoshard.hardware.selection import sized_machine
+
+    name = sized_machine(machine)[0].replace("\\", "\\\\")  # a replacement's backslashes are re.sub's
+    g = gpus_per_node
+    return (
+        (r"e\.g\. --gpus/--nodes for \d+: one node of (\d+) \(--gpus \d+\), or (\d+) nodes of (\d+)",
+         rf"e.g. {name}:\1 (one node), or {name}:\3x\2 (\2 nodes of \3)"),
+        (r"e\.g\. --gpus/--nodes for \d+: (\d+) nodes of (\d+)", rf"e.g. {name}:\2x\1 (\1 nodes of \2)"),
+        (r"e\.g\. --gpus/--nodes for (\d+)", rf"e.g. {name}:\1"),
+        (r"--gpus/--nodes for (\d+)", rf"{name} sized to \1 GPUs"),
+        (r"\(--gpus (\d+)\)", rf"({name}:\1)"), (r"\(--nodes\)", f"(more nodes: {name}:{g}xN)"),
+        (r"larger GPUs \(--hardware\)", "larger GPUs (another machine)"),
+        (r"--nvme PATH", "nvme: in a node hardware file"),
+        (r"\(--cpu-memory\)", "(cpu_memory: in a node hardware file)"),
+        (r"--cpu-memory SIZE", "cpu_memory: in a node hardware file"),
+        (r"--cpu-cores N", "cpu_cores: in a node hardware file"),
+        (r"--cpu-cores, or a node file with cpu_cores,", "a node hardware file's cpu_cores:"),
+        (r"--cpu-memory\b", "cpu_memory: in a node hardware file"), (r"--cpu-cores\b", "cpu_cores: in a node "
+                                                                                     "hardware file"),
+        (r"--gpu-memory\b", "a GPU's memory: in a hardware file"),
+        (r"--gpus (\d+)", rf"{name}:\1"), (r"--nodes (\d+)", rf"{name}:{g}x\1"),
+        (r"--gpus\b", f"{name}:G"), (r"--nodes\b", f"{name}:GxN"),
+    )
 
 
-def in_compare_terms(text: str) -> str:
-    """``text`` with the flags compare lacks said as compare takes them (:data:`COMPARE_TERMS`).
+def in_compare_terms(text: str, machine: str, gpus_per_node: int) -> str:
+    """``text`` with the flags compare lacks said as compare takes them, for ``machine`` (:func:`compare_terms`).
 
     Example:
-        >>> in_compare_terms("the host's RAM is unknown (--cpu-memory SIZE has the plan check it)")
-        "the host's RAM is unknown (cpu: memory: in a hardware file has the plan check it)"
+        >>> in_compare_terms("the host's RAM is unknown (--cpu-memory SIZE has the plan check it)", "t4", 1)
+        "the host's RAM is unknown (cpu_memory: in a node hardware file has the plan check it)"
+        >>> in_compare_terms("e.g. --gpus/--nodes for 8: one node of 8 (--gpus 8), or 8 nodes of 1", "t4", 1)
+        'e.g. t4:8 (one node), or t4:1x8 (8 nodes of 1)'
     """
     from autoshard.errors import reworded
 
-    return reworded(text, COMPARE_TERMS)
+    return reworded(text, compare_terms(machine, gpus_per_node))
+
+
+def _terms(option: MachineOption, text: str) -> str:
+    return in_compare_terms(text, option.machine, option.hardware.processes_per_node)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,32 +116,53 @@ def run(args: argparse.Namespace) -> int:
     from autoshard._progress import tracing_progress
     from autoshard.cli.recommend import request_options
     from autoshard.errors import UsageError
+    from autoshard.models import load_source
     from autoshard.planner.compare import compare
 
-    prices = dict(args.price)
-    if len(prices) < len(args.price):
-        raise UsageError("--price names a machine twice.")
+    names = [m.lower() for m, _ in args.price]
+    twice = sorted({m for m, _ in args.price if names.count(m.lower()) > 1})
+    if twice:
+        raise UsageError(f"--price names {' and '.join(twice) if len(twice) > 1 else twice[0]} twice"
+                         f"{' (case aside)' if len({m.lower() for m in twice}) < len(twice) else ''}.",
+                         hint="Give each machine one price.")
+    source = args.model
+    if args.tokens is not None:  # before the traces: a model without a sequence has no tokens/s
+        source = load_source(args.model)
+        if not source.accepts_seq_len:
+            raise UsageError(_NO_TOKENS.format(model=args.model), hint=_SAMPLES_INSTEAD)
     with tracing_progress(enabled=not args.json) as progress:
-        options = compare(args.model, args.hardware, prices=prices, progress=progress, **request_options(args))
+        options = compare(source, args.hardware, prices=dict(args.price), progress=progress,
+                          **request_options(args))
     budget = {"tokens": args.tokens, "samples": args.samples}
     fitting = [o for o in options if o.plan is not None]
     if args.tokens is not None and fitting and all(o.tokens_per_s is None for o in fitting):
-        raise UsageError(f"--tokens prices the budget in tokens, and {args.model}'s batches have no sequence: its "
-                         "throughput is in samples only.", hint="Give the budget with --samples N instead.")
+        raise UsageError(_NO_TOKENS.format(model=args.model), hint=_SAMPLES_INSTEAD)
     if args.json:
         machines = [o.to_dict(**budget) for o in options]
-        for m in machines:
-            m["notes"] = [in_compare_terms(n) for n in m["notes"]]
-            m["refused"] = None if m["refused"] is None else in_compare_terms(m["refused"])
+        for o, m in zip(options, machines, strict=True):
+            m["notes"] = [_terms(o, n) for n in m["notes"]]
+            m["refused"] = None if m["refused"] is None else _terms(o, m["refused"])
         print_json({"model": args.model, "budget": budget, "machines": machines})
         return _exit_code(options)
     _print(args.model, options, tokens=args.tokens, samples=args.samples)
     return _exit_code(options)
 
 
+_NO_TOKENS = ("--tokens prices the budget in tokens, and {model}'s batches have no sequence: its throughput is in "
+              "samples only.")
+_SAMPLES_INSTEAD = "Give the budget with --samples N instead."
+
+
 def _exit_code(options: tuple[MachineOption, ...]) -> int:
     """3 when nothing fits on any machine, as ``recommend`` exits when nothing fits; else 0."""
     return 3 if options and all(o.plan is None for o in options) else 0
+
+
+def _figure(x: float) -> str:
+    """Hours, dollars: three significant digits or more (``0.243``, ``12.3``, ``1,234``), ``1.2e+12`` when huge."""
+    from autoshard.hardware.units import format_throughput
+
+    return format_throughput(x) if x < 1e9 else f"{x:.3g}"
 
 
 def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | None, samples: float | None) -> None:
@@ -126,45 +175,72 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
     console = stdout_console()
     budget = tokens if tokens is not None else samples
     unit = "tokens" if tokens is not None else "samples"
+    priced = any(o.gpu_hour_usd is not None for o in options)
+    per = "tokens" if tokens is not None or (samples is None and any(o.tokens_per_s for o in options)) else "samples"
     machines = f"{len(options)} machine{'s' if len(options) != 1 else ''}"
     title = f"{escape(model)} on {machines}" + (f": {budget:.3g} {unit}" if budget else "")
     table = Table(title=title, title_justify="left")
-    for column in ("machine", "GPUs", "plan", "GPU/device", "samples/s", "tokens/s", "tokens/s/GPU"):
+    columns = ["machine", "GPUs", "plan", "global batch", "GPU/device", "samples/s", "tokens/s", "tokens/s/GPU"]
+    columns += ["hours"] if budget else []
+    columns += ["$/GPU-h", f"$/1M {per}"] if priced else []
+    columns += ["cost $"] if budget and priced else []
+    for column in columns:
         table.add_column(column, justify="left" if column in ("machine", "plan") else "right")
-    if budget:
-        for column in ("hours", "$/GPU-h", "cost $"):
-            table.add_column(column, justify="right")
     for o in options:
         rec = None if o.plan is None else o.plan.recommended
         if rec is None:
-            row = [escape(o.machine), str(o.gpus), "nothing fits", "", "", "", ""]
+            row = [escape(o.machine), str(o.gpus), "not planned" if o.refused and "--global-batch-size" in o.refused
+                   else "nothing fits", "", "", "", "", ""]
         else:
             c = rec.candidate
             plan = (f"{c.strategy}, micro-batch {c.micro_batch_size}"
                     + (f" x {rec.gradient_accumulation} accumulated" if rec.gradient_accumulation > 1 else "")
                     + (f", ckpt ({o.checkpointing})" if o.checkpointing else ""))
             tps = o.tokens_per_s
-            row = [escape(o.machine), str(o.gpus), plan, gib(rec.memory.gpu.total) if rec.memory else "—",
-                   format_throughput(o.samples_per_s or 0.0), "—" if tps is None else format_throughput(tps),
+            row = [escape(o.machine), str(o.gpus), plan, f"{o.global_batch_size:,}",
+                   gib(rec.memory.gpu.total) if rec.memory else "—", format_throughput(o.samples_per_s or 0.0),
+                   "—" if tps is None else format_throughput(tps),
                    "—" if tps is None else format_throughput(tps / o.gpus)]
-        if budget:
-            hours, cost = o.hours(tokens=tokens, samples=samples), o.cost_usd(tokens=tokens, samples=samples)
-            row += ["—" if hours is None else f"{hours:,.1f}" if hours < 1e7 else f"{hours:.3g}",
-                    "—" if o.gpu_hour_usd is None else f"{o.gpu_hour_usd:.2f}",
-                    "—" if cost is None else f"{cost:,.0f}" if cost < 1e12 else f"{cost:.3g}"]
+        hours, cost = o.hours(tokens=tokens, samples=samples), o.cost_usd(tokens=tokens, samples=samples)
+        per_million = o.usd_per_million(per)
+        row += (["—" if hours is None else _figure(hours)] if budget else [])
+        row += (["—" if o.gpu_hour_usd is None else f"{o.gpu_hour_usd:.4g}",
+                 "—" if per_million is None else _figure(per_million)] if priced else [])
+        row += (["—" if cost is None else _figure(cost)] if budget and priced else [])
         table.add_row(*row)
     console.print(table)
     for o in options:
         if o.refused is not None:
-            console.print(f"{escape(o.machine)}: {escape(in_compare_terms(o.refused))}")
+            console.print(f"{escape(o.machine)}: {escape(_terms(o, o.refused))}")
         for note in o.notes:  # what its figures rest on that the hardware did not say
-            console.print(f"{escape(o.machine)}: {escape(in_compare_terms(note))}")
-    priced = [o for o in options if o.cost_usd(tokens=tokens, samples=samples) is not None]
-    if len(priced) > 1:
-        cheapest = min(priced, key=lambda o: o.cost_usd(tokens=tokens, samples=samples) or 0.0)
-        console.print(f"Cheapest of those priced: {escape(cheapest.machine)}.")
-    if options and options[0].plan is not None:
-        console.print(f"Fastest: {escape(options[0].machine)}. Each machine's plan and reasons: autoshard recommend "
-                      f"{escape(model)} --hardware NAME [--gpus G --nodes N].")
+            console.print(f"{escape(o.machine)}: {escape(_terms(o, note))}")
+    _print_cheapest(console, options, per)
+    fitting = [o for o in options if o.plan is not None]
+    batches = {o.global_batch_size for o in fitting}
+    if len(batches) > 1:
+        console.print("The machines' plans train different global batches (the batch size changes what training "
+                      "learns): --global-batch-size N plans each for the same one.")
+    if fitting:
+        from autoshard.planner.compare import canonical
+
+        console.print(f"Fastest: {escape(fitting[0].machine)}. A machine's plan and reasons: autoshard recommend "
+                      f"{escape(model)} --hardware {escape(canonical(fitting[0].machine))}, with the same flags.")
     console.print("Predicted by autoshard's step-time model (docs/strategies/step-time.md): a GPU without "
                   "measurements of its own is priced at generic efficiencies, which its machine's notes say.")
+
+
+def _print_cheapest(console: Any, options: tuple[MachineOption, ...], per: str) -> None:
+    """The cheapest of the machines priced that fit, per million tokens (or samples): what any budget costs
+    least on; with one such machine, that the others need a price to be weighed."""
+    from rich.markup import escape
+
+    priced = [o for o in options if o.usd_per_million(per) is not None]
+    if not priced:
+        return
+    cheapest = min(priced, key=lambda o: o.usd_per_million(per) or 0.0)
+    if len(priced) > 1:
+        console.print(f"Cheapest of those priced: {escape(cheapest.machine)} "
+                      f"(${_figure(cheapest.usd_per_million(per) or 0.0)} per 1M {per}).")
+    elif len([o for o in options if o.plan is not None]) > 1:
+        console.print(f"Only {escape(cheapest.machine)} is priced of the machines that fit: --price MACHINE=USD for "
+                      "the others weighs their cost.")

@@ -8,6 +8,7 @@ up in :attr:`HardwareSpec.notes`, and overrides that contradict the hardware are
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -341,18 +342,40 @@ def attach_disk_benchmark(hw: HardwareSpec, result: DiskBenchmark) -> HardwareSp
     return dataclasses.replace(hw, node=dataclasses.replace(hw.node, nvme=tuple(nvme)))
 
 
-_SIZED = re.compile(r"^(?P<name>.+):(?P<gpus>[0-9]+)(?:x(?P<nodes>[0-9]+))?$")
+_SIZED = re.compile(r"^(?P<name>.+):(?P<gpus>[0-9]+)(?:[xX](?P<nodes>[0-9]+))?$")
+SIZE_HINT = ("Size a machine once, as NAME:G (G GPUs per node) or NAME:GxN (and N nodes), e.g. h100-sxm-80gb:16 or "
+             "h100-sxm-80gb:8x2; a node profile keeps its own GPUs per node (dgx-h100:8x2).")
 
 
 def sized_machine(machine: str) -> tuple[str, int | None, int | None]:
-    """``(profile, GPUs per node, nodes)`` of a machine written ``NAME``, ``NAME:G`` or ``NAME:GxN`` (as
-    ``autoshard compare`` takes machines and ``--hardware`` accepts them); ``None`` for a size not given.
+    """``(profile, GPUs per node, nodes)`` of a machine written ``NAME``, ``NAME:G`` or ``NAME:GxN`` (``x`` in either
+    case, as profile names are; as ``autoshard compare`` takes machines and ``--hardware`` accepts them); ``None``
+    for a size not given. A file of that very name is not sized.
+
+    Raises:
+        UsageError: a size that is not one (``dgx-h100:8x``), zero, given twice (``h100-sxm-80gb:8x2:3``), or more
+            GPUs per node than any node holds (the message starts with ``machine``).
 
     Example:
-        >>> sized_machine("h100-sxm-80gb:8x2"), sized_machine("l40s:8"), sized_machine("dgx-h100")
+        >>> sized_machine("h100-sxm-80gb:8X2"), sized_machine("l40s:8"), sized_machine("dgx-h100")
         (('h100-sxm-80gb', 8, 2), ('l40s', 8, None), ('dgx-h100', None, None))
     """
+    if Path(machine).exists():
+        return machine, None, None
     sized = _SIZED.match(machine)
     if sized is None:
+        base, colon, size = machine.rpartition(":")
+        if colon and base and not any(c in size for c in "/\\."):  # "h100-sxm-80gb:8x", not a file name
+            raise UsageError(f"{machine}: {size!r} is not a size.", hint=SIZE_HINT)
         return machine, None, None
-    return sized["name"], int(sized["gpus"]), None if sized["nodes"] is None else int(sized["nodes"])
+    name, gpus = sized["name"], int(sized["gpus"])
+    nodes = None if sized["nodes"] is None else int(sized["nodes"])
+    if _SIZED.match(name) and not Path(name).exists():
+        raise UsageError(f"{machine}: the machine is sized twice.", hint=SIZE_HINT)
+    if gpus == 0 or nodes == 0:
+        raise UsageError(f"{machine}: a machine has at least one GPU per node and one node.", hint=SIZE_HINT)
+    if gpus > MAX_GPUS_PER_NODE:
+        raise UsageError(f"{machine}: {gpus} is GPUs per node, and no node holds more than {MAX_GPUS_PER_NODE}.",
+                         hint=f"Give the nodes too, e.g. {name}:8x{math.ceil(gpus / 8)} for "
+                              f"{8 * math.ceil(gpus / 8)} GPUs.")
+    return name, gpus, nodes

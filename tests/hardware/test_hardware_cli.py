@@ -107,6 +107,9 @@ BAD_YAML = "kind: node\nname: x\ngpu: [t4\n"
         (["--benchmark-size", "lots", "--benchmark-seconds=-3"], "set the disk benchmark, which --benchmark-disk"),
         (["--list", "--benchmark-size", "1GiB"], "--list does not combine with --benchmark-size"),
         (["--hardware", "l40s:0"], "--hardware l40s:0: a machine has at least one GPU per node"),  # said --gpus
+        # named the --gpus the user did not type (a renting probe)
+        (["--hardware", "dgx-h100:16"], "--hardware dgx-h100:16: 16 GPUs per node contradict 'dgx-h100', which has 8"),
+        (["--hardware", "h100-sxm-80gb:8x2:3"], "--hardware h100-sxm-80gb:8x2:3: the machine is sized twice."),
     ],
 )
 def test_cli_bad_input_is_one_clear_message_and_exit_2(
@@ -143,3 +146,11 @@ def test_cli_non_numeric_gpus_is_an_argparse_error(capsys: pytest.CaptureFixture
         main(["hardware", "--gpus", "many"])
     assert info.value.code == 2
     assert "invalid int value" in capsys.readouterr().err
+
+
+def test_a_size_is_read_with_its_x_in_either_case(capsys: pytest.CaptureFixture[str], install_nvml) -> None:
+    """Profile names are case-insensitive, and "8X2" was "not a size" (a renting probe)."""
+    install_nvml("nvml_missing")
+    assert main(["hardware", "--hardware", "h100-sxm-80gb:8X2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["nodes"], out["processes_per_node"]) == (2, 8)

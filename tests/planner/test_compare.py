@@ -56,10 +56,10 @@ def test_each_machine_is_planned_as_recommend_plans_it_fastest_first(tmp_path: P
 
 @pytest.mark.parametrize(("machines", "prices", "error", "message"), [
     (["dgx-h100", "nosuch-gpu"], {}, HardwareError, "unknown hardware profile 'nosuch-gpu'"),
-    (["dgx-h100", "dgx-h100"], {}, UsageError, "dgx-h100 is named twice"),
-    (["dgx-h100"], {"a100": 2.0}, UsageError, "a price is given for a100, which is not compared"),
-    (["dgx-h100"], {"dgx-h100": 0.0}, UsageError, "prices must be positive"),
-    (["dgx-h100:16"], {}, UsageError, "dgx-h100:16: .*16 contradicts 'dgx-h100'"),
+    (["dgx-h100", "dgx-h100"], {}, UsageError, "names dgx-h100 twice"),
+    (["dgx-h100"], {"a100": 2.0}, UsageError, "prices= names a100, which machines= does not name"),
+    (["dgx-h100"], {"dgx-h100": 0.0}, UsageError, "must be a finite positive number"),
+    (["dgx-h100:16"], {}, UsageError, "dgx-h100:16: 16 GPUs per node contradict 'dgx-h100'"),
     (["dgx-h100:8x0"], {}, UsageError, "dgx-h100:8x0: a machine has at least one GPU per node and one node"),
     ([], {}, UsageError, "no machine to compare"),
 ])
@@ -116,7 +116,7 @@ def test_each_machine_says_what_its_figures_assume_in_the_table_and_the_json(cap
 def test_a_negative_price_is_told_as_such(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["compare", MODEL, "--hardware", "t4", "--price", "t4=-3"])
-    assert "a price must be positive USD per GPU-hour, not -3" in capsys.readouterr().err
+    assert "a price must be a finite positive number of USD per GPU-hour, not -3" in capsys.readouterr().err
 
 
 def test_notes_name_what_compare_takes_not_recommends_flags(tmp_path: Path, capsys) -> None:
@@ -126,7 +126,7 @@ def test_notes_name_what_compare_takes_not_recommends_flags(tmp_path: Path, caps
     small.write_text(TINY_GPU.replace("1 MiB", "16 MiB"))
     assert main(["compare", MODEL, "--seq-len", "32", "--hardware", str(small), "--json"]) == 3  # nothing fits
     refused = json.loads(capsys.readouterr().out)["machines"][0]["refused"]
-    assert "NVMe offload (nvme: in a hardware file)" in refused and "--nvme" not in refused
+    assert "NVMe offload (nvme: in a node hardware file)" in refused and "--nvme" not in refused
     assert "against 14.40 MiB usable (16.00 MiB less a 10% margin)" in refused  # was "0.0 GiB usable (0.0 GiB ..."
 
 

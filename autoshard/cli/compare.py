@@ -80,6 +80,7 @@ def compare_terms(machine: str, gpus_per_node: int) -> Rewrites:
         (r"--gpus/--nodes for (\d+)", rf"{name} sized to \1 GPUs"),
         (r"\(--gpus (\d+)\)", rf"({name}:\1)"), (r"\(--nodes\)", f"(more nodes: {name}:{g}xN)"),
         (r"larger GPUs \(--hardware\)", "larger GPUs (another machine)"),
+        (r"\(([^()]*), with --hardware\)", r"(\1, as another machine)"),
         (r"--nvme PATH", "nvme: in a node hardware file"),
         (r"\(--cpu-memory\)", "(cpu_memory: in a node hardware file)"),
         (r"--cpu-memory SIZE", "cpu_memory: in a node hardware file"),

@@ -39,28 +39,31 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
     activations = smallest.memory.gpu.activations  # type: ignore[union-attr]
     one = "a GPU" if hardware.gpu is not None else "a CPU process's share of memory"
 
+    larger = _larger_gpus(hardware, need, usable)
+
     def shorter(before: str, after: str = "") -> str:  # only a model that takes a sequence length has one to cut
         return f"{before}a shorter --seq-len{after}" if workload.seq_len is not None else ""
     if need <= usable and smallest.reasons and "of CPU RAM" in smallest.reasons[0]:  # the host is what is short
         nvme = [] if hardware.node.nvme else ["NVMe offload (--nvme PATH)"]  # else it was weighed: still short
         hint = ("The offloaded states are divided among nodes, not among a node's GPUs: try more nodes (--nodes)"
-                f"{_last(['a host with more RAM (--cpu-memory)', *nvme], 'larger GPUs (--hardware)')}.")
+                f"{_last(['a host with more RAM (--cpu-memory)', *nvme], larger)}.")
     elif activations > usable and smallest.candidate.micro_batch_size > 1:  # the batch asked for is too large
         hint = (f"Its activations alone ({gib(activations)} at micro-batch {smallest.candidate.micro_batch_size}) "
                 f"exceed {one}, and more devices do not divide them: try a smaller micro-batch (--batch-size; "
                 "batch_size= in fit()), with --global-batch-size (global_batch_size=) to keep the batch by "
                 f"gradient accumulation{shorter(', or ')}.")
     elif activations > usable:  # a sample's activations are not divided among GPUs
+        ways = [w for w in (shorter(""), larger) if w]
         hint = (f"Its activations alone ({gib(activations)}) exceed {one}, and more devices do not divide them "
-                f"(autoshard plans no sequence or context parallelism): try {shorter('', ', or ')}larger GPUs "
-                "(--hardware).")
+                "(autoshard plans no sequence or context parallelism): "
+                + (f"try {' or '.join(ways)}." if ways else "no shipped GPU is larger."))
     elif any(e.traits.zero_stage > 0 for e in measured):
-        hint = (f"Try more GPUs ({_more_gpus(evaluations, strategies, workload, hardware, request)}), larger GPUs "
-                f"(--hardware){_last(_offload_hint(evaluations, hardware), shorter(''))}.")
+        hint = (f"Try more GPUs ({_more_gpus(evaluations, strategies, workload, hardware, request)})"
+                f"{', ' + larger if larger else ''}{_last(_offload_hint(evaluations, hardware), shorter(''))}.")
     else:  # whole replicas on every GPU: more of them hold no less each
         hint = ("The strategies weighed all keep a whole copy of the model's states on each GPU, so more GPUs do "
-                "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit()), "
-                f"larger GPUs (--hardware){_last(_offload_hint(evaluations, hardware), shorter(''))}.")
+                "not help: try a sharding strategy (fsdp, deepspeed_stage_3 with --strategies; strategy= in fit())"
+                f"{', ' + larger if larger else ''}{_last(_offload_hint(evaluations, hardware), shorter(''))}.")
     return NoFeasiblePlan(f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
                           hint=hint, candidates=tuple(candidate_dict(e, workload, hardware) for e in sorted(
                               evaluations, key=lambda e: e.memory.gpu.total if e.memory else float("inf"))))
@@ -147,6 +150,30 @@ def _offload_hint(evaluations: list[Evaluation], hardware: HardwareSpec) -> list
     if not hardware.node.nvme:
         parts.append("NVMe offload (--nvme PATH)")
     return parts
+
+
+def _larger_gpus(hardware: HardwareSpec, need: int, usable: int) -> str:
+    """``larger GPUs (NAME or NAME, with --hardware)``: the shipped GPU profiles whose memory holds ``need`` per GPU
+    (with this GPU's share of its memory usable), else every one over 5 % larger than this GPU, smallest first;
+    ``""`` where none is larger
+    (a B200 is the largest shipped: suggesting larger GPUs there sent a 128k-token user nowhere)."""
+    from autoshard.hardware.profiles import list_profiles, load_profile
+    from autoshard.hardware.specs import GPUSpec
+
+    own = hardware.device_memory_bytes
+    if hardware.gpu is None or not own:  # CPU processes, or a GPU of unknown memory: any GPU profile
+        return "larger GPUs (--hardware)"
+    larger = []
+    for entry in list_profiles():
+        spec = load_profile(entry.name).spec if entry.kind == "gpu" else None
+        if isinstance(spec, GPUSpec) and spec.memory_bytes > own * 1.05:  # not an A100's 80 GiB for an H100's 79.6
+            larger.append((spec.memory_bytes, entry.name))
+    if not larger:
+        return ""
+    holding = [name for memory, name in sorted(larger) if memory * usable / own >= need]
+    names = holding or [name for _, name in sorted(larger)]
+    shown = " or ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])}, ..."
+    return f"{'GPUs large enough' if holding else 'larger GPUs'} ({shown}, with --hardware)"
 
 
 def _last(items: list[str], last: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autoshard.errors import NoFeasiblePlan
@@ -353,4 +355,18 @@ def test_a_host_short_of_ram_is_offered_nvme_only_when_none_is_known(nvme, tmp_p
     hint = info.value.hint or ""
     assert hint.startswith("The offloaded states are divided among nodes") and "--cpu-memory" in hint
     assert ("NVMe offload (--nvme PATH)" in hint) is (nvme is None)
-    assert hint.endswith("or larger GPUs (--hardware).")
+    assert hint.endswith(", or GPUs large enough (h100-nvl or h200-sxm-141gb or b200, with --hardware).")
+
+
+@pytest.mark.parametrize(("gpu", "said"), [
+    ("h100-sxm-80gb", "try a shorter --seq-len or GPUs large enough (b200, with --hardware)."),
+    ("b200", "try a shorter --seq-len."),  # the largest shipped: "larger GPUs" sent a 128k-token user nowhere
+])
+def test_larger_gpus_are_named_where_one_is_shipped(gpu, said):
+    # one sample's activations, 150 GiB checkpointed at micro-batch 1, exceed any GPU but a B200's 180 GB
+    states = [Synthetic("fsdp", state_gib=1, act_gib=600 if gpu != "b200" else 1600, per_device_samples_s=10,
+                        sharded=True)]
+    with pytest.raises(NoFeasiblePlan) as info:
+        plan(dataclasses.replace(workload(), seq_len=131072), load_hardware(gpu, gpus=8), request(micro_batch_size=1),
+             states)
+    assert (info.value.hint or "").endswith(said), info.value.hint

@@ -173,6 +173,7 @@ HARDWARE_ARGUMENTS: Rewrites = (
 
 PYTHON_COMMANDS: Mapping[str, str] = {
     "autoshard hardware --list": "autoshard.hardware.list_profiles()",
+    "autoshard hardware --benchmark-disk PATH": "autoshard.hardware.benchmark_disk(PATH)",
 }
 """Commands the messages quote whole (in backticks) that have a Python equivalent: a Python caller is shown that."""
 

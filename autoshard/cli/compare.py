@@ -160,10 +160,18 @@ def _exit_code(options: tuple[MachineOption, ...]) -> int:
 
 
 def _figure(x: float) -> str:
-    """Hours, dollars: three significant digits or more (``0.243``, ``12.3``, ``1,234``), ``1.2e+12`` when huge."""
-    from autoshard.hardware.units import format_throughput
+    """Hours, dollars: three significant digits or more (``0.243``, ``1.72``, ``12.3``, ``1,234``), ``1.2e+12`` when
+    huge.
 
-    return format_throughput(x) if x < 1e9 else f"{x:.3g}"
+    Example:
+        >>> [_figure(x) for x in (0.2431, 1.7213, 12.34, 1234.5, 3.4e12)]
+        ['0.243', '1.72', '12.3', '1,234', '3.4e+12']
+    """
+    if x >= 1e9:
+        return f"{x:.3g}"
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}" if x < 1 else f"{x:.{1 if x >= 10 else 2}f}"
 
 
 def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | None, samples: float | None) -> None:

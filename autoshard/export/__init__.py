@@ -135,9 +135,12 @@ def notes(exported: ExportedPlan) -> list[str]:
                    "it, and so does DeepSpeed's bf16 section.")
     if exported.checkpoints_every_block:
         blocks = " and ".join(exported.model.block_classes) or "repeated block"
-        out.append(f"The plan checkpoints every {blocks}: hf_trainer_args.txt ({checkpointing_flag()}) and "
-                   "the FSDP configs here enable it; with ds_config.json or the DDP files in your own script, enable "
-                   "it in your model (a transformers model: model.gradient_checkpointing_enable()).")
+        ways = [] if exported.strategy_traits.hybrid else [f"hf_trainer_args.txt ({checkpointing_flag()})"]
+        ways += ["the FSDP configs here"] if exported.family == "fsdp" else []
+        own = {"deepspeed": "ds_config.json", "ddp": "the DDP files"}.get(exported.family)
+        out.append(f"The plan checkpoints every {blocks}: {' and '.join(ways)} enable{'s' if len(ways) == 1 else ''} "
+                   "it" + (f"; with {own} in your own script, enable it in your model (a transformers model: "
+                           "model.gradient_checkpointing_enable())." if own else "."))
     elif exported.activation_checkpointing:
         choice = exported.checkpointing_choice
         out.append(f"The plan uses {choice.label} ({choice}, torchtitan's selective modes), which the "

@@ -53,3 +53,39 @@ def test_accelerate_still_gives_fsdp_only_to_accelerator_runs() -> None:
     branch = source[:source.index("self.distributed_type = DistributedType.FSDP")]
     guard = branch[branch.rindex("elif self.distributed_type in ["):]
     assert "DistributedType.MULTI_GPU" in guard and "MULTI_CPU" not in guard
+
+
+def test_a_hybrid_plan_writes_no_hf_trainer_file() -> None:
+    """With transformers 5.24's --fsdp switch alone, the Trainer's config (which refuses hybrid sharding) was never
+    built: hf_trainer_args.txt named an fsdp_config.json that no export writes, and the README listed it beside
+    "the HF Trainer cannot run it" (a cross-surface probe)."""
+    import dataclasses
+
+    from autoshard.export import render
+
+    base = _plan("fsdp_hybrid", "cuda", 8)
+    plan = dataclasses.replace(base, hardware=dataclasses.replace(base.hardware, nodes=2))
+    files = render(plan, validate=False)
+    assert "hf_trainer_args.txt" not in files and "fsdp_config.json" not in files
+    assert "hf_trainer_args.txt" not in files["README.md"]
+    assert "parallelism_config" in files["accelerate_config.yaml"]
+
+
+@pytest.mark.parametrize(("strategy", "said"), [
+    ("fsdp", "hf_trainer_args.txt (--activation_checkpointing) and the FSDP configs here enable it."),
+    ("deepspeed_stage_3", "hf_trainer_args.txt (--activation_checkpointing) enables it; with ds_config.json in your "
+                          "own script, enable it in your model"),
+    ("ddp", "hf_trainer_args.txt (--activation_checkpointing) enables it; with the DDP files in your own script"),
+])
+def test_the_checkpointing_note_names_only_files_the_export_has(strategy: str, said: str) -> None:
+    """A DeepSpeed export's README said "the FSDP configs here enable it", and it has none (a cross-surface probe)."""
+    import dataclasses
+
+    from autoshard.export.trainer_flags import checkpointing_flag
+
+    if checkpointing_flag() != "--activation_checkpointing":
+        pytest.skip(f"this transformers' flag is {checkpointing_flag()}")
+    plan = dataclasses.replace(_plan(strategy, "cuda", 8), activation_checkpointing=True)
+    (line,) = [n for n in notes(plan) if n.startswith("The plan checkpoints every")]
+    assert said in line, line
+    assert ("FSDP configs" in line) is (strategy == "fsdp")

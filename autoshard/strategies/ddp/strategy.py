@@ -362,7 +362,7 @@ def _replica_notes(s: DdpSettings, buckets: tuple[int, ...], hook_note: str | No
         "autocast (the 'amp' trace), as DDP trains the module it wraps",
         f"{len(buckets)} gradient bucket(s) of {', '.join(_mib(x) for x in buckets[:4])}"
         f"{', ...' if len(buckets) > 4 else ''}: reverse parameter order, first bucket capped at "
-        f"{_mib(s.first_bucket_bytes)}, then {s.bucket_cap_mb:g} MiB "
+        f"{_mib(s.first_bucket_bytes)}, then {s.bucket_cap_mb:g} MiB (a tensor past the cap is a bucket of its own) "
         "(torch/nn/parallel/distributed.py _BucketCapacityConfig, torch 2.13.0); allocated at construction "
         "(docs/notes/ddp.rst, Internal Design)",
         "gradient_as_bucket_view=True: .grad tensors are views of the buckets, no second copy"
@@ -445,4 +445,4 @@ def _hook_wire(s: DdpSettings, layout: _Layout) -> tuple[list[int], int, str]:
 
 
 def _mib(n: float) -> str:
-    return f"{n / MIB:.3g} MiB"
+    return f"{n / MIB:,.0f} MiB" if n >= 1000 * MIB else f"{n / MIB:.3g} MiB"  # 2,004 MiB, not 2e+03

@@ -106,7 +106,7 @@ def offload_seconds(workload: Workload, hardware: HardwareSpec, settings: ZeroSe
         write = next((d.write_bytes_per_s for d in disks if d.write_bytes_per_s), None)
         if read is None or write is None:
             notes.append(f"NVMe bandwidth unknown: {NVME_DEFAULT_BYTES_PER_S / 1e9:g} GB/s assumed "
-                         "(measure it with --benchmark-disk)")
+                         "(measure it: `autoshard hardware --benchmark-disk PATH`)")
         read, write = read or NVME_DEFAULT_BYTES_PER_S, write or NVME_DEFAULT_BYTES_PER_S
         ranks = hardware.processes_per_node  # all ranks of a node share its disks
         if settings.offload_optimizer == "nvme":

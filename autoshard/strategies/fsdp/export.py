@@ -188,9 +188,10 @@ class FSDPExporter:
         """
         # transformers 5.23 parsed --fsdp as a string ("true" refused: "Unknown `fsdp` option"); 5.24 takes --fsdp
         # alone and warns on the string. fsdp_config.json holds every option either way, and wins over the string.
+        config = trainer_fsdp_config(exported)  # refuses hybrid sharding, whichever form --fsdp takes here
         args = ["--fsdp"]
         if not fsdp_switch_alone():
-            reshard = trainer_fsdp_config(exported)["reshard_after_forward"]
+            reshard = config["reshard_after_forward"]
             options = ["full_shard" if reshard else "shard_grad_op", "auto_wrap"]
             args.append(" ".join(options + (["offload"] if exported.strategy_traits.offload_parameters else [])))
         args += ["--fsdp_config", fsdp_config_file]

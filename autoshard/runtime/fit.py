@@ -3,9 +3,11 @@ one worker per device itself."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -175,7 +177,7 @@ def fit(
     from autoshard.planner.machine import parse_reduce_dtype
 
     # The caller's random state is left as it was: planning draws from it, and training seeds it (fit.md).
-    with torch.random.fork_rng(devices=cuda_devices_in_use()):
+    with one_call_at_a_time(), torch.random.fork_rng(devices=cuda_devices_in_use()):
         environ = os.environ  # the edge: the launcher's variables are read here only
         launch = LaunchInfo.from_environ(environ)
         ckpt = checkpointing or Checkpointing()
@@ -218,6 +220,29 @@ def fit(
         if exported.hardware.world_size == 1:
             return _single(job, exported, notes)
         return workers.spawn(job, exported, notes, model, timeout_s)
+
+
+_RUNNING = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_call_at_a_time() -> Iterator[None]:
+    """Refuse a :func:`fit` call while another thread of this process runs one: two at once share torch's random
+    state, and two starting workers each read the other's calls, so one returned the other's training (80 steps
+    for a call of 5) or its rank aborted in gloo (a concurrency probe).
+
+    Raises:
+        UsageError: another thread's fit() is running.
+    """
+    if not _RUNNING.acquire(blocking=False):
+        raise UsageError("fit() is already running in another thread of this process; two calls at once share "
+                         "torch's random state and their workers' hand-over, and one can return the other's "
+                         "training.", hint="Call fit() from one thread at a time (wait for the other call to "
+                                           "return), or train each model in its own process.")
+    try:
+        yield
+    finally:
+        _RUNNING.release()
 
 
 def cuda_devices_in_use() -> list[int]:

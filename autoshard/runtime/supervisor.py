@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +144,30 @@ def _current_thread_frames(text: str) -> list[str]:
             number, _, function = rest.partition(" in ")
             frames.append(f"{function} ({file}:{number})")
     return frames
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While active, SIGTERM (a job scheduler's time limit, ``kill``) raises ``SystemExit(143)`` in this process, so
+    that the caller's ``finally`` blocks stop the workers and remove the run directory: by default SIGTERM ended the
+    launching process at once and left ``$TMPDIR/autoshard-fit-*``, the model's weights in it (a concurrency probe).
+    Left alone off the main thread (signals are delivered there) and where the process has its own handler."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stopped(signum: int, frame: Any) -> None:
+        print("autoshard: fit() terminated (SIGTERM): its workers are stopped.", file=sys.stderr)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def free_port() -> int:

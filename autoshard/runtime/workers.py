@@ -122,6 +122,12 @@ def spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
     command = supervisor.script_command()
     if command is None:
         command = _module_worker_command(job, model)
+    with supervisor.sigterm_unwinds():  # a scheduler's SIGTERM stops the workers and removes the run directory
+        return _spawned(job, exported, notes, model, timeout_s, command)
+
+
+def _spawned(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any, timeout_s: float | None,
+             command: list[str]) -> FitResult:
     run_dir = Path(tempfile.mkdtemp(prefix="autoshard-fit-"))
     try:
         _check_room(run_dir, job, exported, hands_over=command[1:3] != ["-m", "autoshard.runtime.worker"])

@@ -397,3 +397,35 @@ def test_seq_len_with_a_module_and_its_data_is_refused_before_planning(monkeypat
         fit(_mlp(), batches(), max_steps=1, seq_len=128)
     assert info.value.message.startswith("seq_len=128 sizes a model source's own example batches")
     assert "Sequential trains on data=" in info.value.message and "Drop seq_len=" in (info.value.hint or "")
+
+
+def test_a_second_fit_while_another_thread_runs_one_is_refused() -> None:
+    """Two fit(processes=2) calls from two threads returned one call's training to both (80 steps for a call of 5),
+    or aborted a rank in gloo, reported as a kill for host memory (a concurrency probe)."""
+    import threading
+
+    from torch.optim.lr_scheduler import LambdaLR
+
+    started, release = threading.Event(), threading.Event()
+    outcome: list[Any] = []
+
+    def scheduler(optimizer: torch.optim.Optimizer) -> LambdaLR:
+        started.set()
+        release.wait(60)
+        return LambdaLR(optimizer, lambda step: 1.0)
+
+    def first() -> None:
+        outcome.append(fit(_mlp(), batches(), loss_fn=F.mse_loss, max_steps=2, optimizer="sgd", progress=False,
+                           lr_scheduler=scheduler))
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert started.wait(120)
+        with pytest.raises(UsageError, match=r"^fit\(\) is already running in another thread of this process"):
+            fit(_mlp(), batches(), loss_fn=F.mse_loss, max_steps=1, optimizer="sgd", progress=False)
+    finally:
+        release.set()
+        thread.join(120)
+    assert len(outcome[0].steps) == 2
+    assert len(fit(_mlp(), batches(), loss_fn=F.mse_loss, max_steps=1, optimizer="sgd", progress=False).steps) == 1

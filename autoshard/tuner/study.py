@@ -10,13 +10,14 @@ configuration exported, the observers told. Its pieces are public, for a caller 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import socket
 import warnings
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -188,12 +189,11 @@ def run_study(
             _check_space(space, plan)
         estimate = trial_estimate(plan, trial_candidate(space.defaults(space.strategies[0]), trial=True), steps,
                                   flops_per_s)
-        _check_output_dir(out, name)
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and summary say it; restored after
     try:
-        with storage_mod.removed_if_refused(out, storage, *existed):  # a study made for another job: likewise
-            study, taken_up = create_study(name, store, shown, fingerprint, space,
+        with storage_mod.removed_if_refused(out, storage, *existed), _output_dir_claimed(out, name):
+            study, taken_up = create_study(name, store, shown, fingerprint, space,  # one made for another job:
                                            sampler_seed(seed, shared=storage is not None), prune, warmup_steps)
         if cap is not None and CAP_ATTR not in study.user_attrs:
             study.set_user_attr(CAP_ATTR, cap)
@@ -266,23 +266,55 @@ def _check_space(space: SearchSpace, plan: Plan) -> None:
                          hint="Build it with autoshard.tuner.space.build_space(plan) or pass strategies=.")
 
 
-def _check_output_dir(out: Path, name: str) -> None:
-    """One study per output directory: its ``trials/``, ``best/`` and summary are the study's, by fixed names.
+STUDY_FILE = ".autoshard-study"
+"""In an output directory: the name of the study its ``trials/``, ``best/`` and summary belong to, written when the
+study is made (under a lock of the directory), before any trial."""
+
+
+@contextlib.contextmanager
+def _output_dir_claimed(out: Path, name: str) -> Iterator[None]:
+    """One study per output directory: its ``trials/``, ``best/`` and summary are the study's, by fixed names. The
+    check and the study's creation hold an exclusive lock of the directory, and the directory is claimed for the
+    study once it is made: two tuners of different models started at once into one directory each read the other's
+    measurements from the same ``trials/0000`` (their pruning decided on the other model), and the last summary
+    replaced the first (a concurrency probe). Tuners of the same study share the directory, as before.
 
     Raises:
-        UsageError: ``out`` holds another study's results (its ``summary.json`` names it), which this one would
-            overwrite.
+        UsageError: ``out`` belongs to another study (its claim, or its ``summary.json``, names it).
     """
+    fd = None
+    if os.name == "posix":
+        import fcntl
+
+        fd = os.open(out, os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        previous = _claimed_by(out)
+        if previous is not None and previous != name:
+            raise UsageError(f"{out} holds the results of study {previous!r}; this is study {name!r}, whose trials/, "
+                             "best/ and summary would replace them.",
+                             hint=f"Pass another --output-dir for this study; --study-name '{previous}' goes on with "
+                                  "that one, for the job it was made for.")
+        yield
+        if previous is None:
+            (out / STUDY_FILE).write_text(name + "\n", encoding="utf-8")
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def _claimed_by(out: Path) -> str | None:
+    """The study ``out`` belongs to: its claim, else its ``summary.json``'s (a directory tuned before claims)."""
+    with contextlib.suppress(OSError):
+        claim = (out / STUDY_FILE).read_text(encoding="utf-8").strip()
+        if claim:
+            return claim
     summary = out / "summary.json"
     try:
         previous = json.loads(summary.read_text(encoding="utf-8")).get("study_name") if summary.is_file() else None
     except (OSError, ValueError, AttributeError):
         previous = None
-    if isinstance(previous, str) and previous != name:
-        raise UsageError(f"{out} holds the results of study {previous!r}; this is study {name!r}, whose trials/, "
-                         "best/ and summary would replace them.",
-                         hint=f"Pass another --output-dir for this study; --study-name '{previous}' goes on with that "
-                              "one, for the job it was made for.")
+    return previous if isinstance(previous, str) else None
 
 
 def _default_name(planned: ExportedPlan) -> str:

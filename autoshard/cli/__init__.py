@@ -8,11 +8,14 @@ anything else is reported as an internal error. ``--debug`` shows full traceback
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from difflib import get_close_matches
 from types import ModuleType
 from typing import Any, NoReturn
@@ -123,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     as_json = bool(getattr(args, "json", False))
     try:
-        with command_line():  # the library's errors keep naming flags
+        with command_line(), _sigterm_as_interrupt():  # the library's errors keep naming flags
             if as_json:
                 from autoshard.cli._format import json_only_stdout
 
@@ -141,9 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_error_json(type(exc).__name__, exc.message, hint, exc.exit_code,
                               getattr(exc, "candidates", ()))
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("autoshard: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how, code = ("terminated (SIGTERM)", 143) if isinstance(exc, _Terminated) else ("interrupted", 130)
+        print(f"autoshard: {how}", file=sys.stderr)
+        if as_json:
+            _print_error_json("Interrupted", how, None, code)
+        return code
     except BrokenPipeError:
         # The reader stopped early (`autoshard recommend ... | head`): nothing is wrong, and Python would complain
         # again when it flushes stdout at exit, so stdout goes to /dev/null (the Python docs' recipe, "Note on
@@ -161,6 +167,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         if as_json:
             _print_error_json("InternalError", message, hint, 1)
         return 1
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a scheduler's time limit), raised where the command is, as Ctrl-C is."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds the command as Ctrl-C does (its cleanup runs, one line says so, exit 143); by default it
+    ended ``recommend`` or ``profile`` with no word (a concurrency probe). A command that handles SIGTERM itself
+    (``tune``) installs its own handler inside; off the main thread, signals are not ours to take."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_error_json(kind: str, message: str, hint: str | None, exit_code: int,

@@ -89,13 +89,22 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.json,
         )
     except KeyboardInterrupt as e:  # the running trial's workers are stopped; it is recorded as interrupted
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        code = 143 if terminated else 130  # what a shell reports for a process SIGTERM or SIGINT ended
+        summary = Path(args.output_dir) / "summary.md"
         if args.json and isinstance(e, Interrupted):  # what finished, as the finished study's JSON would be
             print_json(e.result.to_dict())
-        how = "terminated (SIGTERM)" if terminated else "interrupted"
-        print(f"autoshard: {how}; what finished is in {Path(args.output_dir) / 'summary.md'}, and the same "
-              f"command resumes the study in {args.output_dir} (a trial it was running runs again first).",
-              file=sys.stderr)
-        return 143 if terminated else 130  # what a shell reports for a process SIGTERM or SIGINT ended
+        elif args.json:  # stopped before the study was made (planning, tracing): the error document
+            from autoshard.cli import _print_error_json
+
+            _print_error_json("Interrupted", f"{how} before any trial finished", None, code)
+        if summary.is_file() and isinstance(e, Interrupted):
+            print(f"autoshard: {how}; what finished is in {summary}, and the same command resumes the study in "
+                  f"{args.output_dir} (a trial it was running runs again first).", file=sys.stderr)
+        else:  # before the first trial, or stopped again while the summary was written
+            print(f"autoshard: {how} before a summary was written; the same command resumes the study in "
+                  f"{args.output_dir} (what it measured is kept in its study).", file=sys.stderr)
+        return code
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.json:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import socket
 import warnings
 import zlib
@@ -41,7 +42,7 @@ from autoshard.tuner.observer import Observers, TuneObserver
 from autoshard.tuner.pruner import SlowerThanBestPruner
 from autoshard.tuner.records import best_record, queued_config, record, trial_strategy
 from autoshard.tuner.result import TrialRecord, TrialState, TuneResult
-from autoshard.tuner.resume import RERUN, enqueue_reruns
+from autoshard.tuner.resume import RERUN, RERUN_ATTR, enqueue_reruns
 from autoshard.tuner.runner import TrialRunner, TrialSpec, run_trial
 from autoshard.tuner.space import SearchSpace, build_space, check_space_arguments
 from autoshard.tuner.usercode import function_reference
@@ -422,6 +423,7 @@ def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out
     from autoshard.export import export_plan
 
     records = tuple(record(t, queued_config(t, space)) for t in study.get_trials(deepcopy=False))
+    notes = _reruns_said(study, notes)
     allowed = {s.strategy for s in space.strategies}
     outside = sorted({r.config.strategy for r in records if r.config is not None and r.config.strategy not in allowed})
     best = best_record([r for r in records if r.config is None or r.config.strategy in allowed])
@@ -446,3 +448,22 @@ def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out
                         trial_estimate=estimate, device_type=plan.hardware.device_type)
     more = tuple(observer.study_finished(result, study))
     return dataclasses.replace(result, notes=result.notes + tuple(more)) if more else result
+
+
+_QUEUED = re.compile(r"^Trial (\d+) was stopped before it finished \((.*)\): its configuration is queued to run again "
+                     r"first\.$")
+
+
+def _reruns_said(study: optuna.Study, notes: list[str]) -> list[str]:
+    """``notes`` with "queued to run again first" said as what happened once the rerun has run: the summary of a
+    resumed study still said the interrupted trial was queued, after it had run again (a concurrency probe)."""
+    ran = {t.user_attrs[RERUN_ATTR]: t.number for t in study.get_trials(deepcopy=False)
+           if RERUN_ATTR in t.user_attrs and t.state != optuna.trial.TrialState.WAITING}
+
+    def said(note: str) -> str:
+        match = _QUEUED.match(note)
+        if match is None or int(match[1]) not in ran:
+            return note
+        return (f"Trial {match[1]} was stopped before it finished ({match[2]}): its configuration ran again as "
+                f"trial {ran[int(match[1])]}.")
+    return [said(n) for n in notes]

@@ -60,3 +60,4 @@ def test_two_studies_started_at_once_cannot_both_claim_it(tmp_path: Path) -> Non
     one.join(30)
     two.join(30)
     assert isinstance(outcome["b"], UsageError)
+

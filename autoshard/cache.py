@@ -82,7 +82,7 @@ def read_json(path: Path) -> tuple[Any, str | None]:
     try:
         return json.loads(text), None
     except json.JSONDecodeError as exc:
-        return None, f"not valid JSON ({exc.msg} at line {exc.lineno})"
+        return None, f"not valid JSON ({exc.msg}: line {exc.lineno}, column {exc.colno})"
 
 
 def write_json(path: Path, data: Any) -> str | None:

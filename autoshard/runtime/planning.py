@@ -6,7 +6,6 @@ exported, and a ``plan.json`` path is read and checked against the model and the
 
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,7 +18,7 @@ from torch.utils.data import IterableDataset
 from autoshard.errors import PLANNER_ARGUMENTS, UsageError, UserCodeError, reworded
 from autoshard.models.scope import scope_lines
 from autoshard.models.source import ModelSource, batch_token_length
-from autoshard.models.step import defaulted_bindings, describe, step_functions, unused_keys
+from autoshard.models.step import defaulted_bindings, unused_keys
 from autoshard.planner.plan_file import (
     ExportedPlan,
     ModelFingerprint,
@@ -39,10 +38,10 @@ from autoshard.runtime.data import (
     fixed_batch_size,
     loader_batch_size,
     peek,
-    repeated_first_sample,
     samples_per_rank,
     size_as_it_comes,
 )
+from autoshard.runtime.module_source import module_source
 from autoshard.runtime.plan_checks import RunShape, check, check_arguments, check_cuda_devices
 from autoshard.runtime.precision import for_module
 from autoshard.strategies.workload import parameter_layout
@@ -57,60 +56,6 @@ CPU_EXAMPLE_BATCH = 8
 ``batch_size=``): the planner's choice is the largest that fits memory, which on a CPU's host memory was 1,024
 samples of tiny-gpt2 (12 s a step) and 333 of the example GPT (over 5 minutes a step), where per-sample speed
 does not grow with the batch."""
-
-def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None, training_step: Any = None
-                  ) -> ModelSource:
-    """A :class:`ModelSource` over a module the user already built, for profiling and planning.
-
-    ``build_fn`` never copies the weights: under ``FakeTensorMode`` it returns a fake copy, on the ``meta``
-    device a meta copy; ``batch_fn(n)`` repeats the example batch's first sample ``n`` times. Under a 16-bit
-    default dtype (the profiler builds ``bf16-true`` models that way, as Lightning does) the fake / meta copy's
-    floating tensors are made in that dtype: the profiler cannot cast them afterwards, because
-    ``Module.to`` swaps fake tensors and the fake-tensor converter keeps weak references to the ones it made.
-    """
-
-    def build() -> nn.Module:
-        from torch._guards import detect_fake_mode
-
-        fake = detect_fake_mode()
-        default = torch.get_default_dtype()
-        half = default if default in (torch.float16, torch.bfloat16) else None
-
-        def dtype_of(t: torch.Tensor) -> torch.dtype:
-            return half if half is not None and t.is_floating_point() else t.dtype
-
-        if fake is not None:
-            def convert(t: torch.Tensor) -> torch.Tensor:
-                copied = fake.from_tensor(t)
-                return copied if copied.dtype == dtype_of(t) else copied.to(dtype_of(t))
-        elif torch.get_default_device().type == "meta":
-            def convert(t: torch.Tensor) -> torch.Tensor:
-                return torch.empty_like(t, device="meta", dtype=dtype_of(t))
-        else:
-            return copy.deepcopy(module)
-        memo: dict[int, Any] = {}
-        for t in (*module.parameters(), *module.buffers()):
-            if id(t) not in memo:
-                copied = convert(t.detach())
-                memo[id(t)] = nn.Parameter(copied, requires_grad=t.requires_grad) if isinstance(
-                    t, nn.Parameter) else copied
-        return copy.deepcopy(module, memo)
-
-    def batch(batch_size: int) -> Any:
-        return repeated_first_sample(example_batch, batch_size)
-
-    steps = step_functions(module, loss_fn=loss_fn, training_step=training_step)
-    feeding = describe(module, example_batch, loss_fn=loss_fn, training_step=training_step)
-    metadata: dict[str, Any] = {"feeding": feeding}
-    config = getattr(module, "config", None)
-    if config is not None and hasattr(config, "model_type"):  # a transformers model: its positions and window
-        from autoshard.models.hf_spec import sequence_metadata
-
-        metadata.update(sequence_metadata(config))
-        metadata["attn_implementation"] = getattr(config, "_attn_implementation", None)
-    return ModelSource(name=type(module).__name__, kind="module", origin=f"module:{type(module).__qualname__}",
-                       build_fn=build, batch_fn=batch, loss_fn=steps.loss, call_fn=steps.call, metadata=metadata)
-
 
 def model_fingerprint(module: nn.Module, name: str) -> ModelFingerprint:
     """The fingerprint a plan for ``module`` carries (works on real, meta and fake modules)."""

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CacheEntry", "CacheUsage", "cache_root", "clear", "code_version", "list_entries", "note", "read_json",
-           "usage", "workloads_dir", "write_json"]
+__all__ = ["CacheEntry", "CacheUsage", "cache_root", "clear", "code_version", "file_in_the_way", "list_entries",
+           "note", "read_json", "usage", "workloads_dir", "write_json"]
 
 ENV_VAR = "AUTOSHARD_CACHE_DIR"
 WORKLOADS = "workloads"
@@ -54,6 +54,24 @@ def cache_root(environ: Mapping[str, str]) -> Path:
         return Path(xdg) / "autoshard"
     home = environ.get("HOME") or str(Path.home())
     return Path(home) / ".cache" / "autoshard"
+
+
+def file_in_the_way(directory: Path) -> Path | None:
+    """The file that stands where ``directory`` or one of its parents should be, if any: then nothing can be
+    cached there (``AUTOSHARD_CACHE_DIR`` naming a file).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile() as f:
+        ...     file_in_the_way(Path(f.name) / "workloads") == Path(f.name)
+        True
+        >>> file_in_the_way(Path("/nonexistent/autoshard/workloads")) is None
+        True
+    """
+    for path in (directory, *directory.parents):
+        if path.exists():
+            return None if path.is_dir() else path
+    return None
 
 
 def workloads_dir(environ: Mapping[str, str]) -> Path:

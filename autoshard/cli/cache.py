@@ -29,12 +29,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard cache``."""
-    from autoshard.cache import clear, list_entries, usage, workloads_dir
+    from autoshard.cache import ENV_VAR, cache_root, clear, file_in_the_way, list_entries, usage, workloads_dir
     from autoshard.errors import UsageError
 
     if args.stale and args.action != "clear":
         raise UsageError(f"--stale goes with `autoshard cache clear`, not `{args.action}`.")
     directory = workloads_dir(os.environ)  # the edge: AUTOSHARD_CACHE_DIR / XDG_CACHE_HOME are read here
+    blocker = file_in_the_way(directory) if args.action != "dir" else None
+    if blocker is not None:  # it answered "0 workload(s)" for a cache that can never hold one
+        named = f" ({ENV_VAR} names a file)" if os.environ.get(ENV_VAR) and blocker == cache_root(os.environ) else ""
+        raise UsageError(f"the workload cache {directory} cannot exist: {blocker} is a file, not a "
+                         f"directory{named}.", hint=f"Set {ENV_VAR} to a directory.")
     if args.action == "dir":
         if args.json:
             print_json({"directory": str(directory)})

@@ -94,3 +94,17 @@ def test_cache_list_names_each_entry_and_clear_stale_keeps_what_this_install_rea
 def test_cache_stale_goes_with_clear_only(capsys):
     assert main(["cache", "list", "--stale"]) == 2
     assert "--stale goes with `autoshard cache clear`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("action", ["info", "list", "clear"])
+def test_a_cache_dir_that_is_a_file_is_refused_not_counted_as_empty(tmp_path, monkeypatch, capsys, action):
+    """``AUTOSHARD_CACHE_DIR`` naming a file answered "0 workload(s)" (and "Removed 0") for a cache that can never
+    hold an entry; recommend's note said the write failed."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("kept", encoding="utf-8")
+    monkeypatch.setenv("AUTOSHARD_CACHE_DIR", str(blocker))
+    assert main(["cache", action]) == 2
+    err = capsys.readouterr().err
+    assert f"{blocker} is a file, not a directory (AUTOSHARD_CACHE_DIR names a file)" in err
+    assert "Set AUTOSHARD_CACHE_DIR to a directory." in err
+    assert blocker.read_text(encoding="utf-8") == "kept"

@@ -57,15 +57,31 @@ _COMMON = ("kind", "name", "display_name", "description", "sources")
 
 
 def profiles_dir() -> Path:
-    """The directory of the shipped profiles.
+    """The directory of the shipped profiles: :func:`profiles_dir_of` the installed package."""
+    return profiles_dir_of(Path(__file__).resolve().parents[1])
 
-    ``profiles/`` at the root of a source checkout (editable installs), else the copy a wheel ships as the
-    ``autoshard/profiles`` package data (see ``pyproject.toml``).
+
+def profiles_dir_of(package: Path) -> Path:
+    """The shipped profiles of the ``autoshard`` package at ``package``: the copy a wheel ships as the
+    ``autoshard/profiles`` package data (see ``pyproject.toml``), else ``profiles/`` at the root of the source
+    checkout the package is in (an editable install: ``pyproject.toml`` beside it). A ``profiles`` folder beside
+    an installed package is someone else's (``site-packages/profiles``, a Django app beside a vendored copy): it
+    hid every shipped profile when it was looked at first (a packaging probe).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     package = Path(root) / "autoshard"
+        ...     (package / "profiles").mkdir(parents=True)
+        ...     (Path(root) / "profiles").mkdir()  # another project's folder beside the installed package
+        ...     profiles_dir_of(package) == package / "profiles"
+        True
     """
-    checkout = Path(__file__).resolve().parents[2] / "profiles"
-    if checkout.is_dir():
+    packaged = package / "profiles"
+    checkout = package.parent / "profiles"
+    if not packaged.is_dir() and checkout.is_dir() and (package.parent / "pyproject.toml").is_file():
         return checkout
-    return Path(__file__).resolve().parents[1] / "profiles"
+    return packaged
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

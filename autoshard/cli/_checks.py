@@ -4,7 +4,6 @@ its flags take (argparse names the flag in its refusal)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import tempfile
 from pathlib import Path
 
@@ -62,9 +61,11 @@ def check_plot_path(path: Path) -> None:
         UsageError: matplotlib is missing, the suffix is no format it writes, the path is a directory, or its
             folder does not exist or cannot be written.
     """
-    if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("--plot needs matplotlib.",
-                         hint="pip install 'matplotlib>=3.7' (in autoshard's checkout: pip install -e '.[plot]').")
+    from autoshard.report.matplotlib_use import INSTALL_HINT, matplotlib_unusable
+
+    why = matplotlib_unusable()
+    if why is not None:
+        raise UsageError(f"--plot needs matplotlib, and {why}.", hint=INSTALL_HINT)
     if path.is_dir():
         raise UsageError(f"--plot {path} is a directory; give a file name such as memory.png.")
     suffix = path.suffix.lower().lstrip(".")

@@ -63,8 +63,10 @@ def memory_figure(plan: Plan) -> Figure:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise UsageError("--plot needs matplotlib.", hint="pip install 'matplotlib>=3.7' (in autoshard's checkout: "
-                         "pip install -e '.[plot]').") from exc
+        from autoshard.report.matplotlib_use import INSTALL_HINT
+
+        raise UsageError(f"--plot needs matplotlib, and it cannot be imported ({exc}).",
+                         hint=INSTALL_HINT) from exc
     from matplotlib.patches import Patch
 
     from autoshard.hardware.units import format_throughput

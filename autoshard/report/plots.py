@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from autoshard.errors import UsageError
+from autoshard.report.matplotlib_use import PLOT_HINT, matplotlib_unusable
 
 if TYPE_CHECKING:
     import optuna
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 
 HISTORY_PNG = "optimization_history.png"
 IMPORTANCES_PNG = "param_importances.png"
-PLOT_HINT = "pip install 'matplotlib>=3.7'; in autoshard's checkout: pip install -e '.[plot]'"
 _OBJECTIVE_NAME = "Throughput (samples/s)"
 
 
@@ -86,6 +86,9 @@ def write_plots(study: optuna.study.Study, directory: Path) -> tuple[list[Path],
     Raises:
         UsageError: the directory or a plot cannot be written.
     """
+    why = matplotlib_unusable()
+    if why is not None:
+        return [], [f"No plots drawn: {why} ({PLOT_HINT})."]
     try:
         import matplotlib
 
@@ -98,8 +101,8 @@ def write_plots(study: optuna.study.Study, directory: Path) -> tuple[list[Path],
             plot_optimization_history,
             plot_param_importances,
         )
-    except ImportError:
-        return [], [f"No plots drawn: matplotlib is not installed ({PLOT_HINT})."]
+    except ImportError as exc:
+        return [], [f"No plots drawn: matplotlib cannot be imported ({exc}; {PLOT_HINT})."]
 
     trials = _complete_trials(study)
     if len(trials) < 2:

@@ -319,7 +319,7 @@ def test_missing_matplotlib_gives_the_install_hint(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
     paths, notes = write_plots(ddp_study(), tmp_path)
     assert paths == []
-    assert notes == ["No plots drawn: matplotlib is not installed (pip install 'matplotlib>=3.7'; in autoshard's checkout: pip install -e '.[plot]')."]
+    assert notes == ["No plots drawn: matplotlib is not installed (pip install 'matplotlib>=3.9'; in autoshard's checkout: pip install -e '.[plot]')."]
 
 
 # --------------------------------------------------------------------------------------------- files

@@ -90,7 +90,7 @@ def _driver_hint(url: str) -> str:
     """
     scheme = url.split("://", 1)[0]
     if scheme.startswith("postgresql"):
-        return 'Install it: pip install "psycopg[binary]" (autoshard[postgres]).'
+        return "Install it: pip install 'psycopg[binary]' (in autoshard's checkout: pip install -e '.[postgres]')."
     if scheme == "mysql" or scheme.startswith("mysql+mysqldb"):
         return "Install it: pip install mysqlclient (or pip install pymysql and a mysql+pymysql:// URL)."
     if scheme.startswith("mysql+pymysql"):

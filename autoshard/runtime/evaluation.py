@@ -79,12 +79,17 @@ class Evaluator:
 
     @contextlib.contextmanager
     def _scoring(self) -> Iterator[None]:
-        """The module in eval mode (each submodule's mode restored after), no gradients, the backend's autocast."""
+        """The module in eval mode (each submodule's mode restored after), no gradients, the backend's autocast,
+        and torch's generators as they were after: a DataLoader's iterator draws its seed from them, and a
+        resumed run, scoring before its first step where the uninterrupted run scored before step 1, drew
+        dropout's masks from another state from there on (a migration probe)."""
         module = self.backend.module
         modes = {m: m.training for m in module.modules()}
+        device = self.backend.ctx.device
         module.eval()
         try:
-            with torch.no_grad(), self.backend.autocast():
+            with (torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
+                  torch.no_grad(), self.backend.autocast()):
                 yield
         finally:
             for m, training in modes.items():

@@ -117,6 +117,35 @@ def test_resume_continues_the_schedule_of_the_uninterrupted_run(strategy: str, t
     assert resumed.losses == pytest.approx(full.losses[2:], rel=1e-6)
 
 
+class _Dropped(_Regressor):
+    """With dropout: each step draws from torch's generator, so a resume is exact only where it is restored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drop = nn.Dropout(0.3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.net(self.drop(x))
+
+
+def test_a_resume_with_dropout_and_eval_data_gives_the_uninterrupted_losses(tmp_path: Path) -> None:
+    """Scoring eval_data drew from torch's generator (a DataLoader's iterator takes a seed from it), once before
+    training and at each evaluation: a resumed run drew the first after the restored state and diverged at its
+    first step (a migration probe: dropout and periodic evaluation, the usual script)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    eval_rows = torch.cat([x for x, _ in _batches(4)]), torch.cat([y for _, y in _batches(4)])
+    kwargs: dict[str, Any] = {"loss_fn": _mse, "optimizer": _sgd, "plan": _plan(_Dropped()), "max_steps": 6,
+                              "eval_data": DataLoader(TensorDataset(*eval_rows), batch_size=4), "eval_every": 3,
+                              "seed": 1}
+    full = fit(_Dropped(), _batches(12), checkpointing=Checkpointing(dir=tmp_path, every=2), **kwargs)
+    resumed = fit(_Dropped(), _batches(12), **kwargs,
+                  checkpointing=Checkpointing(dir=tmp_path, every=2, resume=tmp_path / "step-00000002"))
+    assert [s.step for s in resumed.steps] == [3, 4, 5, 6]
+    assert resumed.losses == pytest.approx(full.losses[2:], rel=1e-6)
+    assert [e.loss for e in resumed.evals] == pytest.approx([e.loss for e in full.evals], rel=1e-6)
+
+
 def test_resuming_at_max_steps_says_nothing_was_left_to_train(tmp_path: Path) -> None:
     model = _Regressor()
     fit(model, _batches(4), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=2,

@@ -269,7 +269,7 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
             log.close()
     stop(procs, grace_s)
     if failure is not None:
-        raise _error(failure, run_dir, world_size)
+        raise _error(failure, run_dir, world_size, user_script=not _autoshards_own(command))
 
 
 def _wait(procs: Sequence[subprocess.Popen[bytes]], deadline: float | None,
@@ -321,7 +321,18 @@ def write_error(run_dir: Path, rank: int, exc: BaseException) -> None:
     tmp.replace(path)
 
 
-def _error(failed: dict[int, int | None], run_dir: Path, world_size: int) -> AutoshardError:
+def _autoshards_own(command: Sequence[str]) -> bool:
+    """Whether ``command`` runs one of autoshard's worker modules rather than the user's script.
+
+    Example:
+        >>> _autoshards_own(["python", "-m", "autoshard.runtime.worker"]), _autoshards_own(["python", "train.py"])
+        (True, False)
+    """
+    return len(command) > 2 and command[1] == "-m" and command[2].startswith("autoshard.")
+
+
+def _error(failed: dict[int, int | None], run_dir: Path, world_size: int, *,
+           user_script: bool = True) -> AutoshardError:
     if -1 in failed:
         where = where_stopped(run_dir, world_size)
         return WorkerTimeout("the workers did not finish within the time limit and were stopped."
@@ -334,10 +345,19 @@ def _error(failed: dict[int, int | None], run_dir: Path, world_size: int) -> Aut
     if silent or not records:
         rank = silent[0] if silent else min(failed)
         code = failed[rank] or 0
+        if code >= 0 and user_script:  # an exit, not a signal: fit() reports its own errors, so the code outside it
+            said = "an error" if code else "an exit"
+            return WorkerError(f"rank {rank} exited with code {code} before fit() reported from it: {said} in your "
+                               "script outside fit() (its traceback, if any, is in "
+                               f"{'the output above' if rank == 0 else 'its output below'}); the other workers "
+                               f"were stopped.{_log_tail(run_dir, rank)}",
+                               hint="Each worker runs your script again from the top, so what comes before fit() "
+                                    "runs in every worker too: guard what must run once (deleting or writing files, "
+                                    "downloads) with `if not autoshard.is_worker():`.")
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         return WorkerKilled(f"rank {rank} {how} without reporting an error; the other workers were stopped."
-                           f"{_log_tail(run_dir, rank)}",
-                           hint="Running out of host memory is a common cause of a kill; check `dmesg`.")
+                            f"{_log_tail(run_dir, rank)}",
+                            hint="Running out of host memory is a common cause of a kill; check `dmesg`.")
     first = first_error(records)
     rec = records[first]
     if rec.get("autoshard"):

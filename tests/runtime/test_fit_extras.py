@@ -385,6 +385,18 @@ def test_two_spawned_workers_run_the_schedule_and_know_they_are_workers(tmp_path
     assert seen == [("0", True), ("1", True), ("launcher", False)]
 
 
+def test_a_script_failing_outside_fit_in_a_worker_is_said_so_not_blamed_on_memory(tmp_path: Path) -> None:
+    """Exit code 1 and a traceback is Python's exit on an error, not a kill: fit() said "Running out of host memory
+    is a common cause of a kill" (a migration probe whose script deleted a file at its top, in every worker)."""
+    proc = _run({"mode": "outside", "record_dir": str(tmp_path)})
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "FileNotFoundError: no such file" in err  # rank 0's traceback, on the terminal as the user ran it
+    assert "autoshard.errors.WorkerError: rank 0 exited with code 1 before fit() reported from it: an error in your " \
+           "script outside fit() (its traceback, if any, is in the output above)" in err, err[-3000:]
+    assert "if not autoshard.is_worker():" in err and "host memory" not in err
+
+
 @pytest.mark.parametrize("how", ["raise", "kill"])
 def test_a_rank_losing_its_peer_in_the_first_loss_is_not_blamed_for_it(how: str, tmp_path: Path) -> None:
     # The loss all-reduces (a global normaliser): when rank 1 dies there, rank 0's all-reduce fails inside the
@@ -429,7 +441,9 @@ def _script(options: dict[str, Any]) -> None:
         json.dumps({"rank": rank, "is_worker": autoshard.is_worker()}), encoding="utf-8")
     model = _Regressor()
     data = _batches(16)
-    if options["mode"] == "spawn":
+    if options["mode"] == "outside" and autoshard.is_worker():  # a script's own code failing in the workers only
+        raise FileNotFoundError(f"no such file: {record_dir / 'deleted-by-the-launcher'}")
+    if options["mode"] in ("spawn", "outside"):
         plan = _plan(model, world_size=2, accumulation=2)
         result = fit(model, data, loss_fn=_mse, optimizer=_sgd, plan=plan, lr_scheduler=_lambda(FACTORS),
                      log_every=1)

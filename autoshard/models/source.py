@@ -151,12 +151,14 @@ def takes_keyword(fn: Callable[..., Any], name: str) -> bool:
 
 
 def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | None, user_code: bool = False,
-              feeding: str | None = None, **kwargs: Any) -> Any:
+              feeding: str | None = None, uncut: str | None = None, **kwargs: Any) -> Any:
     """Call user code; turn any exception into a :class:`UserCodeError` naming the user's file and line.
 
     Errors raised on purpose by autoshard (``AutoshardError``) pass through unchanged. ``user_code``: the code
     is the user's although no file of theirs is known (a module passed to ``fit()``); ``feeding``: how its batches
-    reach the model and the loss, for the hint (:func:`autoshard.models.step.describe`).
+    reach the model and the loss, for the hint (:func:`autoshard.models.step.describe`); ``uncut``: the first
+    dimensions of a batch whose tensors disagree on it (:func:`first_dimensions`), which cutting it into samples
+    breaks.
     """
     from autoshard.errors import AutoshardError, InternalError
 
@@ -177,6 +179,12 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
                     "the model, batch and loss shape-static (e.g. torch.where instead of x[mask]); docs/models.md.")
         elif user_file is not None:
             hint = "Fix the error in your model file (run with --debug for the full traceback)."
+        elif user_code and uncut:  # a graph batch: x [nodes, ...], edge_index [2, edges], y [nodes]
+            hint = (f"autoshard plans by cutting your batch into samples along its tensors' first dimension, and "
+                    f"they disagree on it ({uncut}): a batch such as a graph's (edge_index [2, edges]) cannot be cut "
+                    "that way. Plan with a model file whose batch(batch_size) builds a batch of batch_size samples "
+                    "(docs/models.md; `autoshard recommend model.py --output-dir DIR`), and pass its plan.json as "
+                    "plan= to fit().")
         elif user_code:
             fed = f" each batch was fed as {feeding};" if feeding else ""
             hint = (f"Your code raised it while autoshard traced a step to plan (on your batch cut to the micro-batch "
@@ -294,6 +302,27 @@ def batch_values(batch: Batch) -> list[Any] | None:
     return None
 
 
+def first_dimensions(batch: Any) -> str | None:
+    """The first dimension of each of ``batch``'s top-level tensors, named, when they disagree (``None`` when they
+    agree or there are fewer than two): what :func:`batch_rows` cannot read samples from.
+
+    Example:
+        >>> first_dimensions({"x": torch.zeros(256, 16), "edge_index": torch.zeros(2, 1024), "y": torch.zeros(256)})
+        'x: 256, edge_index: 2, y: 256'
+        >>> first_dimensions((torch.zeros(4, 2), torch.zeros(4))) is None
+        True
+    """
+    values = batch_values(batch) or []
+    names = ([str(k) for k in batch] if isinstance(batch, Mapping)
+             else [f.name for f in dataclasses.fields(batch)] if _is_dataclass_instance(batch)
+             else [f"[{i}]" for i in range(len(values))])
+    sized = [(n, t.shape[0]) for n, t in zip(names, values, strict=False)
+             if isinstance(t, torch.Tensor) and t.dim() > 0]
+    if len({size for _, size in sized}) < 2:
+        return None
+    return ", ".join(f"{n}: {size}" for n, size in sized)
+
+
 def batch_rows(batch: Any) -> int | None:
     """The samples in ``batch``: the first dimension its top-level tensors share (``None`` when they disagree or
     it holds none).
@@ -308,20 +337,23 @@ def batch_rows(batch: Any) -> int | None:
 
 def batch_token_length(batch: Any) -> int | None:
     """The sequence length of a batch of token ids: the second dimension of its ``input_ids`` (a mapping's), else
-    of its first top-level 2-D integer tensor; ``None`` where it holds none (images, features in floats).
+    of its first top-level 2-D integer tensor with a row per sample; ``None`` where it holds none (images, features
+    in floats, a graph's ``edge_index`` [2, edges], whose edges were counted as tokens: a GNN probe).
 
     Example:
         >>> ids = torch.zeros(4, 128, dtype=torch.long)
         >>> images = (torch.zeros(4, 3, 8, 8), ids[:, 0])
-        >>> batch_token_length({"input_ids": ids, "labels": ids}), batch_token_length(images)
-        (128, None)
+        >>> graph = {"x": torch.zeros(256, 16), "edge_index": torch.zeros(2, 1024, dtype=torch.long)}
+        >>> batch_token_length({"input_ids": ids, "labels": ids}), batch_token_length(images), batch_token_length(graph)
+        (128, None, None)
     """
-    values = batch_values(batch) or []
-    if isinstance(batch, Mapping) and isinstance(batch.get("input_ids"), torch.Tensor):
-        values = [batch["input_ids"], *values]
-    for t in values:
+    ids = batch.get("input_ids") if isinstance(batch, Mapping) else None
+    if isinstance(ids, torch.Tensor) and ids.dim() == 2:
+        return int(ids.shape[1])
+    rows = batch_rows(batch)
+    for t in batch_values(batch) or []:
         if isinstance(t, torch.Tensor) and t.dim() == 2 and not t.is_floating_point() and not t.is_complex() \
-                and t.dtype != torch.bool:
+                and t.dtype != torch.bool and t.shape[0] == rows:
             return int(t.shape[1])
     return None
 

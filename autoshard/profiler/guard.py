@@ -55,7 +55,7 @@ def guard(fn: Callable[[], Any], source: ModelSource, tracker: MemoryTracker | N
 
     try:
         return call_user(fn, what=what, user_file=source.user_file, user_code=source.kind == "module",
-                         feeding=source.metadata.get("feeding"))
+                         feeding=source.metadata.get("feeding"), uncut=source.metadata.get("uncut"))
     except UserCodeError as exc:
         cause = exc.__cause__
         where = _where(exc, tracker)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autoshard.models.source import ModelSource
+from autoshard.models.source import ModelSource, first_dimensions
 from autoshard.models.step import describe, step_functions
 from autoshard.runtime.data import repeated_first_sample
 
@@ -60,7 +60,7 @@ def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None,
 
     steps = step_functions(module, loss_fn=loss_fn, training_step=training_step)
     feeding = describe(module, example_batch, loss_fn=loss_fn, training_step=training_step)
-    metadata: dict[str, Any] = {"feeding": feeding}
+    metadata: dict[str, Any] = {"feeding": feeding, "uncut": first_dimensions(example_batch)}
     config = getattr(module, "config", None)
     if config is not None and hasattr(config, "model_type"):  # a transformers model: its positions and window
         from autoshard.models.hf_spec import sequence_metadata

@@ -169,3 +169,26 @@ def test_dictionary_keys_the_forward_does_not_take_reach_the_loss_only() -> None
     fit(_Takes(), [{"x": torch.ones(2, 2), "extra": torch.zeros(2)}], loss_fn=lambda o, b: o.sum(), max_steps=1,
         progress=False)
     assert "extra" in seen
+
+
+class _GraphNet(nn.Module):
+    """Message passing as GNN libraries batch it: node features [nodes, f], edge_index [2, edges]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        messages = self.lin(x)[edge_index[0]]
+        return torch.zeros_like(x).index_add(0, edge_index[1], messages)
+
+
+def test_a_graph_batch_that_cannot_be_cut_into_samples_is_said_so() -> None:
+    """edge_index [2, edges] was cut as if its 2 rows were samples: the trace failed with an IndexError blamed on
+    the user's forward and a hint about their batch's first dimension (a GNN probe)."""
+    torch.manual_seed(0)
+    graph = {"x": torch.randn(12, 4), "edge_index": torch.randint(0, 12, (2, 30)), "y": torch.randn(12, 4)}
+    with pytest.raises(UserCodeError) as info:
+        fit(_GraphNet(), [graph] * 4, loss_fn=lambda out, b: F.mse_loss(out, b["y"]), max_steps=1, processes=1)
+    assert "they disagree on it (x: 12, edge_index: 2, y: 12)" in info.value.hint
+    assert "pass its plan.json as plan= to fit()" in info.value.hint

@@ -273,18 +273,17 @@ def _shape_of(output: Any, rows: int | None = None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FileCall:
-    """How a model file's batch reaches its model: ``model(*batch[:k])`` when the forward takes ``k`` positional
-    arguments and the tuple has more elements (the rest are targets, which the file's ``loss(output, batch)`` reads
-    from the whole batch), ``model(batch)`` for a dictionary its forward takes whole (:func:`whole_mapping`), else
+    """How a model file's batch reaches its model, as a module's does (:class:`_Call`): ``model(*batch[:k])`` when
+    the forward takes ``k`` positional arguments and the tuple has more elements (the rest are targets, which the
+    file's ``loss(output, batch)`` reads from the whole batch), ``model(batch)`` for a dictionary its forward takes
+    whole (:func:`whole_mapping`), a dictionary's other keys the forward does not take left to the loss (a model
+    file's ``y`` reached ``forward`` and failed there, where a module passed to ``fit()`` had it dropped), else
     :func:`call_model`. The forward asked is the user's module's, under whatever
     wraps it (DDP's and DeepSpeed's ``forward(*inputs, **kwargs)`` pass everything on to ``.module``)."""
 
     def __call__(self, model: nn.Module, batch: Batch) -> Any:
         user = _user_module(model)
-        if whole_mapping(batch, positional_inputs(user), keyword_inputs(user)):
-            return model(batch)
-        parts = split(batch, positional_inputs(user))
-        return call_model(model, batch if parts is None else parts[0])
+        return _Call(positional_inputs(user), keyword_inputs(user))(model, batch)
 
 
 def _user_module(model: nn.Module) -> nn.Module:

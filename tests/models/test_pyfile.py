@@ -175,6 +175,34 @@ def test_a_tuple_with_targets_feeds_the_forward_its_inputs_and_the_loss_the_whol
         assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(module(data[0]), data[1])))
 
 
+DICT_WITH_TARGET = """
+    import torch
+    import torch.nn.functional as F
+
+    def model():
+        return torch.nn.Linear(4, 3)
+
+    def batch(batch_size):
+        return {"input": torch.randn(batch_size, 4), "y": torch.randint(0, 3, (batch_size,))}
+
+    def loss(output, batch):
+        return F.cross_entropy(output, batch["y"])
+"""
+
+
+def test_a_dict_batch_keeps_its_targets_for_the_loss_only(
+    write_model: Callable[..., Path], train_step: Callable[..., torch.Tensor]
+) -> None:
+    """``{"input", "y"}`` with ``forward(input)``: ``y`` reached the forward ("unexpected keyword argument 'y'")
+    from a model file, where a module passed to ``fit()`` had it dropped (a probe's GNN file)."""
+    source = load_file(write_model(DICT_WITH_TARGET))
+    torch.manual_seed(0)
+    module, data = source.build(), source.batch(5)
+    loss = train_step(source, module, data)
+    with torch.no_grad():
+        assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(module(data["input"]), data["y"])))
+
+
 def test_the_inputs_are_counted_on_the_users_forward_under_ddp(write_model: Callable[..., Path]) -> None:
     """DDP's ``forward(*inputs, **kwargs)`` passes everything to ``.module``: the count is the user's forward's,
     and a module of the user's own that keeps another as ``.module`` is asked itself."""

@@ -12,6 +12,7 @@ from autoshard.hardware.specs import HardwareSpec
 from autoshard.planner.plan import Evaluation, PlanRequest, candidate_dict
 from autoshard.planner.search import does_not_fit, gib, usable_gpu_bytes
 from autoshard.strategies.base import Strategy
+from autoshard.strategies.trace_sessions import HALF_FAILS
 from autoshard.strategies.workload import Workload
 
 
@@ -21,10 +22,19 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
     if not measured:
         reasons = "; ".join(sorted({r.rstrip(".") for e in evaluations for r in e.reasons}))
         missing = "install" in reasons.lower()  # a package (DeepSpeed, libaio), not the hardware itself
-        return NoFeasiblePlan(f"no strategy can run on this hardware: {reasons}.",
-                              hint="Install what is missing, or plan for other hardware with --hardware." if missing
-                              else "Choose strategies this hardware can run (--strategies; strategy= in fit()), or "
-                                   "plan for other hardware with --hardware.",
+        said = [r for e in evaluations for r in e.reasons]
+        precision = bool(said) and all(HALF_FAILS in r for r in said)  # the model's code, not the machine
+        if precision:
+            hint = ("Train with a strategy that keeps fp32 parameters under autocast (ddp), or at --precision 32-true "
+                    "(precision= in fit()); or make the forward cast the fp32 tensors it makes itself to its "
+                    "parameters' dtype (e.g. emb.to(self.proj.weight.dtype)).")
+        elif missing:
+            hint = "Install what is missing, or plan for other hardware with --hardware."
+        else:
+            hint = ("Choose strategies this hardware can run (--strategies; strategy= in fit()), or plan for other "
+                    "hardware with --hardware.")
+        what = "weighed can train this model" if precision else "can run on this hardware"
+        return NoFeasiblePlan(f"no strategy {what}: {reasons}.", hint=hint,
                               candidates=tuple(candidate_dict(e, workload, hardware) for e in evaluations))
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
     need = smallest.memory.gpu.total  # type: ignore[union-attr]

@@ -89,7 +89,7 @@ class TraceSessions:
             except UserCodeError:
                 raise exc from None
             half = "bf16" if modes["half"][0] is Precision.BF16_TRUE else modes["half"][0].value
-            why = (f"the model's forward fails with its parameters in {half}, as this strategy "
+            why = (f"{HALF_FAILS} {half}, as this strategy "
                    f"trains them: {exc.message}")
             return traced, why, {"amp": amp}
 
@@ -146,6 +146,10 @@ class TraceSessions:
                 if child is not None:
                     child.cancel()
         return traced
+
+
+HALF_FAILS = "the model's forward fails with its parameters in"
+"""The start of the reason a strategy that trains 16-bit parameters is rejected for (its trace failed there)."""
 
 
 def _needed(key: TraceKey, base: StepTrace) -> bool:

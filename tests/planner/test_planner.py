@@ -359,3 +359,20 @@ def test_a_forward_that_fails_with_16_bit_parameters_is_planned_with_ddp_and_say
         assert "fails with its parameters in bf16" in refused[name] and "model.py:15" in refused[name]
     with pytest.raises(UserCodeError, match="model.py"):  # asked for bf16 throughout, nothing runs it
         autoshard.recommend(str(path), hardware=eight, precision="bf16-true", cache=False)
+
+
+def test_only_16_bit_strategies_asked_for_a_forward_that_fails_there_are_refused_for_the_model_not_the_machine(
+        tmp_path):
+    """fsdp asked for alone: "no strategy can run on this hardware ... plan for other hardware" sent the user to
+    other GPUs for what their forward's fp32 tensor does (a probe's diffusion UNet)."""
+    import autoshard
+    from autoshard.errors import NoFeasiblePlan
+
+    path = tmp_path / "model.py"
+    path.write_text(FP32_INSIDE_FORWARD)
+    eight = load_hardware("a100-sxm-80gb", gpus=8)
+    with pytest.raises(NoFeasiblePlan) as info:
+        autoshard.recommend(str(path), hardware=eight, precision="bf16-mixed", strategies=["fsdp"], cache=False)
+    assert info.value.message.startswith("no strategy weighed can train this model: the model's forward fails with "
+                                         "its parameters in bf16")
+    assert "hardware" not in info.value.hint and "(ddp)" in info.value.hint and "32-true" in info.value.hint

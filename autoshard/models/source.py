@@ -179,17 +179,16 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
                     "the model, batch and loss shape-static (e.g. torch.where instead of x[mask]); docs/models.md.")
         elif user_file is not None:
             hint = "Fix the error in your model file (run with --debug for the full traceback)."
-        elif user_code and uncut:  # a graph batch: x [nodes, ...], edge_index [2, edges], y [nodes]
-            hint = (f"autoshard plans by cutting your batch into samples along its tensors' first dimension, and "
-                    f"they disagree on it ({uncut}): a batch such as a graph's (edge_index [2, edges]) cannot be cut "
-                    "that way. Plan with a model file whose batch(batch_size) builds a batch of batch_size samples "
-                    "(docs/models.md; `autoshard recommend model.py --output-dir DIR`), and pass its plan.json as "
-                    "plan= to fit().")
         elif user_code:
             fed = f" each batch was fed as {feeding};" if feeding else ""
             hint = (f"Your code raised it while autoshard traced a step to plan (on your batch cut to the micro-batch "
                     f"sizes it tries, so its first dimension may differ from yours):{fed} check the model, the batch "
                     "and the loss.")
+            if uncut:  # a graph batch: x [nodes, ...], edge_index [2, edges], y [nodes]
+                hint += (f" Its tensors disagree on their first dimension ({uncut}): if it is a batch that cannot be "
+                         "cut into samples along it (a graph's edge_index [2, edges]), plan with a model file whose "
+                         "batch(batch_size) builds a batch of batch_size samples (docs/models.md; `autoshard "
+                         "recommend model.py --output-dir DIR`) and pass its plan.json as plan= to fit().")
         elif _NO_PAD_TOKEN in str(exc):  # a decoder's sequence classification head, pad_token_id null
             hint = ('Set "pad_token_id" in the config.json (the tokenizer\'s pad token, or its eos_token_id as is '
                     "usual for decoder-only models): the classification head takes each sequence's last token "

@@ -363,13 +363,13 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
         # the micro-batch is the planner's choice, at most each rank's share of the samples, or batch_size=.
         batch_size = options.batch_size
         per_rank = samples_per_rank(samples, hw.world_size)
-        check_batch_fits_data(options.batch_size, per_rank)
-        check_global_batch(options.global_batch_size, hw.world_size, batch_size, samples,
-                           epochs=job.epoch_limit)
-        try:
+        try:  # read as samples, the list must make whole batches too; else what it did as batches is the answer
+            check_batch_fits_data(options.batch_size, per_rank)
+            check_global_batch(options.global_batch_size, hw.world_size, batch_size, samples,
+                               epochs=job.epoch_limit)
             plan = planned(source)
-        except UserCodeError:
-            raise (clash or first) from None
+        except (UserCodeError, UsageError):  # a batch_size= larger than the list's samples was said instead, after
+            raise (clash or first) from None  # the trace's traceback (a GNN probe)
         job = replace(job, data=samples)
         why = (f"read as batches, {clash.message.rstrip('.')}" if clash is not None else
                "the first did not run through the model as a batch, and ran as a batch of one sample")

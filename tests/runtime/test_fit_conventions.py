@@ -190,5 +190,5 @@ def test_a_graph_batch_that_cannot_be_cut_into_samples_is_said_so() -> None:
     graph = {"x": torch.randn(12, 4), "edge_index": torch.randint(0, 12, (2, 30)), "y": torch.randn(12, 4)}
     with pytest.raises(UserCodeError) as info:
         fit(_GraphNet(), [graph] * 4, loss_fn=lambda out, b: F.mse_loss(out, b["y"]), max_steps=1, processes=1)
-    assert "they disagree on it (x: 12, edge_index: 2, y: 12)" in info.value.hint
+    assert "Its tensors disagree on their first dimension (x: 12, edge_index: 2, y: 12)" in info.value.hint
     assert "pass its plan.json as plan= to fit()" in info.value.hint

@@ -220,12 +220,19 @@ def _collect(run_dir: Path, exported: ExportedPlan, module: nn.Module | None) ->
     elif module is not None:  # consolidate=False: the module here holds the weights it was given, not the trained
         data = {**data, "notes": [*data["notes"], UNTRAINED_NOTE]}
         module = None
+    if module is None and state is not None:  # a model source: only the workers built a model
+        data = {**data, "notes": [*data["notes"], SOURCE_NOTE]}
     return dataclasses.replace(FitResult.from_dict(data, model=module, state_dict=state), plan=exported, rank=0)
 
 
 UNTRAINED_NOTE = ("consolidate=False: the trained weights stayed in the worker processes, which are gone, so "
                   "result.model is None (your module still holds the weights it was given); train with "
                   "consolidate=True, or keep them with checkpointing=Checkpointing(dir=...).")
+
+
+SOURCE_NOTE = ("fit() was given a model source, which only the worker processes built, so result.model is None here: "
+               "the trained weights are result.state_dict (for a model file: m = model(); "
+               "m.load_state_dict(result.state_dict)).")
 
 
 def _module_worker_command(job: TrainJob, model: Any) -> list[str]:

@@ -24,6 +24,8 @@ def test_a_sharded_build_initialises_like_a_normal_build(model: str, strategy: s
                            optimizer=None)
     assert not any("built whole" in n for n in result.notes), result.notes
     assert result.model is None and result.state_dict is not None  # a source: the workers built the model
+    assert any(n.startswith("fit() was given a model source, which only the worker processes built, so "
+                            "result.model is None here") for n in result.notes), result.notes  # said (a probe)
     vocab = load_source(model).build().config.vocab_size  # type: ignore[union-attr]
     # One SGD step from a fresh init: the first loss is that of near-uniform predictions over the vocabulary.
     assert result.losses[0] == pytest.approx(math.log(vocab), rel=0.05)

@@ -315,6 +315,11 @@ def _explain(best: Evaluation, ranked: list[Evaluation], discounts: list[Rule],
             factor = math.prod(r.factor for r in held)
             why = (f", predicted {100 * faster:.0f} % faster, ranked below it by "
                    f"{', '.join(r.name for r in held)} (score ×{factor:.2f}; its reasons say why)")
+        favoured = [r for r in rules if r.factor > 1 and any(x.startswith(f"[{r.name}]") for x in runner_up.reasons)]
+        if faster < -0.005 and favoured:  # a rule favoured it and the headline still leads: say by how much (a
+            factor = math.prod(r.factor for r in favoured)  # 0.8M-parameter model got fsdp with no word of why)
+            why = (f", favoured by {', '.join(r.name for r in favoured)} (score ×{factor:.2f}; its reasons say why) "
+                   f"and still predicted {100 * -faster:.0f} % slower")
         if runner_up.score == 0 and held:  # a rule ruled it out (a factor of 0): no score to weigh
             lines.append(f"Runner-up: {runner_up.strategy} at {rate} samples/s, ruled out by "
                          f"{', '.join(r.name for r in held)} (its reasons say why).")

@@ -50,3 +50,17 @@ def test_a_runner_up_a_rule_ruled_out_is_said_to_be_ruled_out_not_scored_0() -> 
     line = _runner_up(autoshard.recommend("tiny-gpt2", seq_len=16, hardware=autoshard.detect_hardware(
         environ={"CUDA_VISIBLE_DEVICES": ""})))
     assert ", ruled out by " in line and "(its reasons say why)." in line and "score" not in line
+
+
+def test_a_runner_up_a_rule_favoured_says_the_headline_leads_it_anyway() -> None:
+    """A 0.8M-parameter model on four A100s got fsdp, DDP's small-model bonus on its runner-up line only as a
+    score (a probe): the line says the bonus was given and by how much the runner-up is still slower."""
+    from tests.planner.test_planner import H100x8
+
+    strategies = [Synthetic("ddp", state_gib=1, act_gib=1, per_device_samples_s=100),
+                  Synthetic("fsdp", state_gib=1, act_gib=1, per_device_samples_s=130, sharded=True)]
+    p = plan(workload(1_000_000), H100x8, request(micro_batch_size=4), strategies)
+    assert p.recommended.strategy == "fsdp"
+    line = _runner_up(p)
+    assert "ddp at" in line and "favoured by small-model-ddp (score ×1.15; its reasons say why) and still " \
+                                "predicted 23 % slower" in line, line

@@ -271,6 +271,17 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
         raise UsageError("eval_every= says how often to score eval_data, and no eval_data was given.",
                          hint="Pass eval_data= (a Dataset, DataLoader or list of batches), or drop eval_every.")
     _check_checkpointing(checkpointing)
+    if isinstance(lr_scheduler, type) and issubclass(lr_scheduler, (torch.optim.lr_scheduler.LRScheduler,
+                                                                    torch.optim.lr_scheduler.ReduceLROnPlateau)):
+        name = lr_scheduler.__name__  # called with the optimizer alone it failed in each worker, after planning
+        if issubclass(lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise UsageError("fit() steps the learning-rate scheduler once per optimizer step without a metric, and "
+                             "ReduceLROnPlateau needs one.",
+                             hint="Use a schedule over steps (LambdaLR, OneCycleLR, ...).")
+        raise UsageError(f"lr_scheduler is the class {name}: fit() takes a factory optimizer -> LRScheduler, "
+                         "which it calls with the optimizer alone.",
+                         hint=f"Pass e.g. lr_scheduler=lambda opt: torch.optim.lr_scheduler.{name}(opt, ...) with its "
+                              "other arguments.")
     if lr_scheduler is not None and not callable(lr_scheduler):
         raise UsageError(f"lr_scheduler must be a factory optimizer -> LRScheduler, but got "
                          f"{type(lr_scheduler).__name__}.",

@@ -197,6 +197,17 @@ def test_a_bad_scheduler_factory_gets_one_clear_error(scheduler: Any, checkpoint
     assert not torch.distributed.is_initialized()
 
 
+@pytest.mark.parametrize(("scheduler", "message"), [
+    (torch.optim.lr_scheduler.CosineAnnealingLR, r"lr_scheduler is the class CosineAnnealingLR: fit\(\) takes a factory"),
+    (torch.optim.lr_scheduler.ReduceLROnPlateau, "ReduceLROnPlateau needs one"),
+])
+def test_a_scheduler_class_is_refused_before_planning(scheduler: Any, message: str, no_tracing: None) -> None:
+    """Called with the optimizer alone, the class failed in each worker after planning ("the lr_scheduler factory
+    raised TypeError: ... missing 1 required positional argument: 'T_max'"; a migration probe)."""
+    with pytest.raises(UsageError, match=message):
+        fit(_Regressor(), _batches(2), loss_fn=_mse, optimizer=_sgd, max_steps=2, lr_scheduler=scheduler)
+
+
 # -- checkpoint pruning ---------------------------------------------------------------------------------------
 
 

@@ -208,6 +208,29 @@ def test_a_scheduler_class_is_refused_before_planning(scheduler: Any, message: s
         fit(_Regressor(), _batches(2), loss_fn=_mse, optimizer=_sgd, max_steps=2, lr_scheduler=scheduler)
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "deepspeed_stage_3"])
+def test_parameter_groups_from_a_factory_over_named_parameters_train_as_a_plain_loop(strategy: str) -> None:
+    """docs/fit.md's recipe for weight-decay groups: a factory that ignores ``params`` and groups the module's
+    ``named_parameters()`` when fit() calls it, after the backend has wrapped or sharded the module in place."""
+    def groups(model: nn.Module) -> list[dict[str, Any]]:
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        return [{"params": [p for _, p in named if p.ndim >= 2]},
+                {"params": [p for _, p in named if p.ndim < 2], "weight_decay": 0.0}]
+
+    reference = _Regressor()
+    optimizer = torch.optim.AdamW(groups(reference), lr=0.05, weight_decay=0.5)
+    for x, y in _batches(4):
+        optimizer.zero_grad()
+        _mse(reference(x, y), (x, y)).backward()
+        optimizer.step()
+    model = _Regressor()
+    result = fit(model, _batches(4), loss_fn=_mse, plan=_plan(model, strategy=strategy), epochs=1,
+                 optimizer=lambda params: torch.optim.AdamW(groups(model), lr=0.05, weight_decay=0.5))
+    assert result.state_dict is not None
+    for name, tensor in reference.state_dict().items():
+        torch.testing.assert_close(result.state_dict[name], tensor, rtol=1e-5, atol=1e-6)
+
+
 # -- checkpoint pruning ---------------------------------------------------------------------------------------
 
 

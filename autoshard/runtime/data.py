@@ -17,11 +17,13 @@ from typing import Any, cast
 
 import torch
 from torch.utils.data import (
+    BatchSampler,
     DataLoader,
     Dataset,
     DistributedSampler,
     IterableDataset,
     RandomSampler,
+    SequentialSampler,
 )
 
 from autoshard.errors import UsageError
@@ -91,6 +93,20 @@ class DataFeed:
             if like.num_workers > 0:
                 extra["prefetch_factor"] = like.prefetch_factor
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=not self.scoring, **extra)
+
+    @property
+    def dealt_from_whole(self) -> str | None:
+        """Why every rank iterates the user's ``DataLoader`` whole and keeps its share of the batches (a sampler
+        or batch sampler of its own, an iterable dataset), or ``None``: each rank then loads and collates every
+        batch, ``ranks`` times the loading work, which a note says (a migration probe's weighted sampler)."""
+        loader = self._iterable
+        if not isinstance(loader, DataLoader) or self.ctx.world_size == 1:
+            return None
+        if not _map_style(loader.dataset):
+            return f"over an {type(loader.dataset).__name__}, an iterable dataset"
+        if loader.batch_size is None or type(loader.batch_sampler) is not BatchSampler:
+            return f"with a batch sampler of its own ({type(loader.batch_sampler).__name__})"
+        return f"with a sampler of its own ({type(loader.sampler).__name__})"
 
     @property
     def endless(self) -> bool:
@@ -312,8 +328,6 @@ def _map_style(dataset: Any) -> bool:
 
 def _rebuildable(loader: DataLoader[Any]) -> bool:
     """A loader whose batching autoshard can reproduce with a distributed sampler (no custom batch sampler)."""
-    from torch.utils.data import BatchSampler, SequentialSampler
-
     return (loader.batch_size is not None and type(loader.batch_sampler) is BatchSampler
             and isinstance(loader.sampler, (RandomSampler, SequentialSampler)))
 

@@ -115,6 +115,12 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                          f"into micro-batches of {plan.micro_batch_size} on each of the {ctx.world_size} rank(s), and "
                          "what fills no whole micro-batch on every rank is dropped, a different few each epoch); "
                          "pass a DataLoader with a batch_size that divides the data to keep them all.")
+        if feed.dealt_from_whole is not None:
+            notes.append(f"data: the DataLoader {feed.dealt_from_whole} cannot be split among the ranks by a "
+                         f"DistributedSampler, so each of the {ctx.world_size} ranks iterates it whole and trains on "
+                         f"every {ctx.world_size}th batch: every rank loads and collates all the batches "
+                         f"({ctx.world_size}× the loading work; more num_workers, or a dataset split by rank "
+                         "yourself, cuts it).")
         if epochs is not None and per_epoch is not None and per_epoch * epochs < plan.gradient_accumulation:
             raise UsageError(f"each rank's share of the data holds {per_epoch * epochs} micro-batch(es) of "
                              f"{plan.micro_batch_size} in {epochs} epoch(s), and an optimizer step accumulates "

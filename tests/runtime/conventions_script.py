@@ -11,6 +11,7 @@ process.
 * ``compiled``: ``plain`` with the model given as ``torch.compile(model)``.
 * ``no-consolidate``: ``plain`` with ``consolidate=False``.
 * ``tensor``: one tensor of inputs passed as ``data`` (its rows the samples), an autoencoder's loss.
+* ``weighted``: ``plain`` with a ``WeightedRandomSampler`` in its ``DataLoader``.
 """
 
 from __future__ import annotations
@@ -81,6 +82,12 @@ def main(case: str) -> None:
             kwargs["global_batch_size"] = 8
     elif case == "training-step":
         kwargs = _training_step()
+    elif case == "weighted":  # a sampler of its own: each rank reads the loader whole and keeps its share
+        kwargs = _plain()
+        dataset = kwargs["data"].dataset
+        sampler = torch.utils.data.WeightedRandomSampler(torch.ones(len(dataset)), len(dataset),
+                                                         generator=torch.Generator().manual_seed(0))
+        kwargs["data"] = DataLoader(dataset, batch_size=8, sampler=sampler)
     elif case == "tensor":
         kwargs = _tensor()
     else:

@@ -63,7 +63,8 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
                 "batch_size= in fit()), with --global-batch-size (global_batch_size=) to keep the batch by "
                 f"gradient accumulation{shorter(', or ')}.")
     elif activations > usable:  # a sample's activations are not divided among GPUs
-        ways = [w for w in (shorter(""), larger) if w]
+        ways = [w for w in (_shorter_that_fits(workload.seq_len, need, activations, usable) or shorter(""), larger)
+                if w]
         hint = (f"Its activations alone ({gib(activations)}) exceed {one}, and more devices do not divide them "
                 "(autoshard plans no sequence or context parallelism): "
                 + (f"try {' or '.join(ways)}." if ways else "no shipped GPU is larger."))
@@ -77,6 +78,29 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
     return NoFeasiblePlan(f"nothing fits {workload.model} on {hardware.world_size} × {_device(hardware)}: {what}.",
                           hint=hint, candidates=tuple(candidate_dict(e, workload, hardware) for e in sorted(
                               evaluations, key=lambda e: e.memory.gpu.total if e.memory else float("inf"))))
+
+
+def _shorter_that_fits(seq_len: int | None, need: int, activations: int, usable: int) -> str | None:
+    """A sequence length that fits, from the smallest candidate's figures: its activations (with the batch and the
+    peak's temporaries: everything that grows with the sequence) scaled down in proportion to the sequence, the
+    rest (states, buffers) as they are. Activations grow at least in proportion (attention's scores faster), so
+    the length this finds fits by these figures: a floor, rounded down to a multiple of 256 (128k-token users
+    were told only "a shorter --seq-len").
+
+    Example:
+        >>> _shorter_that_fits(131072, need=132 * 2**30, activations=130 * 2**30, usable=72 * 2**30)
+        'a --seq-len of at most about 70,400 (activations grow at least in proportion to the sequence, so at that \
+length they fit by these figures; recommend at it to check)'
+    """
+    room = usable - (need - activations)
+    if seq_len is None or room <= 0 or activations <= 0:
+        return None
+    tokens = seq_len * room // activations
+    tokens = tokens // 256 * 256 if tokens >= 256 else tokens
+    if tokens < 1 or tokens >= seq_len:
+        return None
+    return (f"a --seq-len of at most about {tokens:,} (activations grow at least in proportion to the sequence, so "
+            "at that length they fit by these figures; recommend at it to check)")
 
 
 def _more_gpus(evaluations: list[Evaluation], strategies: Sequence[Strategy], workload: Workload,

@@ -359,8 +359,12 @@ def test_a_host_short_of_ram_is_offered_nvme_only_when_none_is_known(nvme, tmp_p
 
 
 @pytest.mark.parametrize(("gpu", "said"), [
-    ("h100-sxm-80gb", "try a shorter --seq-len or GPUs large enough (b200, with --hardware)."),
-    ("b200", "try a shorter --seq-len."),  # the largest shipped: "larger GPUs" sent a 128k-token user nowhere
+    ("h100-sxm-80gb", "try a --seq-len of at most about 62,464 (activations grow at least in proportion to the "
+                      "sequence, so at that length they fit by these figures; recommend at it to check) or GPUs large "
+                      "enough (b200, with --hardware)."),
+    # the largest shipped: "larger GPUs" sent a 128k-token user nowhere; "a shorter --seq-len" said not how short
+    ("b200", "try a --seq-len of at most about 52,736 (activations grow at least in proportion to the sequence, so at "
+             "that length they fit by these figures; recommend at it to check)."),
 ])
 def test_larger_gpus_are_named_where_one_is_shipped(gpu, said):
     # one sample's activations, 150 GiB checkpointed at micro-batch 1, exceed any GPU but a B200's 180 GB

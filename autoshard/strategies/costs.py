@@ -112,11 +112,16 @@ def bus_bandwidth_bytes_per_s(hardware: HardwareSpec, scope: str) -> float | Non
     intra_bw = hardware.node.intra_node_bandwidth_bytes_per_s
     if scope == "intra" or hardware.nodes == 1:
         return intra_bw
-    inter_bw = hardware.inter_node_bandwidth_bytes_per_s
-    if inter_bw is None:  # across nodes the network bounds the collective, and it is not known
+    if hardware.inter_node_bandwidth_bytes_per_s is None:  # across nodes the network bounds it, and is not known
         return None
-    if scope == "inter":
-        inter_bw /= max(1, hardware.processes_per_node)
+    return _across_nodes(hardware, scope, hardware.inter_node_bandwidth_bytes_per_s)
+
+
+def _across_nodes(hardware: HardwareSpec, scope: str, network_bytes_per_s: float) -> float:
+    """A collective's bus bandwidth across nodes whose network gives ``network_bytes_per_s`` per node: shared by
+    the ``inter`` groups, capped by the intra-node link."""
+    intra_bw = hardware.node.intra_node_bandwidth_bytes_per_s
+    inter_bw = network_bytes_per_s / (max(1, hardware.processes_per_node) if scope == "inter" else 1)
     return inter_bw if intra_bw is None else min(intra_bw, inter_bw)
 
 
@@ -132,6 +137,8 @@ def link(hardware: HardwareSpec, scope: str) -> Link:
     else:
         latency = hardware.inter_node_latency_s or DEFAULT_LATENCY_S["inter"]
         known = bw is not None and hardware.inter_node_bandwidth_bytes_per_s is not None
+        if hardware.inter_node_bandwidth_bytes_per_s is None:  # the assumed network is the node's, as the notes say
+            bw = _across_nodes(hardware, scope, UNKNOWN_LINK_BYTES_PER_S)  # (hybrid's groups each got all of it)
     return Link(bandwidth_bytes_per_s=(bw or UNKNOWN_LINK_BYTES_PER_S) * LINK_EFFICIENCY, latency_s=latency,
                 known=known)
 

@@ -206,9 +206,13 @@ def test_sbatch_and_launchers_have_the_plans_node_and_gpu_counts(plan, nodes):
 
         parsed = parse_args(deepspeed_export.launcher(e, multi_node=True).replace('"', "").split()[1:])
         assert parsed.num_nodes == nodes and parsed.num_gpus == 8
-    # the one-node line of a plan for several says it trains a fraction of the global batch (team-tuning probe)
+    # the one-node line of a plan for several said it trains a fraction of the global batch (team-tuning probe);
+    # DeepSpeed refuses to start there instead (ds_config.json's train_batch_size: a multi-node probe)
+    said = f"multiply gradient_accumulation_steps by {nodes} there, or divide train_batch_size by {nodes}"
+    assert (said in launch.launch_script(e)) is (nodes > 1)
+    assert "each step trains 1/" not in launch.launch_script(e)
     fraction = f"each step trains 1/{nodes} of the planned global batch"
-    assert (fraction in launch.launch_script(e)) is (nodes > 1)
+    assert (fraction in launch.launch_script(exported_for(plan, "ddp", nodes=nodes))) is (nodes > 1)
 
 
 def test_export_writes_deepspeed_files_only_for_deepspeed(plan, tmp_path):

@@ -29,6 +29,9 @@ class RunShape:
     device_type: str
     gpu: str | None
     """This machine's GPU model name, when known."""
+    layout: tuple[int, int] | None = None
+    """``(nodes, processes per node)`` as a launcher started the run (torchrun's ``WORLD_SIZE`` over
+    ``LOCAL_WORLD_SIZE``), when one did."""
 
 
 def check(exported: ExportedPlan, fingerprint: ModelFingerprint, run: RunShape, *, source: str,
@@ -52,6 +55,12 @@ def check(exported: ExportedPlan, fingerprint: ModelFingerprint, run: RunShape, 
         soft.append(f"it is for model {m.name} ({m.parameter_count:,} parameters, layout {m.layout_hash}) and this "
                     f"model is {fingerprint.name} ({fingerprint.parameter_count:,} parameters, layout "
                     f"{fingerprint.layout_hash}){why}")
+    planned = (exported.hardware.nodes, exported.hardware.gpus_per_node)
+    if run.layout is not None and run.world_size == exported.hardware.world_size and run.layout != planned \
+            and exported.strategy_traits.hybrid:  # its mesh is (nodes, per node): a sharding group would cross nodes
+        soft.append(f"it is for {planned[0]} node(s) of {planned[1]} rank(s) and the launcher started "
+                    f"{run.layout[0]} of {run.layout[1]} (WORLD_SIZE / LOCAL_WORLD_SIZE): {exported.strategy} shards "
+                    "within each node of its plan, so its sharding groups would span this run's nodes")
     if run.gpu is not None and exported.hardware.gpu is not None and run.gpu != exported.hardware.gpu:
         soft.append(f"it is for {exported.hardware.gpu} GPUs and this machine has {run.gpu}")
     if hard:

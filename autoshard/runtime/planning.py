@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils.data import IterableDataset
 
 from autoshard.errors import PLANNER_ARGUMENTS, UsageError, UserCodeError, reworded
+from autoshard.hardware.environment import launch_environment
 from autoshard.models.scope import scope_lines
 from autoshard.models.source import ModelSource, batch_token_length
 from autoshard.models.step import defaulted_bindings, unused_keys
@@ -137,7 +138,11 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
     # Launched: the launcher's world. Otherwise fit() starts the plan's world unless processes= says otherwise.
     ranks = world_size or options.processes or exported.hardware.world_size
     # GPU model names from NVML and from profiles are spelled differently: world size and device type rule.
-    run = RunShape(world_size=ranks, device_type="cuda" if torch.cuda.is_available() else "cpu", gpu=None)
+    launched = launch_environment(os.environ) if world_size is not None else None  # the edge: torchrun's variables
+    layout = None if launched is None or launched.processes_per_node is None else (
+        launched.nodes, launched.processes_per_node)
+    run = RunShape(world_size=ranks, device_type="cuda" if torch.cuda.is_available() else "cpu", gpu=None,
+                   layout=layout)
     for difference in check(exported, _fingerprint(job), run, source=where, force=options.force):
         notes.append(f"force=True: trained although {difference}.")
     if world_size is None:

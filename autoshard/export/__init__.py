@@ -147,7 +147,9 @@ def notes(exported: ExportedPlan) -> list[str]:
                    "checkpointing switches of these files cannot express (they are off): apply it in your script "
                    "with autoshard.runtime.activation_checkpointing.checkpoint_blocks(model, "
                    f"autoshard.profiler.blocks.find_repeated_blocks(model).names, \"{choice}\") (the blocks' module "
-                   "names, e.g. model.layers.0, not their class).")
+                   "names, e.g. model.layers.0, not their class)"
+                   + ("; lightning_trainer.py's shard() does." if exported.family == "fsdp"
+                      and exported.precision != "16-mixed" else "."))
     out += exporter(exported.family).notes(exported)
     if exported.strategy_traits.offloads:
         out.append(f"The optimizer steps on the host: launch.sh, slurm.sbatch and hf_trainer_args.txt set "

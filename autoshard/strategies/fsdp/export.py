@@ -135,6 +135,12 @@ def lightning_part(exported: ExportedPlan) -> LightningPart:
     ]
     if exported.checkpoints_every_block:
         body.append("    apply_activation_checkpointing(module, check_fn=lambda m: type(m).__name__ in BLOCKS)")
+    elif exported.activation_checkpointing:  # selective (op, every N): torch's wrapper has no such mode; the plan's
+        choice = exported.checkpointing_choice  # micro-batch may fit only with it (it was left out: a probe)
+        body += [f"    # the plan's {choice.label} ({choice}): autoshard's wrapper, before fully_shard",
+                 "    from autoshard.profiler.blocks import find_repeated_blocks",
+                 "    from autoshard.runtime.activation_checkpointing import checkpoint_blocks",
+                 f"    checkpoint_blocks(module, find_repeated_blocks(module).names, {str(choice)!r})"]
     body += [
         f"    kwargs = dict({', '.join(kwargs)})",
         "    for block in [m for m in module.modules() if type(m).__name__ in BLOCKS]:",

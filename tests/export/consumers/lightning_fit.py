@@ -45,7 +45,10 @@ data = torch.utils.data.TensorDataset(torch.randn(8, 8), torch.randn(8, 1))
 net = Net()
 trainer.fit(net, torch.utils.data.DataLoader(data, batch_size=int(sys.argv[1])))
 policy = getattr(net.model, "_get_fsdp_state", None)
+from autoshard.runtime.activation_checkpointing import checkpointed_mode  # noqa: E402
+
+checkpointed = [checkpointed_mode(m) for m in net.model.modules() if checkpointed_mode(m) is not None]
 reduce = str(policy()._mp_policy.reduce_dtype) if policy else None
 if trainer.global_rank == 0:
     print("RESULT " + json.dumps({"strategy": type(trainer.strategy).__name__, "steps": trainer.global_step,
-                                  "reduce_dtype": reduce}))
+                                  "reduce_dtype": reduce, "checkpointed": checkpointed}))

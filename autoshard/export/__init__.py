@@ -206,13 +206,25 @@ def _readme(exported: ExportedPlan, names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _trainer_cannot(exported: ExportedPlan) -> bool:
+    """Whether no ``hf_trainer_args.txt`` is written for the plan (the HF Trainer cannot run it)."""
+    try:
+        hf_trainer.command_line(exported)
+    except UsageError:
+        return True
+    return False
+
+
 def _clipping_note(exported: ExportedPlan) -> str:
     """Where the files clip the gradients, or that they do not."""
     if exported.grad_clip_norm is None:
-        return ("Gradient clipping is off in every file, as the plan trains (the HF Trainer arguments say "
-                "--max_grad_norm 0.0; its default would clip at 1.0): plan with --grad-clip-norm to clip.")
-    return (f"Gradients are clipped to norm {exported.grad_clip_norm:g} wherever a file can say so (the HF Trainer's "
-            "--max_grad_norm, Lightning's gradient_clip_val, a ds_config.json's gradient_clipping, fit() from "
+        trainer = "" if _trainer_cannot(exported) else (" (the HF Trainer arguments say --max_grad_norm 0.0; its "
+                                                         "default would clip at 1.0)")
+        return (f"Gradient clipping is off in every file, as the plan trains{trainer}: plan with --grad-clip-norm to "
+                "clip.")
+    return (f"Gradients are clipped to norm {exported.grad_clip_norm:g} wherever a file can say so ("
+            + ("" if _trainer_cannot(exported) else "the HF Trainer's --max_grad_norm, ")
+            + "Lightning's gradient_clip_val, a ds_config.json's gradient_clipping, fit() from "
             "plan.json); in a loop of your own "
             f"call torch.nn.utils.clip_grad_norm_(model.parameters(), {exported.grad_clip_norm:g}) before each step "
             "(accelerate: accelerator.clip_grad_norm_).")

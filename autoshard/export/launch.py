@@ -81,6 +81,8 @@ def network_lines(hw: HardwareFingerprint) -> list[str]:
     said = [f"# Network: the plan priced {hw.network} per node, {rate}."] if hw.network is not None else [
         f"# Network: the hardware did not describe it, so the plan priced {rate}; a node or cluster profile with a",
         "# 'network:' entry (docs/hardware.md) prices yours."]
+    if hw.backend != "nccl":  # gloo ranks: NCCL's tools and variables say nothing of them (a multi-node probe)
+        return [*said, "# A slower network slows each step, not its memory."]
     return [*said,
             "# A slower network slows each step, not its memory. Check yours before a long run (nccl-tests' "
             "all_reduce_perf", "# across the nodes; NCCL_DEBUG=INFO prints the transport NCCL picked: NET/IB, "

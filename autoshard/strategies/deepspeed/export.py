@@ -102,7 +102,8 @@ class DeepSpeedExporter:
         offload, the multi-node line needs ``OMP_NUM_THREADS`` in ``./.deepspeed_env``: over ssh the launcher
         carries only that file's variables and a few prefixes (``EXPORT_ENVS``, ``launcher/runner.py``, 0.19.8)."""
         out = ["", "# or DeepSpeed's launcher (multi-node: one 'hostname slots=GPUS' line per node in ./hostfile;",
-               "# it starts the other nodes over ssh):",
+               "# it starts the other nodes over ssh; it passes --local_rank=N to your script, which must accept it,",
+               "# e.g. parser.add_argument('--local_rank', type=int, default=0)):",
                "# " + launcher(exported, script=script, multi_node=False),
                "# " + launcher(exported, script=script, multi_node=True)]
         if exported.strategy_traits.offloads:

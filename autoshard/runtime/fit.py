@@ -164,7 +164,7 @@ def fit(
         log_every=log_every, processes=processes, batch_size=batch_size, global_batch_size=global_batch_size,
         lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm, eval_data=eval_data, eval_every=eval_every,
         strategy=strategy)
-    check_optimizer_instance(optimizer)  # before planning and the workers
+    check_optimizer_instance(optimizer, module)  # before planning and the workers
     if seq_len is not None and source is None and isinstance(plan, str) and plan == "auto":  # data= sets it
         raise UsageError(f"seq_len={seq_len} sizes a model source's own example batches (a catalog name, a config, "
                          f"a model.py), and {type(module).__name__} trains on data=, whose batches have their own "

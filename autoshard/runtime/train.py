@@ -336,17 +336,22 @@ def optimizer_factory(optimizer: Any, plan: ExportedPlan, source: ModelSource | 
                      f"{type(optimizer).__name__}.")
 
 
-def check_optimizer_instance(optimizer: Any) -> None:
+def check_optimizer_instance(optimizer: Any, module: nn.Module | None = None) -> None:
     """An optimizer instance is rebuilt in each process over the parameters the backend trains (DDP's, FSDP2's
-    shards, DeepSpeed's), from its class and hyper-parameters: one group only, its per-group settings would be lost.
+    shards, DeepSpeed's), from its class and hyper-parameters: one group only, its per-group settings would be lost;
+    and over ``module``'s every trainable parameter, so an instance over some of them (the plain loop's way to train
+    only a head) would train them all, which it did without a word (a fine-tuning probe).
 
     Raises:
-        UsageError: it has several groups, with the factory that keeps them.
+        UsageError: it has several groups, with the factory that keeps them; it holds only some of ``module``'s
+            trainable parameters, with how to freeze the others.
     """
     if optimizer is not None and not isinstance(optimizer, (str, torch.optim.Optimizer)) and not callable(optimizer):
         raise UsageError(f"optimizer must be a name (e.g. 'adamw'), a torch optimizer (class or instance) or a "
                          f"factory optimizer(params), but got {optimizer!r}.")
-    if isinstance(optimizer, torch.optim.Optimizer) and len(optimizer.param_groups) != 1:
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        return
+    if len(optimizer.param_groups) != 1:
         raise UsageError(
             f"the optimizer instance has {len(optimizer.param_groups)} parameter groups, and fit() rebuilds an "
             "instance in each process from its class and hyper-parameters over the parameters it trains (wrapped, "
@@ -354,6 +359,18 @@ def check_optimizer_instance(optimizer: Any) -> None:
             hint="Pass a factory that builds the groups when it is called, after the model is wrapped: e.g. "
                  "optimizer=lambda params: torch.optim.AdamW([{'params': [p for n, p in model.named_parameters() if "
                  "p.requires_grad and 'bias' not in n]}, {'params': [...], 'weight_decay': 0.0}], lr=...).")
+    if module is None:
+        return
+    held = {id(p) for p in optimizer.param_groups[0]["params"]}
+    trainable = [n for n, p in module.named_parameters() if p.requires_grad]
+    left = [n for n, p in module.named_parameters() if p.requires_grad and id(p) not in held]
+    if held and left:
+        raise UsageError(
+            f"the optimizer instance holds {len(trainable) - len(left)} of the model's {len(trainable)} trainable "
+            f"parameter tensors, and fit() trains every parameter that requires grad (it rebuilds the optimizer "
+            f"over them): {', '.join(left[:3])}{' and others' if len(left) > 3 else ''} would train too.",
+            hint="Freeze what should not train before fit() (p.requires_grad_(False)); the plan then counts no "
+                 "gradients or optimizer state for them.")
 
 
 def _accepted(cls: type[torch.optim.Optimizer], defaults: dict[str, Any]) -> dict[str, Any]:

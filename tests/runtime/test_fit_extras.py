@@ -231,6 +231,17 @@ def test_parameter_groups_from_a_factory_over_named_parameters_train_as_a_plain_
         torch.testing.assert_close(result.state_dict[name], tensor, rtol=1e-5, atol=1e-6)
 
 
+def test_an_optimizer_instance_over_some_trainable_parameters_is_refused(no_tracing: None) -> None:
+    """The plain loop's way to train only the head, AdamW(model.head.parameters()), trained every parameter: fit()
+    rebuilds the optimizer over all that require grad (a fine-tuning probe)."""
+    model = _Regressor()
+    with pytest.raises(UsageError) as info:
+        fit(model, _batches(2), loss_fn=_mse, max_steps=1, optimizer=torch.optim.AdamW(model.net[2].parameters()))
+    assert info.value.message.startswith("the optimizer instance holds 2 of the model's 4 trainable parameter "
+                                         "tensors") and "net.0.weight, net.0.bias" in info.value.message
+    assert "requires_grad_(False)" in (info.value.hint or "")
+
+
 # -- checkpoint pruning ---------------------------------------------------------------------------------------
 
 

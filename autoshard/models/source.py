@@ -169,6 +169,13 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
     except Exception as exc:  # user code can raise anything; we report it precisely
         location = user_frame(exc, user_file) if user_file is not None or not user_code else own_frame(exc)
         where = f" at {location}" if location else ""
+        if any(name in str(exc) or name in where for name in _QUANTIZED):  # a QLoRA base: not the user's bug
+            hint = ("The model holds bitsandbytes' quantized weights (Params4bit / Int8Params: a 4- or 8-bit base, as "
+                    "QLoRA loads it), which cannot be built on the fake tensors autoshard traces with: autoshard "
+                    "cannot plan a quantized base model. Plan the model unquantized (its 16-bit memory is an upper "
+                    "bound), or train it in your own loop.")
+            raise UserCodeError(f"{what} raised {type(exc).__name__}{where}: {_first(exc)}", hint=hint,
+                                location=location) from exc
         if (user_file is not None or user_code) and _asks_for_cuda(exc):
             hint = ("The step is traced on this machine's CPU, on fake tensors (no GPU needed, none used): code that "
                     "puts tensors on 'cuda' itself (.cuda(), device='cuda') cannot run here. Take the device from "
@@ -201,6 +208,16 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
         raise UserCodeError(
             f"{what} raised {type(exc).__name__}{where}: {exc}", hint=hint, location=location
         ) from exc
+
+
+_QUANTIZED = ("Params4bit", "Int8Params", "bitsandbytes")
+"""What an error raised building or running a bitsandbytes-quantized model under fake tensors names."""
+
+
+def _first(exc: BaseException) -> str:
+    """The first line of an exception's message (torch's fake-tensor errors run to many)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 _NO_PAD_TOKEN = "no padding token is defined"

@@ -649,3 +649,30 @@ def test_a_batch_that_reads_a_value_is_told_fake_tensors_hold_none(write_model) 
     with pytest.raises(UserCodeError, match="batch\\(\\) raised DataDependentOutputException") as info:
         autoshard.profile(str(path), batch_size=2)
     assert "fake tensors, which hold no values" in str(info.value.hint) and ".item()" in str(info.value.hint)
+
+
+QUANTIZED_4BIT = """
+    import torch
+    import bitsandbytes as bnb
+
+    def model():
+        layer = bnb.nn.Linear4bit(8, 8, bias=False, compute_dtype=torch.float32, quant_type="nf4")
+        layer.weight = bnb.nn.Params4bit(torch.randn(8, 8), requires_grad=False, quant_type="nf4")
+        return torch.nn.Sequential(layer, torch.nn.Linear(8, 2))
+
+    def batch(batch_size):
+        return torch.randn(batch_size, 8)
+"""
+
+
+def test_a_quantized_base_is_said_to_be_what_cannot_be_planned(write_model: Callable[..., Path]) -> None:
+    """A QLoRA-style 4-bit base: "Fix the error in your model file" blamed a file that was fine (a fine-tuning
+    probe)."""
+    pytest.importorskip("bitsandbytes")
+    from autoshard import profile
+
+    with pytest.raises(UserCodeError) as info:
+        profile(str(write_model(QUANTIZED_4BIT)), batch_size=2, target="cpu", precision="32-true")
+    assert "Params4bit" in info.value.message and "\n" not in info.value.message
+    assert "autoshard cannot plan a quantized base model" in (info.value.hint or "")
+    assert "Fix the error in your model file" not in (info.value.hint or "")

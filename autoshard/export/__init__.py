@@ -207,12 +207,9 @@ def _readme(exported: ExportedPlan, names: list[str]) -> str:
 
 
 def _trainer_cannot(exported: ExportedPlan) -> bool:
-    """Whether no ``hf_trainer_args.txt`` is written for the plan (the HF Trainer cannot run it)."""
-    try:
-        hf_trainer.command_line(exported)
-    except UsageError:
-        return True
-    return False
+    """Whether no ``hf_trainer_args.txt`` is written for the plan: the HF Trainer cannot run FSDP2's hybrid
+    sharding (:func:`files`)."""
+    return exported.strategy_traits.hybrid
 
 
 def _clipping_note(exported: ExportedPlan) -> str:

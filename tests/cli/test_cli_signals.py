@@ -25,7 +25,7 @@ def test_a_signal_during_tracing_ends_the_command_in_one_line(tmp_path: Path, si
     env = dict(os.environ, AUTOSHARD_CACHE_DIR=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-m", "autoshard", "recommend", "llama-2-7b", "--hardware", "dgx-h100",
                              "--no-cache", "--json"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (_command_running(proc.pid) and _torch_loaded(proc.pid)):
         assert proc.poll() is None, "the command ended before it was seen running"
@@ -58,3 +58,9 @@ def _torch_loaded(pid: int) -> bool:
         return "libtorch_cpu" in Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return False
+
+
+def _default_sigint() -> None:
+    """SIGINT as a shell leaves it: a pytest-xdist worker ignores it, its children inherit that, and Python then
+    installs no KeyboardInterrupt handler, so the command ran to its end (exit 0) in CI twice."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

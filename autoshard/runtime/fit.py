@@ -275,9 +275,9 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
                                                                     torch.optim.lr_scheduler.ReduceLROnPlateau)):
         name = lr_scheduler.__name__  # called with the optimizer alone it failed in each worker, after planning
         if issubclass(lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            raise UsageError("fit() steps the learning-rate scheduler once per optimizer step without a metric, and "
-                             "ReduceLROnPlateau needs one.",
-                             hint="Use a schedule over steps (LambdaLR, OneCycleLR, ...).")
+            from autoshard.runtime.loop import plateau_refusal
+
+            raise plateau_refusal()
         raise UsageError(f"lr_scheduler is the class {name}: fit() takes a factory optimizer -> LRScheduler, "
                          "which it calls with the optimizer alone.",
                          hint=f"Pass e.g. lr_scheduler=lambda opt: torch.optim.lr_scheduler.{name}(opt, ...) with its "

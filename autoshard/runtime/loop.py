@@ -78,6 +78,12 @@ class LoopOutcome:
     evals: list[EvalMetrics]
 
 
+def plateau_refusal() -> UsageError:
+    """Why a ``ReduceLROnPlateau`` (built, or given as the class) cannot be fit()'s schedule."""
+    return UsageError("fit() steps the learning-rate scheduler once per optimizer step without a metric, and "
+                      "ReduceLROnPlateau needs one.", hint="Use a schedule over steps (LambdaLR, OneCycleLR, ...).")
+
+
 def build_scheduler(factory: Any, optimizer: torch.optim.Optimizer, *, checkpointed: bool) -> LRScheduler:
     """``factory(optimizer)``, checked: a scheduler :func:`run` can step once per optimizer step, and whose
     state a checkpoint can hold (tensors and plain values: checkpoints load with ``weights_only=True``).
@@ -93,8 +99,7 @@ def build_scheduler(factory: Any, optimizer: torch.optim.Optimizer, *, checkpoin
     except Exception as e:
         raise UserCodeError(f"the lr_scheduler factory raised {type(e).__name__}: {e}") from e
     if isinstance(scheduler, ReduceLROnPlateau):
-        raise UsageError("fit() steps the learning-rate scheduler once per optimizer step without a metric, and "
-                         "ReduceLROnPlateau needs one.", hint="Use a schedule over steps (LambdaLR, OneCycleLR, ...).")
+        raise plateau_refusal()
     if not isinstance(scheduler, LRScheduler):
         raise UserCodeError(f"the lr_scheduler factory returned {type(scheduler).__name__}, not a "
                             "torch.optim.lr_scheduler.LRScheduler.")

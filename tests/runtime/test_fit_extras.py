@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -436,9 +437,11 @@ def test_a_script_failing_outside_fit_in_a_worker_is_said_so_not_blamed_on_memor
     proc = _run({"mode": "outside", "record_dir": str(tmp_path)})
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
-    assert "FileNotFoundError: no such file" in err  # rank 0's traceback, on the terminal as the user ran it
-    assert "autoshard.errors.WorkerError: rank 0 exited with code 1 before fit() reported from it: an error in your " \
-           "script outside fit() (its traceback, if any, is in the output above)" in err, err[-3000:]
+    assert "FileNotFoundError: no such file" in err  # a rank's traceback, on the terminal as the user ran it
+    # Both ranks fail the same way; whichever exits first is named (rank 1 in one CI run of four).
+    assert re.search(r"autoshard\.errors\.WorkerError: rank [01] exited with code 1 before fit\(\) reported from "
+                     r"it: an error in your script outside fit\(\) \(its traceback, if any, is in (the|its) output "
+                     r"(above|below)\)", err), err[-3000:]
     assert "if not autoshard.is_worker():" in err and "host memory" not in err
 
 

@@ -74,6 +74,10 @@ class Workload:
     """Every unique parameter tensor in module order, a frozen one (``requires_grad=False``) as its element count
     negated: FSDP2 shards and gathers them all, and reduces and steps only those that train. Empty when every
     parameter trains (:attr:`parameter_numels` is then the same list)."""
+    frozen_parameter_bytes: int = 0
+    """Bytes of the frozen parameters in the dtypes the user's module holds them in (a bf16 base under fp32 LoRA
+    adapters: 2 per element), from the same meta build as :attr:`module_parameter_numels`; 0 when every parameter
+    trains, or not known (a workload written down): the strategies then take the trainable parameters' dtype."""
     checkpoints_itself: bool = False
     """The model's own code checkpoints its blocks (Hugging Face's ``gradient_checkpointing_enable()`` called in a
     ``model.py``): every traced step recomputes them, whatever checkpointing the planner weighs."""
@@ -128,6 +132,13 @@ class Workload:
             return (False, True)
         traced = {t.checkpointing for t in self.traces}
         return tuple(c for c in (False, True) if c in traced)
+
+    @property
+    def frozen_bytes_per_element(self) -> float | None:
+        """The frozen parameters' bytes per element as the module holds them (their mean when their dtypes
+        differ); ``None`` when every parameter trains or their dtype is not known."""
+        frozen = -sum(t for t in self.module_parameter_numels if t < 0)
+        return self.frozen_parameter_bytes / frozen if frozen and self.frozen_parameter_bytes else None
 
     @property
     def block_class(self) -> str | None:
@@ -250,6 +261,21 @@ def frozen_marked_numels(module: nn.Module) -> tuple[int, ...]:
     return tuple(p.numel() if p.requires_grad else -p.numel() for p in unique)
 
 
+def frozen_parameter_bytes(module: nn.Module) -> int:
+    """Bytes of the unique frozen parameters in their own dtypes (0 when all train).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Linear(2, 3).to(torch.bfloat16), nn.Linear(3, 1))
+        >>> _ = net[0].requires_grad_(False)
+        >>> frozen_parameter_bytes(net)
+        18
+    """
+    unique = {id(p): p for p in module.parameters()}.values()
+    return sum(p.numel() * p.element_size() for p in unique if not p.requires_grad)
+
+
 def first_trainable(numels: Sequence[int]) -> int:
     """Index of the first trainable parameter in :func:`frozen_marked_numels`' order (its length when none trains):
     a frozen parameter after it is used again in backward, to reach the trainable ones before it.
@@ -333,6 +359,7 @@ def build_workload(
         block_stacks=() if blocks is None else tuple(len(s) for s in blocks.stacks),
         tied_parameter_numels=_tied_around_blocks(module, blocks),
         module_parameter_numels=frozen_marked_numels(module),
+        frozen_parameter_bytes=frozen_parameter_bytes(module),
         checkpoints_itself=any(getattr(m, "gradient_checkpointing", False) is True for m in module.modules()),
         optimizer_state_bytes_per_parameter=base.optimizer_state_bytes / trainable,
         buffer_bytes=base.buffer_bytes,

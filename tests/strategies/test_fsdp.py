@@ -158,7 +158,7 @@ def _seq_len(model: str) -> int | None:
 
 @functools.cache
 def workload(model: str) -> Workload:
-    checkpointing = (False, True) if model in ("tiny-llama", "tiny-t5", FROZEN_LLAMA) else (False,)
+    checkpointing = (False, True) if model in ("tiny-llama", "tiny-t5", FROZEN_LLAMA, BF16_BASE) else (False,)
     return build_workload(load_source(model), seq_len=_seq_len(model), target="cpu", checkpointing=checkpointing)
 
 
@@ -187,6 +187,8 @@ def predicted_peaks(name: str, model: str, hw: HardwareSpec, *, traced: Workload
 
 FROZEN_LLAMA = str(Path(__file__).parent / "frozen_llama" / "model.py")
 """tiny-llama with everything but the attention projections and the head frozen."""
+BF16_BASE = str(Path(__file__).parent / "frozen_llama" / "bf16_base.py")
+"""The same with its frozen tensors in bf16, as LoRA holds a base loaded in bf16 (the trainable ones fp32)."""
 
 CASES = [
     *(pytest.param("fsdp", m, n, {}, id=f"fsdp-{m}-{n}ranks") for m in ("tiny-llama", "tiny-gpt2") for n in (2, 4, 8)),
@@ -210,6 +212,9 @@ CASES = [
     pytest.param("fsdp", FROZEN_LLAMA, 2, {"checkpointing": True}, id="fsdp-frozen-llama-checkpointing-2ranks"),
     pytest.param("fsdp_shard_grad_op", FROZEN_LLAMA, 4, {"set_grads_to_none": False},
                  id="shard_grad_op-frozen-llama-grads-zeroed-4ranks"),
+    # The frozen shards stay bf16 and are gathered without a cast (the planner counted them fp32: 5-12 % over).
+    pytest.param("fsdp", BF16_BASE, 2, {}, id="fsdp-bf16-frozen-base-2ranks"),
+    pytest.param("fsdp", BF16_BASE, 4, {"checkpointing": True}, id="fsdp-bf16-frozen-base-checkpointing-4ranks"),
     pytest.param("fsdp_hybrid", "tiny-llama", 4, {"nodes": 2}, id="hybrid-2x2-tiny-llama"),
     pytest.param("fsdp_hybrid", "tiny-gpt2", 8, {"nodes": 2, "reduce_dtype": "bf16"}, id="hybrid-2x4-bf16-reduce"),
 ]
@@ -298,6 +303,21 @@ def test_adamw_defaults_to_the_for_loop_on_fsdp2_parameters() -> None:
 
 
 # -- rules that need no trace --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("precision", "frozen_bytes"), [("bf16-mixed", 2), ("32-true", 2), ("bf16-true", 2)])
+def test_a_bf16_frozen_base_is_counted_in_bf16_and_the_adapters_in_their_own_dtype(precision: str,
+                                                                                  frozen_bytes: int) -> None:
+    """One rank holds every shard whole: the parameters are the frozen ones in bf16 (as the module holds them, or
+    as bf16-true casts them) and the trainable ones in the precision's dtype. The planner counted the frozen base
+    in fp32 (a LoRA 7B on one 24 GB GPU: 25.1 GiB of parameters where 12.6 are held)."""
+    wl = dataclasses.replace(workload(BF16_BASE), precision=Precision(precision))
+    frozen = -sum(t for t in wl.module_parameter_numels if t < 0)
+    assert wl.frozen_parameter_bytes == 2 * frozen and wl.frozen_bytes_per_element == 2
+    trained_bytes = 2 if precision == "bf16-true" else 4
+    one = Candidate(strategy="fsdp", micro_batch_size=1, activation_checkpointing=False)
+    gpu = get("fsdp").memory(wl, cpu_hardware(1), one).gpu
+    assert gpu.parameters == frozen_bytes * frozen + trained_bytes * wl.trainable_parameter_count
 
 
 def test_units_are_the_blocks_and_the_root_split_around_them() -> None:

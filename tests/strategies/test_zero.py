@@ -352,6 +352,56 @@ def test_model_states_shrink_with_the_world_size_as_the_stage_says(stage: int, s
         assert [getattr(m, field) for m in ladder] == [2 * total] * len(LADDER), field
 
 
+_ENGINE_DTYPES = """
+import json, os, sys
+import torch
+os.environ.update(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1",
+                  LOCAL_RANK="0")
+import deepspeed
+deepspeed.init_distributed(dist_backend="gloo")
+out = {}
+for stage in (2, 3):
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64).to(torch.bfloat16), torch.nn.Linear(64, 64))
+    net[0].requires_grad_(False)
+    config = {"train_batch_size": 1, "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True}
+    engine, *_ = deepspeed.initialize(model=net, config=config, optimizer=torch.optim.AdamW(
+        [p for p in net.parameters() if p.requires_grad]))
+    held = [getattr(p, "ds_tensor", p) for p in engine.module.parameters()]  # stage 3: the rank's partitions
+    out[stage] = sum(t.numel() * t.element_size() for t in held)
+print(json.dumps(out))
+"""
+
+
+@needs_deepspeed
+def test_zero_in_fp32_keeps_a_bf16_frozen_base_in_bf16_as_deepspeed_does() -> None:
+    """DeepSpeed's fp32 mode casts nothing (``_configure_distributed_model``): a frozen base the user loaded in
+    bf16 stays bf16 on every stage, and the model states count it so (they counted it fp32: ~2x for LoRA)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from autoshard.profiler.options import Precision
+    from autoshard.runtime.supervisor import free_port
+    from autoshard.strategies.workload import Workload
+
+    run = subprocess.run([sys.executable, "-c", _ENGINE_DTYPES, str(free_port())], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, **NO_GPU))
+    assert run.returncode == 0, run.stderr[-3000:]
+    engine = {int(k): v for k, v in json.loads(run.stdout.strip().splitlines()[-1]).items()}
+    # The same two layers written down: the first frozen in bf16, the second trained in fp32.
+    workload = Workload(model="two-linears", precision=Precision.FP32, optimizer="adamw", seq_len=None,
+                        parameter_count=2 * 4160, trainable_parameter_count=4160, parameter_numels=(4096, 64),
+                        module_parameter_numels=(-4096, -64, 4096, 64), frozen_parameter_bytes=2 * 4160,
+                        block_classes=(), block_parameter_counts=(), optimizer_state_bytes_per_parameter=8.0,
+                        buffer_bytes=0, target="cpu", cuda_overhead_bytes=0, traces=())
+    for stage in (2, 3):
+        assert model_states(workload, 1, _settings(stage)).gpu_parameters == engine[stage] == 6 * 4160, stage
+    # Under bf16 the engine casts the whole module: the frozen base is 2 bytes either way.
+    assert model_states(dataclasses.replace(workload, precision=Precision.BF16_MIXED), 1,
+                        _settings(2)).gpu_parameters == 4 * 4160
+
+
 SMALL_LLAMA = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 2048,
                "max_position_embeddings": 512, "tie_word_embeddings": False}

@@ -9,7 +9,12 @@ import math
 from dataclasses import dataclass
 
 from autoshard.strategies.deepspeed.layout import ZeroSettings, flat_layout, partitioned_layout
-from autoshard.strategies.deepspeed.optimizer_state import FP32_BYTES, model_dtype_bytes, state_bytes_per_parameter
+from autoshard.strategies.deepspeed.optimizer_state import (
+    FP32_BYTES,
+    frozen_dtype_bytes,
+    model_dtype_bytes,
+    state_bytes_per_parameter,
+)
 from autoshard.strategies.workload import Workload
 
 AIO_ALIGNED_BYTES = 1024
@@ -65,6 +70,7 @@ def model_states(workload: Workload, world: int, settings: ZeroSettings) -> Mode
     numels = workload.parameter_numels
     state = state_bytes_per_parameter(workload)
     frozen_numel = workload.parameter_count - workload.trainable_parameter_count
+    frozen = frozen_dtype_bytes(workload)  # per element: fp32 training leaves a 16-bit frozen base as it is
     offload_opt = settings.offload_optimizer != "none"
     if settings.stage in (1, 2):
         flat = flat_layout(numels, world)
@@ -77,17 +83,18 @@ def model_states(workload: Workload, world: int, settings: ZeroSettings) -> Mode
             # initialize_optimizer_states: a pinned fp32 gradient partition; __init__: a 16-bit partition buffer
             # and temp_grad_buffer_for_cpu_offload (largest parameter) on CPU. NVMe is handled as CPU here:
             # stage_1_and_2.py has no swapper (`cpu_offload = device != none`).
-            return ModelStates(gpu_parameters=(total + frozen_numel) * lp, gpu_gradients=0,
+            return ModelStates(gpu_parameters=total * lp + math.ceil(frozen_numel * frozen), gpu_gradients=0,
                                gpu_fp32_gradients=0, gpu_master=0, gpu_optimizer_state=0,
                                cpu_master_and_state=master + states + FP32_BYTES * part, cpu_16bit=lp * part,
                                cpu_buffers=max(numels) * lp, nvme=0)
-        return ModelStates(gpu_parameters=(total + frozen_numel) * lp,
+        return ModelStates(gpu_parameters=total * lp + math.ceil(frozen_numel * frozen),
                            gpu_gradients=flat.gradient_partition_numel * lp, gpu_fp32_gradients=FP32_BYTES * part,
                            gpu_master=master, gpu_optimizer_state=states, cpu_master_and_state=0, cpu_16bit=0,
                            cpu_buffers=0, nvme=0)
     layout = partitioned_layout(numels, world, settings, workload.module_parameter_numels)
     part = layout.partition_numel
-    lp_parts = (part + math.ceil(frozen_numel / world)) * lp  # lp_param_buffer / pinned CPU flat buffer
+    # lp_param_buffer / pinned CPU flat buffer, and the frozen parameters' partitions in their own dtype
+    lp_parts = part * lp + math.ceil(math.ceil(frozen_numel / world) * frozen)
     # Persistent tensors are whole on every rank (gathered in _post_step); with one rank a "gather" is a view of
     # the partition (NoGatherCoalescedHandle) unless the partition is on the CPU.
     persistent = layout.persistent_numel * lp if world > 1 or settings.offload_param != "none" else 0

@@ -26,6 +26,18 @@ def model_dtype_bytes(precision: Precision) -> int:
     return FP32_BYTES if precision is Precision.FP32 else 2
 
 
+def frozen_dtype_bytes(workload: Workload) -> float:
+    """Bytes per element of the frozen parameters on a DeepSpeed rank.
+
+    Its ``bf16`` and ``fp16`` modes cast every parameter of the module to the model dtype
+    (``engine.py::DeepSpeedEngine._configure_distributed_model``, deepspeed 0.19.8); fp32 casts nothing, so a
+    frozen base stays in the dtype the user built it in (a bf16 base under fp32 LoRA adapters: 2 bytes).
+    """
+    lp = model_dtype_bytes(workload.precision)
+    held = workload.frozen_bytes_per_element
+    return lp if held is None or workload.precision is not Precision.FP32 else held
+
+
 FLAT_SHAPED_OPTIMIZERS = ("adafactor",)
 """Optimizers whose state depends on the tensor's shape: torch's Adafactor factors the second moment of a tensor of
 two or more dimensions into a row and a column, and keeps it whole for a 1-D one

@@ -127,14 +127,20 @@ def _shard(u: Sequence[int], n: int) -> int:
     return sum(math.ceil(size(t) / n) for t in u)
 
 
+def _gathered_bytes(u: Sequence[int], layout: Layout) -> int:
+    """A unit's all-gather output: each tensor's padded shard times the ranks, in the dtype it is gathered in."""
+    n = layout.shard_size
+    return math.ceil(sum(math.ceil(size(t) / n) * n * layout.gathered_as(t) for t in u))
+
+
 def communication(units: Units, layout: Layout, hardware: HardwareSpec, forward_s: float,
                   backward_s: float) -> Communication:
     """The step's collectives and their exposed time under the overlap model above."""
-    n, c, r = layout.shard_size, layout.gather_bytes, layout.reduce_bytes
+    n, r = layout.shard_size, layout.reduce_bytes
     hybrid = layout.hybrid
     scope = "intra" if hybrid or hardware.nodes == 1 else "world"
     all_units = (units.root, *units.blocks) if units.root else units.blocks
-    gather = [_shard(u, n) * n * c for u in all_units]
+    gather = [_gathered_bytes(u, layout) for u in all_units]
     reduce = [_shard(trained(u), n) * n * r for u in all_units]  # frozen tensors: no gradient to reduce
     first_gather, last_reduce = gather[0], reduce[0]  # the root: first gathered, last reduced
 
@@ -144,7 +150,7 @@ def communication(units: Units, layout: Layout, hardware: HardwareSpec, forward_
 
     fwd = coll("all_gather", gather, n, scope)
     out = [fwd]
-    block_gather = [_shard(u, n) * n * c for u in units.blocks]
+    block_gather = [_gathered_bytes(u, layout) for u in units.blocks]
     raf = layout.reshard_after_forward
     bwd_ag: Collective | None = None
     if raf is True:
@@ -209,14 +215,18 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
     writes per parameter (:func:`autoshard.strategies.costs.cpu_optimizer_seconds`)."""
     n, o = layout.shard_size, layout.orig_bytes
     all_units = (units.root, *units.blocks)
-    elements = sum(_shard(u, n) for u in all_units)
+
+    def held(u: Sequence[int]) -> float:  # a unit's shards in the dtypes they are kept in
+        return sum(math.ceil(size(t) / n) * layout.held(t) for t in u)
+
+    forward_up = sum(held(u) for u in all_units)
     stepped = sum(_shard(trained(u), n) for u in all_units)
-    backward_up = sum(_shard(u, n) for u in units.blocks) if layout.reshard_after_forward is True else 0
-    up, down = (elements + backward_up) * o, stepped * o
+    backward_up = sum(held(u) for u in units.blocks) if layout.reshard_after_forward is True else 0
+    up, down = forward_up + backward_up, stepped * o
     bandwidth, notes = costs.host_link_bytes_per_s(hardware)
     # PCIe is full duplex and the bandwidth is per direction: in backward the re-gathered parameters go up while
     # the gradients go down (the copies run on FSDP's all-gather and reduce-scatter streams).
-    transfer_s = elements * o / bandwidth + max(backward_up * o, down) / bandwidth
+    transfer_s = forward_up / bandwidth + max(backward_up, down) / bandwidth
     threads, how = costs.cpu_optimizer_threads(hardware)
     # The node's ranks step at once after backward: they share its cores (OMP_NUM_THREADS as autoshard's launches
     # set it) and its DRAM bandwidth.

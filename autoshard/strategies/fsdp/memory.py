@@ -162,10 +162,29 @@ class Layout:
     """The optimizer's name (``adamw``, ``adam``, ``sgd``, ``adafactor``, ``adamw8bit``)."""
     foreach: bool
     """Whether the optimizer runs its multi-tensor (foreach) implementation on the shards."""
+    frozen_bytes: float | None = None
+    """The frozen parameters' element size as sharded: the dtype the user's module holds them in (a bf16 base
+    under fp32 LoRA adapters trains under ``bf16-mixed`` as it is: FSDP2 requires one dtype among a unit's
+    trainable parameters alone, ``FSDPParamGroup._init_mp_dtypes``); ``None``: :attr:`orig_bytes`."""
+    frozen_gather_bytes: float | None = None
+    """The frozen parameters' element size all-gathered: the policy's ``param_dtype`` when there is one, else their
+    own (``FSDPParam.init_dtype_attrs``: no cast when the dtypes match); ``None``: :attr:`gather_bytes`."""
     reduce_scatter_copies_input: bool = False
     """gloo: ``ProcessGroupGloo``'s ``_reduce_scatter_base`` clones its input for the collective (seen in the
     allocator's trace as ``aten::clone`` under ``c10d::_reduce_scatter_base_``, torch 2.13.0); the clone goes
     with the collective's work, when the call returns. NCCL reduces in place."""
+
+    def held(self, t: int) -> float:
+        """Bytes per element of the tensor of ``t`` elements (negated: frozen) in its shard."""
+        return self.orig_bytes if t > 0 or self.frozen_bytes is None else self.frozen_bytes
+
+    def gathered_as(self, t: int) -> float:
+        """Bytes per element of the tensor of ``t`` elements (negated: frozen) all-gathered and unsharded."""
+        return self.gather_bytes if t > 0 or self.frozen_gather_bytes is None else self.frozen_gather_bytes
+
+    def casts(self, t: int) -> bool:
+        """Whether the tensor's shard is cast before its all-gather (``FSDPParam.param_dtype`` set)."""
+        return self.held(t) != self.gathered_as(t)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -257,7 +276,7 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     """
     n, rnd = layout.shard_size, layout.round_bytes
     c, r, o = layout.gather_bytes, layout.reduce_bytes, layout.orig_bytes
-    cast = c != o
+    held_as, gath = layout.held, layout.gathered_as  # per tensor: a frozen one may be in a dtype of its own
     units_all = (units.root, *units.blocks)
     # Each quantity below is a function of a unit's tensor sizes alone, and a model's blocks are alike: each is
     # worked out once per distinct unit (llama-2-70b's 80 blocks: once, not 80 × 80 / 2 times for `earlier`).
@@ -268,19 +287,26 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
 
     @functools.cache
     def gathered(u: tuple[int, ...]) -> int:  # per-parameter all_gather_outputs: padded, one tensor each
-        return sum(rnd(math.ceil(size(t) / n) * n * c) for t in u)
+        return sum(rnd(math.ceil(math.ceil(size(t) / n) * n * gath(t))) for t in u)
+
+    @functools.cache
+    def shard_gathered(u: tuple[int, ...]) -> int:  # a rank's all-gather input bytes (uint8 when dtypes mix)
+        return math.ceil(sum(math.ceil(size(t) / n) * gath(t) for t in u))
 
     @functools.cache
     def flat(u: tuple[int, ...]) -> int:  # foreach_all_gather's all_gather_output: one flat tensor
-        return rnd(shard(u) * n * c) if n > 1 else 0  # one rank: no collective (FSDPParamGroup.unshard)
+        return rnd(shard_gathered(u) * n) if n > 1 else 0  # one rank: no collective (FSDPParamGroup.unshard)
 
     @functools.cache
     def copy_in(u: tuple[int, ...]) -> int:  # foreach_all_gather's inputs on the device
+        cast = tuple(t for t in u if layout.casts(t))
         if n == 1:  # wait_for_unshard copies each parameter's (cast) all_gather_inputs[0], one at a time
-            return max((rnd(size(t) * c) for t in u), default=0) if cast or layout.offload else 0
+            return max((rnd(math.ceil(size(t) * gath(t))) for t in (u if layout.offload else cast)), default=0)
         if layout.offload:  # sharded_param_data.to(device) then the cast, per parameter
-            return rnd(shard(u) * c) + (max(rnd(math.ceil(size(t) / n) * o) for t in u) if cast else 0)
-        return rnd(shard(u) * c) if cast else 0  # _get_param_all_gather_inputs: one flat bf16 copy
+            return rnd(shard_gathered(u)) + max(
+                (rnd(math.ceil(math.ceil(size(t) / n) * held_as(t))) for t in cast), default=0)
+        # _get_param_all_gather_inputs: one flat copy of the parameters cast to the policy's dtype
+        return rnd(shard_gathered(cast)) if cast else 0
 
     # Frozen tensors get no gradient: foreach_reduce reduces only the unit's parameters that have one (none: no
     # reduce-scatter), and the optimizer holds state for the others alone.
@@ -320,9 +346,10 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
             return 0
         if raf is False:
             return gathered(u)
-        return sum(rnd(math.ceil(size(t) / n) * n // raf * c) for t in u)  # resharded to `raf` ranks
+        return sum(rnd(math.ceil(math.ceil(size(t) / n) * n // raf * gath(t))) for t in u)  # over `raf` ranks
 
-    params = 0 if layout.offload else sum(rnd(math.ceil(size(t) / n) * o) for u in units_all for t in u)
+    params = 0 if layout.offload else sum(rnd(math.ceil(math.ceil(size(t) / n) * held_as(t)))
+                                          for u in units_all for t in u)
     optimizer = 0 if layout.offload else sum(
         rnd(round(optimizer_bytes_per_parameter * math.ceil(t / n))) for u in units_all for t in trained(u))
     root, blocks = units.root, units.blocks
@@ -444,7 +471,7 @@ def cpu_offload_bytes_per_rank(units: Units, layout: Layout, acts: StepActivatio
     optimizer state and the optimizer step's temporaries, all on the shard."""
     n = layout.shard_size
     everything = (*units.root, *(t for u in units.blocks for t in u))
-    elements = sum(math.ceil(size(t) / n) for t in everything)
+    held = sum(math.ceil(size(t) / n) * layout.held(t) for t in everything)
     stepped = sum(math.ceil(t / n) for t in trained(everything))
-    states = elements * layout.orig_bytes + stepped * (layout.orig_bytes + optimizer_bytes_per_parameter)
+    states = held + stepped * (layout.orig_bytes + optimizer_bytes_per_parameter)
     return round(states) + optimizer_scratch_bytes(units, layout, acts.optimizer_scratch)

@@ -157,9 +157,13 @@ class FSDPStrategy(Strategy):
         reduce = _DTYPE_BYTES[values["reduce_dtype"]]
         if precision is Precision.BF16_TRUE and "reduce_dtype" not in candidate.settings:
             reduce = 2  # bf16-true trains without a policy: gradients reduce in their own dtype
+        # Frozen parameters stay in the dtype the module holds them in, but for bf16-true's cast of the whole
+        # module; a policy (16-bit mixed) gathers them in its param_dtype, fp32 training in their own.
+        frozen = None if precision is Precision.BF16_TRUE else workload.frozen_bytes_per_element
         return Layout(
             shard_size=n, hybrid=self.hybrid, reshard_after_forward=raf, offload=self.offload,
-            orig_bytes=orig, gather_bytes=gather, reduce_bytes=reduce,
+            orig_bytes=orig, gather_bytes=gather, reduce_bytes=reduce, frozen_bytes=frozen,
+            frozen_gather_bytes=frozen if precision is Precision.FP32 else None,
             forward_prefetch=values["forward_prefetch"], backward_prefetch=values["backward_prefetch"],
             round_bytes=allocation_rounding(workload), optimizer=workload.optimizer, foreach=bool(values["foreach"]),
             reduce_scatter_copies_input=hardware.backend == "gloo",

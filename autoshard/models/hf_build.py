@@ -30,7 +30,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from autoshard.errors import ModelSourceError
 
-__all__ = ["attention_implementation", "build_model", "kv_cache_off", "sub_configs", "training_config"]
+__all__ = ["allocates_nothing", "attention_implementation", "build_model", "every_layer_runs_in", "kv_cache_off",
+           "sub_configs", "training_config", "used_by_spec_augment_alone"]
 
 _FLASH = ("flash_attention_2", "flash_attention_3")
 """Implementations built as SDPA: the flash-attn package is a CUDA build, absent where autoshard traces, and on a
@@ -159,7 +160,7 @@ def build_model(
     Raises:
         ModelSourceError: transformers cannot build the model from this config.
     """
-    skip_init = _allocates_nothing()
+    skip_init = allocates_nothing()
     config = copy.deepcopy(config)
     if skip_init:
         _every_layer_runs(config)
@@ -216,6 +217,11 @@ def _config_error(
     )
 
 
+SPEC_AUGMENT_OFF = "_autoshard_spec_augment_off"
+"""Set on a config whose SpecAugment the trace turned off: the parameters only SpecAugment uses (wav2vec2's
+``masked_spec_embed``) then train in the real step, though the trace leaves them without a gradient."""
+
+
 def _every_layer_runs(config: Any) -> None:
     """Turn off LayerDrop (``*layerdrop``) and SpecAugment (``apply_spec_augment``) in ``config`` and its
     sub-configs, in place."""
@@ -225,6 +231,31 @@ def _every_layer_runs(config: Any) -> None:
                 setattr(part, key, 0.0)
         if getattr(part, "apply_spec_augment", False) is True:
             part.apply_spec_augment = False
+            setattr(part, SPEC_AUGMENT_OFF, True)
+
+
+def every_layer_runs_in(model: nn.Module) -> None:
+    """:func:`_every_layer_runs` on every transformers config the model's modules hold, in place: for a model given
+    as an object (a ``model.py``'s, or ``fit(model)``'s fake copy) built without allocating, as the configs
+    autoshard builds from are. SpecAugment's random masks are a boolean-mask assignment whose size depends on
+    values (``aten.nonzero``), which a trace without data cannot run."""
+    seen: set[int] = set()
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is None or id(config) in seen or not _is_config(config, config):
+            continue
+        seen.add(id(config))
+        _every_layer_runs(config)
+
+
+def used_by_spec_augment_alone(model: nn.Module, name: str) -> bool:
+    """Whether parameter ``name`` of ``model`` is SpecAugment's mask embedding in a module whose SpecAugment the
+    trace turned off (:data:`SPEC_AUGMENT_OFF`): it has no gradient in the trace but trains in the real step."""
+    owner_name, _, leaf = name.rpartition(".")
+    if leaf != "masked_spec_embed":
+        return False
+    owner = model.get_submodule(owner_name) if owner_name else model
+    return getattr(getattr(owner, "config", None), SPEC_AUGMENT_OFF, False) is True
 
 
 def _static_placeholders(module: nn.Module, image_token_id: int) -> None:
@@ -258,7 +289,7 @@ def _is_config(value: Any, root: Any) -> bool:
     return base is not None and isinstance(value, base)
 
 
-def _allocates_nothing() -> bool:
+def allocates_nothing() -> bool:
     """Whether tensors created now are fake or on the meta device (so weight init can be skipped)."""
     probe = torch.empty(0)
     return probe.is_meta or isinstance(probe, FakeTensor)

@@ -95,6 +95,10 @@ class ModelSource:
                 hint="Return the module uncompiled, e.g. `return MyNet()`; compile it in your own script if you "
                      "train there.",
             )
+        from autoshard.models.hf_build import allocates_nothing, every_layer_runs_in
+
+        if allocates_nothing():  # a trace: every layer runs, as for a model built from its config.json
+            every_layer_runs_in(module)
         return module
 
     def batch(self, batch_size: int, seq_len: int | None = None) -> Batch:

@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_iter
 
 import autoshard
 from autoshard.errors import UserCodeError
-from autoshard.models.hf_build import kv_cache_off
+from autoshard.models.hf_build import kv_cache_off, used_by_spec_augment_alone
 from autoshard.models.source import (
     ModelSource,
     call_model,
@@ -363,7 +363,9 @@ def _run_steps(
                     optimizer.zero_grad(set_to_none=options.set_grads_to_none)
                     continue
                 facts.gradient_bytes = tracker.totals[Category.GRADIENTS]
-                facts.unused = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
+                # SpecAugment's mask embedding has no gradient here only because the trace turned SpecAugment off.
+                facts.unused = {n: p for n, p in model.named_parameters() if p.requires_grad and p.grad is None
+                                and not used_by_spec_augment_alone(model, n)}
                 tracker.phase = "optimizer"
                 tracker.stand_in_scalars = True
                 # The kernels of a steady-state optimizer step (the state exists), counted where FLOPs are.

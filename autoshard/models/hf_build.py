@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
+import sys
 import types
 from collections.abc import Iterator, Set
 from pathlib import Path
@@ -38,6 +39,17 @@ _FLASH = ("flash_attention_2", "flash_attention_3")
 GPU SDPA's flash backend runs the same algorithm (FlashAttention-2, Dao 2023) in 16 bits."""
 ATTENTION = ("eager", "sdpa", *_FLASH)
 """The ``attn_implementation`` values a config.json may name."""
+
+
+def _has_attention(cls: Any) -> bool:
+    """Whether the modeling file of transformers class ``cls`` defines an attention module (transformers names
+    them ``...Attention``: ``ViTSelfAttention``, ``WhisperAttention``, ``SwinSelfAttention``); ConvNeXt, ResNet and
+    Mamba define none. A class outside a module (a test's) is taken to have one."""
+    module = sys.modules.get(getattr(cls, "__module__", ""))
+    if module is None:
+        return True
+    return any(isinstance(v, type) and issubclass(v, nn.Module) and "Attention" in v.__name__
+               for v in vars(module).values())
 
 
 def training_config(config: Any) -> Any:
@@ -125,6 +137,8 @@ def attention_implementation(data: dict[str, Any], cls: Any, file: Path) -> tupl
     if named is None:
         if getattr(cls, "_supports_sdpa", False) is True:
             return "sdpa", "autoshard (SDPA, which the class supports)"
+        if not _has_attention(cls):  # a CNN or a state-space model: nothing to choose
+            return "eager", "autoshard (the model has no attention)"
         return "eager", "autoshard (the class has no SDPA path)"
     if named not in ATTENTION:
         raise ModelSourceError(

@@ -73,6 +73,19 @@ def test_a_class_without_sdpa_says_its_attention_was_traced_eager(tmp_path: Path
     assert not any("no SDPA path" in x for x in plan.explanation)
 
 
+def test_a_model_without_attention_is_not_said_to_have_eager_attention(tmp_path: Path) -> None:
+    """ConvNeXt and ResNet profiles said "its attention was traced eager ... the scores of every head are
+    materialised": they have no attention (probe)."""
+    from autoshard.models import load_source
+    from autoshard.models.scope import scope_lines
+
+    convnext = transformers.ConvNextConfig(hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1], num_labels=3)
+    convnext.architectures = ["ConvNextForImageClassification"]
+    source = load_source(_saved(convnext, tmp_path, "convnext"))
+    assert source.metadata["attn_implementation_chosen_by"] == "autoshard (the model has no attention)"
+    assert not any("attention" in line for line in scope_lines(source))
+
+
 def test_linear_attention_layers_traced_through_the_reference_path_are_said(tmp_path: Path) -> None:
     """Qwen3-Next's gated DeltaNet layers run transformers' PyTorch chunked path here, as Mamba-2's scan does, and
     only the Mamba-2 plan said so (probe)."""

@@ -159,6 +159,37 @@ def _check_tune_names(kwargs: Mapping[str, Any], tuner: Any) -> None:
                              hint=f"Its arguments: {', '.join(names)}.")
 
 
+def _check_agreement(kwargs: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Refuse, before any trial, a ``tune`` dict that contradicts ``fit()``'s own arguments: the run after the
+    study trains with its best plan and refuses one made for another strategy, rank count, micro-batch or
+    sequence (a probe's whole study ran first, then fit() said "the given plan was made for strategy ddp").
+
+    Raises:
+        UsageError: the first disagreement, named in both places.
+    """
+    def refuse(ours: str, theirs: str, tuned: Any, value: Any) -> None:
+        raise UsageError(f"fit(tune={{...}}) has {theirs}={tuned!r} and fit() has {ours}={value!r}: the run after "
+                         "the study would refuse the plan it tuned.",
+                         hint=f"Give it once (drop {theirs!r} from the tune dict, or {ours}= from fit()), or make "
+                              "them agree.")
+
+    strategy = given.get("strategy")
+    strategies = kwargs.get("strategies")
+    if strategy is not None and strategies is not None and list(strategies) != [strategy]:
+        refuse("strategy", "strategies", strategies, strategy)
+    batch = given.get("batch_size")
+    if batch is not None:
+        if kwargs.get("batch_size") not in (None, batch):
+            refuse("batch_size", "batch_size", kwargs["batch_size"], batch)
+        sizes = kwargs.get("micro_batch_sizes")
+        if sizes is not None and list(sizes) != [batch]:
+            refuse("batch_size", "micro_batch_sizes", sizes, batch)
+    for name in ("processes", "seq_len", "global_batch_size", "precision", "grad_clip_norm"):
+        value = given.get(name)
+        if value is not None and kwargs.get(name) not in (None, value):
+            refuse(name, name, kwargs[name], value)
+
+
 def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) -> tuple[ExportedPlan, str]:
     """Run the tuner for ``fit(tune=...)``: its best configuration and a note on what was measured."""
     from torch import nn
@@ -179,6 +210,7 @@ def _tuned(model: Any, plan: Any, tune: bool | Mapping[str, Any], **given: Any) 
                "seq_len": "seq_len", "seed": "seed",
                "grad_clip_norm": "grad_clip_norm",  # the trials clip as the run will
                "training_step": "training_step", "loss_fn": "loss_fn"}  # and run the step it will
+    _check_agreement(kwargs, given)
     for ours, theirs in mapping.items():
         value = given[ours]
         if value is not None and theirs not in kwargs:

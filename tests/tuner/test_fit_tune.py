@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -64,3 +66,21 @@ def test_tune_takes_a_bool_or_a_dict() -> None:
     with pytest.raises(UsageError, match=r"tune must be True, False or a dict of autoshard\.tune\(\)'s arguments, "
                                          r"but got 'yes'"):
         autoshard.fit("tiny-gpt2", max_steps=1, tune="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("fit_args", "tune_args", "named"), [
+    ({"strategy": "fsdp"}, {"strategies": ["ddp"]}, "strategies=['ddp'] and fit() has strategy='fsdp'"),
+    ({"batch_size": 8}, {"batch_size": 16}, "batch_size=16 and fit() has batch_size=8"),
+    ({"batch_size": 8}, {"micro_batch_sizes": [4, 8]}, "micro_batch_sizes=[4, 8] and fit() has batch_size=8"),
+    ({"seq_len": 16}, {"seq_len": 32}, "seq_len=32 and fit() has seq_len=16"),
+    ({"processes": 2}, {"processes": 1}, "processes=1 and fit() has processes=2"),
+])
+def test_a_tune_dict_that_contradicts_fits_arguments_is_refused_before_the_study(
+        fit_args: dict, tune_args: dict, named: str, tmp_path) -> None:  # type: ignore[no-untyped-def,type-arg]
+    """A probe's study ran to its end, then fit() refused its best plan: "the given plan was made for strategy ddp,
+    and fit() was given strategy='fsdp'" (22-44 s on a tiny model; hours on a real one)."""
+    out = tmp_path / "tune"
+    with pytest.raises(UsageError, match=re.escape(named)):
+        autoshard.fit("tiny-gpt2", max_steps=1, progress=False, tune={"trials": 1, "output_dir": out, **tune_args},
+                      **fit_args)
+    assert not out.exists()

@@ -178,7 +178,8 @@ _SETTINGS = {"global_batch_size": "the global batch size (--global-batch-size)",
              "nodes": "the number of nodes", "device_type": "the device type", "backend": "the backend",
              "nvme_path": "the NVMe path", "network": "the network between the nodes",
              "network_bytes_per_s": "the network's bandwidth per node (bytes/s)",
-             "steps": "the steps of a trial (--steps)", "warmup_steps": "the warm-up steps of a trial (--warmup-steps)"}
+             "steps": "the length of a trial (--steps)",
+             "warmup_steps": "the warm-up length of a trial (--warmup-steps)"}
 """How a message names each setting of the batch and hardware fingerprints."""
 
 

@@ -203,11 +203,12 @@ def run_study(
         if source.optimizer_fn is not None and asked is not None and asked != planned.optimizer:
             notes.append(f"The trials train with the model file's optimizer() ({planned.optimizer}), as fit() "
                          f"will; the optimizer asked for ({asked}) is not used.")
-        if source.loss_fn is None and not steps_given and source.kind == "file":
-            notes.append("The model file defines no loss(): the trials time each step with the loss its forward "
-                         "returns or, if it returns none, with profiling's stand-in (the mean of the output, the same "
-                         "work), which fit() will not train on: then define loss(output, batch) in the file, or pass "
-                         "loss_fn= to fit().")
+        # A forward whose output holds its loss (the trace saw a one-element tensor with a gradient) trains as is.
+        returns_loss = any(t.at_1.loss_in_output for t in plan.workload.traces)
+        if source.loss_fn is None and not steps_given and source.kind == "file" and not returns_loss:
+            notes.append("The model file defines no loss() and its forward returns none: the trials time each step "
+                         "with profiling's stand-in (the mean of the output, the same work), which fit() will not "
+                         "train on: define loss(output, batch) in the file, or pass loss_fn= to fit().")
         enqueue_defaults(study, space)
         notes += [f"Trial {n} was stopped before it finished ({why}): its configuration is queued to run again "
                   "first."

@@ -40,7 +40,7 @@ FINGERPRINT = {"model": MODEL, "hardware": HARDWARE, "batch": BATCH, "trial": {"
     ({"hardware": {**HARDWARE, "gpus_per_node": 4}}, "the number of devices per node was 2 then, 4 now"),
     ({"model": {**MODEL, "name": "other", "code": "57c8"}}, "the model was tiny then, other now"),
     # trials measured over other steps were ranked with these, without a word (a new user's report)
-    ({"trial": {"steps": 8, "warmup_steps": 1}}, "the steps of a trial (--steps) was 5 then, 8 now"),
+    ({"trial": {"steps": 8, "warmup_steps": 1}}, "the length of a trial (--steps) was 5 then, 8 now"),
 ], ids=["edited-model-py", "seq-len", "devices", "another-model", "trial-steps"])
 def test_a_study_for_another_job_says_what_differs_in_words(changed: dict[str, Any], said: str) -> None:
     study = optuna.create_study(study_name="edit-2xcpu-70a8cf91")
@@ -206,3 +206,38 @@ def test_a_slurm_job_of_several_nodes_is_told_to_tune_one_nodes_plan(monkeypatch
     assert main(["tune", "tiny-gpt2", "--trials", "2"]) == 2
     err = capsys.readouterr().err
     assert "describes 2 nodes (SLURM's job has 2)" in err and "pass --nodes 1" in err
+
+
+_RETURNS_LOSS = '''
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.layer(x).square().mean()  # the loss itself
+
+
+def model():
+    return Net()
+
+
+def batch(batch_size):
+    return torch.randn(batch_size, 8)
+'''
+
+
+@pytest.mark.parametrize("returns_loss", [True, False])
+def test_the_missing_loss_note_is_given_only_when_the_forward_returns_no_loss(returns_loss: bool,
+                                                                               tmp_path: Path) -> None:
+    """Every tune of a model file without loss() said the trials time profiling's stand-in, which fit() will not
+    train on, including the project's own examples/mlp, whose forward returns its loss (probe)."""
+    source = _RETURNS_LOSS if returns_loss else _RETURNS_LOSS.replace(".square().mean()  # the loss itself", "")
+    (tmp_path / "model.py").write_text(source, encoding="utf-8")
+    result = autoshard.tune(str(tmp_path / "model.py"), trials=1, output_dir=tmp_path / "out",
+                            runner=replay([]), **{**ARGS, "seq_len": None})
+    noted = any("defines no loss()" in note for note in result.notes)
+    assert noted is not returns_loss, result.notes

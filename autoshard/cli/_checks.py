@@ -22,6 +22,39 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonnegative_int(text: str) -> int:
+    """A flag's whole number >= 0 (``--warmup-steps``), refused by argparse naming the flag."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A flag's positive, finite number of seconds (``--timeout``), refused by argparse naming the flag."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A flag's random seed: a whole number from 0 to 2**32 - 1 (what numpy and Optuna's samplers take)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 2**32 - 1, not {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 2**32 - 1, not {text!r}")
+    return value
+
+
 def _nearest_existing(path: Path) -> Path:
     for parent in (path, *path.parents):
         if parent.exists():

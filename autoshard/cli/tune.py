@@ -7,7 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
-from autoshard.cli._checks import positive_int
+from autoshard.cli._checks import nonnegative_int, positive_int, positive_seconds, seed
 from autoshard.cli._format import OPTIMIZERS, PRECISIONS, print_json
 
 NAME = "tune"
@@ -21,9 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("model", help="a model.py, a Hugging Face config.json, or a catalog name (autoshard models)")
     parser.add_argument("--trials", type=positive_int, default=12, help="trials the study holds when done (default 12)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+    parser.add_argument("--timeout", type=positive_seconds, default=None, metavar="S",
                         help="stop starting trials after S s, or when less is left than a trial takes")
-    parser.add_argument("--trial-timeout", type=float, default=300.0, metavar="S",
+    parser.add_argument("--trial-timeout", type=positive_seconds, default=300.0, metavar="S",
                         help="stop a trial after S s, start-up included (default 300)")
     parser.add_argument("--storage", metavar="URL", default=None,
                         help="Optuna storage shared by several nodes, e.g. postgresql://user:pw@host/db, or a "
@@ -33,13 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="study file, trial logs, summary, plots and best/ (default ./autoshard-tune)")
     parser.add_argument("--json", action="store_true", help="every trial and the best configuration as JSON")
     parser.add_argument("--steps", type=positive_int, default=10, help="optimizer steps per trial (default 10)")
-    parser.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--warmup-steps", type=nonnegative_int, default=3, help="untimed steps first (default 3)")
     parser.add_argument("--strategies", nargs="+", metavar="NAME", help="consider only these strategies")
     parser.add_argument("--top", type=positive_int, default=3,
                         help="compare the planner's N best strategies (default 3)")
     parser.add_argument("--batch-size", type=positive_int, default=None,
                         help="a fixed micro-batch per device (not tuned)")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", metavar="N", help="micro-batches to try")
+    parser.add_argument("--batch-sizes", type=positive_int, nargs="+", metavar="N", help="micro-batches to try")
     parser.add_argument("--global-batch-size", type=positive_int, default=None,
                         help="samples per optimizer step, all devices")
     parser.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (default: the model's)")
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true",
                         help="measure and trace again: use neither the result cache nor the workload cache")
     parser.add_argument("--no-prune", action="store_true", help="run every trial to the end")
-    parser.add_argument("--seed", type=int, default=0, help="sampler and training seed (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="sampler and training seed (default 0)")
     parser.add_argument("--compress-gradients", action="store_true",
                         help="also tune DDP's gradient compression (fp16/bf16 hooks, PowerSGD), which changes what "
                              "training computes (default: gradients reduced as they are)")
@@ -64,10 +64,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``autoshard tune``."""
     from autoshard.cli._hardware_args import hardware_from_args
+    from autoshard.errors import UsageError
     from autoshard.report import print_summary
     from autoshard.tuner.loop import Interrupted, Terminated
     from autoshard.tuning import tune
 
+    if args.steps < args.warmup_steps + 2:  # before the hardware and the model are read
+        raise UsageError(f"--steps ({args.steps}) must exceed --warmup-steps ({args.warmup_steps}) by at least 2: "
+                         "the steps after the warm-up are timed, and throughput needs more than one.",
+                         hint=f"E.g. --steps {args.warmup_steps + 5} --warmup-steps {args.warmup_steps}.")
     hardware = hardware_from_args(args)
     terminated: list[int] = []
 

@@ -39,12 +39,12 @@ def check_budget(trials: int, timeout_s: float | None, trial_timeout_s: float, s
 
     whole("trials", trials, 1)
     if timeout_s is not None:
-        seconds("timeout", timeout_s)
-    seconds("trial timeout", trial_timeout_s)
-    whole("warm-up steps", warmup_steps, 0)
+        seconds("timeout_s", timeout_s)
+    seconds("trial_timeout_s", trial_timeout_s)
+    whole("warmup_steps", warmup_steps, 0)
     whole("steps", steps, 1)
     if steps < warmup_steps + 2:
-        raise UsageError(f"steps ({steps}) must exceed the warm-up steps ({warmup_steps}) by at least 2, so that "
+        raise UsageError(f"steps ({steps}) must exceed warmup_steps ({warmup_steps}) by at least 2, so that "
                          "throughput is measured over more than one step.")
     return Budget(trials=trials, timeout_s=timeout_s, trial_timeout_s=float(trial_timeout_s),
                    started=time.monotonic())

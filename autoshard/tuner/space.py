@@ -158,7 +158,8 @@ def check_space_arguments(top: int, micro_batch_sizes: Sequence[int] | None) -> 
         UsageError: either is wrong.
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise UsageError(f"the number of strategies to compare must be >= 1, but got {top!r}.")
+        raise UsageError(f"top_strategies (the number of strategies to compare) must be a whole number >= 1, but "
+                         f"got {top!r}.")
     if micro_batch_sizes is not None and (isinstance(micro_batch_sizes, (int, str)) or not isinstance(
             micro_batch_sizes, Sequence)):  # a number: "'int' object is not iterable", after the trace
         raise UsageError(f"micro_batch_sizes takes a list of micro-batches, but got {micro_batch_sizes!r}.",

@@ -178,3 +178,27 @@ def test_a_size_that_is_not_one_is_said_to_be_no_size(capsys):
     assert main(["recommend", "tiny-gpt2", "--hardware", "h100-sxm-80gb:abc"]) == 2
     err = capsys.readouterr().err
     assert "--hardware h100-sxm-80gb:abc: 'abc' is not a size" in err and "h100-sxm-80gb:8x2" in err
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--timeout", "0"], "argument --timeout: must be a positive number of seconds, not '0'"),
+    (["--trial-timeout", "nan"], "argument --trial-timeout: must be a positive number of seconds, not 'nan'"),
+    (["--warmup-steps", "-1"], "argument --warmup-steps: must be a whole number >= 0, not '-1'"),
+    (["--seed", "-1"], "argument --seed: must be a whole number from 0 to 2**32 - 1, not '-1'"),
+    (["--batch-sizes", "0", "4"], "argument --batch-sizes: must be a positive whole number, not '0'"),
+])
+def test_tunes_numeric_flags_are_refused_by_name_before_anything_is_read(flags, message, tmp_path, capsys):
+    """They were refused seconds later, after the hardware and the model were read, in Python's terms: "timeout
+    must be a positive number of seconds, but got 0.0" (the tune probe)."""
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "tiny-gpt2", "--output-dir", str(tmp_path / "out"), *flags])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_tune_refuses_steps_that_leave_nothing_to_time_naming_both_flags(tmp_path, no_tracing, capsys):
+    assert main(["tune", "tiny-gpt2", "--output-dir", str(tmp_path / "out"), "--steps", "4",
+                 "--warmup-steps", "3"]) == 2
+    assert "--steps (4) must exceed --warmup-steps (3) by at least 2" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

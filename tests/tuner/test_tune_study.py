@@ -144,11 +144,11 @@ def test_a_bug_in_the_users_model_stops_the_study(tmp_path: Path, monkeypatch: p
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"trials": 0}, "trials must be a whole number >= 1"),
     ({"trials": 2.5}, "trials must be a whole number >= 1"),
-    ({"timeout_s": 0}, "timeout must be a positive number of seconds"),
-    ({"trial_timeout_s": -1}, "trial timeout must be a positive number of seconds"),
-    ({"steps": 3, "warmup_steps": 2}, "must exceed the warm-up steps"),
+    ({"timeout_s": 0}, "timeout_s must be a positive number of seconds"),
+    ({"trial_timeout_s": -1}, "trial_timeout_s must be a positive number of seconds"),
+    ({"steps": 3, "warmup_steps": 2}, "must exceed warmup_steps"),
     ({"processes": 0}, "processes must be a positive whole number"),
-    ({"top_strategies": 0}, "number of strategies to compare must be >= 1"),
+    ({"top_strategies": 0}, "top_strategies \\(the number of strategies to compare\\) must be a whole number >= 1"),
     ({"micro_batch_sizes": [0]}, "micro-batch sizes must be positive"),
     ({"batch_size": 8, "micro_batch_sizes": [4]}, "pass one of them"),  # ran every trial at 4, without a word
     ({"study_name": " "}, "the study name is empty"),

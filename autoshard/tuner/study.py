@@ -416,6 +416,21 @@ def running_elsewhere(records: Sequence[TrialRecord]) -> list[str]:
             "(it adds no trial when the budget is spent)."]
 
 
+def _global_batch_changed(plan: Plan, records: Sequence[TrialRecord], best: TrialRecord, best_plan: ExportedPlan,
+                          planner: int | None) -> list[str]:
+    """A note when the best trains another global batch than the planner's recommendation (its micro-batch,
+    with no global batch fixed): it is faster partly because it learns from other steps."""
+    ran = next((r for r in records if r.number == planner and r.config is not None), None)
+    if ran is None or ran.number == best.number or ran.config is None:
+        return []
+    theirs = exported_plan(plan, ran.config).global_batch_size
+    if theirs == best_plan.global_batch_size:
+        return []
+    return [f"The best trains {best_plan.global_batch_size:,} samples per optimizer step, the planner's "
+            f"recommendation (trial {ran.number}) {theirs:,}: the batch size changes what training learns, not only "
+            "its speed. To compare at one global batch, tune with --global-batch-size (global_batch_size=)."]
+
+
 def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out: Path, notes: list[str],
             observer: TuneObserver, estimate: Any) -> TuneResult:
     """The study's result, with the estimate of a trial's time the observers (``summary.json``) report too. The
@@ -441,6 +456,7 @@ def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out
     if best is not None and best.config is not None:
         best_plan = exported_plan(plan, best.config)
         files = tuple(str(p) for p in export_plan(best_plan, out / "best", force=True, validate=True))
+        notes += _global_batch_changed(plan, records, best, best_plan, planner)
     else:
         notes.append("No trial completed: nothing to export.")
         notes += _clear_best(out / "best")

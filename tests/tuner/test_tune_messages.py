@@ -241,3 +241,22 @@ def test_the_missing_loss_note_is_given_only_when_the_forward_returns_no_loss(re
                             runner=replay([]), **{**ARGS, "seq_len": None})
     noted = any("defines no loss()" in note for note in result.notes)
     assert noted is not returns_loss, result.notes
+
+
+@pytest.mark.parametrize("global_batch_size", [None, 4])
+def test_a_best_that_trains_another_global_batch_than_the_planners_says_so(global_batch_size: int | None,
+                                                                           tmp_path: Path) -> None:
+    """The best (micro-batch 2 on 2 ranks: 4 samples a step) was "faster than the planner's recommendation"
+    (micro-batch 1: 2 a step) without a word that it learns from steps twice as large (the tune probe)."""
+    result = autoshard.tune("tiny-gpt2", trials=2, output_dir=tmp_path / "out", runner=replay([]),
+                            **{**ARGS, "global_batch_size": global_batch_size})
+    assert result.best is not None and result.best.config is not None
+    assert result.best.config.micro_batch_size == 2 and result.planner_trial != result.best.number
+    said = [n for n in result.notes if "samples per optimizer step" in n]
+    if global_batch_size is None:
+        assert said == [f"The best trains 4 samples per optimizer step, the planner's recommendation (trial "
+                        f"{result.planner_trial}) 2: the batch size changes what training learns, not only its "
+                        "speed. To compare at one global batch, tune with --global-batch-size "
+                        "(global_batch_size=)."]
+    else:
+        assert said == []

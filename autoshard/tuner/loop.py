@@ -34,7 +34,7 @@ from autoshard.tuner.estimate import describe
 from autoshard.tuner.observer import TuneObserver
 from autoshard.tuner.records import trial_strategy
 from autoshard.tuner.result import FailureClass, TrialConfig, TrialEstimate, TuneResult
-from autoshard.tuner.resume import RERUN, RERUN_ATTR, enqueue_reruns
+from autoshard.tuner.resume import RERUN, RERUN_ATTR, enqueue_reruns, superseded
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialRunner, TrialSpec, run_trial
 from autoshard.tuner.space import SearchSpace
 
@@ -180,7 +180,10 @@ class StudyLoop:
         strategies (a study resumed with other ``--strategies`` gets its budget for them)."""
         n = 0
         allowed = {s.strategy for s in self.space.strategies}
+        old = superseded(self.study)  # run for the job the study was taken up from: they count for nothing
         for t in self.study.get_trials(deepcopy=False):
+            if t.number in old:
+                continue
             if t.state == optuna.trial.TrialState.RUNNING:
                 n += t.user_attrs.get(storage_mod.OWNER_ATTR) != self.me
             elif t.state.is_finished() and trial_strategy(t) in allowed:

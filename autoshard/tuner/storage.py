@@ -153,10 +153,14 @@ def check_fingerprint(study: optuna.Study, fingerprint: Mapping[str, Any], stora
     measured = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     failed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
     if differences and failed and not study.get_trials(deepcopy=False, states=measured):
+        from autoshard.tuner.resume import SUPERSEDED_ATTR, superseded
+
         study.set_user_attr(FINGERPRINT_ATTR, dict(fingerprint))
+        old = sorted(superseded(study) | {t.number for t in study.get_trials(deepcopy=False)})
+        study.set_user_attr(SUPERSEDED_ATTR, old)
         return (f"Every trial of study {study.study_name!r} had failed, none measured: it is taken up for this "
-                "job although "
-                + "; ".join(differences) + ".")
+                "job although " + "; ".join(differences) + "; the failed configurations run again first, and do "
+                "not count toward the trials.")
     if differences:
         journal = " --storage-class JournalFileBackend" if "://" not in storage_name else ""
         # the URL as shown has its password masked: the command would not log in as written

@@ -42,7 +42,7 @@ from autoshard.tuner.observer import Observers, TuneObserver
 from autoshard.tuner.pruner import SlowerThanBestPruner
 from autoshard.tuner.records import best_record, queued_config, record, trial_strategy
 from autoshard.tuner.result import TrialRecord, TrialState, TuneResult
-from autoshard.tuner.resume import RERUN, RERUN_ATTR, enqueue_reruns
+from autoshard.tuner.resume import RERUN_ATTR, enqueue_reruns, says_nothing, superseded
 from autoshard.tuner.runner import TrialRunner, TrialSpec, run_trial
 from autoshard.tuner.space import SearchSpace, build_space, check_space_arguments
 from autoshard.tuner.usercode import function_reference
@@ -210,7 +210,7 @@ def run_study(
                          "with profiling's stand-in (the mean of the output, the same work), which fit() will not "
                          "train on: define loss(output, batch) in the file, or pass loss_fn= to fit().")
         enqueue_defaults(study, space)
-        notes += [f"Trial {n} was stopped before it finished ({why}): its configuration is queued to run again "
+        notes += [f"Trial {n} {_what_happened(why)}: its configuration is queued to run again "
                   "first."
                   for n, why in enqueue_reruns(study, space)]
         spec = TrialSpec(model=origin, optimizer=planned.optimizer, steps=steps, warmup_steps=warmup_steps, seed=seed,
@@ -449,7 +449,8 @@ def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out
                      f"({', '.join(sorted(allowed))}): listed, never the best.")
     planned = [t for t in study.get_trials(deepcopy=False)
                if t.user_attrs.get("origin") == "planner" and trial_strategy(t) in allowed]
-    measured = [t for t in planned if t.user_attrs.get("failure") not in RERUN]  # not its interrupted run
+    old = superseded(study)
+    measured = [t for t in planned if not says_nothing(t, old)]  # not its interrupted run, nor the old job's
     planner = next((t.number for t in measured or planned), None)
     files: tuple[str, ...]
     best_plan, files = None, ()
@@ -467,8 +468,14 @@ def _finish(study: optuna.Study, plan: Plan, space: SearchSpace, shown: str, out
     return dataclasses.replace(result, notes=result.notes + tuple(more)) if more else result
 
 
-_QUEUED = re.compile(r"^Trial (\d+) was stopped before it finished \((.*)\): its configuration is queued to run again "
-                     r"first\.$")
+_QUEUED = re.compile(r"^Trial (\d+) (was stopped before it finished \(.*\)|failed for the job before): its "
+                     r"configuration is queued to run again first\.$")
+
+
+def _what_happened(why: str) -> str:
+    """How a note names why a trial runs again: its tuner stopped (``why``: its failure class), or it ran for the
+    job the study was taken up from."""
+    return "failed for the job before" if why == "run for the job before" else f"was stopped before it finished ({why})"
 
 
 def _reruns_said(study: optuna.Study, notes: list[str]) -> list[str]:
@@ -481,6 +488,6 @@ def _reruns_said(study: optuna.Study, notes: list[str]) -> list[str]:
         match = _QUEUED.match(note)
         if match is None or int(match[1]) not in ran:
             return note
-        return (f"Trial {match[1]} was stopped before it finished ({match[2]}): its configuration ran again as "
+        return (f"Trial {match[1]} {match[2]}: its configuration ran again as "
                 f"trial {ran[int(match[1])]}.")
     return [said(n) for n in notes]

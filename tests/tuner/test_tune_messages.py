@@ -14,12 +14,12 @@ import pytest
 
 import autoshard
 from autoshard.cli import main
-from autoshard.errors import UsageError, UserCodeError, WorkerError, reworded
+from autoshard.errors import AutoshardError, UsageError, UserCodeError, WorkerError, reworded
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime import supervisor
 from autoshard.tuner import storage
 from autoshard.tuner.failures import classify
-from autoshard.tuner.result import FailureClass
+from autoshard.tuner.result import FailureClass, TrialState
 from autoshard.tuner.runner import Measurement, TrialFailed, TrialSpec
 from autoshard.tuning import TUNE_ARGUMENTS
 
@@ -260,3 +260,24 @@ def test_a_best_that_trains_another_global_batch_than_the_planners_says_so(globa
                         "(global_batch_size=)."]
     else:
         assert said == []
+
+
+def test_a_failed_trial_of_a_study_taken_up_after_a_fix_runs_again_and_is_not_counted(tmp_path: Path) -> None:
+    """The fixed model's study kept its failed planner trial: a slot of the budget spent, and "The planner's
+    recommendation (trial 0) has no throughput to compare with (failed, user_code)" (the tune probe)."""
+    model = tmp_path / "model.py"
+    model.write_text(_RETURNS_LOSS, encoding="utf-8")  # its trials fail as if the real step raised
+
+    def boom(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, **_: Any) -> Measurement:
+        raise TrialFailed(FailureClass.USER_CODE, "model.py:11: ValueError: boom")
+
+    args = {**ARGS, "seq_len": None, "prune": False}
+    with pytest.raises(AutoshardError):
+        autoshard.tune(str(model), trials=2, output_dir=tmp_path / "out", runner=boom, **args)
+    model.write_text(_RETURNS_LOSS + "# fixed\n", encoding="utf-8")  # fixed: another job, its study taken up
+    result = autoshard.tune(str(model), trials=2, output_dir=tmp_path / "out", runner=replay([]), **args)
+    assert any("taken up for this job" in n and "run again first" in n for n in result.notes), result.notes
+    assert [t.number for t in result.trials if t.state is TrialState.COMPLETE] == [1, 2]  # the budget: 2 measured
+    rerun = next(t for t in result.trials if t.rerun_of == 0)
+    assert result.planner_trial == rerun.number
+    assert any(n == "Trial 0 failed for the job before: its configuration ran again as trial 1." for n in result.notes)

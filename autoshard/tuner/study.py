@@ -141,8 +141,10 @@ def run_study(
                                                           "or give one.")
     existed = Path(output_dir).exists(), (Path(output_dir) / storage_mod.DEFAULT_FILE).exists()
     out = storage_mod.writable_dir(Path(output_dir))
-    # Opened before the model is traced: a bad or unreachable storage is refused in seconds.
-    store, shown = storage_mod.open_storage(storage, out)
+    # Opened before the model is traced: a bad or unreachable storage is refused in seconds, and leaves no output
+    # directory behind.
+    with storage_mod.removed_if_refused(out, storage, *existed):
+        store, shown = storage_mod.open_storage(storage, out)
     with storage_mod.removed_if_refused(out, storage, *existed):  # refused before the study: nothing left behind
         hw = trial_hardware(hardware, processes)  # before the model is built: a second node is refused in seconds
         source = load_source(model)

@@ -169,7 +169,7 @@ def test_bad_arguments_are_refused_before_any_trial(tmp_path: Path, monkeypatch:
     monkeypatch.setattr("autoshard.tuner.study.plan_for", traced)  # checked before any slow work
     with pytest.raises(UsageError, match=message):
         autoshard.tune("tiny-gpt2", output_dir=tmp_path / "out", progress=False, **{"processes": 2, **kwargs})
-    assert not (tmp_path / "out" / "trials").exists()
+    assert not (tmp_path / "out").exists()  # not even empty (a bad --storage left one)
 
 
 def test_an_output_dir_of_none_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -292,9 +292,11 @@ def _vision_language_spec(cls: type, config: Any, file: Path, params: Mapping[st
         )
     channels, height, width = _image_shape(vision)
     patch = getattr(vision, "patch_size", None)
-    if not isinstance(patch, int) or patch < 1 or height % patch or width % patch:
+    # The patch embedding is a convolution with stride patch_size: it drops the rows and columns past the last
+    # whole patch (SigLIP-so400m-patch14-384: 384 px in 27 x 27 patches of 14), as the position table does.
+    if not isinstance(patch, int) or patch < 1 or height < patch or width < patch:
         raise ModelSourceError(
-            f"{file}: vision_config.image_size ({height}x{width}) is not a multiple of its patch_size "
+            f"{file}: vision_config.image_size ({height}x{width}) holds no whole patch of its patch_size "
             f"({patch}).",
             hint="Fix vision_config in the config.json.",
         )

@@ -229,8 +229,11 @@ def test_dual_encoders_get_return_loss_exactly_when_their_forward_takes_it(save:
         (clip_vision, "full", PATCHES + 1),  # kept
         (siglip_vision, "full", PATCHES),  # SigLIP has no class token
         (siglip_vision, "default", PATCHES - 1),  # LLaVA drops the first feature anyway
+        # An image side that is not a multiple of the patch (SigLIP-so400m-patch14-384: 27 x 27 patches of 14 px):
+        # the patch convolution drops the remainder (it was refused as "not a multiple of its patch_size").
+        (lambda: {**siglip_vision(), "image_size": IMAGE_SIDE + PATCH - 2}, "full", PATCHES),
     ],
-    ids=["clip-default", "clip-full", "siglip-full", "siglip-default"],
+    ids=["clip-default", "clip-full", "siglip-full", "siglip-default", "siglip-side-not-a-multiple"],
 )
 def test_llava_gets_as_many_image_tokens_as_its_vision_tower_gives_features(
     vision: Callable[[], dict[str, Any]], strategy: str, image_tokens: int, save: Callable[..., Path]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from autoshard.errors import UsageError
 
-__all__ = ["check_extension_locks", "extensions_root", "stale_extension_locks"]
+__all__ = ["check_extension_locks", "extensions_root", "release_locks_left_since", "stale_extension_locks"]
 
 SETTLE_S = 10.0
 """A lock younger than this is left alone: its builder may be between creating the file and holding it."""
@@ -95,3 +95,35 @@ def check_extension_locks(root: Path | None = None) -> None:
         f"a build of torch extension op(s) {ops} was interrupted and left its lock file, which no process holds: "
         "DeepSpeed would wait on it for ever when it loads the op.",
         hint="Remove it and run again: rm " + " ".join(str(lock) for lock in stale))
+
+
+def release_locks_left_since(started: float, root: Path | None = None) -> list[Path]:
+    """Remove the build locks made since ``started`` that no process holds: called once a run's own workers have
+    all been stopped (a tune trial past its time limit), whose build of an op they were in the middle of would
+    otherwise leave its lock for every later run to wait on. A lock another process is building under is open in
+    that process (``FileBaton`` creates and opens it in one call) and is left alone; so is any lock when the
+    holders cannot be known (no ``/proc``).
+
+    Returns:
+        The locks removed.
+    """
+    root = extensions_root() if root is None else root
+    locks = sorted(root.glob("*/*/lock"))
+    if not locks:
+        return []
+    open_files = _open_files()
+    if open_files is None:
+        return []
+    removed = []
+    for lock in locks:
+        try:
+            made = lock.stat().st_mtime
+        except OSError:  # released meanwhile
+            continue
+        if made >= started and str(lock.resolve()) not in open_files and str(lock) not in open_files:
+            try:
+                lock.unlink()
+            except OSError:
+                continue
+            removed.append(lock)
+    return removed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from autoshard.errors import AutoshardError
 from autoshard.planner import plan_file
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime import supervisor
+from autoshard.runtime.extension_locks import extensions_root, release_locks_left_since
 from autoshard.runtime.workers import host_thread_environ
 from autoshard.tuner import worker
 from autoshard.tuner.failures import classify
@@ -118,12 +120,19 @@ def run_trial(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout
             on_poll()
         watcher.poll()
 
+    started = time.time()
     try:
         supervisor.run_workers(list(WORKER_COMMAND), world_size=world, run_dir=run_dir,
                                environ=host_thread_environ(environ, exported),
                                timeout_s=timeout_s, grace_s=spec.grace_s, log_rank0=True, on_poll=poll)
     except AutoshardError as e:
         failure, message = classify(e, run_dir, world)
+        # Its workers are all stopped: a DeepSpeed op they were building would leave its lock, on which every
+        # later trial and run loading that op waits for ever (a probe's tune, stopped mid-build).
+        released = release_locks_left_since(started, extensions_root(environ))
+        if released:
+            message += (f" Its workers were stopped while building torch extension op(s) "
+                        f"{', '.join(lock.parent.name for lock in released)}: the build's lock was removed.")
         raise TrialFailed(failure, message) from e
     return _measurement(run_dir, spec, exported)
 

@@ -141,14 +141,26 @@ _HALF = {"bf16-mixed": "bf16", "16-mixed": "fp16"}
 """Mixed precisions whose FSDP2 / DeepSpeed run casts the parameters, not each op (their traces: ``half``)."""
 
 
+def _small(ctx: Context) -> bool:
+    """A small model, for the rules that favour plain DDP: under :data:`SMALL_MODEL_PARAMETERS` parameters, or on
+    one device under that many trained ones (a LoRA 7B trains 8M: what sharding would hold of it on one device is
+    its optimizer's states, and ZeRO-1 led DDP there by 0.1 %)."""
+    w = ctx.workload
+    return w.parameter_count < SMALL_MODEL_PARAMETERS or (
+        ctx.hardware.world_size == 1 and w.trainable_parameter_count < SMALL_MODEL_PARAMETERS)
+
+
 def _small_model(ctx: Context, e: Evaluation) -> str:
     """Why plain DDP is favoured for a small model: on several devices the gathers sharding adds, on one the
     engine's host-side work around a step that shards nothing."""
-    count = _count(ctx.workload.parameter_count)
+    w = ctx.workload
+    count = f"{_count(w.parameter_count)} parameters"
+    if w.trainable_parameter_count < w.parameter_count:
+        count += f", {_count(w.trainable_parameter_count)} of them trained,"
     if ctx.hardware.world_size > 1:
-        return (f"The model has {count} parameters and its states fit on every device: plain DDP avoids the "
+        return (f"The model has {count} and its states fit on every device: plain DDP avoids the "
                 "gathers sharding adds (sharding pays from roughly 500M parameters).")
-    return (f"The model has {count} parameters and its states fit on the device: on one device FSDP and ZeRO "
+    return (f"The model has {count} and its states fit on the device: on one device FSDP and ZeRO "
             "shard nothing and add their engine's host-side work per parameter to every step, which at this size "
             "the step-time model underestimates (GPT-2 on one H200 measured ZeRO-2 27 % and FSDP shard-grad-op "
             "97 % slower than DDP; docs/benchmarks/gpu_strategies.md): plain DDP runs the step with nothing around "
@@ -191,7 +203,7 @@ def _headroom(ctx: Context, e: Evaluation) -> float:
 RULES: tuple[Rule, ...] = (
     Rule(
         name="small-model-ddp",
-        applies=lambda ctx, e: _replicas(e) and ctx.workload.parameter_count < SMALL_MODEL_PARAMETERS,
+        applies=lambda ctx, e: _replicas(e) and _small(ctx),
         factor=1.15,
         says=_small_model,
     ),
@@ -231,7 +243,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         name="one-device-small-model",
         applies=lambda ctx, e: ctx.hardware.world_size == 1 and not _replicas(e)
-        and ctx.workload.parameter_count < SMALL_MODEL_PARAMETERS and ctx.fits_any(_replicas),
+        and _small(ctx) and ctx.fits_any(_replicas),
         factor=0.0,  # not picked while DDP fits (said in the candidate's reasons)
         says=lambda ctx, e: f"On one device {e.strategy} shards nothing and DDP fits: a lead predicted for it comes "
         "from running the whole step in the half precision (not the autocast asked for) and from a larger "

@@ -98,6 +98,14 @@ def test_on_one_device_plain_ddp_wins_for_a_small_model_and_says_why_there():
     assert "on one device FSDP and ZeRO shard nothing" in sentence and "gathers" not in sentence
     large = plan(workload(1_000_000_000), one_gpu, request(micro_batch_size=8), strategies)
     assert large.recommended.strategy == "deepspeed_stage_2"
+    # A LoRA 7B trains 8.4M: on one device that is what sharding would hold, and DDP wins as for a small model (a
+    # probe's ZeRO-1 led it by 0.1 %). On several devices the frozen base is what FSDP and ZeRO-3 shard.
+    lora = dataclasses.replace(workload(6_738_415_616), trainable_parameter_count=8_388_608)
+    tuned = plan(lora, one_gpu, request(micro_batch_size=8), strategies)
+    assert tuned.recommended.strategy == "ddp"
+    (sentence,) = [r for r in tuned.recommended.reasons if r.startswith("[small-model-ddp]")]
+    assert "The model has 6.7B parameters, 8.4M of them trained, and its states fit on the device" in sentence
+    assert plan(lora, H100x8, request(micro_batch_size=8), strategies).recommended.strategy == "deepspeed_stage_2"
 
 
 def test_when_ddp_does_not_fit_a_sharded_strategy_wins_and_ddp_says_why_in_numbers():

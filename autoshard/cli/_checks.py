@@ -5,54 +5,44 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from autoshard.errors import UsageError
+
+
+def _number(text: str, kind: type[int] | type[float], ok: Callable[[float], bool], says: str) -> Any:
+    """``text`` as ``kind`` if ``ok`` takes it, else argparse's refusal "must be {says}, not {text!r}" (argparse
+    prefixes the flag's name)."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {says}, not {text!r}")
+    return value
 
 
 def positive_int(text: str) -> int:
     """A flag's positive whole number: argparse's refusal then names the flag (``argument --batch-size: must be a
     positive whole number, not '0'``), where the check deeper in said "batch size" (the bad-input probe)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {text!r}")
-    return value
+    return int(_number(text, int, lambda v: v >= 1, "a positive whole number"))
 
 
 def nonnegative_int(text: str) -> int:
     """A flag's whole number >= 0 (``--warmup-steps``), refused by argparse naming the flag."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text!r}")
-    return value
+    return int(_number(text, int, lambda v: v >= 0, "a whole number >= 0"))
 
 
 def positive_seconds(text: str) -> float:
     """A flag's positive, finite number of seconds (``--timeout``), refused by argparse naming the flag."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
-    return value
+    return float(_number(text, float, lambda v: 0 < v < float("inf"), "a positive number of seconds"))
 
 
 def seed(text: str) -> int:
     """A flag's random seed: a whole number from 0 to 2**32 - 1 (what numpy and Optuna's samplers take)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 2**32 - 1, not {text!r}") from None
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 2**32 - 1, not {text!r}")
-    return value
+    return int(_number(text, int, lambda v: 0 <= v < 2**32, "a whole number from 0 to 2**32 - 1"))
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -80,15 +80,19 @@ def kv_cache_off(model: nn.Module) -> list[Any]:
         >>> len(kv_cache_off(model)), model.config.use_cache, kv_cache_off(model), kv_cache_off(nn.Linear(2, 2))
         (1, False, [], [])
     """
-    turned: list[Any] = []
+    return [part for config in module_configs(model) for part in _cache_off(config)]
+
+
+def module_configs(model: nn.Module) -> Iterator[Any]:
+    """Each transformers config the model's modules hold (``model.config``, and the copies some submodules keep),
+    once."""
     seen: set[int] = set()
     for module in model.modules():
         config = getattr(module, "config", None)
         if config is None or id(config) in seen or not _is_config(config, config):
             continue
         seen.add(id(config))
-        turned += _cache_off(config)
-    return turned
+        yield config
 
 
 def _cache_off(config: Any) -> list[Any]:
@@ -253,12 +257,7 @@ def every_layer_runs_in(model: nn.Module) -> None:
     as an object (a ``model.py``'s, or ``fit(model)``'s fake copy) built without allocating, as the configs
     autoshard builds from are. SpecAugment's random masks are a boolean-mask assignment whose size depends on
     values (``aten.nonzero``), which a trace without data cannot run."""
-    seen: set[int] = set()
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if config is None or id(config) in seen or not _is_config(config, config):
-            continue
-        seen.add(id(config))
+    for config in module_configs(model):
         _every_layer_runs(config)
 
 

@@ -26,9 +26,12 @@ _ORDER = tuple(c.value for c in Category)
 _NON_STATE = [list(Category).index(c) for c in (Category.ACTIVATIONS, Category.TEMPORARIES, Category.INPUTS)]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Timeline:
-    """Per phase, the per-category totals after every allocation (an ``(events, categories)`` int64 tensor)."""
+    """Per phase, the per-category totals after every allocation (an ``(events, categories)`` int64 tensor).
+
+    Equal when their tensors are (``torch.equal``): the dataclass's own ``==`` asked a tensor for its truth, so
+    comparing two plans or workloads raised "Boolean value of Tensor with more than one value is ambiguous"."""
 
     phases: dict[str, torch.Tensor]
     blocks: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -50,6 +53,14 @@ class Timeline:
         return cls({p: torch.tensor(rows, dtype=torch.int64) for p, rows in grouped.items()},
                    {p: torch.tensor(ids, dtype=torch.int64) for p, ids in blocks.items()}, tuple(names))
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Timeline):
+            return NotImplemented
+        return (self.block_names == other.block_names and _same(self.phases, other.phases)
+                and _same(self.blocks, other.blocks))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable tensors inside: as the dataclass's eq=True made it
+
     def aligned_with(self, other: Timeline) -> bool:
         """Whether both timelines have the same phases with the same number of events, in the same blocks."""
         return (
@@ -59,6 +70,10 @@ class Timeline:
             and self.blocks.keys() == other.blocks.keys()
             and all(torch.equal(self.blocks[p], other.blocks[p]) for p in self.blocks)
         )
+
+
+def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @dataclass(frozen=True, slots=True)

@@ -384,3 +384,16 @@ def test_only_16_bit_strategies_asked_for_a_forward_that_fails_there_are_refused
     assert info.value.message.startswith("no strategy weighed can train this model: the model's forward fails with "
                                          "its parameters in bf16")
     assert "hardware" not in info.value.hint and "(ddp)" in info.value.hint and "32-true" in info.value.hint
+
+
+def test_two_plans_compare_with_equals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``a == b`` on two recommend() results raised torch's "Boolean value of Tensor with more than one value is
+    ambiguous" from the traced timelines inside their workloads (a notebook probe comparing a sweep)."""
+    import autoshard
+
+    monkeypatch.setenv("AUTOSHARD_CACHE_DIR", str(tmp_path))
+    autoshard.recommend("tiny-gpt2", hardware="a100-sxm-80gb", seq_len=32)  # traced, then read from the cache
+    a = autoshard.recommend("tiny-gpt2", hardware="a100-sxm-80gb", seq_len=32)
+    b = autoshard.recommend("tiny-gpt2", hardware="a100-sxm-80gb", seq_len=32)
+    assert a == b and a is not b and a.workload.traces[0] is not b.workload.traces[0]
+    assert a != autoshard.recommend("tiny-gpt2", hardware="a100-sxm-80gb", seq_len=64)

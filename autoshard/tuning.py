@@ -130,16 +130,22 @@ def tune(
         UserCodeError: the model's own code fails in the first trial (every trial would).
         NoFeasiblePlan: nothing fits this machine.
     """
+    import torch
+
     from autoshard.report import ProgressDisplay, SummaryWriter
+    from autoshard.runtime.fit import cuda_devices_in_use
     from autoshard.tuner.study import run_study
 
     observers = [SummaryWriter(), *([ProgressDisplay()] if progress else [])]
-    return run_study(
-        model, hardware=hardware, processes=processes, strategies=strategies, top_strategies=top_strategies,
-        batch_size=batch_size, micro_batch_sizes=micro_batch_sizes, global_batch_size=global_batch_size,
-        seq_len=seq_len, precision=precision, optimizer=optimizer, grad_clip_norm=grad_clip_norm,
-        training_step=training_step, loss_fn=loss_fn, trials=trials,
-        timeout_s=timeout_s, trial_timeout_s=trial_timeout_s, steps=steps, warmup_steps=warmup_steps, storage=storage,
-        study_name=study_name, output_dir=output_dir, cache_dir=cache_dir, use_cache=use_cache, prune=prune,
-        seed=seed, compress_gradients=compress_gradients, space=space, runner=runner, observers=observers,
-    )
+    # The caller's random state is left as it was, as fit() leaves it (fit.md): a notebook's `torch.manual_seed(0);
+    # tune(...); build the model` drew other weights (planning draws the traced batches).
+    with torch.random.fork_rng(devices=cuda_devices_in_use()):
+        return run_study(
+            model, hardware=hardware, processes=processes, strategies=strategies, top_strategies=top_strategies,
+            batch_size=batch_size, micro_batch_sizes=micro_batch_sizes, global_batch_size=global_batch_size,
+            seq_len=seq_len, precision=precision, optimizer=optimizer, grad_clip_norm=grad_clip_norm,
+            training_step=training_step, loss_fn=loss_fn, trials=trials, timeout_s=timeout_s,
+            trial_timeout_s=trial_timeout_s, steps=steps, warmup_steps=warmup_steps, storage=storage,
+            study_name=study_name, output_dir=output_dir, cache_dir=cache_dir, use_cache=use_cache, prune=prune,
+            seed=seed, compress_gradients=compress_gradients, space=space, runner=runner, observers=observers,
+        )

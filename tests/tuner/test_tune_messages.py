@@ -281,3 +281,15 @@ def test_a_failed_trial_of_a_study_taken_up_after_a_fix_runs_again_and_is_not_co
     rerun = next(t for t in result.trials if t.rerun_of == 0)
     assert result.planner_trial == rerun.number
     assert any(n == "Trial 0 failed for the job before: its configuration ran again as trial 1." for n in result.notes)
+
+
+def test_tune_leaves_the_callers_random_state_as_it_was(tmp_path: Path) -> None:
+    """``torch.manual_seed(0); tune(...); torch.randn(2)`` drew other numbers than without the tune (planning draws
+    the traced batches); fit() has put the caller's state back since it was found (a notebook probe)."""
+    import torch
+
+    torch.manual_seed(0)
+    expected = torch.randn(2)
+    torch.manual_seed(0)
+    autoshard.tune("tiny-gpt2", trials=1, output_dir=tmp_path / "out", runner=replay([]), **ARGS)
+    assert torch.equal(torch.randn(2), expected)

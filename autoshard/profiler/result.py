@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autoshard.profiler.checkpointing import parse_checkpointing
@@ -193,7 +193,8 @@ class ModelProfile:
     """The CUDA behaviours modelled in this trace (empty for ``target="cpu"``)."""
     extrapolated_from_layers: tuple[int, ...] | None
     """When set, the profile was traced at these block counts and extrapolated linearly."""
-    trace_seconds: float
+    trace_seconds: float = field(compare=False)
+    """How long the trace took: two profiles of the same step are equal whatever their timing."""
     torch_version: str
     autoshard_version: str
     depth: DepthRecord | None = None

@@ -328,3 +328,13 @@ def test_the_census_at_the_second_micro_batch_leaves_the_measured_steps_as_they_
         assert same(profile, profile_2) and same(timeline, timeline_2)  # the peaks' snapshots are in the profile
     assert plain[1][0].census is None and counted[1][0].census is not None
     assert counted[1][0].census.matmul_flops == 2 * counted[0][0].census.matmul_flops  # FLOPs scale with samples
+
+
+def test_two_profiles_of_the_same_step_are_equal_whatever_their_timing() -> None:
+    """A notebook probe's two identical profile() calls compared unequal: only trace_seconds differed."""
+    import autoshard
+
+    first = autoshard.profile("tiny-gpt2", batch_size=2, seq_len=16, target="cpu")
+    second = autoshard.profile("tiny-gpt2", batch_size=2, seq_len=16, target="cpu")
+    assert first == second
+    assert first != autoshard.profile("tiny-gpt2", batch_size=3, seq_len=16, target="cpu")

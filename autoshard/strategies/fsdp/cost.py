@@ -216,12 +216,10 @@ def cpu_offload(units: Units, layout: Layout, hardware: HardwareSpec, compute_s:
     n, o = layout.shard_size, layout.orig_bytes
     all_units = (units.root, *units.blocks)
 
-    def held(u: Sequence[int]) -> float:  # a unit's shards in the dtypes they are kept in
-        return sum(math.ceil(size(t) / n) * layout.held(t) for t in u)
-
-    forward_up = sum(held(u) for u in all_units)
+    forward_up = sum(layout.shard_bytes(t) for u in all_units for t in u)
     stepped = sum(_shard(trained(u), n) for u in all_units)
-    backward_up = sum(held(u) for u in units.blocks) if layout.reshard_after_forward is True else 0
+    backward_up = sum(layout.shard_bytes(t) for u in units.blocks for t in u) if (
+        layout.reshard_after_forward is True) else 0
     up, down = forward_up + backward_up, stepped * o
     bandwidth, notes = costs.host_link_bytes_per_s(hardware)
     # PCIe is full duplex and the bandwidth is per direction: in backward the re-gathered parameters go up while

@@ -182,6 +182,10 @@ class Layout:
         """Bytes per element of the tensor of ``t`` elements (negated: frozen) all-gathered and unsharded."""
         return self.gather_bytes if t > 0 or self.frozen_gather_bytes is None else self.frozen_gather_bytes
 
+    def shard_bytes(self, t: int) -> float:
+        """Bytes of rank 0's shard of the tensor of ``t`` elements (negated: frozen), in the dtype it is kept in."""
+        return math.ceil(abs(t) / self.shard_size) * self.held(t)
+
     def casts(self, t: int) -> bool:
         """Whether the tensor's shard is cast before its all-gather (``FSDPParam.param_dtype`` set)."""
         return self.held(t) != self.gathered_as(t)
@@ -276,7 +280,7 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
     """
     n, rnd = layout.shard_size, layout.round_bytes
     c, r, o = layout.gather_bytes, layout.reduce_bytes, layout.orig_bytes
-    held_as, gath = layout.held, layout.gathered_as  # per tensor: a frozen one may be in a dtype of its own
+    gath = layout.gathered_as  # per tensor: a frozen one may be in a dtype of its own
     units_all = (units.root, *units.blocks)
     # Each quantity below is a function of a unit's tensor sizes alone, and a model's blocks are alike: each is
     # worked out once per distinct unit (llama-2-70b's 80 blocks: once, not 80 × 80 / 2 times for `earlier`).
@@ -304,7 +308,7 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
             return max((rnd(math.ceil(size(t) * gath(t))) for t in (u if layout.offload else cast)), default=0)
         if layout.offload:  # sharded_param_data.to(device) then the cast, per parameter
             return rnd(shard_gathered(u)) + max(
-                (rnd(math.ceil(math.ceil(size(t) / n) * held_as(t))) for t in cast), default=0)
+                (rnd(math.ceil(layout.shard_bytes(t))) for t in cast), default=0)
         # _get_param_all_gather_inputs: one flat copy of the parameters cast to the policy's dtype
         return rnd(shard_gathered(cast)) if cast else 0
 
@@ -348,8 +352,7 @@ def step_moments(units: Units, layout: Layout, acts: StepActivations, optimizer_
             return gathered(u)
         return sum(rnd(math.ceil(math.ceil(size(t) / n) * n // raf * gath(t))) for t in u)  # over `raf` ranks
 
-    params = 0 if layout.offload else sum(rnd(math.ceil(math.ceil(size(t) / n) * held_as(t)))
-                                          for u in units_all for t in u)
+    params = 0 if layout.offload else sum(rnd(math.ceil(layout.shard_bytes(t))) for u in units_all for t in u)
     optimizer = 0 if layout.offload else sum(
         rnd(round(optimizer_bytes_per_parameter * math.ceil(t / n))) for u in units_all for t in trained(u))
     root, blocks = units.root, units.blocks
@@ -471,7 +474,7 @@ def cpu_offload_bytes_per_rank(units: Units, layout: Layout, acts: StepActivatio
     optimizer state and the optimizer step's temporaries, all on the shard."""
     n = layout.shard_size
     everything = (*units.root, *(t for u in units.blocks for t in u))
-    held = sum(math.ceil(size(t) / n) * layout.held(t) for t in everything)
+    held = sum(layout.shard_bytes(t) for t in everything)
     stepped = sum(math.ceil(t / n) for t in trained(everything))
     states = held + stepped * (layout.orig_bytes + optimizer_bytes_per_parameter)
     return round(states) + optimizer_scratch_bytes(units, layout, acts.optimizer_scratch)

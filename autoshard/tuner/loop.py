@@ -61,7 +61,9 @@ class Interrupted(KeyboardInterrupt):
     is written out: ``result`` holds those trials (as ``summary.json`` does), so ``tune --json`` can print them."""
 
     def __init__(self, result: TuneResult) -> None:
-        super().__init__()
+        n = len(result.trials)
+        super().__init__(f"tuning interrupted; {n} trial{'s' * (n != 1)} recorded in {result.output_dir} "
+                         "(summary.md), and the same call resumes the study")
         self.result = result
 
 

@@ -133,3 +133,14 @@ def test_the_budget_counts_only_trials_that_cost_a_run() -> None:
     mine = study.ask()
     mine.set_user_attr("autoshard_owner", loop.me)
     assert loop._counted() == 4
+
+
+def test_an_interrupted_study_says_what_it_kept_where_a_python_traceback_shows_it() -> None:
+    from autoshard.tuner.loop import Interrupted
+
+    result = TuneResult(study_name="s", storage="sqlite:///x", output_dir="out", trials=trials(), best=None,
+                        best_plan=None)
+    stopped = Interrupted(result)
+    assert isinstance(stopped, KeyboardInterrupt) and stopped.result is result
+    assert str(stopped) == ("tuning interrupted; 7 trials recorded in out (summary.md), and the same call resumes "
+                            "the study")

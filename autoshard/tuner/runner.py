@@ -22,9 +22,9 @@ from autoshard.planner.plan_file import ExportedPlan
 from autoshard.runtime import supervisor
 from autoshard.runtime.extension_locks import extensions_root, release_locks_left_since
 from autoshard.runtime.workers import host_thread_environ
-from autoshard.tuner import worker
 from autoshard.tuner.failures import classify
 from autoshard.tuner.result import FailureClass
+from autoshard.tuner.trial_files import MEASUREMENT_FILE, PROGRESS_FILE, TRIAL_FILE
 
 WORKER_COMMAND = (sys.executable, "-m", "autoshard.tuner.worker")
 
@@ -107,13 +107,13 @@ def run_trial(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     plan_file.write(exported, run_dir / "plan.json")
-    (run_dir / worker.TRIAL_FILE).write_text(json.dumps({"model": spec.model, "optimizer": spec.optimizer,
+    (run_dir / TRIAL_FILE).write_text(json.dumps({"model": spec.model, "optimizer": spec.optimizer,
                                                          "steps": spec.steps, "seed": spec.seed,
                                                          "training_step": spec.training_step,
                                                          "loss_fn": spec.loss_fn}), encoding="utf-8")
     world = exported.hardware.world_size
     samples_per_step = exported.micro_batch_size * exported.gradient_accumulation * world
-    watcher = _ProgressWatcher(run_dir / worker.PROGRESS_FILE, spec.warmup_steps, samples_per_step, on_progress)
+    watcher = _ProgressWatcher(run_dir / PROGRESS_FILE, spec.warmup_steps, samples_per_step, on_progress)
 
     def poll() -> None:
         if on_poll is not None:
@@ -138,7 +138,7 @@ def run_trial(exported: ExportedPlan, spec: TrialSpec, run_dir: Path, *, timeout
 
 
 def _measurement(run_dir: Path, spec: TrialSpec, exported: ExportedPlan) -> Measurement:
-    path = run_dir / worker.MEASUREMENT_FILE
+    path = run_dir / MEASUREMENT_FILE
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:

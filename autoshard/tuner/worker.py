@@ -22,9 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PROGRESS_FILE = "progress.jsonl"
-MEASUREMENT_FILE = "measurement.json"
-TRIAL_FILE = "trial.json"
+from autoshard.tuner.trial_files import MEASUREMENT_FILE, PROGRESS_FILE, TRIAL_FILE
 
 
 def main() -> None:

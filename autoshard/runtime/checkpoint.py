@@ -21,6 +21,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from autoshard.errors import UsageError
 from autoshard.planner.plan_file import ExportedPlan
+from autoshard.runtime import resumed_optimizer
 from autoshard.runtime.backends.base import Backend
 
 META_FILE = "autoshard_checkpoint.json"
@@ -54,6 +55,22 @@ class CheckpointMeta:
     micro_batch_size: int | None = None
     """The run's micro-batch (``None`` in checkpoints written before 2026-11-28): with ``world_size``, how many
     samples of the epoch ``position.batch_in_epoch`` stands for."""
+    gradient_accumulation: int | None = None
+    """Micro-batches per optimizer step (``None`` in checkpoints written before 2026-12-03)."""
+    optimizer: str | None = None
+    """The optimizer's algorithm (:func:`autoshard.runtime.resumed_optimizer.algorithm`, e.g. ``"AdamW"``;
+    ``None`` in checkpoints written before 2026-12-03): its state is that algorithm's."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Restored:
+    """What :func:`restore` loaded."""
+
+    position: Position
+    """Where training stands, in this run's micro-batches per rank."""
+    notes: tuple[str, ...] = ()
+    """What the checkpoint changed about the run as it was given: settings of the optimizer it replaced, another
+    global batch."""
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -93,7 +110,9 @@ def save(backend: Backend, root: Path, position: Position, *, scheduler: LRSched
     if ctx.is_main:
         meta = CheckpointMeta(position=position, strategy=backend.plan.strategy, family=backend.plan.family,
                               world_size=ctx.world_size, layout_hash=backend.plan.model.layout_hash,
-                              micro_batch_size=backend.plan.micro_batch_size)
+                              micro_batch_size=backend.plan.micro_batch_size,
+                              gradient_accumulation=backend.plan.gradient_accumulation,
+                              optimizer=resumed_optimizer.algorithm(backend.torch_optimizer))
         (partial / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n", encoding="utf-8")
         shutil.rmtree(final, ignore_errors=True)
         partial.rename(final)
@@ -189,15 +208,17 @@ def _zero3(strategy: str) -> bool:
         return strategy.startswith("deepspeed_stage_3")
 
 
-def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None = None) -> Position:
+def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None = None) -> Restored:
     """Load a checkpoint into ``backend`` (collective) after checking it belongs to this run; with
     ``scheduler``, restore its state too and set the optimizer's learning rates to the schedule's. The position
-    returned is in this run's micro-batches per rank (:func:`rescaled`).
+    returned is in this run's micro-batches per rank (:func:`rescaled`); the notes say which of the optimizer's
+    settings the checkpoint's replaced (torch's ``load_state_dict`` keeps the saved ones) and whether the global
+    batch differs from the checkpoint's run.
 
     Raises:
-        UsageError: written for another model, strategy family, or (DeepSpeed: its ZeRO state is partitioned per
-            rank) world size; a mid-epoch position this run's batches cannot reach; or a ``scheduler`` is given
-            and the checkpoint holds none.
+        UsageError: written for another model, strategy family, optimizer algorithm, or (DeepSpeed: its ZeRO state
+            is partitioned per rank) world size; a mid-epoch position this run's batches cannot reach; or a
+            ``scheduler`` is given and the checkpoint holds none.
     """
     meta = read_meta(directory)
     plan, ctx = backend.plan, backend.ctx
@@ -209,6 +230,14 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
         raise UsageError(f"checkpoint {directory} was saved without a learning-rate scheduler, and this run has "
                          "one: its schedule cannot be continued.",
                          hint="Resume without lr_scheduler=, or start afresh in another checkpoint_dir.")
+    optimizer = backend.torch_optimizer
+    ours = resumed_optimizer.algorithm(optimizer)
+    if meta.optimizer is not None and meta.optimizer != ours:
+        raise UsageError(f"checkpoint {directory} holds {meta.optimizer}'s optimizer state, and this run's optimizer "
+                         f"is {ours}: it cannot continue that state.",
+                         hint=f"Resume with {meta.optimizer}, or load only the checkpoint's weights into the model "
+                              "(docs/fit.md, loading a checkpoint without autoshard) and start afresh.")
+    given = resumed_optimizer.hyperparameters(optimizer)
     try:
         backend.load(directory)
     except Exception as exc:
@@ -216,6 +245,24 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
             raise
         raise UsageError(f"cannot load checkpoint {directory}: a file in it is damaged or incomplete "
                          f"({type(exc).__name__}: {_first_line(exc)}).", hint=_earlier_hint(directory)) from exc
+    resumed_optimizer.fill_missing(optimizer, given)  # DeepSpeed's CPU Adam reads settings torch's AdamW has not
+    changed = resumed_optimizer.replaced(given, resumed_optimizer.hyperparameters(optimizer),
+                                         scheduled=scheduler is not None)
+    notes = []
+    if changed:
+        notes.append("The optimizer's settings are the checkpoint's, not those it was built with "
+                     f"({', '.join(changed)}): loading an optimizer's state restores its parameter groups, as "
+                     "torch's load_state_dict does. To train on with other settings, load the checkpoint's weights "
+                     "into the model and start afresh (docs/fit.md: a checkpoint's weights outside autoshard).")
+    if meta.micro_batch_size is not None and meta.gradient_accumulation is not None:
+        before = meta.micro_batch_size * meta.gradient_accumulation * meta.world_size
+        now = plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size
+        if before != now:
+            notes.append(f"The global batch is {now} samples per optimizer step ({plan.micro_batch_size} x "
+                         f"{plan.gradient_accumulation} x {ctx.world_size} ranks), and the checkpoint's run took "
+                         f"{before} ({meta.micro_batch_size} x {meta.gradient_accumulation} x {meta.world_size}): "
+                         "training goes on from the same samples, with another batch size (and the same learning "
+                         f"rate). Pass batch_size= or global_batch_size={before} to keep it.")
     rng = directory / f"rng-rank{ctx.rank}.pt"
     if rng.is_file():
         set_rng_state(torch.load(rng, weights_only=True))
@@ -227,7 +274,7 @@ def restore(backend: Backend, directory: Path, *, scheduler: LRScheduler | None 
                 group["lr"].fill_(lr)
             else:
                 group["lr"] = lr
-    return position
+    return Restored(position=position, notes=tuple(notes))
 
 
 def _damaged(exc: BaseException) -> bool:

@@ -136,10 +136,12 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         start, resumed, epoch_rng = Position(), None, None
         where = _resume_from(job)
         if where is not None:
-            start = checkpoint.restore(backend, where, scheduler=scheduler)
+            restored = checkpoint.restore(backend, where, scheduler=scheduler)
+            start = restored.position
             epoch_rng = checkpoint.epoch_rng(where, ctx.rank)
             resumed = str(where)
             notes.append(f"Resumed from {where} (step {start.step}).")
+            notes.extend(restored.notes)
             if job.max_steps is not None and start.step >= job.max_steps:
                 notes.append(f"The checkpoint is at step {start.step} and max_steps is {job.max_steps}: nothing "
                              "left to train. Raise max_steps to train on, or start afresh "

@@ -133,7 +133,9 @@ def main() -> None:
     record = {"strategy": result.plan.strategy, "losses": result.losses, "rank": result.rank,
               "world_size": result.world_size, "steps": [s.step for s in result.steps],
               "resumed_from": result.resumed_from, "last_checkpoint": result.last_checkpoint,
-              "state_digest": digest, "model_digest": loaded, "notes": list(result.notes), "pid": os.getpid()}
+              "state_digest": digest, "model_digest": loaded, "notes": list(result.notes), "pid": os.getpid(),
+              "model_plain": result.model is not None and not any(
+                  type(p).__name__ == "DTensor" for p in result.model.parameters())}
     if options.get("report_shards") and result.model is not None:
         record["shards"] = _shards(result.model)
     sys.stdout.write("RESULT " + json.dumps(record) + "\n")

@@ -39,6 +39,9 @@ def test_fit_under_torchrun_every_rank_trains_the_same_plan() -> None:
     assert out[0]["strategy"] == out[1]["strategy"] == "fsdp"
     assert out[0]["losses"] == out[1]["losses"]  # the loss is averaged over ranks
     assert out[0]["state_digest"] is not None and out[1]["state_digest"] is None  # consolidated on rank 0
+    # fit() made the group and ends it: rank 0's module is given back plain (it stayed sharded, DTensors that
+    # torch.save wrote and a plain model could not load); rank 1 keeps its shards.
+    assert out[0]["model_plain"] and not out[1]["model_plain"]
 
 
 @pytest.mark.parametrize(("how", "expected"), [
@@ -58,3 +61,14 @@ def test_a_dying_worker_stops_the_run_and_is_named(how: str, expected: str) -> N
     assert not results(proc)
     left = [p.pid for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
     assert left == []  # every worker was stopped and reaped
+
+
+@pytest.mark.slow  # two DeepSpeed runs on 2 ranks (about 40 s); the CPU Adam step itself: test_resume_optimizer.py
+def test_zero2_resumed_with_optimizer_offload_continues_the_same_losses(tmp_path: Path) -> None:
+    options = {"strategy": "deepspeed_stage_2", "processes": 2, "checkpoint_dir": str(tmp_path),
+               "checkpoint_every": 2}
+    full = results(run_script(options))[0]
+    resumed = results(run_script({**options, "strategy": "deepspeed_stage_2_offload",
+                                  "resume": str(tmp_path / "step-00000002")}))[0]
+    assert resumed["steps"] == [3, 4]  # DeepSpeed's CPU Adam read a key torch's AdamW never saved: KeyError
+    assert resumed["losses"] == pytest.approx(full["losses"][2:], rel=1e-4)

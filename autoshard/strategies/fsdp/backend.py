@@ -188,10 +188,11 @@ class FSDPBackend(Backend):
 
 
     def hand_back(self, state: dict[str, torch.Tensor]) -> None:
-        """One process: the user's module, sharded in place, plain again and holding ``state``
-        (:func:`~autoshard.strategies.fsdp.unshard.unshard_in_place`). With several ranks each keeps its shards
-        (``result.state_dict`` holds the whole model on rank 0)."""
-        if self.ctx.world_size == 1:
+        """On the rank holding ``state`` (rank 0, or the one process): the user's module, sharded in place, plain
+        again and holding ``state`` (:func:`~autoshard.strategies.fsdp.unshard.unshard_in_place`), where ``fit()``
+        made the process group and so ends it: the shards cannot run a forward without it. In a group the user
+        made and keeps, every rank keeps its shards (a sharded forward after ``fit()`` needs them on every rank)."""
+        if self.ctx.world_size == 1 or self.ctx.owns_group:
             from autoshard.strategies.fsdp.unshard import unshard_in_place
 
             unshard_in_place(self._module, state)

@@ -226,7 +226,9 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             config.checkpoint_dir, position.step)) and position.step > start.step:
         last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position, scheduler=scheduler,
                                     keep_last=config.keep_last_checkpoints, epoch_rng=epoch_rng)
-    if config.evaluate is not None and position.step > start.step and (not evals or evals[-1].step != position.step):
+    # A run resumed where training had ended scores the checkpoint's weights: eval_data is scored at the end.
+    ended = position.step > start.step or start.step > 0
+    if config.evaluate is not None and ended and (not evals or evals[-1].step != position.step):
         evals.append(_evaluated(config, position.step))
     return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt, evals=evals)
 

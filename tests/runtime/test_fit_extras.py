@@ -147,15 +147,17 @@ def test_a_resume_with_dropout_and_eval_data_gives_the_uninterrupted_losses(tmp_
     assert [e.loss for e in resumed.evals] == pytest.approx([e.loss for e in full.evals], rel=1e-6)
 
 
-def test_resuming_at_max_steps_says_nothing_was_left_to_train(tmp_path: Path) -> None:
+def test_resuming_at_max_steps_says_nothing_was_left_to_train_and_scores_eval_data(tmp_path: Path) -> None:
     model = _Regressor()
-    fit(model, _batches(4), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=2,
-        checkpointing=Checkpointing(dir=tmp_path))
+    first = fit(model, _batches(4), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=2,
+                checkpointing=Checkpointing(dir=tmp_path), eval_data=_batches(2))
     again = fit(_Regressor(), _batches(4), loss_fn=_mse, optimizer=_sgd, plan=_plan(model), max_steps=2,
-                checkpointing=Checkpointing(dir=tmp_path, resume=True))
+                checkpointing=Checkpointing(dir=tmp_path, resume=True), eval_data=_batches(2))
     assert len(again.steps) == 0
     assert any(n.startswith("The checkpoint is at step 2 and max_steps is 2: nothing left to train.")
                for n in again.notes), again.notes
+    # The checkpoint's weights are scored as training's end would have (result.evals was empty).
+    assert [(e.step, e.loss) for e in again.evals] == [(e.step, pytest.approx(e.loss, rel=1e-6)) for e in first.evals]
 
 
 def test_resuming_with_a_scheduler_from_a_checkpoint_without_one_is_refused(tmp_path: Path) -> None:

@@ -196,8 +196,10 @@ def _image_shape(vision_config: Any) -> tuple[int, int, int]:
 
 
 def _image_batch_fn(config: Any, labels: LabelKind) -> Callable[..., Batch]:
+    # A classifier over a two-tower config (CLIPForImageClassification) sizes its images by the vision tower's.
+    sized = config if getattr(config, "image_size", None) else getattr(config, "vision_config", None) or config
     return functools.partial(
-        _image_batch, shape=_image_shape(config), labels=labels, num_labels=_num_labels(config)
+        _image_batch, shape=_image_shape(sized), labels=labels, num_labels=_num_labels(config)
     )
 
 

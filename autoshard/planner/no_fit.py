@@ -13,7 +13,7 @@ from autoshard.planner.plan import Evaluation, PlanRequest, candidate_dict
 from autoshard.planner.search import does_not_fit, gib, usable_gpu_bytes
 from autoshard.strategies.base import Strategy
 from autoshard.strategies.trace_sessions import HALF_FAILS
-from autoshard.strategies.workload import Workload
+from autoshard.strategies.workload import SCALAR_FAILS, Workload
 
 
 def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec,
@@ -24,7 +24,11 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
         missing = "install" in reasons.lower()  # a package (DeepSpeed, libaio), not the hardware itself
         said = [r for e in evaluations for r in e.reasons]
         precision = bool(said) and all(HALF_FAILS in r for r in said)  # the model's code, not the machine
-        if precision:
+        scalar = bool(said) and all(HALF_FAILS in r or SCALAR_FAILS in r for r in said) and not precision
+        if scalar:
+            hint = ("Train with ddp (--strategies ddp; strategy= in fit()), or make each 0-d parameter a 1-element "
+                    "tensor as said above.")
+        elif precision:
             hint = ("Train with a strategy that keeps fp32 parameters under autocast (ddp), or at --precision 32-true "
                     "(precision= in fit()); or make the forward cast the fp32 tensors it makes itself to its "
                     "parameters' dtype (e.g. emb.to(self.proj.weight.dtype)).")
@@ -33,7 +37,7 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
         else:
             hint = ("Choose strategies this hardware can run (--strategies; strategy= in fit()), or plan for other "
                     "hardware with --hardware.")
-        what = "weighed can train this model" if precision else "can run on this hardware"
+        what = "weighed can train this model" if precision or scalar else "can run on this hardware"
         return NoFeasiblePlan(f"no strategy {what}: {reasons}.", hint=hint,
                               candidates=tuple(candidate_dict(e, workload, hardware) for e in evaluations))
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]
@@ -188,7 +192,8 @@ def _offload_hint(evaluations: list[Evaluation], hardware: HardwareSpec) -> list
 
 def _larger_gpus(hardware: HardwareSpec, need: int, usable: int) -> str:
     """``larger GPUs (NAME or NAME, with --hardware)``: the shipped GPU profiles whose memory holds ``need`` per GPU
-    (with this GPU's share of its memory usable), else every one over 5 % larger than this GPU, smallest first;
+    (with this GPU's share of its memory usable), smallest first, else every one over 5 % larger than this GPU,
+    largest first;
     ``""`` where none is larger
     (a B200 is the largest shipped: suggesting larger GPUs there sent a 128k-token user nowhere)."""
     from autoshard.hardware.profiles import list_profiles, load_profile
@@ -205,7 +210,9 @@ def _larger_gpus(hardware: HardwareSpec, need: int, usable: int) -> str:
     if not larger:
         return ""
     holding = [name for memory, name in sorted(larger) if memory * usable / own >= need]
-    names = holding or [name for _, name in sorted(larger)]
+    # None holds it alone: the largest first, which need the fewest of them (a 49 GB card for a 46 GB one helped
+    # nobody short of 266 GiB per device).
+    names = holding or [name for _, name in sorted(larger, reverse=True)]
     shown = " or ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])}, ..."
     return f"{'GPUs large enough' if holding else 'larger GPUs'} ({shown}, with --hardware)"
 

@@ -119,7 +119,7 @@ def check_request(request: PlanRequest, world: int) -> None:
 def _evaluate(strategy: Strategy, workload: Workload, hardware: HardwareSpec, request: PlanRequest) -> list[Evaluation]:
     reason = strategy.unsupported(hardware) or strategy.unsupported_precision(workload.precision, hardware) or \
         strategy.refuses(workload.optimizer) or (
-        workload.half_refused if strategy.traits.family != "ddp" else None)
+        (workload.half_refused or workload.shard_refused) if strategy.traits.family != "ddp" else None)
     checkpointing = request.checkpointing_choices(workload)
     if reason is not None:
         return [

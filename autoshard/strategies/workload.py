@@ -118,6 +118,9 @@ class Workload:
     """Why the model cannot train with its parameters in 16 bits, as FSDP2's mixed precision and DeepSpeed run it
     (its forward failed in the 16-bit trace while the autocast one ran: an fp32 tensor it makes itself meets a
     16-bit weight); ``None`` when it can. Only DDP is planned then."""
+    scalar_parameters: tuple[str, ...] = ()
+    """Names of the model's 0-d parameters (CLIP's ``logit_scale``), which neither FSDP2 nor DeepSpeed can take:
+    see :attr:`shard_refused`."""
     module_blocks: tuple[int, ...] = ()
     """For each module of :attr:`module_largest_parameters`, in the same order, the index of the repeated block it
     lies in (the block itself included; the order of :attr:`block_parameter_counts`), -1 outside every block
@@ -175,6 +178,20 @@ class Workload:
             if t.mode == mode and t.checkpointing == (checkpointing and self.block_class is not None):
                 return t
         raise LookupError(f"no trace for {mode=}, {checkpointing=}")
+
+    @property
+    def shard_refused(self) -> str | None:
+        """Why FSDP2 and DeepSpeed cannot train the model, or ``None``: a 0-d parameter. ``fully_shard`` refuses
+        one (``ValueError: fully_shard doesn't support scalar parameters``, torch 2.13), and DeepSpeed's engine
+        broadcasts every parameter viewed as bytes at start (``_broadcast_model``: ``p.data.view(torch.uint8)``,
+        which a 0-d tensor cannot be; deepspeed 0.19.8)."""
+        if not self.scalar_parameters:
+            return None
+        names = ", ".join(self.scalar_parameters[:3]) + (", ..." if len(self.scalar_parameters) > 3 else "")
+        first = self.scalar_parameters[0]
+        return (f"FSDP2 and DeepSpeed {SCALAR_FAILS} ({names}): torch's fully_shard refuses one, and "
+                "DeepSpeed's engine fails on it at start. Make it a 1-element tensor to shard the model, e.g. "
+                f"model.{first} = nn.Parameter(model.{first}.data.reshape(1)) before planning.")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (the traces themselves are not included)."""
@@ -276,6 +293,30 @@ def frozen_parameter_bytes(module: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in unique if not p.requires_grad)
 
 
+SCALAR_FAILS = "cannot shard a 0-d parameter"
+"""What :attr:`Workload.shard_refused` says, for the planner to tell the model's refusal from the hardware's."""
+
+
+def scalar_parameters(module: nn.Module) -> tuple[str, ...]:
+    """Names of the module's 0-d parameters, each tensor once.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> net = nn.Linear(2, 2)
+        >>> net.scale = nn.Parameter(torch.tensor(2.0))
+        >>> scalar_parameters(net)
+        ('scale',)
+    """
+    seen: set[int] = set()
+    names = []
+    for name, p in module.named_parameters():
+        if id(p) not in seen and p.dim() == 0:
+            names.append(name)
+        seen.add(id(p))
+    return tuple(names)
+
+
 def first_trainable(numels: Sequence[int]) -> int:
     """Index of the first trainable parameter in :func:`frozen_marked_numels`' order (its length when none trains):
     a frozen parameter after it is used again in backward, to reach the trainable ones before it.
@@ -375,6 +416,7 @@ def build_workload(
         module_largest_parameters=module_census(module),
         module_blocks=module_blocks(module, () if blocks is None else blocks.names),
         half_refused=half_refused,
+        scalar_parameters=scalar_parameters(module),
     )
 
 

@@ -367,3 +367,18 @@ def test_seq_len_for_a_config_without_token_inputs_is_refused_in_its_terms(
         source.batch(2, 128)
     assert str(info.value).startswith(f"--seq-len does not apply to {source.name}: its inputs are not a token")
     assert "model file" not in str(info.value) and info.value.hint == "Drop --seq-len."
+
+
+@pytest.mark.parametrize("architecture", ["CLIPForImageClassification", "SiglipForImageClassification"])
+def test_an_image_classifier_over_a_two_tower_config_gets_its_vision_towers_image_size(
+        architecture: str, save: Callable[..., Path]) -> None:
+    """CLIPForImageClassification takes the whole CLIPConfig, whose image size is its vision_config's: the
+    images were built at the 224 default and the forward refused them (a CLIP config.json without
+    "architectures", which the image-classification Auto class picks)."""
+    name = "clip" if architecture.startswith("CLIP") else "siglip"
+    source = load_source(save(name, architecture=architecture))
+    batch = source.batch(2)
+    assert tuple(batch["pixel_values"].shape) == (2, 3, IMAGE_SIDE, IMAGE_SIDE)
+    torch.manual_seed(0)
+    output = autoshard.models.call_model(source.build(), batch)
+    assert torch.isfinite(autoshard.models.default_loss(output, batch))

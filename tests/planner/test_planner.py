@@ -397,3 +397,29 @@ def test_two_plans_compare_with_equals(tmp_path: Path, monkeypatch: pytest.Monke
     b = autoshard.recommend("tiny-gpt2", hardware="a100-sxm-80gb", seq_len=32)
     assert a == b and a is not b and a.workload.traces[0] is not b.workload.traces[0]
     assert a != autoshard.recommend("tiny-gpt2", hardware="a100-sxm-80gb", seq_len=64)
+
+
+def test_a_model_with_a_0_d_parameter_is_planned_with_ddp_and_says_why_not_the_sharding_strategies(
+        tmp_path: Path) -> None:
+    """transformers' CLIP keeps ``logit_scale`` as a 0-d parameter: fully_shard refuses it and DeepSpeed's engine
+    fails on it at start, in the workers, after recommend had offered (and picked) FSDP (a probe's CLIP)."""
+    import transformers
+
+    import autoshard
+    from autoshard.errors import NoFeasiblePlan
+
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+    config = transformers.CLIPConfig(text_config={**small, "vocab_size": 128, "max_position_embeddings": 32},
+                                     vision_config={**small, "image_size": 32, "patch_size": 8}, projection_dim=16)
+    config.architectures = ["CLIPModel"]
+    config.save_pretrained(tmp_path)
+    eight = load_hardware("a100-sxm-80gb", gpus=8)
+    plan = autoshard.recommend(str(tmp_path / "config.json"), hardware=eight, cache=False)
+    assert plan.recommended.strategy == "ddp"
+    refused = {e.strategy: e.reasons[0] for e in plan.candidates if not e.fits}
+    for name in ("fsdp", "deepspeed_stage_2", "deepspeed_stage_3"):
+        assert refused[name].startswith("FSDP2 and DeepSpeed cannot shard a 0-d parameter (logit_scale)")
+    with pytest.raises(NoFeasiblePlan) as info:
+        autoshard.recommend(str(tmp_path / "config.json"), hardware=eight, strategies=["fsdp"], cache=False)
+    assert info.value.message.startswith("no strategy weighed can train this model")
+    assert "hardware" not in info.value.hint and "ddp" in info.value.hint

@@ -50,6 +50,26 @@ class StepFunctions:
     users_loss: bool = False
     """``loss`` runs the user's ``loss_fn`` (an error in it is theirs to look at, not a loss to pass)."""
 
+    def fed(self, batch: Batch) -> Batch:
+        """The part of ``batch`` the forward gets: a tuple's inputs without its targets, a dictionary's keys the
+        forward takes; the whole batch where the call is not autoshard's convention (``training_step``, a model
+        source's own ``call``). What tokens per second counts: a target's integer classes are not tokens.
+
+        Example:
+            >>> fns = step_functions(torch.nn.Linear(2, 2), loss_fn=lambda out, y: out.sum())
+            >>> x, y = torch.zeros(4, 2), torch.zeros(4, 6, dtype=torch.long)
+            >>> len(fns.fed((x, y))), sorted(fns.fed({"input": x, "labels": y}))
+            (1, ['input'])
+        """
+        call = self.call
+        if not isinstance(call, _Call):
+            return batch
+        if isinstance(batch, Mapping) and call.keywords is not None and not whole_mapping(batch, call.inputs,
+                                                                                          call.keywords):
+            return {k: v for k, v in batch.items() if k in call.keywords}
+        parts = split(batch, call.inputs)
+        return batch if parts is None else parts[0]
+
 
 def positional_inputs(module: nn.Module) -> int | None:
     """How many positional arguments ``module.forward`` requires (``None``: it takes ``*args``, or its signature
@@ -210,7 +230,8 @@ class _Loss:
             return output_loss(output, batch) if self.loss_fn is None else self.loss_fn(output, batch)
         if self.loss_fn is None:
             raise UsageError(
-                f"each batch holds {len(batch)} tensors and the model's forward takes {self.inputs}: the rest are "
+                f"each batch holds {len(batch)} tensors and the model's forward requires {self.inputs} positional "
+                f"argument{'s' * (self.inputs != 1)} (one with a default is not fed from a tuple): the rest are "
                 "targets, and without loss_fn nothing would compare the output with them.",
                 hint="Pass loss_fn=(output, targets) -> scalar, e.g. loss_fn=torch.nn.functional.mse_loss, or "
                      "training_step=(model, batch) -> loss.")

@@ -185,9 +185,10 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             consumed += 1
             micro_rows = batch_rows(batch) or planned_rows
             rows += micro_rows
-            length = batch_token_length(batch) or config.tokens_per_sample
+            fed_length = batch_token_length(steps_fns.fed(batch))  # a target's integer classes are not tokens
+            length = fed_length or config.tokens_per_sample
             tokens += math.nan if length is None else micro_rows * length
-            sizes.see(batch, position.step + 1, ctx.rank == 0)
+            sizes.see(batch, position.step + 1, ctx.rank == 0, fed_length)
             sync = micro == config.accumulation - 1
             batch = to_device(batch, ctx.device)
             loss = _loss(backend, steps_fns, batch, sync=sync, checked=not first, planned_rows=planned_rows,
@@ -282,10 +283,12 @@ class _SampleSizes:
         self.warned = False
         self.warned_length = False
 
-    def see(self, batch: Any, step: int, speak: bool) -> None:
+    def see(self, batch: Any, step: int, speak: bool, fed_length: int | None) -> None:
+        """Warn once of a batch longer than planned (``fed_length``: the token length of what the forward gets)
+        and once of one larger than the first."""
         from autoshard.models.source import batch_values
 
-        length = None if self.warned_length or self.planned is None else batch_token_length(batch)
+        length = None if self.warned_length or self.planned is None else fed_length
         if length is not None and self.planned is not None and length > self.planned:
             self.warned_length = True
             if speak:

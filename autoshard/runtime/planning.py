@@ -381,7 +381,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
         notes.append(f"data is a list whose elements are single samples ({why}): it is batched like a Dataset. "
                      "Pass a DataLoader to batch it yourself, or a list of batches.")
     exported = from_plan(plan)
-    if exported.seq_len is None and example is not None and (length := batch_token_length(example)) is not None:
+    if exported.seq_len is None and example is not None and (length := batch_token_length(_fed(job, example))):
         exported = replace(exported, seq_len=length)  # planned on the data's first batch: its sequences' length
     # what the plan's figures leave out or assume about the model, as recommend and profile say it
     notes.extend(reworded(line, PLANNER_ARGUMENTS) for line in scope_lines(source, hw.world_size, exported.seq_len))
@@ -455,3 +455,12 @@ def _fingerprint(job: TrainJob) -> ModelFingerprint:
         raise ValueError("TrainJob needs a module or a source")
     with torch.device("meta"):
         return model_fingerprint(source.build(), source.name)
+
+
+def _fed(job: TrainJob, example: Any) -> Any:
+    """What the forward gets of a batch of the data (a module's targets left out: their classes are not tokens)."""
+    if job.module is None:
+        return example
+    from autoshard.models.step import step_functions
+
+    return step_functions(job.module, loss_fn=job.loss_fn, training_step=job.training_step).fed(example)

@@ -60,3 +60,31 @@ def test_fit_says_what_recommend_says_of_a_sequence_past_the_models_positions() 
                                                     "was made for (max_position_embeddings)")]
     short = fit(_llama(), _batches(32), max_steps=1, optimizer="sgd", progress=False)  # 64 positions
     assert not [n for n in short.notes if n.startswith("Scope:")]
+
+
+def test_integer_targets_that_only_reach_the_loss_are_not_counted_as_tokens() -> None:
+    """A multi-label classifier's (x, multi-hot long targets) batches reported 6 "tokens" a sample: the targets,
+    which go to loss_fn, were taken for token ids (a probe's multi-label MLP)."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 16, generator=g), (torch.rand(32, 6, generator=g) > 0.5).long()
+    net = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 6))
+    result = fit(net, torch.utils.data.TensorDataset(x, y), batch_size=8, max_steps=2, optimizer="sgd",
+                 loss_fn=lambda out, t: torch.nn.functional.binary_cross_entropy_with_logits(out, t.float()),
+                 progress=False)
+    assert result.plan.seq_len is None
+    assert all(step.tokens_per_s is None for step in result.steps)
+
+    class Tagger(torch.nn.Module):  # token ids in, per-token classes out: the ids are tokens, the tags are not
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.head = torch.nn.Embedding(64, 8), torch.nn.Linear(8, 3)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(self.emb(ids))
+
+    ids, tags = torch.randint(0, 64, (32, 12), generator=g), torch.randint(0, 3, (32, 5), generator=g)
+    tagged = fit(Tagger(), torch.utils.data.TensorDataset(ids, tags), batch_size=8, max_steps=1, optimizer="sgd",
+                 loss_fn=lambda out, t: out.mean(),
+                 progress=False)
+    assert tagged.plan.seq_len == 12
+    assert tagged.steps[0].tokens_per_s == pytest.approx(tagged.steps[0].samples_per_s * 12)

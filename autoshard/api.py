@@ -41,7 +41,7 @@ def _check_source(source: object, function: str) -> None:
 def profile(
     source: str | os.PathLike[str] | ModelSource,
     *,
-    batch_size: int,
+    batch_size: int = 1,
     seq_len: int | None = None,
     precision: PrecisionName | Precision = Precision.BF16_MIXED,
     optimizer: str = "adamw",
@@ -57,7 +57,7 @@ def profile(
 
     Args:
         source: a ``model.py`` path, a Hugging Face ``config.json`` path, a catalog name, or a loaded source.
-        batch_size: micro-batch size.
+        batch_size: micro-batch size (default 1, as ``autoshard profile``'s).
         seq_len: sequence length for token models (default: the model's own).
         precision: ``"32-true"``, ``"16-mixed"``, ``"bf16-mixed"`` (default) or ``"bf16-true"``.
         optimizer: ``"adamw"`` (default), ``"adam"``, ``"sgd"``, ``"adafactor"`` or ``"adamw8bit"``

@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"one of {', '.join(OPTIMIZERS)} (default adamw; a model file's optimizer() wins)")
     add_grad_clip_norm_argument(parser, "the trials clip as the run will, and best/plan.json and its configs "
                                         "say so")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="result cache (default ~/.cache/autoshard/tune)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="result cache (default $AUTOSHARD_CACHE_DIR/tune, else ~/.cache/autoshard/tune)")
     parser.add_argument("--no-cache", action="store_true",
                         help="measure and trace again: use neither the result cache nor the workload cache")
     parser.add_argument("--no-prune", action="store_true", help="run every trial to the end")

@@ -201,7 +201,7 @@ def _readme(exported: ExportedPlan, names: list[str]) -> str:
              f"{exported.hardware.gpu or 'CPU process(es)'}, micro-batch {exported.micro_batch_size}, gradient "
              f"accumulation {exported.gradient_accumulation}, global batch {exported.global_batch_size}, "
              f"{exported.precision}."), "", "Files: " + ", ".join(n for n in names if n != "README.md") + ".",
-             "See docs/export.md.", "", "## Left to you", ""]
+             "What each file is: docs/export.md in autoshard's repository.", "", "## Left to you", ""]
     lines += [f"- {n}" for n in notes(exported)]
     return "\n".join(lines) + "\n"
 

@@ -115,10 +115,12 @@ def benchmark_disk(
     path = root / f".autoshard-disk-benchmark-{os.getpid()}-{secrets.token_hex(4)}"
     start = time.perf_counter()
     buffer = mmap.mmap(-1, block_bytes)  # page-aligned, as O_DIRECT requires
+    created = False
     try:
         buffer.write(os.urandom(block_bytes))  # incompressible, so drive-side compression cannot help
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            created = True
         except OSError as exc:
             raise HardwareError(
                 f"cannot benchmark {str(root)!r}: cannot create a file there ({exc.strerror}).",
@@ -132,8 +134,9 @@ def benchmark_disk(
             raise HardwareError(f"disk benchmark of {str(root)!r} {what}.") from None
     finally:
         buffer.close()
-        with contextlib.suppress(FileNotFoundError):  # never created: the directory was not writable
-            path.unlink()
+        if created:  # else nothing to remove, and unlink on a read-only file system would hide why
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
     return DiskBenchmark(
         path=str(root.resolve()),
         bytes_written=written,

@@ -57,9 +57,21 @@ def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
                          f"got {type(spec).__name__} {spec!r}.",
                          hint="fit() takes an nn.Module too; load_source() only what names a model.")
     text = os.fspath(spec)
+    if not text.strip():  # Path("") is the current directory
+        raise ModelSourceError("the model source is an empty name.",
+                               hint="Name a model.py, a Hugging Face config.json, a Hub id or a catalog name.")
     path = Path(text).expanduser()
     looks_like_path = path.suffix in {".py", ".json"} or os.sep in text or text.startswith(".")
-    if path.is_dir():
+    try:
+        kind = "dir" if path.is_dir() else "file" if path.is_file() else "other" if path.exists() else None
+    except PermissionError:  # a directory on the way that the user cannot enter
+        raise ModelSourceError(f"{text}: permission denied (a directory on its path cannot be entered).",
+                               hint="Check the path's permissions, or copy the model file somewhere you can read."
+                               ) from None
+    if kind == "other":
+        raise ModelSourceError(f"{text} is not a regular file (a device, socket or pipe).",
+                               hint="Point autoshard at a model.py, a Hugging Face config.json, or a catalog name.")
+    if kind == "dir":
         config = path / "config.json"
         if not config.is_file():
             inside = path / "model.py"
@@ -69,7 +81,8 @@ def load_source(spec: str | os.PathLike[str] | ModelSource) -> ModelSource:
                 "Point autoshard at a model.py, a Hugging Face config.json, or a catalog name.",
             )
         path = config
-    if path.is_file():
+        kind = "file"
+    if kind == "file":
         if path.suffix == ".py":
             from autoshard.models.pyfile import load_file
 

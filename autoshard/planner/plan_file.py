@@ -32,7 +32,12 @@ from autoshard.errors import UsageError
 from autoshard.hardware.specs import UNKNOWN_LINK_BYTES_PER_S, HardwareSpec
 from autoshard.planner.plan import Plan
 from autoshard.profiler.checkpointing import FULL, NONE, ActivationCheckpointing, parse_checkpointing
-from autoshard.profiler.options import parse_float32_matmul_precision, parse_grad_clip_norm, parse_optimizer
+from autoshard.profiler.options import (
+    Precision,
+    parse_float32_matmul_precision,
+    parse_grad_clip_norm,
+    parse_optimizer,
+)
 from autoshard.strategies import get
 from autoshard.strategies.base import Knob, Traits
 
@@ -138,6 +143,9 @@ class ExportedPlan:
         if self.checkpointing is not None:
             parse_checkpointing(self.checkpointing)  # a UsageError naming the valid choices
         parse_float32_matmul_precision(self.float32_matmul_precision)
+        if self.precision not in {p.value for p in Precision}:  # the exporters key their tables by Lightning's name
+            raise UsageError(f"the plan's precision {self.precision!r} is not one of "
+                             f"{', '.join(p.value for p in Precision)}.")
         clip = parse_grad_clip_norm(self.grad_clip_norm, "the plan's grad_clip_norm")
         object.__setattr__(self, "grad_clip_norm", clip)
         registered = get(self.strategy).traits

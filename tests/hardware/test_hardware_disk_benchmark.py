@@ -83,3 +83,17 @@ def test_disk_benchmark_reports_a_directory_it_may_not_write(tmp_path: Path, mon
     with pytest.raises(HardwareError, match=r"cannot create a file there \(Permission denied\)"):
         benchmark_disk(tmp_path, size_bytes=MiB)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_file_system_is_said_not_hidden_by_the_cleanup(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a read-only mount both creating the file and removing it fail with EROFS: the removal's error, raised
+    from the cleanup, replaced the refusal and was reported as an internal error (a bad-input probe's `mount -o
+    ro`). The two system calls answer here as that mount's did."""
+    def read_only(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(os, "open", read_only)
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(HardwareError, match=r"cannot create a file there \(Read-only file system\)"):
+        benchmark_disk(tmp_path, size_bytes=MiB)

@@ -570,6 +570,27 @@ def test_unusable_path_is_a_model_source_error(
         load_file(make(tmp_path))
 
 
+@pytest.mark.parametrize(("name", "expected"), [
+    ("", "the model source is an empty name."),  # Path("") is the current directory: it said " is a directory..."
+    ("/dev/null", "/dev/null is not a regular file"),  # it said "no such file"
+])
+def test_an_empty_name_and_a_device_are_refused_as_what_they_are(name: str, expected: str) -> None:
+    with pytest.raises(ModelSourceError, match=expected.replace(".", r"\.")):
+        load_source(name)
+
+
+def test_a_path_through_a_directory_the_user_cannot_enter_is_refused_in_a_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pathlib raises PermissionError from is_dir() below a directory of mode 000 (as a user, not root): it
+    reached the CLI as an internal error (a bad-input probe). The file system answers here as it did there."""
+    def denied(self: Path) -> bool:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "is_dir", denied)
+    with pytest.raises(ModelSourceError, match="permission denied"):
+        load_source(tmp_path / "locked" / "model.py")
+
+
 def test_error_location_points_at_user_code_not_autoshard(write_model: Callable[..., Path]) -> None:
     source = MISSING_PACKAGE
     path = write_model(source)

@@ -46,6 +46,7 @@ def test_a_mistyped_setting_is_refused() -> None:
     ({"settings": {"bucket_size": 25}}, r"bucket_size is not a setting of ddp \(its settings: bucket_cap_mb, "),
     ({"optimizer": "lion"}, r"unknown optimizer 'lion'"),
     ({"hardware": {"device_type": "tpu"}}, r"device_type must be 'cuda' or 'cpu', but got 'tpu'"),
+    ({"precision": "fp8"}, r"precision 'fp8' is not one of 32-true, 16-mixed, bf16-mixed, bf16-true"),  # KeyError
 ])
 def test_a_hand_edited_plan_with_values_autoshard_cannot_train_is_refused_when_read(plan: dict, message: str) -> None:
     # autoshard export said "internal error: KeyError: 'fp64'", or wrote bucket_cap_mb='25' for DDP to refuse

@@ -45,6 +45,20 @@ def seed(text: str) -> int:
     return int(_number(text, int, lambda v: 0 <= v < 2**32, "a whole number from 0 to 2**32 - 1"))
 
 
+def path(text: str) -> Path:
+    """A flag's path: an empty one is refused (``Path("")`` is the current directory, into which ``--output-dir ""``
+    wrote a plan's files and ``--nvme ""`` offloaded), by argparse naming the flag."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a path, not an empty string")
+    return Path(text)
+
+
+def path_text(text: str) -> str:
+    """:func:`path` kept as the text given (a flag read as a string further in)."""
+    path(text)
+    return text
+
+
 def _nearest_existing(path: Path) -> Path:
     for parent in (path, *path.parents):
         if parent.exists():

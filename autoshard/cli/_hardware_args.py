@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autoshard.cli import _checks
+
 if TYPE_CHECKING:
     from autoshard.hardware.selection import HardwareOverrides
     from autoshard.hardware.specs import HardwareSpec
@@ -48,7 +50,7 @@ def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cpu-memory", action=_Once, metavar="SIZE", help="host RAM per node, e.g. 512GiB")
     group.add_argument("--cpu-cores", type=int, action=_Once, metavar="N",
                        help="host CPU cores per node: what a CPU optimizer step under offload runs on")
-    group.add_argument("--nvme", action=_Once, metavar="PATH",
+    group.add_argument("--nvme", type=_checks.path_text, action=_Once, metavar="PATH",
                        help="directory on a fast local disk to offload to (with --hardware: an absolute path there)")
 
 

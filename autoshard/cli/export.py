@@ -4,7 +4,8 @@ Trainer, torchrun / deepspeed / SLURM)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from autoshard.cli import _checks
 
 NAME = "export"
 HELP = "Write DeepSpeed / Accelerate / Lightning / HF Trainer configs and launch commands for a plan.json."
@@ -12,9 +13,10 @@ HELP = "Write DeepSpeed / Accelerate / Lightning / HF Trainer configs and launch
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``export`` flags."""
-    parser.add_argument("plan", type=Path, help="a plan.json (written by `autoshard recommend --output-dir`), a "
-                        "directory holding one (tune's best/), or a tune summary.json")
-    parser.add_argument("--output-dir", type=Path, required=True, metavar="DIR", help="where to write the files")
+    parser.add_argument("plan", type=_checks.path, help="a plan.json (written by `autoshard recommend "
+                        "--output-dir`), a directory holding one (tune's best/), or a tune summary.json")
+    parser.add_argument("--output-dir", type=_checks.path, required=True, metavar="DIR",
+                        help="where to write the files")
     parser.add_argument("--force", action="store_true",
                         help="replace files that differ; remove those another export left")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from autoshard.cli import _checks
 from autoshard.cli._format import print_json
 from autoshard.cli._hardware_args import add_hardware_arguments, hardware_from_args
 from autoshard.errors import UsageError
@@ -31,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bench = parser.add_argument_group("disk benchmark")
     bench.add_argument(
         "--benchmark-disk",
+        type=_checks.path_text,
         metavar="PATH",
         help="measure sequential write/read bandwidth of a directory (writes, then deletes, one file)",
     )

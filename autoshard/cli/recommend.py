@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autoshard.cli import _checks
 from autoshard.cli._checks import positive_int
 from autoshard.cli._format import OPTIMIZERS, PRECISIONS, count, gib, print_json
 
@@ -42,9 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_request_arguments(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output (docs/recommend.md)")
-    parser.add_argument("--plot", type=Path, metavar="FILE",
+    parser.add_argument("--plot", type=_checks.path, metavar="FILE",
                         help="write a plot of per-strategy memory, in the format of its suffix (.png, .svg, .pdf, ...)")
-    parser.add_argument("--output-dir", type=Path, metavar="DIR",
+    parser.add_argument("--output-dir", type=_checks.path, metavar="DIR",
                         help="write plan.json and the configs for the recommendation (docs/export.md)")
     parser.add_argument("--force", action="store_true", help="with --output-dir: replace files that differ;"
                         " remove those another export left")

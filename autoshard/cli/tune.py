@@ -7,6 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
+from autoshard.cli import _checks
 from autoshard.cli._checks import nonnegative_int, positive_int, positive_seconds, seed
 from autoshard.cli._format import OPTIMIZERS, PRECISIONS, print_json
 
@@ -29,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Optuna storage shared by several nodes, e.g. postgresql://user:pw@host/db, or a "
                              "journal file *.log (default: sqlite:///OUTPUT_DIR/study.db)")
     parser.add_argument("--study-name", default=None, help="default: model, machine and layout")
-    parser.add_argument("--output-dir", type=Path, default=Path("autoshard-tune"),
+    parser.add_argument("--output-dir", type=_checks.path, default=Path("autoshard-tune"),
                         help="study file, trial logs, summary, plots and best/ (default ./autoshard-tune)")
     parser.add_argument("--json", action="store_true", help="every trial and the best configuration as JSON")
     parser.add_argument("--steps", type=positive_int, default=10, help="optimizer steps per trial (default 10)")
@@ -50,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"one of {', '.join(OPTIMIZERS)} (default adamw; a model file's optimizer() wins)")
     add_grad_clip_norm_argument(parser, "the trials clip as the run will, and best/plan.json and its configs "
                                         "say so")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="result cache (default $AUTOSHARD_CACHE_DIR/tune, else ~/.cache/autoshard/tune)")
+    parser.add_argument("--cache-dir", type=_checks.path, default=None, help="result cache (default "
+                        "$AUTOSHARD_CACHE_DIR/tune, else ~/.cache/autoshard/tune)")
     parser.add_argument("--no-cache", action="store_true",
                         help="measure and trace again: use neither the result cache nor the workload cache")
     parser.add_argument("--no-prune", action="store_true", help="run every trial to the end")

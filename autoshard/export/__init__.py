@@ -75,6 +75,9 @@ def export_plan(plan: Plan | ExportedPlan | str | os.PathLike[str], output_dir: 
         UsageError: ``plan`` is none of these, a different file is in the way and ``force`` is false, or see
             :func:`render`.
     """
+    if not isinstance(output_dir, (str, os.PathLike)) or not os.fspath(output_dir).strip():
+        raise UsageError(f"export_plan() writes into a directory, and output_dir is {output_dir!r}.",
+                         hint="Pass output_dir= the directory to write the files into (created if needed).")
     if isinstance(plan, (str, os.PathLike)):
         plan = read(os.fspath(plan))
     if not isinstance(plan, (Plan, ExportedPlan)):

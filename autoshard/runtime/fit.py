@@ -409,6 +409,11 @@ def _check_checkpointing(checkpointing: Any) -> None:
     if checkpointing.resume is True and checkpointing.dir is None:
         raise UsageError("checkpointing.resume=True needs checkpointing.dir.",
                          hint="Pass Checkpointing(dir=the run's directory, resume=True), or resume= a checkpoint path.")
+    for field in ("dir", "resume"):
+        value = getattr(checkpointing, field)
+        if isinstance(value, (str, os.PathLike)) and not os.fspath(value).strip():  # Path("") is the current dir
+            raise UsageError(f"checkpointing.{field} is an empty path.",
+                             hint=f"Pass Checkpointing({field}=a directory), or leave {field} out.")
     if isinstance(checkpointing.dir, (str, os.PathLike)):
         _check_writable_dir(Path(checkpointing.dir))
 

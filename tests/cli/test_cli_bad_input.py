@@ -32,6 +32,36 @@ EARLY = [
 ]
 
 
+@pytest.mark.parametrize("command", [
+    [*RECOMMEND, "--output-dir", ""], [*RECOMMEND, "--nvme", ""], [*RECOMMEND, "--plot", ""],
+    ["export", "plan.json", "--output-dir", ""], ["export", "", "--output-dir", "out"],
+    ["tune", "tiny-gpt2", "--output-dir", ""], ["tune", "tiny-gpt2", "--cache-dir", ""],
+    ["hardware", "--benchmark-disk", ""], ["hardware", "--nvme", ""],
+], ids=lambda c: f"{c[0]} {c[-2]}")
+def test_an_empty_path_is_refused_naming_its_flag(command, tmp_path, monkeypatch, no_tracing, capsys):
+    """Path("") is the current directory: --output-dir "" wrote a plan's files there, tune its study, --nvme ""
+    offloaded there, and all of it exited 0 (a bad-input probe)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(command)
+    assert exit_.value.code == 2
+    flag = command[-2] if command[-1] == "" else "plan"
+    assert f"argument {flag}: must be a path, not an empty string" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_python_refuses_an_empty_output_dir_and_checkpoint_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = autoshard.recommend("tiny-gpt2", hardware="dgx-h100", seq_len=32, cache=False)
+    for out in ("", None):
+        with pytest.raises(UsageError, match="export_plan\\(\\) writes into a directory, and output_dir is"):
+            autoshard.export_plan(plan, out)
+    with pytest.raises(UsageError, match="checkpointing.dir is an empty path"):
+        autoshard.fit(torch.nn.Linear(2, 2), [torch.randn(4, 2)], loss_fn=lambda out, batch: out.sum(),
+                      checkpointing=autoshard.Checkpointing(dir=""))
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(("flags", "message"), EARLY, ids=[m for _, m in EARLY])
 def test_bad_paths_and_batches_are_refused_before_tracing(flags, message, tmp_path, no_tracing, capsys):
     flags = [f.format(tmp=tmp_path, file=_a_file(tmp_path)) for f in flags]

@@ -170,8 +170,8 @@ def plan_for(
 
     if goal not in GOALS:
         raise UsageError(f"goal must be one of {', '.join(GOALS)}, but got {goal!r}.")
-    if not 0 <= safety_margin < 1:
-        raise UsageError(f"safety margin must be in [0, 1), but got {safety_margin!r}.")
+    if isinstance(safety_margin, bool) or not isinstance(safety_margin, (int, float)) or not 0 <= safety_margin < 1:
+        raise UsageError(f"safety margin must be a number in [0, 1), but got {safety_margin!r}.")
     for name, value in (("batch size", batch_size), ("global batch size", global_batch_size)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UsageError(f"{name} must be a positive integer, but got {value!r}.")

@@ -227,6 +227,11 @@ def parse_optimizer(value: str) -> str:
     Raises:
         UsageError: unknown name, with the closest valid one suggested.
     """
+    if not isinstance(value, str):  # fit() takes a torch.optim class or a factory; a trace names the optimizer
+        what = value.__name__ if isinstance(value, type) else type(value).__name__
+        raise UsageError(f"optimizer is named here, e.g. 'adamw', but got {what}.",
+                         hint=f"Use one of: {', '.join(OPTIMIZERS)} (fit() also takes a torch.optim class or a "
+                              "factory; its plan traces the name it stands for).")
     key = value.strip().lower()
     key = _OPTIMIZER_ALIASES.get(key, key)
     if key not in OPTIMIZERS:

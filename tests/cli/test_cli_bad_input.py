@@ -232,3 +232,12 @@ def test_tune_refuses_steps_that_leave_nothing_to_time_naming_both_flags(tmp_pat
                  "--warmup-steps", "3"]) == 2
     assert "--steps (4) must exceed --warmup-steps (3) by at least 2" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_python_arguments_of_the_wrong_type_get_a_usage_error(no_tracing):
+    """An optimizer class given to profile() raised AttributeError ('AdamW' has no attribute 'strip'), a margin as
+    text TypeError from a comparison (a bad-input probe)."""
+    with pytest.raises(UsageError, match="optimizer is named here, e.g. 'adamw', but got AdamW"):
+        autoshard.profile("tiny-gpt2", optimizer=torch.optim.AdamW)
+    with pytest.raises(UsageError, match=r"safety margin must be a number in \[0, 1\), but got '0.1'"):
+        autoshard.recommend("tiny-gpt2", hardware="dgx-h100", safety_margin="0.1")

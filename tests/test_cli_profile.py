@@ -106,8 +106,11 @@ def test_console_script_runs_as_a_process():
     assert json.loads(result.stdout)["parameter_count"] > 0
 
 
-def test_debug_flag_shows_the_traceback():
-    result = subprocess.run([sys.executable, "-m", "autoshard", "--debug", "profile", "no/such/model.py"],
+def test_debug_flag_shows_the_traceback_and_keeps_the_answer_and_its_exit_code():
+    """--debug raised the error out of main(): exit code 1 where bad input is 2, and no JSON document on stdout
+    under --json (a bad-input probe)."""
+    result = subprocess.run([sys.executable, "-m", "autoshard", "--debug", "profile", "no/such/model.py", "--json"],
                             capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0
-    assert "Traceback" in result.stderr
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr and "autoshard: error: no/such/model.py: no such file." in result.stderr
+    assert json.loads(result.stdout)["error"]["type"] == "ModelSourceError"

@@ -15,6 +15,7 @@ import re
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Iterator, Sequence
 from difflib import get_close_matches
 from types import ModuleType
@@ -134,8 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return int(args._run(args) or 0)
             return int(args._run(args) or 0)
     except AutoshardError as exc:
-        if debug:
-            raise
+        if debug:  # the traceback first; the answer, its JSON document and its exit code as without --debug
+            traceback.print_exc()
         print(f"autoshard: error: {exc.message}", file=sys.stderr)
         if exc.hint:
             print(f"  {_in_flags(exc.hint)}", file=sys.stderr)
@@ -157,9 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-    except Exception as exc:  # the outermost shell reports internal errors without a traceback
+    except Exception as exc:  # noqa: BLE001 — the outermost shell reports internal errors without a traceback
         if debug:
-            raise
+            traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}"
         hint = "This is a bug in autoshard; rerun with --debug and report the traceback."
         print(f"autoshard: internal error: {message}", file=sys.stderr)

@@ -241,6 +241,11 @@ def parse_optimizer(value: str) -> str:
     return key
 
 
+MAX_TRACED_ACCUMULATION = 1024
+"""The most micro-batches a profile's step traces: each runs under the tracer (a tiny MLP took 135 s for 1,000, and
+``--grad-accumulation 1000000000`` ran on without a word), and the peak is the same from the second on."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ProfileOptions:
     """How to run the traced training step."""
@@ -290,6 +295,11 @@ class ProfileOptions:
                                  hint="Token ids, positions and masks are built with torch's integer types.")
         if not _positive_int(self.grad_accumulation):
             raise UsageError(f"gradient accumulation must be a positive integer, but got {self.grad_accumulation!r}.")
+        if self.grad_accumulation > MAX_TRACED_ACCUMULATION:
+            raise UsageError(f"gradient accumulation {self.grad_accumulation:,} is above the "
+                             f"{MAX_TRACED_ACCUMULATION:,} micro-batches a profile traces (each one is run).",
+                             hint="The peak is the same from 2 on: profile with fewer, or plan the global batch with "
+                                  "recommend --global-batch-size.")
         if not isinstance(self.set_grads_to_none, bool):
             raise UsageError(f"set_grads_to_none must be True or False, but got {self.set_grads_to_none!r}.")
         if self.target not in ("cuda", "cpu"):

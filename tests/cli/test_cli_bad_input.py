@@ -241,3 +241,9 @@ def test_python_arguments_of_the_wrong_type_get_a_usage_error(no_tracing):
         autoshard.profile("tiny-gpt2", optimizer=torch.optim.AdamW)
     with pytest.raises(UsageError, match=r"safety margin must be a number in \[0, 1\), but got '0.1'"):
         autoshard.recommend("tiny-gpt2", hardware="dgx-h100", safety_margin="0.1")
+
+
+def test_a_gradient_accumulation_past_what_a_profile_traces_is_refused_at_once(no_tracing, capsys):
+    """--grad-accumulation 1000000000 traced on without a word: each micro-batch runs under the tracer."""
+    assert main(["profile", "tiny-gpt2", "--grad-accumulation", "1000000000"]) == 2
+    assert "gradient accumulation 1,000,000,000 is above the 1,024 micro-batches" in capsys.readouterr().err

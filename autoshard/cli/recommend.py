@@ -102,7 +102,11 @@ def run(args: argparse.Namespace) -> int:
     from autoshard.api import recommend
     from autoshard.cli._checks import check_output_dir, check_plot_path
     from autoshard.cli._hardware_args import hardware_from_args
+    from autoshard.errors import UsageError
 
+    if args.force and args.output_dir is None:
+        raise UsageError("--force replaces files in --output-dir, and no --output-dir was given.",
+                         hint="Add --output-dir DIR, or drop --force.")
     if args.output_dir is not None:  # before the traces: they take 10-60 s
         check_output_dir(args.output_dir)
     if args.plot is not None:

@@ -23,6 +23,7 @@ from autoshard.hardware.host import directory_disk
 from autoshard.hardware.profiles import load_profile, node_from_gpu, profiles_dir
 from autoshard.hardware.specs import (
     MAX_GPUS_PER_NODE,
+    MAX_NODES,
     UNKNOWN_LINK_BYTES_PER_S,
     GPUSpec,
     HardwareSpec,
@@ -62,6 +63,8 @@ class HardwareOverrides:
             raise UsageError(f"--gpus {self.gpus} is GPUs per node, and no node holds more than "
                              f"{MAX_GPUS_PER_NODE}: give the nodes with --nodes.")
         _positive(self.nodes, "--nodes")
+        if self.nodes is not None and self.nodes > MAX_NODES:
+            raise UsageError(f"--nodes {self.nodes:,} is more than the {MAX_NODES:,} nodes autoshard plans for.")
         _positive(self.gpu_memory_bytes, "--gpu-memory")
         _positive(self.cpu_memory_bytes, "--cpu-memory")
         _positive(self.cpu_cores, "--cpu-cores")

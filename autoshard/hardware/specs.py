@@ -35,6 +35,9 @@ def _fields_dict(obj: Any) -> dict[str, Any]:
 
 
 MAX_GPUS_PER_NODE = 1024
+MAX_NODES = 65_536
+"""The most nodes a plan is made for: the largest training clusters have tens of thousands of nodes (``--nodes
+1000000000`` planned 8,000,000,000 data-parallel ranks without a word)."""
 """More GPUs per node than any machine holds: the largest NVLink domains sold are 72 GPUs (GB200 NVL72) and
 PCIe servers hold about 20, so a larger count is a typo (``80000`` for ``8``), refused before any tracing."""
 

@@ -247,3 +247,13 @@ def test_a_gradient_accumulation_past_what_a_profile_traces_is_refused_at_once(n
     """--grad-accumulation 1000000000 traced on without a word: each micro-batch runs under the tracer."""
     assert main(["profile", "tiny-gpt2", "--grad-accumulation", "1000000000"]) == 2
     assert "gradient accumulation 1,000,000,000 is above the 1,024 micro-batches" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--force"], "--force replaces files in --output-dir, and no --output-dir was given."),
+    (["--nodes", "1000000000"], "--nodes 1,000,000,000 is more than the 65,536 nodes autoshard plans for."),
+])
+def test_flags_that_were_quietly_accepted_are_refused(flags, message, no_tracing, capsys):
+    """--force alone was ignored; --nodes 1000000000 planned 8,000,000,000 ranks (a bad-input probe)."""
+    assert main([*RECOMMEND, *flags]) == 2
+    assert message in capsys.readouterr().err

@@ -149,6 +149,7 @@ PLANNER_ARGUMENTS: Rewrites = (
     (r"--cpu-cores N", "load_hardware(..., cpu_cores=N)"),
     (r"--(cpu|gpu)-memory\b", r"load_hardware()'s \1_memory="), (r"--cpu-cores\b", "load_hardware()'s cpu_cores="),
     (r"--benchmark-disk\b", "autoshard.hardware.benchmark_disk()"),
+    (r"drop --extrapolate\b", "extrapolate=False"), (r"--extrapolate\b", "extrapolate="),
 )
 """``autoshard.profile``'s, ``recommend``'s and ``tune``'s arguments for the ``recommend`` flags that the library's
 messages name (the hardware's own flags are :func:`autoshard.hardware.load_hardware`'s, given as ``hardware=``)."""

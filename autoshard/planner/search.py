@@ -112,7 +112,8 @@ def check_request(request: PlanRequest, world: int) -> None:
                 f"global batch {request.global_batch_size} over {world} device{'s' if world != 1 else ''} is "
                 f"{request.global_batch_size // world} per device, not a multiple of micro-batch "
                 f"{request.micro_batch_size}.",
-                hint="Pick a micro-batch that divides the per-device batch, or drop one of the two flags.",
+                hint="Pick a micro-batch that divides the per-device batch, or drop --batch-size or "
+                     "--global-batch-size.",
             )
 
 

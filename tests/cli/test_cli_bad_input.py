@@ -257,3 +257,16 @@ def test_flags_that_were_quietly_accepted_are_refused(flags, message, no_tracing
     """--force alone was ignored; --nodes 1000000000 planned 8,000,000,000 ranks (a bad-input probe)."""
     assert main([*RECOMMEND, *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_python_hints_name_arguments_not_flags(tmp_path, no_tracing):
+    """profile(extrapolate=True) was told to "drop --extrapolate", recommend() to "drop one of the two flags"."""
+    with pytest.raises(UsageError) as info:
+        autoshard.recommend("tiny-gpt2", hardware="dgx-h100", batch_size=3, global_batch_size=16)
+    assert info.value.hint.endswith("drop batch_size= or global_batch_size=.")
+    path = tmp_path / "model.py"
+    path.write_text("import torch\n\ndef model():\n    return torch.nn.Linear(4, 4)\n\n"
+                    "def batch(batch_size):\n    return torch.randn(batch_size, 4)\n")
+    with pytest.raises(UsageError) as info:
+        autoshard.profile(str(path), extrapolate=True)
+    assert "(extrapolate=False)" in info.value.hint and "--" not in info.value.hint

@@ -34,12 +34,12 @@ def _price(text: str) -> tuple[str, float]:
     """``MACHINE=USD``: a machine's price per GPU-hour."""
     machine, sep, usd = text.rpartition("=")
     try:
-        value = float(usd) if sep and machine else float("nan")
+        value = float(usd) if sep and machine else None
     except ValueError:
-        value = float("nan")
-    if value != value:
+        value = None
+    if value is None:
         raise argparse.ArgumentTypeError(f"must be MACHINE=USD per GPU-hour (e.g. dgx-h100=2.99), not {text!r}")
-    if not value > 0 or value == float("inf"):
+    if not value > 0 or value == float("inf"):  # NaN too: the form was right, the number is not
         raise argparse.ArgumentTypeError(f"a price must be a finite positive number of USD per GPU-hour, not {usd} "
                                          f"({text!r})")
     return machine, value

@@ -166,6 +166,7 @@ def test_prices_match_machines_case_aside_and_a_repeat_is_named(capsys) -> None:
 
 @pytest.mark.parametrize(("argv", "said"), [
     (["--price", "dgx-h100=inf"], "a price must be a finite positive number of USD per GPU-hour, not inf"),
+    (["--price", "dgx-h100=nan"], "a price must be a finite positive number of USD per GPU-hour, not nan"),
     (["--samples", "2.5"], "must be a whole number of tokens or samples, not '2.5'"),
 ])
 def test_a_budget_or_price_that_is_no_amount_is_refused(argv, said, capsys) -> None:

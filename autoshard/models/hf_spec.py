@@ -77,12 +77,15 @@ class InputSpec:
 
 def _seq_bounds(text_config: Any) -> dict[str, Any]:
     """Default and maximum text length from the positions the (text) config declares."""
-    positions = next(
-        (getattr(text_config, k) for k in _POSITION_KEYS if isinstance(getattr(text_config, k, None), int)),
-        None,
+    key, positions = next(
+        ((k, getattr(text_config, k)) for k in _POSITION_KEYS if isinstance(getattr(text_config, k, None), int)),
+        (None, None),
     )
     if positions is None:
         return {"accepts_seq_len": True, "default_seq_len": DEFAULT_SEQ_LEN, "max_seq_len": None}
+    if positions < 1:  # it was refused as "seq_len must be at least 1", of a seq_len nobody gave
+        raise ModelSourceError(f"the config's {key} is {positions}: the model has no position for a token.",
+                               hint=f"Set {key} in config.json to the longest sequence the model takes.")
     unbounded = any(getattr(text_config, key, None) is not None for key in _UNBOUNDED_POSITION_KEYS)
     max_seq_len = None
     if not unbounded:

@@ -448,3 +448,14 @@ def test_mtp_layers_transformers_does_not_build_are_said(tmp_path: Path, mtp: in
     assert bool(lines) is said
     if said:
         assert "declares 1 multi-token-prediction layer(s)" in lines[0] and "DeepseekV3ForCausalLM" in lines[0]
+
+
+def test_a_config_with_no_positions_is_refused_naming_the_key(tmp_path: Path) -> None:
+    """max_position_embeddings 0 was refused as "seq_len must be at least 1, but got seq_len=0", of a sequence
+    length the user never gave (a bad-input probe)."""
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY_LLAMA, "max_position_embeddings": 0}), encoding="utf-8")
+    with pytest.raises(ModelSourceError, match="the config's max_position_embeddings is 0"):
+        load_source(path)

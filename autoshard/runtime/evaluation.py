@@ -59,6 +59,8 @@ class Evaluator:
                 first_loss(backend, self.fns, batch, sync=False)
             except UserCodeError as e:
                 raise UserCodeError(f"eval_data: {e.message}", hint=e.hint) from e
+            except UsageError as e:  # no loss in the output: an eval batch without the labels the data has
+                raise UsageError(f"eval_data: its first batch: {e.message}", hint=e.hint) from e
 
     def __call__(self, step: int) -> EvalMetrics:
         """The loss at ``step`` (collective: every rank calls it)."""

@@ -302,6 +302,22 @@ def test_an_eval_batch_the_model_cannot_take_is_refused_before_the_first_step() 
     assert trained == [] and "forward takes" in (info.value.hint or "")
 
 
+def test_eval_batches_without_the_labels_the_training_data_has_are_named_as_eval_data() -> None:
+    """A ViT trained on pixels and labels, scored on pixels alone: "the model's output ... with no loss" read as a
+    fault of the model, not of eval_data (a non-LM probe)."""
+    import transformers
+
+    torch.manual_seed(0)
+    vit = transformers.ViTForImageClassification(transformers.ViTConfig(
+        image_size=16, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, num_labels=3))
+    data = {"pixel_values": torch.randn(8, 3, 16, 16), "labels": torch.randint(0, 3, (8,))}
+    with pytest.raises(UsageError, match=r"^eval_data: its first batch: the model's output is "
+                                         r"ImageClassifierOutput with logits, with no loss"):
+        fit(vit, data, eval_data={"pixel_values": torch.randn(4, 3, 16, 16)}, batch_size=4, max_steps=1,
+            optimizer="sgd", progress=False)
+
+
 def test_fit_leaves_the_callers_random_state_as_it_found_it() -> None:
     torch.manual_seed(123)
     model = _mlp_unseeded()

@@ -258,8 +258,11 @@ def output_loss(output: Any, batch: Batch) -> torch.Tensor:
         loss = first if _scalar(first) else None
     if isinstance(loss, torch.Tensor):
         return loss
-    labels = (" (a Hugging Face model computes one when the batch has `labels`)"
-              if hasattr(output, "to_tuple") and isinstance(batch, Mapping) and "labels" not in batch else "")
+    contrastive = hasattr(output, "logits_per_image")  # CLIP, SigLIP: their loss is asked for by return_loss=True
+    wanted = "`return_loss=True`" if contrastive else "`labels`"
+    labels = (f" (a Hugging Face model computes one when the batch has {wanted})"
+              if hasattr(output, "to_tuple") and isinstance(batch, Mapping)
+              and ("return_loss" if contrastive else "labels") not in batch else "")
     shape = _shape_of(output, batch_rows(batch))
     raise UsageError(f"the model's output is {shape}, with no loss{labels}: fit() needs one to train on.",
                      hint="Pass loss_fn=(output, batch) -> scalar, or training_step=(model, batch) -> loss.")

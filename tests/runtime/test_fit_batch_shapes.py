@@ -54,6 +54,25 @@ def test_an_output_without_a_loss_is_refused_naming_what_it_is() -> None:
         fit(model, [torch.randn(4, 8)] * 2, max_steps=1, optimizer="sgd", progress=False)
 
 
+def test_a_contrastive_model_without_a_loss_is_told_to_ask_for_one_with_return_loss() -> None:
+    """CLIP computes its loss when the batch says return_loss=True, not from labels (a non-LM probe's CLIP was told
+    to add labels)."""
+    import transformers
+
+    from autoshard.models.step import output_loss
+
+    small = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
+    torch.manual_seed(0)
+    clip = transformers.CLIPModel(transformers.CLIPConfig(
+        text_config={**small, "vocab_size": 64, "max_position_embeddings": 16},
+        vision_config={**small, "image_size": 16, "patch_size": 8}, projection_dim=8))
+    batch = {"input_ids": torch.randint(0, 64, (2, 8)), "pixel_values": torch.randn(2, 3, 16, 16)}
+    with pytest.raises(UsageError, match=r"with no loss \(a Hugging Face model computes one when the batch has "
+                                         r"`return_loss=True`\)"):
+        output_loss(clip(**batch), batch)
+    assert output_loss(clip(**batch, return_loss=True), {**batch, "return_loss": True}).dim() == 0
+
+
 class _Scalar(nn.Module):
     """A forward that returns its loss."""
 

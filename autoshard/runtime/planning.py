@@ -383,6 +383,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
     exported = from_plan(plan)
     if exported.seq_len is None and example is not None and (length := batch_token_length(_fed(job, example))):
         exported = replace(exported, seq_len=length)  # planned on the data's first batch: its sequences' length
+    if example is not None and (cast := _float_targets_cast(exported, _fed(job, example))):
+        notes.append(cast)
     # what the plan's figures leave out or assume about the model, as recommend and profile say it
     notes.extend(reworded(line, PLANNER_ARGUMENTS) for line in scope_lines(source, hw.world_size, exported.seq_len))
     if plan.workload.checkpoints_itself:  # recommend says so in its explanation; fit() had no word of it
@@ -464,3 +466,27 @@ def _fed(job: TrainJob, example: Any) -> Any:
     from autoshard.models.step import step_functions
 
     return step_functions(job.module, loss_fn=job.loss_fn, training_step=job.training_step).fed(example)
+
+
+_TARGET_KEYS = ("labels", "label", "targets", "target", "y", "scores", "weights", "sample_weight")
+"""Keys of a dictionary batch that hold what a loss inside ``forward`` compares with (Hugging Face's ``labels``)."""
+
+
+def _float_targets_cast(plan: ExportedPlan, fed: Any) -> str | None:
+    """A note when floating targets that ``forward`` takes reach it in 16 bits: FSDP2's mixed precision casts every
+    floating input of the root forward to ``param_dtype`` (``cast_forward_inputs=True``) and DeepSpeed's engine
+    casts them to its dtype, so regression labels near 1000 lose all but 8 significant bits (a probe's BERT
+    regression stood at one loss for every step under FSDP2, where DDP's moved)."""
+    from collections.abc import Mapping
+
+    if plan.family == "ddp" or plan.precision == "32-true" or not isinstance(fed, Mapping):
+        return None
+    floats = [k for k in _TARGET_KEYS if isinstance(fed.get(k), torch.Tensor) and fed[k].is_floating_point()
+              and fed[k].dtype == torch.float32]
+    if not floats:
+        return None
+    half = "fp16" if plan.precision == "16-mixed" else "bf16"
+    return (f"The batch's {', '.join(floats)} (fp32) go into forward, and {plan.strategy} at {plan.precision} casts "
+            f"every floating input of forward to {half}: a loss computed inside forward compares {half} targets "
+            f"({'11' if half == 'fp16' else '8'} significant bits). Keep them out of forward's inputs and compute "
+            "the loss with loss_fn, or train with ddp or at 32-true (docs/fit.md: float targets).")

@@ -445,3 +445,23 @@ def test_a_second_fit_while_another_thread_runs_one_is_refused() -> None:
         thread.join(120)
     assert len(outcome[0].steps) == 2
     assert len(fit(_mlp(), batches(), loss_fn=F.mse_loss, max_steps=1, optimizer="sgd", progress=False).steps) == 1
+
+
+@pytest.mark.parametrize(("strategy", "precision", "said"), [
+    ("fsdp", "bf16-mixed", True), ("ddp", "bf16-mixed", False), ("fsdp", "32-true", False)])
+def test_float_labels_that_forward_takes_in_16_bits_are_said(strategy: str, precision: str, said: bool) -> None:
+    """A BERT regression on labels near 1000 under FSDP2 bf16-mixed stood at one loss every step (its labels,
+    cast to bf16 with the forward's inputs), without a word; docs/fit.md said it, the run did not (a probe)."""
+    import transformers
+
+    torch.manual_seed(0)
+    bert = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        num_labels=1, problem_type="regression"))
+    ids = torch.randint(0, 64, (8, 8))
+    result = fit(bert, {"input_ids": ids, "labels": 1000 + ids.float().mean(1)}, batch_size=4, max_steps=1,
+                 strategy=strategy, precision=precision, optimizer="sgd", progress=False)
+    notes = [n for n in result.notes if n.startswith("The batch's labels (fp32) go into forward")]
+    assert len(notes) == int(said)
+    if said:
+        assert "casts every floating input of forward to bf16" in notes[0] and "loss_fn" in notes[0]

@@ -118,10 +118,14 @@ def _cpu_hardware(
     if launch is not None and launched is not None:  # the launcher's processes per node: the gloo ranks here
         notes = [*notes, f"{launch.launcher} runs {launched} process(es) on each of {launch.nodes} node(s): planned "
                          f"as {launched} gloo rank(s) per node."]
+    cores = cpu.usable_cores or cpu.logical_cores
+    crowded = (f" These {processes} processes share {cores} usable core{'s' * (cores != 1)}: each runs slower "
+               "than it would alone, and so does what fit() and tune measure."
+               if cores and processes > cores else "")
     notes = [
         f"No GPU detected ({reason}). The hardware is this machine's CPU: torch.distributed's gloo backend "
         f"with {processes} process{'es' if processes > 1 else ''}"
-        f"{'' if processes > 1 else ' (--gpus N runs N)'}. {CPU_HINT}",
+        f"{'' if processes > 1 else ' (--gpus N runs N)'}.{crowded} {CPU_HINT}",
         *notes,
     ]
     return HardwareSpec(

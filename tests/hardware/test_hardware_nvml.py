@@ -139,3 +139,14 @@ def test_gpus_this_process_may_not_use_are_left_out_and_said(visible: str | None
     none = {**data, "no_permission": list(range(8))}
     cpu = detect_hardware(environ={}, nvml=FakeNvml(none))
     assert cpu.device_type == "cpu" and any("none of which this process may use" in n for n in cpu.notes)
+
+
+def test_more_cpu_processes_than_usable_cores_are_said(fake_nvml) -> None:
+    """--gpus 4 on a 2-core machine planned 4 gloo processes and said only "gloo backend with 4 processes" (a docs
+    probe): each runs slower than alone, and so does what fit() and tune measure."""
+    hw = detect_hardware(environ={}, nvml=fake_nvml("nvml_missing"))
+    cores = hw.node.cpu.usable_cores or hw.node.cpu.logical_cores
+    crowded = detect_hardware(gpus=cores + 1, environ={}, nvml=fake_nvml("nvml_missing"))
+    assert f"These {cores + 1} processes share {cores} usable core" in crowded.notes[0]
+    alone = detect_hardware(gpus=cores, environ={}, nvml=fake_nvml("nvml_missing"))
+    assert "processes share" not in alone.notes[0]

@@ -168,8 +168,12 @@ def _planner_comparison(result: TuneResult, best: TrialRecord, planner_number: i
         return f"The planner's recommendation (trial {planner_number}) has no throughput to compare with ({why})."
     gain = best.samples_per_s / planner.samples_per_s - 1
     word = "faster" if gain >= 0 else "slower"
-    return (
-        f"{abs(gain) * 100:.1f}% {word} than the planner's recommendation "
-        f"(trial {planner_number}: {num(planner.samples_per_s)} samples/s)."
-    )
+    said = (f"{abs(gain) * 100:.1f}% {word} than the planner's recommendation "
+            f"(trial {planner_number}: {num(planner.samples_per_s)} samples/s)")
+    varied = max((t.step_time_spread for t in (best, planner) if t.step_time_spread is not None), default=None)
+    if varied is not None and abs(gain) <= varied:  # one run each, on a machine whose steps vary that much
+        return (f"{said}, which is within how much a trial's own steps varied ({varied * 100:.0f}% between its "
+                "fastest and slowest): measured once each, the two are not told apart; run both again (fit() with "
+                "each plan) before choosing.")
+    return f"{said}."
 

@@ -423,7 +423,7 @@ def _timed_out(message: str, timeout_s: float, trial_timeout_s: float) -> str:
 def _measured(m: Measurement) -> dict[str, Any]:
     return {"samples_per_s": m.samples_per_s, "tokens_per_s": m.tokens_per_s, "step_time_s": m.step_time_s,
             "peak_memory_bytes": m.peak_memory_bytes, "peak_memory_kind": m.peak_memory_kind,
-            "step_times_s": list(m.step_times_s)}
+            "step_times_s": list(m.step_times_s), "step_time_spread": m.step_time_spread}
 
 
 def _measured_any(study: optuna.Study) -> bool:

@@ -33,6 +33,7 @@ def record(t: optuna.trial.FrozenTrial, queued: TrialConfig | None = None) -> Tr
         samples_per_s=attrs.get("samples_per_s") if state is TrialState.COMPLETE else None,
         tokens_per_s=attrs.get("tokens_per_s") if state is TrialState.COMPLETE else None,
         step_time_s=attrs.get("step_time_s") if measured else None,
+        step_time_spread=attrs.get("step_time_spread") if measured else None,
         peak_memory_bytes=attrs.get("peak_memory_bytes"), peak_memory_kind=attrs.get("peak_memory_kind"),
         predicted_peak_bytes=attrs.get("predicted_peak_bytes"),
         predicted_samples_per_s=attrs.get("predicted_samples_per_s"),

@@ -86,6 +86,9 @@ class TrialRecord:
     tokens_per_s: float | None = None
     step_time_s: float | None = None
     """Mean wall-clock time of a timed step on rank 0."""
+    step_time_spread: float | None = None
+    """How much the timed steps' times varied: (slowest - fastest) / median; ``None`` with fewer than two timed
+    steps or unmeasured. Two trials whose throughputs differ by less than this are not told apart by one run."""
     peak_memory_bytes: int | None = None
     """Measured peak per rank (the highest rank): see ``peak_memory_kind``."""
     peak_memory_kind: str | None = None
@@ -127,6 +130,7 @@ class TrialRecord:
             "samples_per_s": self.samples_per_s,
             "tokens_per_s": self.tokens_per_s,
             "step_time_s": self.step_time_s,
+            "step_time_spread": self.step_time_spread,
             "peak_memory_bytes": self.peak_memory_bytes,
             "peak_memory_kind": self.peak_memory_kind,
             "predicted_peak_bytes": self.predicted_peak_bytes,

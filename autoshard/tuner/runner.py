@@ -64,6 +64,8 @@ class Measurement:
     peak_memory_kind: str | None
     step_times_s: tuple[float, ...]
     """Every step's time, warm-up included."""
+    step_time_spread: float | None = None
+    """(slowest - fastest) / median of the timed steps (:attr:`TrialRecord.step_time_spread`)."""
 
 
 class TrialFailed(Exception):  # an outcome, not a bug
@@ -153,7 +155,23 @@ def _measurement(run_dir: Path, spec: TrialSpec, exported: ExportedPlan) -> Meas
     return Measurement(samples_per_s=rate, tokens_per_s=None if exported.seq_len is None else rate * exported.seq_len,
                        step_time_s=seconds / len(timed), peak_memory_bytes=data.get("peak_memory_bytes"),
                        peak_memory_kind=data.get("peak_memory_kind"),
-                       step_times_s=tuple(s["step_time_s"] for s in steps))
+                       step_times_s=tuple(s["step_time_s"] for s in steps),
+                       step_time_spread=spread([s["step_time_s"] for s in timed]))
+
+
+def spread(seconds: list[float]) -> float | None:
+    """(slowest - fastest) / median of step times; ``None`` for fewer than two.
+
+    Example:
+        >>> spread([1.0, 1.2, 0.9]), spread([2.0])
+        (0.3, None)
+    """
+    if len(seconds) < 2:
+        return None
+    ordered = sorted(seconds)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return round((ordered[-1] - ordered[0]) / median, 6) if median > 0 else None
 
 
 class _ProgressWatcher:

@@ -181,6 +181,13 @@ def test_throughput_is_shown_with_digits_by_magnitude(samples_per_s, expected):
          "The planner's recommendation (trial 1) has no throughput to compare with (infeasible, oom).", "faster"),
         (7, None, "The planner's recommendation (trial 7) is not among the recorded trials.", "faster"),
         (None, None, "Throughput: 150 samples/s.", "planner"),
+        # A gain no larger than how much one trial's steps varied is not told apart by one run each (a probe's one
+        # loaded CPU: "228.0% faster", and the two measured again were indistinguishable).
+        (1, record(1, samples_per_s=100.0, step_time_spread=0.8),
+         "50.0% faster than the planner's recommendation (trial 1: 100 samples/s), which is within how much a "
+         "trial's own steps varied (80% between its fastest and slowest): measured once each, the two are not told "
+         "apart", None),
+        (1, record(1, samples_per_s=100.0, step_time_spread=0.1), "(trial 1: 100 samples/s).", "not told apart"),
     ],
 )
 def test_best_section_compares_with_the_planners_trial(planner, planner_trial, expected, absent):

@@ -18,7 +18,9 @@ import contextlib
 import copy
 import importlib.util
 import json
+import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from autoshard.errors import UsageError
@@ -112,8 +114,30 @@ def validate(config: dict[str, Any], world_size: int) -> None:
     # DeepSpeed's logger writes to the sys.stdout of its first import, and checking a config logs "Setting
     # accelerator to CPU" (deepspeed 0.19.8 utils/logging.py, accelerator/real_accelerator.py): a check is not
     # output, so both happen with stdout on stderr, and `autoshard export > files.txt` holds the file list alone.
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr), _quiet_accelerator_choice():
         _validate(config, world_size)
+
+
+class _AcceleratorChoice(logging.Filter):
+    """Drops DeepSpeed's "Setting accelerator to CPU. If you have GPU or other accelerator, we were unable to detect
+    it." (``accelerator/real_accelerator.py``, deepspeed 0.19.8): checking a config runs nothing on a device, and
+    ``autoshard export`` on a laptop printed it as a warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Setting accelerator to" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_accelerator_choice() -> Iterator[None]:
+    """While DeepSpeed is imported to check a config: its logger (``utils/logging.py`` creates it by name, keeping
+    filters set before) says nothing of the accelerator it picked."""
+    quiet = _AcceleratorChoice()
+    logger = logging.getLogger("DeepSpeed")
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _validate(config: dict[str, Any], world_size: int) -> None:

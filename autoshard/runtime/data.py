@@ -271,6 +271,10 @@ def check_not_columns(data: Any, name: str = "data") -> None:
                           "(torch.utils.data); batches padded to different lengths pass as a generator: iter([...]).")
 
 
+_SAMPLES_CHECKED = 8
+"""Samples of a map-style dataset stacked before any worker starts, to refuse samples of different sizes there."""
+
+
 def peek(data: Any) -> tuple[Any, Any]:
     """One example batch from ``data`` and ``data`` to use from now on (a generator's first item is put back).
 
@@ -282,6 +286,9 @@ def peek(data: Any) -> tuple[Any, Any]:
 
         if len(data) == 0:  # type: ignore[arg-type]
             raise UsageError("the dataset is empty.")
+        # Samples of different sizes fail to stack in the workers, after planning: the first few are stacked here,
+        # in the launching process (a dataset of token sequences of varying length, without a collate_fn).
+        stacked([data[i] for i in range(min(len(data), _SAMPLES_CHECKED))])  # type: ignore[arg-type]
         return default_collate([data[0]]), data
     it = iter(data)
     try:

@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler, TensorDataset
 from transformers import BertConfig, BertForSequenceClassification
 
-from autoshard.errors import NoFeasiblePlan, UsageError, UserCodeError
+from autoshard.errors import NoFeasiblePlan, UsageError, UserCodeError, WorkerError
 from autoshard.runtime import fit
 from autoshard.runtime.options import in_fit_arguments
 
@@ -358,6 +358,24 @@ def test_samples_of_different_lengths_are_refused_with_padding_named() -> None:
         fit(nn.Sequential(nn.Linear(15, 1)), samples, batch_size=4, max_steps=2, progress=False,
             training_step=lambda model, batch: F.mse_loss(model(batch["x"]), batch["y"]))
     assert "DataCollatorWithPadding" in (info.value.hint or "")
+
+
+def test_a_dataset_of_samples_of_different_lengths_is_refused_before_any_worker_starts() -> None:
+    """A Dataset of variable-length token sequences without a collate_fn was refused by a worker, after planning,
+    naming whichever rank failed first (a non-LM probe's token classifier)."""
+    from torch.utils.data import Dataset
+
+    class Sequences(Dataset):
+        def __len__(self) -> int:
+            return 16
+
+        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+            return {"input_ids": torch.arange(10 + i % 3), "labels": torch.zeros(10 + i % 3, dtype=torch.long)}
+
+    with pytest.raises(UsageError, match="^the data's samples differ in size") as info:  # no "rank N:" in front
+        fit(nn.Embedding(16, 4), Sequences(), batch_size=4, max_steps=1, processes=2, progress=False,
+            training_step=lambda model, batch: model(batch["input_ids"]).mean())
+    assert not isinstance(info.value, WorkerError)
 
 
 def test_a_list_of_single_samples_trains_with_the_plan_made_for_it() -> None:

@@ -301,6 +301,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
                      and as_samples(job.data) is not None)
     check_global_batch(options.global_batch_size, hw.world_size, None if maybe_samples else batch_size, job.data,
                        epochs=job.epoch_limit)
+    bound_note: str | None = None  # how a tuple batch binds to a forward whose arguments all have defaults
     if source is None:
         source = module_source(job.module, example, loss_fn=job.loss_fn,  # type: ignore[arg-type]
                                         training_step=job.training_step)
@@ -312,10 +313,11 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
                                                                                 example)
         if len(defaulted) > 1:
             bound = ", ".join(f"{name}=batch[{i}]" for i, name in enumerate(defaulted))
-            notes.append(f"Each batch is a tuple of {len(defaulted)} and {type(job.module).__name__}.forward requires "
-                         f"none of the arguments they fill, so all of them go in by position: {bound}. If one is "
-                         "the targets, pass dict batches naming each (e.g. {'input_ids': ..., 'labels': ...}), or "
-                         "training_step=.")
+            bound_note = (f"Each batch is a tuple of {len(defaulted)} and {type(job.module).__name__}.forward "
+                          f"requires none of the arguments they fill, so all of them go in by position: {bound}. If "
+                          "one is the targets, pass dict batches naming each (e.g. {'input_ids': ..., 'labels': "
+                          "...}), or training_step=.")
+            notes.append(bound_note)
     strategies = _able_strategies(job.optimizer, options.strategy, notes)
 
     def planned(source: ModelSource, global_batch: int | None = options.global_batch_size) -> Any:
@@ -356,6 +358,9 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
             batching = ("An IterableDataset is trained on as it yields: if it yields single samples, batch them with "
                         "DataLoader(dataset, batch_size=...).")
             raise UserCodeError(first.message, hint=f"{first.hint or ''} {batching}".strip(),
+                                location=first.location) from first
+        if samples is None and bound_note is not None:  # the loss met what forward did not take: say how it was fed
+            raise UserCodeError(first.message, hint=f"{first.hint or ''} {bound_note}".strip(),
                                 location=first.location) from first
         if samples is None:
             raise

@@ -378,6 +378,24 @@ def test_a_dataset_of_samples_of_different_lengths_is_refused_before_any_worker_
     assert not isinstance(info.value, WorkerError)
 
 
+def test_a_loss_failing_on_a_tuple_fed_whole_to_an_hf_forward_says_how_the_tuple_was_bound() -> None:
+    """(pixels, labels) tuples to an HF ViT with a loss_fn: forward takes both by position (all its arguments have
+    defaults), loss_fn gets the whole batch and fails; the binding was said in a note only when planning succeeded
+    (a non-LM probe)."""
+    import transformers
+
+    torch.manual_seed(0)
+    vit = transformers.ViTForImageClassification(transformers.ViTConfig(
+        image_size=16, patch_size=8, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, num_labels=3))
+    data = TensorDataset(torch.randn(8, 3, 16, 16), torch.randint(0, 3, (8,)))
+    with pytest.raises(UserCodeError) as info:
+        fit(vit, data, batch_size=4, max_steps=1, optimizer="sgd", progress=False,
+            loss_fn=lambda out, y: F.cross_entropy(out.logits, y))
+    assert "pixel_values=batch[0], labels=batch[1]" in (info.value.hint or "")
+    assert "pass dict batches naming each" in (info.value.hint or "")
+
+
 def test_a_list_of_single_samples_trains_with_the_plan_made_for_it() -> None:
     """plan="auto" read this list as samples; with its own plan passed back, the 32 tokens of each sample were read
     as a batch of 32, refused against micro-batch 4, and force=True failed inside the model."""

@@ -185,7 +185,10 @@ def refusal(meta: CheckpointMeta, directory: Path, plan: ExportedPlan, world_siz
                           f"model {plan.model.layout_hash}).", hint="Point Checkpointing(dir=...) at this model's run.")
     if meta.family != plan.family:
         return UsageError(f"checkpoint {directory} was written by {meta.strategy}, and this run uses "
-                          f"{plan.strategy}.", hint="Resume with the same strategy family, or start afresh.")
+                          f"{plan.strategy}.",
+                          hint="Resume with the same strategy family, or start afresh from its weights: load them "
+                               "into the model as docs/fit.md shows (a checkpoint's weights outside autoshard); the "
+                               "optimizer's state is not carried over.")
     if plan.family == "deepspeed" and _zero3(meta.strategy) != (plan.strategy_traits.zero_stage == 3):
         return UsageError(f"checkpoint {directory} was written by {meta.strategy}, and this run uses "
                           f"{plan.strategy}: ZeRO-3 partitions its checkpoint differently from ZeRO-1 and -2.",

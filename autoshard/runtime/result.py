@@ -26,8 +26,9 @@ class StepMetrics:
     """Samples per second over all ranks."""
     tokens_per_s: float | None
     """Tokens per second over all ranks: the positions of the batches' token ids (``input_ids``, else a 2-D integer
-    tensor: padding included, as the model computes it), or samples × the plan's ``seq_len`` for batches without
-    them (a model source's own); ``None`` where neither says (images, features)."""
+    tensor among what the forward gets: padding included, as the model computes it), or samples × the plan's
+    ``seq_len`` for batches without them (a model source's own); ``None`` where neither says (images, features,
+    integer targets that only the loss reads)."""
     peak_memory_bytes: int | None
     """``torch.cuda.max_memory_allocated`` during the step, the highest over the ranks; ``None`` on CPU."""
     lr: float | None = None

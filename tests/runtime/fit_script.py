@@ -9,7 +9,8 @@ the loss falls), and prints one JSON line: ``RESULT {...}``. Options (all option
 ``plan`` (a plan.json path), ``force``, ``checkpointing`` (the strategy's plan with activation checkpointing),
 ``plan_for`` (``{"strategy": s, "precision": p, "nodes": n}``: a plan built by hand for ``processes`` ranks over
 ``n`` simulated nodes, without the planner, which refuses ``fsdp_cpu_offload`` and ``fsdp_hybrid`` on one
-CPU machine), ``report_shards`` (add each parameter's mesh, placements and local fraction under a launcher).
+CPU machine), ``report_shards`` (add each parameter's mesh, placements and local fraction under a launcher,
+in a process group the script makes, so that every rank keeps its shards).
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ def _shards(model: torch.nn.Module) -> list[dict]:
 
 def main() -> None:
     options = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    own_group = bool(options.get("report_shards")) and os.environ.get("RANK") is not None
+    if own_group:  # fit() joins a group the script made and leaves every rank its shards to report
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
     torch.manual_seed(0)
     source = load_source("tiny-gpt2")
     model = source.build()
@@ -140,6 +146,9 @@ def main() -> None:
         record["shards"] = _shards(result.model)
     sys.stdout.write("RESULT " + json.dumps(record) + "\n")
     sys.stdout.flush()
+    if own_group:
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

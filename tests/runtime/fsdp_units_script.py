@@ -1,8 +1,8 @@
 """fit() of the catalog tiny-t5 under FSDP2, for tests/runtime/test_fsdp_units.py.
 
 Run under ``torchrun --nproc-per-node 2 fsdp_units_script.py N`` (each rank keeps its sharded module after
-fit()), it trains two steps on CPU with ``blocks_per_unit=N`` and activation checkpointing and prints one line
-``RESULT {...}`` per rank: the rank, the losses and the ``fully_shard`` units, each the module names sharing one
+fit(): the script makes the process group), it trains two steps on CPU with ``blocks_per_unit=N`` and activation
+checkpointing and prints one line ``RESULT {...}`` per rank: the rank, the losses and the ``fully_shard`` units, each the module names sharing one
 FSDP state, in module order.
 """
 
@@ -23,6 +23,11 @@ from autoshard.strategies import get
 
 
 def main() -> None:
+    import torch.distributed as dist
+
+    # A group of the script's own: fit() joins it and leaves it up, so every rank keeps its sharded module (where
+    # fit() makes the group, rank 0's comes back plain).
+    dist.init_process_group("gloo")
     blocks_per_unit = int(sys.argv[1])
     torch.manual_seed(0)
     source = load_source("tiny-t5")
@@ -54,6 +59,8 @@ def main() -> None:
                                  for m in result.model.modules() if isinstance(m, FSDPModule)})}
     sys.stdout.write("RESULT " + json.dumps(record) + "\n")
     sys.stdout.flush()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

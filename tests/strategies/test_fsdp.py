@@ -369,9 +369,11 @@ def test_knob_defaults_follow_the_preset_and_partial_resharding_is_offered_acros
     assert 8 in knob["fsdp"]["reshard_after_forward"].choices
     assert 8 not in {k.name: k for k in get("fsdp").knobs(one)}["reshard_after_forward"].choices
     assert "pin_memory" in knob["fsdp_cpu_offload"] and "pin_memory" not in knob["fsdp"]
-    # 10^8 nodes: the choice is the node's ranks, not a search over the world's divisors (a new user's
-    # `recommend --nodes 100000000` looped over 8 x 10^8 ranks at every memory check).
-    huge = load_hardware("dgx-h100", nodes=10**8)
+    # The most nodes planned for (10^8 before --nodes was capped): the choice is the node's ranks, not a search over
+    # the world's divisors (a new user's `recommend --nodes 100000000` looped over 8 x 10^8 ranks at every check).
+    from autoshard.hardware.specs import MAX_NODES
+
+    huge = load_hardware("dgx-h100", nodes=MAX_NODES)
     assert {k.name: k for k in get("fsdp").knobs(huge)}["reshard_after_forward"].choices == (True, False, 8)
 
 

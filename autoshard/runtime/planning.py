@@ -386,9 +386,10 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
         notes.append(f"data is a list whose elements are single samples ({why}): it is batched like a Dataset. "
                      "Pass a DataLoader to batch it yourself, or a list of batches.")
     exported = from_plan(plan)
-    if exported.seq_len is None and example is not None and (length := batch_token_length(_fed(job, example))):
+    fed = None if example is None else _fed(job, example)  # what the forward gets of the data's first batch
+    if exported.seq_len is None and fed is not None and (length := batch_token_length(fed)):
         exported = replace(exported, seq_len=length)  # planned on the data's first batch: its sequences' length
-    if example is not None and (cast := _float_targets_cast(exported, _fed(job, example))):
+    if fed is not None and (cast := _float_targets_cast(exported, fed)):
         notes.append(cast)
     # what the plan's figures leave out or assume about the model, as recommend and profile say it
     notes.extend(reworded(line, PLANNER_ARGUMENTS) for line in scope_lines(source, hw.world_size, exported.seq_len))

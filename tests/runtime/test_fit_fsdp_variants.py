@@ -4,7 +4,7 @@ loss scaling), ``fsdp_cpu_offload`` (``CPUOffloadPolicy``) and ``fsdp_hybrid`` (
 The planner refuses ``fsdp_cpu_offload`` without a GPU and ``fsdp_hybrid`` on one node
 (``FSDPStrategy.unsupported``), so those runs get a plan built by hand (``fit_script.py``'s ``plan_for``) and pass
 it to fit() as ``plan=``. The hybrid run simulates two nodes of two ranks under torchrun (fit() itself starts
-processes on one machine only and refuses a plan spanning nodes).
+processes on one machine only and refuses a plan spanning nodes): two torchrun agents, one per node.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from torch import nn
 from tests.runtime.test_fit_backends import (
     FIRST_STEP_RTOL,
     LATER_STEPS_RTOL,
+    REPO,
+    SCRIPT,
     results,
     run_script,
 )
@@ -94,8 +97,8 @@ def _overflow_worker(rank: int, world_size: int, port: int, out_dir: str) -> Non
 def _overflow_case(ctx: Any, strategy: str) -> dict[str, Any]:
     from autoshard.planner.plan_file import ExportedPlan, HardwareFingerprint
     from autoshard.runtime.backends.base import ModelInit
-    from autoshard.strategies.fsdp.backend import FSDPBackend
     from autoshard.runtime.planning import model_fingerprint
+    from autoshard.strategies.fsdp.backend import FSDPBackend
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
@@ -178,11 +181,23 @@ def test_fsdp_hybrid_shards_within_a_node_replicates_across_and_agrees_with_ddp(
     from autoshard.runtime.supervisor import free_port
 
     ddp = results(run_script({"processes": 4, "plan_for": {"strategy": "ddp"}}))[0]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port",
-                str(free_port())]
-    proc = run_script({"plan_for": {"strategy": "fsdp_hybrid", "nodes": 2}, "report_shards": True},
-                      launcher=launcher)
-    out: list[dict[str, Any]] = sorted(results(proc), key=lambda r: r["rank"])
+    # Two torchrun agents on this machine, one per simulated node (WORLD_SIZE 4, LOCAL_WORLD_SIZE 2), as a
+    # two-node launch starts them: fit() checks the launcher's layout against the plan's.
+    port = str(free_port())
+    options = json.dumps({"plan_for": {"strategy": "fsdp_hybrid", "nodes": 2}, "report_shards": True})
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
+                                str(node), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+                                port, str(SCRIPT), options],
+                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for node in (0, 1)]
+    finished = [agent.communicate(timeout=600) for agent in agents]
+    for agent, (stdout, stderr) in zip(agents, finished, strict=True):
+        assert agent.returncode == 0, f"{agent.args} exited {agent.returncode}:\n{stdout[-3000:]}\n{stderr[-5000:]}"
+    done = [subprocess.CompletedProcess(agent.args, 0, stdout, stderr)
+            for agent, (stdout, stderr) in zip(agents, finished, strict=True)]
+    out: list[dict[str, Any]] = sorted((r for proc in done for r in results(proc)), key=lambda r: r["rank"])
     assert [r["rank"] for r in out] == [0, 1, 2, 3] and {r["strategy"] for r in out} == {"fsdp_hybrid"}
     _losses_fall(out[0]["losses"])
     assert out[0]["losses"][0] == pytest.approx(ddp["losses"][0], rel=FIRST_STEP_RTOL)

@@ -237,12 +237,18 @@ def in_arguments(rewrites: Rewrites, *, result: Callable[[Any], Any] | None = No
     def decorate(function: Callable[_P, _R]) -> Callable[_P, _R]:
         parameters = inspect.signature(function).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        switches = {name: p.annotation == "bool | None" for name, p in parameters.items()
+                    if p.annotation in ("bool", "bool | None")}  # name -> None allowed
 
         @functools.wraps(function)
         def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-            for name in kwargs:
+            for name, value in kwargs.items():
                 if name not in parameters and not takes_any:
                     raise UnknownArgument(unknown_argument(function.__name__, name, parameters))
+                if name in switches and not isinstance(value, bool) and not (value is None and switches[name]):
+                    # reserved="no" is true, and was taken as True
+                    raise UsageError(f"{name} must be True or False{' (or None)' if switches[name] else ''}, "
+                                     f"but got {value!r}.")
             outermost = not _IN_PUBLIC_CALL.get()
             token = _IN_PUBLIC_CALL.set(True)
             try:

@@ -50,6 +50,20 @@ def test_recommend_takes_progress_true_as_fit_and_tune_do_and_refuses_other_valu
         autoshard.recommend("tiny-gpt2", seq_len=16, progress="yes")
 
 
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda: autoshard.profile("tiny-gpt2", reserved="no"), "reserved must be True or False, but got 'no'."),
+    (lambda: autoshard.profile("tiny-gpt2", extrapolate="yes"), "extrapolate must be True or False (or None)"),
+    (lambda: autoshard.recommend("tiny-gpt2", cache=0), "cache must be True or False, but got 0."),
+    (lambda: autoshard.tune("tiny-gpt2", prune="false"), "prune must be True or False, but got 'false'."),
+    (lambda: autoshard.fit("tiny-gpt2", force="no"), "force must be True or False, but got 'no'."),
+])
+def test_a_switch_given_something_else_is_refused_not_read_as_its_truth(call, says):
+    # a string is true: reserved="no" traced the reserve it said no to
+    with pytest.raises(UsageError) as info:
+        call()
+    assert says in str(info.value)
+
+
 def test_an_empty_strategies_list_is_refused_not_read_as_every_strategy():
     with pytest.raises(UsageError, match=r"^strategies= names no strategy"):
         autoshard.recommend("tiny-gpt2", seq_len=16, strategies=[])

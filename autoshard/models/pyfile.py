@@ -122,7 +122,7 @@ def _import(file: Path) -> ModuleType:
         raise ModelSourceError(f"{file}: Python cannot import this file.")
     module = importlib.util.module_from_spec(spec)
     importlib.invalidate_caches()  # sibling files may have been written moments ago
-    with _sibling_imports(file.parent):
+    with _sibling_imports(file.parent), _own_argv(file):
         # Registered while it runs so that dataclasses, pickling of classes and typing lookups work during import.
         sys.modules[name] = module
         try:
@@ -143,6 +143,19 @@ def _import(file: Path) -> ModuleType:
             sys.modules.pop(name, None)
     return module
 
+
+
+@contextlib.contextmanager
+def _own_argv(file: Path) -> Iterator[None]:
+    """``sys.argv`` is ``[file]`` while importing, as ``python file`` without arguments would have it: a script that
+    parses its arguments at import reads none of autoshard's (``profile model.py --batch-size 4``), so its defaults
+    apply, and a usage line it prints names the file, not ``autoshard``."""
+    saved = sys.argv
+    sys.argv = [str(file)]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 @contextlib.contextmanager

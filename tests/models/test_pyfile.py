@@ -442,6 +442,21 @@ EXITS_AT_IMPORT = """
 """
 
 
+def test_a_file_parsing_its_arguments_at_import_reads_none_of_autoshards(tmp_path, monkeypatch, capsys) -> None:
+    # As `python model.py` would run it: its defaults apply, and a usage line names the file.
+    monkeypatch.setattr("sys.argv", ["autoshard", "profile", "model.py", "--batch-size", "4"])
+    parses = "import argparse\n" + "ARGS = argparse.ArgumentParser().parse_args()\n"
+    (tmp_path / "model.py").write_text(parses + textwrap.dedent(MINIMAL), encoding="utf-8")
+    assert load_file(tmp_path / "model.py").build()(torch.ones(1, 4)).shape == (1, 2)
+    (tmp_path / "needs.py").write_text(
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--lr', required=True)\np.parse_args()\n",
+        encoding="utf-8")
+    with pytest.raises(UserCodeError, match=r"called sys\.exit"):
+        load_file(tmp_path / "needs.py")
+    assert "usage: needs.py [-h] --lr LR" in capsys.readouterr().err
+    assert sys.argv[0] == "autoshard"  # given back
+
+
 @pytest.mark.parametrize(
     ("source", "error", "expected"),
     [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autoshard.cli import _checks
@@ -11,6 +12,7 @@ from autoshard.cli._checks import positive_int
 from autoshard.cli._format import OPTIMIZERS, PRECISIONS, count, gib, print_json
 
 if TYPE_CHECKING:
+    from autoshard.models.source import ModelSource
     from autoshard.planner.plan import Plan
 
 NAME = "recommend"
@@ -107,13 +109,16 @@ def run(args: argparse.Namespace) -> int:
     if args.force and args.output_dir is None:
         raise UsageError("--force replaces files in --output-dir, and no --output-dir was given.",
                          hint="Add --output-dir DIR, or drop --force.")
+    source = args.model
     if args.output_dir is not None:  # before the traces: they take 10-60 s
         check_output_dir(args.output_dir)
+        if not args.force:
+            source = _check_export_of_this_model(args.model, args.output_dir)
     if args.plot is not None:
         check_plot_path(args.plot)
     hardware = hardware_from_args(args)
     with tracing_progress(enabled=not args.json) as progress:
-        plan = recommend(args.model, hardware=hardware, progress=progress,
+        plan = recommend(source, hardware=hardware, progress=progress,
                          **request_options(args))  # type: ignore[arg-type]
     if plan.cached_workload is not None and not args.json:  # --json says it in "cached_workload"
         print(f"autoshard: note: the traced step came from the workload cache ({plan.cached_workload}); "
@@ -205,3 +210,33 @@ def _print(plan: Plan) -> None:
             mode = plan.workload.checkpoint_mode  # every candidate's (the table's ckpt column)
             tag = e.strategy + (f" + checkpointing ({mode})" if e.candidate.activation_checkpointing else "")
             console.print(escape(f"  • {tag}: {e.reasons[0] if e.reasons else 'does not fit'}"))
+
+
+def _check_export_of_this_model(model: str, output_dir: Path) -> str | ModelSource:
+    """Refuse, before the traces, an ``--output-dir`` whose ``plan.json`` is another model's: every file would
+    clash once the plan is made (identical files, from re-running the same command, are accepted then).
+
+    Returns:
+        The model's source, loaded here when a ``plan.json`` had to be compared (so it is loaded once), or
+        ``model`` as given.
+    """
+    import json
+
+    from autoshard.errors import UsageError
+    from autoshard.models import load_source
+    from autoshard.planner.plan_file import KIND
+
+    existing = output_dir / "plan.json"
+    if not existing.is_file():
+        return model
+    try:
+        data = json.loads(existing.read_text(encoding="utf-8"))
+        name = data["model"]["name"] if isinstance(data, dict) and data.get("kind") == KIND else None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        name = None
+    loaded = load_source(model)
+    if name == loaded.name:
+        return loaded
+    what = f"the export of another model ({name})" if isinstance(name, str) else "a plan.json that is no autoshard plan"
+    raise UsageError(f"--output-dir {output_dir} holds {what}, and this plan would replace its files.",
+                     hint="Choose another --output-dir, or pass --force to replace them.")

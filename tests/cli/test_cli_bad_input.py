@@ -4,6 +4,7 @@ Python), and the table shows the rule names."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,18 @@ def test_the_hint_names_the_flag_not_the_python_argument(tmp_path, capsys):
     assert main([*RECOMMEND, "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err
     assert "--force" in err and "force=True" not in err and "in Python" not in err  # was "--force (--force in Python)"
+
+
+def test_an_output_dir_holding_another_models_export_is_refused_before_the_traces(tmp_path, capsys, no_tracing):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.json").write_text(json.dumps({"kind": "autoshard.plan", "model": {"name": "gpt2"}}))
+    assert main([*RECOMMEND, "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--output-dir {out} holds the export of another model (gpt2)" in err and "--force" in err
+    (out / "plan.json").write_text("not json")
+    assert main([*RECOMMEND, "--output-dir", str(out)]) == 2
+    assert "holds a plan.json that is no autoshard plan" in capsys.readouterr().err
 
 
 def test_an_unknown_storage_scheme_is_not_blamed_on_a_server(tmp_path):

@@ -325,7 +325,7 @@ def _run_steps(
                     _warm_start(model, optimizer, source, tracker, set_to_none=options.set_grads_to_none)
                     continue
                 first_forward = True
-                for micro in range(accumulation):
+                for micro in range(_micro_batches_traced(accumulation, step, replay=tracker.allocation_log is not None)):
                     count = count_flops and step == 0 and micro == 0
                     flops_total = flops.counter(census=True) if count else None
                     if census and step == 0 and micro == 0:
@@ -383,6 +383,20 @@ def _run_steps(
             h.remove()
         tracker.module_stack.clear()
     return facts
+
+
+def _micro_batches_traced(accumulation: int, step: int, *, replay: bool) -> int:
+    """How many of a step's ``accumulation`` micro-batches are run.
+
+    The first step is not measured and counts FLOPs on its first micro-batch: one builds the optimizer state as
+    all would. In the measured step the first micro-batch's backward allocates the gradients and every later one
+    adds into them, so the second's allocations are those of all the rest and two give the step's peak (the FLOPs
+    and tokens are multiplied by ``accumulation``). A replay through the caching allocator runs them all: its
+    pools could still change after the second.
+    """
+    if replay:
+        return accumulation
+    return 1 if step == 0 else min(accumulation, 2)
 
 
 def _warm_start(model: nn.Module, optimizer: torch.optim.Optimizer, source: ModelSource,

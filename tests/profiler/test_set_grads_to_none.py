@@ -21,7 +21,7 @@ def bench() -> ModuleType:
 
 
 @pytest.mark.parametrize("set_to_none", [True, False])
-@pytest.mark.parametrize("accumulation", [1, 2])
+@pytest.mark.parametrize("accumulation", [1, 2, 5])  # 5: the trace runs two micro-batches, the real step five
 def test_traced_peak_matches_the_cpu_allocator(bench: ModuleType, set_to_none: bool, accumulation: int) -> None:
     torch.manual_seed(0)
     options = ProfileOptions(batch_size=2, precision="32-true", grad_accumulation=accumulation,

@@ -163,5 +163,32 @@ def frozen_behind(best: Evaluation, workload: Workload) -> tuple[str, ...]:
             "(--strategies), whose predictions matched.",)
 
 
+def whole_build(best: Evaluation, hardware: HardwareSpec, workload: Workload) -> tuple[str, ...]:
+    """A line when building the model whole in every rank of a node, as a training script that constructs or
+    loads it on each rank does (and ``fit()`` for all but catalog models sharded at rest), needs more host RAM
+    than the node has: the plan's per-GPU memory can fit and the processes still be killed while they build (a
+    probe's Llama-2-7B on eight GPUs of a 64 GiB host: 8 × 25.1 GiB). Said, not refused: a script can build on
+    its GPU or the meta device, or load rank by rank."""
+    from autoshard.planner.search import HOST_MEMORY_FRACTION
+    from autoshard.profiler.options import Precision
+
+    ram, ranks = hardware.node.cpu.memory_available_bytes, hardware.processes_per_node
+    if ram is None or ranks < 2:
+        return ()
+    frozen = -sum(n for n in workload.module_parameter_numels if n < 0)
+    element = 2 if workload.precision is Precision.BF16_TRUE else 4  # the default dtype the model is built in
+    model = (workload.trainable_parameter_count * element + (workload.frozen_parameter_bytes or frozen * element)
+             + workload.buffer_bytes)
+    usable = ram * HOST_MEMORY_FRACTION
+    if ranks * model <= usable:
+        return ()
+    how = ("on the meta device and let FSDP2 / ZeRO-3 materialise each rank's shard (fit() does for catalog models; "
+           "deepspeed.zero.Init for ZeRO-3)" if best.traits.sharded_at_rest else
+           "straight onto its GPU (with torch.device('cuda'): ...)")
+    return (f"Host RAM: building the model whole in each of a node's {ranks} ranks, as a script that constructs or "
+            f"loads it per rank does, takes {ranks} × {_gib(model)} = {_gib(ranks * model)}, above the "
+            f"{_gib(usable)} usable of this node's {_gib(ram)}: build it {how}, or load it one rank at a time.",)
+
+
 def _gib(x: float) -> str:
     return f"{x / 2**30:.1f} GiB"

@@ -16,6 +16,7 @@ from autoshard.planner.caveats import (
     global_batch,
     offload_scope,
     unknown_host,
+    whole_build,
 )
 from autoshard.planner.plan import Evaluation, Plan, PlanRequest
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
@@ -78,7 +79,7 @@ def plan(
         + _search_limit(best, hardware, request) \
         + global_batch(best, hardware) + communication_bound(best, hardware) + unknown_host(best, hardware) \
         + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked, workload, request.goal) \
-        + frozen_behind(best, workload)
+        + frozen_behind(best, workload) + whole_build(best, hardware, workload)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 

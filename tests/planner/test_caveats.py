@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import autoshard
-from autoshard.planner.caveats import communication_bound
+from autoshard.planner.caveats import communication_bound, whole_build
 from tests.planner.test_planner import H100x8, Synthetic, plan, request, workload
 
 
@@ -36,3 +36,20 @@ def test_zero3_behind_frozen_weights_says_what_it_does_not_count() -> None:
     for model, strategies in ((frozen_llama, ["fsdp"]), ("tiny-llama", ["deepspeed_stage_3"])):
         plan = autoshard.recommend(model, hardware="dgx-h100", strategies=strategies)
         assert not any("DeepSpeed's own linear" in x for x in plan.explanation)
+
+
+def test_building_the_model_whole_in_every_rank_beyond_the_hosts_ram_is_said() -> None:
+    """A probe's Llama-2-7B on eight H100s of a 64 GiB host: ZeRO-1 and ZeRO-2 fit the GPUs, and each rank's
+    fp32 build takes 25.1 GiB of host RAM, 201 GiB in all, which nothing said."""
+    seven_b = workload(6_738_415_616)
+    ddp = plan(seven_b, H100x8, request(micro_batch_size=1), [Synthetic("ddp", state_gib=10, act_gib=1,
+                                                                        per_device_samples_s=100)]).recommended
+    small_host = dataclasses.replace(H100x8, node=dataclasses.replace(
+        H100x8.node, cpu=dataclasses.replace(H100x8.node.cpu, memory_available_bytes=64 * 2**30)))
+    (line,) = whole_build(ddp, small_host, seven_b)
+    assert line.startswith("Host RAM: building the model whole in each of a node's 8 ranks")
+    assert "8 × 25.1 GiB = 200.8 GiB, above the 57.6 GiB usable of this node's 64.0 GiB" in line
+    assert "straight onto its GPU" in line
+    assert whole_build(ddp, H100x8, seven_b) == ()  # the DGX's 2 TiB holds eight builds
+    bf16 = dataclasses.replace(seven_b, precision=autoshard.Precision.BF16_TRUE)
+    assert "8 × 12.6 GiB" in whole_build(ddp, small_host, bf16)[0]  # built in bf16 under bf16-true

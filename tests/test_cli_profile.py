@@ -47,6 +47,18 @@ def test_profile_table_names_the_peak_and_block(capsys):
     assert "peak allocated" in out and "LlamaDecoderLayer" in out and "FLOPs per step" in out
 
 
+def test_the_table_says_what_its_totals_are(capsys):
+    """A probe read "nvidia-smi total (estimate)" as the figure while its reserve was a floor (GPT-2 at batch 8:
+    1.68 MiB where the replay gave 1.54 GiB), and a checkpointed step's FLOPs as the model's."""
+    argv = ["profile", "tiny-gpt2", "--batch-size", "2", "--seq-len", "64"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "nvidia-smi total (at least)" in out and "recomputation included" not in out
+    assert main([*argv, "--reserved", "--checkpointing", "full"]) == 0
+    out = capsys.readouterr().out
+    assert "nvidia-smi total (estimate)" in out and "FLOPs per step:" in out and "recomputation included (" in out
+
+
 def test_model_states_line_says_the_parameters_allocated_beside_their_exact_bytes(capsys):
     """Parameters are counted as stored and gradients as allocated (each tensor rounded up to a block): on a small
     model the line gives both figures for the parameters, the allocated one equal to the fp32 gradients'."""

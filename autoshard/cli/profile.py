@@ -149,7 +149,8 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
         for ov in p.overheads:
             if not ov.in_allocator:
                 table.add_row(f"+ {ov.name} (outside allocator)", gib(ov.bytes), "")
-        table.add_row("[bold]nvidia-smi total (estimate)[/bold]", f"[bold]{gib(p.device_total_bytes)}[/bold]", "")
+        total_label = "nvidia-smi total (estimate)" if p.reserved is not None else "nvidia-smi total (at least)"
+        table.add_row(f"[bold]{total_label}[/bold]", f"[bold]{gib(p.device_total_bytes)}[/bold]", "")
     console.print(table)
     if p.reserved is not None:
         r = p.reserved
@@ -172,8 +173,11 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     if p.unused_parameter_count:
         console.print(escape(unused_line(p.unused_parameter_count, p.unused_modules)))
     per_token = f", {flops(p.flops_per_step / p.tokens_per_step)}/token" if p.tokens_per_step else ""
+    # The kernels' work (hardware FLOPs): a checkpointed step's backward runs its forward again, which model-FLOPs
+    # MFU (6N per token) leaves out; said, since the figure is otherwise read as the model's.
+    recomputed = ", recomputation included" if p.options.activation_checkpointing else ""
     console.print(
-        f"FLOPs per step: {flops(p.flops_per_step)} (forward {flops(p.forward_flops)}, "
+        f"FLOPs per step: {flops(p.flops_per_step)}{recomputed} (forward {flops(p.forward_flops)}, "
         f"backward {flops(p.backward_flops)} per micro-batch{per_token})"
     )
     for line in p.scope:  # what the trace leaves out or assumes about the model source

@@ -193,6 +193,7 @@ def _print(plan: Plan) -> None:
             f"{c.step_time_s:.3f}" if c else "—",
             format_throughput(c.samples_per_s) if c else "—",
             f"{c.tokens_per_s:,.0f}" if c and c.tokens_per_s else "",
+            style=None if e.fits else "dim",  # a row that does not fit: its speed is at a micro-batch that OOMs
         )
     console.print(table)
     console.print("[bold]Recommendation:[/bold] " + escape(plan.explanation[0]))

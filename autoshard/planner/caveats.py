@@ -173,7 +173,7 @@ def whole_build(best: Evaluation, hardware: HardwareSpec, workload: Workload) ->
     from autoshard.profiler.options import Precision
 
     ram, ranks = hardware.node.cpu.memory_available_bytes, hardware.processes_per_node
-    if ram is None or ranks < 2:
+    if ram is None or ranks < 2 or hardware.gpu is None:  # CPU processes: their memory, checked, is the host's
         return ()
     frozen = -sum(n for n in workload.module_parameter_numels if n < 0)
     element = 2 if workload.precision is Precision.BF16_TRUE else 4  # the default dtype the model is built in

@@ -53,3 +53,5 @@ def test_building_the_model_whole_in_every_rank_beyond_the_hosts_ram_is_said() -
     assert whole_build(ddp, H100x8, seven_b) == ()  # the DGX's 2 TiB holds eight builds
     bf16 = dataclasses.replace(seven_b, precision=autoshard.Precision.BF16_TRUE)
     assert "8 × 12.6 GiB" in whole_build(ddp, small_host, bf16)[0]  # built in bf16 under bf16-true
+    cpu_processes = dataclasses.replace(small_host, node=dataclasses.replace(small_host.node, gpu=None))
+    assert whole_build(ddp, cpu_processes, seven_b) == ()  # each process's memory is the host's, checked as such

@@ -21,6 +21,7 @@ from difflib import get_close_matches
 from types import ModuleType
 from typing import Any, NoReturn
 
+from autoshard.cli._encoding import plain_where_unencodable
 from autoshard.errors import AutoshardError, command_line
 
 SUBCOMMANDS = ("recommend", "compare", "profile", "tune", "hardware", "models", "export", "cache")
@@ -116,6 +117,7 @@ def _in_flags(hint: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autoshard`` console script; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    plain_where_unencodable()
     parser = build_parser(_command(argv) or "")
     _json_errors(parser, argv)
     args, unknown = parser.parse_known_args(argv)

@@ -191,10 +191,11 @@ def command_line() -> Iterator[None]:
         _COMMAND_LINE.reset(token)
 
 
-def reworded(text: str, rewrites: Rewrites) -> str:
+def reworded(text: str, rewrites: Rewrites, *, for_python: bool = True) -> str:
     """``text`` with each pattern of ``rewrites`` replaced outside spans in backticks; a span in backticks is a
     command quoted whole, which keeps its flags, or becomes its Python equivalent where it has one
-    (:data:`PYTHON_COMMANDS`).
+    (:data:`PYTHON_COMMANDS`) when the text is ``for_python`` (not when one command's text is said in another's
+    terms, as ``autoshard compare`` says ``recommend``'s).
 
     Example:
         >>> reworded("Use --seq-len 128 or less.", PLANNER_ARGUMENTS)
@@ -208,7 +209,8 @@ def reworded(text: str, rewrites: Rewrites) -> str:
     for i in range(0, len(parts), 2):  # even parts are outside backticks
         for pattern, replacement in rewrites:
             parts[i] = re.sub(pattern, replacement, parts[i])
-    for i in range(1, len(parts) - 1, 2):  # odd ones inside (a trailing odd part has no closing backtick)
+    inside = range(1, len(parts) - 1, 2) if for_python else ()  # odd parts (a trailing one has no closing backtick)
+    for i in inside:
         parts[i] = PYTHON_COMMANDS.get(parts[i], parts[i])
     return "`".join(parts)
 

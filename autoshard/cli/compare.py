@@ -102,10 +102,12 @@ def in_compare_terms(text: str, machine: str, gpus_per_node: int) -> str:
         "the host's RAM is unknown (cpu_memory: in a node hardware file has the plan check it)"
         >>> in_compare_terms("e.g. --gpus/--nodes for 8: one node of 8 (--gpus 8), or 8 nodes of 1", "t4", 1)
         'e.g. t4:8 (one node), or t4:1x8 (8 nodes of 1)'
+        >>> in_compare_terms("(`autoshard hardware --benchmark-disk PATH` measures it)", "t4", 1)
+        '(`autoshard hardware --benchmark-disk PATH` measures it)'
     """
     from autoshard.errors import reworded
 
-    return reworded(text, compare_terms(machine, gpus_per_node))
+    return reworded(text, compare_terms(machine, gpus_per_node), for_python=False)
 
 
 def _terms(option: MachineOption, text: str) -> str:

@@ -5,6 +5,8 @@ usual)."""
 
 from __future__ import annotations
 
+import math
+
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.planner.plan import Evaluation
 from autoshard.strategies.workload import Workload, first_trainable
@@ -141,12 +143,49 @@ def offload_scope(best: Evaluation, hardware: HardwareSpec, weighed: list[Evalua
                      "(all autoshard plans) leaves each GPU too little room; runs of this size usually add tensor or "
                      "pipeline parallelism (Megatron-LM, torchtitan, DeepSpeed's pipeline engine), which can keep "
                      "the states on the GPUs and be faster, and which autoshard does not plan.")
+    else:
+        lines.append(f"Scope: on one node this plan offloads to the host, because no plan keeping the states on its "
+                     f"{_count_gpus(hardware.processes_per_node)} fits. More nodes shard them further"
+                     f"{_nodes_to_hold(workload, hardware)} (--nodes N; `autoshard compare MODEL --hardware NAME:GxN` "
+                     "for several N), and runs of this size usually add tensor or pipeline parallelism too, which "
+                     "autoshard does not plan.")
     if goal == "finetune" and workload.trainable_parameter_count == workload.parameter_count:
         lines.append(f"Scope: this fine-tunes all {workload.parameter_count / 1e9:.3g}B parameters, and only "
                      "offloading makes that fit. A parameter-efficient method trains far fewer: a LoRA adapter "
                      "(peft's get_peft_model) leaves the base frozen, with no gradients or optimizer state for it, "
                      "and fit() given that module plans its trainable parameters only.")
     return tuple(lines)
+
+
+def _nodes_to_hold(workload: Workload, hardware: HardwareSpec) -> str:
+    """": the model states alone ... need at least N such nodes" when N > 1: the trainable parameters' weights,
+    gradients and optimizer state (and the frozen weights) sharded over every GPU, before any activation — a lower
+    bound."""
+    from autoshard.profiler.options import Precision
+
+    memory = hardware.device_memory_bytes or 0  # all of it, margin and context too: the bound stays a bound
+    if memory <= 0:
+        return ""
+    element = 2 if workload.precision is Precision.BF16_TRUE else 4
+    states = (workload.trainable_parameter_count * (2 * element + workload.optimizer_state_bytes_per_parameter)
+              + workload.frozen_parameter_bytes)
+    nodes = math.ceil(states / (memory * hardware.processes_per_node))
+    return "" if nodes < 2 else (f": the model states alone ({_gib(states)}), sharded over every GPU, need at least "
+                                 f"{nodes} such nodes before any activation")
+
+
+SLOW_STEP_S = 600.0
+"""An optimizer step predicted longer than this (ten minutes) is said in days per thousand steps: a plan can fit
+and still be of no use (a probe's Llama-3.1-405B on one DGX H100: 6,573 s a step, said nowhere)."""
+
+
+def slow_step(best: Evaluation) -> tuple[str, ...]:
+    """A line when the recommended step is predicted to take longer than :data:`SLOW_STEP_S`."""
+    if best.cost is None or best.cost.step_time_s <= SLOW_STEP_S:
+        return ()
+    step = best.cost.step_time_s
+    return (f"Slow: {step:,.0f} s ({step / 3600:.2g} h) per optimizer step predicted, so 1,000 steps take "
+            f"{1000 * step / 86400:,.0f} days: it fits, but more or larger GPUs are what would make it trainable.",)
 
 
 def frozen_behind(best: Evaluation, workload: Workload) -> tuple[str, ...]:
@@ -192,3 +231,7 @@ def whole_build(best: Evaluation, hardware: HardwareSpec, workload: Workload) ->
 
 def _gib(x: float) -> str:
     return f"{x / 2**30:.1f} GiB"
+
+
+def _count_gpus(n: int) -> str:
+    return "GPU" if n == 1 else f"{n} GPUs"

@@ -15,6 +15,7 @@ from autoshard.planner.caveats import (
     frozen_behind,
     global_batch,
     offload_scope,
+    slow_step,
     unknown_host,
     whole_build,
 )
@@ -79,7 +80,7 @@ def plan(
         + _search_limit(best, hardware, request) \
         + global_batch(best, hardware) + communication_bound(best, hardware) + unknown_host(best, hardware) \
         + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked, workload, request.goal) \
-        + frozen_behind(best, workload) + whole_build(best, hardware, workload)
+        + frozen_behind(best, workload) + whole_build(best, hardware, workload) + slow_step(best)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 

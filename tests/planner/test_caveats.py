@@ -55,3 +55,23 @@ def test_building_the_model_whole_in_every_rank_beyond_the_hosts_ram_is_said() -
     assert "8 × 12.6 GiB" in whole_build(ddp, small_host, bf16)[0]  # built in bf16 under bf16-true
     cpu_processes = dataclasses.replace(small_host, node=dataclasses.replace(small_host.node, gpu=None))
     assert whole_build(ddp, cpu_processes, seven_b) == ()  # each process's memory is the host's, checked as such
+
+
+def test_a_plan_whose_step_takes_hours_says_so_and_a_one_node_offload_says_how_many_nodes_hold_the_states() -> None:
+    """Llama-3.1-405B on one DGX H100: ZeRO-3 with NVMe offload at 6,573 s a step, said nowhere (a probe)."""
+    from autoshard.planner.caveats import offload_scope, slow_step
+
+    big = workload(405_000_000_000)
+    offload = Synthetic("deepspeed_stage_3_offload", state_gib=10, act_gib=1, per_device_samples_s=1, sharded=True,
+                        cpu_gib=100)
+    on_gpus = Synthetic("deepspeed_stage_3", state_gib=1000, act_gib=1, per_device_samples_s=2, sharded=True)
+    p = plan(big, H100x8, request(micro_batch_size=1), [offload, on_gpus])
+    best = p.recommended
+    assert best.cost is not None
+    (scope,) = offload_scope(best, H100x8, list(p.candidates), big, "pretrain")
+    # 405e9 x 16 B = 5.9 TiB over 8 GPUs of 79.65 GiB: at least 10 nodes
+    assert "model states alone (6035.0 GiB), sharded over every GPU, need at least 10 such nodes" in scope
+    slow = dataclasses.replace(best, cost=dataclasses.replace(best.cost, step_time_s=6573.0))
+    assert slow_step(slow) == ("Slow: 6,573 s (1.8 h) per optimizer step predicted, so 1,000 steps take 76 days: it "
+                               "fits, but more or larger GPUs are what would make it trainable.",)
+    assert slow_step(dataclasses.replace(best, cost=dataclasses.replace(best.cost, step_time_s=30.0))) == ()

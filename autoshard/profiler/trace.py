@@ -325,7 +325,8 @@ def _run_steps(
                     _warm_start(model, optimizer, source, tracker, set_to_none=options.set_grads_to_none)
                     continue
                 first_forward = True
-                for micro in range(_micro_batches_traced(accumulation, step, replay=tracker.allocation_log is not None)):
+                traced = _micro_batches_traced(accumulation, step, replay=tracker.allocation_log is not None)
+                for micro in range(traced):
                     count = count_flops and step == 0 and micro == 0
                     flops_total = flops.counter(census=True) if count else None
                     if census and step == 0 and micro == 0:

@@ -24,6 +24,7 @@ from autoshard.runtime.backends import Backend, to_device
 from autoshard.runtime.checkpoint import Position
 from autoshard.runtime.data import DataFeed, batch_rows
 from autoshard.runtime.distributed import (
+    RunContext,
     all_true,
     communication_failure,
     mean_over_ranks,
@@ -121,14 +122,22 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     position = start
     steps: list[StepMetrics] = []
     evals: list[EvalMetrics] = []
-    pending: list[tuple[int, int, torch.Tensor, float, int | None, float, int, float]] = []
+    pending: list[tuple[int, int, torch.Tensor, float, int | None, float | None, int, float]] = []
     planned_rows = max(1, config.samples_per_step // (config.accumulation * ctx.world_size))
     last_ckpt: Path | None = None
     # Lengths unknown (a generator, an IterableDataset): agree with the other ranks on every micro-batch.
     check_each_step = feed.batches_per_epoch is None and not feed.endless and ctx.world_size > 1
     epoch, consumed = start.epoch, start.batch_in_epoch
-    epoch_rng = checkpoint.rng_state() if config.epoch_rng is None or not consumed else config.epoch_rng
-    batches: Iterator[Any] = _epoch_under(feed, epoch, consumed, epoch_rng)
+    # A fresh epoch's iterator draws from torch's generator and leaves it advanced, as a plain loop's does (put
+    # back, the next epoch drew the same order); one resumed inside an epoch is made again under the RNG state
+    # that epoch started from, then the checkpoint's state is put back.
+    batches: Iterator[Any]
+    if config.epoch_rng is not None and consumed > 0:
+        epoch_rng = config.epoch_rng
+        batches = _epoch_under(feed, epoch, consumed, epoch_rng)
+    else:
+        epoch_rng = checkpoint.rng_state()
+        batches = feed.epoch(epoch, skip=consumed)
     first = True
     sizes = _SampleSizes(config.tokens_per_sample)
     nonfinite: list[int] = []  # the first step whose loss was NaN or infinite: warned once
@@ -172,14 +181,14 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
         micro_losses = []
         rows, tokens = 0, 0.0
         for micro in range(config.accumulation):
-            batch = next(batches, _END)
+            # Streams of unknown length: the ranks agree on the end of an epoch before any rolls over (rank 0's
+            # epoch-0 tail was paired with rank 1's epoch 1), what the longer ones had left of it dropped.
+            batch = _agreed(next(batches, _END), check_each_step, ctx)
             if batch is _END and (config.epochs is None or epoch + 1 < config.epochs):
                 epoch, consumed = epoch + 1, 0
                 epoch_rng = checkpoint.rng_state()  # what a loader shuffling with torch's generator draws from
                 batches = feed.epoch(epoch)
-                batch = next(batches, _END)
-            if check_each_step and not all_true(batch is not _END, ctx):
-                batch = _END  # some rank ran out: every rank stops at the same step
+                batch = _agreed(next(batches, _END), check_each_step, ctx)
             if batch is _END:
                 break
             consumed += 1
@@ -198,7 +207,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
         if batch is _END:  # the data ran out: an incomplete accumulation is not stepped
             break
         first = False
-        lr = float(optimizer.param_groups[0]["lr"])  # what this step's update uses
+        lr = _group_lr(optimizer)  # what this step's update uses
         backend.step()
         if scheduler is not None:
             _schedule(scheduler, position.step + 1)
@@ -245,9 +254,26 @@ def _schedule(scheduler: LRScheduler, step: int) -> None:
                                  "steps; e.g. OneCycleLR(total_steps=...)), or end the run within it.") from exc
 
 
+def _group_lr(optimizer: torch.optim.Optimizer) -> float | None:
+    """The first parameter group's learning rate, ``None`` where the optimizer sets its own step size
+    (transformers' ``Adafactor(lr=None, relative_step=True)``, T5's usual setting: ``float(None)`` stopped the run
+    after its first step)."""
+    lr = optimizer.param_groups[0].get("lr")
+    return None if lr is None else float(lr)
+
+
+def _agreed(batch: Any, check: bool, ctx: RunContext) -> Any:
+    """``batch``, or the end of the epoch on every rank when ``check`` (lengths unknown) and any rank's has ended
+    (collective then: one all-reduce)."""
+    if check and not all_true(batch is not _END, ctx):
+        return _END
+    return batch
+
+
 def _epoch_under(feed: DataFeed, epoch: int, skip: int, rng: dict[str, torch.Tensor]) -> Iterator[Any]:
     """``feed.epoch(epoch, skip=skip)``, its first batch drawn under ``rng`` (a loader's shuffled order and its
-    workers' seeds come from torch's generator when its iterator starts), then torch's RNG as it was."""
+    workers' seeds come from torch's generator when its iterator starts), then torch's RNG as it was: resuming
+    inside an epoch, ``rng`` the state it started from and the RNG put back the checkpoint's."""
     now = checkpoint.rng_state()
     checkpoint.set_rng_state(rng)
     try:
@@ -272,6 +298,14 @@ def _done(position: Position, config: LoopConfig) -> bool:
     return config.max_steps is not None and position.step >= config.max_steps
 
 
+def longer_than_planned(where: str, length: int, planned: int) -> str:
+    """The warning for a batch (at ``where``: a step, ``eval_data``) of sequences of ``length`` tokens, longer than
+    the plan's ``seq_len`` (``planned``)."""
+    return (f"{where}: a batch holds sequences of {length} tokens, and the plan is for {planned} (its seq_len): its "
+            f"memory and time are for {planned}, and on a GPU a longer batch may not fit. Plan for the longest (a "
+            f"model source's seq_len=, or the longest batch first), or truncate the batches to {planned}.")
+
+
 class _SampleSizes:
     """Warns once when a batch holds longer sequences than the plan's ``seq_len`` (``planned``), and once when it
     holds more elements per sample than the first: the plan's memory is for batches like the one it traced
@@ -292,10 +326,7 @@ class _SampleSizes:
         if length is not None and self.planned is not None and length > self.planned:
             self.warned_length = True
             if speak:
-                warnings.warn(f"step {step}: a batch holds sequences of {length} tokens, and the plan is for "
-                              f"{self.planned} (its seq_len): its memory and time are for {self.planned}, and on a "
-                              "GPU a longer batch may not fit. Plan for the longest (a model source's seq_len=, or "
-                              f"the longest batch first), or truncate the batches to {self.planned}.", stacklevel=3)
+                warnings.warn(longer_than_planned(f"step {step}", length, self.planned), stacklevel=3)
         if self.warned:
             return
         tensors = [t for t in batch_values(batch) or [] if isinstance(t, torch.Tensor) and t.dim() > 0]

@@ -11,13 +11,14 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 
 from autoshard.errors import UsageError, UserCodeError
 from autoshard.models.source import ModelSource, call_model
 from autoshard.models.step import StepFunctions, output_loss, step_functions
 from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.blocks import find_repeated_blocks
-from autoshard.runtime import backends, checkpoint, loop
+from autoshard.runtime import backends, checkpoint, data_notes, loop
 from autoshard.runtime.activation_checkpointing import restore_blocks
 from autoshard.runtime.backends import ModelInit
 from autoshard.runtime.checkpoint import Position
@@ -110,17 +111,8 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                              hint="Pass more data, a plan with a smaller micro-batch, or fewer processes.")
         epochs = job.epoch_limit
         per_epoch = feed.batches_per_epoch
-        if feed.samples_dropped:
-            notes.append(f"data: {feed.samples_dropped} sample(s) of each epoch are left out (the dataset is shuffled "
-                         f"into micro-batches of {plan.micro_batch_size} on each of the {ctx.world_size} rank(s), and "
-                         "what fills no whole micro-batch on every rank is dropped, a different few each epoch); "
-                         "pass a DataLoader with a batch_size that divides the data to keep them all.")
-        if feed.dealt_from_whole is not None:
-            notes.append(f"data: the DataLoader {feed.dealt_from_whole} cannot be split among the ranks by a "
-                         f"DistributedSampler, so each of the {ctx.world_size} ranks iterates it whole and trains on "
-                         f"every {ctx.world_size}th batch: every rank loads and collates all the batches "
-                         f"({ctx.world_size}× the loading work; more num_workers, or a dataset split by rank "
-                         "yourself, cuts it).")
+        notes.extend(data_notes.before_training(feed, plan.micro_batch_size,
+                                                loader_given=isinstance(job.data, DataLoader)))
         if epochs is not None and per_epoch is not None and per_epoch * epochs < plan.gradient_accumulation:
             raise UsageError(f"each rank's share of the data holds {per_epoch * epochs} micro-batch(es) of "
                              f"{plan.micro_batch_size} in {epochs} epoch(s), and an optimizer step accumulates "
@@ -158,13 +150,12 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                          "resume=True) to continue that run, or another dir to keep the two apart.")
         fns = step_functions_for(job, backend.module)
         evaluator = None if job.eval_data is None else Evaluator(
-            job.eval_data, backend=backend, fns=fns, micro_batch_size=plan.micro_batch_size, seed=job.seed)
+            job.eval_data, backend=backend, fns=fns, micro_batch_size=plan.micro_batch_size, seed=job.seed,
+            seq_len=plan.seq_len)
         if evaluator is not None:
             evaluator.check()  # a batch the model cannot take is refused now, not after training
-        if evaluator is not None and evaluator.feed.left_out:
-            notes.append(f"eval_data: its last {evaluator.feed.left_out} batch(es) make an incomplete round over the "
-                         f"{ctx.world_size} ranks and are not scored; pass the samples as a Dataset (or a "
-                         "DataLoader over one) to score them all.")
+            notes.extend([*evaluator.notes, *data_notes.eval_left_out(evaluator.feed),
+                          *data_notes.stream_found(evaluator.feed, "eval_data")])
         reporter = None
         if job.progress and ctx.is_main:
             total = job.max_steps
@@ -181,6 +172,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
             on_step=job.on_step, on_log=reporter, evaluate=evaluator, eval_every=job.eval_every,
             on_eval=None if reporter is None else reporter.evaluated, epoch_rng=epoch_rng)
         outcome = loop.run(backend, feed, fns, config, start, scheduler)
+        notes.extend(data_notes.stream_found(feed, "data"))  # a stream's kind is known from its first batch on
         state = backend.full_state_dict() if job.consolidate else None
         module = backend.module
     finally:

@@ -618,13 +618,18 @@ def test_a_module_fsdp2_sharded_in_this_process_is_refused_with_how_to_train_it_
     assert len(again.steps) == 1
 
 
-def test_a_loader_of_single_samples_is_batched_at_the_planned_micro_batch() -> None:
-    """DataLoader(batch_size=None) yields each sample as the dataset gives it ([8], not [1, 8]): fed as batches,
-    the first dimension was taken for the batch and the trace of nn.Linear(8, 1) failed, blamed on the user's code."""
+def test_a_loader_without_automatic_batching_over_single_samples_is_refused_before_tracing() -> None:
+    """DataLoader(batch_size=None) yields each item as a batch (torch's meaning, which fit() now keeps: its dataset
+    was batched at the planned micro-batch instead). Items that are single samples ([8] and [1]) are refused before
+    the trace, which failed blamed on the user's code."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 8, generator=g)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x @ torch.randn(8, 1, generator=g)),
                                          batch_size=None)
-    result = fit(nn.Linear(8, 1), loader, loss_fn=nn.functional.mse_loss, batch_size=4, max_steps=3, progress=False)
-    assert len(result.steps) == 3 and result.plan.micro_batch_size == 4
-    assert any(n.startswith("data is a DataLoader with batch_size=None") for n in result.notes)
+    with pytest.raises(UsageError, match=r"^batch_size=4, and the first item of the DataLoader \(batch_size=None: "
+                                         r"each item a batch\) is no batch"):
+        fit(nn.Linear(8, 1), loader, loss_fn=nn.functional.mse_loss, batch_size=4, max_steps=3, progress=False)
+    with pytest.raises(UsageError, match=r"^the first item of the DataLoader \(batch_size=None: each item a batch\) "
+                                         r"is no batch") as info:
+        fit(nn.Linear(8, 1), loader, loss_fn=nn.functional.mse_loss, max_steps=3, progress=False)
+    assert "DataLoader(data, batch_size=...)" in (info.value.hint or "")

@@ -188,6 +188,19 @@ def slow_step(best: Evaluation) -> tuple[str, ...]:
             f"{1000 * step / 86400:,.0f} days: it fits, but more or larger GPUs are what would make it trainable.",)
 
 
+def flat_adafactor(best: Evaluation, workload: Workload) -> tuple[str, ...]:
+    """A line when ZeRO steps Adafactor: DeepSpeed hands the optimizer flat 1-D partitions, so what trains is not
+    Adafactor's update (an optimizer probe: ZeRO-2 and ZeRO-3 losses left DDP's from the second step, with nothing
+    said; the memory side is priced, ``deepspeed/optimizer_state.py``)."""
+    from autoshard.strategies.deepspeed.optimizer_state import FLAT_SHAPED_OPTIMIZERS
+
+    if best.traits.family != "deepspeed" or workload.optimizer not in FLAT_SHAPED_OPTIMIZERS:
+        return ()
+    return ("Adafactor under ZeRO: DeepSpeed hands the optimizer flat 1-D partitions, so it keeps a whole "
+            "(unfactored) second moment and scales each update by a partition's RMS, not each tensor's: the "
+            "training differs from Adafactor's, which DDP steps as it is.",)
+
+
 def frozen_behind(best: Evaluation, workload: Workload) -> tuple[str, ...]:
     """A line when ZeRO-3 trains parameters that sit behind frozen ones (LoRA adapters, norm-only tuning): its own
     linear keeps every frozen linear's input for backward, which the plan does not count."""

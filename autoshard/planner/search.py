@@ -12,6 +12,7 @@ from autoshard.hardware.units import format_throughput
 from autoshard.planner.caveats import (
     assumed_gpu,
     communication_bound,
+    flat_adafactor,
     frozen_behind,
     global_batch,
     offload_scope,
@@ -80,7 +81,8 @@ def plan(
         + _search_limit(best, hardware, request) \
         + global_batch(best, hardware) + communication_bound(best, hardware) + unknown_host(best, hardware) \
         + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked, workload, request.goal) \
-        + frozen_behind(best, workload) + whole_build(best, hardware, workload) + slow_step(best)
+        + frozen_behind(best, workload) + whole_build(best, hardware, workload) + slow_step(best) \
+        + flat_adafactor(best, workload)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 

@@ -141,8 +141,28 @@ def declared_optimizer(source: ModelSource) -> str | None:
                               user_file=source.user_file)
     except UserCodeError:
         return None
-    names = {"AdamW": "adamw", "Adam": "adam", "SGD": "sgd", "Adafactor": "adafactor", "AdamW8bit": "adamw8bit"}
-    return names.get(type(optimizer).__name__)
+    return optimizer_key(optimizer)
+
+
+_NAMES = {"AdamW": "adamw", "Adam": "adam", "SGD": "sgd", "Adafactor": "adafactor", "AdamW8bit": "adamw8bit"}
+_LIBRARIES = ("torch.optim", "transformers", "bitsandbytes")
+"""Where the classes of :data:`_NAMES` come from: a class of that name elsewhere (a user's own ``Adam``) is not
+taken for one."""
+
+
+def optimizer_key(optimizer: Any) -> str | None:
+    """The name (:data:`~autoshard.profiler.options.OPTIMIZERS`) of an optimizer instance or class from torch,
+    transformers or bitsandbytes that autoshard plans by name (torch's and transformers' ``Adafactor`` alike: both
+    factor the second moment), else ``None``.
+
+    Example:
+        >>> optimizer_key(torch.optim.SGD), optimizer_key(torch.optim.Adagrad)
+        ('sgd', None)
+    """
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if not cls.__module__.startswith(_LIBRARIES):
+        return None
+    return _NAMES.get(cls.__name__)
 
 
 def make_optimizer(source: ModelSource, options: ProfileOptions, model: nn.Module) -> torch.optim.Optimizer:

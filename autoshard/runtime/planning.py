@@ -203,19 +203,24 @@ def _with_overrides(exported: ExportedPlan, options: PlanOptions, notes: list[st
 
 def optimizer_name(optimizer: Any) -> str | None:
     """The name (of :data:`~autoshard.profiler.options.OPTIMIZERS`) to plan ``fit(optimizer=...)`` with: a name
-    as given; ``adamw8bit`` for bitsandbytes' 8-bit Adam / AdamW given as a class or an instance (its state is
-    what the plan must hold, and FSDP2 cannot step it); ``None`` for anything else (planned as ``adamw``).
+    as given; torch's AdamW, Adam, SGD and Adafactor (and transformers' Adafactor) given as a class or an instance by
+    their names (an SGD class was planned, labelled and exported as AdamW, and refused by ZeRO-Offload only in the
+    workers); ``adamw8bit`` for bitsandbytes' 8-bit Adam / AdamW (its state is what the plan must hold, and FSDP2
+    cannot step it); ``None`` for anything else (planned as ``adamw``, which a note says).
 
     Example:
-        >>> optimizer_name("AdamW"), optimizer_name(torch.optim.SGD)
-        ('adamw', None)
+        >>> optimizer_name("AdamW"), optimizer_name(torch.optim.SGD), optimizer_name(torch.optim.Adagrad)
+        ('adamw', 'sgd', None)
     """
+    from autoshard.profiler.optimizers import optimizer_key
     from autoshard.profiler.options import parse_optimizer
 
     if isinstance(optimizer, str):
         return parse_optimizer(optimizer)
     cls = optimizer if isinstance(optimizer, type) else type(optimizer)
-    if not cls.__module__.startswith("bitsandbytes") or not cls.__name__.lower().startswith(("adam", "pagedadam")):
+    if not cls.__module__.startswith("bitsandbytes"):
+        return optimizer_key(cls)
+    if not cls.__name__.lower().startswith(("adam", "pagedadam")):
         return None
     bits = getattr(getattr(optimizer, "args", None), "optim_bits", 8 if "8bit" in cls.__name__ else 32)
     return "adamw8bit" if bits == 8 else None
@@ -227,8 +232,8 @@ def optimizer_label(optimizer: Any) -> str | None:
     as a class or an instance (Lion8bit, 32-bit AdamW: kernels of their own, which FSDP2 cannot run), else ``None``.
 
     Example:
-        >>> optimizer_label("adamw"), optimizer_label(torch.optim.SGD)
-        ('adamw', None)
+        >>> optimizer_label("adamw"), optimizer_label(torch.optim.SGD), optimizer_label(torch.optim.Adagrad)
+        ('adamw', 'sgd', None)
     """
     from autoshard.profiler.options import BITSANDBYTES_OBJECT
 
@@ -397,6 +402,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
         notes.append(f"{source.name} checkpoints its own blocks (gradient checkpointing enabled in its code, e.g. "
                      "gradient_checkpointing_enable()): every step recomputes them whatever activation_checkpointing "
                      "says, and the plan's memory and time count that.")
+    # what the plan trains differently from the optimizer named (recommend's explanation says it too)
+    notes.extend(line for line in plan.explanation if line.startswith("Adafactor under ZeRO"))
     if plan.cached_workload is not None:
         notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")
     accumulating = (f" × {exported.gradient_accumulation} accumulated (global batch "
@@ -434,9 +441,11 @@ def _check_list_batches(data: Any, batch_size: int | None) -> None:
 
 
 def _able_strategies(optimizer: Any, strategy: str | None, notes: list[str]) -> list[str] | None:
-    """The strategies to plan over (``None``: all): ``strategy`` if named, less those that cannot step a
-    bitsandbytes optimizer given as an object other than AdamW8bit (planned with AdamW's two 32-bit states per
-    parameter: as much as 32-bit Adam holds, more than Lion8bit, less than AdEMAMix's three).
+    """The strategies to plan over (``None``: all): ``strategy`` if named, less those that cannot step an optimizer
+    given as a class or an instance that autoshard does not plan by name (a bitsandbytes one other than AdamW8bit,
+    torch's Adagrad, a user's Lion: planned with AdamW's two 32-bit states per parameter, which a note says, and
+    refused by ZeRO-Offload before any process starts, not by its workers). An instance holding state is told it is
+    not carried over.
 
     Raises:
         UsageError: none of them can step it.
@@ -446,12 +455,20 @@ def _able_strategies(optimizer: Any, strategy: str | None, notes: list[str]) -> 
 
     label = optimizer_label(optimizer)
     asked = None if strategy is None else [strategy]
-    if label is None or label == optimizer_name(optimizer):
-        return asked
+    if isinstance(optimizer, torch.optim.Optimizer) and optimizer.state:
+        notes.append(f"optimizer: the {type(optimizer).__name__} instance given holds state ({len(optimizer.state)} "
+                     "parameters' worth, from steps it took or a state_dict loaded into it), which is not carried "
+                     "over: fit() builds a fresh one with its hyper-parameters over the parameters it trains. "
+                     "Checkpointing(resume=True) continues a fit() run with its optimizer state.")
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if not issubclass(cls, torch.optim.Optimizer) or (label is not None and label == optimizer_name(optimizer)):
+        return asked  # a name, None, a factory (what it builds is known once built), or one planned by its name
+    label = label or cls.__name__
     check_optimizer(label, [get(n) for n in asked or names()])
     able = [n for n in asked or names() if get(n).refuses(label) is None]
-    notes.append(f"optimizer {label} is planned with AdamW's memory (two 32-bit states per parameter: 8-bit "
-                 f"states hold less, AdEMAMix more), over the strategies that can step it: {', '.join(able)}.")
+    notes.append(f"optimizer {label} is planned with AdamW's memory (two 32-bit states per parameter; one holding "
+                 "less, as 8-bit states or a single momentum, needs less, and one holding more, as AdEMAMix's three, "
+                 f"more), over the strategies that can step it: {', '.join(able)}.")
     return able
 
 

@@ -91,10 +91,17 @@ class FSDPStrategy(Strategy):
         return None
 
     def refuses(self, optimizer: str) -> str | None:
-        """bitsandbytes' optimizers cannot step FSDP2's sharded parameters."""
+        """bitsandbytes' optimizers and Adafactor cannot step FSDP2's sharded parameters."""
         if own_kernel(optimizer):
             return ("bitsandbytes' optimizers cannot step FSDP2's sharded (DTensor) parameters: their kernels take "
                     "plain tensors. ddp and DeepSpeed ZeRO without offload can.")
+        if optimizer == "adafactor":
+            # torch 2.13: torch.optim.Adafactor's in-place pow_ on a row norm's _NormPartial placement raises
+            # ("in-place operations that require placement changes are not supported"); transformers' mixes
+            # plain tensors and DTensors. Both at the first step, after the workers started (an optimizer probe).
+            return ("Adafactor cannot step FSDP2's sharded (DTensor) parameters: its factored second moment's "
+                    "row and column norms fail on a shard (torch's and transformers' alike). ddp steps it as it is "
+                    "(DeepSpeed ZeRO, on flat partitions, unfactored).")
         return None
 
     def knobs(self, hardware: HardwareSpec) -> tuple[Knob, ...]:

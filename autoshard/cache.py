@@ -110,6 +110,9 @@ def write_json(path: Path, data: Any) -> str | None:
         ``None`` when written, else why not (an unwritable directory): a cache that cannot be written costs
         the next run its time, never its answer.
     """
+    home = Path(os.environ.get("HOME") or Path.home())
+    if not home.is_dir() and home in path.parents:  # /nonexistent, a system account's home: not made for a cache
+        return f"the home directory {home} does not exist ({path.parent})"
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -225,6 +225,15 @@ def test_write_json_reports_an_unwritable_directory(tmp_path):
     assert write_json(blocker / "entry.json", {}) is not None
 
 
+def test_write_json_makes_no_missing_home_directory(tmp_path, monkeypatch):
+    # HOME=/nonexistent (a system account's): the cache's mkdir(parents=True) made it, as root
+    home = tmp_path / "nonexistent" / "home"
+    monkeypatch.setenv("HOME", str(home))
+    why = write_json(home / ".cache" / "autoshard" / "workloads" / "entry.json", {})
+    assert why is not None and "does not exist" in why and not (tmp_path / "nonexistent").exists()
+    assert write_json(tmp_path / "elsewhere" / "entry.json", {}) is None  # only the home is not made
+
+
 @pytest.mark.slow  # three fit() runs, each planning and training a step
 def test_fit_plans_from_the_cache_with_a_note_and_cache_false_neither_reads_nor_writes(workloads):
     def notes(**options: Any) -> list[str]:

@@ -284,29 +284,41 @@ def _check_options(options: Mapping[str, Any]) -> None:
 
 
 def _prices(prices: Any, machines: list[str]) -> dict[str, float]:
-    """``prices`` by machine as named in ``machines`` (a price's name matched case aside), checked."""
+    """``prices`` by machine as named in ``machines`` (a price's name matched case aside), checked. A price named
+    by a profile (``dgx-h100``) prices every size of it (``dgx-h100:8x64``, ``dgx-h100:8x256``: a GPU-hour costs
+    the same), except one priced by its own name."""
+    from autoshard.hardware.selection import sized_machine
+
     if prices is None:
         return {}
     if not isinstance(prices, Mapping):
         raise UsageError(f"prices must be a mapping of machine to USD per GPU-hour, e.g. {{'dgx-h100': 2.99}}, not "
                          f"{type(prices).__name__}.")
     named = {_key(m): m for m in machines}
-    by_machine: dict[str, float] = {}
+    sizes: dict[str, list[str]] = {}
+    for m in machines:
+        sizes.setdefault(_key(sized_machine(m)[0]), []).append(m)
+    exact: dict[str, float] = {}
+    by_profile: dict[str, float] = {}
     for name, usd in prices.items():
-        machine = named.get(_key(os.fspath(name))) if isinstance(name, (str, os.PathLike)) else None
-        if machine is None:
+        key = _key(os.fspath(name)) if isinstance(name, (str, os.PathLike)) else None
+        if key is None or (key not in named and key not in sizes):
             raise UsageError(f"--price names {name}, which --hardware does not name.",
-                             hint=f"Name prices by machine as in --hardware: {', '.join(machines)}.")
-        if machine in by_machine:
-            raise UsageError(f"--price names {machine} twice.", hint="Give each machine one price.")
+                             hint=f"Name prices by machine as in --hardware (or its profile, for all its sizes): "
+                                  f"{', '.join(machines)}.")
         if isinstance(usd, bool) or not isinstance(usd, (int, float)):
             raise UsageError(f"prices[{name!r}] must be a number of USD per GPU-hour (e.g. 2.99), but got "
                              f"{usd!r}.")
         if not math.isfinite(usd) or usd <= 0:
             raise UsageError(f"prices[{name!r}] must be a finite positive number of USD per GPU-hour, but got "
                              f"{usd!r}.")
-        by_machine[machine] = float(usd)
-    return by_machine
+        if key in named:
+            if named[key] in exact:
+                raise UsageError(f"--price names {named[key]} twice.", hint="Give each machine one price.")
+            exact[named[key]] = float(usd)
+        for machine in sizes.get(key, []):
+            by_profile[machine] = float(usd)
+    return {**by_profile, **exact}
 
 
 def _batch_refusals(hardware: Mapping[str, HardwareSpec], global_batch: Any, micro_batch: Any) -> dict[str, str]:

@@ -164,6 +164,13 @@ def test_prices_match_machines_case_aside_and_a_repeat_is_named(capsys) -> None:
     assert "--price names t4 twice." in capsys.readouterr().err
 
 
+def test_a_price_named_by_profile_prices_each_of_its_sizes_but_one_priced_by_its_own_name(capsys) -> None:
+    # an environment probe: --hardware dgx-h100:8x256 dgx-h100:8x64 --price dgx-h100=2.99 was refused
+    doc = _json(capsys, ["compare", MODEL, "--seq-len", "32", "--hardware", "t4:2", "t4:4", "l4:2", "--price",
+                         "t4=1.5", "--price", "t4:4=1.25", "--json"])
+    assert {m["machine"]: m["gpu_hour_usd"] for m in doc["machines"]} == {"t4:2": 1.5, "t4:4": 1.25, "l4:2": None}
+
+
 @pytest.mark.parametrize(("argv", "said"), [
     (["--price", "dgx-h100=inf"], "a price must be a finite positive number of USD per GPU-hour, not inf"),
     (["--price", "dgx-h100=nan"], "a price must be a finite positive number of USD per GPU-hour, not nan"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,3 +30,18 @@ def stdout_console(*, wide_when_piped: bool = True) -> Console:
     cls = _console_class()
     console = cls()
     return cls(width=200) if wide_when_piped and not console.is_terminal else console
+
+
+def print_table(console: Console, table: Any) -> None:
+    """``console.print(table)``, at the table's own width when the console is narrower: rich would squeeze its
+    unwrappable columns to nothing (a 40-column terminal showed recommend's strategy names and no figure), and a
+    terminal wraps a long line instead, every figure kept."""
+    from rich.measure import Measurement
+
+    natural = Measurement.get(console, console.options.update(max_width=10_000), table).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    wide = _console_class()(width=natural, file=console.file, force_terminal=console.is_terminal,
+                            color_system=console.color_system, no_color=console.no_color)  # type: ignore[arg-type]
+    wide.print(table)

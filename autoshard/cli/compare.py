@@ -180,7 +180,7 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
     from rich.markup import escape
     from rich.table import Table
 
-    from autoshard._console import stdout_console
+    from autoshard._console import print_table, stdout_console
     from autoshard.hardware.units import format_throughput
 
     console = stdout_console()
@@ -219,7 +219,7 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
                  "—" if per_million is None else _figure(per_million)] if priced else [])
         row += (["—" if cost is None else _figure(cost)] if budget and priced else [])
         table.add_row(*row)
-    console.print(table)
+    print_table(console, table)
     for o in options:
         if o.refused is not None:
             console.print(f"{escape(o.machine)}: {escape(_terms(o, o.refused))}")

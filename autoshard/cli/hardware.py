@@ -99,7 +99,7 @@ def _benchmark(args: argparse.Namespace, hw: HardwareSpec) -> tuple[DiskBenchmar
 def _list(*, as_json: bool) -> int:
     from rich.table import Table
 
-    from autoshard._console import stdout_console
+    from autoshard._console import print_table, stdout_console
     from autoshard.hardware.profiles import list_profiles
 
     entries = list_profiles()
@@ -111,7 +111,7 @@ def _list(*, as_json: bool) -> int:
         table.add_column(column)
     for entry in entries:
         table.add_row(entry.kind, entry.name, entry.display_name)
-    stdout_console(wide_when_piped=False).print(table)
+    print_table(stdout_console(wide_when_piped=False), table)
     return 0
 
 

@@ -26,12 +26,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    from autoshard._console import stdout_console
+    from autoshard._console import print_table, stdout_console
 
     table = Table(title="autoshard catalog", title_justify="left")
     for col in ("name", "parameters", "default seq len"):
         table.add_column(col, justify="left" if col == "name" else "right")
     for r in rows:
         table.add_row(r["name"], count(r["parameters"]), str(r["default_seq_len"] or "—"))
-    stdout_console(wide_when_piped=False).print(table)
+    print_table(stdout_console(wide_when_piped=False), table)
     return 0

@@ -116,7 +116,7 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from autoshard._console import stdout_console
+    from autoshard._console import print_table, stdout_console
     from autoshard.profiler.trace import checkpointing_of
 
     console = stdout_console(wide_when_piped=False)
@@ -151,7 +151,7 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
                 table.add_row(f"+ {ov.name} (outside allocator)", gib(ov.bytes), "")
         total_label = "nvidia-smi total (estimate)" if p.reserved is not None else "nvidia-smi total (at least)"
         table.add_row(f"[bold]{total_label}[/bold]", f"[bold]{gib(p.device_total_bytes)}[/bold]", "")
-    console.print(table)
+    print_table(console, table)
     if p.reserved is not None:
         r = p.reserved
         expandable = ("" if r.peak_reserved_expandable_bytes is None else "; with PYTORCH_CUDA_ALLOC_CONF="

@@ -152,7 +152,7 @@ def _print(plan: Plan) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from autoshard._console import stdout_console
+    from autoshard._console import print_table, stdout_console
     from autoshard.hardware.units import format_throughput
 
     console = stdout_console()
@@ -195,7 +195,7 @@ def _print(plan: Plan) -> None:
             f"{c.tokens_per_s:,.0f}" if c and c.tokens_per_s else "",
             style=None if e.fits else "dim",  # a row that does not fit: its speed is at a micro-batch that OOMs
         )
-    console.print(table)
+    print_table(console, table)
     console.print("[bold]Recommendation:[/bold] " + escape(plan.explanation[0]))
     for line in plan.explanation[1:]:
         console.print("  • " + escape(line))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autoshard._console import stdout_console
+from autoshard._console import print_table, stdout_console
 from autoshard.report import _format as fmt
 from autoshard.tuner.result import TrialState, TuneResult
 
@@ -42,7 +42,7 @@ def print_summary(result: TuneResult, console: Console | None = None) -> None:
         if trial.state in _STATE_STYLE:
             row[1].stylize(_STATE_STYLE[trial.state])  # the state column
         table.add_row(*row, style="bold" if is_best else None)
-    console.print(table)
+    print_table(console, table)
     best = fmt.best_lines(result)
     console.print(Text("Best: ", style="bold") + Text(best[0]))
     for line in best[1:]:

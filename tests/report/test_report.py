@@ -373,3 +373,25 @@ def test_unwritable_directory_is_a_usage_error_naming_the_path(tmp_path, mixed_r
     with pytest.raises(UsageError, match="Not a directory") as info:
         write(mixed_result, target)
     assert str(target) in info.value.message
+
+
+def test_a_table_wider_than_a_narrow_terminal_keeps_every_figure() -> None:
+    """A 40-column terminal squeezed recommend's table to its strategy names, every figure cut away (a probe)."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from autoshard._console import print_table
+
+    table = Table()
+    for column in ("strategy", "fits", "micro", "GPU/device", "samples/s", "tokens/s"):
+        table.add_column(column, no_wrap=True)
+    table.add_row("deepspeed_stage_3_offload", "yes", "1", "57.10 GiB", "0.00122", "10")
+    out = io.StringIO()
+    print_table(Console(file=out, width=40), table)
+    assert "deepspeed_stage_3_offload" in out.getvalue() and "57.10 GiB" in out.getvalue()
+    assert "0.00122" in out.getvalue()
+    out = io.StringIO()
+    print_table(Console(file=out, width=200), table)  # room enough: printed as the console is
+    assert max(len(line) for line in out.getvalue().splitlines()) < 100

@@ -23,6 +23,7 @@ and planning goes on.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import re
@@ -205,6 +206,8 @@ def cached_workload(
             return found, path
         if changed is not None:
             note(f"ignored the cached workload {path}: {changed}; tracing again.")
+        elif (older := _stale_twin(path, key)) is not None:
+            note(older)
     workload = build_workload(source, precision=precision, optimizer=optimizer, seq_len=seq_len,
                               checkpointing=checkpointing, target=target, progress=progress,
                               checkpoint_mode=checkpoint_mode, optimizer_impl=optimizer_impl, jobs=jobs)
@@ -214,6 +217,29 @@ def cached_workload(
         except SchemaError as exc:  # a field of a type the cache does not store: the plan goes on without it
             note(f"could not store the workload ({exc}); please report this.")
     return workload, None
+
+
+_SOFTWARE = ("torch", "transformers", "python", "autoshard", "schema", "format")
+"""The fields of a key that name the software that traced the entry, not the model or the options."""
+
+
+def _stale_twin(path: Path, key: WorkloadKey) -> str | None:
+    """A note when the cache holds this model's step traced with these options by other software (an upgrade, an
+    edited checkout): its key differs, so it is never read, and the trace that follows took minutes without a word
+    (a probe's DeepSeek-V3, 6 min 39 s after the code it had been traced by changed)."""
+    here = key.to_dict()
+    prefix = path.name[: -len(f"-{key.digest}.json")]
+    for file in sorted(path.parent.glob(f"{glob.escape(prefix)}-*.json")):
+        data, _ = read_json(file)
+        other = data.get("key") if isinstance(data, dict) else None
+        if file == path or not isinstance(other, dict):
+            continue
+        if any(other.get(f) != here[f] for f in here if f not in _SOFTWARE):  # another model or options
+            continue
+        differ = [f"{f} {other.get(f)} (here {here[f]})" for f in _SOFTWARE if other.get(f) != here[f]]
+        return (f"the cache holds {key.model}'s step for these options traced by {', '.join(differ)}, which this "
+                "install does not read: tracing again (`autoshard cache clear --stale` removes such entries).")
+    return None
 
 
 def _changed(source: ModelSource, cached: Workload) -> str | None:

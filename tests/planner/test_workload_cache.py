@@ -165,6 +165,23 @@ def test_an_unusable_entry_is_noted_ignored_and_rewritten(spoil, reason, workloa
     assert capsys.readouterr().err == ""
 
 
+def test_an_entry_traced_by_other_software_is_said_when_the_step_is_traced_again(workloads, capsys):
+    # its key differs, so it is never read: an environment probe's DeepSeek-V3 traced for 6 min 39 s, no word why
+    _recommend()
+    [entry] = _entries(workloads)
+    data = json.loads(entry.read_text(encoding="utf-8"))
+    data["key"]["torch"] = "2.0.0"
+    entry.unlink()
+    (workloads / f"{entry.name.rsplit('-', 1)[0]}-{'0' * 32}.json").write_text(json.dumps(data), encoding="utf-8")
+    capsys.readouterr()
+    assert _recommend().cached_workload is None
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("autoshard: note: the cache holds tiny-gpt2's step for these options traced by torch "
+                           "2.0.0 (here ") and "autoshard cache clear --stale" in line
+    _recommend(seq_len=16)  # other options: nothing of the kind
+    assert capsys.readouterr().err == ""
+
+
 def test_no_cache_neither_reads_nor_writes(workloads, capsys):
     _recommend(cache=False)
     assert _entries(workloads) == []

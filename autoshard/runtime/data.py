@@ -33,16 +33,7 @@ from autoshard.models.source import batch_rows
 from autoshard.runtime import streams
 from autoshard.runtime.collate import stacked
 from autoshard.runtime.columns import ColumnSamples, column_rows
-from autoshard.runtime.data_checks import article as article
-from autoshard.runtime.data_checks import batched_as_it_comes as batched_as_it_comes
-from autoshard.runtime.data_checks import check as check
-from autoshard.runtime.data_checks import check_batch_fits_data as check_batch_fits_data
-from autoshard.runtime.data_checks import check_global_batch as check_global_batch
-from autoshard.runtime.data_checks import check_loader_fits_ranks as check_loader_fits_ranks
-from autoshard.runtime.data_checks import check_not_columns as check_not_columns
-from autoshard.runtime.data_checks import map_style, rebuildable, shuffles
-from autoshard.runtime.data_checks import samples_per_rank as samples_per_rank
-from autoshard.runtime.data_checks import size_as_it_comes as size_as_it_comes
+from autoshard.runtime.data_checks import article, check, map_style, rebuildable, shuffles
 from autoshard.runtime.distributed import RunContext
 
 

@@ -23,8 +23,9 @@ from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import OptimizerImpl, parse_grad_clip_norm
 from autoshard.runtime import calls, planning, supervisor, workers
-from autoshard.runtime.data import SampleList, check_not_columns, unbatched_samples
-from autoshard.runtime.data import check as check_data
+from autoshard.runtime.data import SampleList, unbatched_samples
+from autoshard.runtime.data_checks import check as check_data
+from autoshard.runtime.data_checks import check_not_columns
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, check_not_a_launcher_copy, destroy_group, join
 from autoshard.runtime.options import FIT_ARGUMENTS, Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
 from autoshard.runtime.result import FitResult

@@ -30,15 +30,12 @@ from autoshard.planner.plan_file import (
 from autoshard.profiler.checkpointing import ActivationCheckpointing
 from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl, parse_precision
 from autoshard.runtime import plan_checks
-from autoshard.runtime.data import (
-    as_samples,
+from autoshard.runtime.data import as_samples, fixed_batch_size, loader_batch_size, peek
+from autoshard.runtime.data_checks import (
     batched_as_it_comes,
     check_batch_fits_data,
     check_global_batch,
     check_loader_fits_ranks,
-    fixed_batch_size,
-    loader_batch_size,
-    peek,
     samples_per_rank,
     size_as_it_comes,
 )

@@ -18,7 +18,7 @@ import autoshard
 from autoshard.errors import UsageError
 from autoshard.planner import plan_file
 from autoshard.runtime import fit
-from autoshard.runtime.data import check_not_columns
+from autoshard.runtime.data_checks import check_not_columns
 from autoshard.runtime.planning import model_fingerprint
 from tests.runtime.regression import batches
 

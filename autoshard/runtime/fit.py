@@ -27,6 +27,7 @@ from autoshard.runtime.data import SampleList, unbatched_samples
 from autoshard.runtime.data_checks import check as check_data
 from autoshard.runtime.data_checks import check_not_columns
 from autoshard.runtime.distributed import LaunchInfo, broadcast_json, check_not_a_launcher_copy, destroy_group, join
+from autoshard.runtime.optimizer_choice import optimizer_impl_for
 from autoshard.runtime.options import FIT_ARGUMENTS, Checkpointing, DataSpec, LrSchedulerFactory, OptimizerSpec
 from autoshard.runtime.result import FitResult
 from autoshard.runtime.train import TrainJob, check_optimizer_instance, check_resume, train
@@ -199,7 +200,7 @@ def fit(
         options = planning.PlanOptions(
             plan=plan, strategy=strategy, hardware=hardware, processes=processes, precision=precision,
             batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len, force=force,
-            optimizer_impl=planning.optimizer_impl_for(optimizer_impl, optimizer),
+            optimizer_impl=optimizer_impl_for(optimizer_impl, optimizer),
             checkpointing=None if activation_checkpointing is None else parse_checkpointing(activation_checkpointing),
             reduce_dtype=None if reduce_dtype is None else parse_reduce_dtype(reduce_dtype), cache=cache,
             progress=progress)

@@ -28,7 +28,7 @@ from autoshard.planner.plan_file import (
     read,
 )
 from autoshard.profiler.checkpointing import ActivationCheckpointing
-from autoshard.profiler.options import OptimizerImpl, parse_optimizer_impl, parse_precision
+from autoshard.profiler.options import OptimizerImpl, parse_precision
 from autoshard.runtime import plan_checks
 from autoshard.runtime.data import as_samples, fixed_batch_size, loader_batch_size, peek
 from autoshard.runtime.data_checks import (
@@ -40,13 +40,13 @@ from autoshard.runtime.data_checks import (
     size_as_it_comes,
 )
 from autoshard.runtime.module_source import module_source
+from autoshard.runtime.optimizer_choice import able_strategies, check_optimizer, optimizer_name
 from autoshard.runtime.plan_checks import RunShape, check, check_arguments, check_cuda_devices
 from autoshard.runtime.precision import for_module
 from autoshard.strategies.workload import parameter_layout
 
 if TYPE_CHECKING:
     from autoshard.runtime.train import TrainJob
-
 
 
 CPU_EXAMPLE_BATCH = 8
@@ -115,13 +115,6 @@ class PlanOptions:
     """Say that planning starts (tracing a step takes from seconds to minutes)."""
 
 
-def optimizer_impl_for(impl: OptimizerImpl | str | None, optimizer: Any) -> OptimizerImpl | None:
-    """``impl`` checked against the optimizer named (AdamW when it is not a name)."""
-    if impl is None:
-        return None
-    return parse_optimizer_impl(impl, optimizer if isinstance(optimizer, str) else "adamw")
-
-
 def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
             ) -> tuple[ExportedPlan, list[str], TrainJob]:
     """The plan to train with, notes on what was decided, and the job (its data may have been peeked at)."""
@@ -150,7 +143,7 @@ def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
                      f"the plan's micro-batch {exported.micro_batch_size}.")
     _check_plan_data(job, exported, ranks, where, force=options.force, notes=notes)
     plan_checks.check_global_batch(options.global_batch_size, exported, ranks, where)
-    _check_optimizer(job, exported)
+    check_optimizer(job, exported)
     if job.source is None and job.module is not None:
         notes.extend(note for note in [for_module(job.module, exported.precision, planned=True)[1]] if note)
     return _with_overrides(exported, options, notes), notes, job
@@ -196,68 +189,6 @@ def _with_overrides(exported: ExportedPlan, options: PlanOptions, notes: list[st
     if options.reduce_dtype is not None and "reduce_dtype" in exported.settings:
         exported = replace(exported, settings={**exported.settings, "reduce_dtype": options.reduce_dtype})
     return exported
-
-
-def optimizer_name(optimizer: Any) -> str | None:
-    """The name (of :data:`~autoshard.profiler.options.OPTIMIZERS`) to plan ``fit(optimizer=...)`` with: a name
-    as given; torch's AdamW, Adam, SGD and Adafactor (and transformers' Adafactor) given as a class or an instance by
-    their names (an SGD class was planned, labelled and exported as AdamW, and refused by ZeRO-Offload only in the
-    workers); ``adamw8bit`` for bitsandbytes' 8-bit Adam / AdamW (its state is what the plan must hold, and FSDP2
-    cannot step it); ``None`` for anything else (planned as ``adamw``, which a note says).
-
-    Example:
-        >>> optimizer_name("AdamW"), optimizer_name(torch.optim.SGD), optimizer_name(torch.optim.Adagrad)
-        ('adamw', 'sgd', None)
-    """
-    from autoshard.profiler.optimizers import optimizer_key
-    from autoshard.profiler.options import parse_optimizer
-
-    if isinstance(optimizer, str):
-        return parse_optimizer(optimizer)
-    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
-    if not cls.__module__.startswith("bitsandbytes"):
-        return optimizer_key(cls)
-    if not cls.__name__.lower().startswith(("adam", "pagedadam")):
-        return None
-    bits = getattr(getattr(optimizer, "args", None), "optim_bits", 8 if "8bit" in cls.__name__ else 32)
-    return "adamw8bit" if bits == 8 else None
-
-
-def optimizer_label(optimizer: Any) -> str | None:
-    """What a strategy's :meth:`~autoshard.strategies.base.Strategy.refuses` is asked about for ``fit(optimizer=
-    ...)``: :func:`optimizer_name`'s name, else ``bitsandbytes.<Class>`` for any other bitsandbytes optimizer given
-    as a class or an instance (Lion8bit, 32-bit AdamW: kernels of their own, which FSDP2 cannot run), else ``None``.
-
-    Example:
-        >>> optimizer_label("adamw"), optimizer_label(torch.optim.SGD), optimizer_label(torch.optim.Adagrad)
-        ('adamw', 'sgd', None)
-    """
-    from autoshard.profiler.options import BITSANDBYTES_OBJECT
-
-    name = optimizer_name(optimizer)
-    if name is not None or optimizer is None or isinstance(optimizer, str):
-        return name
-    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
-    return f"{BITSANDBYTES_OBJECT}{cls.__name__}" if cls.__module__.startswith("bitsandbytes") else None
-
-
-def _check_optimizer(job: TrainJob, exported: ExportedPlan) -> None:
-    """The plan's strategy can step the optimizer named (by ``optimizer=`` or the plan), before any process starts.
-
-    Raises:
-        UsageError: it cannot (bitsandbytes' optimizers under FSDP2 or ZeRO-Offload).
-    """
-    from autoshard.strategies import get
-
-    if job.optimizer is None and job.source is not None and job.source.optimizer_fn is not None:
-        return
-    name = exported.optimizer if job.optimizer is None else optimizer_label(job.optimizer)
-    if name is None:
-        return
-    reason = get(exported.strategy).refuses(name)
-    if reason is not None:
-        raise UsageError(f"the plan's strategy {exported.strategy} cannot step optimizer {name}: {reason}",
-                         hint="Pass a plan for another strategy, or plan='auto' to plan for this optimizer.")
 
 
 def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bool
@@ -320,7 +251,7 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
                           "one is the targets, pass dict batches naming each (e.g. {'input_ids': ..., 'labels': "
                           "...}), or training_step=.")
             notes.append(bound_note)
-    strategies = _able_strategies(job.optimizer, options.strategy, notes)
+    strategies = able_strategies(job.optimizer, options.strategy, notes)
 
     def planned(source: ModelSource, global_batch: int | None = options.global_batch_size) -> Any:
         # Priced as this process runs fp32 matmuls (torch.set_float32_matmul_precision, set by the user's script).
@@ -435,38 +366,6 @@ def _check_list_batches(data: Any, batch_size: int | None) -> None:
                          "samples: fit() trains on a list's batches as they are.",
                          hint="Drop batch_size= (the batches' own size is the micro-batch), pass the samples as a "
                               f"Dataset (autoshard batches it at batch_size), or batch the list at {batch_size}.")
-
-
-def _able_strategies(optimizer: Any, strategy: str | None, notes: list[str]) -> list[str] | None:
-    """The strategies to plan over (``None``: all): ``strategy`` if named, less those that cannot step an optimizer
-    given as a class or an instance that autoshard does not plan by name (a bitsandbytes one other than AdamW8bit,
-    torch's Adagrad, a user's Lion: planned with AdamW's two 32-bit states per parameter, which a note says, and
-    refused by ZeRO-Offload before any process starts, not by its workers). An instance holding state is told it is
-    not carried over.
-
-    Raises:
-        UsageError: none of them can step it.
-    """
-    from autoshard.planner.search import check_optimizer
-    from autoshard.strategies import get, names
-
-    label = optimizer_label(optimizer)
-    asked = None if strategy is None else [strategy]
-    if isinstance(optimizer, torch.optim.Optimizer) and optimizer.state:
-        notes.append(f"optimizer: the {type(optimizer).__name__} instance given holds state ({len(optimizer.state)} "
-                     "parameters' worth, from steps it took or a state_dict loaded into it), which is not carried "
-                     "over: fit() builds a fresh one with its hyper-parameters over the parameters it trains. "
-                     "Checkpointing(resume=True) continues a fit() run with its optimizer state.")
-    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
-    if not issubclass(cls, torch.optim.Optimizer) or (label is not None and label == optimizer_name(optimizer)):
-        return asked  # a name, None, a factory (what it builds is known once built), or one planned by its name
-    label = label or cls.__name__
-    check_optimizer(label, [get(n) for n in asked or names()])
-    able = [n for n in asked or names() if get(n).refuses(label) is None]
-    notes.append(f"optimizer {label} is planned with AdamW's memory (two 32-bit states per parameter; one holding "
-                 "less, as 8-bit states or a single momentum, needs less, and one holding more, as AdEMAMix's three, "
-                 f"more), over the strategies that can step it: {', '.join(able)}.")
-    return able
 
 
 def _fingerprint(job: TrainJob) -> ModelFingerprint:

@@ -383,7 +383,7 @@ def _steppable(factory: Callable[[Any], torch.optim.Optimizer], strategy: str
     """``factory``, refusing an optimizer ``strategy`` cannot step (a bitsandbytes one under FSDP2) as soon as it
     is built, in the strategy's words: a factory's class is known only then (classes and instances are refused
     before any process starts)."""
-    from autoshard.runtime.planning import optimizer_label
+    from autoshard.runtime.optimizer_choice import optimizer_label
     from autoshard.strategies import get
 
     def build(params: Any) -> torch.optim.Optimizer:

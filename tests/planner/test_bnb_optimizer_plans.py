@@ -86,7 +86,7 @@ def test_fit_plans_bitsandbytes_8bit_adam_given_as_a_class_or_an_instance_by_its
     import bitsandbytes
     import torch
 
-    from autoshard.runtime.planning import optimizer_name
+    from autoshard.runtime.optimizer_choice import optimizer_name
 
     params = [torch.nn.Parameter(torch.zeros(8))]
     assert optimizer_name(bitsandbytes.optim.AdamW8bit) == "adamw8bit"
@@ -102,7 +102,7 @@ def test_any_other_bitsandbytes_optimizer_is_planned_away_from_the_strategies_th
     import bitsandbytes
     import torch
 
-    from autoshard.runtime.planning import _able_strategies, optimizer_label
+    from autoshard.runtime.optimizer_choice import able_strategies, optimizer_label
     from autoshard.strategies import get, names
 
     params = [torch.nn.Parameter(torch.zeros(8))]
@@ -111,12 +111,12 @@ def test_any_other_bitsandbytes_optimizer_is_planned_away_from_the_strategies_th
     assert optimizer_label(bitsandbytes.optim.AdamW8bit) == "adamw8bit"
     assert optimizer_label(torch.optim.AdamW) == "adamw" and optimizer_label(lambda p: None) is None
     notes: list[str] = []
-    able = _able_strategies(bitsandbytes.optim.Lion8bit, None, notes)
+    able = able_strategies(bitsandbytes.optim.Lion8bit, None, notes)
     assert able is not None and "ddp" in able and "deepspeed_stage_2" in able
     left_out = set(names()) - set(able)
     assert {"fsdp", "deepspeed_stage_2_offload"} <= left_out
     assert all(get(n).refuses("bitsandbytes.Lion8bit") for n in left_out)
     assert "bitsandbytes.Lion8bit" in notes[0]
-    assert _able_strategies(torch.optim.AdamW, "fsdp", []) == ["fsdp"]  # torch's own: nothing left out
+    assert able_strategies(torch.optim.AdamW, "fsdp", []) == ["fsdp"]  # torch's own: nothing left out
     with pytest.raises(UsageError, match=r"can step bitsandbytes\.Lion8bit: bitsandbytes' optimizers cannot"):
-        _able_strategies(bitsandbytes.optim.Lion8bit, "fsdp", [])
+        able_strategies(bitsandbytes.optim.Lion8bit, "fsdp", [])

@@ -82,9 +82,10 @@ def _entry_lines(listed: list[CacheEntry]) -> list[str]:
     lines = []
     for entry in listed:
         key = entry.key or {}
-        seq = key.get("seq_len")
+        seq, impl = key.get("seq_len"), key.get("optimizer_impl")
+        optimizer = key.get("optimizer") if impl is None else f"{key.get('optimizer')} ({impl})"
         traced = ", ".join(str(part) for part in (
-            key.get("precision"), key.get("optimizer"), None if seq is None else f"seq {seq}",
+            key.get("precision"), optimizer, None if seq is None else f"seq {seq}",
             _checkpointing(key), key.get("target")) if part)
         stale = f"  stale: {entry.stale}" if entry.stale else ""
         lines.append(f"  {key.get('model', entry.path.name)}  {traced or '-'}  {gib(entry.size_bytes)}{stale}")

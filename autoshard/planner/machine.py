@@ -217,12 +217,14 @@ def plan_for(
         if progress is not None:
             progress(sessions[0] + done, sessions[0] + total)
 
-    def traced(checkpointing: tuple[bool, ...], mode: ActivationCheckpointing) -> tuple[Workload, str | None]:
+    def traced(checkpointing: tuple[bool, ...], mode: ActivationCheckpointing,
+               on_miss: str | None = None) -> tuple[Workload, str | None]:
         workload, entry = cached_workload(
             loaded, directory=workloads_dir(os.environ) if cache else None,
             precision=precision or default_precision(hardware), optimizer=optimizer, seq_len=seq_len,
             target="cuda" if hardware.gpu is not None else "cpu", progress=counted,
             optimizer_impl=optimizer_impl, checkpointing=checkpointing, checkpoint_mode=mode, jobs=jobs,
+            on_miss=on_miss,
         )
         sessions[0], sessions[1] = sessions[0] + sessions[1], 0
         return workload, None if entry is None else str(entry)
@@ -232,8 +234,11 @@ def plan_for(
     workload = dataclasses.replace(workload, float32_matmul_precision=matmul_precision, grad_clip_norm=clip_norm,
                                    set_grads_to_none=set_grads_to_none)
     planned = dataclasses.replace(plan(workload, hardware, request, chosen), cached_workload=entry)
-    if choice is None:
-        planned = weigh_selective(planned, lambda selective: traced((True,), selective), chosen)
+    if choice is None:  # a cached step whose plan now checkpoints traced op-selective for 47 s without a word
+        missed = None if entry is None else (
+            "this plan checkpoints activations, so selective checkpointing is weighed too; its step is not in the "
+            "workload cache yet and is traced now (later plans read it).")
+        planned = weigh_selective(planned, lambda selective: traced((True,), selective, missed), chosen)
     lines = scope_lines(loaded, hardware.world_size, workload.seq_len)
     if workload.checkpoints_itself:
         lines.append(SELF_CHECKPOINTING)

@@ -95,6 +95,9 @@ def workload_key(source: ModelSource, *, precision: Precision | str, optimizer: 
         return None
     import torch
 
+    if source.accepts_seq_len and seq_len is not None and seq_len == source.default_seq_len:
+        seq_len = None  # the source's own length, asked by name: the same trace (it was traced twice, 8x the time)
+
     return WorkloadKey(
         model=source.name, fingerprint=source.fingerprint, source_kind=source.kind,
         precision=parse_precision(precision).value, optimizer=parse_optimizer(optimizer), seq_len=seq_len,
@@ -168,6 +171,7 @@ def cached_workload(
     optimizer_impl: OptimizerImpl | None = None,
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
+    on_miss: str | None = None,
 ) -> tuple[Workload, Path | None]:
     """:func:`~autoshard.strategies.workload.build_workload`, read from the cache in ``directory`` when an entry is
     there and written to it when not.
@@ -186,6 +190,7 @@ def cached_workload(
         progress: see :func:`~autoshard.strategies.workload.build_workload` (not called on a cache hit).
         jobs: see :func:`~autoshard.strategies.workload.build_workload` (not part of the key: the workload is the
             same).
+        on_miss: a note said before tracing when the cache holds no usable entry (not when it is off).
 
     Returns:
         The workload, and the entry it was read from (``None`` when it was traced now).
@@ -208,6 +213,8 @@ def cached_workload(
             note(f"ignored the cached workload {path}: {changed}; tracing again.")
         elif (older := _stale_twin(path, key)) is not None:
             note(older)
+        if on_miss is not None:
+            note(on_miss)
     workload = build_workload(source, precision=precision, optimizer=optimizer, seq_len=seq_len,
                               checkpointing=checkpointing, target=target, progress=progress,
                               checkpoint_mode=checkpoint_mode, optimizer_impl=optimizer_impl, jobs=jobs)

@@ -73,6 +73,9 @@ def test_cache_list_names_each_entry_and_clear_stale_keeps_what_this_install_rea
     old = fresh.with_name("tiny-gpt2-old.json")
     old.write_text(json.dumps(entry), encoding="utf-8")
     (_workloads() / "junk.json").write_text("[1, 2", encoding="utf-8")
+    fused = json.loads(fresh.read_text(encoding="utf-8"))
+    fused["key"]["optimizer_impl"] = "fused"  # two lines differed only in size, one of them traced fused
+    fresh.with_name("tiny-gpt2-fused.json").write_text(json.dumps(fused), encoding="utf-8")
 
     assert main(["cache", "list", "--json"]) == 0
     listed = {Path(e["path"]).name: e for e in json.loads(capsys.readouterr().out)["entries"]}
@@ -83,11 +86,12 @@ def test_cache_list_names_each_entry_and_clear_stale_keeps_what_this_install_rea
     assert main(["cache", "list"]) == 0
     text = capsys.readouterr().out
     assert "tiny-gpt2  32-true, adamw, seq 32" in text and "stale: traced by torch 2.0.0" in text
+    assert "tiny-gpt2  32-true, adamw (fused), seq 32" in text
     assert "`autoshard cache clear --stale`" in text
 
     assert main(["cache", "clear", "--stale"]) == 0
     assert "Removed 2 stale workload(s)" in capsys.readouterr().out
-    assert [p.name for p in _workloads().glob("*.json")] == [fresh.name]
+    assert sorted(p.name for p in _workloads().glob("*.json")) == sorted([fresh.name, "tiny-gpt2-fused.json"])
     assert json.loads(_cli(*RECOMMEND))["cached_workload"] == str(fresh)  # still read
 
 

@@ -92,6 +92,15 @@ def test_another_sequence_precision_or_optimizer_traces_again(changed, workloads
     assert _recommend(**changed).cached_workload is not None
 
 
+def test_the_sources_own_sequence_length_asked_by_name_reads_the_entry_traced_without_it(workloads):
+    # a probe's scripts passed --seq-len 8192 for llama-3-8b (its default): an 80 s trace for a 10 s answer
+    default = load_source("tiny-gpt2").default_seq_len
+    traced = _recommend(seq_len=None)
+    named = _recommend(seq_len=default)
+    assert named.cached_workload is not None and len(_entries(workloads)) == 1
+    assert _without_note(named) == _without_note(traced)
+
+
 def test_a_changed_model_file_or_imported_sibling_traces_again_and_other_files_do_not(tmp_path, workloads):
     (tmp_path / "layers.py").write_text(LAYERS_PY, encoding="utf-8")
     model = tmp_path / "model.py"
@@ -277,3 +286,25 @@ def test_a_workload_holding_a_value_of_another_type_is_refused_before_anything_i
         store(path, key, bad)
     assert not path.exists() and list(tmp_path.iterdir()) == []
     assert store(path, key, workload()) and read_json(path)[0]["key"] == key.to_dict()
+
+
+def test_a_cached_step_whose_plan_now_checkpoints_says_it_traces_selective_checkpointing(workloads, capsys):
+    # a probe's llama-3-8b plan read its step from the cache, then traced op-selective for 47 s without a word
+    # (a new global batch made the plan checkpoint); tiny-gpt2 at micro-batch 64: 189 MiB a GPU, 154 checkpointed
+    from autoshard.hardware import load_hardware
+    from autoshard.planner.machine import plan_for
+
+    def planned(mib: int) -> autoshard.Plan:
+        hardware = load_hardware("dgx-h100", gpus=1)
+        gpu = dataclasses.replace(hardware.node.gpu, memory_bytes=mib * 2**20)
+        hardware = dataclasses.replace(hardware, node=dataclasses.replace(hardware.node, gpu=gpu))
+        return plan_for("tiny-gpt2", hardware, seq_len=128, batch_size=64, strategies=["ddp"])
+
+    assert not planned(80_000).recommended.candidate.activation_checkpointing
+    capsys.readouterr()
+    tight = planned(190)  # 171 MiB usable: only checkpointed candidates fit
+    said = capsys.readouterr().err
+    assert tight.recommended.candidate.activation_checkpointing and tight.checkpointing_weighed
+    assert "selective checkpointing is weighed too; its step is not in the workload cache yet" in said
+    again = planned(190)
+    assert again.cached_workload is not None and "not in the workload cache" not in capsys.readouterr().err

@@ -201,6 +201,19 @@ def flat_adafactor(best: Evaluation, workload: Workload) -> tuple[str, ...]:
             "training differs from Adafactor's, which DDP steps as it is.",)
 
 
+def unused_under_zero(best: Evaluation, workload: Workload) -> tuple[str, ...]:
+    """A line when ZeRO steps parameters the step leaves without a gradient: DeepSpeed's flat gradient partitions
+    hold zeros for them, so the optimizer still moves them (a probe: a never-used head drifted by AdamW's weight
+    decay under ZeRO-1 and ZeRO-3, an every-other-step one by its momentum too, where DDP and FSDP2 left them alone;
+    recommend had said ZeRO needs no setting for them)."""
+    if best.traits.family != "deepspeed" or workload.unused_parameter_count <= 0:
+        return ()
+    modules = ", ".join(workload.unused_modules[:3])
+    return (f"Unused parameters under ZeRO: the step leaves {workload.unused_parameter_count:,} parameters without a "
+            f"gradient ({modules}); DeepSpeed steps them with a zero gradient, so weight decay and momentum still "
+            "change them, where DDP and FSDP2 (and a plain loop) leave a parameter without a gradient as it is.",)
+
+
 def frozen_behind(best: Evaluation, workload: Workload) -> tuple[str, ...]:
     """A line when ZeRO-3 trains parameters that sit behind frozen ones (LoRA adapters, norm-only tuning): its own
     linear keeps every frozen linear's input for backward, which the plan does not count."""

@@ -285,7 +285,8 @@ RULES: tuple[Rule, ...] = (
         factor=1.0,  # the traversal is not timed: nothing to weigh it with
         says=lambda ctx, e: f"The step leaves {_count(ctx.workload.unused_parameter_count)} parameters without a "
         f"gradient ({', '.join(ctx.workload.unused_modules[:3])}): DDP runs with find_unused_parameters=True, "
-        "an extra traversal of the autograd graph every step; FSDP2 and ZeRO need no setting for them.",
+        "an extra traversal of the autograd graph every step; FSDP2 needs no setting for them, and ZeRO steps them "
+        "with a zero gradient (weight decay and momentum still change them).",
     ),
     Rule(
         name="checkpoint-only-when-needed",

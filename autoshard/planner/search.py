@@ -18,6 +18,7 @@ from autoshard.planner.caveats import (
     offload_scope,
     slow_step,
     unknown_host,
+    unused_under_zero,
     whole_build,
 )
 from autoshard.planner.plan import Evaluation, Plan, PlanRequest
@@ -82,7 +83,7 @@ def plan(
         + global_batch(best, hardware) + communication_bound(best, hardware) + unknown_host(best, hardware) \
         + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked, workload, request.goal) \
         + frozen_behind(best, workload) + whole_build(best, hardware, workload) + slow_step(best) \
-        + flat_adafactor(best, workload)
+        + flat_adafactor(best, workload) + unused_under_zero(best, workload)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 

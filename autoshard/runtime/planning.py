@@ -331,7 +331,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
                      "gradient_checkpointing_enable()): every step recomputes them whatever activation_checkpointing "
                      "says, and the plan's memory and time count that.")
     # what the plan trains differently from the optimizer named (recommend's explanation says it too)
-    notes.extend(line for line in plan.explanation if line.startswith("Adafactor under ZeRO"))
+    notes.extend(line for line in plan.explanation if line.startswith(("Adafactor under ZeRO",
+                                                                       "Unused parameters under ZeRO")))
     if plan.cached_workload is not None:
         notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")
     accumulating = (f" × {exported.gradient_accumulation} accumulated (global batch "

@@ -72,13 +72,18 @@ SKIP_NET_UNUSED = ("aux_head",)
 FIT_SCRIPT = textwrap.dedent("""
     import json, sys
 
+    import torch
+
     import autoshard
 
     source, options = sys.argv[1], json.loads(sys.argv[2])
     result = autoshard.fit(source, max_steps=3, processes=2, batch_size=2, precision="32-true", log_every=1,
                            **options)
+    initial = autoshard.load_source(source).build().state_dict() if source.endswith(".py") else {}
+    moved = sorted(k for k, v in result.state_dict.items() if k in initial and not torch.equal(v, initial[k]))
     print("RESULT " + json.dumps({"losses": result.losses, "strategy": result.plan.strategy,
-                                  "settings": result.plan.settings, "world_size": result.world_size}), flush=True)
+                                  "settings": result.plan.settings, "world_size": result.world_size,
+                                  "notes": result.notes, "moved": moved}), flush=True)
 """)
 
 
@@ -283,6 +288,20 @@ def _fit(source: Path, options: dict[str, Any], cwd: Path) -> dict[str, Any]:
 def test_fit_trains_a_model_that_skips_its_head_under_ddp(skip_net: Path, tmp_path: Path) -> None:
     result = _fit(skip_net, {"strategy": "ddp"}, tmp_path)
     assert result["strategy"] == "ddp" and result["settings"]["find_unused_parameters"] is True
+    assert result["moved"] and not any(k.startswith("aux_head") for k in result["moved"])  # no gradient: left alone
+    assert not any("Unused parameters under ZeRO" in n for n in result["notes"])
+
+
+def test_zero_moves_the_parameters_without_a_gradient_and_the_plan_says_so(skip_net: Path, tmp_path: Path) -> None:
+    # a probe: a head the step never uses drifted under ZeRO-1 and ZeRO-3 (AdamW's weight decay on a zero gradient,
+    # DeepSpeed's flat partitions), where DDP and FSDP2 left it alone; recommend had said ZeRO needs nothing for it
+    pytest.importorskip("deepspeed")
+    result = _fit(skip_net, {"strategy": "deepspeed_stage_1", "optimizer": "adamw"}, tmp_path)
+    assert {"aux_head.0.weight", "aux_head.2.weight"} <= set(result["moved"])
+    [said] = [n for n in result["notes"] if n.startswith("Unused parameters under ZeRO")]
+    assert "(aux_head)" in said and "weight decay and momentum still change them" in said
+    plan = _recommend(skip_net, strategies=["fsdp"])
+    assert not any(line.startswith("Unused parameters") for line in plan.explanation)
 
 
 @pytest.mark.slow

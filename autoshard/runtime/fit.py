@@ -212,6 +212,8 @@ def fit(
         if launch is not None:
             return _launched(job, options, launch)
         check_not_a_launcher_copy(environ)  # before planning: srun -n 2 python train.py would train twice
+        if processes is not None and processes > 1:
+            workers.check_startable(job, model)
         exported, notes, job = planning.resolve(job, options, world_size=None)
         check_resume(job, exported, exported.hardware.world_size)  # before any worker starts
         if exported.hardware.nodes > 1:
@@ -269,6 +271,13 @@ def check_arguments(model: Any, data: Any, *, loss_fn: Any, max_steps: int | Non
         raise UsageError(f"strategy= takes one strategy name, but got {type(strategy).__name__} {strategy!r}: "
                          "recommend() and tune() take strategies=[...].",
                          hint="Pass e.g. strategy='fsdp', or to measure several fit(..., tune={'strategies': [...]}).")
+    if strategy is not None:  # a misspelt name was refused after planning had traced the model
+        from autoshard.strategies import get
+
+        try:
+            get(strategy)
+        except UsageError as e:
+            raise UsageError(f"strategy={strategy!r}: {e.message[0].lower()}{e.message[1:]}", hint=e.hint) from None
     if eval_every is not None and eval_data is None:
         raise UsageError("eval_every= says how often to score eval_data, and no eval_data was given.",
                          hint="Pass eval_data= (a Dataset, DataLoader or list of batches), or drop eval_every.")

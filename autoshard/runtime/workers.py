@@ -235,6 +235,17 @@ SOURCE_NOTE = ("fit() was given a model source, which only the worker processes 
                "m.load_state_dict(result.state_dict)).")
 
 
+def check_startable(job: TrainJob, model: Any) -> None:
+    """Before planning, when ``processes=`` asked for several: workers can be started from this session (a
+    notebook's fit(processes=2) was refused after planning, with a ``planning ...`` line said first).
+
+    Raises:
+        UsageError: this session cannot be run again as a worker, and the job cannot be handed to one.
+    """
+    if supervisor.script_command() is None:
+        _module_worker_command(job, model)
+
+
 def _module_worker_command(job: TrainJob, model: Any) -> list[str]:
     spec_ok = isinstance(model, (str, os.PathLike)) or (isinstance(model, ModelSource) and model.kind in (
         "catalog", "file", "hf-config"))

@@ -150,6 +150,14 @@ def test_a_list_of_strategies_is_refused_naming_strategies_of_recommend_and_tune
                       progress=False)
 
 
+def test_a_misspelt_strategy_is_refused_before_planning(capsys: pytest.CaptureFixture[str]) -> None:
+    data = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
+    with pytest.raises(UsageError, match=r"strategy='zero2': unknown strategy 'zero2'\. Did you mean "
+                                         r"deepspeed_stage_2\?"):
+        autoshard.fit(_mlp(), data, loss_fn=F.mse_loss, strategy="zero2", max_steps=1)
+    assert "planning" not in capsys.readouterr().err  # it was said after the model had been traced
+
+
 def test_an_error_inside_tune_is_not_reworded_as_the_tune_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
     """``except TypeError`` around tune() said "got an argument tune() does not take" of any TypeError inside."""
     import autoshard.tuning

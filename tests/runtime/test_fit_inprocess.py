@@ -198,10 +198,11 @@ def test_an_unwritable_nvme_directory_is_refused(tmp_path: Path) -> None:
         _check_nvme(str(locked))
 
 
-def test_spawning_from_pytest_is_refused_with_a_way_out() -> None:
+def test_spawning_from_pytest_is_refused_with_a_way_out(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(UsageError, match="cannot be started again as a worker") as info:
         fit(_Regressor(), _regression_batches(), loss_fn=_mse, processes=2, max_steps=1)
     assert "torchrun" in str(info.value)
+    assert "planning" not in capsys.readouterr().err  # refused before planning (a notebook saw it after)
 
 
 class _WhoCalls(_Regressor):

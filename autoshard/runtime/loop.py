@@ -220,7 +220,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
                         tokens))
         if config.on_step is not None:
             config.on_step(position.step, seconds)
-        if len(pending) >= config.log_every:
+        if position.step % config.log_every == 0:  # not a count since the last flush: a scoring flushes too
             flush()
         if (config.checkpoint_dir is not None and config.checkpoint_every
                 and position.step % config.checkpoint_every == 0 and not _done(position, config)):

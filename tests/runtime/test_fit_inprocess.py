@@ -521,6 +521,15 @@ def test_progress_says_the_plan_then_every_log_every_steps_and_nothing_when_off(
     assert capsys.readouterr().err == ""
 
 
+def test_progress_lines_keep_their_log_every_steps_past_a_scoring(capsys: pytest.CaptureFixture[str]) -> None:
+    # a probe's log_every=10, eval_every=15 printed steps 10, 15, 25, 30, 40: the count restarted at each scoring
+    fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, max_steps=40, log_every=10, eval_data=_fixed_loader(4),
+        eval_every=15)
+    lines = capsys.readouterr().err.splitlines()
+    said = [line.split("  ")[0].removeprefix("autoshard: step ") for line in lines if line.startswith("autoshard: step")]
+    assert said == ["10/40", "15/40", "20/40", "30/40", "40/40"]
+
+
 @pytest.mark.parametrize("strategy", ["deepspeed_stage_2", "deepspeed_stage_3"])
 def test_a_module_trained_by_deepspeed_in_this_process_is_handed_back_plain(strategy: str) -> None:
     """After fit() in one process the user's module was DeepSpeed's: cast to bf16 (ZeRO-1/2), or partitioned with

@@ -197,7 +197,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             fed_length = batch_token_length(steps_fns.fed(batch))  # a target's integer classes are not tokens
             length = fed_length or config.tokens_per_sample
             tokens += math.nan if length is None else micro_rows * length
-            sizes.see(batch, position.step + 1, ctx.rank == 0, fed_length)
+            sizes.see(batch, position.step + 1, fed_length)
             sync = micro == config.accumulation - 1
             batch = to_device(batch, ctx.device)
             loss = _loss(backend, steps_fns, batch, sync=sync, checked=not first, planned_rows=planned_rows,
@@ -317,16 +317,16 @@ class _SampleSizes:
         self.warned = False
         self.warned_length = False
 
-    def see(self, batch: Any, step: int, speak: bool, fed_length: int | None) -> None:
+    def see(self, batch: Any, step: int, fed_length: int | None) -> None:
         """Warn once of a batch longer than planned (``fed_length``: the token length of what the forward gets)
-        and once of one larger than the first."""
+        and once of one larger than the first. Every rank warns: the launching process says the other ranks' lines
+        (the long batch in rank 1's share went unsaid)."""
         from autoshard.models.source import batch_values
 
         length = None if self.warned_length or self.planned is None else fed_length
         if length is not None and self.planned is not None and length > self.planned:
             self.warned_length = True
-            if speak:
-                warnings.warn(longer_than_planned(f"step {step}", length, self.planned), stacklevel=3)
+            warnings.warn(longer_than_planned(f"step {step}", length, self.planned), stacklevel=3)
         if self.warned:
             return
         tensors = [t for t in batch_values(batch) or [] if isinstance(t, torch.Tensor) and t.dim() > 0]
@@ -338,10 +338,9 @@ class _SampleSizes:
             self.first = size
         elif size > self.first * 1.01 and not self.warned_length:
             self.warned = True
-            if speak:
-                warnings.warn(f"step {step}: a batch holds {size / self.first:.3g} x the elements per sample of the "
-                              "first batch, which the plan's memory is for: a larger batch may not fit on a GPU. "
-                              "Plan on the largest (pass it first, or pad every batch to one size).", stacklevel=3)
+            warnings.warn(f"step {step}: a batch holds {size / self.first:.3g} x the elements per sample of the "
+                          "first batch, which the plan's memory is for: a larger batch may not fit on a GPU. "
+                          "Plan on the largest (pass it first, or pad every batch to one size).", stacklevel=3)
 
 
 def _loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool, checked: bool, planned_rows: int = 0,

@@ -2,7 +2,8 @@
 
 Each worker runs in a session of its own, so it and anything it starts form one process group; stopping a
 worker is SIGTERM to that group, a grace period, then SIGKILL — by process-group id, never by name. Rank 0
-writes to this process's terminal; the other ranks write to ``rank<N>.log`` in the run directory. A worker
+writes to this process's terminal; the other ranks write to ``rank<N>.log`` in the run directory, and their lines
+are said on this process's stderr as ``[rank N] ...`` (a line another rank said already, once). A worker
 that fails writes ``error-rank<N>.json`` (its exception's class, message and hint) before it exits, so the
 error raised here names the rank and says what went wrong there.
 """
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -239,6 +241,8 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
     port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
+    echoes: list[threading.Thread] = []
+    seen: dict[bytes, int] = {}
     try:
         for rank in range(world_size):
             env = dict(environ)
@@ -251,9 +255,12 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
                 out = open(run_dir / f"rank{rank}.log", "wb")  # noqa: SIM115  # closed below
                 logs.append(out)
             try:
-                procs.append(subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL, stdout=out,
+                procs.append(subprocess.Popen(list(command), env=env, stdin=subprocess.DEVNULL,
+                                              stdout=out if log_rank0 or out is None else subprocess.PIPE,
                                               stderr=subprocess.STDOUT if out is not None else None,
                                               start_new_session=True))
+                if out is not None and not log_rank0:  # the user's terminal sees it too, once per line
+                    echoes.append(_echo(procs[-1], out, rank, seen))
             except OSError as exc:  # the program cannot be run: permissions, a removed venv, no processes left
                 raise WorkerError(f"could not start rank {rank}'s worker process ({command[0]}): "
                                   f"{exc.strerror or exc}.",
@@ -265,11 +272,34 @@ def run_workers(command: Sequence[str], *, world_size: int, run_dir: Path, envir
         stop(procs, grace_s)
         raise
     finally:
+        for echo in echoes:
+            echo.join(timeout=5.0)  # a grandchild holding the pipe open does not hold the run
         for log in logs:
             log.close()
     stop(procs, grace_s)
     if failure is not None:
         raise _error(failure, run_dir, world_size, user_script=not _autoshards_own(command))
+
+
+def _echo(proc: subprocess.Popen[bytes], log: Any, rank: int, seen: dict[bytes, int]) -> threading.Thread:
+    """Copy a rank's output to its log and to this process's stderr as ``[rank N] ...``, but for a line another
+    rank said already (``seen``: each line's first rank): what only rank 1 printed or warned (its share of the
+    data held the long batch) was lost with the run directory after a run that succeeded."""
+
+    def copy() -> None:
+        assert proc.stdout is not None
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream loses the echo, not the run
+            for line in iter(proc.stdout.readline, b""):
+                log.write(line)
+                if seen.setdefault(line, rank) != rank:  # another rank said it: once is enough
+                    continue
+                sys.stderr.write(f"[rank {rank}] {line.decode(errors='replace').rstrip()}\n")
+                sys.stderr.flush()
+            log.flush()
+
+    thread = threading.Thread(target=copy, name=f"autoshard-rank{rank}-output", daemon=True)
+    thread.start()
+    return thread
 
 
 def _wait(procs: Sequence[subprocess.Popen[bytes]], deadline: float | None,

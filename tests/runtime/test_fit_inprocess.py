@@ -307,6 +307,26 @@ def test_a_fit_worker_whose_launcher_is_gone_leaves_without_training(tmp_path, l
     assert (tmp_path / "error-rank0.json").exists() is launcher_is_parent, done.stderr.decode()[-2000:]
 
 
+_STDOUT_IS_DATA = """
+import json, torch
+import autoshard
+result = autoshard.fit(torch.nn.Linear(2, 1), [(torch.zeros(4, 2), torch.zeros(4, 1))], strategy="deepspeed_stage_1",
+                       loss_fn=torch.nn.functional.mse_loss, max_steps=1, progress=False)
+print(json.dumps({"steps": len(result.losses)}))
+"""
+
+
+def test_deepspeed_prints_nothing_on_the_users_stdout() -> None:
+    # "DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully" led stdout, even with progress=False
+    import subprocess
+
+    pytest.importorskip("deepspeed")
+    done = subprocess.run([sys.executable, "-c", _STDOUT_IS_DATA], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"steps": 1}, done.stdout
+
+
 def _loader(batch_size: int) -> torch.utils.data.DataLoader:
     data = torch.utils.data.TensorDataset(torch.randn(16, 8), torch.randn(16, 1))
     return torch.utils.data.DataLoader(data, batch_size=batch_size)

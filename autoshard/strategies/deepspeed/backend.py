@@ -10,6 +10,7 @@ does that at the edge and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections import OrderedDict
@@ -73,8 +74,11 @@ class DeepSpeedBackend(Backend):
     def setup(self, model: ModelInit, make_optimizer: OptimizerFactory) -> None:
         """Build (inside ``zero.Init`` at stage 3 when given a build function), then ``deepspeed.initialize``."""
         deepspeed = import_deepspeed(self.ctx.device.type)
-        # deepspeed.comm joins the process group fit() made; zero.Init reads the world size from it.
-        deepspeed.init_distributed(dist_backend=self.ctx.backend)
+        # deepspeed.comm joins the process group fit() made; zero.Init reads the world size from it. It prints
+        # "DeepSpeed deepspeed_shm_comm_op built successfully" on a CPU run (comm/torch.py, 0.19.8), and the user's
+        # stdout may be data: its prints go to stderr, as the engine's op loads below.
+        with contextlib.redirect_stdout(sys.stderr):
+            deepspeed.init_distributed(dist_backend=self.ctx.backend)
         self.config = self._config()
         zero = self.config["zero_optimization"]
         if zero["stage"] == 3:
@@ -101,8 +105,9 @@ class DeepSpeedBackend(Backend):
         optimizer = make_optimizer(p for p in module.parameters() if p.requires_grad)
         if "offload_optimizer" in zero:
             optimizer = _cpu_adam_like(optimizer)
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=module, optimizer=optimizer,
-                                                                  config=self.config)
+        with contextlib.redirect_stdout(sys.stderr):  # "Time to load cpu_adam op: ..." and the like
+            self.engine, self.optimizer, _, _ = deepspeed.initialize(model=module, optimizer=optimizer,
+                                                                      config=self.config)
         self._module = self.engine.module
 
     def _config(self) -> dict[str, Any]:

@@ -58,6 +58,17 @@ def stream_found(feed: DataFeed, name: str) -> list[str]:
             "its first batch, and each rank then takes its stream whole."]
 
 
+def unstepped(micro_batches: int, samples: int, accumulation: int) -> list[str]:
+    """The note on the micro-batches the data's end left in an incomplete accumulation (a probe's 100 samples at
+    micro-batch 8 × 5 trained 80, and the 20 left went unsaid)."""
+    if not micro_batches:
+        return []
+    return [f"data: the last {micro_batches} micro-batch(es) ({samples} sample(s) on each rank) made an incomplete "
+            f"accumulation of {accumulation} when the data ended, and were not stepped (their gradients were "
+            f"computed and dropped); to train them, make the micro-batches each rank takes a multiple of "
+            f"{accumulation}, or give a global batch that needs no accumulation."]
+
+
 def _samples_left_out(feed: DataFeed, micro_batch_size: int, *, loader_given: bool) -> str:
     samples, world, dropped = feed.samples, feed.ctx.world_size, feed.samples_dropped
     which = "a different few each epoch" if feed.shuffled else "the same last ones each epoch"

@@ -77,6 +77,9 @@ class LoopOutcome:
     position: Position
     last_checkpoint: Path | None
     evals: list[EvalMetrics]
+    unstepped: tuple[int, int] = (0, 0)
+    """The micro-batches and samples (on this rank) of an incomplete last accumulation the data's end left: their
+    gradients were computed and not stepped."""
 
 
 def plateau_refusal() -> UsageError:
@@ -141,6 +144,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     first = True
     sizes = _SampleSizes(config.tokens_per_sample)
     nonfinite: list[int] = []  # the first step whose loss was NaN or infinite: warned once
+    unstepped = (0, 0)
 
     def flush() -> None:
         if not pending:
@@ -205,6 +209,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             backend.backward(loss * scale if scale != 1.0 else loss, sync=sync)
             micro_losses.append(loss.detach())
         if batch is _END:  # the data ran out: an incomplete accumulation is not stepped
+            unstepped = (len(micro_losses), rows)
             break
         first = False
         lr = _group_lr(optimizer)  # what this step's update uses
@@ -240,7 +245,7 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
     ended = position.step > start.step or start.step > 0
     if config.evaluate is not None and ended and (not evals or evals[-1].step != position.step):
         evals.append(_evaluated(config, position.step))
-    return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt, evals=evals)
+    return LoopOutcome(steps=steps, position=position, last_checkpoint=last_ckpt, evals=evals, unstepped=unstepped)
 
 
 def _schedule(scheduler: LRScheduler, step: int) -> None:

@@ -173,6 +173,7 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
             on_eval=None if reporter is None else reporter.evaluated, epoch_rng=epoch_rng)
         outcome = loop.run(backend, feed, fns, config, start, scheduler)
         notes.extend(data_notes.stream_found(feed, "data"))  # a stream's kind is known from its first batch on
+        notes.extend(data_notes.unstepped(*outcome.unstepped, plan.gradient_accumulation))
         state = backend.full_state_dict() if job.consolidate else None
         module = backend.module
     finally:

@@ -541,6 +541,19 @@ def test_progress_says_the_plan_then_every_log_every_steps_and_nothing_when_off(
     assert capsys.readouterr().err == ""
 
 
+def test_an_incomplete_last_accumulation_is_said() -> None:
+    # a probe: 100 samples at micro-batch 8 x 5 accumulated, epochs=1: 2 steps of 80 samples, the 20 left unsaid
+    # (here a Dataset: the 4 that fill no micro-batch have their own note, and 2 whole micro-batches are left)
+    data = torch.utils.data.TensorDataset(torch.randn(100, 8), torch.randn(100, 1))
+    result = fit(_Regressor(), data, loss_fn=_mse, batch_size=8, global_batch_size=40, epochs=1, progress=False)
+    assert len(result.losses) == 2
+    [said] = [n for n in result.notes if "incomplete accumulation" in n]
+    assert said.startswith("data: the last 2 micro-batch(es) (16 sample(s) on each rank) made an incomplete "
+                           "accumulation of 5 when the data ended, and were not stepped")
+    whole = fit(_Regressor(), data, loss_fn=_mse, batch_size=10, global_batch_size=50, epochs=1, progress=False)
+    assert len(whole.losses) == 2 and not any("incomplete accumulation" in n for n in whole.notes)
+
+
 def test_progress_lines_keep_their_log_every_steps_past_a_scoring(capsys: pytest.CaptureFixture[str]) -> None:
     # a probe's log_every=10, eval_every=15 printed steps 10, 15, 25, 30, 40: the count restarted at each scoring
     fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, max_steps=40, log_every=10, eval_data=_fixed_loader(4),

@@ -13,7 +13,7 @@ from autoshard.planner.plan import Evaluation, PlanRequest, candidate_dict
 from autoshard.planner.search import does_not_fit, gib, usable_gpu_bytes
 from autoshard.strategies.base import Strategy
 from autoshard.strategies.trace_sessions import HALF_FAILS
-from autoshard.strategies.workload import SCALAR_FAILS, Workload
+from autoshard.strategies.workload import COMPLEX_FAILS, SCALAR_FAILS, Workload
 
 
 def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec,
@@ -25,7 +25,11 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
         said = [r for e in evaluations for r in e.reasons]
         precision = bool(said) and all(HALF_FAILS in r for r in said)  # the model's code, not the machine
         scalar = bool(said) and all(HALF_FAILS in r or SCALAR_FAILS in r for r in said) and not precision
-        if scalar:
+        complex_ = bool(said) and all(HALF_FAILS in r or COMPLEX_FAILS in r for r in said) and not precision
+        if complex_:
+            hint = ("Train with ddp (--strategies ddp; strategy= in fit()), which steps complex parameters as torch "
+                    "does.")
+        elif scalar:
             hint = ("Train with ddp (--strategies ddp; strategy= in fit()), or make each 0-d parameter a 1-element "
                     "tensor as said above.")
         elif precision:
@@ -37,7 +41,7 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
         else:
             hint = ("Choose strategies this hardware can run (--strategies; strategy= in fit()), or plan for other "
                     "hardware with --hardware.")
-        what = "weighed can train this model" if precision or scalar else "can run on this hardware"
+        what = "weighed can train this model" if precision or scalar or complex_ else "can run on this hardware"
         return NoFeasiblePlan(f"no strategy {what}: {reasons}.", hint=hint,
                               candidates=tuple(candidate_dict(e, workload, hardware) for e in evaluations))
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]

@@ -121,6 +121,10 @@ class Workload:
     scalar_parameters: tuple[str, ...] = ()
     """Names of the model's 0-d parameters (CLIP's ``logit_scale``), which neither FSDP2 nor DeepSpeed can take:
     see :attr:`shard_refused`."""
+    complex_parameters: tuple[str, ...] = ()
+    """Names of the model's complex parameters when it has real floating-point ones too (a spectral layer's
+    ``complex64`` weight beside float convolutions), which neither FSDP2 nor DeepSpeed can train: see
+    :attr:`shard_refused`."""
     module_blocks: tuple[int, ...] = ()
     """For each module of :attr:`module_largest_parameters`, in the same order, the index of the repeated block it
     lies in (the block itself included; the order of :attr:`block_parameter_counts`), -1 outside every block
@@ -181,13 +185,19 @@ class Workload:
 
     @property
     def shard_refused(self) -> str | None:
-        """Why FSDP2 and DeepSpeed cannot train the model, or ``None``: a 0-d parameter. ``fully_shard`` refuses
+        """Why FSDP2 and DeepSpeed cannot train the model, or ``None``: complex parameters beside real ones (a
+        probe's, found by each backend's failure on the first batch, which blamed the data), or a 0-d parameter.
+        ``fully_shard`` refuses
         one (``ValueError: fully_shard doesn't support scalar parameters``, torch 2.13), and DeepSpeed's engine
         broadcasts every parameter viewed as bytes at start (``_broadcast_model``: ``p.data.view(torch.uint8)``,
         which a 0-d tensor cannot be; deepspeed 0.19.8)."""
+        if self.complex_parameters:
+            return (f"FSDP2 and DeepSpeed {COMPLEX_FAILS} ({_some(self.complex_parameters)}): FSDP2 asserts one "
+                    "parameter dtype per group, and DeepSpeed flattens the parameters into one buffer (a float bias "
+                    "became complex under ZeRO-2, ZeRO-3 asserted one dtype).")
         if not self.scalar_parameters:
             return None
-        names = ", ".join(self.scalar_parameters[:3]) + (", ..." if len(self.scalar_parameters) > 3 else "")
+        names = _some(self.scalar_parameters)
         first = self.scalar_parameters[0]
         return (f"FSDP2 and DeepSpeed {SCALAR_FAILS} ({names}): torch's fully_shard refuses one, and "
                 "DeepSpeed's engine fails on it at start. Make it a 1-element tensor to shard the model, e.g. "
@@ -293,8 +303,32 @@ def frozen_parameter_bytes(module: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in unique if not p.requires_grad)
 
 
+COMPLEX_FAILS = "cannot train complex parameters beside real ones"
+"""What :attr:`Workload.shard_refused` says of complex parameters, as :data:`SCALAR_FAILS` of 0-d ones."""
+
+
+def _some(names: tuple[str, ...]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 SCALAR_FAILS = "cannot shard a 0-d parameter"
 """What :attr:`Workload.shard_refused` says, for the planner to tell the model's refusal from the hardware's."""
+
+
+def complex_parameters(module: nn.Module) -> tuple[str, ...]:
+    """Names of the module's complex parameters when it holds real floating-point ones too, each tensor once.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> net = nn.Linear(2, 2)
+        >>> net.spectral = nn.Parameter(torch.zeros(4, dtype=torch.complex64))
+        >>> complex_parameters(net), complex_parameters(nn.Linear(2, 2))
+        (('spectral',), ())
+    """
+    named = list(module.named_parameters())  # each tensor once
+    names = tuple(name for name, p in named if p.is_complex())
+    return names if any(p.is_floating_point() for _, p in named) else ()
 
 
 def scalar_parameters(module: nn.Module) -> tuple[str, ...]:
@@ -417,6 +451,7 @@ def build_workload(
         module_blocks=module_blocks(module, () if blocks is None else blocks.names),
         half_refused=half_refused,
         scalar_parameters=scalar_parameters(module),
+        complex_parameters=complex_parameters(module),
     )
 
 

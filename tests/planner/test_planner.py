@@ -423,3 +423,53 @@ def test_a_model_with_a_0_d_parameter_is_planned_with_ddp_and_says_why_not_the_s
         autoshard.recommend(str(tmp_path / "config.json"), hardware=eight, strategies=["fsdp"], cache=False)
     assert info.value.message.startswith("no strategy weighed can train this model")
     assert "hardware" not in info.value.hint and "ddp" in info.value.hint
+
+
+SPECTRAL_PY = """
+import torch
+from torch import nn
+
+
+class Spectral(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lift, self.w = nn.Conv1d(1, 8, 1), nn.Parameter(torch.randn(8, 8, 4, dtype=torch.cfloat))
+
+    def forward(self, x):
+        xf = torch.fft.rfft(self.lift(x))
+        out = torch.einsum("bim,iom->bom", xf[..., :4], self.w)
+        return torch.fft.irfft(torch.cat([out, torch.zeros_like(xf[..., 4:])], dim=-1), n=x.shape[-1])
+
+
+def model():
+    return Spectral()
+
+
+def batch(batch_size):
+    return torch.randn(batch_size, 1, 32), torch.randn(batch_size, 8, 32)
+
+
+def loss(output, batch):
+    return torch.nn.functional.mse_loss(output, batch[1])
+"""
+
+
+def test_complex_parameters_beside_real_ones_are_planned_with_ddp_and_say_why_not_the_sharding_strategies(
+        tmp_path: Path) -> None:
+    """A probe's spectral (FNO-style) layer: FSDP2 asserted one parameter dtype, ZeRO-2 made a float bias complex,
+    ZeRO-3 asserted one dtype, each in the workers and blaming the data, after recommend had listed them as fitting."""
+    import autoshard
+    from autoshard.errors import NoFeasiblePlan
+
+    (tmp_path / "model.py").write_text(SPECTRAL_PY, encoding="utf-8")
+    eight = load_hardware("a100-sxm-80gb", gpus=8)
+    plan = autoshard.recommend(str(tmp_path / "model.py"), hardware=eight, precision="32-true", cache=False)
+    assert plan.recommended.strategy == "ddp" and plan.workload.complex_parameters == ("w",)
+    refused = {e.strategy: e.reasons[0] for e in plan.candidates if not e.fits}
+    for name in ("fsdp", "deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_3"):
+        assert refused[name].startswith("FSDP2 and DeepSpeed cannot train complex parameters beside real ones (w)")
+    with pytest.raises(NoFeasiblePlan) as info:
+        autoshard.recommend(str(tmp_path / "model.py"), hardware=eight, strategies=["deepspeed_stage_2"],
+                            precision="32-true", cache=False)
+    assert info.value.message.startswith("no strategy weighed can train this model")
+    assert "ddp" in info.value.hint and "complex" in info.value.hint

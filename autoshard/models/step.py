@@ -241,11 +241,14 @@ class _Loss:
 def output_loss(output: Any, batch: Batch) -> torch.Tensor:
     """The loss the model returned, for a forward with no ``loss_fn``: ``output.loss`` or ``output["loss"]``
     (Hugging Face), the output itself when it is a scalar, or the first element of a tuple or list output when that
-    is a scalar (Hugging Face's ``return_dict=False`` puts the loss first).
+    is a scalar (Hugging Face's ``return_dict=False`` puts the loss first), else its only scalar (nanoGPT returns
+    ``(logits, loss)``).
 
     Example:
         >>> output_loss((torch.tensor(0.5), torch.zeros(2, 3)), {}).item()
         0.5
+        >>> output_loss((torch.zeros(2, 3), torch.tensor(0.25)), {}).item()
+        0.25
 
     Raises:
         UsageError: the output holds no loss: what it is, and how to give one.
@@ -256,6 +259,9 @@ def output_loss(output: Any, batch: Batch) -> torch.Tensor:
     if loss is None:
         first = output[0] if isinstance(output, (tuple, list)) and output else output
         loss = first if _scalar(first) else None
+    if loss is None and isinstance(output, (tuple, list)):  # nanoGPT's (logits, loss): its one scalar
+        scalars = [x for x in output if _scalar(x)]
+        loss = scalars[0] if len(scalars) == 1 else None
     if isinstance(loss, torch.Tensor):
         return loss
     contrastive = hasattr(output, "logits_per_image")  # CLIP, SigLIP: their loss is asked for by return_loss=True

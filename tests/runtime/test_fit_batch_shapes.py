@@ -431,3 +431,26 @@ def test_nested_inputs_and_targets_are_hinted_with_the_training_step_that_feeds_
     result = fit(_TwoInputs(), [batch] * 2, max_steps=1, progress=False,  # what the hint says trains
                  training_step=lambda model, b: F.mse_loss(model(*b[0]), b[1]))
     assert len(result.losses) == 1
+
+
+class _NanoGPTStyle(nn.Module):
+    """Returns ``(logits, loss)`` as nanoGPT's GPT does when given targets (``(logits, loss_a, loss_b)`` with
+    ``two=True``)."""
+
+    def __init__(self, two: bool = False) -> None:
+        super().__init__()
+        self.net, self.two = nn.Linear(8, 4), two
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logits = self.net(x)
+        loss = F.cross_entropy(logits, y)
+        return (logits, loss, loss * 2) if self.two else (logits, loss)
+
+
+def test_a_tuple_whose_only_scalar_is_not_first_trains_on_it_and_two_are_not_guessed_between() -> None:
+    # a probe's (logits, loss) model was refused with "a tuple of 2 ... with no loss" (profile had taken it)
+    data = [(torch.randn(4, 8), torch.randint(0, 4, (4,))) for _ in range(3)]
+    result = fit(_NanoGPTStyle(), data, max_steps=3, progress=False)
+    assert len(result.losses) == 3 and all(0 < loss < 10 for loss in result.losses)
+    with pytest.raises(UsageError, match="with no loss"):
+        fit(_NanoGPTStyle(two=True), data, max_steps=1, progress=False)

@@ -440,8 +440,8 @@ def _forward(
         if options.fp32_output:
             # The 16-bit output is freed once cast, as after FSDP2's root cast (nothing saves it for backward).
             output = cast_floats(output, torch.float32)
-        facts.loss_in_output = any(isinstance(t, torch.Tensor) and t.requires_grad and t.numel() == 1
-                                    for t in tree_iter(output))
+        held = (*tree_iter(output), getattr(output, "loss", None))  # a plain dataclass's .loss: not a pytree
+        facts.loss_in_output = any(isinstance(t, torch.Tensor) and t.requires_grad and t.numel() == 1 for t in held)
         tracker.phase = "loss"
         loss = guard(functools.partial(loss_fn, output, batch), source, tracker, "loss")
     del output

@@ -39,6 +39,49 @@ def test_forward_output_says_whether_it_holds_the_loss(model: str) -> None:
     assert workload(model).trace("half", False).at_1.loss_in_output is (model == LOSS_IN_FORWARD)
 
 
+DATACLASS_OUTPUT = """
+import dataclasses
+
+import torch
+from torch import nn
+
+
+@dataclasses.dataclass
+class Out:
+    logits: torch.Tensor
+    loss: torch.Tensor
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x, y):
+        logits = self.fc(x)
+        return Out(logits, nn.functional.cross_entropy(logits, y))
+
+
+def model():
+    return Net()
+
+
+def batch(batch_size):
+    return torch.randn(batch_size, 8), torch.randint(0, 4, (batch_size,))
+
+
+def loss(output, batch):
+    return output.loss
+"""
+
+
+def test_a_plain_dataclass_output_holding_the_loss_is_seen_to_hold_it(tmp_path: Path) -> None:
+    # a probe's Out(logits, loss) dataclass (not a pytree) profiled as loss_in_output False; its dict twin as True
+    path = tmp_path / "model.py"
+    path.write_text(DATACLASS_OUTPUT, encoding="utf-8")
+    assert workload(str(path)).trace("half", False).at_1.loss_in_output is True
+
+
 def test_a_hugging_face_model_given_labels_returns_its_loss_and_a_catalog_model_its_logits(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY_LLAMA))

@@ -62,6 +62,8 @@ class LoopConfig:
     """Scores the held-out data at a step (collective): every ``eval_every`` steps and at the end."""
     eval_every: int | None = None
     on_eval: Callable[[EvalMetrics], None] | None = None
+    on_checkpoint: Callable[[int, Path], None] | None = None
+    """Called with the step and the directory of each checkpoint written."""
     epoch_rng: dict[str, torch.Tensor] | None = None
     """Resuming inside an epoch: this rank's RNG state when that epoch's data iterator was first made
     (:func:`autoshard.runtime.checkpoint.epoch_rng`). The iterator is made again under it, so a loader shuffling
@@ -231,6 +233,8 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
                 and position.step % config.checkpoint_every == 0 and not _done(position, config)):
             last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position, scheduler=scheduler,
                                         keep_last=config.keep_last_checkpoints, epoch_rng=epoch_rng)
+            if config.on_checkpoint is not None:
+                config.on_checkpoint(position.step, last_ckpt)
         if (config.evaluate is not None and config.eval_every
                 and position.step % config.eval_every == 0 and not _done(position, config)):
             flush()
@@ -241,6 +245,8 @@ def run(backend: Backend, feed: DataFeed, steps_fns: StepFunctions, config: Loop
             config.checkpoint_dir, position.step)) and position.step > start.step:
         last_ckpt = checkpoint.save(backend, config.checkpoint_dir, position, scheduler=scheduler,
                                     keep_last=config.keep_last_checkpoints, epoch_rng=epoch_rng)
+        if config.on_checkpoint is not None:
+            config.on_checkpoint(position.step, last_ckpt)
     # A run resumed where training had ended scores the checkpoint's weights: eval_data is scored at the end.
     ended = position.step > start.step or start.step > 0
     if config.evaluate is not None and ended and (not evals or evals[-1].step != position.step):

@@ -4,7 +4,9 @@ standard error), so that a run of hours is not silent until it returns. ``fit(pr
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from autoshard.planner.plan_file import ExportedPlan
@@ -29,6 +31,8 @@ class Reporter:
     def __init__(self, total_steps: int | None, stream: TextIO | None = None) -> None:
         self.total_steps = total_steps
         self.stream = stream
+        self._started = time.monotonic()
+        self._first_step = 0
 
     def _write(self, line: str) -> None:
         say(line, self.stream)
@@ -44,6 +48,7 @@ class Reporter:
                        if plan.gradient_accumulation > 1 else "")
         steps = "" if self.total_steps is None else f", to step {self.total_steps:,}"
         resumed = f" from step {first_step:,}" if first_step else ""
+        self._started, self._first_step = time.monotonic(), first_step
         self._write(f"training {plan.strategy} on {world_size} {device_type} rank(s), micro-batch "
                     f"{plan.micro_batch_size}{accumulated}, {plan.precision}{steps}{resumed}")
 
@@ -59,9 +64,44 @@ class Reporter:
         lr = "" if s.lr is None else f"  lr {s.lr:.3g}"
         per_sample = None if s.tokens_per_s is None else s.tokens_per_s / s.samples_per_s
         tokens = "" if per_sample is None else f"  {per_sample * samples / seconds:,.0f} tokens/s"
-        self._write(f"step {s.step:,}{total}  epoch {s.epoch}  loss {sum(x.loss for x in steps) / len(steps):.4g}{lr}"
-                    f"  {samples / seconds:,.1f} samples/s{tokens}  {seconds / len(steps):.3g} s/step")
+        loss = sum(x.loss for x in steps) / len(steps)
+        self._write(f"step {s.step:,}{total}  epoch {s.epoch}  loss {loss:.4g}{lr}  {samples / seconds:,.1f} "
+                    f"samples/s{tokens}  {seconds / len(steps):.3g} s/step{self._eta(s.step)}")
+
+    def _eta(self, step: int) -> str:
+        """``  ETA 1:02:03``: the steps left at the run's mean wall-clock time per step so far (scorings and
+        checkpoints included), when the total is known."""
+        done = step - self._first_step
+        if self.total_steps is None or done <= 0 or step >= self.total_steps:
+            return ""
+        left = (time.monotonic() - self._started) / done * (self.total_steps - step)
+        return f"  ETA {clock(left)}"
+
+    def saved(self, step: int, path: Path) -> None:
+        """A checkpoint written."""
+        self._write(f"checkpoint at step {step:,}: {path}")
+
+    def finished(self, steps: Sequence[StepMetrics], last_checkpoint: Path | None) -> None:
+        """The run's end: its steps, wall-clock time, last loss and last checkpoint."""
+        if not steps:
+            return
+        kept = f"; last checkpoint {last_checkpoint}" if last_checkpoint is not None else ""
+        self._write(f"done: {len(steps):,} step(s) in {clock(time.monotonic() - self._started)}, last loss "
+                    f"{steps[-1].loss:.4g}{kept}")
 
     def evaluated(self, metrics: EvalMetrics) -> None:
         """A scoring of ``eval_data``."""
         self._write(f"eval at step {metrics.step:,}  loss {metrics.loss:.4g}  ({metrics.batches:,} batches)")
+
+
+def clock(seconds: float) -> str:
+    """``seconds`` as ``H:MM:SS`` (``M:SS`` under an hour).
+
+    Example:
+        >>> clock(59.6), clock(3725), clock(90061)
+        ('1:00', '1:02:05', '25:01:01')
+    """
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

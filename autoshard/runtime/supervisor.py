@@ -149,11 +149,12 @@ def _current_thread_frames(text: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def sigterm_unwinds() -> Iterator[None]:
+def sigterm_unwinds(checkpoint_dir: Path | None = None) -> Iterator[None]:
     """While active, SIGTERM (a job scheduler's time limit, ``kill``) raises ``SystemExit(143)`` in this process, so
     that the caller's ``finally`` blocks stop the workers and remove the run directory: by default SIGTERM ended the
     launching process at once and left ``$TMPDIR/autoshard-fit-*``, the model's weights in it (a concurrency probe).
-    Left alone off the main thread (signals are delivered there) and where the process has its own handler."""
+    Left alone off the main thread (signals are delivered there) and where the process has its own handler. With
+    ``checkpoint_dir``, the message names the latest checkpoint there and how to continue from it."""
     import threading
 
     if threading.current_thread() is not threading.main_thread() or \
@@ -162,7 +163,8 @@ def sigterm_unwinds() -> Iterator[None]:
         return
 
     def stopped(signum: int, frame: Any) -> None:
-        print("autoshard: fit() terminated (SIGTERM): its workers are stopped.", file=sys.stderr)
+        print(f"autoshard: fit() terminated (SIGTERM): its workers are stopped.{_resumable(checkpoint_dir)}",
+              file=sys.stderr)
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, stopped)
@@ -170,6 +172,19 @@ def sigterm_unwinds() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _resumable(checkpoint_dir: Path | None) -> str:
+    """What a stopped run left to continue from (a probe's SIGTERM at step 2,000 said nothing of it)."""
+    if checkpoint_dir is None:
+        return ""
+    from autoshard.runtime.checkpoint import latest
+
+    found = latest(checkpoint_dir) if checkpoint_dir.is_dir() else None
+    if found is None:
+        return f" No checkpoint was written in {checkpoint_dir} yet."
+    return (f" The latest checkpoint is {found}: fit(..., checkpointing=Checkpointing(dir={str(checkpoint_dir)!r}, "
+            "resume=True)) continues from it.")
 
 
 def free_port() -> int:

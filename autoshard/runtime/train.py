@@ -170,8 +170,11 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
             tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
             checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,
             on_step=job.on_step, on_log=reporter, evaluate=evaluator, eval_every=job.eval_every,
-            on_eval=None if reporter is None else reporter.evaluated, epoch_rng=epoch_rng)
+            on_eval=None if reporter is None else reporter.evaluated, epoch_rng=epoch_rng,
+            on_checkpoint=None if reporter is None else reporter.saved)
         outcome = loop.run(backend, feed, fns, config, start, scheduler)
+        if reporter is not None:
+            reporter.finished(outcome.steps, outcome.last_checkpoint)
         notes.extend(data_notes.stream_found(feed, "data"))  # a stream's kind is known from its first batch on
         notes.extend(data_notes.unstepped(*outcome.unstepped, plan.gradient_accumulation))
         state = backend.full_state_dict() if job.consolidate else None

@@ -122,7 +122,8 @@ def spawn(job: TrainJob, exported: ExportedPlan, notes: list[str], model: Any,
     command = supervisor.script_command()
     if command is None:
         command = _module_worker_command(job, model)
-    with supervisor.sigterm_unwinds():  # a scheduler's SIGTERM stops the workers and removes the run directory
+    with supervisor.sigterm_unwinds(job.checkpoint_dir):  # a scheduler's SIGTERM stops the workers, removes the run
+        # directory and says where the latest checkpoint is
         return _spawned(job, exported, notes, model, timeout_s, command)
 
 

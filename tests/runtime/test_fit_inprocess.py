@@ -6,6 +6,7 @@ import inspect
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -535,8 +536,11 @@ def test_progress_says_the_plan_then_every_log_every_steps_and_nothing_when_off(
     assert planning == "autoshard: planning _Regressor for 1 cpu rank(s) (tracing a training step on fake tensors)"
     assert lines[0] == ("autoshard: training ddp on 1 cpu rank(s), micro-batch 4 × 2 accumulated (global batch 8), "
                         "32-true, to step 4")
-    assert [line.split("  ")[0] for line in lines[1:]] == ["autoshard: step 2/4", "autoshard: step 4/4"]
+    assert [line.split("  ")[0] for line in lines[1:3]] == ["autoshard: step 2/4", "autoshard: step 4/4"]
     assert f"loss {(result.losses[2] + result.losses[3]) / 2:.4g}" in lines[2]
+    assert "  ETA " in lines[1] and "ETA" not in lines[2]  # the steps left at the run's pace so far
+    assert re.fullmatch(rf"autoshard: done: 4 step\(s\) in \d+:\d\d, last loss {result.losses[-1]:.4g}", lines[3])
+    assert len(lines) == 4
     fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, max_steps=2, progress=False)
     assert capsys.readouterr().err == ""
 
@@ -552,6 +556,17 @@ def test_an_incomplete_last_accumulation_is_said() -> None:
                            "accumulation of 5 when the data ended, and were not stepped")
     whole = fit(_Regressor(), data, loss_fn=_mse, batch_size=10, global_batch_size=50, epochs=1, progress=False)
     assert len(whole.losses) == 2 and not any("incomplete accumulation" in n for n in whole.notes)
+
+
+def test_progress_says_each_checkpoint_and_the_last_at_the_end(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # a probe: checkpoints were written without a word, and nothing said where the run had left its last one
+    result = fit(_Regressor(), _fixed_loader(4), loss_fn=_mse, max_steps=4, log_every=4,
+                 checkpointing=autoshard.Checkpointing(dir=tmp_path / "ck", every=2))
+    lines = [line.removeprefix("autoshard: ") for line in capsys.readouterr().err.splitlines()]
+    saved = [line for line in lines if line.startswith("checkpoint at step")]
+    assert saved == [f"checkpoint at step {n}: {tmp_path / 'ck' / f'step-{n:08d}'}" for n in (2, 4)]
+    assert lines[-1].endswith(f"; last checkpoint {result.last_checkpoint}") and lines[-1].startswith("done: 4 ")
 
 
 def test_progress_lines_keep_their_log_every_steps_past_a_scoring(capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,3 +49,20 @@ def test_sigterm_stops_the_workers_and_removes_the_run_directory(tmp_path: Path)
     assert not list(tmp_path.glob("autoshard-fit-*"))
     time.sleep(1)
     assert not _workers(str(steps))
+
+
+def test_the_sigterm_message_names_the_latest_checkpoint_and_how_to_continue(tmp_path: Path) -> None:
+    # a probe's SIGTERM at step 2,000 said the workers were stopped, not where the run could continue from
+    import torch
+
+    import autoshard
+    from autoshard.runtime.supervisor import _resumable
+
+    root = tmp_path / "ck"
+    assert _resumable(None) == ""
+    assert _resumable(root) == f" No checkpoint was written in {root} yet."
+    data = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(4)]
+    autoshard.fit(torch.nn.Linear(8, 1), data, loss_fn=torch.nn.functional.mse_loss, max_steps=4, progress=False,
+                  checkpointing=autoshard.Checkpointing(dir=root, every=2))
+    assert _resumable(root) == (f" The latest checkpoint is {root / 'step-00000004'}: fit(..., checkpointing="
+                                f"Checkpointing(dir={str(root)!r}, resume=True)) continues from it.")

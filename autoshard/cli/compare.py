@@ -206,7 +206,7 @@ def _print(model: str, options: tuple[MachineOption, ...], *, tokens: float | No
             c = rec.candidate
             plan = (f"{c.strategy}, micro-batch {c.micro_batch_size}"
                     + (f" x {rec.gradient_accumulation} accumulated" if rec.gradient_accumulation > 1 else "")
-                    + (f", ckpt ({o.checkpointing})" if o.checkpointing else ""))
+                    + (f", ckpt ({o.checkpointing})" if o.checkpointing not in (None, "none") else ""))
             tps = o.tokens_per_s
             row = [escape(o.machine), str(o.gpus), plan, f"{o.global_batch_size:,}",
                    gib(rec.memory.gpu.total) if rec.memory else "—", format_throughput(o.samples_per_s or 0.0),

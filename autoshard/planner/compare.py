@@ -106,10 +106,12 @@ class MachineOption:
 
     @property
     def checkpointing(self) -> str | None:
-        """What the plan's checkpointed blocks recompute (``full``, ``op``, ``every-N``); ``None``: it does not
-        checkpoint, or nothing fits."""
-        if self.plan is None or not self.plan.recommended.candidate.activation_checkpointing:
+        """What the plan's checkpointed blocks recompute (``full``, ``op``, ``every-N``), ``none`` when it does not
+        checkpoint (as ``recommend --json`` says it); ``None``: nothing fits."""
+        if self.plan is None:
             return None
+        if not self.plan.recommended.candidate.activation_checkpointing:
+            return "none"
         return str(self.plan.workload.checkpoint_mode)
 
     def to_dict(self, *, tokens: float | None = None, samples: float | None = None) -> dict[str, Any]:

@@ -86,6 +86,8 @@ def test_the_command_prints_json_alone_and_costs_only_what_is_priced(capsys) -> 
     assert rows["t4"]["cost_usd"] == pytest.approx(rows["t4"]["hours"] * 0.35)
     assert rows["dgx-h100"]["cost_usd"] is None and rows["dgx-h100"]["hours"] > 0
     assert rows["dgx-h100"]["gpus"] == 8
+    recommended = autoshard.recommend(MODEL, hardware="t4", seq_len=32).to_dict()["recommended"]
+    assert rows["t4"]["checkpointing"] == recommended["checkpointing"] == "none"  # compare said null, recommend "none"
 
 
 def test_the_command_table_names_the_cheapest_and_the_fastest(capsys) -> None:

@@ -36,13 +36,14 @@ if TYPE_CHECKING:  # loaded lazily at runtime (see __getattr__), typed here for 
     from autoshard.models import ModelSource, load_source
     from autoshard.planner.plan import Plan
     from autoshard.profiler import MemoryBreakdown, ModelProfile, Precision, ProfileOptions
-    from autoshard.runtime import Checkpointing, FitResult, is_worker
+    from autoshard.runtime import Checkpointing, EvalMetrics, FitResult, StepMetrics, is_worker
     from autoshard.tuner import TuneResult
     from autoshard.tuning import tune
 
 __all__ = [
     "AutoshardError",
     "Checkpointing",
+    "EvalMetrics",
     "ExportedPlan",
     "FitResult",
     "HardwareError",
@@ -56,6 +57,7 @@ __all__ = [
     "Precision",
     "ProfileError",
     "ProfileOptions",
+    "StepMetrics",
     "TuneResult",
     "UsageError",
     "UserCodeError",
@@ -94,6 +96,8 @@ _LAZY = {
     "fit": "autoshard.fitting",  # training composed with tuning
     "FitResult": "autoshard.runtime",
     "Checkpointing": "autoshard.runtime",
+    "StepMetrics": "autoshard.runtime",
+    "EvalMetrics": "autoshard.runtime",
     "is_worker": "autoshard.runtime",
     "tune": "autoshard.tuning",  # the tuner composed with its report
     "TuneResult": "autoshard.tuner",

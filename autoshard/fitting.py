@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autoshard.errors import UsageError, in_arguments
@@ -55,6 +55,7 @@ def fit(
     seed: int = 0,
     log_every: int = 10,
     progress: bool = True,
+    callbacks: Sequence[Any] | None = None,
     force: bool = False,
     timeout_s: float | None = None,
     tune: bool | Mapping[str, Any] = False,
@@ -88,7 +89,8 @@ def fit(
         optimizer=optimizer, max_steps=max_steps, epochs=epochs,
         strategy=strategy, hardware=hardware, processes=processes, precision=precision, batch_size=batch_size,
         global_batch_size=global_batch_size, seq_len=seq_len, checkpointing=checkpointing, consolidate=consolidate,
-        grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, progress=progress, force=force,
+        grad_clip_norm=grad_clip_norm, seed=seed, log_every=log_every, progress=progress, callbacks=callbacks,
+        force=force,
         timeout_s=timeout_s, lr_scheduler=lr_scheduler, optimizer_impl=optimizer_impl,
         activation_checkpointing=activation_checkpointing, reduce_dtype=reduce_dtype, cache=cache)
     if not isinstance(tune, (bool, Mapping)):  # a truthy "yes" ran a whole study as if True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autoshard.runtime.fit import fit
 from autoshard.runtime.options import Checkpointing
-from autoshard.runtime.result import FitResult, StepMetrics
+from autoshard.runtime.result import EvalMetrics, FitResult, StepMetrics
 from autoshard.runtime.supervisor import is_worker
 
-__all__ = ["Checkpointing", "FitResult", "StepMetrics", "fit", "is_worker"]
+__all__ = ["Checkpointing", "EvalMetrics", "FitResult", "StepMetrics", "fit", "is_worker"]

@@ -8,7 +8,7 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from autoshard.planner.plan_file import ExportedPlan
 from autoshard.profiler.checkpointing import parse_checkpointing
 from autoshard.profiler.options import OptimizerImpl, parse_grad_clip_norm
 from autoshard.runtime import calls, planning, supervisor, workers
+from autoshard.runtime.callbacks import check_callbacks
 from autoshard.runtime.data import SampleList, unbatched_samples
 from autoshard.runtime.data_checks import check as check_data
 from autoshard.runtime.data_checks import check_not_columns
@@ -67,6 +68,7 @@ def fit(
     seed: int = 0,
     log_every: int = 10,
     progress: bool = True,
+    callbacks: Sequence[Any] | None = None,
     force: bool = False,
     timeout_s: float | None = None,
     lr_scheduler: LrSchedulerFactory | None = None,
@@ -130,6 +132,10 @@ def fit(
         log_every: steps between the all-reduces that average the loss over ranks, and between progress lines.
         progress: rank 0 writes the plan it trains and, every ``log_every`` steps, the step, loss, learning rate
             and throughput to standard error (:mod:`autoshard.runtime.progress`); ``False``: nothing.
+        callbacks: objects told of the run on rank 0, each defining any of ``on_log(steps)`` (every ``log_every``
+            steps, the :class:`StepMetrics` just averaged over the ranks), ``on_eval(metrics)`` and
+            ``on_checkpoint(step, path)`` (:mod:`autoshard.runtime.callbacks`): to log to TensorBoard or Weights &
+            Biases as it trains. In the workers ``fit()`` starts they are the script's own objects, made again there.
         force: train with a ``plan.json`` whose model or GPU fingerprint differs from this run's.
         timeout_s: stop worker processes this starts after this long.
         lr_scheduler: a factory ``optimizer -> torch.optim.lr_scheduler.LRScheduler``, called once the backend
@@ -167,6 +173,7 @@ def fit(
         lr_scheduler=lr_scheduler, grad_clip_norm=grad_clip_norm, eval_data=eval_data, eval_every=eval_every,
         strategy=strategy)
     check_optimizer_instance(optimizer, module)  # before planning and the workers
+    told = check_callbacks(callbacks)
     if seq_len is not None and source is None and isinstance(plan, str) and plan == "auto":  # data= sets it
         raise UsageError(f"seq_len={seq_len} sizes a model source's own example batches (a catalog name, a config, "
                          f"a model.py), and {type(module).__name__} trains on data=, whose batches have their own "
@@ -196,7 +203,7 @@ def fit(
                        resume=ckpt.resume if isinstance(ckpt.resume, bool) else Path(ckpt.resume),
                        consolidate=consolidate, log_every=log_every, progress=progress,
                        grad_clip_norm=grad_clip_norm,
-                       lr_scheduler=lr_scheduler, keep_last_checkpoints=ckpt.keep_last)
+                       lr_scheduler=lr_scheduler, keep_last_checkpoints=ckpt.keep_last, callbacks=told)
         options = planning.PlanOptions(
             plan=plan, strategy=strategy, hardware=hardware, processes=processes, precision=precision,
             batch_size=batch_size, global_batch_size=global_batch_size, seq_len=seq_len, force=force,

@@ -21,6 +21,7 @@ from autoshard.profiler.blocks import find_repeated_blocks
 from autoshard.runtime import backends, checkpoint, data_notes, loop
 from autoshard.runtime.activation_checkpointing import restore_blocks
 from autoshard.runtime.backends import ModelInit
+from autoshard.runtime.callbacks import listeners
 from autoshard.runtime.checkpoint import Position
 from autoshard.runtime.data import DataFeed
 from autoshard.runtime.distributed import RunContext
@@ -62,6 +63,8 @@ class TrainJob:
     eval_data: Any = None
     """Held-out data scored every ``eval_every`` steps and at the end (:mod:`.evaluation`)."""
     eval_every: int | None = None
+    callbacks: tuple[Any, ...] = ()
+    """The user's callbacks, told of the run on rank 0 (:mod:`.callbacks`)."""
 
     @property
     def epoch_limit(self) -> int | None:
@@ -163,15 +166,16 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
                 total = per_epoch * epochs // plan.gradient_accumulation
             reporter = Reporter(total)
             reporter.start(plan, ctx.world_size, ctx.device.type, start.step, notes)
+        told = listeners(reporter, job.callbacks if ctx.is_main else ())
         config = loop.LoopConfig(
             accumulation=plan.gradient_accumulation, max_steps=job.max_steps,
             epochs=epochs,
             samples_per_step=plan.micro_batch_size * plan.gradient_accumulation * ctx.world_size,
             tokens_per_sample=plan.seq_len, log_every=job.log_every, checkpoint_dir=job.checkpoint_dir,
             checkpoint_every=job.checkpoint_every, keep_last_checkpoints=job.keep_last_checkpoints,
-            on_step=job.on_step, on_log=reporter, evaluate=evaluator, eval_every=job.eval_every,
-            on_eval=None if reporter is None else reporter.evaluated, epoch_rng=epoch_rng,
-            on_checkpoint=None if reporter is None else reporter.saved)
+            on_step=job.on_step, on_log=None if told is None else told.on_log, evaluate=evaluator,
+            eval_every=job.eval_every, on_eval=None if told is None else told.on_eval, epoch_rng=epoch_rng,
+            on_checkpoint=None if told is None else told.on_checkpoint)
         outcome = loop.run(backend, feed, fns, config, start, scheduler)
         if reporter is not None:
             reporter.finished(outcome.steps, outcome.last_checkpoint)

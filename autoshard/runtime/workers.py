@@ -251,7 +251,7 @@ def _module_worker_command(job: TrainJob, model: Any) -> list[str]:
     spec_ok = isinstance(model, (str, os.PathLike)) or (isinstance(model, ModelSource) and model.kind in (
         "catalog", "file", "hf-config"))
     own_code = (job.data, job.eval_data, job.loss_fn, job.training_step, job.lr_scheduler)
-    if not spec_ok or any(x is not None for x in own_code) or not (
+    if not spec_ok or any(x is not None for x in own_code) or job.callbacks or not (
             job.optimizer is None or isinstance(job.optimizer, str)):
         raise UsageError("fit() needs to start one worker process per device, and this session cannot be started "
                          "again as a worker (an interactive session, a notebook or pytest).",

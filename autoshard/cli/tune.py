@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             warmup_steps=args.warmup_steps, storage=args.storage, study_name=args.study_name,
             output_dir=args.output_dir, cache_dir=args.cache_dir, use_cache=not args.no_cache,
             prune=not args.no_prune, seed=args.seed, compress_gradients=args.compress_gradients,
-            progress=not args.json,
+            progress=True,  # on stderr: --json's stdout holds the JSON alone, and a long study shows its trials
         )
     except KeyboardInterrupt as e:  # the running trial's workers are stopped; it is recorded as interrupted
         how = "terminated (SIGTERM)" if terminated else "interrupted"

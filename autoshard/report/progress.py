@@ -10,7 +10,8 @@ from autoshard.tuner.observer import TuneObserver
 
 
 class ProgressDisplay(TuneObserver):
-    """A rich progress bar on stderr, from the loop's start to its end."""
+    """A rich progress bar on stderr, from the loop's start to its end, and a line per trial; where stderr is not
+    a terminal (a log file, a scheduler's output), the lines alone."""
 
     def __init__(self) -> None:
         self._progress: Any = None
@@ -31,6 +32,8 @@ class ProgressDisplay(TuneObserver):
 
         self._total = budget
         self._console = Console(stderr=True)
+        if not self._console.is_terminal:  # a log file gets the lines alone (a bar drawn once, cut, came last)
+            return
         self._progress = Progress(TextColumn("[bold]tune[/bold]"), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), TextColumn("{task.description}"), console=self._console,
                                   transient=False)
@@ -61,7 +64,7 @@ class ProgressDisplay(TuneObserver):
                                                           f"{samples_per_s:.1f} samples/s")
 
     def trial_ended(self, number: int, outcome: Mapping[str, Any]) -> None:
-        if self._progress is None:
+        if self._console is None:
             return
         if "samples_per_s" in outcome and not outcome.get("pruned"):
             how = f"{outcome['samples_per_s']:.1f} samples/s"
@@ -69,4 +72,5 @@ class ProgressDisplay(TuneObserver):
             how = f"pruned ({outcome.get('message')})"
         else:
             how = f"{outcome.get('failure')}: {outcome.get('message')}"
-        self._console.print(f"  {self._what}: {how}", highlight=False)
+        told = f" (from {outcome['from']})" if outcome.get("from") else ""
+        self._console.print(f"  {self._what}: {how}{told}", highlight=False)

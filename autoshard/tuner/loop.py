@@ -259,11 +259,15 @@ class StudyLoop:
                             None if evaluation.cost is None else evaluation.cost.samples_per_s)
         if not evaluation.fits:
             self._infeasible(trial, FailureClass.PREDICTED_OOM, "; ".join(evaluation.reasons))
+            _said(display, trial.number, config, {"failure": FailureClass.PREDICTED_OOM.value,
+                                                  "message": "not run: predicted not to fit"})
             return "predicted"
         outgrown = self._outgrown(config, predicted)
         if outgrown is not None:
             self._infeasible(trial, FailureClass.IMPLIED_OOM, outgrown)
             self.implied += 1
+            _said(display, trial.number, config, {"failure": FailureClass.IMPLIED_OOM.value,
+                                                  "message": "not run: a smaller one ran out of memory"})
             return "implied"
         reused, earlier = self._reuse(config)
         if reused is not None:
@@ -271,6 +275,8 @@ class StudyLoop:
             if earlier is not None:
                 trial.set_user_attr("duplicate_of", earlier)
             self._settle(trial, config, reused, cache=False)
+            _said(display, trial.number, config, {**reused, "from": "the result cache" if earlier is None
+                                                  else f"trial {earlier}"})
             return "cached" if earlier is None else "duplicate"
         exported = plan_file.from_plan(dataclasses.replace(self.plan, recommended=evaluation))
         run_dir = self.out / "trials" / f"{trial.number:04d}"
@@ -369,6 +375,13 @@ class StudyLoop:
             trial.set_user_attr("outcome", dict(outcome))
         trial.set_constraint("oom", 1.0)
         self.study.tell(trial, 0.0)
+
+
+def _said(display: TuneObserver, number: int, config: TrialConfig, outcome: Mapping[str, Any]) -> None:
+    """A trial settled without running (predicted, implied, reused), told as a run one is: a study under
+    ``--json`` or in a log said nothing of them."""
+    display.trial_started(number, _describe(config))
+    display.trial_ended(number, outcome)
 
 
 class _Heartbeat:

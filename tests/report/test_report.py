@@ -395,3 +395,19 @@ def test_a_table_wider_than_a_narrow_terminal_keeps_every_figure() -> None:
     out = io.StringIO()
     print_table(Console(file=out, width=200), table)  # room enough: printed as the console is
     assert max(len(line) for line in out.getvalue().splitlines()) < 100
+
+
+def test_the_progress_display_writes_lines_alone_where_stderr_is_not_a_terminal(capsys) -> None:
+    # a probe's log file ended with the bar drawn once, cut ("tune ━━━━ 3/3 0:0… trial 2: …")
+    from autoshard.report import ProgressDisplay
+
+    display = ProgressDisplay()
+    display.study_started(budget=2)
+    display.say("Estimate: about 9 s a trial")
+    display.trial_started(1, "ddp mb=4")
+    display.trial_step(1, 5, 10.0)
+    display.trial_ended(1, {"samples_per_s": 12.5})
+    display.trials_done(1)
+    display.study_ended()
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["Estimate: about 9 s a trial", "  trial 1: ddp mb=4: 12.5 samples/s"]

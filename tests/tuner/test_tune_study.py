@@ -103,6 +103,9 @@ def test_tuning_the_same_job_again_reuses_the_cache(study: tuple[autoshard.TuneR
         assert t["samples_per_s"] == first[json.dumps(t["config"], sort_keys=True)]
     assert again_trials[0]["cached"] and again_trials[0]["duplicate_of"] is None  # from the cache, not the study
     assert payload["best"]["samples_per_s"] >= result.best.samples_per_s
+    # --json keeps stdout for the document; the trials are still said on stderr (they were not, a long study silent)
+    said = [line for line in again.stderr.splitlines() if line.startswith("  trial ")]
+    assert len(said) == len(payload["trials"]) and "━" not in again.stderr
 
 
 def test_a_hanging_trial_is_stopped_and_an_oom_is_infeasible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -80,8 +80,8 @@ def fit(
         UsageError: bad arguments (checked before any trial), ``tune`` under a launcher, with ``plan=`` or with a
             module; and see :func:`autoshard.runtime.fit.fit`.
     """
-    from autoshard.runtime.fit import check_arguments, under_launcher
     from autoshard.runtime.fit import fit as train
+    from autoshard.runtime.fit_arguments import check_arguments, under_launcher
     from autoshard.runtime.supervisor import is_worker
 
     given: dict[str, Any] = dict(

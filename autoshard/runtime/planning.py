@@ -7,6 +7,7 @@ exported, and a ``plan.json`` path is read and checked against the model and the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,6 +114,9 @@ class PlanOptions:
     cache: bool = True
     progress: bool = False
     """Say that planning starts (tracing a step takes from seconds to minutes)."""
+    before_tracing: Callable[[], None] | None = None
+    """Called before a plan for several ranks this process will start is traced: what it raises (workers cannot be
+    started from a notebook) is said before minutes of tracing, not after."""
 
 
 def resolve(job: TrainJob, options: PlanOptions, *, world_size: int | None
@@ -265,6 +269,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
                         grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache,
                         max_batch_size=per_rank)
 
+    if options.before_tracing is not None and not launched and hw.world_size > 1:
+        options.before_tracing()
     if options.progress:
         from autoshard.runtime.progress import say
 

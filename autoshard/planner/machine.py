@@ -138,6 +138,7 @@ def plan_for(
     cache: bool = True,
     jobs: int | None = None,
     max_batch_size: int | None = None,
+    before_tracing: Callable[[], None] | None = None,
 ) -> Plan:
     """Trace ``source`` and rank every candidate strategy on ``hardware`` (see :func:`autoshard.recommend`).
 
@@ -158,6 +159,8 @@ def plan_for(
     environment); :attr:`Plan.cached_workload` says whether it was read. ``jobs``: processes tracing at once, at
     most (``None``: one per usable core; see :func:`autoshard.strategies.workload.build_workload`).
     ``max_batch_size``: the largest micro-batch to choose (``fit()``: the samples each rank's data has).
+    ``before_tracing``: called once the arguments are checked, before the step is traced or read from the cache
+    (``fit()`` says it is planning then, and refuses what only a trace would have come before).
 
     Raises:
         UsageError: contradictory or out-of-range arguments, checked before anything is traced.
@@ -229,6 +232,8 @@ def plan_for(
         sessions[0], sessions[1] = sessions[0] + sessions[1], 0
         return workload, None if entry is None else str(entry)
 
+    if before_tracing is not None:
+        before_tracing()
     workload, entry = traced(choices, mode)
     # Pricing only (the traces are the same), so it is not part of the cache key.
     workload = dataclasses.replace(workload, float32_matmul_precision=matmul_precision, grad_clip_norm=clip_norm,

@@ -267,15 +267,25 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
                         reduce_dtype=options.reduce_dtype,
                         float32_matmul_precision=torch.get_float32_matmul_precision(),
                         grad_clip_norm=job.grad_clip_norm, strategies=strategies, cache=options.cache,
-                        max_batch_size=per_rank)
+                        max_batch_size=per_rank, before_tracing=starting)
 
-    if options.before_tracing is not None and not launched and hw.world_size > 1:
-        options.before_tracing()
-    if options.progress:
-        from autoshard.runtime.progress import say
+    said: list[bool] = []
+    name = source.name
 
-        say(f"planning {source.name} for {hw.world_size} {hw.gpu.name if hw.gpu else 'cpu'} rank(s) (tracing a "
-            "training step on fake tensors)")
+    def starting() -> None:
+        """Once the planner's checks have passed, before the trace: whether the workers can be started, then that
+        planning starts (a refusal of the optimizer or the batch keeps coming first)."""
+        if said:
+            return
+        said.append(True)
+        if options.before_tracing is not None and not launched and hw.world_size > 1:
+            options.before_tracing()
+        if options.progress:
+            from autoshard.runtime.progress import say
+
+            say(f"planning {name} for {hw.world_size} {hw.gpu.name if hw.gpu else 'cpu'} rank(s) (tracing "
+                "a training step on fake tensors)")
+
     clash: UsageError | None = None  # the global batch against a list's first dimension, read as batches
     try:  # a clash stands if the first element runs as a batch; else the list is of samples (below)
         if maybe_samples:

@@ -154,6 +154,10 @@ def takes_keyword(fn: Callable[..., Any], name: str) -> bool:
     return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+_FFT_BF16 = "Unsupported dtype BFloat16"
+"""What torch's FFTs raise for a bfloat16 input (``promote_type_fft``, aten/src/ATen/native/SpectralOps.cpp)."""
+
+
 def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | None, user_code: bool = False,
               feeding: str | None = None, uncut: str | None = None, **kwargs: Any) -> Any:
     """Call user code; turn any exception into a :class:`UserCodeError` naming the user's file and line.
@@ -188,6 +192,11 @@ def call_user(fn: Callable[..., Any], *args: Any, what: str, user_file: str | No
             hint = ("autoshard builds the model and traces its step on fake tensors, which hold no values: code that "
                     "reads one (.item(), .tolist(), float(t), nonzero(), a boolean mask) cannot run there. Keep "
                     "the model, batch and loss shape-static (e.g. torch.where instead of x[mask]); docs/models.md.")
+        elif (user_file is not None or user_code) and str(exc).strip() == _FFT_BF16:
+            hint = ("torch.fft takes no bfloat16 input (torch 2.13 refuses it on a CPU, and on a GPU too without "
+                    "native bf16 transforms: pytorch/pytorch#117844), and under bf16 autocast the layer before it "
+                    "gives bfloat16. Cast to float32 for the transform (torch.fft.rfft2(x.float())) as spectral "
+                    "models do, or plan in another precision (--precision 32-true; precision='32-true' in Python).")
         elif user_file is not None:
             hint = "Fix the error in your model file (run with --debug for the full traceback)."
         elif user_code:

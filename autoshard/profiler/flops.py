@@ -29,6 +29,18 @@ CUDA attention kernels. The trace runs on CPU tensors, so three kinds of work a 
   kernel of the batch by the hidden state (:func:`autoshard.profiler.op_census` ``_recurrence``): a GPU runs
   them one after the other.
 
+* **FFTs** (``aten::_fft_r2c``, ``_fft_c2r``, ``_fft_c2c``: ``torch.fft``, in spectral layers such as a Fourier
+  neural operator's or FNet's token mixing): :func:`fft_flops`, the convention of FFTW's benchmarks, ``5·N·log2 N``
+  per complex transform of ``N`` points and ``2.5·N·log2 N`` per real one (M. Frigo and S. G. Johnson, benchFFT,
+  "FFT Benchmark Methodology", fftw.org/speed/method.html). torch 2.13 has no formula for them: a spectral
+  layer's transforms counted 0 FLOPs. The op census files them as kernels of their own kind (``fft``), which the
+  step-time model prices by their bytes at the memory bandwidth or their FLOPs at the fp32 rate, whichever is
+  longer: at a few FLOPs per byte they are memory-bound.
+
+* **Complex matmuls** (``mm``, ``bmm``, ``addmm``, ``baddbmm`` of ``complex64`` / ``complex128`` tensors, e.g. a
+  spectral layer's ``einsum`` over its complex weights): torch's formulas count ``2·M·K·N`` whatever the dtype,
+  while a complex multiply-add is four real multiplies and four real adds: :data:`FLOP_FORMULAS` counts them 4 ×.
+
 One of its formulas is wrong: the weight gradient of a grouped (e.g. depthwise) convolution counts every input
 channel for each output channel, ``groups`` times the work (:func:`conv_backward_flops` corrects it).
 
@@ -48,14 +60,14 @@ step counts ``14·S²·H·d`` where PaLM counts ``12·S²·H·d``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["FLOP_FORMULAS", "attention_backward_flops", "attention_flops", "conv_backward_flops", "counter",
-           "grouped_mm_flops", "rnn_layer_flops"]
+__all__ = ["FFT_OPS", "FLOP_FORMULAS", "attention_backward_flops", "attention_flops", "conv_backward_flops",
+           "counter", "fft_flops", "grouped_mm_flops", "rnn_layer_flops"]
 
 aten = torch.ops.aten
 
@@ -179,6 +191,63 @@ def _rnn_layer_backward_flops(input_shape: torch.Size, w_ih: torch.Size, w_hh: t
     return 2 * rnn_layer_flops(input_shape, w_ih, w_hh)
 
 
+def fft_flops(shape: Sequence[int], dims: Sequence[int], *, complex_input: bool) -> int:
+    """FLOPs of the FFTs of a tensor of ``shape`` over ``dims`` (the full signal's shape: a real transform's real
+    side), by FFTW's convention: ``5·N·log2 N`` per complex transform of ``N = prod(shape[d] for d in dims)``
+    points, ``2.5·N·log2 N`` per real one, times the transforms the other dimensions batch.
+
+    Example:
+        >>> fft_flops((2, 4, 16, 16), (2, 3), complex_input=True)  # 8 transforms of 256 points
+        81920
+        >>> fft_flops((2, 4, 16, 16), (2, 3), complex_input=False)
+        40960
+    """
+    points = math.prod(int(shape[d]) for d in dims)
+    if points <= 1:
+        return 0
+    transforms = math.prod(int(n) for n in shape) // points
+    per_point = 5.0 if complex_input else 2.5
+    return round(transforms * per_point * points * math.log2(points))
+
+
+def _fft_r2c_flops(x_shape: torch.Size, dims: Sequence[int], *args: Any, out_shape: Any = None,
+                   **kwargs: Any) -> int:
+    """``aten::_fft_r2c(self, dim, normalization, onesided)``: a real transform of the input's points."""
+    return fft_flops(x_shape, dims, complex_input=False)
+
+
+def _fft_c2r_flops(x_shape: torch.Size, dims: Sequence[int], *args: Any, out_shape: Any = None,
+                   **kwargs: Any) -> int:
+    """``aten::_fft_c2r(self, dim, normalization, last_dim_size)``: a real transform of the output's points."""
+    return fft_flops(out_shape if out_shape is not None else x_shape, dims, complex_input=False)
+
+
+def _fft_c2c_flops(x_shape: torch.Size, dims: Sequence[int], *args: Any, out_shape: Any = None,
+                   **kwargs: Any) -> int:
+    """``aten::_fft_c2c(self, dim, normalization, forward)``: a complex transform of the input's points."""
+    return fft_flops(x_shape, dims, complex_input=True)
+
+
+FFT_OPS = frozenset({aten._fft_r2c, aten._fft_c2r, aten._fft_c2c})
+"""The FFT ops :data:`FLOP_FORMULAS` counts (the op census files them as their own kind, ``fft``)."""
+
+
+def _complex_times_four(op: Any) -> Callable[..., int]:
+    """torch's formula for ``op`` (a matmul), times 4 when an operand is complex: a complex multiply-add is four
+    real multiplies and four real adds. Takes the raw arguments (``_get_raw``), to see the dtype."""
+    from torch.utils.flop_counter import flop_registry
+
+    torch_formula = flop_registry[op]  # torch's, as registered: wrapped to take the raw arguments
+
+    def count(*args: Any, **kwargs: Any) -> int:
+        flops = int(torch_formula(*args, **kwargs))
+        complex_ = any(isinstance(a, torch.Tensor) and a.is_complex() for a in args)
+        return 4 * flops if complex_ else flops
+
+    count._get_raw = True  # type: ignore[attr-defined]  # FlopCounterMode passes the tensors, not their shapes
+    return count
+
+
 FLOP_FORMULAS: dict[Any, Callable[..., int]] = {
     aten._grouped_mm: grouped_mm_flops,
     aten.convolution_backward: conv_backward_flops,
@@ -186,6 +255,10 @@ FLOP_FORMULAS: dict[Any, Callable[..., int]] = {
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _flash_cpu_backward_flops,
     aten.mkldnn_rnn_layer: rnn_layer_flops,
     aten.mkldnn_rnn_layer_backward: _rnn_layer_backward_flops,
+    aten._fft_r2c: _fft_r2c_flops,
+    aten._fft_c2r: _fft_c2r_flops,
+    aten._fft_c2c: _fft_c2c_flops,
+    **{op: _complex_times_four(op) for op in (aten.mm, aten.bmm, aten.addmm, aten.baddbmm)},
 }
 """Formulas added to torch's, by op (``FlopCounterMode(custom_mapping=...)``; they receive shapes)."""
 

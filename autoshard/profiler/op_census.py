@@ -14,6 +14,10 @@ Recorded while FLOPs are counted (forward and backward of the first step, :mod:`
   rate, :func:`alignment`); each class keeps its FLOPs, the FLOPs its kernels compute (less where a causal
   attention kernel skips the blocks above the diagonal, :func:`causal_work_fraction`), the bytes its kernels read
   and write, and how many kernels it took;
+* **FFTs** (``_fft_r2c``, ``_fft_c2r``, ``_fft_c2c``), filed as matmul-class kernels of kind ``fft`` with
+  their FLOPs (:func:`autoshard.profiler.flops.fft_flops`) and bytes, their shape class the points of one
+  transform: the step-time model takes the longer of their FLOPs at the fp32 rate and their bytes at the memory
+  bandwidth, which at ``5·log2 N`` FLOPs per complex point is the bytes;
 * **memory-bound ops** (every other op that launches a kernel): the bytes their tensors read and write, by the
   size of one kernel's traffic (a power of two), with their kernel count;
 * the **kernel count** of the step, for a launch floor.
@@ -245,6 +249,8 @@ def _nbytes(values: Iterable[Any]) -> int:
 
 def _kind(packet: Any) -> str:
     name = packet.__name__
+    if name.startswith("_fft_"):
+        return "fft"
     if "attention" in name:
         return "attention"
     if "conv" in name:
@@ -257,6 +263,9 @@ def _min_dim(kind: str, packet: Any, args: tuple[Any, ...], out: Any) -> int:
     if kind == "attention":
         return int(_query_and_key(packet, args)[0].shape[-1])
     t = [a for a in args if isinstance(a, torch.Tensor)]
+    if kind == "fft":  # _fft_*(self, dim, ...): the points of one transform, on the larger (complex or real) side
+        dims = args[1]
+        return int(max(math.prod(x.shape[d] for d in dims) for x in (t[0], *_tensors((out,)))))
     if kind == "conv":
         if "backward" in packet.__name__:  # convolution_backward(grad_out, input, weight, ...)
             grad_out, weight = t[0], t[2]

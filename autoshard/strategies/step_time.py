@@ -118,8 +118,9 @@ class StepTime:
 
 def _priced_dtype(kind: str, dtype: str, gpu: GPUSpec, tf32_matmuls: bool) -> str:
     """The dtype whose peak a matmul-class kernel runs at: fp32 at TF32 where the GPU has it, for a convolution
-    always (cuDNN's default), for the other kinds with ``tf32_matmuls``."""
-    tf32 = dtype == "fp32" and gpu.peak_tflops.tf32 is not None and (kind == "conv" or tf32_matmuls)
+    always (cuDNN's default), for GEMMs with ``tf32_matmuls``, never for an FFT (cuFFT computes in fp32)."""
+    tf32 = (dtype == "fp32" and gpu.peak_tflops.tf32 is not None and (kind == "conv" or tf32_matmuls)
+            and kind != "fft")
     return "tf32" if tf32 else dtype
 
 

@@ -278,7 +278,8 @@ _GUESSES: dict[str, tuple[str, ...]] = {
     "eval_dataloader": ("eval_data",),
     "sequence_length": ("seq_len",), "max_seq_len": ("seq_len",), "seq_length": ("seq_len",),
     "gpus": ("processes",), "num_gpus": ("gpus", "processes"), "devices": ("processes",),
-    "nproc_per_node": ("processes",), "num_nodes": ("nodes",),
+    "nproc_per_node": ("processes",), "nproc": ("processes",), "nprocs": ("processes",),
+    "num_processes": ("processes",), "world_size": ("processes",), "num_nodes": ("nodes",),
 }
 _HARDWARE_KEYWORDS = ("gpus", "nodes", "num_gpus", "num_nodes", "devices", "gpu_memory", "cpu_memory", "cpu_cores",
                       "nvme")

@@ -3,7 +3,10 @@ Weights & Biases, plot, or act every so many steps. Each callback is any object 
 :data:`METHODS`; what one raises stops the run as the user's error, naming the method.
 
 The workers ``fit()`` starts run the user's script again, so the callbacks there are the script's own objects, made
-again in rank 0's process: what one keeps (a writer, a list) is that process's, not the launching one's.
+again in rank 0's process: what one keeps (a writer, a list) is that process's, not the launching one's. A worker
+leaves without Python's exit handlers (``os._exit``: DeepSpeed's communication threads can abort a normal exit), so
+what a writer buffers is flushed only where the callback does it: ``on_train_end`` is the place (a file logger's
+unflushed lines, a TensorBoard ``SummaryWriter``'s queue and ``wandb.finish()`` were lost without it).
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from autoshard.errors import UsageError, UserCodeError
 from autoshard.runtime.progress import Reporter
 from autoshard.runtime.result import EvalMetrics, StepMetrics
 
-METHODS = ("on_log", "on_eval", "on_checkpoint")
+METHODS = ("on_log", "on_eval", "on_checkpoint", "on_train_end")
 """``on_log(steps)``: the steps just averaged over the ranks, every ``log_every`` steps (a list of
 :class:`StepMetrics`); ``on_eval(metrics)``: a scoring of ``eval_data`` (:class:`EvalMetrics`);
-``on_checkpoint(step, path)``: a checkpoint written (its directory, a string)."""
+``on_checkpoint(step, path)``: a checkpoint written (its directory, a string); ``on_train_end(steps)``: training
+has ended without an error, every step's metrics (a list of :class:`StepMetrics`), before the weights are gathered
+and handed back — where to close a writer."""
 
 
 def check_callbacks(callbacks: Any) -> tuple[Any, ...]:
@@ -64,6 +69,9 @@ class Listeners:
         if self.reporter is not None:
             self.reporter.saved(step, path)
         self._call("on_checkpoint", step, str(path))
+
+    def on_train_end(self, steps: Sequence[StepMetrics]) -> None:
+        self._call("on_train_end", list(steps))
 
     def _call(self, method: str, *args: Any) -> None:
         for i, callback in enumerate(self.callbacks):

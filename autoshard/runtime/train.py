@@ -179,6 +179,8 @@ def train(job: TrainJob, plan: ExportedPlan, ctx: RunContext, notes: list[str]) 
         outcome = loop.run(backend, feed, fns, config, start, scheduler)
         if reporter is not None:
             reporter.finished(outcome.steps, outcome.last_checkpoint)
+        if told is not None:
+            told.on_train_end(outcome.steps)
         notes.extend(data_notes.stream_found(feed, "data"))  # a stream's kind is known from its first batch on
         notes.extend(data_notes.unstepped(*outcome.unstepped, plan.gradient_accumulation))
         state = backend.full_state_dict() if job.consolidate else None

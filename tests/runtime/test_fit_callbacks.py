@@ -38,6 +38,9 @@ class _Recorder:
     def on_checkpoint(self, step: int, path: str) -> None:
         self.seen.append(("checkpoint", step, path))
 
+    def on_train_end(self, steps: list[autoshard.StepMetrics]) -> None:
+        self.seen.append(("end", [s.step for s in steps], [s.loss for s in steps]))
+
 
 class _OnlyEvals:
     def __init__(self) -> None:
@@ -57,7 +60,7 @@ def test_callbacks_are_told_each_log_scoring_and_checkpoint_in_order(tmp_path: P
         ("log", 1, losses[0]), ("log", 2, losses[1]), ("checkpoint", 2, str(tmp_path / "step-00000002")),
         ("eval", 2, result.evals[0].loss),
         ("log", 3, losses[2]), ("log", 4, losses[3]), ("checkpoint", 4, str(tmp_path / "step-00000004")),
-        ("eval", 4, result.evals[1].loss)]
+        ("eval", 4, result.evals[1].loss), ("end", [1, 2, 3, 4], losses)]
     assert evals.steps == [2, 4]
 
 
@@ -93,15 +96,18 @@ SCRIPT = textwrap.dedent("""
     import autoshard
 
 
-    class FileLogger:
+    class FileLogger:  # as a TensorBoard SummaryWriter: opened once, buffered, closed at the end
         def __init__(self, path):
-            self.path = path
+            self.file = open(path, "a", buffering=1 << 20)
 
         def on_log(self, steps):
-            with open(self.path, "a") as f:
-                for s in steps:
-                    f.write(json.dumps({"pid": os.getpid(), "rank": os.environ.get("RANK"), "step": s.step,
-                                        "loss": s.loss}) + "\\n")
+            for s in steps:
+                self.file.write(json.dumps({"pid": os.getpid(), "rank": os.environ.get("RANK"), "step": s.step,
+                                            "loss": s.loss}) + "\\n")
+
+        def on_train_end(self, steps):
+            self.file.write(json.dumps({"end": [s.step for s in steps]}) + "\\n")
+            self.file.close()
 
 
     g = torch.Generator().manual_seed(0)
@@ -125,7 +131,9 @@ def test_under_the_workers_fit_starts_rank_0_tells_the_scripts_callbacks(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     result = json.loads(line.removeprefix("RESULT "))
-    rows = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()]
+    *rows, end = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()]
+    # The worker leaves without Python's exit handlers: the lines reach the file because on_train_end closed it.
+    assert end == {"end": [1, 2, 3, 4]}
     assert [(r["rank"], r["step"]) for r in rows] == [("0", 1), ("0", 2), ("0", 3), ("0", 4)]
     assert [r["loss"] for r in rows] == pytest.approx(result["losses"])
     assert {r["pid"] for r in rows} != {result["pid"]}  # told in rank 0's worker, not the launching process

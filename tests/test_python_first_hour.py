@@ -24,7 +24,7 @@ from autoshard.export import export_plan
     (lambda: autoshard.load_hardware("dgx-h100", num_gpus=4), "did you mean gpus=?"),
     (lambda: autoshard.detect_hardware(nodes=2), "detect_hardware() got an unexpected keyword argument 'nodes'."),
     (lambda: autoshard.fit("tiny-gpt2", gpus=2), "did you mean processes=?"),
-    (lambda: autoshard.fit("tiny-gpt2", nproc=2), "did you mean processes=?"),  # the CLI's --nproc
+    (lambda: autoshard.fit("tiny-gpt2", nproc=2), "did you mean processes=?"),  # torchrun says --nproc-per-node
     (lambda: autoshard.fit("tiny-gpt2", strategies=["fsdp"]), "did you mean strategy=?"),
     (lambda: autoshard.fit("tiny-gpt2", lr=1e-3), "optimizer=functools.partial(torch.optim.AdamW, lr=3e-4)"),
     (lambda: autoshard.load_source("tiny-gpt2", seq_len=16), "load_source() got an unexpected keyword argument"),

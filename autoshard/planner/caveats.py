@@ -214,6 +214,30 @@ def unused_under_zero(best: Evaluation, workload: Workload) -> tuple[str, ...]:
             "change them, where DDP and FSDP2 (and a plain loop) leave a parameter without a gradient as it is.",)
 
 
+RENORMED = "Embedding max_norm"
+"""How :func:`renormed_embeddings`' line begins (``fit()`` repeats it among its notes)."""
+
+
+def renormed_embeddings(best: Evaluation, hardware: HardwareSpec, workload: Workload) -> tuple[str, ...]:
+    """A line when the model's embedding tables renormalise their rows in place in forward (``max_norm``) and the
+    plan is not one process holding the whole model: each DDP rank writes its own replica, and FSDP2 and ZeRO write
+    a copy the next step replaces (:mod:`autoshard.profiler.embeddings`)."""
+    names = workload.renormed_embeddings
+    family = best.traits.family
+    if not names or (family == "ddp" and hardware.world_size <= 1):
+        return ()
+    how = {"ddp": "each rank renormalises the rows its own batch looks up in its own replica, so the replicas drift "
+                  "apart",
+           "fsdp": "FSDP2 renormalises the table it gathered for forward and then frees, never its stored shards"}.get(
+        family, "ZeRO renormalises a copy (the table gathered for forward under ZeRO-3, the model's weights that "
+                "the optimizer's own copy overwrites after each step under ZeRO-1 and -2)")
+    tables = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"{RENORMED} under {best.strategy}: {tables} renormalise the rows forward looks up, in place, which "
+            f"only one process holding the whole model trains as written: {how}. Clip the rows looked up instead "
+            "(rows * (max_norm / rows.norm(dim=-1, keepdim=True)).clamp(max=1)), which every strategy trains "
+            "alike.",)
+
+
 def frozen_behind(best: Evaluation, workload: Workload) -> tuple[str, ...]:
     """A line when ZeRO-3 trains parameters that sit behind frozen ones (LoRA adapters, norm-only tuning): its own
     linear keeps every frozen linear's input for backward, which the plan does not count."""

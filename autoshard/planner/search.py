@@ -16,6 +16,7 @@ from autoshard.planner.caveats import (
     frozen_behind,
     global_batch,
     offload_scope,
+    renormed_embeddings,
     slow_step,
     unknown_host,
     unused_under_zero,
@@ -83,7 +84,8 @@ def plan(
         + global_batch(best, hardware) + communication_bound(best, hardware) + unknown_host(best, hardware) \
         + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked, workload, request.goal) \
         + frozen_behind(best, workload) + whole_build(best, hardware, workload) + slow_step(best) \
-        + flat_adafactor(best, workload) + unused_under_zero(best, workload)
+        + flat_adafactor(best, workload) + unused_under_zero(best, workload) \
+        + renormed_embeddings(best, hardware, workload)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 

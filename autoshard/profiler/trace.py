@@ -32,6 +32,7 @@ from autoshard.profiler.blocks import RepeatedBlocks, find_repeated_blocks
 from autoshard.profiler.build_constants import fake_leftovers, real_schedules
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, op_selective_context, parse_checkpointing
 from autoshard.profiler.collection import gc_paused, older_objects_frozen, warm_up_checkpoint
+from autoshard.profiler.embeddings import refuse_sparse_gradients
 from autoshard.profiler.experts import routed_expert_parameters, routing_of
 from autoshard.profiler.guard import TIME_LIMIT_S, fake_tensor_log_quiet, guard, mark_backward, time_limit
 from autoshard.profiler.op_census import CensusCounter, TrafficCensus
@@ -139,6 +140,7 @@ def trace_timelines(
     with older_objects_frozen(), fake_ops.installed() if fake else contextlib.nullcontext(), kernels, mode, \
             fake_tensor_log_quiet(), conversions, batch_checks.lifted():
         model = _build(source, options)
+        refuse_sparse_gradients(model)  # the tracer measures dense tensors: said before the first op
         model.train()
         blocks = find_repeated_blocks(model)
         with real_schedules():  # bitsandbytes builds its quantization maps with torch.linspace(...).tolist()

@@ -125,6 +125,9 @@ class Workload:
     """Names of the model's complex parameters when it has real floating-point ones too (a spectral layer's
     ``complex64`` weight beside float convolutions), which neither FSDP2 nor DeepSpeed can train: see
     :attr:`shard_refused`."""
+    renormed_embeddings: tuple[str, ...] = ()
+    """Names of the trainable embedding tables with ``max_norm`` set, which forward renormalises in place: only one
+    process holding the whole model trains them as written (:mod:`autoshard.profiler.embeddings`)."""
     module_blocks: tuple[int, ...] = ()
     """For each module of :attr:`module_largest_parameters`, in the same order, the index of the repeated block it
     lies in (the block itself included; the order of :attr:`block_parameter_counts`), -1 outside every block
@@ -396,6 +399,7 @@ def build_workload(
             the other; the workload is the same either way.
     """
     from autoshard.profiler.depth_plan import meta_model
+    from autoshard.profiler.embeddings import renormed_embeddings
     from autoshard.profiler.options import parse_precision
     from autoshard.strategies.trace_sessions import TraceSessions, jobs_for
 
@@ -452,6 +456,7 @@ def build_workload(
         half_refused=half_refused,
         scalar_parameters=scalar_parameters(module),
         complex_parameters=complex_parameters(module),
+        renormed_embeddings=renormed_embeddings(module),
     )
 
 

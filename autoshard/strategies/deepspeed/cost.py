@@ -358,13 +358,15 @@ def _zero12_collectives(workload: Workload, hardware: HardwareSpec, settings: Ze
 
 def _zero3_collectives(workload: Workload, hardware: HardwareSpec, settings: ZeroSettings) -> _Comm:
     n, lp = hardware.world_size, model_dtype_bytes(workload.precision)
-    numels = workload.parameter_numels
-    layout = partitioned_layout(numels, n, settings)
+    numels = workload.parameter_numels  # the trainable tensors: reduce-scattered, stepped, persistent ones re-gathered
+    every = tuple(abs(x) for x in workload.module_parameter_numels) or numels  # frozen ones gathered for compute too
+    layout = partitioned_layout(numels, n, settings, module_numels=workload.module_parameter_numels)
     scope = _scope(hardware)
     padded = [math.ceil(x / n) * n for x in numels]
-    gathered = [math.ceil(x / n) * n for x in _gathered(numels, settings)]
-    persistent = sum(padded) - sum(gathered)
-    released = max(0, layout.gathered_numel - layout.retained_numel)
+    gathered = [math.ceil(x / n) * n for x in _gathered(every, settings)]
+    persistent = sum(padded) - sum(math.ceil(x / n) * n for x in _gathered(numels, settings))
+    # Backward fetches again what it uses and forward released (not frozen tensors before the first trainable one).
+    released = max(0, layout.backward_numel - layout.retained_numel)
     window = max(layout.prefetch_numel, layout.largest_gathered_numel, 1)
     # One all_gather_coalesced per fetched module, prefetched or not (fetch_sub_module); backward re-fetches the
     # released share of them.

@@ -260,14 +260,31 @@ def _changed(source: ModelSource, cached: Workload) -> str | None:
     if source.kind != "file":
         return None
     from autoshard.profiler.depth_plan import meta_model
-    from autoshard.strategies.workload import parameter_layout
+    from autoshard.strategies.workload import frozen_marked_numels, parameter_layout
 
-    numels = parameter_layout(meta_model(source))[0]
-    if numels == cached.parameter_numels:
-        return None
-    return (f"{source.origin} now builds {sum(numels):,} trainable parameters in {len(numels):,} tensors, the entry "
-            f"holds {sum(cached.parameter_numels):,} in {len(cached.parameter_numels):,} (code imported from "
-            "outside its folder, or the environment, changed the model)")
+    module = meta_model(source)
+    numels = parameter_layout(module)[0]
+    why = "code imported from outside its folder, or the environment, changed the model"
+    if numels != cached.parameter_numels:
+        return (f"{source.origin} now builds {sum(numels):,} trainable parameters in {len(numels):,} tensors, the "
+                f"entry holds {sum(cached.parameter_numels):,} in {len(cached.parameter_numels):,} ({why})")
+    # What does not train counts too: a frozen teacher or EMA copy, a lookup table kept as a buffer.
+    frozen = sum(-n for n in frozen_marked_numels(module) if n < 0)
+    held = sum(-n for n in cached.module_parameter_numels if n < 0)
+    if frozen != held:
+        return (f"{source.origin} now builds {frozen:,} frozen parameters, the entry holds {held:,} ({why})")
+    buffers = _buffer_bytes(module, bf16=cached.precision is Precision.BF16_TRUE)
+    if buffers != cached.buffer_bytes:
+        return (f"{source.origin} now builds {buffers:,} bytes of buffers, the entry holds {cached.buffer_bytes:,} "
+                f"({why})")
+    return None
+
+
+def _buffer_bytes(module: Any, *, bf16: bool) -> int:
+    """Bytes of the module's buffers, each tensor once, as the trace holds them (``bf16-true`` casts the floating
+    ones to bfloat16)."""
+    seen: dict[int, Any] = {id(b): b for b in module.buffers()}
+    return sum(b.numel() * (2 if bf16 and b.is_floating_point() else b.element_size()) for b in seen.values())
 
 
 def _problem(data: Any, key: WorkloadKey) -> str | None:

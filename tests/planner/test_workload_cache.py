@@ -130,6 +130,53 @@ def test_a_model_changed_from_outside_its_folder_traces_again(tmp_path, workload
     assert changed.cached_workload is None
     assert changed.workload.parameter_count == 16 * 64 + 64 != first.workload.parameter_count
     assert "now builds 1,088 trainable parameters in 2 tensors, the entry holds 272 in 2" in capsys.readouterr().err
+
+
+KEPT_PY = """
+import os
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(16, 16)
+        kept = os.environ["KEPT"]
+        if kept == "frozen":  # an EMA copy or a teacher: parameters that do not train
+            self.ema = torch.nn.Linear(16, 16).requires_grad_(False)
+        elif kept == "buffer":  # the same copy kept as a buffer
+            self.register_buffer("ema", torch.zeros(16 * 16 + 16))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def model():
+    return Net()
+
+
+def batch(batch_size):
+    return torch.randn(batch_size, 16)
+"""
+
+
+def test_a_model_whose_frozen_parameters_or_buffers_changed_traces_again(tmp_path, workloads, monkeypatch, capsys):
+    # A multi-model probe: an EMA copy chosen by the environment (parameters, then buffers) was read from the
+    # entry traced with the other, doubling or halving the model's memory unnoticed; only what trains was checked.
+    model = tmp_path / "model.py"
+    model.write_text(KEPT_PY, encoding="utf-8")
+    said = {}
+    for kept in ("frozen", "frozen", "buffer", "none"):
+        monkeypatch.setenv("KEPT", kept)
+        capsys.readouterr()
+        plan = _recommend(str(model), seq_len=None)
+        said[kept] = (plan.cached_workload is not None, plan.workload.parameter_count, plan.workload.buffer_bytes,
+                      capsys.readouterr().err)
+    assert said["frozen"][:3] == (True, 2 * 272, 0)  # the second run read the first's entry
+    assert said["buffer"][:3] == (False, 272, 4 * 272)
+    assert "now builds 0 frozen parameters, the entry holds 272" in said["buffer"][3]
+    assert said["none"][:3] == (False, 272, 0)
+    assert "now builds 0 bytes of buffers, the entry holds 1,088" in said["none"][3]
     assert _recommend(str(model), seq_len=None).cached_workload is not None  # the entry was rewritten
 
 

@@ -341,6 +341,18 @@ class DDPStrategy(Strategy):
         contention_s, contention_note = costs.contention_seconds(comm_s - exposed_s, backward_s, hardware)
         exposed_s += contention_s
         notes += [contention_note] if contention_note else []
+        collectives = [collective]
+        if workload.buffer_bytes:  # broadcast_buffers=True, DDP's default and fit()'s
+            broadcast = Collective(kind="broadcast", bytes=workload.buffer_bytes,
+                                   calls=math.ceil(workload.buffer_bytes / BROADCAST_BUCKET_BYTES), group_size=n,
+                                   scope=scope, overlappable=False)
+            broadcast_s = costs.collective_seconds(broadcast, hardware)
+            comm_s += broadcast_s
+            exposed_s += broadcast_s
+            collectives.append(broadcast)
+            notes.append(f"broadcast_buffers=True (DDP's default): rank 0's buffers ({_mib(workload.buffer_bytes)}) "
+                         "are broadcast before the first forward of each step, in buckets of 250 MiB, ahead of the "
+                         "compute (_sync_buffers in torch/nn/parallel/distributed.py, torch 2.13.0)")
         if not costs.link(hardware, scope).known:
             notes.append(f"link bandwidth unknown: {costs.UNKNOWN_LINK_BYTES_PER_S / 1e9:g} GB/s assumed")
         if s.find_unused_parameters and not s.static_graph:
@@ -349,10 +361,14 @@ class DDPStrategy(Strategy):
             notes.append(f"find_unused_parameters=True{why}: DDP traverses the autograd graph from the outputs after "
                          "every forward to mark them ready (not timed here)")
         return _throughput(workload, b, n, compute_s=compute_s, comm_s=comm_s, exposed_s=exposed_s,
-                           optimizer_s=optimizer_s, collectives=(collective,), notes=[*notes, *optimizer_notes])
+                           optimizer_s=optimizer_s, collectives=tuple(collectives), notes=[*notes, *optimizer_notes])
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------
+
+BROADCAST_BUCKET_BYTES = 250 * 1024 * 1024
+"""DDP's ``broadcast_bucket_size``: the buffers are broadcast in coalesced buckets of this size (torch 2.13.0)."""
+
 
 
 def _replica_notes(s: DdpSettings, buckets: tuple[int, ...], hook_note: str | None) -> list[str]:

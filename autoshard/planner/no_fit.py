@@ -13,7 +13,7 @@ from autoshard.planner.plan import Evaluation, PlanRequest, candidate_dict
 from autoshard.planner.search import does_not_fit, gib, usable_gpu_bytes
 from autoshard.strategies.base import Strategy
 from autoshard.strategies.trace_sessions import HALF_FAILS
-from autoshard.strategies.workload import COMPLEX_FAILS, SCALAR_FAILS, Workload
+from autoshard.strategies.workload import COMPLEX_FAILS, SCALAR_FAILS, STRIDED_FAILS, Workload
 
 
 def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: HardwareSpec,
@@ -26,7 +26,11 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
         precision = bool(said) and all(HALF_FAILS in r for r in said)  # the model's code, not the machine
         scalar = bool(said) and all(HALF_FAILS in r or SCALAR_FAILS in r for r in said) and not precision
         complex_ = bool(said) and all(HALF_FAILS in r or COMPLEX_FAILS in r for r in said) and not precision
-        if complex_:
+        strided = bool(said) and all(HALF_FAILS in r or STRIDED_FAILS in r for r in said) and not precision
+        if strided:
+            hint = ("Train with ddp (--strategies ddp; strategy= in fit()), or keep the parameters contiguous as said "
+                    "above.")
+        elif complex_:
             hint = ("Train with ddp (--strategies ddp; strategy= in fit()), which steps complex parameters as torch "
                     "does.")
         elif scalar:
@@ -41,7 +45,8 @@ def no_fit(evaluations: list[Evaluation], workload: Workload, hardware: Hardware
         else:
             hint = ("Choose strategies this hardware can run (--strategies; strategy= in fit()), or plan for other "
                     "hardware with --hardware.")
-        what = "weighed can train this model" if precision or scalar or complex_ else "can run on this hardware"
+        what = ("weighed can train this model" if precision or scalar or complex_ or strided
+                else "can run on this hardware")
         return NoFeasiblePlan(f"no strategy {what}: {reasons}.", hint=hint,
                               candidates=tuple(candidate_dict(e, workload, hardware) for e in evaluations))
     smallest = min(measured, key=lambda e: e.memory.gpu.total)  # type: ignore[union-attr]

@@ -125,6 +125,10 @@ class Workload:
     """Names of the model's complex parameters when it has real floating-point ones too (a spectral layer's
     ``complex64`` weight beside float convolutions), which neither FSDP2 nor DeepSpeed can train: see
     :attr:`shard_refused`."""
+    strided_parameters: tuple[str, ...] = ()
+    """Names of the model's non-contiguous parameters (convolution weights made ``channels_last`` by
+    ``model.to(memory_format=torch.channels_last)``), which neither FSDP2 nor DeepSpeed can take: see
+    :attr:`shard_refused`."""
     renormed_embeddings: tuple[str, ...] = ()
     """Names of the trainable embedding tables with ``max_norm`` set, which forward renormalises in place: only one
     process holding the whole model trains them as written (:mod:`autoshard.profiler.embeddings`)."""
@@ -198,6 +202,11 @@ class Workload:
             return (f"FSDP2 and DeepSpeed {COMPLEX_FAILS} ({_some(self.complex_parameters)}): FSDP2 asserts one "
                     "parameter dtype per group, and DeepSpeed flattens the parameters into one buffer (a float bias "
                     "became complex under ZeRO-2, ZeRO-3 asserted one dtype).")
+        if self.strided_parameters:
+            return (f"FSDP2 and DeepSpeed {STRIDED_FAILS} ({_some(self.strided_parameters)}, e.g. channels_last): "
+                    "fully_shard raises NotImplementedError on one, and DeepSpeed's engine views every parameter as "
+                    "bytes at start, which needs a unit last stride. Keep the parameters contiguous to shard the "
+                    "model (convert the inputs alone to channels_last; cuDNN picks its layouts from them).")
         if not self.scalar_parameters:
             return None
         names = _some(self.scalar_parameters)
@@ -304,6 +313,23 @@ def frozen_parameter_bytes(module: nn.Module) -> int:
     """
     unique = {id(p): p for p in module.parameters()}.values()
     return sum(p.numel() * p.element_size() for p in unique if not p.requires_grad)
+
+
+STRIDED_FAILS = "cannot take non-contiguous parameters"
+"""What :attr:`Workload.shard_refused` says of non-contiguous parameters, as :data:`SCALAR_FAILS` of 0-d ones."""
+
+
+def strided_parameters(module: nn.Module) -> tuple[str, ...]:
+    """Names of the module's non-contiguous parameters, each tensor once.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Linear(2, 2)).to(memory_format=torch.channels_last)
+        >>> strided_parameters(net)
+        ('0.weight',)
+    """
+    return tuple(name for name, p in module.named_parameters() if not p.is_contiguous())
 
 
 COMPLEX_FAILS = "cannot train complex parameters beside real ones"
@@ -456,6 +482,7 @@ def build_workload(
         half_refused=half_refused,
         scalar_parameters=scalar_parameters(module),
         complex_parameters=complex_parameters(module),
+        strided_parameters=strided_parameters(module),
         renormed_embeddings=renormed_embeddings(module),
     )
 

@@ -473,3 +473,51 @@ def test_complex_parameters_beside_real_ones_are_planned_with_ddp_and_say_why_no
                             precision="32-true", cache=False)
     assert info.value.message.startswith("no strategy weighed can train this model")
     assert "ddp" in info.value.hint and "complex" in info.value.hint
+
+
+CHANNELS_LAST_PY = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.head = nn.Linear(16, 10)
+        self.to(memory_format=torch.channels_last)
+
+    def forward(self, x):
+        return self.head(self.conv(x).mean((2, 3)))
+
+
+def model():
+    return Net()
+
+
+def batch(batch_size):
+    return torch.randn(batch_size, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+"""
+
+
+def test_channels_last_parameters_are_planned_with_ddp_and_say_why_not_the_sharding_strategies(
+        tmp_path: Path) -> None:
+    """A custom-kernels probe: recommend picked FSDP for a convnet made channels_last, and FSDP2 ("does not support
+    non-contiguous parameters") and ZeRO-2 (_broadcast_model's byte view) failed in the workers."""
+    import torch
+
+    import autoshard
+    from autoshard.errors import NoFeasiblePlan
+
+    (tmp_path / "model.py").write_text(CHANNELS_LAST_PY, encoding="utf-8")
+    eight = load_hardware("a100-sxm-80gb", gpus=8)
+    plan = autoshard.recommend(str(tmp_path / "model.py"), hardware=eight, precision="32-true")
+    assert plan.recommended.strategy == "ddp" and plan.workload.strided_parameters == ("conv.weight",)
+    refused = {e.strategy: e.reasons[0] for e in plan.candidates if not e.fits}
+    for name in ("fsdp", "deepspeed_stage_2", "deepspeed_stage_3"):
+        assert refused[name].startswith("FSDP2 and DeepSpeed cannot take non-contiguous parameters (conv.weight")
+    module = autoshard.load_source(str(tmp_path / "model.py")).build()
+    with pytest.raises(NoFeasiblePlan) as info:  # said before any worker starts
+        autoshard.fit(module, [torch.randn(4, 3, 16, 16)], loss_fn=lambda out, batch: out.mean(), strategy="fsdp",
+                      max_steps=1, progress=False)
+    assert "ddp" in info.value.hint and "contiguous" in info.value.hint

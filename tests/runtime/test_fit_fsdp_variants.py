@@ -225,3 +225,41 @@ def test_fsdp_16_mixed_resume_restores_the_scaler_and_gives_the_same_next_losses
     resumed = results(run_script({**options, "resume": str(tmp_path / "step-00000002")}))[0]
     assert resumed["steps"] == [3, 4]
     assert resumed["losses"] == pytest.approx(full["losses"][2:], rel=1e-6)
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc(self.norm(x))
+
+
+class _CompiledBlocks(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(torch.compile(_Block(), backend="eager") for _ in range(2))
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_fsdp_hands_back_a_module_whose_blocks_are_compiled() -> None:
+    """A custom-kernels probe: FSDP2 trained a model of torch.compile'd blocks, then failed handing it back
+    (KeyError 'blocks.0._orig_mod.norm.weight': the full state dict's keys leave out compile's ``_orig_mod``)."""
+    import autoshard
+
+    torch.manual_seed(0)
+    model = _CompiledBlocks()
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)) for _ in range(4)]
+    result = autoshard.fit(model, data, loss_fn=nn.functional.mse_loss, strategy="fsdp", max_steps=4,
+                           progress=False, optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    assert result.model is model and result.losses[-1] < result.losses[0]
+    weight = model.blocks[0]._orig_mod.fc.weight
+    assert type(weight) is nn.Parameter and torch.equal(weight, result.state_dict["blocks.0.fc.weight"])
+    assert model(torch.randn(2, 8)).shape == (2, 1)  # a plain module again: it runs without the process group

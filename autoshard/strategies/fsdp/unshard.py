@@ -48,5 +48,24 @@ def unshard_in_place(module: nn.Module, state: dict[str, torch.Tensor]) -> None:
                 continue
             if id(param) not in plain:
                 key = f"{prefix}.{name}" if prefix else name
-                plain[id(param)] = nn.Parameter(state[key].to(device=param.device), requires_grad=param.requires_grad)
+                plain[id(param)] = nn.Parameter(state[_state_key(key, state)].to(device=param.device),
+                                                requires_grad=param.requires_grad)
             sub._parameters[name] = plain[id(param)]
+
+
+_WRAPPERS = frozenset({"_orig_mod", "_checkpoint_wrapped_module", "_fsdp_wrapped_module"})
+"""Module names a wrapper adds to a parameter's path and ``get_model_state_dict`` leaves out of its keys
+(``_get_fqns``, torch/distributed/checkpoint/state_dict.py, torch 2.13): ``torch.compile``'s ``OptimizedModule``
+holds the module it compiled as ``_orig_mod``."""
+
+
+def _state_key(path: str, state: dict[str, torch.Tensor]) -> str:
+    """The key of the parameter at ``path`` in a full state dict: ``path`` less the wrappers' names.
+
+    Example:
+        >>> _state_key("blocks.0._orig_mod.norm.weight", {"blocks.0.norm.weight": torch.zeros(1)})
+        'blocks.0.norm.weight'
+    """
+    if path in state:
+        return path
+    return ".".join(part for part in path.split(".") if part not in _WRAPPERS)

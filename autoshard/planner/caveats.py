@@ -238,6 +238,28 @@ def renormed_embeddings(best: Evaluation, hardware: HardwareSpec, workload: Work
             "alike.",)
 
 
+WRITTEN = "Parameters written in forward"
+"""How :func:`written_in_forward`'s line begins (``fit()`` repeats it among its notes)."""
+
+
+def written_in_forward(best: Evaluation, workload: Workload) -> tuple[str, ...]:
+    """A line when the step writes parameters in place in forward or backward (an EMA updated in forward, a weight
+    set by hand) and the plan shards them as FSDP2 or ZeRO-3 do: forward runs on copies gathered and then freed,
+    so a write made while they are gathered is lost, and one made while they are sharded reaches this rank's shard
+    alone (a multi-model probe: an EMA kept in forward moved under DDP, only in its blocks under FSDP2, not at all
+    under ZeRO-3). Embedding tables with ``max_norm`` have their own line (:func:`renormed_embeddings`)."""
+    sharded = best.traits.family == "fsdp" or best.traits.zero_stage == 3
+    tables = set(workload.renormed_embeddings)
+    modules = [m for m in workload.written_modules if m not in tables and m.rsplit(".", 1)[0] not in tables]
+    if not sharded or not modules:
+        return ()
+    return (f"{WRITTEN} under {best.strategy}: the step writes the parameters of {', '.join(modules[:3])} in place "
+            "(an EMA updated in forward, a weight set by hand), which FSDP2 and ZeRO-3 hold as shards and gather "
+            "for a module's own forward alone: a write to gathered weights is lost when they are freed, and one to "
+            "sharded weights reaches this rank's shard alone. Update them after the optimizer step, outside "
+            "forward, or train with ddp or ZeRO-1/2.",)
+
+
 def frozen_behind(best: Evaluation, workload: Workload) -> tuple[str, ...]:
     """A line when ZeRO-3 trains parameters that sit behind frozen ones (LoRA adapters, norm-only tuning): its own
     linear keeps every frozen linear's input for backward, which the plan does not count."""

@@ -21,6 +21,7 @@ from autoshard.planner.caveats import (
     unknown_host,
     unused_under_zero,
     whole_build,
+    written_in_forward,
 )
 from autoshard.planner.plan import Evaluation, Plan, PlanRequest
 from autoshard.planner.rules import RULES, Context, Rule, apply_rules
@@ -85,7 +86,7 @@ def plan(
         + assumed_gpu(best, hardware) + offload_scope(best, hardware, ranked, workload, request.goal) \
         + frozen_behind(best, workload) + whole_build(best, hardware, workload) + slow_step(best) \
         + flat_adafactor(best, workload) + unused_under_zero(best, workload) \
-        + renormed_embeddings(best, hardware, workload)
+        + renormed_embeddings(best, hardware, workload) + written_in_forward(best, workload)
     return Plan(recommended=best, candidates=tuple(ranked), explanation=explanation, workload=workload,
                 hardware=hardware, request=request)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -169,11 +170,15 @@ def time_limit(source: ModelSource, tracker: MemoryTracker, limit_s: float) -> C
 def fake_tensor_log_quiet() -> Iterator[None]:
     """Keep torch's fake-tensor logger from printing a traceback to stderr for an op that fails under fake
     tensors (``log.exception`` in ``FakeTensorMode._dispatch_impl``, torch 2.13): the failure is raised anyway,
-    and reported once, in the user's terms (:func:`guard`)."""
+    and reported once, in the user's terms (:func:`guard`). Also keep quiet torch's warning that a fake tensor's
+    data pointer was read, which ``copy.deepcopy`` of a module (an EMA copy, a teacher built from the student)
+    triggers on the fake weights the trace builds, not on the user's."""
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+            yield
     finally:
         logger.setLevel(level)

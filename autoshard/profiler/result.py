@@ -209,6 +209,10 @@ class ModelProfile:
     unused_modules: tuple[str, ...] = ()
     """A few of them for display, in module order: the outermost modules whose trainable parameters are all
     unused, else the parameters themselves."""
+    written_modules: tuple[str, ...] = ()
+    """Modules whose parameters the step's forward or backward wrote in place (an EMA updated in forward, an
+    embedding's ``max_norm``), a few by module as :attr:`unused_modules`: FSDP2 and ZeRO-3 run forward on gathered
+    copies, where such writes are lost."""
     loss_in_output: bool = False
     """The model's forward returns its loss (a one-element tensor that requires grad in its output: a Hugging Face
     ``.loss`` when labels are passed): backward starts at the model's output, so FSDP2's root pre-backward hook
@@ -324,6 +328,7 @@ class ModelProfile:
             "unused_parameter_count": self.unused_parameter_count,
             "unused_parameter_bytes": self.unused_parameter_bytes,
             "unused_modules": list(self.unused_modules),
+            "written_modules": list(self.written_modules),
             "loss_in_output": self.loss_in_output,
             "census": None if self.census is None else self.census.to_dict(),
             "optimizer_census": None if self.optimizer_census is None else self.optimizer_census.to_dict(),

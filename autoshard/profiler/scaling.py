@@ -340,6 +340,8 @@ def _combine(
         routed_expert_parameter_count=field("routed_expert_parameter_count"),
         unused_modules=tuple(dict.fromkeys(remap_module(m, plan.positions[-1], target, stacks)
                                            for m in last.unused_modules)),
+        written_modules=tuple(dict.fromkeys(remap_module(m, plan.positions[-1], target, stacks)
+                                            for m in last.written_modules)),
     )
 
 

@@ -33,6 +33,8 @@ class StepFacts:
     block_total_flops: dict[str, int] = field(default_factory=dict)
     census: OpCensus | None = None
     optimizer_census: OpCensus | None = None
+    written: set[str] = field(default_factory=set)
+    """Parameters, by name, that forward or backward wrote in place (:attr:`MemoryTracker.written`)."""
     unused: dict[str, nn.Parameter] = field(default_factory=dict)
     """Trainable parameters, by name, still without a gradient after the last step's backward."""
     loss_in_output: bool = False
@@ -86,9 +88,10 @@ def unique_storages(tensors: Iterator[torch.Tensor] | Any) -> dict[int, torch.Un
     return out
 
 
-def unused_modules(model: nn.Module, unused: set[str]) -> tuple[str, ...]:
+def unused_modules(model: nn.Module, unused: set[str], *, trainable: bool = True) -> tuple[str, ...]:
     """Name the unused trainable parameters briefly: the outermost module whose trainable parameters are all
-    in ``unused``, else the parameter itself, in module order.
+    in ``unused``, else the parameter itself, in module order. With ``trainable=False``, of all the parameters
+    (those the step writes in place, :attr:`StepFacts.written`).
 
     Example:
         >>> net = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)))
@@ -99,7 +102,7 @@ def unused_modules(model: nn.Module, unused: set[str]) -> tuple[str, ...]:
         return ()
     total: dict[str, int] = {}
     idle: dict[str, int] = {}
-    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    names = [n for n, p in model.named_parameters() if p.requires_grad or not trainable]
     for name in names:
         parts = name.split(".")
         for i in range(1, len(parts)):

@@ -223,6 +223,7 @@ def _profile(source: ModelSource, options: ProfileOptions, seq_len: int | None, 
         unused_parameter_count=sum(p.numel() for p in facts.unused.values()),
         unused_parameter_bytes=sum(p.numel() * p.element_size() for p in facts.unused.values()),
         unused_modules=unused_modules(model, set(facts.unused))[:UNUSED_NAMES_SHOWN],
+        written_modules=unused_modules(model, facts.written, trainable=False)[:UNUSED_NAMES_SHOWN],
         loss_in_output=facts.loss_in_output,
         routed_expert_parameter_count=routed_expert_parameters(model),
         expert_routing=routing_of(source.metadata, model),
@@ -277,6 +278,8 @@ def _run_steps(
     then the measured one. ``census``: the first step is an unmeasured one taking the op census of its first
     micro-batch (without FLOP counting's module tracking)."""
     facts = StepFacts()
+    tracker.watched = {id(p.untyped_storage()): name for name, p in model.named_parameters()}
+    tracker.written = facts.written
     loss_fn = source.loss_fn or default_loss
     names = {id(m): n for n, m in model.named_modules()}
     block_names = set(blocks.names) if blocks else set()

@@ -126,6 +126,10 @@ class MemoryTracker(TorchDispatchMode):
         """The module whose backward is running, as far as the tracer knows (``module_stack`` in forward)."""
         self.failure: tuple[str, str] | None = None
         """The last op that raised while active and the innermost module running it (``""`` if unknown)."""
+        self.watched: dict[int, str] = {}
+        """Parameters by storage id, whose in-place writes in forward or backward are recorded in :attr:`written`
+        (an EMA updated in forward, an embedding's ``max_norm``): FSDP2 and ZeRO-3 run forward on gathered copies."""
+        self.written: set[str] = set()
 
     def restart(self) -> None:
         """Forget the peaks, the events and the per-step state, keeping the live storages: the next step is
@@ -278,6 +282,8 @@ class MemoryTracker(TorchDispatchMode):
         self.op_count += 1
         if self.on_ops is not None and self.op_count % OPS_PER_CHECK == 0:
             self.on_ops()
+        if self.watched and self.phase in _WRITES_WATCHED and _written_arguments(func):
+            self._note_writes(func, args)
         if _writes_lists_in_place(func) and _all_fake(args):
             # A fake in-place foreach op (the optimizer's `_foreach_mul_`...) allocates nothing and returns
             # nothing: its fake kernel only runs a meta kernel per tensor to check shapes, a third of a GPU
@@ -298,6 +304,15 @@ class MemoryTracker(TorchDispatchMode):
         if func._overloadpacket is torch.ops.aten.resize_ or func is torch.ops.aten.set_.source_Storage:
             self._resync(args[0])
         return out
+
+    def _note_writes(self, func: Any, args: tuple[Any, ...]) -> None:
+        for i in _written_arguments(func):
+            if i < len(args):
+                for t in tree_iter(args[i]):
+                    if isinstance(t, torch.Tensor):
+                        name = self.watched.get(id(t.untyped_storage()))
+                        if name is not None:
+                            self.written.add(name)
 
     def _norm_outputs(self, out: Any, args: tuple[Any, ...], *, weight_index: int) -> None:
         """Count a 16-bit normalisation's saved mean / inverse std as fp32, as the real kernels allocate them
@@ -351,6 +366,25 @@ _NORM_OPS = {
     torch.ops.aten._native_batch_norm_legit_functional.default,
 }
 """Normalisations whose outputs 1 and 2 are the saved statistics (mean, inverse std)."""
+
+
+_WRITES_WATCHED = frozenset({"forward", "loss", "backward"})
+"""The phases whose in-place writes to parameters :class:`MemoryTracker` records (not the optimizer's)."""
+
+
+@cache
+def _written_arguments(func: torch._ops.OpOverload) -> tuple[int, ...]:
+    """Positions of the arguments ``func`` writes in place (``Tensor(a!)``, ``Tensor(a!)[]``).
+
+    Example:
+        >>> _written_arguments(torch.ops.aten.lerp_.Scalar), _written_arguments(torch.ops.aten.add.Tensor)
+        ((0,), ())
+    """
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return ()
+    return tuple(i for i, a in enumerate(schema.arguments)
+                 if not a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
 
 
 @cache

@@ -21,7 +21,7 @@ from autoshard.hardware.environment import launch_environment
 from autoshard.models.scope import scope_lines
 from autoshard.models.source import ModelSource, batch_token_length
 from autoshard.models.step import defaulted_bindings, unused_keys
-from autoshard.planner.caveats import RENORMED
+from autoshard.planner.caveats import RENORMED, WRITTEN
 from autoshard.planner.plan_file import (
     ExportedPlan,
     ModelFingerprint,
@@ -349,7 +349,8 @@ def _auto(job: TrainJob, options: PlanOptions, notes: list[str], *, launched: bo
                      "says, and the plan's memory and time count that.")
     # what the plan trains differently from the optimizer named (recommend's explanation says it too)
     notes.extend(line for line in plan.explanation if line.startswith(("Adafactor under ZeRO",
-                                                                       "Unused parameters under ZeRO", RENORMED)))
+                                                                       "Unused parameters under ZeRO", RENORMED,
+                                                                       WRITTEN)))
     if plan.cached_workload is not None:
         notes.append(f"Planned from the traced step cached in {plan.cached_workload} (cache=False traces again).")
     accumulating = (f" × {exported.gradient_accumulation} accumulated (global batch "

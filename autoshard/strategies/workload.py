@@ -125,6 +125,8 @@ class Workload:
     """Names of the model's complex parameters when it has real floating-point ones too (a spectral layer's
     ``complex64`` weight beside float convolutions), which neither FSDP2 nor DeepSpeed can train: see
     :attr:`shard_refused`."""
+    written_modules: tuple[str, ...] = ()
+    """Modules whose parameters forward or backward writes in place (:attr:`ModelProfile.written_modules`)."""
     strided_parameters: tuple[str, ...] = ()
     """Names of the model's non-contiguous parameters (convolution weights made ``channels_last`` by
     ``model.to(memory_format=torch.channels_last)``), which neither FSDP2 nor DeepSpeed can take: see
@@ -475,6 +477,7 @@ def build_workload(
         active_parameter_count=base.active_parameter_count,
         unused_parameter_count=base.unused_parameter_count,
         unused_modules=base.unused_modules,
+        written_modules=base.written_modules,
         optimizer_impl=optimizer_impl,
         checkpoint_mode=checkpoint_mode,
         module_largest_parameters=module_census(module),

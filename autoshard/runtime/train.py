@@ -424,6 +424,12 @@ def _checked(factory: Callable[[Any], Any]) -> Callable[[Any], torch.optim.Optim
                 f"{f' at {location}' if location else ''}: {exc}", location=location,
                 hint="It is called in each process with the parameters that process steps (its shard under FSDP2 "
                      "and ZeRO-3): fix it, or pass an optimizer name, class or instance.") from exc
+        if isinstance(opt, (list, tuple)) and any(isinstance(o, torch.optim.Optimizer) for o in opt):
+            raise UserCodeError(
+                f"the optimizer factory returned {len(opt)} optimizers: fit() steps one optimizer on one loss.",
+                hint="Give one optimizer (parameter groups may set each part's learning rate); training that "
+                     "alternates optimizers and losses (a GAN's generator and discriminator) needs a loop of your "
+                     "own, which the exported configs (autoshard recommend --output-dir) can launch.")
         if not isinstance(opt, torch.optim.Optimizer):
             raise UserCodeError(f"the optimizer factory returned {type(opt).__name__}, not a torch.optim.Optimizer.")
         return opt

@@ -167,6 +167,19 @@ def test_an_optimizer_factory_that_raises_is_said_to_be_the_users() -> None:
             plan=_exported(_Regressor()))
 
 
+def test_a_factory_of_two_optimizers_is_said_to_need_a_loop_of_ones_own() -> None:
+    """A multi-model probe's GAN: a factory returning [Adam(G), Adam(D)] got "returned list" and no word on why."""
+    def two(params: object) -> list[torch.optim.Optimizer]:
+        ps = list(params)  # type: ignore[call-overload]
+        return [torch.optim.SGD(ps[:1], lr=0.1), torch.optim.SGD(ps[1:], lr=0.1)]
+
+    with pytest.raises(UserCodeError, match="the optimizer factory returned 2 optimizers: fit.. steps one optimizer "
+                                            "on one loss") as info:
+        fit(_Regressor(), _regression_batches(), loss_fn=_mse, optimizer=two, max_steps=1,
+            plan=_exported(_Regressor()))
+    assert "GAN" in (info.value.hint or "") and "parameter groups" in (info.value.hint or "")
+
+
 def test_a_deepspeed_plan_without_deepspeed_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed now raises ImportError
     model = _Regressor()

@@ -386,6 +386,22 @@ def _mixed_dtypes(module: torch.nn.Module, error: Exception) -> str | None:
             "casts between them: pass precision='bf16-mixed' (or '16-mixed'), or cast the model to one dtype.")
 
 
+def _sharded_elsewhere(backend: Backend, error: Exception) -> str | None:
+    """A hint when a forward under FSDP2 or ZeRO-3 fails on another module's parameters, which are sharded there
+    (a DTensor shard, an empty ZeRO-3 tensor) outside their module's own forward: an EMA update or a weight shared
+    by hand in forward, not the data (a multi-model probe was told to check its data)."""
+    traits = backend.traits
+    if not (traits.family == "fsdp" or traits.zero_stage == 3):
+        return None
+    text = str(error)
+    if "DTensor" not in text and "(0)" not in text:
+        return None
+    return ("Under FSDP2 and ZeRO-3 a module's parameters are whole only during its own forward and backward "
+            "(shards, or empty tensors under ZeRO-3, elsewhere): code that reads or writes another module's "
+            "parameters in forward (an EMA update, a weight shared by hand) fails there. Do it after the optimizer "
+            "step, outside forward, or train with ddp or ZeRO-1/2.")
+
+
 def first_loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool) -> torch.Tensor:
     """Forward and loss of a first step's micro-batch, their errors blamed on the user's code — except running
     out of memory and a lost peer: forward (FSDP2's all-gathers, ZeRO-3's, DDP's buffer broadcast) and a loss
@@ -398,7 +414,7 @@ def first_loss(backend: Backend, fns: StepFunctions, batch: Any, *, sync: bool) 
         if lost_peer(e):
             raise
         raise UserCodeError(f"the model failed on the first batch ({_describe(batch)}): {type(e).__name__}: {e}",
-                            hint=_mixed_dtypes(backend.module, e)
+                            hint=_mixed_dtypes(backend.module, e) or _sharded_elsewhere(backend, e)
                             or "Check what your data yields against what the model's forward takes.") from e
     try:
         loss = fns.loss(output, batch)

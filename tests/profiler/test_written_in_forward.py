@@ -104,3 +104,42 @@ def test_fit_repeats_the_line_and_max_norm_tables_keep_their_own() -> None:
                            strategy="fsdp")
     assert any(note.startswith(RENORMED) for note in result.notes)
     assert not any(note.startswith(WRITTEN) for note in result.notes)  # one line for the table, not two
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
+
+
+class _BufferEMA(nn.Module):
+    """An EMA kept as buffers, updated from the blocks' parameters at the top of forward (FSDP2 units: sharded
+    there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_Block() for _ in range(2))
+        self.head = nn.Linear(8, 1)
+        for i, block in enumerate(self.blocks):
+            self.register_buffer(f"ema{i}", block.fc.weight.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            for i, block in enumerate(self.blocks):
+                getattr(self, f"ema{i}").lerp_(block.fc.weight, 0.1)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_a_forward_reading_sharded_parameters_is_told_so_not_to_check_its_data() -> None:
+    from autoshard.errors import UserCodeError
+
+    with pytest.raises(UserCodeError, match="the model failed on the first batch") as info:
+        autoshard.fit(_BufferEMA(), [torch.randn(4, 8) for _ in range(2)], loss_fn=lambda out, b: out.mean(),
+                      max_steps=1, progress=False, strategy="fsdp")
+    hint = info.value.hint or ""
+    assert "another module's parameters in forward" in hint and "Check what your data" not in hint

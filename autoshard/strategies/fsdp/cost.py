@@ -113,6 +113,35 @@ def host_time(units: Units, layout: Layout, *, foreach: bool) -> HostTime:
     ))
 
 
+def units_in_backward(units: Units, backward_flops: Sequence[int], stacks: Sequence[int],
+                      blocks_per_unit: int, prefetch: int = 1) -> tuple[bool, ...]:
+    """For each block unit of :func:`~autoshard.strategies.fsdp.memory.wrapping_units`, whether backward gathers
+    it again: backward runs through it (it trains something, or one of its blocks did backward work in the trace:
+    ``backward_flops``, by block in order, :attr:`~autoshard.profiler.result.BlockProfile.backward_flops`; a frozen
+    block the gradient passes through computes its input's gradient, a teacher under ``no_grad`` none), or a unit
+    backward runs through within ``prefetch`` units after it prefetches it (FSDP2 gathers the unit before, in
+    forward order, whether or not backward reaches it: two gloo processes gathered a distillation model's last
+    teacher block so). ``stacks``: blocks per stack (empty: one stack). Empty when the trace's blocks do not line
+    up with the units.
+
+    Example:
+        >>> u = Units(root_before=(8,), root_after=(), blocks=((-4,), (-4,), (-4,), (4,)))
+        >>> units_in_backward(u, (0, 0, 0, 10), (), 1)
+        (False, False, True, True)
+    """
+    sizes = list(stacks) or [len(backward_flops)]
+    reached: list[bool] = []
+    start = 0
+    for size_ in sizes:
+        for first in range(start, start + size_, blocks_per_unit):
+            reached.append(any(f > 0 for f in backward_flops[first : min(first + blocks_per_unit, start + size_)]))
+        start += size_
+    if start != len(backward_flops) or len(reached) != len(units.blocks):
+        return ()
+    reached = [r or bool(trained(u)) for r, u in zip(reached, units.blocks, strict=True)]
+    return tuple(any(reached[i : i + 1 + max(1, prefetch)]) for i in range(len(reached)))
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Communication:
     """The collectives of one step with their times and what of them cannot hide."""
@@ -134,8 +163,11 @@ def _gathered_bytes(u: Sequence[int], layout: Layout) -> int:
 
 
 def communication(units: Units, layout: Layout, hardware: HardwareSpec, forward_s: float,
-                  backward_s: float) -> Communication:
-    """The step's collectives and their exposed time under the overlap model above."""
+                  backward_s: float, in_backward: Sequence[bool] = ()) -> Communication:
+    """The step's collectives and their exposed time under the overlap model above. ``in_backward``: for each
+    block unit, whether backward runs through it (:func:`units_in_backward`; empty: every one does); one it does not
+    reach (a frozen teacher run under ``no_grad``) is not gathered again in backward, as FSDP2 registers its
+    pre-backward unshard only on outputs that require grad (``_register_pre_backward_hook``, _fsdp_state.py)."""
     n, r = layout.shard_size, layout.reduce_bytes
     hybrid = layout.hybrid
     scope = "intra" if hybrid or hardware.nodes == 1 else "world"
@@ -150,7 +182,8 @@ def communication(units: Units, layout: Layout, hardware: HardwareSpec, forward_
 
     fwd = coll("all_gather", gather, n, scope)
     out = [fwd]
-    block_gather = [_gathered_bytes(u, layout) for u in units.blocks]
+    reached = list(in_backward) if len(in_backward) == len(units.blocks) else [True] * len(units.blocks)
+    block_gather = [_gathered_bytes(u, layout) for u, r in zip(units.blocks, reached, strict=True) if r]
     raf = layout.reshard_after_forward
     bwd_ag: Collective | None = None
     if raf is True:

@@ -34,7 +34,7 @@ from autoshard.strategies.base import (
     allocation_rounding,
     checked_micro_batch,
 )
-from autoshard.strategies.fsdp.cost import communication, cpu_offload, host_time
+from autoshard.strategies.fsdp.cost import communication, cpu_offload, host_time, units_in_backward
 from autoshard.strategies.fsdp.memory import (
     Layout,
     Moment,
@@ -238,7 +238,9 @@ class FSDPStrategy(Strategy):
         notes += [note, *host.notes]
         fwd, bwd = trace.at_1.forward_flops, trace.at_1.backward_flops
         forward_s = compute_s * (fwd / (fwd + bwd) if fwd + bwd else 1 / 3)
-        comm = communication(units, layout, hardware, forward_s, compute_s - forward_s)
+        reached = units_in_backward(units, [blk.backward_flops for blk in trace.at_1.blocks], workload.block_stacks,
+                                    values["blocks_per_unit"], values["backward_prefetch"])
+        comm = communication(units, layout, hardware, forward_s, compute_s - forward_s, reached)
         notes += comm.notes
         offload_s = optimizer_s = 0.0
         if self.offload:

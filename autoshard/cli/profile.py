@@ -117,6 +117,7 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     from rich.table import Table
 
     from autoshard._console import print_table, stdout_console
+    from autoshard.profiler.flops import uncounted_line
     from autoshard.profiler.trace import checkpointing_of
 
     console = stdout_console(wide_when_piped=False)
@@ -182,6 +183,9 @@ def _print(p: ModelProfile, *, show_blocks: bool) -> None:
     )
     for line in p.scope:  # what the trace leaves out or assumes about the model source
         console.print(escape(line))
+    uncounted = uncounted_line(p.uncounted_ops)
+    if uncounted:
+        console.print(escape(uncounted))
     if p.block_classes:
         console.print(f"{repeated_blocks_line(p.block_classes, tuple(b.name for b in p.blocks))}")
     if p.depth is not None:  # blocks of several kinds, or every block traced (with the reason)

@@ -20,6 +20,7 @@ from autoshard.planner.plan import Plan, PlanRequest
 from autoshard.planner.search import check_optimizer, check_request, plan
 from autoshard.planner.selective import weigh_selective
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing, parse_checkpointing
+from autoshard.profiler.flops import uncounted_line
 from autoshard.profiler.optimizers import declared_optimizer, require_optimizer
 from autoshard.profiler.options import (
     OptimizerImpl,
@@ -247,6 +248,9 @@ def plan_for(
     lines = scope_lines(loaded, hardware.world_size, workload.seq_len)
     if workload.checkpoints_itself:
         lines.append(SELF_CHECKPOINTING)
+    uncounted = uncounted_line(workload.uncounted_ops)
+    if uncounted:
+        lines.append(uncounted)
     return dataclasses.replace(planned, explanation=(*planned.explanation, *lines)) if lines else planned
 
 

@@ -53,6 +53,10 @@ _NO_KERNEL = frozenset({
 })
 """Ops that launch no kernel although their schema does not say they alias (allocations, metadata)."""
 
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "_dtensor", "profiler", ""})
+"""Op namespaces of torch itself: an op of any other (a ``torch.library`` custom op) with no FLOP formula is
+recorded as uncounted."""
+
 ALIGNED = 16
 """Alignment (elements) the census records at most: 16 elements are 16 bytes of fp8, 32 of bf16 / fp16, 64 of
 fp32, at least the 16 bytes tensor-core GEMMs need (NVIDIA, "Matrix Multiplication Background User's Guide",
@@ -388,6 +392,9 @@ class CensusCounter(FlopCounterMode):
         self._mem: dict[int, list[int]] = {}
         self._no_kernel: dict[Any, bool] = {}
         self._written: dict[Any, tuple[frozenset[int], frozenset[str]]] = {}
+        self.uncounted: set[str] = set()
+        """Ops of the user's own libraries (``torch.library`` custom ops, by qualified name) run without a FLOP
+        formula: counted as 0 FLOPs (:func:`autoshard.profiler.flops.uncounted_line`)."""
 
     def _count_flops(self, func_packet: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         formula = self.flop_registry.get(func_packet)
@@ -410,6 +417,9 @@ class CensusCounter(FlopCounterMode):
             acc[2] += steps
             acc[3] += _work_flops(kind, func_packet, args, kwargs, flops)
             return out
+        name = getattr(func_packet, "_qualified_op_name", "")
+        if name.partition("::")[0] not in _TORCH_NAMESPACES:
+            self.uncounted.add(name)
         if self._launches_no_kernel(func_packet):
             return out
         traffic = _nbytes(args) + _nbytes(kwargs.values()) + _nbytes((out,))

@@ -213,6 +213,9 @@ class ModelProfile:
     """Modules whose parameters the step's forward or backward wrote in place (an EMA updated in forward, an
     embedding's ``max_norm``), a few by module as :attr:`unused_modules`: FSDP2 and ZeRO-3 run forward on gathered
     copies, where such writes are lost."""
+    uncounted_ops: tuple[str, ...] = ()
+    """Custom ops (``torch.library``, by qualified name) the step ran without a FLOP formula: counted as 0 FLOPs
+    and no compute time (:func:`autoshard.profiler.flops.uncounted_line`)."""
     loss_in_output: bool = False
     """The model's forward returns its loss (a one-element tensor that requires grad in its output: a Hugging Face
     ``.loss`` when labels are passed): backward starts at the model's output, so FSDP2's root pre-backward hook
@@ -329,6 +332,7 @@ class ModelProfile:
             "unused_parameter_bytes": self.unused_parameter_bytes,
             "unused_modules": list(self.unused_modules),
             "written_modules": list(self.written_modules),
+            "uncounted_ops": list(self.uncounted_ops),
             "loss_in_output": self.loss_in_output,
             "census": None if self.census is None else self.census.to_dict(),
             "optimizer_census": None if self.optimizer_census is None else self.optimizer_census.to_dict(),

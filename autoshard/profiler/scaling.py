@@ -342,6 +342,7 @@ def _combine(
                                            for m in last.unused_modules)),
         written_modules=tuple(dict.fromkeys(remap_module(m, plan.positions[-1], target, stacks)
                                             for m in last.written_modules)),
+        uncounted_ops=last.uncounted_ops,
     )
 
 

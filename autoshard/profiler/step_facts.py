@@ -33,6 +33,8 @@ class StepFacts:
     block_total_flops: dict[str, int] = field(default_factory=dict)
     census: OpCensus | None = None
     optimizer_census: OpCensus | None = None
+    uncounted_ops: tuple[str, ...] = ()
+    """Custom ops the step ran without a FLOP formula (:attr:`CensusCounter.uncounted`)."""
     written: set[str] = field(default_factory=set)
     """Parameters, by name, that forward or backward wrote in place (:attr:`MemoryTracker.written`)."""
     unused: dict[str, nn.Parameter] = field(default_factory=dict)

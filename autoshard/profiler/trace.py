@@ -224,6 +224,7 @@ def _profile(source: ModelSource, options: ProfileOptions, seq_len: int | None, 
         unused_parameter_bytes=sum(p.numel() * p.element_size() for p in facts.unused.values()),
         unused_modules=unused_modules(model, set(facts.unused))[:UNUSED_NAMES_SHOWN],
         written_modules=unused_modules(model, facts.written, trainable=False)[:UNUSED_NAMES_SHOWN],
+        uncounted_ops=facts.uncounted_ops,
         loss_in_output=facts.loss_in_output,
         routed_expert_parameter_count=routed_expert_parameters(model),
         expert_routing=routing_of(source.metadata, model),
@@ -361,6 +362,7 @@ def _run_steps(
                         if isinstance(flops_total, CensusCounter):
                             facts.census = flops_total.census()
                             facts.block_total_flops = dict(flops_total.block_flops)
+                            facts.uncounted_ops = tuple(sorted(flops_total.uncounted))
                         else:
                             facts.block_total_flops = flops_by_module(flops_total, model)
                     elif isinstance(flops_total, TrafficCensus):

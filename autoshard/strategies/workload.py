@@ -127,6 +127,8 @@ class Workload:
     :attr:`shard_refused`."""
     written_modules: tuple[str, ...] = ()
     """Modules whose parameters forward or backward writes in place (:attr:`ModelProfile.written_modules`)."""
+    uncounted_ops: tuple[str, ...] = ()
+    """Custom ops run without a FLOP formula (:attr:`ModelProfile.uncounted_ops`): their work is not priced."""
     strided_parameters: tuple[str, ...] = ()
     """Names of the model's non-contiguous parameters (convolution weights made ``channels_last`` by
     ``model.to(memory_format=torch.channels_last)``), which neither FSDP2 nor DeepSpeed can take: see
@@ -478,6 +480,7 @@ def build_workload(
         unused_parameter_count=base.unused_parameter_count,
         unused_modules=base.unused_modules,
         written_modules=base.written_modules,
+        uncounted_ops=base.uncounted_ops,
         optimizer_impl=optimizer_impl,
         checkpoint_mode=checkpoint_mode,
         module_largest_parameters=module_census(module),

@@ -155,7 +155,7 @@ def recommend(
     reduce_dtype: ReduceDtype | None = None,
     cache: bool = True,
     jobs: int | None = None,
-    float32_matmul_precision: str = "highest",
+    float32_matmul_precision: str | None = None,
     grad_clip_norm: float | None = None,
     set_grads_to_none: bool = True,
 ) -> Plan:
@@ -191,9 +191,11 @@ def recommend(
         jobs: processes tracing the model at once, at most (``None``: one per CPU core this process may use).
             Tracing sessions run in forked processes on Linux when this process runs no other thread and has
             not initialised CUDA, else one after the other; the plan is the same either way.
-        float32_matmul_precision: the run's ``torch.set_float32_matmul_precision``: ``"highest"`` (default, torch's
-            too) prices fp32 matmuls at the fp32 rate; ``"high"`` or ``"medium"`` on TF32 tensor cores, where the
-            GPU has them (fp32 convolutions use TF32 either way: cuDNN's default).
+        float32_matmul_precision: the run's ``torch.set_float32_matmul_precision``: ``"highest"`` (torch's default)
+            prices fp32 matmuls at the fp32 rate; ``"high"`` or ``"medium"`` on TF32 tensor cores, where the
+            GPU has them (fp32 convolutions use TF32 either way: cuDNN's default). ``None`` (default): this
+            process's, once the model source is loaded (a model file or a script that sets it, or
+            ``torch.backends.cuda.matmul.allow_tf32 = True``, is planned as it runs; ``fit()`` plans so too).
         grad_clip_norm: the norm the run clips the gradients' global 2-norm to before each optimizer step
             (``None``, default: no clipping). Priced as a norm and a scaling pass over each rank's gradients, and
             written into the exported configs (DeepSpeed's ``gradient_clipping``, the HF Trainer's

@@ -70,9 +70,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     add_optimizer_impl_argument(parser)
     add_checkpointing_argument(parser, default=None)
-    parser.add_argument("--float32-matmul-precision", choices=("highest", "high", "medium"), default="highest",
+    parser.add_argument("--float32-matmul-precision", choices=("highest", "high", "medium"), default=None,
                         help="the run's torch.set_float32_matmul_precision: high or medium price fp32 matmuls on "
-                             "TF32 tensor cores (default highest, torch's)")
+                             "TF32 tensor cores (default: what the model file sets, else highest, torch's)")
     add_grad_clip_norm_argument(parser, "priced, and written into the plan and the exported configs")
     add_keep_grads_argument(parser)
     parser.add_argument("--reduce-dtype", choices=("fp32", "bf16"), default=None,

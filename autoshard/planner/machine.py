@@ -131,7 +131,7 @@ def plan_for(
     safety_margin: float = 0.10,
     progress: Callable[[int, int], None] | None = None,
     optimizer_impl: OptimizerImpl | None = None,
-    float32_matmul_precision: str = "highest",
+    float32_matmul_precision: str | None = None,
     grad_clip_norm: float | None = None,
     set_grads_to_none: bool = True,
     checkpointing: str | bool | ActivationCheckpointing | None = None,
@@ -146,7 +146,9 @@ def plan_for(
     ``precision=None`` takes :func:`default_precision` of the hardware; ``progress(done, total)`` is called after
     each tracing session. ``optimizer_impl`` names the optimizer implementation (``None``: torch's default).
     ``float32_matmul_precision`` is the run's ``torch.set_float32_matmul_precision`` (``high``/``medium``: fp32
-    matmuls priced on TF32 tensor cores). ``grad_clip_norm``: the norm the run clips the gradients to (priced as
+    matmuls priced on TF32 tensor cores; ``None``: this process's once the model source is loaded, so that a model
+    file setting it, or ``torch.backends.cuda.matmul.allow_tf32``, is planned as it runs, as ``fit()`` plans).
+    ``grad_clip_norm``: the norm the run clips the gradients to (priced as
     a norm and a scaling pass before each optimizer step; ``None``: no clipping). ``set_grads_to_none=False``: the
     run zeroes its gradients in place between steps, so they stay allocated through forward (DDP's and FSDP2's
     memory count them).
@@ -183,7 +185,8 @@ def plan_for(
         raise UsageError(f"jobs must be a positive integer (processes tracing at once), but got {jobs!r}.")
     if optimizer_impl is not None:
         optimizer_impl = parse_optimizer_impl(optimizer_impl, parse_optimizer(optimizer))
-    matmul_precision = parse_float32_matmul_precision(float32_matmul_precision)
+    if float32_matmul_precision is not None:
+        parse_float32_matmul_precision(float32_matmul_precision)  # checked before the source is loaded
     clip_norm = parse_grad_clip_norm(grad_clip_norm)
     if not isinstance(set_grads_to_none, bool):
         raise UsageError(f"set_grads_to_none must be True or False, but got {set_grads_to_none!r}.")
@@ -208,6 +211,9 @@ def plan_for(
     if precision is not None:
         check_precision(parse_precision(precision), hardware)
     loaded = load_source(source)
+    import torch  # the model file is imported now: what it set is the process's
+
+    matmul_precision = parse_float32_matmul_precision(float32_matmul_precision or torch.get_float32_matmul_precision())
     optimizer = declared_optimizer(loaded) or optimizer  # a model file's optimizer() wins: the plan names it
     check_optimizer(parse_optimizer(optimizer), chosen)
     require_optimizer(parse_optimizer(optimizer))

@@ -521,3 +521,40 @@ def test_channels_last_parameters_are_planned_with_ddp_and_say_why_not_the_shard
         autoshard.fit(module, [torch.randn(4, 3, 16, 16)], loss_fn=lambda out, batch: out.mean(), strategy="fsdp",
                       max_steps=1, progress=False)
     assert "ddp" in info.value.hint and "contiguous" in info.value.hint
+
+
+TF32_PY = """
+import torch
+from torch import nn
+
+torch.backends.cuda.matmul.allow_tf32 = True  # as many training scripts do
+
+
+def model():
+    return nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 1))
+
+
+def batch(batch_size):
+    return torch.randn(batch_size, 4096)
+"""
+
+
+def test_a_model_file_that_allows_tf32_is_planned_on_tf32_unless_told_otherwise(tmp_path: Path) -> None:
+    """A custom-kernels probe: a model file turning TF32 on was planned at the fp32 rate, 5.8 x the step time,
+    while fit() plans with the process's setting."""
+    import torch
+
+    import autoshard
+
+    (tmp_path / "model.py").write_text(TF32_PY, encoding="utf-8")
+    h100 = load_hardware("h100-sxm-80gb", gpus=1)
+    before = torch.get_float32_matmul_precision()
+    try:
+        planned = autoshard.recommend(str(tmp_path / "model.py"), hardware=h100, precision="32-true", batch_size=512)
+        asked = autoshard.recommend(str(tmp_path / "model.py"), hardware=h100, precision="32-true", batch_size=512,
+                                    float32_matmul_precision="highest")
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert planned.workload.float32_matmul_precision == "high"
+    assert asked.workload.float32_matmul_precision == "highest"
+    assert planned.recommended.cost.step_time_s < asked.recommended.cost.step_time_s

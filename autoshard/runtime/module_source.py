@@ -10,11 +10,28 @@ from typing import Any
 import torch
 from torch import nn
 
+from autoshard.errors import UsageError
 from autoshard.models.source import ModelSource, first_dimensions
 from autoshard.models.step import describe, step_functions
 from autoshard.runtime.data import repeated_first_sample
 
 __all__ = ["module_source"]
+
+
+def _copied(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
+    """``copy.deepcopy(module, memo)``, its failure said in the user's terms: an attribute that cannot be copied
+    (a custom op's ``CustomOpDef`` kept on the module failed as "model() raised TypeError: cannot pickle
+    '_DispatchModule'", with a hint about config.json files)."""
+    try:
+        return copy.deepcopy(module, memo)
+    except Exception as exc:  # whatever the user's attributes raise when copied
+        raise UsageError(
+            f"fit() plans on a copy of your module (copy.deepcopy, its weights fake), and copying "
+            f"{type(module).__name__} raised {type(exc).__name__}: {exc}",
+            hint="An attribute that cannot be copied is the usual cause (a custom op's object, a lock, an open file, "
+                 "a process group): keep it off the module (call a custom op as torch.ops.mylib.op inside "
+                 "forward), or pass a model file or ModelSource(build_fn=...), which autoshard builds rather than "
+                 "copies.") from exc
 
 
 def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None, training_step: Any = None
@@ -46,14 +63,14 @@ def module_source(module: nn.Module, example_batch: Any, *, loss_fn: Any = None,
             def convert(t: torch.Tensor) -> torch.Tensor:
                 return torch.empty_like(t, device="meta", dtype=dtype_of(t))
         else:
-            return copy.deepcopy(module)
+            return _copied(module, {})
         memo: dict[int, Any] = {}
         for t in (*module.parameters(), *module.buffers()):
             if id(t) not in memo:
                 copied = convert(t.detach())
                 memo[id(t)] = nn.Parameter(copied, requires_grad=t.requires_grad) if isinstance(
                     t, nn.Parameter) else copied
-        return copy.deepcopy(module, memo)
+        return _copied(module, memo)
 
     def batch(batch_size: int) -> Any:
         return repeated_first_sample(example_batch, batch_size)

@@ -83,3 +83,29 @@ def test_a_custom_op_with_a_formula_is_counted_and_not_said(tmp_path: Path) -> N
 
 def test_torchs_own_ops_are_never_said() -> None:
     assert autoshard.profile("tiny-gpt2", batch_size=2).uncounted_ops == ()
+
+
+def test_fit_says_a_module_it_cannot_copy_is_the_attribute_not_the_config() -> None:
+    """A custom-kernels probe kept a CustomOpDef on its module: fit() said "model() raised TypeError: cannot pickle
+    '_DispatchModule'" with a hint about config.json files."""
+    import threading
+
+    import pytest
+    import torch
+    from torch import nn
+
+    from autoshard.errors import UsageError
+
+    class Locked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+            self.lock = threading.Lock()  # copy.deepcopy cannot copy it, as it cannot a custom op's object
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)
+
+    with pytest.raises(UsageError, match=r"fit\(\) plans on a copy of your module .* copying Locked raised "
+                                         r"TypeError") as info:
+        autoshard.fit(Locked(), [torch.randn(2, 4)], loss_fn=lambda out, b: out.mean(), max_steps=1, progress=False)
+    assert "ModelSource(build_fn=...)" in (info.value.hint or "") and "config.json" not in str(info.value)

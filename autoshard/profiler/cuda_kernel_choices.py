@@ -51,6 +51,18 @@ def kernel_choices(is_active: Callable[[], bool]) -> Iterator[tuple[str, Callabl
             # CUDA flash / memory-efficient attention apply dropout inside the kernel, so the memory
             # is that of dropout_p=0; on CPU dropout_p > 0 would select the math path.
             dropout_p = 0.0
+            backends = torch.backends.cuda
+            if not backends.flash_sdp_enabled() and not backends.math_sdp_enabled():
+                # The model pinned CUDA's memory-efficient or cuDNN kernel (torch.nn.attention.sdpa_kernel), which
+                # the CPU has not: "No viable backend" blamed the model. CUDA runs the one pinned.
+                if backends.mem_efficient_sdp_enabled() and not enable_gqa:
+                    return efficient_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+                backends.enable_flash_sdp(True)  # cuDNN's fused kernel holds what flash's does: traced as flash
+                try:
+                    return torch.ops.aten.scaled_dot_product_attention.default.decompose(
+                        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+                finally:
+                    backends.enable_flash_sdp(False)
         return torch.ops.aten.scaled_dot_product_attention.default.decompose(
             query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
         )

@@ -172,13 +172,16 @@ def fake_tensor_log_quiet() -> Iterator[None]:
     tensors (``log.exception`` in ``FakeTensorMode._dispatch_impl``, torch 2.13): the failure is raised anyway,
     and reported once, in the user's terms (:func:`guard`). Also keep quiet torch's warning that a fake tensor's
     data pointer was read, which ``copy.deepcopy`` of a module (an EMA copy, a teacher built from the student)
-    triggers on the fake weights the trace builds, not on the user's."""
+    triggers on the fake weights the trace builds, not on the user's; and its warning that a compiled module
+    runs under global module hooks, which are the trace's own (:func:`autoshard.profiler.trace._run_steps`), not
+    the user's run's."""
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+            warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
             yield
     finally:
         logger.setLevel(level)

@@ -14,6 +14,9 @@ Which blocks, and what is recomputed inside them, follows a
 :class:`~autoshard.profiler.checkpointing.ActivationCheckpointing`: every block (``full``), every N-th (``every-N``), or
 every block under torchtitan's op-selective policy (``op``) — the same choice and policy the profiler traces.
 
+A block's BatchNorm keeps its running statistics as one training forward leaves them: the recomputation in
+backward runs it in training mode again, and its update is undone (:func:`_restored_stats`).
+
 A Hugging Face model's KV cache is turned off in its config when any block is checkpointed
 (:func:`autoshard.models.hf_build.kv_cache_off`): a recomputed block would otherwise append its keys and values to
 the cache a second time (with eager attention, backward then fails on the mask's shape).
@@ -25,7 +28,10 @@ cache off, ``generate()`` recomputes every earlier position at each new token).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -40,8 +46,45 @@ def _checkpointed_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     # as Hugging Face's GradientCheckpointingLayer: only a training forward that builds a graph is checkpointed
     if not (self.training and torch.is_grad_enabled()):  # scoring eval_data: nothing to recompute
         return nn.Module.__call__(self, *args, **kwargs)
-    return checkpoint(nn.Module.__call__, self, *args, use_reentrant=False, context_fn=getattr(self, _CONTEXT),
-                      **kwargs)
+    context_fn = getattr(self, _CONTEXT)
+    norms = _running_norms(self)
+    if norms:
+        context_fn = functools.partial(_stats_kept, context_fn, norms)
+    return checkpoint(nn.Module.__call__, self, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+
+
+def _running_norms(block: nn.Module) -> tuple[nn.Module, ...]:
+    """The block's normalisations that update running statistics in a training forward (BatchNorm, and
+    InstanceNorm with ``track_running_stats``)."""
+    return tuple(m for m in block.modules()
+                 if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats and m.training)
+
+
+@contextlib.contextmanager
+def _restored_stats(norms: tuple[nn.Module, ...]) -> Iterator[None]:
+    """Put the running statistics back as they were before the recomputation: recomputing a block's forward in
+    backward runs its BatchNorm in training mode again, which updated them twice a step (num_batches_tracked 4
+    after 2 steps, the momentum applied twice; torch.utils.checkpoint leaves it to the caller)."""
+    saved = [{n: b.detach().clone() for n, b in m.named_buffers(recurse=False) if b is not None} for m in norms]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, kept in zip(norms, saved, strict=True):
+                for name, value in kept.items():
+                    getattr(m, name).copy_(value)
+
+
+def _stats_kept(context_fn: Any, norms: tuple[nn.Module, ...]) -> tuple[Any, Any]:
+    """``context_fn``'s forward and recomputation contexts, the running statistics kept across the latter."""
+    forward, recompute = context_fn()
+
+    @contextlib.contextmanager
+    def both() -> Iterator[None]:
+        with _restored_stats(norms), recompute:
+            yield
+
+    return forward, both()
 
 
 _CONTEXT = "_autoshard_checkpoint_context"

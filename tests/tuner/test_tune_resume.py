@@ -129,9 +129,12 @@ def test_ctrl_c_records_the_trial_as_interrupted_and_the_resumed_study_runs_it_a
     assert written["trials"][interrupted]["failure"] == "interrupted"
     printed = json.loads(stdout)  # --json prints what finished, as summary.json holds it (it printed nothing)
     assert printed["trials"] == written["trials"] and printed["notes"][:len(written["notes"])] == written["notes"]
-    assert [line for line in stderr.splitlines() if line.strip()] == [
+    # stderr also says each trial as it runs (under --json too); the last word is the interruption's alone
+    said = [line for line in stderr.splitlines() if line.startswith("autoshard:")]
+    assert said == [
         f"autoshard: interrupted; what finished is in {out / 'summary.md'}, and the same command resumes the study "
         f"in {out} (a trial it was running runs again first)."]
+    assert stderr.rstrip().endswith(said[0])
     config = seen[interrupted].user_attrs["config"]
 
     resumed_at = datetime.datetime.now()  # optuna's clock: local, naive

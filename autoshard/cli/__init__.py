@@ -148,11 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                               getattr(exc, "candidates", ()))
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        _ignore_further_interrupts()
         how, code = ("terminated (SIGTERM)", 143) if isinstance(exc, _Terminated) else ("interrupted", 130)
         print(f"autoshard: {how}", file=sys.stderr)
         if as_json:
             _print_error_json("Interrupted", how, None, code)
+        for stream in (sys.stdout, sys.stderr):  # said now, whatever ends the process after (a second signal)
+            with contextlib.suppress(OSError, ValueError):  # a reader gone, a stream closed: nothing to say it on
+                stream.flush()
         return code
     except BrokenPipeError:
         # The reader stopped early (`autoshard recommend ... | head`): nothing is wrong, and Python would complain
@@ -171,18 +173,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if as_json:
             _print_error_json("InternalError", message, hint, 1)
         return 1
-
-
-def _ignore_further_interrupts() -> None:
-    """Once the command ends on a Ctrl-C or SIGTERM, another (a second Ctrl-C, or one already noted and not yet
-    raised) must not end the process by SIGINT on its way out: exit status -2, not 130 (seen in CI once, and
-    every other time when the handlers were put back before returning: "autoshard: interrupted" said, then
-    killed). CPython skips a pending signal whose handler is ``SIG_IGN`` when it comes to it. They stay ignored:
-    the command is over (a caller of :func:`main` in its own process gets its handlers back with
-    ``signal.signal``)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class _Terminated(KeyboardInterrupt):

@@ -96,9 +96,6 @@ def run(args: argparse.Namespace) -> int:
             progress=True,  # on stderr: --json's stdout holds the JSON alone, and a long study shows its trials
         )
     except KeyboardInterrupt as e:  # the running trial's workers are stopped; it is recorded as interrupted
-        from autoshard.cli import _ignore_further_interrupts
-
-        _ignore_further_interrupts()  # another on the way out would end the process by SIGINT: -2, not 130
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         code = 143 if terminated else 130  # what a shell reports for a process SIGTERM or SIGINT ended
         summary = Path(args.output_dir) / "summary.md"

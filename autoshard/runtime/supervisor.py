@@ -302,9 +302,11 @@ def _echo(proc: subprocess.Popen[bytes], log: Any, rank: int, seen: dict[bytes, 
     data held the long batch) was lost with the run directory after a run that succeeded."""
 
     def copy() -> None:
-        assert proc.stdout is not None
+        stream = proc.stdout
+        if stream is None:  # started without a pipe: nothing to echo
+            return
         with contextlib.suppress(OSError, ValueError):  # a closed or broken stream loses the echo, not the run
-            for line in iter(proc.stdout.readline, b""):
+            for line in iter(stream.readline, b""):
                 log.write(line)
                 if seen.setdefault(line, rank) != rank:  # another rank said it: once is enough
                     continue

@@ -26,6 +26,15 @@ from autoshard.models.source import ModelSource
 from autoshard.profiler.checkpointing import FULL, ActivationCheckpointing
 from autoshard.profiler.options import Float32MatmulPrecision, OptimizerImpl, Precision
 from autoshard.strategies.module_census import module_blocks, module_census
+from autoshard.strategies.shard_refusals import (  # re-exported: the planner reads the words
+    COMPLEX_FAILS,
+    SCALAR_FAILS,
+    STRIDED_FAILS,
+    complex_parameters,
+    scalar_parameters,
+    some,
+    strided_parameters,
+)
 from autoshard.strategies.step_trace import StepTrace
 
 if TYPE_CHECKING:
@@ -203,17 +212,17 @@ class Workload:
         broadcasts every parameter viewed as bytes at start (``_broadcast_model``: ``p.data.view(torch.uint8)``,
         which a 0-d tensor cannot be; deepspeed 0.19.8)."""
         if self.complex_parameters:
-            return (f"FSDP2 and DeepSpeed {COMPLEX_FAILS} ({_some(self.complex_parameters)}): FSDP2 asserts one "
+            return (f"FSDP2 and DeepSpeed {COMPLEX_FAILS} ({some(self.complex_parameters)}): FSDP2 asserts one "
                     "parameter dtype per group, and DeepSpeed flattens the parameters into one buffer (a float bias "
                     "became complex under ZeRO-2, ZeRO-3 asserted one dtype).")
         if self.strided_parameters:
-            return (f"FSDP2 and DeepSpeed {STRIDED_FAILS} ({_some(self.strided_parameters)}, e.g. channels_last): "
+            return (f"FSDP2 and DeepSpeed {STRIDED_FAILS} ({some(self.strided_parameters)}, e.g. channels_last): "
                     "fully_shard raises NotImplementedError on one, and DeepSpeed's engine views every parameter as "
                     "bytes at start, which needs a unit last stride. Keep the parameters contiguous to shard the "
                     "model (convert the inputs alone to channels_last; cuDNN picks its layouts from them).")
         if not self.scalar_parameters:
             return None
-        names = _some(self.scalar_parameters)
+        names = some(self.scalar_parameters)
         first = self.scalar_parameters[0]
         return (f"FSDP2 and DeepSpeed {SCALAR_FAILS} ({names}): torch's fully_shard refuses one, and "
                 "DeepSpeed's engine fails on it at start. Make it a 1-element tensor to shard the model, e.g. "
@@ -317,71 +326,6 @@ def frozen_parameter_bytes(module: nn.Module) -> int:
     """
     unique = {id(p): p for p in module.parameters()}.values()
     return sum(p.numel() * p.element_size() for p in unique if not p.requires_grad)
-
-
-STRIDED_FAILS = "cannot take non-contiguous parameters"
-"""What :attr:`Workload.shard_refused` says of non-contiguous parameters, as :data:`SCALAR_FAILS` of 0-d ones."""
-
-
-def strided_parameters(module: nn.Module) -> tuple[str, ...]:
-    """Names of the module's non-contiguous parameters, each tensor once.
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Linear(2, 2)).to(memory_format=torch.channels_last)
-        >>> strided_parameters(net)
-        ('0.weight',)
-    """
-    return tuple(name for name, p in module.named_parameters() if not p.is_contiguous())
-
-
-COMPLEX_FAILS = "cannot train complex parameters beside real ones"
-"""What :attr:`Workload.shard_refused` says of complex parameters, as :data:`SCALAR_FAILS` of 0-d ones."""
-
-
-def _some(names: tuple[str, ...]) -> str:
-    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-
-
-SCALAR_FAILS = "cannot shard a 0-d parameter"
-"""What :attr:`Workload.shard_refused` says, for the planner to tell the model's refusal from the hardware's."""
-
-
-def complex_parameters(module: nn.Module) -> tuple[str, ...]:
-    """Names of the module's complex parameters when it holds real floating-point ones too, each tensor once.
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> net = nn.Linear(2, 2)
-        >>> net.spectral = nn.Parameter(torch.zeros(4, dtype=torch.complex64))
-        >>> complex_parameters(net), complex_parameters(nn.Linear(2, 2))
-        (('spectral',), ())
-    """
-    named = list(module.named_parameters())  # each tensor once
-    names = tuple(name for name, p in named if p.is_complex())
-    return names if any(p.is_floating_point() for _, p in named) else ()
-
-
-def scalar_parameters(module: nn.Module) -> tuple[str, ...]:
-    """Names of the module's 0-d parameters, each tensor once.
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> net = nn.Linear(2, 2)
-        >>> net.scale = nn.Parameter(torch.tensor(2.0))
-        >>> scalar_parameters(net)
-        ('scale',)
-    """
-    seen: set[int] = set()
-    names = []
-    for name, p in module.named_parameters():
-        if id(p) not in seen and p.dim() == 0:
-            names.append(name)
-        seen.add(id(p))
-    return tuple(names)
 
 
 def first_trainable(numels: Sequence[int]) -> int:

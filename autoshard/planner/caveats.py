@@ -9,6 +9,7 @@ import math
 
 from autoshard.hardware.specs import HardwareSpec
 from autoshard.planner.plan import Evaluation
+from autoshard.profiler.embeddings import some_tables
 from autoshard.strategies.workload import Workload, first_trainable
 
 
@@ -231,7 +232,7 @@ def renormed_embeddings(best: Evaluation, hardware: HardwareSpec, workload: Work
            "fsdp": "FSDP2 renormalises the table it gathered for forward and then frees, never its stored shards"}.get(
         family, "ZeRO renormalises a copy (the table gathered for forward under ZeRO-3, the model's weights that "
                 "the optimizer's own copy overwrites after each step under ZeRO-1 and -2)")
-    tables = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    tables = some_tables(names)
     return (f"{RENORMED} under {best.strategy}: {tables} renormalise the rows forward looks up, in place, which "
             f"only one process holding the whole model trains as written: {how}. Clip the rows looked up instead "
             "(rows * (max_norm / rows.norm(dim=-1, keepdim=True)).clamp(max=1)), which every strategy trains "

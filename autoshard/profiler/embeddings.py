@@ -18,7 +18,7 @@ from torch import nn
 
 from autoshard.errors import ProfileError
 
-__all__ = ["refuse_sparse_gradients", "renormed_embeddings", "sparse_embeddings"]
+__all__ = ["refuse_sparse_gradients", "renormed_embeddings", "some_tables", "sparse_embeddings"]
 
 _TABLES = (nn.Embedding, nn.EmbeddingBag)
 
@@ -49,7 +49,13 @@ def renormed_embeddings(module: nn.Module) -> tuple[str, ...]:
     return tuple(name for name, m in _trainable_tables(module) if m.max_norm is not None)
 
 
-def _some(names: tuple[str, ...]) -> str:
+def some_tables(names: tuple[str, ...]) -> str:
+    """The first three names, and how many more.
+
+    Example:
+        >>> some_tables(("a", "b", "c", "d"))
+        'a, b, c and 1 more'
+    """
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
@@ -63,7 +69,7 @@ def refuse_sparse_gradients(module: nn.Module) -> None:
     if not names:
         return
     raise ProfileError(
-        f"Embedding tables built with sparse=True ({_some(names)}) give sparse gradients, which autoshard cannot "
+        f"Embedding tables built with sparse=True ({some_tables(names)}) give sparse gradients, which autoshard cannot "
         "plan or train: its trace measures dense tensors, and FSDP2 and DeepSpeed reduce and step dense "
         "gradients only.",
         hint="Build them with sparse=False (their gradient is then dense, as large as the table, and the plan "
